@@ -1,0 +1,836 @@
+//! The MCP / JSON-RPC dispatcher, sans-IO: one message's bytes in, replies and tool calls
+//! out. The grant socket and `POST /mcp` both drive it; neither transport logic nor tool
+//! execution lives here, so every protocol rule is a row in a table test.
+
+use serde_json::{json, Map, Value};
+
+use crate::profiles::Profile;
+
+/// Protocol versions we negotiate. `2025-03-26` is deliberately absent: it requires batch
+/// support, which we refuse.
+pub const PROTOCOL_VERSIONS: [&str; 2] = ["2025-06-18", "2024-11-05"];
+pub const DEFAULT_PROTOCOL_VERSION: &str = PROTOCOL_VERSIONS[0];
+
+pub const PARSE_ERROR: i64 = -32700;
+pub const INVALID_REQUEST: i64 = -32600;
+pub const METHOD_NOT_FOUND: i64 = -32601;
+pub const INVALID_PARAMS: i64 = -32602;
+pub const SERVER_ERROR: i64 = -32000;
+
+/// Where a visible tool is served from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Route {
+    Local,
+    /// The index of the upstream in the configured list.
+    Upstream(usize),
+}
+
+/// What the catalogue knows of a tool name under a profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resolution {
+    Visible(Route),
+    /// Exists, but the profile hides it: answered exactly like `Unknown`, audited `denied`.
+    Hidden,
+    Unknown,
+}
+
+/// The tools a connection can see. Implemented by the live tool registry and by fakes in
+/// tests; must not block (upstream lists come from a cache).
+pub trait Catalog {
+    /// `tools/list` entries visible under `profile`, each a complete MCP tool object.
+    fn list(&self, profile: Profile) -> Vec<Value>;
+    fn resolve(&self, profile: Profile, name: &str) -> Resolution;
+    /// The `instructions` text of `initialize` for this connection.
+    fn instructions(&self, profile: Profile) -> String;
+}
+
+/// Audit outcome of a tool call, as recorded in `audit.jsonl`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    ToolError,
+    RpcError,
+    Denied,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::ToolError => "tool_error",
+            Outcome::RpcError => "rpc_error",
+            Outcome::Denied => "denied",
+        }
+    }
+}
+
+/// What the transport must do after one inbound message.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Send this serialized JSON-RPC message.
+    Reply(String),
+    /// Run a tool; its reply is produced later with [`tool_reply`].
+    Call {
+        id: Value,
+        name: String,
+        route: Route,
+        arguments: Value,
+    },
+    /// `notifications/cancelled`: stop the call with this request id, send nothing.
+    Cancel { id: Value },
+    /// A `tools/call` answered here without running anything; audit it.
+    Refused { tool: String, outcome: Outcome },
+}
+
+/// Per-connection protocol state.
+#[derive(Debug)]
+pub struct Dispatcher {
+    profile: Profile,
+    negotiated: Option<&'static str>,
+    initialized_notified: bool,
+}
+
+impl Dispatcher {
+    pub fn new(profile: Profile) -> Self {
+        Dispatcher {
+            profile,
+            negotiated: None,
+            initialized_notified: false,
+        }
+    }
+
+    pub fn profile(&self) -> Profile {
+        self.profile
+    }
+
+    /// The protocol version agreed on `initialize`, if it has happened.
+    pub fn negotiated_version(&self) -> Option<&'static str> {
+        self.negotiated
+    }
+
+    pub fn saw_initialized_notification(&self) -> bool {
+        self.initialized_notified
+    }
+
+    /// Handle one inbound message. Never panics on any input.
+    pub fn handle(&mut self, bytes: &[u8], catalog: &dyn Catalog) -> Vec<Action> {
+        let value: Value = match serde_json::from_slice(bytes) {
+            Ok(v) => v,
+            Err(e) => {
+                return vec![Action::Reply(error_reply(
+                    &Value::Null,
+                    PARSE_ERROR,
+                    &format!("Parse error: {e}"),
+                ))]
+            }
+        };
+        let obj = match value {
+            Value::Object(obj) => obj,
+            Value::Array(_) => {
+                return vec![Action::Reply(error_reply(
+                    &Value::Null,
+                    INVALID_REQUEST,
+                    "Invalid Request: batch requests are not supported",
+                ))]
+            }
+            _ => {
+                return vec![Action::Reply(error_reply(
+                    &Value::Null,
+                    INVALID_REQUEST,
+                    "Invalid Request: a message must be a JSON object",
+                ))]
+            }
+        };
+        self.handle_object(obj, catalog)
+    }
+
+    fn handle_object(&mut self, obj: Map<String, Value>, catalog: &dyn Catalog) -> Vec<Action> {
+        let id = obj.get("id");
+        // An id that is present but not a string or number cannot be echoed back usefully.
+        let reply_id = match id {
+            Some(v @ (Value::String(_) | Value::Number(_))) => v.clone(),
+            _ => Value::Null,
+        };
+        let invalid = |msg: &str| {
+            vec![Action::Reply(error_reply(
+                &reply_id,
+                INVALID_REQUEST,
+                &format!("Invalid Request: {msg}"),
+            ))]
+        };
+        if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            return invalid("jsonrpc must be \"2.0\"");
+        }
+        match id {
+            Some(Value::Null) => return invalid("id must not be null"),
+            Some(Value::String(_) | Value::Number(_)) | None => {}
+            Some(_) => return invalid("id must be a string or a number"),
+        }
+        let method = match obj.get("method") {
+            Some(Value::String(m)) => m.as_str(),
+            Some(_) => return invalid("method must be a string"),
+            None if id.is_some() && (obj.contains_key("result") || obj.contains_key("error")) => {
+                // A response to something we never ask; nothing to do.
+                return Vec::new();
+            }
+            None => return invalid("method is missing"),
+        };
+        let params = obj.get("params").cloned().unwrap_or(Value::Null);
+        if id.is_none() {
+            return self.handle_notification(method, &params);
+        }
+        self.handle_request(reply_id, method, params, catalog)
+    }
+
+    fn handle_notification(&mut self, method: &str, params: &Value) -> Vec<Action> {
+        match method {
+            "notifications/cancelled" => match params.get("requestId") {
+                Some(v @ (Value::String(_) | Value::Number(_))) => {
+                    vec![Action::Cancel { id: v.clone() }]
+                }
+                _ => Vec::new(),
+            },
+            "notifications/initialized" => {
+                self.initialized_notified = true;
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn handle_request(
+        &mut self,
+        id: Value,
+        method: &str,
+        params: Value,
+        catalog: &dyn Catalog,
+    ) -> Vec<Action> {
+        let result = match method {
+            "initialize" => {
+                let requested = params.get("protocolVersion").and_then(Value::as_str);
+                let version = PROTOCOL_VERSIONS
+                    .iter()
+                    .copied()
+                    .find(|v| Some(*v) == requested)
+                    .unwrap_or(DEFAULT_PROTOCOL_VERSION);
+                self.negotiated = Some(version);
+                json!({
+                    "protocolVersion": version,
+                    "capabilities": {"tools": {"listChanged": false}},
+                    "serverInfo": {"name": "handnode", "version": env!("CARGO_PKG_VERSION")},
+                    "instructions": catalog.instructions(self.profile),
+                })
+            }
+            "ping" => json!({}),
+            "tools/list" => json!({"tools": catalog.list(self.profile)}),
+            "resources/list" => json!({"resources": []}),
+            "prompts/list" => json!({"prompts": []}),
+            "tools/call" => return self.tools_call(id, params, catalog),
+            other => {
+                return vec![Action::Reply(error_reply(
+                    &id,
+                    METHOD_NOT_FOUND,
+                    &format!("Method not found: {other}"),
+                ))]
+            }
+        };
+        vec![Action::Reply(result_reply(&id, result))]
+    }
+
+    fn tools_call(&mut self, id: Value, params: Value, catalog: &dyn Catalog) -> Vec<Action> {
+        let refuse = |tool: &str, outcome: Outcome, msg: String| {
+            vec![
+                Action::Reply(error_reply(&id, INVALID_PARAMS, &msg)),
+                Action::Refused {
+                    tool: tool.to_string(),
+                    outcome,
+                },
+            ]
+        };
+        let Value::Object(mut params) = params else {
+            return refuse(
+                "",
+                Outcome::RpcError,
+                "Invalid params: params must be an object".into(),
+            );
+        };
+        let name = match params.get("name") {
+            Some(Value::String(n)) => n.clone(),
+            _ => {
+                return refuse(
+                    "",
+                    Outcome::RpcError,
+                    "Invalid params: name must be a string".into(),
+                )
+            }
+        };
+        let arguments = match params.remove("arguments") {
+            None | Some(Value::Null) => Value::Object(Map::new()),
+            Some(v @ Value::Object(_)) => v,
+            Some(_) => {
+                return refuse(
+                    &name,
+                    Outcome::RpcError,
+                    "Invalid params: arguments must be an object".into(),
+                )
+            }
+        };
+        match catalog.resolve(self.profile, &name) {
+            Resolution::Visible(route) => vec![Action::Call {
+                id,
+                name,
+                route,
+                arguments,
+            }],
+            resolution => {
+                let outcome = if resolution == Resolution::Hidden {
+                    Outcome::Denied
+                } else {
+                    Outcome::RpcError
+                };
+                let msg = format!("Invalid params: unknown tool: {name}");
+                refuse(&name, outcome, msg)
+            }
+        }
+    }
+}
+
+/// Serialize a successful JSON-RPC response.
+pub fn result_reply(id: &Value, result: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+}
+
+/// Serialize a JSON-RPC error response.
+pub fn error_reply(id: &Value, code: i64, message: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
+}
+
+/// What a tool call produced, before it is put on the wire.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToolOutput {
+    /// A `CallToolResult` object (`content`, optional `structuredContent`, `isError`).
+    Result(Value),
+    /// Bad argument shapes: a JSON-RPC `-32602`.
+    InvalidParams(String),
+    /// A JSON-RPC error other than bad params (overload, upstream protocol failure).
+    RpcError { code: i64, message: String },
+}
+
+impl ToolOutput {
+    /// A successful result with one text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        ToolOutput::Result(json!({"content": [{"type": "text", "text": text.into()}]}))
+    }
+
+    /// A tool that ran and failed: an `isError` result whose text says why.
+    pub fn tool_error(text: impl Into<String>) -> Self {
+        ToolOutput::Result(json!({
+            "content": [{"type": "text", "text": text.into()}],
+            "isError": true,
+        }))
+    }
+
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            ToolOutput::Result(v) if v.get("isError") == Some(&Value::Bool(true)) => {
+                Outcome::ToolError
+            }
+            ToolOutput::Result(_) => Outcome::Ok,
+            ToolOutput::InvalidParams(_) | ToolOutput::RpcError { .. } => Outcome::RpcError,
+        }
+    }
+}
+
+/// Serialize a tool call's reply, replacing a result that would exceed `max_bytes` on the
+/// wire with an `isError` result that says how large it was.
+pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, Outcome) {
+    let outcome = output.outcome();
+    let encoded = match output {
+        ToolOutput::Result(result) => result_reply(id, result),
+        ToolOutput::InvalidParams(msg) => {
+            error_reply(id, INVALID_PARAMS, &format!("Invalid params: {msg}"))
+        }
+        ToolOutput::RpcError { code, message } => error_reply(id, code, &message),
+    };
+    if encoded.len() <= max_bytes {
+        return (encoded, outcome);
+    }
+    let too_large = ToolOutput::tool_error(format!("result too large: {} bytes", encoded.len()));
+    let ToolOutput::Result(result) = too_large else {
+        unreachable!("tool_error builds a result")
+    };
+    (result_reply(id, result), Outcome::ToolError)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fake;
+    impl Catalog for Fake {
+        fn list(&self, profile: Profile) -> Vec<Value> {
+            profile
+                .local_allow_list()
+                .iter()
+                .map(|n| json!({"name": n}))
+                .collect()
+        }
+        fn resolve(&self, profile: Profile, name: &str) -> Resolution {
+            if profile.allows_local(name) {
+                Resolution::Visible(Route::Local)
+            } else if crate::profiles::class_of(name).is_some() {
+                Resolution::Hidden
+            } else if name == "browser_navigate" && profile.allows_upstream(name) {
+                Resolution::Visible(Route::Upstream(0))
+            } else {
+                Resolution::Unknown
+            }
+        }
+        fn instructions(&self, profile: Profile) -> String {
+            format!("profile {profile}")
+        }
+    }
+
+    fn run(profile: Profile, input: &str) -> Vec<Action> {
+        Dispatcher::new(profile).handle(input.as_bytes(), &Fake)
+    }
+
+    fn single_reply(actions: &[Action]) -> Value {
+        let replies: Vec<&String> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Reply(s) => Some(s),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(replies.len(), 1, "{actions:?}");
+        serde_json::from_str(replies[0]).unwrap()
+    }
+
+    #[test]
+    fn error_table() {
+        // (case, profile, input, error code, echoed id, message fragment)
+        let cases: Vec<(&str, Profile, &str, i64, Value, &str)> = vec![
+            (
+                "unparseable",
+                Profile::Owner,
+                "{not json",
+                PARSE_ERROR,
+                Value::Null,
+                "Parse error",
+            ),
+            (
+                "empty bytes",
+                Profile::Owner,
+                "",
+                PARSE_ERROR,
+                Value::Null,
+                "Parse error",
+            ),
+            (
+                "invalid utf-8",
+                Profile::Owner,
+                "\u{0}",
+                PARSE_ERROR,
+                Value::Null,
+                "Parse error",
+            ),
+            (
+                "batch",
+                Profile::Owner,
+                r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+                INVALID_REQUEST,
+                Value::Null,
+                "batch requests are not supported",
+            ),
+            (
+                "empty batch",
+                Profile::Owner,
+                "[]",
+                INVALID_REQUEST,
+                Value::Null,
+                "batch",
+            ),
+            (
+                "scalar",
+                Profile::Owner,
+                "42",
+                INVALID_REQUEST,
+                Value::Null,
+                "JSON object",
+            ),
+            (
+                "wrong jsonrpc",
+                Profile::Owner,
+                r#"{"jsonrpc":"1.0","id":7,"method":"ping"}"#,
+                INVALID_REQUEST,
+                json!(7),
+                "jsonrpc",
+            ),
+            (
+                "missing jsonrpc",
+                Profile::Owner,
+                r#"{"id":"a","method":"ping"}"#,
+                INVALID_REQUEST,
+                json!("a"),
+                "jsonrpc",
+            ),
+            (
+                "null id",
+                Profile::Owner,
+                r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+                INVALID_REQUEST,
+                Value::Null,
+                "id",
+            ),
+            (
+                "object id",
+                Profile::Owner,
+                r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#,
+                INVALID_REQUEST,
+                Value::Null,
+                "id",
+            ),
+            (
+                "method not string",
+                Profile::Owner,
+                r#"{"jsonrpc":"2.0","id":1,"method":3}"#,
+                INVALID_REQUEST,
+                json!(1),
+                "method",
+            ),
+            (
+                "no method",
+                Profile::Owner,
+                r#"{"jsonrpc":"2.0","id":1}"#,
+                INVALID_REQUEST,
+                json!(1),
+                "method",
+            ),
+            (
+                "unknown method",
+                Profile::Owner,
+                r#"{"jsonrpc":"2.0","id":2,"method":"foo/bar"}"#,
+                METHOD_NOT_FOUND,
+                json!(2),
+                "foo/bar",
+            ),
+            (
+                "unknown method, string id",
+                Profile::Observe,
+                r#"{"jsonrpc":"2.0","id":"x","method":"sampling/createMessage"}"#,
+                METHOD_NOT_FOUND,
+                json!("x"),
+                "Method not found",
+            ),
+            (
+                "hidden tool",
+                Profile::Observe,
+                r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bash","arguments":{"command":"id"}}}"#,
+                INVALID_PARAMS,
+                json!(3),
+                "Invalid params: unknown tool: bash",
+            ),
+            (
+                "nonexistent tool",
+                Profile::Observe,
+                r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"rm_rf","arguments":{}}}"#,
+                INVALID_PARAMS,
+                json!(3),
+                "Invalid params: unknown tool: rm_rf",
+            ),
+            (
+                "hidden upstream tool",
+                Profile::Observe,
+                r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"browser_navigate"}}"#,
+                INVALID_PARAMS,
+                json!(3),
+                "unknown tool: browser_navigate",
+            ),
+            (
+                "params not object",
+                Profile::Owner,
+                r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":[1]}"#,
+                INVALID_PARAMS,
+                json!(4),
+                "params",
+            ),
+            (
+                "name missing",
+                Profile::Owner,
+                r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{}}"#,
+                INVALID_PARAMS,
+                json!(4),
+                "name",
+            ),
+            (
+                "name wrong type",
+                Profile::Owner,
+                r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":5}}"#,
+                INVALID_PARAMS,
+                json!(4),
+                "name",
+            ),
+            (
+                "arguments wrong type",
+                Profile::Owner,
+                r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"bash","arguments":"ls"}}"#,
+                INVALID_PARAMS,
+                json!(4),
+                "arguments",
+            ),
+        ];
+        for (name, profile, input, code, id, fragment) in cases {
+            let actions = run(profile, input);
+            let reply = single_reply(&actions);
+            assert_eq!(reply["jsonrpc"], "2.0", "{name}");
+            assert_eq!(reply["error"]["code"], code, "{name}: {reply}");
+            assert_eq!(reply["id"], id, "{name}: {reply}");
+            let msg = reply["error"]["message"].as_str().unwrap();
+            assert!(msg.contains(fragment), "{name}: {msg:?} lacks {fragment:?}");
+            assert!(reply.get("result").is_none(), "{name}");
+        }
+    }
+
+    #[test]
+    fn hidden_and_nonexistent_tools_get_the_same_answer_but_different_audit() {
+        let hidden = run(
+            Profile::Observe,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash"}}"#,
+        );
+        let absent = run(
+            Profile::Observe,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bosh"}}"#,
+        );
+        let strip = |a: &[Action]| single_reply(a)["error"]["code"].clone();
+        assert_eq!(strip(&hidden), strip(&absent));
+        assert!(hidden.contains(&Action::Refused {
+            tool: "bash".into(),
+            outcome: Outcome::Denied
+        }));
+        assert!(absent.contains(&Action::Refused {
+            tool: "bosh".into(),
+            outcome: Outcome::RpcError
+        }));
+    }
+
+    #[test]
+    fn result_table() {
+        // (name, input, json pointer, expected value)
+        let cases: Vec<(&str, &str, &str, Value)> = vec![
+            (
+                "ping",
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+                "/result",
+                json!({}),
+            ),
+            (
+                "ping keeps string id",
+                r#"{"jsonrpc":"2.0","id":"abc","method":"ping"}"#,
+                "/id",
+                json!("abc"),
+            ),
+            (
+                "ping keeps float id",
+                r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+                "/id",
+                json!(1.5),
+            ),
+            (
+                "resources",
+                r#"{"jsonrpc":"2.0","id":1,"method":"resources/list"}"#,
+                "/result",
+                json!({"resources": []}),
+            ),
+            (
+                "prompts",
+                r#"{"jsonrpc":"2.0","id":1,"method":"prompts/list"}"#,
+                "/result",
+                json!({"prompts": []}),
+            ),
+            (
+                "init 2025-06-18",
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18"}}"#,
+                "/result/protocolVersion",
+                json!("2025-06-18"),
+            ),
+            (
+                "init 2024-11-05",
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05"}}"#,
+                "/result/protocolVersion",
+                json!("2024-11-05"),
+            ),
+            (
+                "init 2025-03-26 not claimed",
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}"#,
+                "/result/protocolVersion",
+                json!("2025-06-18"),
+            ),
+            (
+                "init unknown version",
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"1999-01-01"}}"#,
+                "/result/protocolVersion",
+                json!("2025-06-18"),
+            ),
+            (
+                "init no params",
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#,
+                "/result/protocolVersion",
+                json!("2025-06-18"),
+            ),
+            (
+                "init capabilities",
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#,
+                "/result/capabilities",
+                json!({"tools": {"listChanged": false}}),
+            ),
+            (
+                "init server name",
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#,
+                "/result/serverInfo/name",
+                json!("handnode"),
+            ),
+            (
+                "init version",
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#,
+                "/result/serverInfo/version",
+                json!(env!("CARGO_PKG_VERSION")),
+            ),
+            (
+                "init instructions",
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#,
+                "/result/instructions",
+                json!("profile observe"),
+            ),
+            (
+                "tools/list observe",
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+                "/result/tools",
+                json!([{"name":"sys_info"},{"name":"screenshot"}]),
+            ),
+            (
+                "unknown fields ignored",
+                r#"{"jsonrpc":"2.0","id":9,"method":"ping","future":true,"params":{"x":1}}"#,
+                "/result",
+                json!({}),
+            ),
+        ];
+        for (name, input, pointer, expected) in cases {
+            let actions = run(Profile::Observe, input);
+            let reply = single_reply(&actions);
+            assert_eq!(reply.pointer(pointer), Some(&expected), "{name}: {reply}");
+        }
+    }
+
+    #[test]
+    fn known_methods_work_before_initialize() {
+        let mut d = Dispatcher::new(Profile::Owner);
+        let reply =
+            single_reply(&d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#, &Fake));
+        assert_eq!(reply["result"]["tools"].as_array().unwrap().len(), 5);
+        assert_eq!(d.negotiated_version(), None);
+    }
+
+    #[test]
+    fn notifications_never_get_a_reply() {
+        let cases = [
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","method":"no/such/notification"}"#,
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"bash"}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"error":{"code":1,"message":"x"}}"#,
+        ];
+        for input in cases {
+            let actions = run(Profile::Owner, input);
+            assert!(
+                actions.iter().all(|a| !matches!(a, Action::Reply(_))),
+                "{input}: {actions:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn cancelled_notification_yields_cancel() {
+        let actions = run(
+            Profile::Owner,
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"r7","reason":"x"}}"#,
+        );
+        assert_eq!(actions, vec![Action::Cancel { id: json!("r7") }]);
+        let actions = run(
+            Profile::Owner,
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":12}}"#,
+        );
+        assert_eq!(actions, vec![Action::Cancel { id: json!(12) }]);
+    }
+
+    #[test]
+    fn visible_tool_call_becomes_a_call() {
+        let actions = run(
+            Profile::Owner,
+            r#"{"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"bash","arguments":{"command":"true"}}}"#,
+        );
+        assert_eq!(
+            actions,
+            vec![Action::Call {
+                id: json!("c1"),
+                name: "bash".into(),
+                route: Route::Local,
+                arguments: json!({"command":"true"})
+            }]
+        );
+        let actions = run(
+            Profile::Desktop,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"browser_navigate"}}"#,
+        );
+        assert_eq!(
+            actions,
+            vec![Action::Call {
+                id: json!(2),
+                name: "browser_navigate".into(),
+                route: Route::Upstream(0),
+                arguments: json!({})
+            }]
+        );
+    }
+
+    #[test]
+    fn deep_nesting_is_a_parse_error_not_a_crash() {
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let reply = single_reply(&run(Profile::Owner, &deep));
+        assert_eq!(reply["error"]["code"], PARSE_ERROR);
+    }
+
+    #[test]
+    fn oversized_tool_reply_becomes_an_error_result() {
+        let big = ToolOutput::text("x".repeat(1000));
+        let (reply, outcome) = tool_reply(&json!(1), big.clone(), 100);
+        let v: Value = serde_json::from_str(&reply).unwrap();
+        assert_eq!(v["result"]["isError"], true);
+        assert!(v["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("result too large: "));
+        assert_eq!(outcome, Outcome::ToolError);
+        let (reply, outcome) = tool_reply(&json!(1), big, 10_000);
+        assert!(reply.len() < 10_000 && reply.contains("xxxx"));
+        assert_eq!(outcome, Outcome::Ok);
+    }
+
+    #[test]
+    fn tool_output_outcomes() {
+        assert_eq!(ToolOutput::text("a").outcome(), Outcome::Ok);
+        assert_eq!(ToolOutput::tool_error("a").outcome(), Outcome::ToolError);
+        assert_eq!(
+            ToolOutput::InvalidParams("a".into()).outcome(),
+            Outcome::RpcError
+        );
+        let (reply, _) = tool_reply(
+            &json!(3),
+            ToolOutput::InvalidParams("timeout_secs must be 1..=110".into()),
+            1 << 20,
+        );
+        let v: Value = serde_json::from_str(&reply).unwrap();
+        assert_eq!(v["error"]["code"], INVALID_PARAMS);
+    }
+}
