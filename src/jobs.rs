@@ -99,7 +99,20 @@ impl std::fmt::Debug for Completion {
     }
 }
 
-type Task = Box<dyn FnOnce() + Send>;
+enum Task {
+    Plain(Box<dyn FnOnce() + Send>),
+    /// A tool call: when the queue is full, `done` is answered with "busy" instead.
+    Call(Box<dyn FnOnce(Completion) + Send>, Completion),
+}
+
+impl Task {
+    fn run(self) {
+        match self {
+            Task::Plain(f) => f(),
+            Task::Call(f, done) => f(done),
+        }
+    }
+}
 
 /// The pool refused a task because its queue is full.
 #[derive(Debug, PartialEq, Eq)]
@@ -138,7 +151,9 @@ impl Pool {
                         for task in rx.iter() {
                             // A panicking tool must not take the worker down with it; its
                             // Completion's Drop reports the failure.
-                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task));
+                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                task.run()
+                            }));
                         }
                     })
                     .expect("spawn worker thread")
@@ -153,13 +168,42 @@ impl Pool {
 
     /// Queue a task, or refuse at once when the queue is full (never blocks the caller).
     pub fn submit(&self, task: impl FnOnce() + Send + 'static) -> Result<(), PoolBusy> {
-        let tx = self.tx.as_ref().expect("pool is running");
-        match tx.try_send(Box::new(task)) {
+        self.try_send(Task::Plain(Box::new(task)))
+            .map_err(|_| self.busy())
+    }
+
+    /// Queue a tool call. When the queue is full, `done` is completed at once with a
+    /// JSON-RPC "busy" error that says so, and the call never runs.
+    pub fn submit_call(
+        &self,
+        run: impl FnOnce(Completion) + Send + 'static,
+        done: Completion,
+    ) -> Result<(), PoolBusy> {
+        match self.try_send(Task::Call(Box::new(run), done)) {
             Ok(()) => Ok(()),
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => Err(PoolBusy {
-                queued: self.capacity,
-            }),
+            Err(Task::Call(_, done)) => {
+                let busy = self.busy();
+                done.complete(ToolOutput::RpcError {
+                    code: SERVER_ERROR,
+                    message: busy.to_string(),
+                });
+                Err(busy)
+            }
+            Err(Task::Plain(_)) => Err(self.busy()),
         }
+    }
+
+    fn busy(&self) -> PoolBusy {
+        PoolBusy {
+            queued: self.capacity,
+        }
+    }
+
+    fn try_send(&self, task: Task) -> Result<(), Task> {
+        let tx = self.tx.as_ref().expect("pool is running");
+        tx.try_send(task).map_err(|e| match e {
+            TrySendError::Full(t) | TrySendError::Disconnected(t) => t,
+        })
     }
 }
 
@@ -210,6 +254,34 @@ mod tests {
         let err = pool.submit(|| {}).unwrap_err();
         assert_eq!(err, PoolBusy { queued: 1 });
         assert!(err.to_string().contains("busy"));
+        drop(gate_tx);
+    }
+
+    #[test]
+    fn a_refused_call_is_answered_busy_not_internal_error() {
+        let pool = Pool::new(1, 1);
+        let (gate_tx, gate_rx) = crossbeam_channel::bounded::<()>(0);
+        let (started_tx, started_rx) = crossbeam_channel::bounded::<()>(1);
+        pool.submit(move || {
+            started_tx.send(()).unwrap();
+            let _ = gate_rx.recv();
+        })
+        .unwrap();
+        started_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        pool.submit(|| {}).unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let done = Completion::new(move |out| tx.send(out).unwrap());
+        assert!(pool
+            .submit_call(|d| d.complete(ToolOutput::text("ran")), done)
+            .is_err());
+        match rx.recv_timeout(Duration::from_secs(5)).unwrap() {
+            ToolOutput::RpcError { code, message } => {
+                assert_eq!(code, SERVER_ERROR);
+                assert!(message.contains("busy"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(rx.try_recv().is_err(), "exactly one answer");
         drop(gate_tx);
     }
 

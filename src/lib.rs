@@ -2,14 +2,18 @@
 //! revocable, by dialling into the agent's pod and serving MCP over that socket.
 #![forbid(unsafe_code)]
 
+pub mod calls;
 pub mod config;
+pub mod dial;
 pub mod doctor;
 pub mod error;
 pub mod jobs;
 pub mod mcp;
+pub mod mint;
 pub mod profiles;
 pub mod secret;
 pub mod timefmt;
+pub mod tls;
 pub mod tools;
 pub mod wake;
 

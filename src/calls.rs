@@ -1,0 +1,223 @@
+//! The in-flight table of one MCP connection (a grant socket or an `/mcp` session) and the
+//! shared services a call is started with. Both transports use the same rules: a bounded
+//! number of calls in flight, cancellation by request id, and replies matched to the call
+//! that asked for them (a stale or cancelled call's reply is dropped).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::Value;
+
+use crate::jobs::{Completion, JobCtl, Pool};
+use crate::mcp::{Route, SERVER_ERROR};
+use crate::tools::{self, CallContext, ToolHost, UpstreamSource};
+
+/// Everything a connection needs to run tool calls. One per daemon.
+#[derive(Debug)]
+pub struct Services {
+    pub pool: Pool,
+    pub host: Arc<ToolHost>,
+    pub upstream: Option<Arc<dyn UpstreamSource>>,
+}
+
+impl Services {
+    /// Start a call on its route. Never blocks: local tools go to the pool (a full queue
+    /// answers `done` with "busy"), upstream calls to the upstream's own thread.
+    pub fn start(
+        &self,
+        route: Route,
+        name: String,
+        arguments: Value,
+        cx: CallContext,
+        done: Completion,
+    ) {
+        match route {
+            Route::Local => {
+                let _ = self.pool.submit_call(
+                    move |done| tools::start_local(&name, arguments, cx, done),
+                    done,
+                );
+            }
+            Route::Upstream(index) => match &self.upstream {
+                Some(up) => up.call(index, &name, arguments, cx.ctl, done),
+                None => done.complete(crate::mcp::ToolOutput::tool_error(
+                    "no upstream is configured for this tool",
+                )),
+            },
+        }
+    }
+}
+
+/// One call in flight.
+#[derive(Debug)]
+pub struct InFlight {
+    /// Distinguishes this call from an earlier one that reused the same request id.
+    pub seq: u64,
+    pub tool: String,
+    pub ctl: Arc<JobCtl>,
+    pub started: Instant,
+}
+
+/// The calls in flight on one connection, keyed by JSON-RPC request id.
+#[derive(Debug)]
+pub struct Calls {
+    max: usize,
+    next_seq: u64,
+    entries: HashMap<String, InFlight>,
+}
+
+/// Why a call could not begin; `message` is the JSON-RPC error to send.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub code: i64,
+    pub message: String,
+}
+
+fn key(id: &Value) -> String {
+    id.to_string()
+}
+
+impl Calls {
+    pub fn new(max: usize) -> Self {
+        Calls {
+            max,
+            next_seq: 0,
+            entries: HashMap::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Register a call, or refuse it when the connection already has `max` in flight or
+    /// the id is already in use.
+    pub fn begin(&mut self, id: &Value, tool: &str) -> Result<(u64, Arc<JobCtl>), Refusal> {
+        if self.entries.len() >= self.max {
+            return Err(Refusal {
+                code: SERVER_ERROR,
+                message: format!("too many requests in flight ({})", self.max),
+            });
+        }
+        let k = key(id);
+        if self.entries.contains_key(&k) {
+            return Err(Refusal {
+                code: crate::mcp::INVALID_REQUEST,
+                message: format!("Invalid Request: request id {k} is already in flight"),
+            });
+        }
+        self.next_seq += 1;
+        let ctl = JobCtl::new();
+        self.entries.insert(
+            k,
+            InFlight {
+                seq: self.next_seq,
+                tool: tool.to_string(),
+                ctl: Arc::clone(&ctl),
+                started: Instant::now(),
+            },
+        );
+        Ok((self.next_seq, ctl))
+    }
+
+    /// The call's output arrived: take its entry if it is still the live one.
+    pub fn finish(&mut self, id: &Value, seq: u64) -> Option<InFlight> {
+        let k = key(id);
+        match self.entries.get(&k) {
+            Some(entry) if entry.seq == seq => self.entries.remove(&k),
+            _ => None,
+        }
+    }
+
+    /// `notifications/cancelled`: stop the call; its reply will be dropped.
+    pub fn cancel(&mut self, id: &Value) -> Option<InFlight> {
+        let entry = self.entries.remove(&key(id))?;
+        entry.ctl.cancel();
+        Some(entry)
+    }
+
+    /// The connection is gone: stop everything it started.
+    pub fn cancel_all(&mut self) -> Vec<InFlight> {
+        let drained: Vec<InFlight> = self.entries.drain().map(|(_, e)| e).collect();
+        for entry in &drained {
+            entry.ctl.cancel();
+        }
+        drained
+    }
+}
+
+impl Drop for Calls {
+    fn drop(&mut self) {
+        self.cancel_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_bound_plus_one_is_refused() {
+        let mut calls = Calls::new(64);
+        for i in 0..64 {
+            calls.begin(&json!(i), "bash").unwrap();
+        }
+        let refusal = calls.begin(&json!(64), "bash").unwrap_err();
+        assert_eq!(refusal.code, SERVER_ERROR);
+        assert_eq!(refusal.message, "too many requests in flight (64)");
+        let (seq, _) = calls.finish_first_for_test();
+        assert!(seq > 0);
+        calls.begin(&json!(64), "bash").unwrap();
+    }
+
+    impl Calls {
+        fn finish_first_for_test(&mut self) -> (u64, ()) {
+            let (k, seq) = self
+                .entries
+                .iter()
+                .map(|(k, e)| (k.clone(), e.seq))
+                .next()
+                .unwrap();
+            let id: Value = serde_json::from_str(&k).unwrap();
+            assert!(self.finish(&id, seq).is_some());
+            (seq, ())
+        }
+    }
+
+    #[test]
+    fn duplicate_ids_are_refused_and_stale_seqs_dropped() {
+        let mut calls = Calls::new(4);
+        let (seq1, _) = calls.begin(&json!("a"), "bash").unwrap();
+        assert_eq!(
+            calls.begin(&json!("a"), "bash").unwrap_err().code,
+            crate::mcp::INVALID_REQUEST
+        );
+        // "1" and 1 are different ids.
+        calls.begin(&json!(1), "bash").unwrap();
+        calls.begin(&json!("1"), "bash").unwrap();
+        let cancelled = calls.cancel(&json!("a")).unwrap();
+        assert!(cancelled.ctl.is_cancelled());
+        let (seq2, _) = calls.begin(&json!("a"), "bash").unwrap();
+        assert!(
+            calls.finish(&json!("a"), seq1).is_none(),
+            "the cancelled call's reply is dropped"
+        );
+        assert!(calls.finish(&json!("a"), seq2).is_some());
+    }
+
+    #[test]
+    fn cancel_all_cancels_every_call() {
+        let mut calls = Calls::new(4);
+        let (_, a) = calls.begin(&json!(1), "bash").unwrap();
+        let (_, b) = calls.begin(&json!(2), "sys_info").unwrap();
+        assert_eq!(calls.cancel_all().len(), 2);
+        assert!(a.is_cancelled() && b.is_cancelled());
+        assert!(calls.is_empty());
+    }
+}

@@ -1,0 +1,1140 @@
+//! One grant's thread: dial the pod, complete the WebSocket handshake, serve MCP over the
+//! socket, keep it alive, and redial with backoff until the grant ends.
+//!
+//! The thread owns its socket; nobody else touches it. It sleeps in one `Poller` on the
+//! socket and on its wake handle, so a tool result, a revoke or a renew wakes it at once,
+//! and its only timers are real deadlines (grant deadline, ping, silence, backoff).
+
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use crossbeam_channel::{Receiver, Sender};
+use log::{debug, info, warn};
+use serde_json::Value;
+use tungstenite::client::IntoClientRequest;
+use tungstenite::handshake::HandshakeError;
+use tungstenite::protocol::frame::coding::CloseCode;
+use tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tungstenite::{Message, WebSocket};
+
+use crate::calls::{Calls, Services};
+use crate::config::{Limits, Timing};
+use crate::jobs::Completion;
+use crate::mcp::{self, Action, Dispatcher, Outcome, ToolOutput};
+use crate::profiles::Profile;
+use crate::secret::Secret;
+use crate::tools::{CallContext, CallLimits, ConnCatalog, GrantNote};
+use crate::wake::{Poller, Waker};
+
+/// The socket's key in the poller.
+const SOCKET_KEY: u64 = 1;
+/// Inbound messages handled per wake before results and timers get a turn, so a flood
+/// from the pod cannot starve replies.
+const MAX_READS_PER_TURN: usize = 256;
+/// Longest we keep trying to flush our own close frame before dropping the socket.
+const CLOSE_FLUSH_LIMIT: Duration = Duration::from_millis(500);
+
+/// The pod's attach endpoint for a runtime URL and session: one trailing `/` removed.
+pub fn attach_url(runtime: &str, session: &str) -> String {
+    let base = runtime.strip_suffix('/').unwrap_or(runtime);
+    format!("{base}/tools/attach/{session}")
+}
+
+/// Why a grant ended. The wire names are in the contract (§1.2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EndReason {
+    /// The pod closed 4001.
+    GrantExpired,
+    /// The pod closed 4002, or a renew with a different profile replaced this grant.
+    Replaced,
+    /// The pod closed 4004.
+    SessionEnded,
+    /// The pod closed 4010.
+    Revoked,
+    /// The pod refused the upgrade with a status that will not change by retrying.
+    HandshakeRejected(u16),
+    /// `DELETE /attach/{id}` here.
+    Cancelled,
+    /// Our own TTL ran out.
+    Deadline,
+}
+
+impl EndReason {
+    pub fn as_string(&self) -> String {
+        match self {
+            EndReason::GrantExpired => "grant_expired".into(),
+            EndReason::Replaced => "replaced".into(),
+            EndReason::SessionEnded => "session_ended".into(),
+            EndReason::Revoked => "revoked".into(),
+            EndReason::HandshakeRejected(status) => format!("handshake_rejected_{status}"),
+            EndReason::Cancelled => "cancelled".into(),
+            EndReason::Deadline => "deadline".into(),
+        }
+    }
+}
+
+/// What to do after a close or a refused handshake.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    Redial,
+    Stop(EndReason),
+}
+
+/// Close codes from the pod: four end the grant, everything else redials.
+pub fn close_disposition(code: u16) -> Disposition {
+    match code {
+        4001 => Disposition::Stop(EndReason::GrantExpired),
+        4002 => Disposition::Stop(EndReason::Replaced),
+        4004 => Disposition::Stop(EndReason::SessionEnded),
+        4010 => Disposition::Stop(EndReason::Revoked),
+        _ => Disposition::Redial,
+    }
+}
+
+/// Handshake statuses: 101, 2xx, 429 and 5xx are passing trouble; anything else means
+/// the pod will not take this secret, so dialling again would only repeat the refusal.
+pub fn handshake_disposition(status: u16) -> Disposition {
+    match status {
+        101 | 200..=299 | 429 | 500..=599 => Disposition::Redial,
+        other => Disposition::Stop(EndReason::HandshakeRejected(other)),
+    }
+}
+
+/// The delay before redial number `attempt` (0-based): base·2^attempt capped, then
+/// scaled by `jitter` (expected in 0.8..=1.2).
+pub fn backoff_delay(timing: &Timing, attempt: u32, jitter: f64) -> Duration {
+    let factor = 2u32.saturating_pow(attempt.min(20));
+    let raw = timing
+        .backoff_base
+        .saturating_mul(factor)
+        .min(timing.backoff_cap);
+    raw.mul_f64(jitter.clamp(0.8, 1.2))
+}
+
+/// A uniformly random factor in 0.8..=1.2 (±20 % jitter).
+fn jitter() -> f64 {
+    let mut bytes = [0u8; 4];
+    if getrandom::fill(&mut bytes).is_err() {
+        return 1.0;
+    }
+    0.8 + 0.4 * (u32::from_ne_bytes(bytes) as f64 / u32::MAX as f64)
+}
+
+/// Where the grant thread is, as `GET /attach` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    Idle,
+    Dialing,
+    Attached,
+    Redialing,
+    Ended,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Idle => "idle",
+            State::Dialing => "dialing",
+            State::Attached => "attached",
+            State::Redialing => "redialing",
+            State::Ended => "ended",
+        }
+    }
+}
+
+/// What the grant thread publishes about itself.
+#[derive(Clone, Debug)]
+pub struct Status {
+    pub state: State,
+    pub redial_at: Option<Instant>,
+    pub ended: Option<EndReason>,
+    pub calls: u64,
+    pub last_error: Option<String>,
+    /// Dial attempts made (handshakes started).
+    pub dials: u64,
+}
+
+impl Default for Status {
+    fn default() -> Self {
+        Status {
+            state: State::Idle,
+            redial_at: None,
+            ended: None,
+            calls: 0,
+            last_error: None,
+            dials: 0,
+        }
+    }
+}
+
+/// Messages to a grant thread. The sender always wakes the thread afterwards.
+#[derive(Debug)]
+pub enum Command {
+    /// Same target and profile asked again: new secret for future dials, new deadline,
+    /// new principal; dial now if waiting to redial.
+    Renew {
+        secret: Secret,
+        deadline: SystemTime,
+        principal: String,
+    },
+    /// End the grant: close 1000 and never redial.
+    End(EndReason),
+    /// The daemon is stopping: close 1001; the grant stays live on disk and resumes.
+    Shutdown,
+}
+
+/// A tool call's output, addressed to the connection and call that asked for it.
+#[derive(Debug)]
+pub struct Finished {
+    conn: u64,
+    id: Value,
+    seq: u64,
+    output: ToolOutput,
+}
+
+/// A finished tool call, for the audit log and metrics.
+#[derive(Clone, Debug)]
+pub struct CallEvent {
+    pub grant_id: String,
+    pub principal: String,
+    pub session: String,
+    pub tool: String,
+    pub outcome: Outcome,
+    pub duration: Duration,
+    pub arguments: Option<Value>,
+}
+
+/// Hooks the grant thread reports through; implemented by the registry.
+pub trait GrantEvents: Send + Sync {
+    /// The grant ended on its own (pod close code, rejection, deadline). Not called for
+    /// `Command::End` (the sender already knows) nor on shutdown.
+    fn ended(&self, grant_id: &str, reason: &EndReason);
+    fn tool_call(&self, event: CallEvent);
+    /// A WebSocket close arrived from the pod with this code, or we sent one.
+    fn closed(&self, _code: u16) {}
+    fn dialed(&self) {}
+    /// Attached (first inbound frame) or detached (socket lost).
+    fn attachment(&self, _grant_id: &str, _attached: bool) {}
+    fn bytes(&self, _inbound: u64, _outbound: u64) {}
+}
+
+/// The fixed facts of one grant, as its thread needs them.
+#[derive(Clone, Debug)]
+pub struct GrantSpec {
+    pub id: String,
+    pub runtime: String,
+    pub session: String,
+    pub profile: Profile,
+    pub principal: String,
+    pub secret: Secret,
+    pub deadline: SystemTime,
+}
+
+/// Everything the thread is started with.
+pub struct GrantThread {
+    pub spec: GrantSpec,
+    pub commands: Receiver<Command>,
+    pub poller: Poller,
+    pub status: Arc<Mutex<Status>>,
+    pub services: Arc<Services>,
+    pub events: Arc<dyn GrantEvents>,
+    pub tls: Arc<rustls::ClientConfig>,
+    pub timing: Timing,
+    pub limits: Limits,
+    pub audit_args: bool,
+}
+
+/// How one connection ended.
+#[derive(Debug)]
+enum ConnEnd {
+    /// The pod closed with this code (1005 when it gave none).
+    Closed(u16),
+    /// The handshake was answered with this HTTP status.
+    Status(u16),
+    /// Network trouble, a timeout, a dead socket: redial.
+    Lost(String),
+    /// A command or the deadline ended the thread's work.
+    Exit(Exit),
+}
+
+#[derive(Debug)]
+enum Exit {
+    End(EndReason),
+    Shutdown,
+}
+
+/// A TCP stream with or without TLS.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Stream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => &s.sock,
+        }
+    }
+}
+
+impl AsFd for Stream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.tcp().as_fd()
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// Scheme, host and port of a `ws://` / `wss://` URL.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    pub tls: bool,
+    pub host: String,
+    pub port: u16,
+}
+
+/// Parse the authority of a `ws`/`wss` URL (userinfo refused, IPv6 in brackets).
+pub fn endpoint(url: &str) -> Result<Endpoint, String> {
+    let (tls, rest) = if let Some(rest) = strip_prefix_ci(url, "wss://") {
+        (true, rest)
+    } else if let Some(rest) = strip_prefix_ci(url, "ws://") {
+        (false, rest)
+    } else {
+        return Err("not a ws:// or wss:// URL".into());
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        return Err("credentials in the URL are not supported".into());
+    }
+    let default_port = if tls { 443 } else { 80 };
+    let (host, port) = if let Some(after) = authority.strip_prefix('[') {
+        let (host, tail) = after.split_once(']').ok_or("unclosed [ in host")?;
+        let port = match tail.strip_prefix(':') {
+            Some(p) => p.parse().map_err(|_| format!("bad port {p:?}"))?,
+            None if tail.is_empty() => default_port,
+            None => return Err("junk after ]".into()),
+        };
+        (host.to_string(), port)
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (
+                h.to_string(),
+                p.parse().map_err(|_| format!("bad port {p:?}"))?,
+            ),
+            None => (authority.to_string(), default_port),
+        }
+    };
+    if host.is_empty() {
+        return Err("no host".into());
+    }
+    if port == 0 {
+        return Err("port 0".into());
+    }
+    Ok(Endpoint {
+        tls,
+        host: host.to_ascii_lowercase(),
+        port,
+    })
+}
+
+pub(crate) fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    if s.len() >= prefix.len() && s[..prefix.len()].eq_ignore_ascii_case(prefix) {
+        Some(&s[prefix.len()..])
+    } else {
+        None
+    }
+}
+
+impl GrantThread {
+    /// Run until the grant ends or the daemon shuts down.
+    pub fn run(mut self) {
+        let mut attempt: u32 = 0;
+        let mut conn: u64 = 0;
+        loop {
+            if let Some(exit) = self.take_commands_while_idle() {
+                return self.exit(exit);
+            }
+            if SystemTime::now() >= self.spec.deadline {
+                return self.exit(Exit::End(EndReason::Deadline));
+            }
+            self.set_state(State::Dialing, None);
+            self.status.lock().unwrap_or_else(|e| e.into_inner()).dials += 1;
+            self.events.dialed();
+            conn += 1;
+            let mut attached_for = Duration::ZERO;
+            let end = match self.connect() {
+                Ok(ws) => self.serve(ws, conn, &mut attached_for),
+                Err(end) => end,
+            };
+            let error = match end {
+                ConnEnd::Exit(exit) => return self.exit(exit),
+                ConnEnd::Closed(code) => match close_disposition(code) {
+                    Disposition::Stop(reason) => return self.exit(Exit::End(reason)),
+                    Disposition::Redial => format!("closed {code}"),
+                },
+                ConnEnd::Status(status) => match handshake_disposition(status) {
+                    Disposition::Stop(reason) => {
+                        self.set_last_error(format!("handshake {status}"));
+                        return self.exit(Exit::End(reason));
+                    }
+                    Disposition::Redial => format!("handshake {status}"),
+                },
+                ConnEnd::Lost(msg) => msg,
+            };
+            info!("grant {}: {error}; will redial", self.spec.id);
+            self.set_last_error(error);
+            if attached_for >= self.timing.backoff_reset {
+                attempt = 0;
+            }
+            let delay = backoff_delay(&self.timing, attempt, jitter());
+            attempt = attempt.saturating_add(1);
+            match self.wait_to_redial(delay) {
+                Ok(renewed) => {
+                    if renewed {
+                        attempt = 0;
+                    }
+                }
+                Err(exit) => return self.exit(exit),
+            }
+        }
+    }
+
+    fn set_state(&self, state: State, redial_at: Option<Instant>) {
+        let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        if status.state == State::Ended {
+            return;
+        }
+        status.state = state;
+        status.redial_at = redial_at;
+    }
+
+    fn set_last_error(&self, error: String) {
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last_error = Some(error);
+    }
+
+    fn exit(self, exit: Exit) {
+        match exit {
+            Exit::Shutdown => debug!("grant {}: thread stopped for shutdown", self.spec.id),
+            Exit::End(reason) => {
+                let already_ended = {
+                    let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
+                    let already = status.state == State::Ended;
+                    status.state = State::Ended;
+                    status.redial_at = None;
+                    if status.ended.is_none() {
+                        status.ended = Some(reason.clone());
+                    }
+                    already
+                };
+                info!("grant {} ended: {}", self.spec.id, reason.as_string());
+                if !already_ended {
+                    self.events.ended(&self.spec.id, &reason);
+                }
+            }
+        }
+    }
+
+    fn apply_renew(&mut self, secret: Secret, deadline: SystemTime, principal: String) {
+        self.spec.secret = secret;
+        self.spec.deadline = deadline;
+        self.spec.principal = principal;
+    }
+
+    /// Commands that arrive while no socket is open. Returns the exit they ask for.
+    fn take_commands_while_idle(&mut self) -> Option<Exit> {
+        while let Ok(cmd) = self.commands.try_recv() {
+            match cmd {
+                Command::Renew {
+                    secret,
+                    deadline,
+                    principal,
+                } => self.apply_renew(secret, deadline, principal),
+                Command::End(reason) => return Some(Exit::End(reason)),
+                Command::Shutdown => return Some(Exit::Shutdown),
+            }
+        }
+        None
+    }
+
+    fn until_deadline(&self) -> Duration {
+        self.spec
+            .deadline
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// Sleep until the redial time, waking for commands. `Ok(true)` = a renew arrived
+    /// (dial now with reset backoff).
+    fn wait_to_redial(&mut self, delay: Duration) -> Result<bool, Exit> {
+        if delay >= self.until_deadline() {
+            return Err(Exit::End(EndReason::Deadline));
+        }
+        let redial_at = Instant::now() + delay;
+        self.set_state(State::Redialing, Some(redial_at));
+        loop {
+            let now = Instant::now();
+            if now >= redial_at {
+                return Ok(false);
+            }
+            self.poller.wait(Some(redial_at - now)).map_err(|e| {
+                warn!("grant {}: poll failed: {e}", self.spec.id);
+                Exit::Shutdown
+            })?;
+            while let Ok(cmd) = self.commands.try_recv() {
+                match cmd {
+                    Command::Renew {
+                        secret,
+                        deadline,
+                        principal,
+                    } => {
+                        self.apply_renew(secret, deadline, principal);
+                        return Ok(true);
+                    }
+                    Command::End(reason) => return Err(Exit::End(reason)),
+                    Command::Shutdown => return Err(Exit::Shutdown),
+                }
+            }
+        }
+    }
+
+    fn ws_config(&self) -> WebSocketConfig {
+        WebSocketConfig::default()
+            .read_buffer_size(16 << 10)
+            .max_message_size(Some(self.limits.max_inbound_bytes))
+            .max_frame_size(Some(self.limits.max_inbound_bytes))
+    }
+
+    /// TCP connect (blocking, bounded by the connect timeout) and then the TLS +
+    /// WebSocket handshake on a non-blocking socket, so commands still wake us.
+    fn connect(&mut self) -> Result<WebSocket<Stream>, ConnEnd> {
+        let url = attach_url(&self.spec.runtime, &self.spec.session);
+        let ep = endpoint(&url).map_err(ConnEnd::Lost)?;
+        let addrs: Vec<_> = (ep.host.as_str(), ep.port)
+            .to_socket_addrs()
+            .map_err(|e| ConnEnd::Lost(format!("cannot resolve {}: {e}", ep.host)))?
+            .collect();
+        let connect_timeout = self
+            .timing
+            .connect_timeout
+            .min(self.until_deadline().max(Duration::from_millis(1)));
+        let mut last = format!("{} resolved to no address", ep.host);
+        let mut tcp = None;
+        for addr in addrs {
+            match TcpStream::connect_timeout(&addr, connect_timeout) {
+                Ok(s) => {
+                    tcp = Some(s);
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                    last = format!("connect timeout to {addr}");
+                }
+                Err(e) => last = format!("connect to {addr}: {e}"),
+            }
+        }
+        let tcp = tcp.ok_or(ConnEnd::Lost(last))?;
+        // A command that arrived during the blocking connect wins over the handshake.
+        if let Some(exit) = self.take_commands_while_idle() {
+            return Err(ConnEnd::Exit(exit));
+        }
+        let _ = tcp.set_nodelay(true);
+        tcp.set_nonblocking(true)
+            .map_err(|e| ConnEnd::Lost(format!("set non-blocking: {e}")))?;
+        let stream = if ep.tls {
+            let name = rustls::pki_types::ServerName::try_from(ep.host.clone())
+                .map_err(|e| ConnEnd::Lost(format!("bad TLS server name {}: {e}", ep.host)))?;
+            let conn = rustls::ClientConnection::new(Arc::clone(&self.tls), name)
+                .map_err(|e| ConnEnd::Lost(format!("TLS setup: {e}")))?;
+            Stream::Tls(Box::new(rustls::StreamOwned::new(conn, tcp)))
+        } else {
+            Stream::Plain(tcp)
+        };
+        let mut request = url
+            .as_str()
+            .into_client_request()
+            .map_err(|e| ConnEnd::Lost(format!("bad attach URL: {e}")))?;
+        let mut auth = tungstenite::http::HeaderValue::from_str(&format!(
+            "Bearer {}",
+            self.spec.secret.expose()
+        ))
+        .map_err(|_| ConnEnd::Exit(Exit::End(EndReason::HandshakeRejected(0))))?;
+        auth.set_sensitive(true);
+        request.headers_mut().insert("authorization", auth);
+
+        self.poller
+            .add(&stream, SOCKET_KEY, true, false)
+            .map_err(|e| ConnEnd::Lost(format!("poll register: {e}")))?;
+        // On failure the stream is dropped inside, and epoll forgets a closed fd by itself.
+        self.drive_handshake(request, stream)
+    }
+
+    fn drive_handshake(
+        &mut self,
+        request: tungstenite::handshake::client::Request,
+        stream: Stream,
+    ) -> Result<WebSocket<Stream>, ConnEnd> {
+        let handshake_deadline = Instant::now() + self.timing.handshake_timeout;
+        let mut attempt =
+            tungstenite::client::client_with_config(request, stream, Some(self.ws_config()));
+        loop {
+            match attempt {
+                Ok((ws, _response)) => return Ok(ws),
+                Err(HandshakeError::Failure(tungstenite::Error::Http(response))) => {
+                    return Err(ConnEnd::Status(response.status().as_u16()))
+                }
+                Err(HandshakeError::Failure(e)) => {
+                    return Err(ConnEnd::Lost(format!("handshake failed: {e}")))
+                }
+                Err(HandshakeError::Interrupted(mid)) => {
+                    let now = Instant::now();
+                    if now >= handshake_deadline {
+                        let _ = self.poller.delete(mid.get_ref().get_ref());
+                        return Err(ConnEnd::Lost("handshake timeout".into()));
+                    }
+                    let wait = (handshake_deadline - now).min(self.until_deadline());
+                    if wait.is_zero() {
+                        return Err(ConnEnd::Exit(Exit::End(EndReason::Deadline)));
+                    }
+                    if let Err(e) = self.poller.wait(Some(wait)) {
+                        return Err(ConnEnd::Lost(format!("poll: {e}")));
+                    }
+                    if let Some(exit) = self.take_commands_while_idle() {
+                        let _ = self.poller.delete(mid.get_ref().get_ref());
+                        return Err(ConnEnd::Exit(exit));
+                    }
+                    attempt = mid.handshake();
+                }
+            }
+        }
+    }
+
+    /// Serve MCP on an open socket until it closes, dies, or a command/deadline ends it.
+    fn serve(
+        &mut self,
+        mut ws: WebSocket<Stream>,
+        conn: u64,
+        attached_for: &mut Duration,
+    ) -> ConnEnd {
+        let (results_tx, results_rx) = crossbeam_channel::unbounded::<Finished>();
+        let waker = self.poller.waker();
+        let mut calls = Calls::new(self.limits.max_in_flight);
+        let mut dispatcher = Dispatcher::new(self.spec.profile);
+        let mut last_inbound = Instant::now();
+        let mut next_ping = last_inbound + self.timing.ping_interval;
+        let mut attached_at: Option<Instant> = None;
+        let mut want_write = false;
+        let end = loop {
+            // Commands first: a revoke must not wait behind a flood of frames.
+            if let Some(end) = self.serve_commands(&mut ws) {
+                break end;
+            }
+            // Results: written as soon as the worker finishes.
+            let mut write_failed = None;
+            while let Ok(done) = results_rx.try_recv() {
+                if done.conn != conn {
+                    continue;
+                }
+                let Some(call) = calls.finish(&done.id, done.seq) else {
+                    continue;
+                };
+                let (text, outcome) =
+                    mcp::tool_reply(&done.id, done.output, self.limits.max_outbound_bytes);
+                self.events.tool_call(CallEvent {
+                    grant_id: self.spec.id.clone(),
+                    principal: self.spec.principal.clone(),
+                    session: self.spec.session.clone(),
+                    tool: call.tool,
+                    outcome,
+                    duration: call.started.elapsed(),
+                    arguments: None,
+                });
+                if let Err(end) = self.send_text(&mut ws, text) {
+                    write_failed = Some(end);
+                    break;
+                }
+            }
+            if let Some(end) = write_failed {
+                break end;
+            }
+            // Inbound frames.
+            let mut reads = 0;
+            let read_end = loop {
+                if reads >= MAX_READS_PER_TURN {
+                    break None;
+                }
+                match ws.read() {
+                    Ok(msg) => {
+                        reads += 1;
+                        last_inbound = Instant::now();
+                        if attached_at.is_none() {
+                            attached_at = Some(last_inbound);
+                            self.set_state(State::Attached, None);
+                            self.events.attachment(&self.spec.id, true);
+                            info!("grant {} attached", self.spec.id);
+                        }
+                        match msg {
+                            Message::Text(text) => {
+                                self.events.bytes(text.len() as u64, 0);
+                                if let Err(end) = self.handle_frame(
+                                    &mut ws,
+                                    &mut dispatcher,
+                                    &mut calls,
+                                    text.as_bytes(),
+                                    conn,
+                                    &results_tx,
+                                    &waker,
+                                ) {
+                                    break Some(end);
+                                }
+                            }
+                            Message::Binary(bytes) => {
+                                self.events.bytes(bytes.len() as u64, 0);
+                                if let Err(end) = self.handle_frame(
+                                    &mut ws,
+                                    &mut dispatcher,
+                                    &mut calls,
+                                    &bytes,
+                                    conn,
+                                    &results_tx,
+                                    &waker,
+                                ) {
+                                    break Some(end);
+                                }
+                            }
+                            Message::Close(frame) => {
+                                let code = frame.map(|f| u16::from(f.code)).unwrap_or(1005);
+                                self.events.closed(code);
+                                let _ = ws.flush();
+                                break Some(ConnEnd::Closed(code));
+                            }
+                            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+                        }
+                    }
+                    Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                        break None
+                    }
+                    Err(tungstenite::Error::Utf8(_)) => {
+                        self.close(&mut ws, CloseCode::Invalid, "invalid UTF-8 in a text frame");
+                        break Some(ConnEnd::Lost(
+                            "invalid UTF-8 in a text frame (closed 1007)".into(),
+                        ));
+                    }
+                    Err(tungstenite::Error::Capacity(e)) => {
+                        self.close(&mut ws, CloseCode::Size, "message too large");
+                        break Some(ConnEnd::Lost(format!(
+                            "inbound message too large: {e} (closed 1009)"
+                        )));
+                    }
+                    Err(
+                        tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed,
+                    ) => break Some(ConnEnd::Lost("connection closed".into())),
+                    Err(e) => break Some(ConnEnd::Lost(format!("socket error: {e}"))),
+                }
+            };
+            if let Some(end) = read_end {
+                break end;
+            }
+            // Timers.
+            let now = Instant::now();
+            if SystemTime::now() >= self.spec.deadline {
+                self.close(&mut ws, CloseCode::Normal, "grant deadline");
+                break ConnEnd::Exit(Exit::End(EndReason::Deadline));
+            }
+            if now.duration_since(last_inbound) >= self.timing.silence_limit {
+                break ConnEnd::Lost(format!(
+                    "silence timeout: no frame for {} ms",
+                    self.timing.silence_limit.as_millis()
+                ));
+            }
+            if now >= next_ping {
+                if let Err(e) = ws.write(Message::Ping(Default::default())) {
+                    if !is_would_block(&e) {
+                        break ConnEnd::Lost(format!("ping failed: {e}"));
+                    }
+                }
+                next_ping = now + self.timing.ping_interval;
+            }
+            // Flush whatever is queued; ask for writability only while something is stuck.
+            let stuck = match ws.flush() {
+                Ok(()) => false,
+                Err(e) if is_would_block(&e) => true,
+                Err(e) => break ConnEnd::Lost(format!("write failed: {e}")),
+            };
+            if stuck != want_write {
+                want_write = stuck;
+                let _ = self
+                    .poller
+                    .modify(ws.get_ref(), SOCKET_KEY, true, want_write);
+            }
+            if reads >= MAX_READS_PER_TURN {
+                continue;
+            }
+            let now = Instant::now();
+            let timeout = [
+                self.until_deadline(),
+                next_ping.saturating_duration_since(now),
+                (last_inbound + self.timing.silence_limit).saturating_duration_since(now),
+            ]
+            .into_iter()
+            .min()
+            .unwrap_or(Duration::ZERO);
+            // Whatever woke us (socket, wake handle, timer), the next turn checks all of
+            // commands, results, frames and timers, so the readiness list itself is unused.
+            if let Err(e) = self.poller.wait(Some(timeout)) {
+                break ConnEnd::Lost(format!("poll: {e}"));
+            }
+        };
+        let _ = self.poller.delete(ws.get_ref());
+        let cancelled = calls.cancel_all();
+        if !cancelled.is_empty() {
+            debug!(
+                "grant {}: connection lost with {} calls in flight; their process groups were killed",
+                self.spec.id,
+                cancelled.len()
+            );
+        }
+        if let Some(at) = attached_at {
+            *attached_for = at.elapsed();
+            self.events.attachment(&self.spec.id, false);
+        }
+        end
+    }
+
+    fn serve_commands(&mut self, ws: &mut WebSocket<Stream>) -> Option<ConnEnd> {
+        while let Ok(cmd) = self.commands.try_recv() {
+            match cmd {
+                Command::Renew {
+                    secret,
+                    deadline,
+                    principal,
+                } => self.apply_renew(secret, deadline, principal),
+                Command::End(reason) => {
+                    self.close(ws, CloseCode::Normal, "grant ended");
+                    return Some(ConnEnd::Exit(Exit::End(reason)));
+                }
+                Command::Shutdown => {
+                    self.close(ws, CloseCode::Away, "handnode shutting down");
+                    return Some(ConnEnd::Exit(Exit::Shutdown));
+                }
+            }
+        }
+        None
+    }
+
+    /// Queue our close frame and push it out promptly; the pod must see it, but we do not
+    /// wait for its reply.
+    fn close(&self, ws: &mut WebSocket<Stream>, code: CloseCode, reason: &'static str) {
+        let _ = ws.close(Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        }));
+        let until = Instant::now() + CLOSE_FLUSH_LIMIT;
+        loop {
+            match ws.flush() {
+                Err(e) if is_would_block(&e) && Instant::now() < until => {
+                    // The send buffer is full; briefly wait for room rather than drop the frame.
+                    let mut fds = [rustix::event::PollFd::new(
+                        ws.get_ref(),
+                        rustix::event::PollFlags::OUT,
+                    )];
+                    let ts = rustix::event::Timespec {
+                        tv_sec: 0,
+                        tv_nsec: 50_000_000,
+                    };
+                    let _ = rustix::event::poll(&mut fds, Some(&ts));
+                }
+                _ => break,
+            }
+        }
+        self.events.closed(u16::from(code));
+    }
+
+    fn send_text(&self, ws: &mut WebSocket<Stream>, text: String) -> Result<(), ConnEnd> {
+        self.events.bytes(0, text.len() as u64);
+        match ws.write(Message::text(text)) {
+            Ok(()) => Ok(()),
+            Err(e) if is_would_block(&e) => Ok(()),
+            Err(e) => Err(ConnEnd::Lost(format!("write failed: {e}"))),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn handle_frame(
+        &mut self,
+        ws: &mut WebSocket<Stream>,
+        dispatcher: &mut Dispatcher,
+        calls: &mut Calls,
+        bytes: &[u8],
+        conn: u64,
+        results: &Sender<Finished>,
+        waker: &Arc<Waker>,
+    ) -> Result<(), ConnEnd> {
+        let note = GrantNote {
+            id: self.spec.id.clone(),
+            session: self.spec.session.clone(),
+            expires_at: self
+                .spec
+                .deadline
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+        };
+        let actions = {
+            let catalog = ConnCatalog {
+                grant: Some(&note),
+                upstream: self.services.upstream.as_deref(),
+            };
+            dispatcher.handle(bytes, &catalog)
+        };
+        for action in actions {
+            match action {
+                Action::Reply(text) => self.send_text(ws, text)?,
+                Action::Call {
+                    id,
+                    name,
+                    route,
+                    arguments,
+                } => {
+                    let (seq, ctl) = match calls.begin(&id, &name) {
+                        Ok(started) => started,
+                        Err(refusal) => {
+                            self.send_text(
+                                ws,
+                                mcp::error_reply(&id, refusal.code, &refusal.message),
+                            )?;
+                            continue;
+                        }
+                    };
+                    self.status.lock().unwrap_or_else(|e| e.into_inner()).calls += 1;
+                    let tx = results.clone();
+                    let wake = Arc::clone(waker);
+                    let reply_id = id.clone();
+                    let done = Completion::new(move |output| {
+                        let _ = tx.send(Finished {
+                            conn,
+                            id: reply_id,
+                            seq,
+                            output,
+                        });
+                        wake.wake();
+                    });
+                    let cx = CallContext {
+                        profile: self.spec.profile,
+                        grant: Some(note.clone()),
+                        limits: CallLimits::GRANT,
+                        ctl,
+                        host: Arc::clone(&self.services.host),
+                    };
+                    self.services.start(route, name, arguments, cx, done);
+                }
+                Action::Cancel { id } => {
+                    if let Some(call) = calls.cancel(&id) {
+                        self.events.tool_call(CallEvent {
+                            grant_id: self.spec.id.clone(),
+                            principal: self.spec.principal.clone(),
+                            session: self.spec.session.clone(),
+                            tool: call.tool,
+                            outcome: Outcome::ToolError,
+                            duration: call.started.elapsed(),
+                            arguments: None,
+                        });
+                    }
+                }
+                Action::Refused { tool, outcome } => self.events.tool_call(CallEvent {
+                    grant_id: self.spec.id.clone(),
+                    principal: self.spec.principal.clone(),
+                    session: self.spec.session.clone(),
+                    tool,
+                    outcome,
+                    duration: Duration::ZERO,
+                    arguments: None,
+                }),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn is_would_block(e: &tungstenite::Error) -> bool {
+    matches!(e, tungstenite::Error::Io(io) if io.kind() == io::ErrorKind::WouldBlock)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attach_url_drops_one_trailing_slash() {
+        assert_eq!(
+            attach_url("ws://h:9/base/", "x"),
+            "ws://h:9/base/tools/attach/x"
+        );
+        assert_eq!(attach_url("ws://h:9", "x"), "ws://h:9/tools/attach/x");
+        assert_eq!(attach_url("ws://h:9//", "x"), "ws://h:9//tools/attach/x");
+    }
+
+    #[test]
+    fn endpoints() {
+        assert_eq!(
+            endpoint("ws://Host:9/x").unwrap(),
+            Endpoint {
+                tls: false,
+                host: "host".into(),
+                port: 9
+            }
+        );
+        assert_eq!(
+            endpoint("wss://pod.tail.ts.net").unwrap(),
+            Endpoint {
+                tls: true,
+                host: "pod.tail.ts.net".into(),
+                port: 443
+            }
+        );
+        assert_eq!(
+            endpoint("ws://[::1]:8090/").unwrap(),
+            Endpoint {
+                tls: false,
+                host: "::1".into(),
+                port: 8090
+            }
+        );
+        assert_eq!(endpoint("WS://h").unwrap().port, 80);
+        for bad in [
+            "http://h",
+            "ws://",
+            "ws://:80",
+            "ws://u:p@h",
+            "ws://h:x",
+            "ws://h:0",
+            "ws://[::1",
+        ] {
+            assert!(endpoint(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_caps_and_jitters() {
+        let t = Timing::default();
+        assert_eq!(backoff_delay(&t, 0, 1.0), Duration::from_secs(1));
+        assert_eq!(backoff_delay(&t, 1, 1.0), Duration::from_secs(2));
+        assert_eq!(backoff_delay(&t, 4, 1.0), Duration::from_secs(16));
+        assert_eq!(backoff_delay(&t, 5, 1.0), Duration::from_secs(30));
+        assert_eq!(backoff_delay(&t, 63, 1.0), Duration::from_secs(30));
+        assert_eq!(backoff_delay(&t, 0, 0.8), Duration::from_millis(800));
+        assert_eq!(backoff_delay(&t, 0, 1.2), Duration::from_millis(1200));
+        assert_eq!(
+            backoff_delay(&t, 0, 5.0),
+            Duration::from_millis(1200),
+            "jitter is clamped"
+        );
+        for _ in 0..1000 {
+            let j = jitter();
+            assert!((0.8..=1.2).contains(&j), "{j}");
+        }
+    }
+
+    #[test]
+    fn end_reason_wire_names() {
+        assert_eq!(
+            EndReason::HandshakeRejected(401).as_string(),
+            "handshake_rejected_401"
+        );
+        assert_eq!(EndReason::GrantExpired.as_string(), "grant_expired");
+        assert_eq!(EndReason::SessionEnded.as_string(), "session_ended");
+        assert_eq!(EndReason::Deadline.as_string(), "deadline");
+        assert_eq!(EndReason::Cancelled.as_string(), "cancelled");
+    }
+
+    /// The vectors of `tests/conformance/reverse_attach_vectors.json`, which must be
+    /// byte-identical to `../shared/conformance/` (checked in `tests/conformance.rs`).
+    #[test]
+    fn reverse_attach_vectors() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/conformance/reverse_attach_vectors.json"
+        );
+        let text = std::fs::read_to_string(path)
+            .or_else(|_| {
+                std::fs::read_to_string(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/../shared/conformance/reverse_attach_vectors.json"
+                ))
+            })
+            .expect("reverse_attach_vectors.json vendored under tests/conformance");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let stop_name = |r: &EndReason| match r {
+            EndReason::GrantExpired => "grantExpired",
+            EndReason::Replaced => "replaced",
+            EndReason::SessionEnded => "sessionEnded",
+            EndReason::Revoked => "revoked",
+            _ => "other",
+        };
+        let mut n = 0;
+        for case in v["close_code"].as_array().unwrap() {
+            let code = case["code"].as_u64().unwrap() as u16;
+            let got = close_disposition(code);
+            match (&case["expect"]["stop"], &case["expect"]["redial"]) {
+                (Value::String(want), _) => match got {
+                    Disposition::Stop(r) => assert_eq!(stop_name(&r), want, "close {code}"),
+                    other => panic!("close {code}: {other:?}"),
+                },
+                (_, Value::Bool(true)) => assert_eq!(got, Disposition::Redial, "close {code}"),
+                other => panic!("unknown expectation {other:?}"),
+            }
+            n += 1;
+        }
+        for case in v["handshake_status"].as_array().unwrap() {
+            let status = case["status"].as_u64().unwrap() as u16;
+            let got = handshake_disposition(status);
+            if case["expect"]["redial"] == Value::Bool(true) {
+                assert_eq!(got, Disposition::Redial, "status {status}");
+            } else {
+                let want = case["expect"]["stop_rejected"].as_u64().unwrap() as u16;
+                assert_eq!(
+                    got,
+                    Disposition::Stop(EndReason::HandshakeRejected(want)),
+                    "status {status}"
+                );
+            }
+            n += 1;
+        }
+        for case in v["attach_url"].as_array().unwrap() {
+            let got = attach_url(
+                case["runtime"].as_str().unwrap(),
+                case["session"].as_str().unwrap(),
+            );
+            assert_eq!(got, case["expect"].as_str().unwrap());
+            n += 1;
+        }
+        assert_eq!(n, 23);
+    }
+}
