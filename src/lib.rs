@@ -2,14 +2,19 @@
 //! revocable, by dialling into the agent's pod and serving MCP over that socket.
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod calls;
 pub mod config;
 pub mod dial;
 pub mod doctor;
 pub mod error;
+pub mod grants;
 pub mod jobs;
 pub mod mcp;
+pub mod metrics;
 pub mod mint;
+pub mod notify;
+pub mod persist;
 pub mod profiles;
 pub mod secret;
 pub mod timefmt;

@@ -40,7 +40,6 @@ pub struct Ready {
 pub struct Poller {
     epoll: OwnedFd,
     waker: Arc<Waker>,
-    events: Vec<epoll::Event>,
 }
 
 impl std::fmt::Debug for Poller {
@@ -64,7 +63,6 @@ impl Poller {
         Ok(Poller {
             epoll,
             waker: Arc::new(Waker { fd }),
-            events: Vec::with_capacity(32),
         })
     }
 
@@ -119,25 +117,23 @@ impl Poller {
     /// Block until a watched descriptor is ready, the waker fires, or `timeout` passes
     /// (`None` = no timeout). A wake is reported once as [`WAKE_KEY`], however many
     /// wakes were coalesced.
-    pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<Vec<Ready>> {
+    pub fn wait(&self, timeout: Option<Duration>) -> io::Result<Vec<Ready>> {
         let ts = timeout.map(|d| Timespec {
             tv_sec: d.as_secs().min(i64::MAX as u64) as i64,
             tv_nsec: d.subsec_nanos() as _,
         });
-        self.events.clear();
-        loop {
-            match epoll::wait(
-                &self.epoll,
-                rustix::buffer::spare_capacity(&mut self.events),
-                ts.as_ref(),
-            ) {
-                Ok(_) => break,
+        // A stack buffer rather than a stored Vec: epoll events hold a pointer-sized
+        // union, which would make the Poller !Send and pin it to its creating thread.
+        let mut buf = [std::mem::MaybeUninit::<epoll::Event>::uninit(); 32];
+        let events = loop {
+            match epoll::wait(&self.epoll, &mut buf, ts.as_ref()) {
+                Ok((events, _)) => break events,
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(e) => return Err(e.into()),
             }
-        }
-        let mut out = Vec::with_capacity(self.events.len());
-        for ev in &self.events {
+        };
+        let mut out = Vec::with_capacity(events.len());
+        for ev in events.iter() {
             let key = ev.data.u64();
             let flags = ev.flags;
             if key == WAKE_KEY {

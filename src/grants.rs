@@ -1,0 +1,1022 @@
+//! The grant registry: validates `POST /attach` bodies, creates, renews, replaces, revokes
+//! and lists grants, persists the live ones, writes their lifecycle to the audit log, and
+//! owns each grant thread through a `GrantHandle`.
+//!
+//! Lock order: the registry lock may be taken by a grant thread (when it ends on its own or
+//! reports a call), so nothing under the registry lock ever waits for a grant thread.
+//! Handles are joined only after the lock is released.
+
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::Sender;
+use log::{debug, info, warn};
+use serde_json::{json, Map, Value};
+
+use crate::audit::{Audit, LifecycleEvent, Record};
+use crate::calls::Services;
+use crate::config::{Limits, Timing};
+use crate::dial::{
+    self, CallEvent, Command, EndReason, GrantEvents, GrantSpec, GrantThread, State, Status,
+};
+use crate::error::Error;
+use crate::metrics::Metrics;
+use crate::persist::{GrantStore, StoredGrant};
+use crate::profiles::{Profile, PROFILE_ERROR};
+use crate::secret::Secret;
+use crate::timefmt::{now_unix, rfc3339};
+use crate::wake::{Poller, Waker};
+
+/// Longest TTL a grant may ask for (seconds): one day.
+pub const MAX_TTL_SECS: u64 = 86_400;
+/// TTL when the request gives none (seconds).
+pub const DEFAULT_TTL_SECS: u64 = 3_600;
+/// Longest runtime URL we accept (bytes).
+pub const MAX_RUNTIME_URL_BYTES: usize = 2_048;
+
+pub const RUNTIME_ERROR: &str = "runtime must be a ws:// or wss:// URL";
+pub const SESSION_ERROR: &str = "session must match [a-z0-9-]{1,32}";
+pub const TTL_ERROR: &str = "ttl_secs must be 1...86400";
+pub const SECRET_CHOICE_ERROR: &str = "provide exactly one of secret or admin_credential";
+pub const BODY_ERROR: &str = "body must be a JSON object";
+
+/// How the attach secret is obtained.
+#[derive(Debug)]
+pub enum SecretSource {
+    /// Pre-minted by the caller.
+    Given(Secret),
+    /// The pod's admin credential: mint once, then forget it.
+    AdminCredential(Secret),
+}
+
+/// A validated `POST /attach` body.
+#[derive(Debug)]
+pub struct AttachRequest {
+    pub runtime: String,
+    pub session: String,
+    pub profile: Profile,
+    pub ttl_secs: u64,
+    pub source: SecretSource,
+}
+
+fn session_ok(s: &str) -> bool {
+    (1..=32).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+fn runtime_ok(s: &str) -> bool {
+    s.len() <= MAX_RUNTIME_URL_BYTES
+        && !s
+            .bytes()
+            .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+        && dial::endpoint(s).is_ok()
+}
+
+impl AttachRequest {
+    /// Validate a body. The error is the message for a `400`; nothing is changed on error.
+    pub fn parse(body: &[u8]) -> Result<AttachRequest, String> {
+        let value: Value = serde_json::from_slice(body).map_err(|_| BODY_ERROR.to_string())?;
+        let Value::Object(obj) = value else {
+            return Err(BODY_ERROR.into());
+        };
+        for key in obj.keys() {
+            if ![
+                "runtime",
+                "session",
+                "profile",
+                "ttl_secs",
+                "secret",
+                "admin_credential",
+            ]
+            .contains(&key.as_str())
+            {
+                debug!("POST /attach: ignoring unknown field {key:?}");
+            }
+        }
+        let runtime = match obj.get("runtime") {
+            Some(Value::String(s)) if runtime_ok(s) => s.clone(),
+            _ => return Err(RUNTIME_ERROR.into()),
+        };
+        let session = match obj.get("session") {
+            Some(Value::String(s)) if session_ok(s) => s.clone(),
+            _ => return Err(SESSION_ERROR.into()),
+        };
+        let profile = match obj.get("profile") {
+            None => Profile::Observe,
+            Some(Value::String(s)) => s.parse().map_err(|e: &str| e.to_string())?,
+            Some(_) => return Err(PROFILE_ERROR.into()),
+        };
+        let ttl_secs = match obj.get("ttl_secs") {
+            None => DEFAULT_TTL_SECS,
+            Some(v) => match v.as_u64() {
+                Some(n) if (1..=MAX_TTL_SECS).contains(&n) => n,
+                _ => return Err(TTL_ERROR.into()),
+            },
+        };
+        let text_field = |name: &str| -> Result<Option<Secret>, String> {
+            match obj.get(name) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) if s.is_empty() => Ok(None),
+                Some(Value::String(s)) => Ok(Some(Secret::new(s.clone()))),
+                Some(_) => Err(format!("{name} must be a string")),
+            }
+        };
+        let source = match (text_field("secret")?, text_field("admin_credential")?) {
+            (Some(s), None) => SecretSource::Given(s),
+            (None, Some(c)) => SecretSource::AdminCredential(c),
+            _ => return Err(SECRET_CHOICE_ERROR.into()),
+        };
+        Ok(AttachRequest {
+            runtime,
+            session,
+            profile,
+            ttl_secs,
+            source,
+        })
+    }
+}
+
+/// The identity of a grant's destination: runtime URL normalised (lowercase scheme and
+/// host, explicit port, one trailing `/` removed) plus the session.
+pub fn target_key(runtime: &str, session: &str) -> String {
+    let trimmed = runtime.strip_suffix('/').unwrap_or(runtime);
+    match dial::endpoint(trimmed) {
+        Ok(ep) => {
+            let scheme_len = if ep.tls { 6 } else { 5 };
+            let after = &trimmed[scheme_len..];
+            let path = after
+                .find(['/', '?', '#'])
+                .map(|i| &after[i..])
+                .unwrap_or("");
+            let host = if ep.host.contains(':') {
+                format!("[{}]", ep.host)
+            } else {
+                ep.host
+            };
+            let scheme = if ep.tls { "wss" } else { "ws" };
+            format!("{scheme}://{host}:{}{path} {session}", ep.port)
+        }
+        Err(_) => format!("{trimmed} {session}"),
+    }
+}
+
+/// A fresh lowercase UUID v4.
+pub fn new_id() -> String {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("the OS random source works");
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// Owns one grant thread. Dropping it asks the thread to stop (close 1001, as on
+/// shutdown, unless it already ended) and joins it.
+#[derive(Debug)]
+pub struct GrantHandle {
+    tx: Sender<Command>,
+    waker: Arc<Waker>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl GrantHandle {
+    fn send(&self, cmd: Command) {
+        let _ = self.tx.send(cmd);
+        self.waker.wake();
+    }
+}
+
+impl Drop for GrantHandle {
+    fn drop(&mut self) {
+        self.send(Command::Shutdown);
+        if let Some(thread) = self.thread.take() {
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+struct Entry {
+    id: String,
+    runtime: String,
+    session: String,
+    target: String,
+    profile: Profile,
+    principal: String,
+    created_at: u64,
+    deadline: SystemTime,
+    secret: Secret,
+    status: Arc<Mutex<Status>>,
+    handle: Option<GrantHandle>,
+    ended_at: Option<Instant>,
+}
+
+impl Entry {
+    fn status(&self) -> Status {
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn is_live(&self) -> bool {
+        self.ended_at.is_none() && self.status().state != State::Ended
+    }
+
+    fn expires_at(&self) -> u64 {
+        unix(self.deadline)
+    }
+
+    fn stored(&self) -> StoredGrant {
+        StoredGrant {
+            id: self.id.clone(),
+            runtime: self.runtime.clone(),
+            session: self.session.clone(),
+            profile: self.profile.as_str().to_string(),
+            principal: self.principal.clone(),
+            created_at: self.created_at,
+            expires_at: self.expires_at(),
+            secret: self.secret.clone(),
+        }
+    }
+
+    /// The grant JSON of contract §1.2. Never contains the secret.
+    fn view(&self) -> Value {
+        let status = self.status();
+        let now = SystemTime::now();
+        let mut v = Map::new();
+        v.insert("id".into(), json!(self.id));
+        v.insert("runtime".into(), json!(self.runtime));
+        v.insert("session".into(), json!(self.session));
+        v.insert("profile".into(), json!(self.profile.as_str()));
+        v.insert("principal".into(), json!(self.principal));
+        v.insert("created_at".into(), json!(rfc3339(self.created_at)));
+        v.insert("expires_at".into(), json!(rfc3339(self.expires_at())));
+        let left = self
+            .deadline
+            .duration_since(now)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        v.insert("expires_in_secs".into(), json!(left));
+        v.insert("state".into(), json!(status.state.as_str()));
+        if status.state == State::Redialing {
+            let secs = status
+                .redial_at
+                .map(|at| {
+                    at.saturating_duration_since(Instant::now())
+                        .as_secs_f64()
+                        .ceil() as u64
+                })
+                .unwrap_or(0);
+            v.insert("redial_in_secs".into(), json!(secs));
+        }
+        if status.state == State::Ended {
+            if let Some(reason) = &status.ended {
+                v.insert("ended".into(), json!(reason.as_string()));
+            }
+        }
+        v.insert("calls".into(), json!(status.calls));
+        if let Some(err) = &status.last_error {
+            v.insert("last_error".into(), json!(err));
+        }
+        Value::Object(v)
+    }
+
+    fn lifecycle(
+        &self,
+        event: LifecycleEvent,
+        reason: Option<String>,
+        previous: Option<String>,
+    ) -> Record {
+        Record::Lifecycle {
+            event,
+            grant_id: self.id.clone(),
+            principal: self.principal.clone(),
+            previous_principal: previous,
+            profile: self.profile.as_str().to_string(),
+            runtime: self.runtime.clone(),
+            session: self.session.clone(),
+            ttl_secs: Some(
+                self.deadline
+                    .duration_since(SystemTime::now())
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0),
+            ),
+            reason,
+        }
+    }
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Why `POST /attach` failed.
+#[derive(Debug)]
+pub enum AttachError {
+    /// The pod refused to mint: `502`.
+    Mint(Error),
+    /// The grant could not be made durable or its thread started: `500`.
+    Internal(String),
+    /// The daemon is shutting down: `503`.
+    ShuttingDown,
+}
+
+struct Inner {
+    entries: Vec<Entry>,
+    shutting_down: bool,
+}
+
+/// Settings the registry needs besides the shared services.
+#[derive(Clone, Debug)]
+pub struct RegistryConfig {
+    pub timing: Timing,
+    pub limits: Limits,
+    pub audit_args: bool,
+    pub notify: bool,
+}
+
+/// All grants of this daemon.
+pub struct Registry {
+    inner: Mutex<Inner>,
+    services: Arc<Services>,
+    store: Option<GrantStore>,
+    audit: Audit,
+    metrics: Arc<Metrics>,
+    tls: Arc<rustls::ClientConfig>,
+    config: RegistryConfig,
+    me: Weak<Registry>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").finish_non_exhaustive()
+    }
+}
+
+struct Events {
+    registry: Weak<Registry>,
+}
+
+impl GrantEvents for Events {
+    fn ended(&self, grant_id: &str, reason: &EndReason) {
+        if let Some(reg) = self.registry.upgrade() {
+            reg.thread_ended(grant_id, reason);
+        }
+    }
+
+    fn tool_call(&self, ev: CallEvent) {
+        if let Some(reg) = self.registry.upgrade() {
+            reg.metrics.tool_call(&ev.tool, ev.outcome.as_str());
+            reg.audit.record(Record::ToolCall {
+                grant_id: Some(ev.grant_id),
+                principal: ev.principal,
+                session: Some(ev.session),
+                tool: ev.tool,
+                outcome: ev.outcome.as_str(),
+                duration_ms: ev.duration.as_millis() as u64,
+                args: ev.arguments,
+            });
+        }
+    }
+
+    fn closed(&self, code: u16) {
+        if let Some(reg) = self.registry.upgrade() {
+            reg.metrics.close(code);
+        }
+    }
+
+    fn dialed(&self) {
+        if let Some(reg) = self.registry.upgrade() {
+            reg.metrics.dial();
+        }
+    }
+
+    fn attachment(&self, grant_id: &str, attached: bool) {
+        if let Some(reg) = self.registry.upgrade() {
+            reg.attachment_changed(grant_id, attached);
+        }
+    }
+
+    fn bytes(&self, inbound: u64, outbound: u64) {
+        if let Some(reg) = self.registry.upgrade() {
+            if inbound > 0 {
+                reg.metrics.bytes_in(inbound);
+            }
+            if outbound > 0 {
+                reg.metrics.bytes_out(outbound);
+            }
+        }
+    }
+}
+
+impl Registry {
+    pub fn new(
+        services: Arc<Services>,
+        store: Option<GrantStore>,
+        audit: Audit,
+        metrics: Arc<Metrics>,
+        tls: Arc<rustls::ClientConfig>,
+        config: RegistryConfig,
+    ) -> Arc<Registry> {
+        Arc::new_cyclic(|me| Registry {
+            inner: Mutex::new(Inner {
+                entries: Vec::new(),
+                shutting_down: false,
+            }),
+            services,
+            store,
+            audit,
+            metrics,
+            tls,
+            config,
+            me: me.clone(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn spawn(&self, spec: GrantSpec) -> Result<(GrantHandle, Arc<Mutex<Status>>), Error> {
+        let poller = Poller::new().map_err(|e| Error::io("create grant poller", e))?;
+        let waker = poller.waker();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let status = Arc::new(Mutex::new(Status::default()));
+        let name = format!("grant-{}", &spec.id[..8.min(spec.id.len())]);
+        let thread = GrantThread {
+            spec,
+            commands: rx,
+            poller,
+            status: Arc::clone(&status),
+            services: Arc::clone(&self.services),
+            events: Arc::new(Events {
+                registry: self.me.clone(),
+            }),
+            tls: Arc::clone(&self.tls),
+            timing: self.config.timing.clone(),
+            limits: self.config.limits.clone(),
+            audit_args: self.config.audit_args,
+        };
+        let join = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || thread.run())
+            .map_err(|e| Error::io("start grant thread", e))?;
+        Ok((
+            GrantHandle {
+                tx,
+                waker,
+                thread: Some(join),
+            },
+            status,
+        ))
+    }
+
+    /// Write every live grant to disk (fsynced) before anyone is told about a change.
+    fn persist(&self, inner: &Inner) -> Result<(), Error> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let live: Vec<StoredGrant> = inner
+            .entries
+            .iter()
+            .filter(|e| e.is_live())
+            .map(Entry::stored)
+            .collect();
+        store.save(&live)
+    }
+
+    fn prune(&self, inner: &mut Inner) -> Vec<GrantHandle> {
+        let retention = self.config.timing.ended_retention;
+        let mut dropped = Vec::new();
+        inner.entries.retain_mut(|e| {
+            let keep = e.ended_at.is_none_or(|at| at.elapsed() < retention);
+            if !keep {
+                if let Some(h) = e.handle.take() {
+                    dropped.push(h);
+                }
+            }
+            keep
+        });
+        dropped
+    }
+
+    /// Create, renew or replace a grant (contract §3). Blocks for the mint, if any, and
+    /// for the fsync of the grant and its audit record; returns the grant JSON and
+    /// whether it was a renewal.
+    pub fn attach(
+        &self,
+        req: AttachRequest,
+        principal: &str,
+    ) -> Result<(Value, bool), AttachError> {
+        let now = SystemTime::now();
+        let (secret, ttl) = match req.source {
+            SecretSource::Given(secret) => (secret, req.ttl_secs),
+            SecretSource::AdminCredential(credential) => {
+                let minted = crate::mint::mint(
+                    &req.runtime,
+                    &req.session,
+                    &credential,
+                    req.ttl_secs,
+                    self.config.timing.mint_timeout,
+                    &self.tls,
+                )
+                .map_err(AttachError::Mint)?;
+                drop(credential);
+                let ttl = minted
+                    .expires_in_secs
+                    .map_or(req.ttl_secs, |pod| pod.min(req.ttl_secs));
+                (minted.secret, ttl)
+            }
+        };
+        let deadline = now + Duration::from_secs(ttl);
+        let target = target_key(&req.runtime, &req.session);
+
+        let mut to_join = Vec::new();
+        let result = {
+            let mut inner = self.lock();
+            if inner.shutting_down {
+                return Err(AttachError::ShuttingDown);
+            }
+            to_join.extend(self.prune(&mut inner));
+            let existing = inner
+                .entries
+                .iter()
+                .position(|e| e.target == target && e.is_live());
+            match existing {
+                Some(i) if inner.entries[i].profile == req.profile => {
+                    let entry = &mut inner.entries[i];
+                    let previous = std::mem::replace(&mut entry.principal, principal.to_string());
+                    entry.secret = secret.clone();
+                    entry.deadline = deadline;
+                    if let Some(h) = &entry.handle {
+                        h.send(Command::Renew {
+                            secret,
+                            deadline,
+                            principal: principal.to_string(),
+                        });
+                    }
+                    let record = entry.lifecycle(LifecycleEvent::Renewed, None, Some(previous));
+                    let view = entry.view();
+                    self.persist(&inner)
+                        .and_then(|_| self.audit.record_durable(record))
+                        .map_err(|e| {
+                            AttachError::Internal(format!("could not persist the renewal: {e}"))
+                        })?;
+                    info!(
+                        "grant {} renewed by {principal}, ttl {ttl}s",
+                        view["id"].as_str().unwrap_or("")
+                    );
+                    Ok((view, true))
+                }
+                existing => {
+                    if let Some(i) = existing {
+                        let old = &mut inner.entries[i];
+                        {
+                            let mut st = old.status.lock().unwrap_or_else(|e| e.into_inner());
+                            st.state = State::Ended;
+                            st.ended = Some(EndReason::Replaced);
+                            st.redial_at = None;
+                        }
+                        old.ended_at = Some(Instant::now());
+                        if let Some(h) = &old.handle {
+                            h.send(Command::End(EndReason::Replaced));
+                        }
+                        info!(
+                            "grant {} replaced (profile {} -> {})",
+                            old.id, old.profile, req.profile
+                        );
+                        let record =
+                            old.lifecycle(LifecycleEvent::Replaced, Some("replaced".into()), None);
+                        self.audit.record(record);
+                    }
+                    let id = new_id();
+                    let spec = GrantSpec {
+                        id: id.clone(),
+                        runtime: req.runtime.clone(),
+                        session: req.session.clone(),
+                        profile: req.profile,
+                        principal: principal.to_string(),
+                        secret: secret.clone(),
+                        deadline,
+                    };
+                    let (handle, status) = self
+                        .spawn(spec)
+                        .map_err(|e| AttachError::Internal(e.to_string()))?;
+                    let entry = Entry {
+                        id: id.clone(),
+                        runtime: req.runtime,
+                        session: req.session,
+                        target,
+                        profile: req.profile,
+                        principal: principal.to_string(),
+                        created_at: unix(now),
+                        deadline,
+                        secret,
+                        status,
+                        handle: Some(handle),
+                        ended_at: None,
+                    };
+                    let record = entry.lifecycle(LifecycleEvent::Created, None, None);
+                    inner.entries.push(entry);
+                    let durable = self
+                        .persist(&inner)
+                        .and_then(|_| self.audit.record_durable(record));
+                    if let Err(e) = durable {
+                        // Not durable, so not granted: stop it again and say why.
+                        let entry = inner.entries.pop().expect("just pushed");
+                        to_join.extend(entry.handle);
+                        return Err(AttachError::Internal(format!(
+                            "could not persist the grant: {e}"
+                        )));
+                    }
+                    let view = inner.entries.last().expect("just pushed").view();
+                    info!(
+                        "grant {id} created for session {} ({}) by {principal}, ttl {ttl}s",
+                        view["session"].as_str().unwrap_or(""),
+                        req.profile
+                    );
+                    Ok((view, false))
+                }
+            }
+        };
+        drop(to_join);
+        result
+    }
+
+    /// `DELETE /attach/{id}`: end a live grant `cancelled`. `false` if unknown or ended.
+    pub fn revoke(&self, id: &str) -> bool {
+        let mut inner = self.lock();
+        let Some(entry) = inner.entries.iter_mut().find(|e| e.id == id && e.is_live()) else {
+            return false;
+        };
+        {
+            let mut st = entry.status.lock().unwrap_or_else(|e| e.into_inner());
+            st.state = State::Ended;
+            st.ended = Some(EndReason::Cancelled);
+            st.redial_at = None;
+        }
+        entry.ended_at = Some(Instant::now());
+        // The secret stays in memory only until the entry is pruned; it is gone from disk
+        // with the persist below.
+        if let Some(h) = &entry.handle {
+            h.send(Command::End(EndReason::Cancelled));
+        }
+        let record = entry.lifecycle(LifecycleEvent::Revoked, Some("cancelled".into()), None);
+        let session = entry.session.clone();
+        let profile = entry.profile;
+        info!("grant {id} revoked");
+        if let Err(e) = self.persist(&inner) {
+            warn!("grant {id}: could not persist the revocation: {e}");
+        }
+        drop(inner);
+        self.audit.record(record);
+        self.notify(
+            &format!("handnode: {session} is no longer lent ({profile})"),
+            "revoked here",
+        );
+        true
+    }
+
+    /// `GET /attach/{id}`.
+    pub fn get(&self, id: &str) -> Option<Value> {
+        let mut inner = self.lock();
+        let dropped = self.prune(&mut inner);
+        let view = inner.entries.iter().find(|e| e.id == id).map(Entry::view);
+        drop(inner);
+        drop(dropped);
+        view
+    }
+
+    /// `GET /attach`: live grants and those ended within the retention, oldest first.
+    pub fn list(&self) -> Vec<Value> {
+        let mut inner = self.lock();
+        let dropped = self.prune(&mut inner);
+        let views = inner.entries.iter().map(Entry::view).collect();
+        drop(inner);
+        drop(dropped);
+        views
+    }
+
+    /// `(live grants, attached grants)` for `/readyz`.
+    pub fn counts(&self) -> (usize, usize) {
+        let inner = self.lock();
+        let live = inner.entries.iter().filter(|e| e.is_live()).count();
+        let attached = inner
+            .entries
+            .iter()
+            .filter(|e| e.is_live() && e.status().state == State::Attached)
+            .count();
+        (live, attached)
+    }
+
+    /// `(grant id, state)` of every listed grant, for `/metrics`.
+    pub fn states(&self) -> Vec<(String, &'static str)> {
+        self.lock()
+            .entries
+            .iter()
+            .map(|e| (e.id.clone(), e.status().state.as_str()))
+            .collect()
+    }
+
+    /// Start the thread of every persisted live grant under its id. Returns how many.
+    pub fn resume(&self) -> usize {
+        let Some(store) = &self.store else {
+            return 0;
+        };
+        let report = store.load(now_unix());
+        for (which, why) in &report.dropped {
+            warn!("dropped persisted grant {which}: {why}");
+        }
+        let mut inner = self.lock();
+        let mut resumed = 0;
+        for g in report.grants {
+            let Ok(profile) = g.profile.parse::<Profile>() else {
+                warn!("dropped persisted grant {}: unknown profile", g.id);
+                continue;
+            };
+            let deadline = UNIX_EPOCH + Duration::from_secs(g.expires_at);
+            let spec = GrantSpec {
+                id: g.id.clone(),
+                runtime: g.runtime.clone(),
+                session: g.session.clone(),
+                profile,
+                principal: g.principal.clone(),
+                secret: g.secret.clone(),
+                deadline,
+            };
+            match self.spawn(spec) {
+                Ok((handle, status)) => {
+                    inner.entries.push(Entry {
+                        target: target_key(&g.runtime, &g.session),
+                        id: g.id,
+                        runtime: g.runtime,
+                        session: g.session,
+                        profile,
+                        principal: g.principal,
+                        created_at: g.created_at,
+                        deadline,
+                        secret: g.secret,
+                        status,
+                        handle: Some(handle),
+                        ended_at: None,
+                    });
+                    resumed += 1;
+                }
+                Err(e) => warn!("could not resume grant {}: {e}", g.id),
+            }
+        }
+        if resumed > 0 {
+            info!("resumed {resumed} persisted grant(s)");
+        }
+        resumed
+    }
+
+    /// Stop every grant thread (close 1001), keep live grants on disk, refuse new ones.
+    pub fn shutdown(&self) {
+        let handles: Vec<GrantHandle> = {
+            let mut inner = self.lock();
+            inner.shutting_down = true;
+            if let Err(e) = self.persist(&inner) {
+                warn!("could not persist grants at shutdown: {e}");
+            }
+            inner
+                .entries
+                .iter_mut()
+                .filter_map(|e| e.handle.take())
+                .collect()
+        };
+        for handle in &handles {
+            handle.send(Command::Shutdown);
+        }
+        drop(handles);
+    }
+
+    fn thread_ended(&self, grant_id: &str, reason: &EndReason) {
+        let mut inner = self.lock();
+        let Some(entry) = inner.entries.iter_mut().find(|e| e.id == grant_id) else {
+            return;
+        };
+        if entry.ended_at.is_some() {
+            return;
+        }
+        entry.ended_at = Some(Instant::now());
+        let event = match reason {
+            EndReason::Deadline | EndReason::GrantExpired => LifecycleEvent::Expired,
+            _ => LifecycleEvent::Ended,
+        };
+        let record = entry.lifecycle(event, Some(reason.as_string()), None);
+        let session = entry.session.clone();
+        let profile = entry.profile;
+        if let Err(e) = self.persist(&inner) {
+            warn!("grant {grant_id}: could not persist its end: {e}");
+        }
+        drop(inner);
+        self.audit.record(record);
+        self.notify(
+            &format!("handnode: {session} is no longer lent ({profile})"),
+            &format!("grant ended: {}", reason.as_string()),
+        );
+    }
+
+    fn attachment_changed(&self, grant_id: &str, attached: bool) {
+        let found = {
+            let inner = self.lock();
+            inner
+                .entries
+                .iter()
+                .find(|e| e.id == grant_id)
+                .map(|e| (e.session.clone(), e.profile, e.expires_at()))
+        };
+        if let Some((session, profile, expires)) = found {
+            if attached {
+                self.notify(
+                    &format!("handnode: this box is lent to {session}"),
+                    &format!("profile {profile} until {}", rfc3339(expires)),
+                );
+            } else {
+                self.notify(
+                    &format!("handnode: {session} detached"),
+                    &format!(
+                        "profile {profile}; the grant lasts until {}",
+                        rfc3339(expires)
+                    ),
+                );
+            }
+        }
+    }
+
+    fn notify(&self, summary: &str, body: &str) {
+        if self.config.notify {
+            crate::notify::desktop(summary, body);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: &str) -> Result<AttachRequest, String> {
+        AttachRequest::parse(body.as_bytes())
+    }
+
+    #[test]
+    fn validation_table() {
+        let ok = r#""runtime":"ws://127.0.0.1:1","session":"s""#;
+        let cases: Vec<(String, &str)> = vec![
+            ("{".into(), BODY_ERROR),
+            ("[]".into(), BODY_ERROR),
+            ("\"x\"".into(), BODY_ERROR),
+            (r#"{"session":"s","secret":"x"}"#.into(), RUNTIME_ERROR),
+            (
+                r#"{"runtime":"http://h","session":"s","secret":"x"}"#.into(),
+                RUNTIME_ERROR,
+            ),
+            (
+                r#"{"runtime":"ws://","session":"s","secret":"x"}"#.into(),
+                RUNTIME_ERROR,
+            ),
+            (
+                r#"{"runtime":7,"session":"s","secret":"x"}"#.into(),
+                RUNTIME_ERROR,
+            ),
+            (
+                r#"{"runtime":"ws://h /x","session":"s","secret":"x"}"#.into(),
+                RUNTIME_ERROR,
+            ),
+            (
+                format!(
+                    r#"{{"runtime":"ws://h/{}","session":"s","secret":"x"}}"#,
+                    "a".repeat(MAX_RUNTIME_URL_BYTES)
+                ),
+                RUNTIME_ERROR,
+            ),
+            (r#"{"runtime":"ws://h"}"#.into(), SESSION_ERROR),
+            (
+                r#"{"runtime":"ws://h","session":"UP","secret":"x"}"#.into(),
+                SESSION_ERROR,
+            ),
+            (
+                r#"{"runtime":"ws://h","session":"","secret":"x"}"#.into(),
+                SESSION_ERROR,
+            ),
+            (
+                format!(
+                    r#"{{"runtime":"ws://h","session":"{}","secret":"x"}}"#,
+                    "a".repeat(33)
+                ),
+                SESSION_ERROR,
+            ),
+            (
+                r#"{"runtime":"ws://h","session":"a_b","secret":"x"}"#.into(),
+                SESSION_ERROR,
+            ),
+            (
+                r#"{"runtime":"ws://h","session":1,"secret":"x"}"#.into(),
+                SESSION_ERROR,
+            ),
+            (
+                format!(r#"{{{ok},"profile":"sandbox","secret":"x"}}"#),
+                PROFILE_ERROR,
+            ),
+            (
+                format!(r#"{{{ok},"profile":"Owner","secret":"x"}}"#),
+                PROFILE_ERROR,
+            ),
+            (
+                format!(r#"{{{ok},"profile":3,"secret":"x"}}"#),
+                PROFILE_ERROR,
+            ),
+            (format!(r#"{{{ok},"ttl_secs":0,"secret":"x"}}"#), TTL_ERROR),
+            (
+                format!(r#"{{{ok},"ttl_secs":86401,"secret":"x"}}"#),
+                TTL_ERROR,
+            ),
+            (format!(r#"{{{ok},"ttl_secs":-5,"secret":"x"}}"#), TTL_ERROR),
+            (
+                format!(r#"{{{ok},"ttl_secs":1.5,"secret":"x"}}"#),
+                TTL_ERROR,
+            ),
+            (
+                format!(r#"{{{ok},"ttl_secs":"60","secret":"x"}}"#),
+                TTL_ERROR,
+            ),
+            (format!(r#"{{{ok}}}"#), SECRET_CHOICE_ERROR),
+            (format!(r#"{{{ok},"secret":""}}"#), SECRET_CHOICE_ERROR),
+            (
+                format!(r#"{{{ok},"secret":"a","admin_credential":"b"}}"#),
+                SECRET_CHOICE_ERROR,
+            ),
+            (format!(r#"{{{ok},"secret":5}}"#), "secret must be a string"),
+            (
+                format!(r#"{{{ok},"admin_credential":true}}"#),
+                "admin_credential must be a string",
+            ),
+        ];
+        for (body, want) in cases {
+            match parse(&body) {
+                Err(msg) => assert_eq!(msg, want, "{body}"),
+                Ok(r) => panic!("{body} accepted: {r:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn defaults_and_bounds_accepted() {
+        let r = parse(r#"{"runtime":"ws://127.0.0.1:1","session":"abc-1","secret":"x","future_field":{"a":1}}"#).unwrap();
+        assert_eq!(r.profile, Profile::Observe);
+        assert_eq!(r.ttl_secs, 3600);
+        assert!(matches!(r.source, SecretSource::Given(_)));
+        let r = parse(&format!(r#"{{"runtime":"wss://h/","session":"{}","ttl_secs":86400,"admin_credential":"c","profile":"desktop"}}"#, "a".repeat(32))).unwrap();
+        assert_eq!(r.ttl_secs, 86400);
+        assert_eq!(r.profile, Profile::Desktop);
+        assert!(matches!(r.source, SecretSource::AdminCredential(_)));
+        assert_eq!(
+            parse(r#"{"runtime":"ws://h","session":"s","ttl_secs":1,"secret":"x"}"#)
+                .unwrap()
+                .ttl_secs,
+            1
+        );
+        assert!(
+            !format!("{r:?}").contains("\"c\""),
+            "credential never in Debug"
+        );
+    }
+
+    #[test]
+    fn targets_normalise() {
+        assert_eq!(
+            target_key("WS://Host/", "s"),
+            target_key("ws://host:80", "s")
+        );
+        assert_eq!(target_key("wss://h/base/", "s"), "wss://h:443/base s");
+        assert_ne!(target_key("ws://h", "a"), target_key("ws://h", "b"));
+        assert_ne!(target_key("ws://h:81", "a"), target_key("ws://h", "a"));
+        assert_eq!(target_key("ws://[::1]:9/", "a"), "ws://[::1]:9 a");
+    }
+
+    #[test]
+    fn ids_are_uuid_v4() {
+        let id = new_id();
+        assert_eq!(id.len(), 36);
+        assert_eq!(&id[14..15], "4");
+        assert!("89ab".contains(&id[19..20]));
+        assert!(id
+            .chars()
+            .all(|c| c == '-' || c.is_ascii_digit() || ('a'..='f').contains(&c)));
+        assert_ne!(id, new_id());
+    }
+}
