@@ -1,9 +1,36 @@
-//! STUB (replaced by the `store` branch): audit.jsonl writer.
-use std::path::Path;
+//! `audit.jsonl`: the append-only record of grant lifecycle events and every tool call.
+//! Owns the writer thread, the record format, group-commit fsync, durable writes for
+//! lifecycle records acknowledged by a `202`, and rotation by size.
+//!
+//! Callers never wait for the disk unless they ask to ([`Audit::record_durable`]). Records
+//! carry only plain strings chosen by the caller; no field has a secret's type.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use serde_json::{Map, Value};
 
 use crate::config::{Limits, Timing};
 use crate::error::Error;
+use crate::mcp::Outcome;
+use crate::timefmt;
 
+/// Name of the live audit file inside the state dir; rotated copies add `.1`, `.2`, ….
+pub const FILE_NAME: &str = "audit.jsonl";
+/// Mode of every audit file: records name principals and, with `--audit-args`, typed text.
+pub const FILE_MODE: u32 = 0o600;
+/// Most queued messages the writer takes into one batch, so a flood cannot postpone a
+/// durable request's fsync indefinitely.
+const MAX_BATCH: usize = 4096;
+
+/// What happened to a grant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LifecycleEvent {
     Created,
@@ -14,39 +41,928 @@ pub enum LifecycleEvent {
     Ended,
 }
 
-#[derive(Clone, Debug)]
+impl LifecycleEvent {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LifecycleEvent::Created => "created",
+            LifecycleEvent::Renewed => "renewed",
+            LifecycleEvent::Replaced => "replaced",
+            LifecycleEvent::Revoked => "revoked",
+            LifecycleEvent::Expired => "expired",
+            LifecycleEvent::Ended => "ended",
+        }
+    }
+}
+
+/// One audit line. `None` fields are left out of the line.
+#[derive(Clone, Debug, PartialEq)]
 pub enum Record {
     Lifecycle {
         event: LifecycleEvent,
         grant_id: String,
         principal: String,
+        /// On a renew by someone else: who held the grant before.
         previous_principal: Option<String>,
         profile: String,
         runtime: String,
         session: String,
         ttl_secs: Option<u64>,
+        /// Why it ended (the grant JSON's `ended` reason), or other context.
         reason: Option<String>,
     },
     ToolCall {
+        /// `None` for calls on `POST /mcp` (the owner, no grant).
         grant_id: Option<String>,
         principal: String,
         session: Option<String>,
         tool: String,
-        outcome: &'static str,
+        outcome: Outcome,
         duration_ms: u64,
-        args: Option<serde_json::Value>,
+        /// Only with `--audit-args`.
+        args: Option<Value>,
     },
 }
 
+impl Record {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Record::Lifecycle { .. } => "lifecycle",
+            Record::ToolCall { .. } => "tool_call",
+        }
+    }
+
+    /// The JSON line (without its newline) for this record stamped at `ts_ms`.
+    pub fn to_line(&self, ts_ms: u64) -> String {
+        let mut m = Map::new();
+        m.insert("ts".into(), timefmt::rfc3339(ts_ms / 1000).into());
+        m.insert("ts_ms".into(), ts_ms.into());
+        m.insert("kind".into(), self.kind().into());
+        fn opt(m: &mut Map<String, Value>, k: &str, v: Option<Value>) {
+            if let Some(v) = v {
+                m.insert(k.to_string(), v);
+            }
+        }
+        match self {
+            Record::Lifecycle {
+                event,
+                grant_id,
+                principal,
+                previous_principal,
+                profile,
+                runtime,
+                session,
+                ttl_secs,
+                reason,
+            } => {
+                m.insert("event".into(), event.as_str().into());
+                m.insert("grant_id".into(), grant_id.as_str().into());
+                m.insert("principal".into(), principal.as_str().into());
+                opt(
+                    &mut m,
+                    "previous_principal",
+                    previous_principal.as_deref().map(Value::from),
+                );
+                m.insert("profile".into(), profile.as_str().into());
+                m.insert("runtime".into(), runtime.as_str().into());
+                m.insert("session".into(), session.as_str().into());
+                opt(&mut m, "ttl_secs", ttl_secs.map(Value::from));
+                opt(&mut m, "reason", reason.as_deref().map(Value::from));
+            }
+            Record::ToolCall {
+                grant_id,
+                principal,
+                session,
+                tool,
+                outcome,
+                duration_ms,
+                args,
+            } => {
+                opt(&mut m, "grant_id", grant_id.as_deref().map(Value::from));
+                m.insert("principal".into(), principal.as_str().into());
+                opt(&mut m, "session", session.as_deref().map(Value::from));
+                m.insert("tool".into(), tool.as_str().into());
+                m.insert("outcome".into(), outcome.as_str().into());
+                m.insert("duration_ms".into(), (*duration_ms).into());
+                opt(&mut m, "args", args.clone());
+            }
+        }
+        Value::Object(m).to_string()
+    }
+}
+
+type Reply = Sender<Result<(), String>>;
+
+enum Msg {
+    Record(u64, Record),
+    /// Write this record, then fsync, then answer.
+    Durable(u64, Record, Reply),
+    /// Fsync everything queued before it, then answer.
+    Sync(Reply),
+    Shutdown,
+}
+
+/// Cloneable handle to the audit writer. Sending never blocks (the queue is unbounded).
 #[derive(Clone, Debug)]
-pub struct Audit {}
+pub struct Audit {
+    tx: Option<Sender<Msg>>,
+    dead_logged: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Msg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("audit::Msg")
+    }
+}
+
+/// Owns the writer thread. Dropping it writes and fsyncs everything queued before the
+/// drop, then joins the thread; records sent after that are dropped with one warning.
+#[derive(Debug)]
+pub struct AuditGuard {
+    tx: Sender<Msg>,
+    join: Option<JoinHandle<()>>,
+}
+
+impl Drop for AuditGuard {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Msg::Shutdown);
+        if let Some(join) = self.join.take() {
+            if join.join().is_err() {
+                log::error!("audit writer thread panicked");
+            }
+        }
+    }
+}
+
+/// Start the writer for `<state_dir>/audit.jsonl`. The state dir must exist (the grant
+/// store creates it 0700). Fails if the audit file cannot be opened for appending.
+pub fn start(
+    state_dir: &Path,
+    timing: &Timing,
+    limits: &Limits,
+) -> Result<(Audit, AuditGuard), Error> {
+    start_with(Writer::new(state_dir, timing, limits)?)
+}
+
+fn start_with(writer: Writer) -> Result<(Audit, AuditGuard), Error> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let join = std::thread::Builder::new()
+        .name("audit".into())
+        .spawn(move || writer.run(rx))
+        .map_err(|e| Error::io("cannot start the audit writer thread", e))?;
+    Ok((
+        Audit {
+            tx: Some(tx.clone()),
+            dead_logged: Arc::new(AtomicBool::new(false)),
+        },
+        AuditGuard {
+            tx,
+            join: Some(join),
+        },
+    ))
+}
 
 impl Audit {
-    pub fn start(_state_dir: &Path, _timing: &Timing, _limits: &Limits) -> Result<Audit, Error> {
-        Ok(Audit {})
+    /// A handle that records nothing (for configurations and tests without an audit).
+    pub fn discard() -> Audit {
+        Audit {
+            tx: None,
+            dead_logged: Arc::new(AtomicBool::new(false)),
+        }
     }
-    pub fn record(&self, _rec: Record) {}
-    pub fn record_durable(&self, _rec: Record) -> Result<(), Error> {
+
+    /// Queue `rec`; returns at once. Durable within one fsync interval.
+    pub fn record(&self, rec: Record) {
+        if let Some(tx) = &self.tx {
+            if tx.send(Msg::Record(now_ms(), rec)).is_err() {
+                self.writer_gone();
+            }
+        }
+    }
+
+    /// Queue `rec` and wait until it and every record queued before it are written and
+    /// fsynced. Use before acknowledging a created or renewed grant.
+    pub fn record_durable(&self, rec: Record) -> Result<(), Error> {
+        let Some(tx) = &self.tx else { return Ok(()) };
+        let (reply_tx, reply_rx) = crossbeam_channel::bounded(1);
+        self.wait(
+            tx.send(Msg::Durable(now_ms(), rec, reply_tx)).is_ok(),
+            reply_rx,
+        )
+    }
+
+    /// Wait until every record queued so far is written and fsynced (e.g. at shutdown).
+    pub fn sync(&self) -> Result<(), Error> {
+        let Some(tx) = &self.tx else { return Ok(()) };
+        let (reply_tx, reply_rx) = crossbeam_channel::bounded(1);
+        self.wait(tx.send(Msg::Sync(reply_tx)).is_ok(), reply_rx)
+    }
+
+    fn wait(&self, sent: bool, reply: Receiver<Result<(), String>>) -> Result<(), Error> {
+        let gone = || {
+            Error::io(
+                "audit",
+                io::Error::other("the audit writer has stopped; the record was not written"),
+            )
+        };
+        if !sent {
+            self.writer_gone();
+            return Err(gone());
+        }
+        match reply.recv() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(msg)) => Err(Error::io("audit", io::Error::other(msg))),
+            Err(_) => {
+                self.writer_gone();
+                Err(gone())
+            }
+        }
+    }
+
+    fn writer_gone(&self) {
+        if !self.dead_logged.swap(true, Ordering::Relaxed) {
+            log::error!("audit writer is not running; audit records are being dropped");
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The writer thread's state: the open file, its size, and what is not yet fsynced.
+struct Writer {
+    dir: PathBuf,
+    fsync_interval: Duration,
+    rotate_bytes: u64,
+    keep: usize,
+    file: Option<File>,
+    size: u64,
+    /// When the oldest unsynced write happened.
+    dirty_since: Option<Instant>,
+    /// Set while writes fail, so a full disk logs once per outage, not per record.
+    failing: bool,
+    /// Set while rotation fails, for the same reason.
+    rotate_failing: bool,
+    /// Held by the writer around each batch; a test takes it to stall the writer.
+    #[cfg(test)]
+    gate: Option<Arc<std::sync::Mutex<()>>>,
+    /// Told about each successful fsync, so tests can count them.
+    #[cfg(test)]
+    fsynced: Option<Sender<()>>,
+}
+
+impl Writer {
+    fn new(dir: &Path, timing: &Timing, limits: &Limits) -> Result<Writer, Error> {
+        let mut w = Writer {
+            dir: dir.to_path_buf(),
+            fsync_interval: timing.audit_fsync_interval,
+            rotate_bytes: limits.audit_rotate_bytes,
+            keep: limits.audit_keep,
+            file: None,
+            size: 0,
+            dirty_since: None,
+            failing: false,
+            rotate_failing: false,
+            #[cfg(test)]
+            gate: None,
+            #[cfg(test)]
+            fsynced: None,
+        };
+        w.open().map_err(|e| {
+            Error::io(
+                format!(
+                    "cannot open {} for appending (check the state dir's owner and mode)",
+                    w.path().display()
+                ),
+                e,
+            )
+        })?;
+        Ok(w)
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.join(FILE_NAME)
+    }
+
+    fn open(&mut self) -> io::Result<()> {
+        let path = self.path();
+        let file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(FILE_MODE)
+            .open(&path)?;
+        let meta = file.metadata()?;
+        if meta.permissions().mode() & 0o7777 & !FILE_MODE != 0 {
+            file.set_permissions(fs::Permissions::from_mode(FILE_MODE))?;
+            log::warn!(
+                "{} was readable by others; narrowed to 0600",
+                path.display()
+            );
+        }
+        self.size = meta.len();
+        self.file = Some(file);
         Ok(())
+    }
+
+    fn run(mut self, rx: Receiver<Msg>) {
+        let mut batch = Vec::new();
+        loop {
+            let first = match self.dirty_since {
+                Some(since) => match rx.recv_deadline(since + self.fsync_interval) {
+                    Ok(msg) => Some(msg),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                },
+                None => match rx.recv() {
+                    Ok(msg) => Some(msg),
+                    Err(_) => break,
+                },
+            };
+            let Some(first) = first else {
+                self.fsync();
+                continue;
+            };
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(msg) => batch.push(msg),
+                    Err(_) => break,
+                }
+            }
+            if self.handle(&mut batch) {
+                return;
+            }
+        }
+        self.fsync();
+    }
+
+    /// Write one batch; fsync if someone waits on it. True when told to stop.
+    fn handle(&mut self, batch: &mut Vec<Msg>) -> bool {
+        #[cfg(test)]
+        let gate = self.gate.clone();
+        #[cfg(test)]
+        let _held = gate
+            .as_ref()
+            .map(|g| g.lock().unwrap_or_else(|p| p.into_inner()));
+
+        let mut waiters: Vec<Reply> = Vec::new();
+        let mut stop = false;
+        let mut error: Option<String> = None;
+        let mut buf = Vec::new();
+        for msg in batch.drain(..) {
+            let (ts, rec) = match msg {
+                Msg::Record(ts, rec) => (ts, rec),
+                Msg::Durable(ts, rec, reply) => {
+                    waiters.push(reply);
+                    (ts, rec)
+                }
+                Msg::Sync(reply) => {
+                    waiters.push(reply);
+                    continue;
+                }
+                Msg::Shutdown => {
+                    stop = true;
+                    break;
+                }
+            };
+            let mut line = rec.to_line(ts).into_bytes();
+            line.push(b'\n');
+            if let Err(e) = self.append(&mut buf, &line) {
+                error.get_or_insert_with(|| e.to_string());
+            }
+        }
+        if let Err(e) = self.flush(&mut buf) {
+            error.get_or_insert_with(|| e.to_string());
+        }
+        if !waiters.is_empty() || stop {
+            self.fsync();
+            if self.dirty_since.is_some() {
+                error.get_or_insert_with(|| "fsync failed".into());
+            }
+        } else if self
+            .dirty_since
+            .is_some_and(|since| since.elapsed() >= self.fsync_interval)
+        {
+            self.fsync();
+        }
+        match &error {
+            Some(e) if !self.failing => {
+                self.failing = true;
+                log::error!(
+                    "cannot write {}: {e}; audit records are being lost",
+                    self.path().display()
+                );
+            }
+            None if self.failing => {
+                self.failing = false;
+                log::info!("writing {} again", self.path().display());
+            }
+            _ => {}
+        }
+        let answer: Result<(), String> = match error {
+            Some(e) => Err(format!("cannot write {}: {e}", self.path().display())),
+            None => Ok(()),
+        };
+        for w in waiters {
+            let _ = w.send(answer.clone());
+        }
+        stop
+    }
+
+    /// Add `line` to the pending buffer, rotating first if it would push the file past
+    /// the size limit. A line longer than the limit still goes whole into a fresh file.
+    /// A failed rotation is logged and the line still written: an oversized file beats a
+    /// lost record.
+    fn append(&mut self, buf: &mut Vec<u8>, line: &[u8]) -> io::Result<()> {
+        let pending = self.size + buf.len() as u64;
+        if pending > 0 && pending + line.len() as u64 > self.rotate_bytes {
+            self.flush(buf)?;
+            match self.rotate() {
+                Ok(()) => self.rotate_failing = false,
+                Err(e) if !self.rotate_failing => {
+                    self.rotate_failing = true;
+                    log::error!(
+                        "cannot rotate {}: {e}; it keeps growing",
+                        self.path().display()
+                    );
+                }
+                Err(_) => {}
+            }
+        }
+        buf.extend_from_slice(line);
+        Ok(())
+    }
+
+    fn flush(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if self.file.is_none() {
+            self.open()?;
+        }
+        let file = self.file.as_mut().expect("opened above");
+        let result = file.write_all(buf);
+        if result.is_err() {
+            // The position is unknown after a partial write; reopen (append) next time.
+            self.file = None;
+        } else {
+            self.size += buf.len() as u64;
+            self.dirty_since.get_or_insert_with(Instant::now);
+        }
+        buf.clear();
+        result
+    }
+
+    /// Fsync the live file; on failure it stays dirty and the next batch retries.
+    fn fsync(&mut self) {
+        if self.dirty_since.is_none() {
+            return;
+        }
+        match self.file.as_ref().map(File::sync_data) {
+            Some(Ok(())) => {
+                self.dirty_since = None;
+                #[cfg(test)]
+                if let Some(tx) = &self.fsynced {
+                    let _ = tx.send(());
+                }
+            }
+            Some(Err(e)) => log::error!("cannot fsync {}: {e}", self.path().display()),
+            None => {}
+        }
+    }
+
+    /// audit.jsonl → .1 → .2 … → .keep (the oldest deleted), then a fresh audit.jsonl.
+    fn rotate(&mut self) -> io::Result<()> {
+        self.fsync();
+        if self.dirty_since.is_some() {
+            return Err(io::Error::other("fsync before rotation failed"));
+        }
+        self.file = None;
+        let numbered = |n: usize| self.dir.join(format!("{FILE_NAME}.{n}"));
+        if self.keep == 0 {
+            fs::remove_file(self.path())?;
+        } else {
+            match fs::remove_file(numbered(self.keep)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            for n in (1..self.keep).rev() {
+                match fs::rename(numbered(n), numbered(n + 1)) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            fs::rename(self.path(), numbered(1))?;
+        }
+        self.open()?;
+        File::open(&self.dir)?.sync_all()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Mutex;
+
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(tag: &str) -> Self {
+            static N: AtomicU64 = AtomicU64::new(0);
+            let path = std::env::temp_dir().join(format!(
+                "handnode-audit-{tag}-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            let _ = fs::remove_dir_all(&path);
+            fs::create_dir_all(&path).unwrap();
+            TempDir(path)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Runs `f` on another thread and fails the test if it takes longer than a generous
+    /// watchdog, so a hang fails fast instead of stalling the suite.
+    fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("watchdog: audit call hung")
+    }
+
+    fn timing(fsync: Duration) -> Timing {
+        Timing {
+            audit_fsync_interval: fsync,
+            ..Timing::default()
+        }
+    }
+
+    fn call(n: u64) -> Record {
+        Record::ToolCall {
+            grant_id: Some("0000000a-aaaa-4bbb-8ccc-dddddddddddd".into()),
+            principal: "you@example.com".into(),
+            session: Some("laptop".into()),
+            tool: "bash".into(),
+            outcome: Outcome::Ok,
+            duration_ms: n,
+            args: None,
+        }
+    }
+
+    fn created() -> Record {
+        Record::Lifecycle {
+            event: LifecycleEvent::Created,
+            grant_id: "0000000a-aaaa-4bbb-8ccc-dddddddddddd".into(),
+            principal: "you@example.com".into(),
+            previous_principal: None,
+            profile: "observe".into(),
+            runtime: "wss://pod.example:8090".into(),
+            session: "laptop".into(),
+            ttl_secs: Some(3600),
+            reason: None,
+        }
+    }
+
+    fn lines(path: &Path) -> Vec<Value> {
+        fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("every line is JSON"))
+            .collect()
+    }
+
+    #[test]
+    fn records_are_json_lines_in_order() {
+        let tmp = TempDir::new("order");
+        let (audit, guard) = start(
+            &tmp.0,
+            &timing(Duration::from_secs(3600)),
+            &Limits::default(),
+        )
+        .unwrap();
+        for n in 0..100 {
+            audit.record(call(n));
+        }
+        drop(guard);
+        let path = tmp.0.join(FILE_NAME);
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let got = lines(&path);
+        assert_eq!(got.len(), 100);
+        for (n, line) in got.iter().enumerate() {
+            assert_eq!(line["kind"], "tool_call");
+            assert_eq!(line["duration_ms"], n as u64);
+            assert_eq!(line["outcome"], "ok");
+            assert!(line["ts"].as_str().unwrap().ends_with('Z'));
+            assert!(line["ts_ms"].as_u64().unwrap() > 1_700_000_000_000);
+        }
+    }
+
+    #[test]
+    fn durable_record_is_on_disk_when_it_returns() {
+        let tmp = TempDir::new("durable");
+        // An hour-long interval: only the durable request can make these lines appear.
+        let (audit, guard) = start(
+            &tmp.0,
+            &timing(Duration::from_secs(3600)),
+            &Limits::default(),
+        )
+        .unwrap();
+        audit.record(call(1));
+        let a = audit.clone();
+        within(move || a.record_durable(created())).unwrap();
+        let got = lines(&tmp.0.join(FILE_NAME));
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0]["kind"], "tool_call");
+        assert_eq!(got[1]["event"], "created");
+        assert_eq!(got[1]["ttl_secs"], 3600);
+        assert!(got[1].get("reason").is_none());
+        drop(guard);
+    }
+
+    #[test]
+    fn lines_carry_exactly_the_documented_fields() {
+        // If a field is ever added it must be added here on purpose (and must not be a secret).
+        let keys = |rec: Record| -> Vec<String> {
+            let v: Value = serde_json::from_str(&rec.to_line(0)).unwrap();
+            v.as_object().unwrap().keys().cloned().collect()
+        };
+        let mut full = created();
+        if let Record::Lifecycle {
+            previous_principal,
+            reason,
+            ..
+        } = &mut full
+        {
+            *previous_principal = Some("old@example.com".into());
+            *reason = Some("deadline".into());
+        }
+        let mut lifecycle = keys(full);
+        lifecycle.sort();
+        assert_eq!(
+            lifecycle,
+            [
+                "event",
+                "grant_id",
+                "kind",
+                "previous_principal",
+                "principal",
+                "profile",
+                "reason",
+                "runtime",
+                "session",
+                "ts",
+                "ts_ms",
+                "ttl_secs"
+            ]
+        );
+        let mut tool = keys(Record::ToolCall {
+            grant_id: Some("0000000a-aaaa-4bbb-8ccc-dddddddddddd".into()),
+            principal: "you@example.com".into(),
+            session: Some("laptop".into()),
+            tool: "bash".into(),
+            outcome: Outcome::ToolError,
+            duration_ms: 5,
+            args: Some(serde_json::json!({"command": "ls"})),
+        });
+        tool.sort();
+        assert_eq!(
+            tool,
+            [
+                "args",
+                "duration_ms",
+                "grant_id",
+                "kind",
+                "outcome",
+                "principal",
+                "session",
+                "tool",
+                "ts",
+                "ts_ms"
+            ]
+        );
+        let line = created().to_line(1_796_040_000_123);
+        assert!(!line.to_lowercase().contains("secret"), "{line}");
+        assert!(line.contains("\"ts\":\"2026-11-30T12:00:00Z\""), "{line}");
+    }
+
+    #[test]
+    fn rotation_keeps_exactly_keep_files_and_loses_nothing_after_them() {
+        let tmp = TempDir::new("rotate");
+        let line_len = call(1000).to_line(now_ms()).len() as u64 + 1;
+        let limits = Limits {
+            // Three lines a file.
+            audit_rotate_bytes: line_len * 3 + 1,
+            audit_keep: 2,
+            ..Limits::default()
+        };
+        let (audit, guard) = start(&tmp.0, &timing(Duration::from_millis(1)), &limits).unwrap();
+        // 3 files × 3 lines hold the newest 9 records; write exactly that many.
+        for n in 1000..1009 {
+            audit.record(call(n));
+        }
+        let a = audit.clone();
+        within(move || a.sync()).unwrap();
+        let mut names: Vec<String> = fs::read_dir(&tmp.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["audit.jsonl", "audit.jsonl.1", "audit.jsonl.2"]);
+        let mut seen = Vec::new();
+        for name in ["audit.jsonl.2", "audit.jsonl.1", "audit.jsonl"] {
+            let path = tmp.0.join(name);
+            assert!(fs::metadata(&path).unwrap().len() <= limits.audit_rotate_bytes);
+            assert_eq!(
+                fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+                0o600
+            );
+            seen.extend(
+                lines(&path)
+                    .iter()
+                    .map(|l| l["duration_ms"].as_u64().unwrap()),
+            );
+        }
+        assert_eq!(seen, (1000..1009).collect::<Vec<_>>());
+        // One more record (bound + 1) rotates again: the oldest file goes, still 2 kept.
+        audit.record(call(1009));
+        drop(guard);
+        let mut seen = Vec::new();
+        for name in ["audit.jsonl.2", "audit.jsonl.1", "audit.jsonl"] {
+            seen.extend(
+                lines(&tmp.0.join(name))
+                    .iter()
+                    .map(|l| l["duration_ms"].as_u64().unwrap()),
+            );
+        }
+        assert_eq!(seen, (1003..1010).collect::<Vec<_>>());
+        assert!(!tmp.0.join("audit.jsonl.3").exists());
+    }
+
+    #[test]
+    fn an_oversized_line_gets_a_file_of_its_own() {
+        let tmp = TempDir::new("huge");
+        let limits = Limits {
+            audit_rotate_bytes: 64,
+            audit_keep: 3,
+            ..Limits::default()
+        };
+        let (audit, guard) = start(&tmp.0, &timing(Duration::from_millis(1)), &limits).unwrap();
+        audit.record(call(1));
+        audit.record(call(2));
+        drop(guard);
+        assert_eq!(lines(&tmp.0.join("audit.jsonl.1")).len(), 1);
+        assert_eq!(lines(&tmp.0.join("audit.jsonl"))[0]["duration_ms"], 2);
+    }
+
+    #[test]
+    fn record_never_blocks_on_a_stalled_writer() {
+        let tmp = TempDir::new("stall");
+        let gate = Arc::new(Mutex::new(()));
+        let mut writer = Writer::new(
+            &tmp.0,
+            &timing(Duration::from_millis(1)),
+            &Limits::default(),
+        )
+        .unwrap();
+        writer.gate = Some(Arc::clone(&gate));
+        let (audit, guard) = start_with(writer).unwrap();
+        let held = gate.lock().unwrap();
+        let a = audit.clone();
+        // The writer cannot take a batch while we hold the gate; recording still returns.
+        within(move || {
+            for n in 0..10_000 {
+                a.record(call(n));
+            }
+        });
+        drop(held);
+        let a = audit.clone();
+        within(move || a.sync()).unwrap();
+        assert_eq!(lines(&tmp.0.join(FILE_NAME)).len(), 10_000);
+        drop(guard);
+    }
+
+    #[test]
+    fn group_commit_fsyncs_per_interval_and_for_each_durable_batch() {
+        let tmp = TempDir::new("group");
+        let (fs_tx, fs_rx) = crossbeam_channel::unbounded();
+        let mut w = Writer::new(
+            &tmp.0,
+            &timing(Duration::from_secs(3600)),
+            &Limits::default(),
+        )
+        .unwrap();
+        w.fsynced = Some(fs_tx);
+        // Plain records inside the interval: written, not fsynced.
+        for n in 0..3 {
+            assert!(!w.handle(&mut vec![Msg::Record(0, call(n))]));
+        }
+        assert_eq!(fs_rx.try_iter().count(), 0);
+        assert_eq!(lines(&tmp.0.join(FILE_NAME)).len(), 3);
+        // A batch holding a durable request is fsynced before it is answered.
+        let (reply_tx, reply_rx) = crossbeam_channel::bounded(1);
+        w.handle(&mut vec![
+            Msg::Record(0, call(3)),
+            Msg::Durable(0, created(), reply_tx),
+            Msg::Record(0, call(4)),
+        ]);
+        assert_eq!(fs_rx.try_iter().count(), 1);
+        assert_eq!(reply_rx.try_recv().unwrap(), Ok(()));
+        // A zero interval has elapsed at once: every batch is fsynced.
+        w.fsync_interval = Duration::ZERO;
+        w.handle(&mut vec![Msg::Record(0, call(5))]);
+        w.handle(&mut vec![Msg::Record(0, call(6))]);
+        assert_eq!(fs_rx.try_iter().count(), 2);
+    }
+
+    #[test]
+    fn a_lone_record_is_fsynced_when_the_interval_runs_out() {
+        let tmp = TempDir::new("timer");
+        let (fs_tx, fs_rx) = crossbeam_channel::unbounded();
+        let mut w = Writer::new(
+            &tmp.0,
+            &timing(Duration::from_millis(20)),
+            &Limits::default(),
+        )
+        .unwrap();
+        w.fsynced = Some(fs_tx);
+        let (audit, guard) = start_with(w).unwrap();
+        audit.record(call(1));
+        // Nothing else arrives: only the writer's own deadline can cause this fsync.
+        fs_rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the interval fsync never happened");
+        assert_eq!(lines(&tmp.0.join(FILE_NAME)).len(), 1);
+        drop(guard);
+    }
+
+    #[test]
+    fn dropping_the_guard_flushes_and_later_records_fail_cleanly() {
+        let tmp = TempDir::new("drop");
+        let (audit, guard) = start(
+            &tmp.0,
+            &timing(Duration::from_secs(3600)),
+            &Limits::default(),
+        )
+        .unwrap();
+        for n in 0..5 {
+            audit.record(call(n));
+        }
+        within(move || drop(guard));
+        assert_eq!(lines(&tmp.0.join(FILE_NAME)).len(), 5);
+        audit.record(call(6));
+        assert!(audit.record_durable(created()).is_err());
+        assert!(audit.sync().is_err());
+    }
+
+    #[test]
+    fn appends_to_an_existing_file_and_narrows_its_mode() {
+        let tmp = TempDir::new("append");
+        let path = tmp.0.join(FILE_NAME);
+        fs::write(&path, format!("{}\n", call(0).to_line(0))).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        let (audit, guard) = start(&tmp.0, &Timing::default(), &Limits::default()).unwrap();
+        audit.record(call(1));
+        drop(guard);
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(lines(&path).len(), 2);
+    }
+
+    #[test]
+    fn missing_state_dir_is_a_clear_error() {
+        let tmp = TempDir::new("nodir");
+        let err = start(
+            &tmp.0.join("absent"),
+            &Timing::default(),
+            &Limits::default(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("cannot open"), "{err}");
+    }
+
+    #[test]
+    fn discard_records_nothing() {
+        let audit = Audit::discard();
+        audit.record(call(1));
+        assert!(audit.record_durable(created()).is_ok());
+        assert!(audit.sync().is_ok());
     }
 }

@@ -509,19 +509,20 @@ impl GrantThread {
                 warn!("grant {}: poll failed: {e}", self.spec.id);
                 Exit::Shutdown
             })?;
-            while let Ok(cmd) = self.commands.try_recv() {
-                match cmd {
+            // The first command decides: a renew dials now, an end or shutdown stops.
+            if let Ok(cmd) = self.commands.try_recv() {
+                return match cmd {
                     Command::Renew {
                         secret,
                         deadline,
                         principal,
                     } => {
                         self.apply_renew(secret, deadline, principal);
-                        return Ok(true);
+                        Ok(true)
                     }
-                    Command::End(reason) => return Err(Exit::End(reason)),
-                    Command::Shutdown => return Err(Exit::Shutdown),
-                }
+                    Command::End(reason) => Err(Exit::End(reason)),
+                    Command::Shutdown => Err(Exit::Shutdown),
+                };
             }
         }
     }

@@ -379,13 +379,13 @@ impl GrantEvents for Events {
 
     fn tool_call(&self, ev: CallEvent) {
         if let Some(reg) = self.registry.upgrade() {
-            reg.metrics.tool_call(&ev.tool, ev.outcome.as_str());
+            reg.metrics.tool_call(&ev.tool, ev.outcome);
             reg.audit.record(Record::ToolCall {
                 grant_id: Some(ev.grant_id),
                 principal: ev.principal,
                 session: Some(ev.session),
                 tool: ev.tool,
-                outcome: ev.outcome.as_str(),
+                outcome: ev.outcome,
                 duration_ms: ev.duration.as_millis() as u64,
                 args: ev.arguments,
             });
@@ -732,11 +732,13 @@ impl Registry {
     }
 
     /// Start the thread of every persisted live grant under its id. Returns how many.
-    pub fn resume(&self) -> usize {
+    /// An unreadable grants file is an error: starting anyway would later overwrite grants
+    /// we could not read.
+    pub fn resume(&self) -> Result<usize, Error> {
         let Some(store) = &self.store else {
-            return 0;
+            return Ok(0);
         };
-        let report = store.load(now_unix());
+        let report = store.load(now_unix())?;
         for (which, why) in &report.dropped {
             warn!("dropped persisted grant {which}: {why}");
         }
@@ -781,7 +783,7 @@ impl Registry {
         if resumed > 0 {
             info!("resumed {resumed} persisted grant(s)");
         }
-        resumed
+        Ok(resumed)
     }
 
     /// Stop every grant thread (close 1001), keep live grants on disk, refuse new ones.

@@ -1,43 +1,812 @@
-//! STUB (replaced by the `store` branch): grants.json persistence.
+//! `grants.json`: the on-disk store of live grants and their attach secrets. Owns the
+//! file format, its atomic fsynced replacement, the 0700/0600 modes, and the drop rules
+//! applied when grants are loaded at start.
+//!
+//! This box has no keychain, so this file *is* the secret store: it is the only place an
+//! attach secret is ever written, its mode is enforced on every load, and nothing read
+//! from it (other than a well-formed grant id) ever reaches a log line.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
 
 use crate::error::Error;
+use crate::profiles::Profile;
 use crate::secret::Secret;
 
-#[derive(Clone, Debug)]
+/// Name of the grant store inside the state dir.
+pub const FILE_NAME: &str = "grants.json";
+/// The only file format version this build reads and writes.
+pub const FORMAT_VERSION: u64 = 1;
+/// Mode of the state dir: only the daemon's user may list or enter it.
+pub const DIR_MODE: u32 = 0o700;
+/// Mode of `grants.json` (and its temp file): it holds attach secrets.
+pub const FILE_MODE: u32 = 0o600;
+/// Prefix of the temp file a save writes before renaming it over `grants.json`.
+const TMP_PREFIX: &str = "grants.json.tmp-";
+
+/// One live grant as persisted. `Debug` is safe: [`Secret`] masks itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredGrant {
+    /// Lowercase UUID (8-4-4-4-12 hex).
     pub id: String,
     pub runtime: String,
     pub session: String,
+    /// `owner`, `desktop` or `observe`.
     pub profile: String,
     pub principal: String,
+    /// Unix seconds.
     pub created_at: u64,
+    /// Unix seconds; the grant is dead at this instant (`expires_at <= now`).
     pub expires_at: u64,
     pub secret: Secret,
 }
 
+/// What [`GrantStore::load`] (or [`parse`]) found.
 #[derive(Debug, Default)]
 pub struct LoadReport {
+    /// Grants to resume, in file order.
     pub grants: Vec<StoredGrant>,
+    /// `(grant id, or "#<index>" when the id itself is unusable, or "grants.json" for the
+    /// whole file; reason)`. Reasons never contain values read from the file.
     pub dropped: Vec<(String, String)>,
+    /// Where an unparseable `grants.json` was moved so nothing is silently lost.
+    pub set_aside: Option<PathBuf>,
 }
 
+/// The grant store in one state dir. Saves are serialised by an internal lock, so two
+/// threads saving at once each leave a complete file (the later one wins).
 #[derive(Debug)]
 pub struct GrantStore {
-    path: PathBuf,
+    dir: PathBuf,
+    save_lock: Mutex<()>,
+}
+
+/// Distinguishes temp files of concurrent saves from different stores in one process.
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+#[derive(Serialize)]
+struct WireFile<'a> {
+    version: u64,
+    grants: Vec<WireGrant<'a>>,
+}
+
+/// The serialised shape of a grant. Private so that [`Secret`] never gains `Serialize`:
+/// this file is the one place an attach secret is written as a plain string.
+#[derive(Serialize)]
+struct WireGrant<'a> {
+    id: &'a str,
+    runtime: &'a str,
+    session: &'a str,
+    profile: &'a str,
+    principal: &'a str,
+    created_at: u64,
+    expires_at: u64,
+    secret: &'a str,
 }
 
 impl GrantStore {
+    /// Open (creating it 0700 if needed) the state dir. An existing dir with a wider mode
+    /// is narrowed to 0700 and a warning logged. Leftover temp files of an interrupted
+    /// save are removed, since they may hold secrets.
     pub fn open(state_dir: &Path) -> Result<GrantStore, Error> {
+        ensure_private_dir(state_dir)?;
+        remove_stale_temps(state_dir);
         Ok(GrantStore {
-            path: state_dir.join("grants.json"),
+            dir: state_dir.to_path_buf(),
+            save_lock: Mutex::new(()),
         })
     }
-    pub fn load(&self, _now_unix: u64) -> LoadReport {
-        let _ = &self.path;
-        LoadReport::default()
+
+    /// Path of `grants.json`.
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(FILE_NAME)
     }
-    pub fn save(&self, _grants: &[StoredGrant]) -> Result<(), Error> {
-        Ok(())
+
+    /// Read `grants.json` and keep the grants that may resume at `now_unix`. A missing file
+    /// is an empty store. A file wider than 0600 is narrowed first (and logged). A file that
+    /// is not a valid store is renamed to `grants.json.corrupt-<unix>` and every grant in it
+    /// counted as dropped. Each dropped grant is logged at warn, without its secret.
+    ///
+    /// Errors only when the file exists but cannot be inspected, narrowed, read or moved
+    /// aside: the daemon must not start and later overwrite grants it could not read.
+    pub fn load(&self, now_unix: u64) -> Result<LoadReport, Error> {
+        let path = self.path();
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(LoadReport::default()),
+            Err(e) => return Err(Error::io(format!("cannot inspect {}", path.display()), e)),
+        };
+        if !meta.file_type().is_file() {
+            return Err(Error::Config(format!(
+                "{} is not a regular file; move it out of the way so handnode can keep its grants there",
+                path.display()
+            )));
+        }
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & !FILE_MODE != 0 {
+            fs::set_permissions(&path, fs::Permissions::from_mode(FILE_MODE)).map_err(|e| {
+                Error::io(
+                    format!(
+                        "cannot narrow {} to mode 0600 (it holds secrets)",
+                        path.display()
+                    ),
+                    e,
+                )
+            })?;
+            log::warn!(
+                "{} had mode {mode:04o}; narrowed to 0600 because it holds attach secrets",
+                path.display()
+            );
+        }
+        let bytes =
+            fs::read(&path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        let report = match parse(&bytes, now_unix) {
+            Ok(report) => report,
+            Err(why) => {
+                let aside = self.set_aside(now_unix)?;
+                log::warn!(
+                    "{} is not a valid grant store ({why}); moved to {}, no grants resumed",
+                    path.display(),
+                    aside.display()
+                );
+                LoadReport {
+                    grants: Vec::new(),
+                    dropped: vec![(FILE_NAME.to_string(), why)],
+                    set_aside: Some(aside),
+                }
+            }
+        };
+        for (id, reason) in &report.dropped {
+            if id != FILE_NAME {
+                log::warn!("stored grant {id} dropped: {reason}");
+            }
+        }
+        Ok(report)
+    }
+
+    /// Replace `grants.json` with exactly `grants`: written to a 0600 temp file in the
+    /// same dir, fsynced, renamed over the old file, and the dir fsynced, so a crash leaves
+    /// either the old or the new file, never a torn one. Returns once it is durable.
+    pub fn save(&self, grants: &[StoredGrant]) -> Result<(), Error> {
+        let body = encode(grants);
+        let _guard = self.save_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let tmp = self.dir.join(format!(
+            "{TMP_PREFIX}{}-{}",
+            std::process::id(),
+            TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let result = write_durably(&tmp, &body).and_then(|()| {
+            fs::rename(&tmp, self.path())
+                .map_err(|e| Error::io(format!("cannot rename {} into place", tmp.display()), e))
+        });
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result?;
+        sync_dir(&self.dir)
+    }
+
+    /// Move an unreadable store aside under a name that does not exist yet.
+    fn set_aside(&self, now_unix: u64) -> Result<PathBuf, Error> {
+        let base = format!("{FILE_NAME}.corrupt-{now_unix}");
+        let mut aside = self.dir.join(&base);
+        let mut n = 1;
+        while aside.exists() {
+            aside = self.dir.join(format!("{base}.{n}"));
+            n += 1;
+        }
+        fs::rename(self.path(), &aside).map_err(|e| {
+            Error::io(
+                format!("cannot move the unreadable {} aside", self.path().display()),
+                e,
+            )
+        })?;
+        sync_dir(&self.dir)?;
+        Ok(aside)
+    }
+}
+
+/// The bytes `save` writes for `grants`.
+fn encode(grants: &[StoredGrant]) -> Vec<u8> {
+    let file = WireFile {
+        version: FORMAT_VERSION,
+        grants: grants
+            .iter()
+            .map(|g| WireGrant {
+                id: &g.id,
+                runtime: &g.runtime,
+                session: &g.session,
+                profile: &g.profile,
+                principal: &g.principal,
+                created_at: g.created_at,
+                expires_at: g.expires_at,
+                secret: g.secret.expose(),
+            })
+            .collect(),
+    };
+    let mut body = serde_json::to_vec_pretty(&file).expect("strings and integers serialise");
+    body.push(b'\n');
+    body
+}
+
+/// Parse a store's bytes and apply the drop rules at `now_unix`. Pure: no I/O, no logging,
+/// so a fuzz target can call it. `Err` means the whole file is unusable (not JSON, not an
+/// object, no `grants` array, unknown `version`) and says why; otherwise each entry is
+/// kept or dropped on its own. Unknown fields, at either level, are ignored.
+pub fn parse(bytes: &[u8], now_unix: u64) -> Result<LoadReport, String> {
+    let root: Value = serde_json::from_slice(bytes).map_err(|e| {
+        // Only the position: serde's message can quote file content.
+        format!("not valid JSON (line {}, column {})", e.line(), e.column())
+    })?;
+    let root = root
+        .as_object()
+        .ok_or_else(|| "top level is not a JSON object".to_string())?;
+    match root.get("version") {
+        Some(v) if v.as_u64() == Some(FORMAT_VERSION) => {}
+        Some(_) => {
+            return Err(format!(
+                "version is not {FORMAT_VERSION} (written by another handnode version?)"
+            ))
+        }
+        None => return Err("version field missing".to_string()),
+    }
+    let entries = root
+        .get("grants")
+        .and_then(Value::as_array)
+        .ok_or_else(|| "grants field missing or not an array".to_string())?;
+
+    let mut report = LoadReport::default();
+    for (index, entry) in entries.iter().enumerate() {
+        let label = entry
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|id| is_grant_id(id))
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("#{index}"));
+        match entry_to_grant(entry, now_unix) {
+            Ok(grant) if report.grants.iter().any(|g| g.id == grant.id) => {
+                report.dropped.push((label, "duplicate id".to_string()));
+            }
+            Ok(grant) => report.grants.push(grant),
+            Err(reason) => report.dropped.push((label, reason)),
+        }
+    }
+    Ok(report)
+}
+
+/// One entry → a grant that may resume, or why it may not. Reasons name fields, never
+/// their values.
+fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
+    let obj = entry
+        .as_object()
+        .ok_or_else(|| "entry is not a JSON object".to_string())?;
+    let id = string_field(obj, "id")?;
+    if !is_grant_id(id) {
+        return Err("id is not a lowercase UUID".to_string());
+    }
+    let runtime = string_field(obj, "runtime")?;
+    if !is_ws_url(runtime) {
+        return Err("runtime is not a ws:// or wss:// URL with a host".to_string());
+    }
+    let session = string_field(obj, "session")?;
+    if !is_session(session) {
+        return Err("session does not match [a-z0-9-]{1,32}".to_string());
+    }
+    let profile = string_field(obj, "profile")?;
+    if profile.parse::<Profile>().is_err() {
+        return Err("profile is not one of owner, desktop, observe".to_string());
+    }
+    let principal = string_field(obj, "principal")?;
+    let created_at = u64_field(obj, "created_at")?;
+    let expires_at = u64_field(obj, "expires_at")?;
+    let secret = string_field(obj, "secret")?;
+    if secret.is_empty() {
+        return Err("secret is empty".to_string());
+    }
+    if secret.chars().any(char::is_control) {
+        // It is sent as an HTTP header value.
+        return Err("secret contains control characters".to_string());
+    }
+    if expires_at <= now_unix {
+        return Err("expired".to_string());
+    }
+    Ok(StoredGrant {
+        id: id.to_string(),
+        runtime: runtime.to_string(),
+        session: session.to_string(),
+        profile: profile.to_string(),
+        principal: principal.to_string(),
+        created_at,
+        expires_at,
+        secret: Secret::new(secret),
+    })
+}
+
+fn string_field<'a>(obj: &'a Map<String, Value>, name: &str) -> Result<&'a str, String> {
+    obj.get(name)
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("{name} missing or not a string"))
+}
+
+fn u64_field(obj: &Map<String, Value>, name: &str) -> Result<u64, String> {
+    obj.get(name)
+        .and_then(Value::as_u64)
+        .ok_or_else(|| format!("{name} missing or not a non-negative integer"))
+}
+
+/// Lowercase 8-4-4-4-12 hex, the shape of the ids handnode issues.
+pub fn is_grant_id(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, &c)| match i {
+            8 | 13 | 18 | 23 => c == b'-',
+            _ => c.is_ascii_digit() || (b'a'..=b'f').contains(&c),
+        })
+}
+
+fn is_session(s: &str) -> bool {
+    (1..=32).contains(&s.len())
+        && s.bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+}
+
+/// A sanity check only; the admin API validated the URL fully before it was stored.
+fn is_ws_url(s: &str) -> bool {
+    let rest = s.strip_prefix("ws://").or_else(|| s.strip_prefix("wss://"));
+    matches!(rest, Some(r) if !r.is_empty() && !r.starts_with('/'))
+}
+
+/// Create `dir` (and parents) 0700, or narrow an existing one to 0700.
+fn ensure_private_dir(dir: &Path) -> Result<(), Error> {
+    match fs::metadata(dir) {
+        Ok(meta) if !meta.is_dir() => Err(Error::Config(format!(
+            "state dir {} exists but is not a directory; point the state dir elsewhere or remove it",
+            dir.display()
+        ))),
+        Ok(meta) => {
+            let mode = meta.permissions().mode() & 0o7777;
+            if mode & !DIR_MODE != 0 {
+                fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE)).map_err(|e| {
+                    Error::io(
+                        format!("cannot narrow state dir {} to mode 0700", dir.display()),
+                        e,
+                    )
+                })?;
+                log::warn!(
+                    "state dir {} had mode {mode:04o}; narrowed to 0700 because it holds attach secrets",
+                    dir.display()
+                );
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::DirBuilder::new()
+            .recursive(true)
+            .mode(DIR_MODE)
+            .create(dir)
+            .map_err(|e| {
+                Error::io(
+                    format!(
+                        "cannot create state dir {} (check its parent is writable)",
+                        dir.display()
+                    ),
+                    e,
+                )
+            }),
+        Err(e) => Err(Error::io(
+            format!("cannot inspect state dir {}", dir.display()),
+            e,
+        )),
+    }
+}
+
+fn remove_stale_temps(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(TMP_PREFIX) {
+            match fs::remove_file(entry.path()) {
+                Ok(()) => log::info!(
+                    "removed {} left by an interrupted save",
+                    entry.path().display()
+                ),
+                Err(e) => log::warn!("cannot remove {}: {e}", entry.path().display()),
+            }
+        }
+    }
+}
+
+fn write_durably(path: &Path, body: &[u8]) -> Result<(), Error> {
+    let ctx = |what: &str| format!("cannot {what} {}", path.display());
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .open(path)
+        .map_err(|e| Error::io(ctx("create"), e))?;
+    file.write_all(body)
+        .map_err(|e| Error::io(ctx("write"), e))?;
+    file.sync_all().map_err(|e| Error::io(ctx("fsync"), e))
+}
+
+/// Make a rename or create in `dir` durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), Error> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(format!("cannot fsync dir {}", dir.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A fresh dir under the system temp dir, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(tag: &str) -> Self {
+            static N: AtomicU64 = AtomicU64::new(0);
+            let path = std::env::temp_dir().join(format!(
+                "handnode-persist-{tag}-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            let _ = fs::remove_dir_all(&path);
+            TempDir(path)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    const NOW: u64 = 1_796_040_000;
+
+    fn grant(n: u8, expires_at: u64) -> StoredGrant {
+        StoredGrant {
+            id: format!("0000000{n}-aaaa-4bbb-8ccc-dddddddddddd"),
+            runtime: "wss://pod.example:8090".into(),
+            session: format!("s{n}"),
+            profile: "observe".into(),
+            principal: "you@example.com".into(),
+            created_at: NOW - 10,
+            expires_at,
+            secret: Secret::new(format!("sekrit-value-{n}")),
+        }
+    }
+
+    fn mode(path: &Path) -> u32 {
+        fs::metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    fn entry_json(g: &StoredGrant) -> Value {
+        serde_json::json!({
+            "id": g.id, "runtime": g.runtime, "session": g.session, "profile": g.profile,
+            "principal": g.principal, "created_at": g.created_at, "expires_at": g.expires_at,
+            "secret": g.secret.expose(),
+        })
+    }
+
+    fn file_with(entries: Vec<Value>) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({"version": 1, "grants": entries})).unwrap()
+    }
+
+    #[test]
+    fn round_trip_and_modes() {
+        let tmp = TempDir::new("rt");
+        let dir = tmp.0.join("nested/state");
+        let store = GrantStore::open(&dir).unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        let grants = vec![grant(1, NOW + 100), grant(2, NOW + 200)];
+        store.save(&grants).unwrap();
+        assert_eq!(mode(&store.path()), 0o600);
+        let report = store.load(NOW).unwrap();
+        assert_eq!(report.grants, grants);
+        assert!(report.dropped.is_empty());
+        // Only grants.json remains: no temp file lingers.
+        let names: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from(FILE_NAME)]);
+    }
+
+    #[test]
+    fn missing_file_is_empty() {
+        let tmp = TempDir::new("missing");
+        let store = GrantStore::open(&tmp.0).unwrap();
+        let report = store.load(NOW).unwrap();
+        assert!(report.grants.is_empty() && report.dropped.is_empty());
+        assert!(report.set_aside.is_none());
+    }
+
+    #[test]
+    fn wide_dir_and_file_are_narrowed() {
+        let tmp = TempDir::new("wide");
+        fs::create_dir_all(&tmp.0).unwrap();
+        fs::set_permissions(&tmp.0, fs::Permissions::from_mode(0o755)).unwrap();
+        let store = GrantStore::open(&tmp.0).unwrap();
+        assert_eq!(mode(&tmp.0), 0o700);
+        store.save(&[grant(1, NOW + 5)]).unwrap();
+        fs::set_permissions(store.path(), fs::Permissions::from_mode(0o644)).unwrap();
+        let report = store.load(NOW).unwrap();
+        assert_eq!(mode(&store.path()), 0o600);
+        assert_eq!(report.grants.len(), 1);
+    }
+
+    #[test]
+    fn state_dir_that_is_a_file_is_refused() {
+        let tmp = TempDir::new("notdir");
+        fs::write(&tmp.0, b"x").unwrap();
+        let err = GrantStore::open(&tmp.0).unwrap_err();
+        assert!(err.to_string().contains("not a directory"), "{err}");
+        fs::remove_file(&tmp.0).unwrap();
+    }
+
+    #[test]
+    fn expiry_bound() {
+        let bytes = file_with(vec![
+            entry_json(&grant(1, NOW)),
+            entry_json(&grant(2, NOW + 1)),
+            entry_json(&grant(3, NOW - 1)),
+        ]);
+        let report = parse(&bytes, NOW).unwrap();
+        assert_eq!(report.grants.len(), 1);
+        assert_eq!(report.grants[0].expires_at, NOW + 1);
+        assert_eq!(
+            report.dropped,
+            vec![
+                (grant(1, 0).id, "expired".to_string()),
+                (grant(3, 0).id, "expired".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn each_malformed_entry_is_dropped_alone() {
+        let good = grant(1, NOW + 60);
+        let base = entry_json(&good);
+        let with = |field: &str, value: Value| {
+            let mut e = base.clone();
+            e[field] = value;
+            e
+        };
+        let without = |field: &str| {
+            let mut e = base.clone();
+            e.as_object_mut().unwrap().remove(field);
+            e
+        };
+        let cases: Vec<(Value, &str)> = vec![
+            (without("secret"), "secret missing or not a string"),
+            (with("secret", Value::from("")), "secret is empty"),
+            (
+                with("secret", Value::from("a\r\nb")),
+                "secret contains control characters",
+            ),
+            (
+                with("secret", Value::from(42)),
+                "secret missing or not a string",
+            ),
+            (
+                without("expires_at"),
+                "expires_at missing or not a non-negative integer",
+            ),
+            (
+                with("expires_at", Value::from("soon")),
+                "expires_at missing or not a non-negative integer",
+            ),
+            (
+                with("created_at", Value::from(-1)),
+                "created_at missing or not a non-negative integer",
+            ),
+            (
+                with("profile", Value::from("sandbox")),
+                "profile is not one of owner, desktop, observe",
+            ),
+            (
+                with("profile", Value::from("Owner")),
+                "profile is not one of owner, desktop, observe",
+            ),
+            (
+                with("session", Value::from("Bad Session")),
+                "session does not match [a-z0-9-]{1,32}",
+            ),
+            (
+                with("session", Value::from("a".repeat(33))),
+                "session does not match [a-z0-9-]{1,32}",
+            ),
+            (
+                with("runtime", Value::from("http://pod")),
+                "runtime is not a ws:// or wss:// URL with a host",
+            ),
+            (without("principal"), "principal missing or not a string"),
+            (Value::from("just a string"), "entry is not a JSON object"),
+        ];
+        for (entry, reason) in cases {
+            // The good grant keeps its place after every bad one.
+            let mut good2 = good.clone();
+            good2.id = "ffffffff-aaaa-4bbb-8ccc-dddddddddddd".into();
+            let report = parse(&file_with(vec![entry, entry_json(&good2)]), NOW).unwrap();
+            assert_eq!(report.grants, vec![good2], "{reason}");
+            assert_eq!(report.dropped.len(), 1, "{reason}");
+            assert_eq!(report.dropped[0].1, reason);
+        }
+        // A session of exactly 32 is fine (bound), 33 above is not.
+        let ok = parse(
+            &file_with(vec![with("session", Value::from("a".repeat(32)))]),
+            NOW,
+        )
+        .unwrap();
+        assert_eq!(ok.grants.len(), 1);
+    }
+
+    #[test]
+    fn bad_ids_are_labelled_by_index_and_duplicates_dropped() {
+        let mut e = entry_json(&grant(1, NOW + 60));
+        for bad in [
+            Value::from("0000000A-aaaa-4bbb-8ccc-dddddddddddd"),
+            Value::from("not-a-uuid"),
+            Value::from(7),
+        ] {
+            e["id"] = bad;
+            let report = parse(&file_with(vec![e.clone()]), NOW).unwrap();
+            assert!(report.grants.is_empty());
+            assert_eq!(report.dropped[0].0, "#0");
+        }
+        let g = entry_json(&grant(2, NOW + 60));
+        let report = parse(&file_with(vec![g.clone(), g]), NOW).unwrap();
+        assert_eq!(report.grants.len(), 1);
+        assert_eq!(
+            report.dropped,
+            vec![(grant(2, 0).id, "duplicate id".into())]
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored() {
+        let mut e = entry_json(&grant(1, NOW + 60));
+        e["future_field"] = serde_json::json!({"x": [1, 2]});
+        let bytes = serde_json::to_vec(&serde_json::json!({
+            "version": 1, "grants": [e], "written_by": "handnode 9"
+        }))
+        .unwrap();
+        assert_eq!(parse(&bytes, NOW).unwrap().grants.len(), 1);
+    }
+
+    #[test]
+    fn whole_file_rejections() {
+        for (bytes, why) in [
+            (b"{\"version\":1,\"grants\":[" as &[u8], "not valid JSON"),
+            (b"[]", "top level is not a JSON object"),
+            (b"{\"grants\":[]}", "version field missing"),
+            (b"{\"version\":2,\"grants\":[]}", "version is not 1"),
+            (
+                b"{\"version\":1,\"grants\":{}}",
+                "grants field missing or not an array",
+            ),
+            (b"\xff\xfe", "not valid JSON"),
+        ] {
+            let err = parse(bytes, NOW).unwrap_err();
+            assert!(err.starts_with(why), "{err}");
+        }
+    }
+
+    #[test]
+    fn every_truncation_is_rejected_whole_or_parsed_without_panic() {
+        let full = encode(&[grant(1, NOW + 60), grant(2, NOW + 60)]);
+        for len in 0..full.len() {
+            // A torn file must never resume a grant with a cut-off secret.
+            if let Ok(report) = parse(&full[..len], NOW) {
+                for g in report.grants {
+                    assert!(g.secret.expose().starts_with("sekrit-value-"));
+                    assert_eq!(g.secret.expose().len(), "sekrit-value-1".len());
+                }
+            }
+        }
+        assert_eq!(parse(&full, NOW).unwrap().grants.len(), 2);
+    }
+
+    #[test]
+    fn corrupt_file_is_kept_aside() {
+        let tmp = TempDir::new("corrupt");
+        let store = GrantStore::open(&tmp.0).unwrap();
+        let junk = b"{\"version\":1,\"grants\":[{\"secret\":\"sekrit-x\"";
+        fs::write(store.path(), junk).unwrap();
+        let report = store.load(NOW).unwrap();
+        assert!(report.grants.is_empty());
+        assert_eq!(report.dropped.len(), 1);
+        assert_eq!(report.dropped[0].0, FILE_NAME);
+        assert!(!report.dropped[0].1.contains("sekrit"));
+        let aside = report.set_aside.unwrap();
+        assert_eq!(aside, tmp.0.join(format!("grants.json.corrupt-{NOW}")));
+        assert_eq!(fs::read(&aside).unwrap(), junk);
+        assert!(!store.path().exists());
+        // A second corruption in the same second does not overwrite the first.
+        fs::write(store.path(), b"nope").unwrap();
+        let second = store.load(NOW).unwrap().set_aside.unwrap();
+        assert_ne!(second, aside);
+        assert_eq!(fs::read(&aside).unwrap(), junk);
+        assert_eq!(fs::read(&second).unwrap(), b"nope");
+    }
+
+    #[test]
+    fn stale_temp_files_are_removed_on_open() {
+        let tmp = TempDir::new("stale");
+        fs::create_dir_all(&tmp.0).unwrap();
+        let stale = tmp.0.join(format!("{TMP_PREFIX}1-0"));
+        fs::write(&stale, b"half a secret").unwrap();
+        GrantStore::open(&tmp.0).unwrap();
+        assert!(!stale.exists());
+    }
+
+    #[test]
+    fn file_holds_only_the_saved_grants_secrets() {
+        let tmp = TempDir::new("only");
+        let store = GrantStore::open(&tmp.0).unwrap();
+        store
+            .save(&[grant(1, NOW + 60), grant(2, NOW + 60)])
+            .unwrap();
+        store.save(&[grant(1, NOW + 60)]).unwrap();
+        let text = fs::read_to_string(store.path()).unwrap();
+        assert!(text.contains("sekrit-value-1"));
+        assert!(!text.contains("sekrit-value-2"));
+        store.save(&[]).unwrap();
+        let text = fs::read_to_string(store.path()).unwrap();
+        assert!(!text.contains("sekrit"), "{text}");
+        assert_eq!(parse(text.as_bytes(), NOW).unwrap().grants.len(), 0);
+        // Debug of a stored grant masks its secret.
+        assert!(!format!("{:?}", grant(3, 0)).contains("sekrit"));
+    }
+
+    #[test]
+    fn concurrent_saves_never_tear() {
+        let tmp = TempDir::new("race");
+        let store = Arc::new(GrantStore::open(&tmp.0).unwrap());
+        let sets: Vec<Vec<StoredGrant>> = vec![
+            (1..=3).map(|n| grant(n, NOW + 60)).collect(),
+            (4..=9).map(|n| grant(n, NOW + 60)).collect(),
+        ];
+        let (done_tx, done_rx) = crossbeam_channel::unbounded();
+        for set in sets.clone() {
+            let store = Arc::clone(&store);
+            let done_tx = done_tx.clone();
+            std::thread::spawn(move || {
+                for _ in 0..50 {
+                    store.save(&set).unwrap();
+                }
+                done_tx.send(()).unwrap();
+            });
+        }
+        // Read while the writers race: every read sees one whole set.
+        let reader_store = Arc::clone(&store);
+        let mut finished = 0;
+        let watchdog = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while finished < 2 {
+            assert!(std::time::Instant::now() < watchdog, "saves hung");
+            if done_rx.try_recv().is_ok() {
+                finished += 1;
+            }
+            if let Ok(bytes) = fs::read(reader_store.path()) {
+                let report = parse(&bytes, NOW).expect("a torn grants.json");
+                assert!(sets.contains(&report.grants));
+            }
+        }
+        let report = store.load(NOW).unwrap();
+        assert!(sets.contains(&report.grants));
+        assert_eq!(
+            fs::read_dir(&tmp.0).unwrap().count(),
+            1,
+            "a temp file leaked"
+        );
     }
 }

@@ -159,7 +159,7 @@ mod tests {
 
     #[test]
     fn wake_from_another_thread_returns_promptly() {
-        let mut poller = Poller::new().unwrap();
+        let poller = Poller::new().unwrap();
         let waker = poller.waker();
         let t = std::thread::spawn(move || waker.wake());
         let start = Instant::now();
@@ -181,7 +181,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (server, _) = listener.accept().unwrap();
-        let mut poller = Poller::new().unwrap();
+        let poller = Poller::new().unwrap();
         poller.add(&server, 7, true, false).unwrap();
         client.write_all(b"x").unwrap();
         let ready = poller.wait(Some(Duration::from_secs(10))).unwrap();
