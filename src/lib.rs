@@ -2,7 +2,9 @@
 //! revocable, by dialling into the agent's pod and serving MCP over that socket.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod audit;
+pub mod auth;
 pub mod calls;
 pub mod config;
 pub mod dial;
@@ -59,7 +61,130 @@ impl ShutdownHandle {
 /// Serve until `shutdown` fires. Returns `Err` for bad configuration (exit 2) or a
 /// runtime failure such as a dead accept loop (exit 1).
 pub fn run(config: Config, shutdown: Shutdown) -> Result<(), Error> {
-    let _ = config;
-    let _ = shutdown.receiver().recv();
-    Ok(())
+    let daemon = Daemon::start(config)?;
+    daemon.wait(&shutdown)
+}
+
+/// A started daemon. `run` is `start` + `wait`; tests use the pieces to learn the bound
+/// address first.
+pub struct Daemon {
+    admin: Option<admin::AdminServer>,
+    registry: Arc<grants::Registry>,
+    fatal: crossbeam_channel::Receiver<Error>,
+    audit_guard: Option<audit::AuditGuard>,
+    sd_notify: bool,
+}
+
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon")
+            .field("addr", &self.local_addr())
+            .finish()
+    }
+}
+
+use std::sync::Arc;
+
+impl Daemon {
+    /// Validate, open the state, listen, resume persisted grants, and report ready.
+    pub fn start(config: Config) -> Result<Daemon, Error> {
+        let policy = auth::Policy::from_config(&config);
+        policy.validate().map_err(Error::Config)?;
+        let tls = tls::client_config(config.ca_file.as_deref())?;
+        std::fs::create_dir_all(&config.state_dir).map_err(|e| {
+            Error::Config(format!(
+                "cannot create the state dir {}: {e} (set --state-dir)",
+                config.state_dir.display()
+            ))
+        })?;
+        let store = if config.persist {
+            Some(persist::GrantStore::open(&config.state_dir)?)
+        } else {
+            None
+        };
+        let (audit, audit_guard) = audit::start(&config.state_dir, &config.timing, &config.limits)?;
+        let metrics = Arc::new(metrics::Metrics::new());
+        let mut scrub_values = Vec::new();
+        scrub_values.extend(config.token.clone());
+        let host = tools::ToolHost::new(tools::ToolConfig {
+            scrub_env: vec!["HANDNODE_TOKEN".into(), "CREDENTIALS_DIRECTORY".into()],
+            scrub_values,
+            display_backend: config.display_backend,
+            max_screenshot_edge: config.max_screenshot_edge,
+        })
+        .map_err(|e| Error::io("start the process watcher", e))?;
+        let services = Arc::new(calls::Services {
+            pool: jobs::Pool::new(config.workers, config.limits.job_queue),
+            host,
+            upstream: None,
+        });
+        let registry = grants::Registry::new(
+            Arc::clone(&services),
+            store,
+            audit.clone(),
+            Arc::clone(&metrics),
+            tls,
+            grants::RegistryConfig {
+                timing: config.timing.clone(),
+                limits: config.limits.clone(),
+                audit_args: config.audit_args,
+                notify: config.notify,
+            },
+        );
+        let listener = admin::bind(config.listen, config.timing.admin_io_timeout)?;
+        let state = Arc::new(admin::AdminState::new(
+            policy,
+            Arc::clone(&registry),
+            services,
+            metrics,
+            audit,
+            config.allow_hosts.clone(),
+            config.timing.clone(),
+            config.limits.clone(),
+            config.audit_args,
+        ));
+        let (fatal_tx, fatal) = crossbeam_channel::unbounded();
+        let admin = admin::AdminServer::start(listener, Arc::clone(&state), fatal_tx)?;
+        log::info!("admin API listening on http://{}", admin.local_addr);
+        registry.resume()?;
+        state.ready.store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(Daemon {
+            admin: Some(admin),
+            registry,
+            fatal,
+            audit_guard: Some(audit_guard),
+            sd_notify: config.sd_notify,
+        })
+    }
+
+    /// Where the admin API listens (useful with `--listen 127.0.0.1:0`).
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.admin.as_ref().map(|a| a.local_addr)
+    }
+
+    /// Block until shutdown is asked or the admin server dies, then stop cleanly.
+    pub fn wait(mut self, shutdown: &Shutdown) -> Result<(), Error> {
+        let result = crossbeam_channel::select! {
+            recv(shutdown.receiver()) -> _ => Ok(()),
+            recv(self.fatal) -> e => Err(e.unwrap_or_else(|_| Error::AcceptLoop("admin server gone".into()))),
+        };
+        if result.is_ok() {
+            log::info!("shutting down");
+        }
+        let _ = self.sd_notify;
+        self.stop();
+        result
+    }
+
+    fn stop(&mut self) {
+        self.admin.take();
+        self.registry.shutdown();
+        self.audit_guard.take();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }

@@ -1,0 +1,752 @@
+//! The admin API (contract §1): tiny_http on `--listen`, the Host/Origin guard, the body
+//! cap, authentication and its throttle, the `/attach` routes, `/mcp` for the box's
+//! owner, `/metrics`, `/healthz` and `/readyz`.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use log::{debug, info, warn};
+use serde_json::{json, Value};
+use tiny_http::{Header, Method, Request, Response, Server};
+
+use crate::audit::{Audit, Record};
+use crate::auth::{client_key, is_loopback, Decision, Policy, RequestFacts, Throttle, Verdict};
+use crate::calls::{Calls, Services};
+use crate::config::{Limits, Timing};
+use crate::error::Error;
+use crate::grants::{AttachError, AttachRequest, Registry};
+use crate::jobs::Completion;
+use crate::mcp::{self, Action, Dispatcher, Outcome, ToolOutput};
+use crate::metrics::Metrics;
+use crate::profiles::Profile;
+use crate::tools::{CallContext, CallLimits, ConnCatalog};
+
+/// Threads taking requests off tiny_http's queue. Slow work (a tool call on `/mcp`) is
+/// handed to its own responder thread, so these stay free for `/healthz` and revokes.
+const HANDLER_THREADS: usize = 4;
+/// `/mcp` tool calls waiting for their result at once; past this the call is refused.
+const MAX_MCP_WAITERS: usize = 64;
+/// Slack beyond the longest tool run before a `/mcp` waiter gives up on a result.
+const MCP_RESULT_SLACK: Duration = Duration::from_secs(15);
+
+/// Bind the admin listener with the socket timeouts every accepted socket inherits
+/// (Linux copies `SO_RCVTIMEO`/`SO_SNDTIMEO` from the listener), since tiny_http sets none.
+pub fn bind(addr: SocketAddr, io_timeout: Duration) -> Result<TcpListener, Error> {
+    let listener = TcpListener::bind(addr).map_err(|source| Error::Bind {
+        addr: addr.to_string(),
+        source,
+    })?;
+    for which in [
+        rustix::net::sockopt::Timeout::Recv,
+        rustix::net::sockopt::Timeout::Send,
+    ] {
+        rustix::net::sockopt::set_socket_timeout(&listener, which, Some(io_timeout))
+            .map_err(|e| Error::io("set admin socket timeout", e.into()))?;
+    }
+    Ok(listener)
+}
+
+/// One `Mcp-Session-Id` session on `/mcp`.
+struct McpSession {
+    dispatcher: Dispatcher,
+    calls: Calls,
+    last_used: Instant,
+}
+
+/// Shared state of the admin handlers.
+pub struct AdminState {
+    pub policy: Policy,
+    pub throttle: Mutex<Throttle>,
+    pub registry: Arc<Registry>,
+    pub services: Arc<Services>,
+    pub metrics: Arc<Metrics>,
+    pub audit: Audit,
+    pub allow_hosts: Vec<String>,
+    pub timing: Timing,
+    pub limits: Limits,
+    pub audit_args: bool,
+    pub ready: AtomicBool,
+    sessions: Mutex<HashMap<String, McpSession>>,
+    waiters: AtomicUsize,
+}
+
+impl AdminState {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        policy: Policy,
+        registry: Arc<Registry>,
+        services: Arc<Services>,
+        metrics: Arc<Metrics>,
+        audit: Audit,
+        allow_hosts: Vec<String>,
+        timing: Timing,
+        limits: Limits,
+        audit_args: bool,
+    ) -> Self {
+        let throttle = Throttle::new(
+            limits.throttle_failures,
+            timing.throttle_window,
+            timing.throttle_lockout,
+            limits.throttle_table,
+        );
+        AdminState {
+            policy,
+            throttle: Mutex::new(throttle),
+            registry,
+            services,
+            metrics,
+            audit,
+            allow_hosts: allow_hosts
+                .into_iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
+            timing,
+            limits,
+            audit_args,
+            ready: AtomicBool::new(false),
+            sessions: Mutex::new(HashMap::new()),
+            waiters: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// The running admin server. Dropping it stops the handler threads.
+pub struct AdminServer {
+    server: Arc<Server>,
+    stopping: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    pub local_addr: SocketAddr,
+}
+
+impl AdminServer {
+    /// Serve on `listener`. If tiny_http's accept loop dies, the error is sent on `fatal`.
+    pub fn start(
+        listener: TcpListener,
+        state: Arc<AdminState>,
+        fatal: Sender<Error>,
+    ) -> Result<AdminServer, Error> {
+        let local_addr = listener
+            .local_addr()
+            .map_err(|e| Error::io("admin listener address", e))?;
+        let server = Server::from_listener(listener, None)
+            .map_err(|e| Error::AcceptLoop(format!("cannot start the admin server: {e}")))?;
+        let server = Arc::new(server);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let threads = (0..HANDLER_THREADS)
+            .map(|i| {
+                let server = Arc::clone(&server);
+                let state = Arc::clone(&state);
+                let stopping = Arc::clone(&stopping);
+                let fatal = fatal.clone();
+                std::thread::Builder::new()
+                    .name(format!("admin-{i}"))
+                    .spawn(move || loop {
+                        match server.recv() {
+                            Ok(request) => handle(&state, request),
+                            Err(e) => {
+                                if !stopping.load(Ordering::SeqCst) {
+                                    let _ = fatal.send(Error::AcceptLoop(e.to_string()));
+                                }
+                                return;
+                            }
+                        }
+                    })
+                    .map_err(|e| Error::io("start admin thread", e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(AdminServer {
+            server,
+            stopping,
+            threads,
+            local_addr,
+        })
+    }
+}
+
+impl Drop for AdminServer {
+    fn drop(&mut self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        for _ in &self.threads {
+            self.server.unblock();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn header(name: &str, value: &str) -> Header {
+    Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("static header is valid")
+}
+
+fn json_response(status: u16, body: &Value) -> Response<std::io::Cursor<Vec<u8>>> {
+    Response::from_data(body.to_string().into_bytes())
+        .with_status_code(status)
+        .with_header(header("Content-Type", "application/json"))
+}
+
+fn error_response(status: u16, message: &str) -> Response<std::io::Cursor<Vec<u8>>> {
+    json_response(status, &json!({ "error": message }))
+}
+
+fn request_header<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
+    request
+        .headers()
+        .iter()
+        .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
+        .map(|h| h.value.as_str())
+}
+
+/// Is `host` (a Host header value or an Origin's authority, port allowed) loopback,
+/// `localhost`, or named by `--allow-host`?
+pub fn host_allowed(host: &str, allow_hosts: &[String]) -> bool {
+    let host = host.trim().to_ascii_lowercase();
+    if host.is_empty() {
+        return false;
+    }
+    if allow_hosts.iter().any(|a| *a == host) {
+        return true;
+    }
+    let bare = if let Some(rest) = host.strip_prefix('[') {
+        match rest.split_once(']') {
+            Some((inner, tail)) if tail.is_empty() || tail.starts_with(':') => inner.to_string(),
+            _ => return false,
+        }
+    } else {
+        match host.rsplit_once(':') {
+            Some((h, port)) if !h.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => {
+                h.to_string()
+            }
+            Some(_) if host.contains("::") || host.matches(':').count() > 1 => host.clone(),
+            Some(_) => return false,
+            None => host.clone(),
+        }
+    };
+    if bare == "localhost" || bare.ends_with(".localhost") {
+        return true;
+    }
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        if is_loopback(ip) {
+            return true;
+        }
+    }
+    allow_hosts.iter().any(|a| *a == bare)
+}
+
+/// The DNS-rebinding guard: Host, and Origin when present, must be ours.
+fn guard(request: &Request, allow_hosts: &[String]) -> Result<(), &'static str> {
+    match request_header(request, "Host") {
+        Some(host) if host_allowed(host, allow_hosts) => {}
+        Some(_) => {
+            return Err(
+                "Host header must name a loopback address, localhost, or an --allow-host name",
+            )
+        }
+        None => return Err("a Host header is required"),
+    }
+    if let Some(origin) = request_header(request, "Origin") {
+        let authority = origin
+            .split_once("://")
+            .map(|(_, rest)| rest.split('/').next().unwrap_or(""))
+            .unwrap_or("");
+        if !host_allowed(authority, allow_hosts) {
+            return Err("Origin must name a loopback address, localhost, or an --allow-host name");
+        }
+    }
+    Ok(())
+}
+
+fn authenticate(state: &AdminState, request: &Request) -> Result<String, (u16, &'static str)> {
+    let peer = request
+        .remote_addr()
+        .map(|a| a.ip())
+        .unwrap_or(IpAddr::from([0, 0, 0, 0]));
+    let facts = RequestFacts::from_headers(
+        request
+            .headers()
+            .iter()
+            .map(|h| (h.field.as_str().as_str(), h.value.as_str())),
+        is_loopback(peer),
+    );
+    match state.policy.decide(&facts) {
+        Decision::Allow(principal) => Ok(principal),
+        Decision::Deny(reason) => {
+            let key = client_key(&facts, peer);
+            let verdict = state
+                .throttle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .fail(&key, Instant::now());
+            state.metrics.auth_denied();
+            match verdict {
+                Verdict::Unauthorized => {
+                    info!(
+                        "admin: denied {} {}: {reason}",
+                        request.method(),
+                        path_of(request)
+                    );
+                    Err((401, "unauthorized"))
+                }
+                Verdict::Throttled { .. } => {
+                    state.metrics.throttled();
+                    debug!("admin: throttled {} {}", request.method(), path_of(request));
+                    Err((429, "too many failed authentications; wait and retry"))
+                }
+            }
+        }
+    }
+}
+
+fn path_of(request: &Request) -> &str {
+    let url = request.url();
+    url.split('?').next().unwrap_or(url)
+}
+
+/// Read a JSON body under the cap. `Err` is the response to send.
+fn read_body(
+    request: &mut Request,
+    max: usize,
+) -> Result<Vec<u8>, Response<std::io::Cursor<Vec<u8>>>> {
+    let content_type = request_header(request, "Content-Type").unwrap_or("");
+    let mime = content_type.split(';').next().unwrap_or("").trim();
+    let has_body = request.body_length().is_some_and(|n| n > 0)
+        || request_header(request, "Transfer-Encoding").is_some();
+    if has_body && !mime.eq_ignore_ascii_case("application/json") {
+        return Err(error_response(
+            415,
+            "body must be sent with Content-Type: application/json",
+        ));
+    }
+    if request.body_length().is_some_and(|n| n > max) {
+        return Err(error_response(
+            413,
+            &format!("body larger than {max} bytes"),
+        ));
+    }
+    let mut body = Vec::new();
+    let read = request
+        .as_reader()
+        .take(max as u64 + 1)
+        .read_to_end(&mut body);
+    if read.is_err() {
+        return Err(error_response(400, "could not read the request body"));
+    }
+    if body.len() > max {
+        return Err(error_response(
+            413,
+            &format!("body larger than {max} bytes"),
+        ));
+    }
+    Ok(body)
+}
+
+fn respond(request: Request, response: Response<std::io::Cursor<Vec<u8>>>) {
+    let status = response.status_code().0;
+    let method = request.method().clone();
+    let path = path_of(&request).to_string();
+    if let Err(e) = request.respond(response) {
+        debug!("admin: {method} {path}: could not send {status}: {e}");
+    } else {
+        debug!("admin: {method} {path} -> {status}");
+    }
+}
+
+fn handle(state: &Arc<AdminState>, mut request: Request) {
+    if let Err(why) = guard(&request, &state.allow_hosts) {
+        info!(
+            "admin: refused {} {}: {why}",
+            request.method(),
+            path_of(&request)
+        );
+        return respond(request, error_response(403, why));
+    }
+    let path = path_of(&request).to_string();
+    let method = request.method().clone();
+    match path.as_str() {
+        "/healthz" => {
+            return match method {
+                Method::Get | Method::Head => respond(
+                    request,
+                    Response::from_string("ok").with_header(header("Content-Type", "text/plain")),
+                ),
+                _ => respond(request, error_response(405, "method not allowed")),
+            }
+        }
+        "/readyz" => {
+            if !matches!(method, Method::Get | Method::Head) {
+                return respond(request, error_response(405, "method not allowed"));
+            }
+            if !state.ready.load(Ordering::SeqCst) {
+                return respond(request, json_response(503, &json!({"ready": false})));
+            }
+            let (grants, attached) = state.registry.counts();
+            return respond(
+                request,
+                json_response(
+                    200,
+                    &json!({"ready": true, "grants": grants, "attached": attached}),
+                ),
+            );
+        }
+        _ => {}
+    }
+    let principal = match authenticate(state, &request) {
+        Ok(p) => p,
+        Err((status, msg)) => return respond(request, error_response(status, msg)),
+    };
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match (segments.as_slice(), &method) {
+        (["attach"], Method::Post) => {
+            let body = match read_body(&mut request, state.limits.max_body_bytes) {
+                Ok(b) => b,
+                Err(resp) => return respond(request, resp),
+            };
+            let req = match AttachRequest::parse(&body) {
+                Ok(r) => r,
+                Err(msg) => return respond(request, error_response(400, &msg)),
+            };
+            match state.registry.attach(req, &principal) {
+                Ok((view, _renewed)) => respond(request, json_response(202, &view)),
+                Err(AttachError::Mint(e)) => respond(request, error_response(502, &e.to_string())),
+                Err(AttachError::Internal(msg)) => {
+                    warn!("admin: POST /attach failed: {msg}");
+                    respond(request, error_response(500, &msg))
+                }
+                Err(AttachError::ShuttingDown) => respond(
+                    request,
+                    error_response(503, "handnode is shutting down; retry after it restarts"),
+                ),
+            }
+        }
+        (["attach"], Method::Get) => respond(
+            request,
+            json_response(200, &json!({"grants": state.registry.list()})),
+        ),
+        (["attach"], _) => respond(request, error_response(405, "method not allowed")),
+        (["attach", id], Method::Get) => match state.registry.get(id) {
+            Some(view) => respond(request, json_response(200, &view)),
+            None => respond(request, error_response(404, "no such grant")),
+        },
+        (["attach", id], Method::Delete) => {
+            if state.registry.revoke(id) {
+                respond(
+                    request,
+                    Response::from_data(Vec::new()).with_status_code(204),
+                )
+            } else {
+                respond(request, error_response(404, "no such grant"))
+            }
+        }
+        (["attach", _], _) => respond(request, error_response(405, "method not allowed")),
+        (["metrics"], Method::Get) => {
+            let text = state.metrics.render(&state.registry.states());
+            respond(
+                request,
+                Response::from_data(text.into_bytes())
+                    .with_header(header("Content-Type", "text/plain; version=0.0.4")),
+            )
+        }
+        (["metrics"], _) => respond(request, error_response(405, "method not allowed")),
+        (["mcp"], Method::Post) => mcp_post(state, request, principal),
+        (["mcp"], Method::Delete) => {
+            let Some(id) = request_header(&request, "Mcp-Session-Id").map(str::to_string) else {
+                return respond(
+                    request,
+                    error_response(400, "DELETE /mcp needs an Mcp-Session-Id header"),
+                );
+            };
+            let removed = state
+                .sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
+            match removed {
+                Some(mut session) => {
+                    session.calls.cancel_all();
+                    respond(
+                        request,
+                        Response::from_data(Vec::new()).with_status_code(204),
+                    )
+                }
+                None => respond(request, error_response(404, "unknown Mcp-Session-Id")),
+            }
+        }
+        (["mcp"], _) => respond(
+            request,
+            error_response(405, "method not allowed").with_header(header("Allow", "POST, DELETE")),
+        ),
+        _ => respond(request, error_response(404, "not found")),
+    }
+}
+
+/// Turn dispatcher actions into at most one reply and at most one call to start.
+fn apply_actions(
+    state: &AdminState,
+    principal: &str,
+    actions: Vec<Action>,
+    calls: &mut Calls,
+) -> (Option<String>, Option<PendingCall>) {
+    let mut reply = None;
+    let mut call = None;
+    for action in actions {
+        match action {
+            Action::Reply(text) => reply = Some(text),
+            Action::Call {
+                id,
+                name,
+                route,
+                arguments,
+            } => match calls.begin(&id, &name) {
+                Ok((seq, ctl)) => call = Some((id, name, route, arguments, seq, ctl)),
+                Err(refusal) => reply = Some(mcp::error_reply(&id, refusal.code, &refusal.message)),
+            },
+            Action::Cancel { id } => {
+                if let Some(c) = calls.cancel(&id) {
+                    debug!("/mcp: cancelled call {id} ({})", c.tool);
+                }
+            }
+            Action::Refused { tool, outcome } => {
+                state.metrics.tool_call(&tool, outcome);
+                state.audit.record(Record::ToolCall {
+                    grant_id: None,
+                    principal: principal.to_string(),
+                    session: None,
+                    tool,
+                    outcome,
+                    duration_ms: 0,
+                    args: None,
+                });
+            }
+        }
+    }
+    (reply, call)
+}
+
+fn new_session_id() -> String {
+    crate::grants::new_id()
+}
+
+/// `POST /mcp`: one JSON-RPC message per request, JSON replies only.
+fn mcp_post(state: &Arc<AdminState>, mut request: Request, principal: String) {
+    let body = match read_body(&mut request, state.limits.max_body_bytes) {
+        Ok(b) => b,
+        Err(resp) => return respond(request, resp),
+    };
+    let session_id = request_header(&request, "Mcp-Session-Id").map(str::to_string);
+    let catalog = ConnCatalog {
+        grant: None,
+        upstream: state.services.upstream.as_deref(),
+    };
+    let mut sessions = state.sessions.lock().unwrap_or_else(|e| e.into_inner());
+    let mut new_session = None;
+    let (reply, call) = match &session_id {
+        Some(id) => {
+            let Some(session) = sessions.get_mut(id) else {
+                drop(sessions);
+                return respond(
+                    request,
+                    error_response(404, "unknown Mcp-Session-Id; initialize again"),
+                );
+            };
+            session.last_used = Instant::now();
+            let actions = session.dispatcher.handle(&body, &catalog);
+            apply_actions(state, &principal, actions, &mut session.calls)
+        }
+        None => {
+            let mut session = McpSession {
+                dispatcher: Dispatcher::new(Profile::Owner),
+                calls: Calls::new(state.limits.max_in_flight),
+                last_used: Instant::now(),
+            };
+            let actions = session.dispatcher.handle(&body, &catalog);
+            let outcome = apply_actions(state, &principal, actions, &mut session.calls);
+            // Only a client that initializes without a session gets one; any call it made
+            // in the same message stays tracked by `session.calls` below.
+            if session.dispatcher.negotiated_version().is_some() {
+                if sessions.len() >= state.limits.mcp_sessions {
+                    let oldest = sessions
+                        .iter()
+                        .min_by_key(|(_, s)| s.last_used)
+                        .map(|(k, _)| k.clone());
+                    if let Some(mut evicted) = oldest.and_then(|k| sessions.remove(&k)) {
+                        evicted.calls.cancel_all();
+                    }
+                }
+                let id = new_session_id();
+                sessions.insert(id.clone(), session);
+                new_session = Some(id);
+            }
+            outcome
+        }
+    };
+    drop(sessions);
+
+    if let Some(call) = call {
+        return mcp_call(state, request, principal, session_id.or(new_session), call);
+    }
+    let response = match reply {
+        Some(text) => Response::from_data(text.into_bytes())
+            .with_header(header("Content-Type", "application/json")),
+        None => Response::from_data(Vec::new()).with_status_code(202),
+    };
+    let response = match new_session {
+        Some(id) => response.with_header(header("Mcp-Session-Id", &id)),
+        None => response,
+    };
+    respond(request, response)
+}
+
+type PendingCall = (
+    Value,
+    String,
+    mcp::Route,
+    Value,
+    u64,
+    Arc<crate::jobs::JobCtl>,
+);
+
+/// Start a tool call for `/mcp` and answer from a responder thread, so the handler
+/// threads never wait on a tool.
+fn mcp_call(
+    state: &Arc<AdminState>,
+    request: Request,
+    principal: String,
+    session_id: Option<String>,
+    (id, name, route, arguments, seq, ctl): PendingCall,
+) {
+    if state.waiters.fetch_add(1, Ordering::SeqCst) >= MAX_MCP_WAITERS {
+        state.waiters.fetch_sub(1, Ordering::SeqCst);
+        let text = mcp::error_reply(
+            &id,
+            mcp::SERVER_ERROR,
+            &format!(
+                "server busy: {MAX_MCP_WAITERS} /mcp tool calls already running; retry shortly"
+            ),
+        );
+        forget_call(state, &session_id, &id, seq);
+        return respond(
+            request,
+            Response::from_data(text.into_bytes())
+                .with_header(header("Content-Type", "application/json")),
+        );
+    }
+    let (tx, rx) = crossbeam_channel::bounded::<ToolOutput>(1);
+    let done = Completion::new(move |out| {
+        let _ = tx.send(out);
+    });
+    let audit_args = state.audit_args.then(|| arguments.clone());
+    let cx = CallContext {
+        profile: Profile::Owner,
+        grant: None,
+        limits: CallLimits::LOCAL_HTTP,
+        ctl: Arc::clone(&ctl),
+        host: Arc::clone(&state.services.host),
+    };
+    let started = Instant::now();
+    state
+        .services
+        .start(route, name.clone(), arguments, cx, done);
+    let state = Arc::clone(state);
+    let spawned = std::thread::Builder::new()
+        .name("mcp-call".into())
+        .spawn(move || {
+            let wait = Duration::from_secs(CallLimits::LOCAL_HTTP.max_run_secs) + MCP_RESULT_SLACK;
+            let output = rx.recv_timeout(wait).unwrap_or_else(|_| {
+                ctl.cancel();
+                ToolOutput::tool_error("the tool did not finish in time and was stopped")
+            });
+            let live = forget_call(&state, &session_id, &id, seq);
+            let cancelled = ctl.is_cancelled() && !live;
+            let (text, outcome) = mcp::tool_reply(&id, output, state.limits.max_outbound_bytes);
+            let outcome = if cancelled {
+                Outcome::ToolError
+            } else {
+                outcome
+            };
+            state.metrics.tool_call(&name, outcome);
+            state.audit.record(Record::ToolCall {
+                grant_id: None,
+                principal,
+                session: None,
+                tool: name,
+                outcome,
+                duration_ms: started.elapsed().as_millis() as u64,
+                args: audit_args,
+            });
+            state.waiters.fetch_sub(1, Ordering::SeqCst);
+            if cancelled {
+                // notifications/cancelled: no JSON-RPC reply; HTTP still needs an answer.
+                return respond(
+                    request,
+                    Response::from_data(Vec::new()).with_status_code(204),
+                );
+            }
+            respond(
+                request,
+                Response::from_data(text.into_bytes())
+                    .with_header(header("Content-Type", "application/json")),
+            )
+        });
+    if let Err(e) = spawned {
+        warn!("/mcp: could not start a responder thread: {e}");
+    }
+}
+
+/// Remove a finished call from its session's table; `false` if it was cancelled (or the
+/// session ended) meanwhile.
+fn forget_call(state: &AdminState, session_id: &Option<String>, id: &Value, seq: u64) -> bool {
+    let Some(sid) = session_id else {
+        return true;
+    };
+    let mut sessions = state.sessions.lock().unwrap_or_else(|e| e.into_inner());
+    match sessions.get_mut(sid) {
+        Some(s) => s.calls.finish(id, seq).is_some(),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts() {
+        let allow = vec!["box.tail.ts.net".to_string()];
+        for ok in [
+            "127.0.0.1",
+            "127.0.0.1:8795",
+            "localhost",
+            "LOCALHOST:1",
+            "[::1]:8795",
+            "[::1]",
+            "::1",
+            "127.9.9.9",
+            "box.tail.ts.net",
+            "box.tail.ts.net:443",
+            "a.localhost",
+        ] {
+            assert!(host_allowed(ok, &allow), "{ok}");
+        }
+        for bad in [
+            "",
+            "example.com",
+            "10.0.0.1",
+            "192.168.1.2:8795",
+            "localhost.evil.com",
+            "127.0.0.1.evil.com",
+            "[::2]:1",
+            "box.tail.ts.net.evil",
+            "evil.com:127.0.0.1",
+            "[::1]x",
+        ] {
+            assert!(!host_allowed(bad, &allow), "{bad}");
+        }
+        assert!(!host_allowed("box.tail.ts.net", &[]));
+    }
+}
