@@ -210,7 +210,7 @@ pub fn host_allowed(host: &str, allow_hosts: &[String]) -> bool {
     if host.is_empty() {
         return false;
     }
-    if allow_hosts.iter().any(|a| *a == host) {
+    if allow_hosts.contains(&host) {
         return true;
     }
     let bare = if let Some(rest) = host.strip_prefix('[') {
@@ -236,7 +236,7 @@ pub fn host_allowed(host: &str, allow_hosts: &[String]) -> bool {
             return true;
         }
     }
-    allow_hosts.iter().any(|a| *a == bare)
+    allow_hosts.contains(&bare)
 }
 
 /// The DNS-rebinding guard: Host, and Origin when present, must be ours.
