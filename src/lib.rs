@@ -3,7 +3,9 @@
 #![forbid(unsafe_code)]
 
 pub mod audit;
+pub mod auth;
 pub mod calls;
+pub mod cli;
 pub mod config;
 pub mod dial;
 pub mod doctor;
