@@ -822,3 +822,541 @@ fn revoke(args: &RevokeArgs, out: &mut dyn Write) -> Result<i32, Failure> {
     }
     Ok(EXIT_OK)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse as parse_command;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new() -> Self {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let dir = std::env::temp_dir().join(format!(
+                "handnode-cli-test-{}-{}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+
+        fn write(&self, name: &str, content: &str) -> String {
+            let path = self.0.join(name);
+            std::fs::write(&path, content).unwrap();
+            path.display().to_string()
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn env(tmp: &TempDir) -> HashMap<String, String> {
+        [
+            ("HOME".to_string(), tmp.0.display().to_string()),
+            ("HANDNODE_TOKEN".to_string(), "tok".to_string()),
+        ]
+        .into()
+    }
+
+    fn parse_args(args: &[&str], env: &HashMap<String, String>) -> Result<Command, String> {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        parse_command(&args, env).map_err(|e| match e {
+            Error::Config(msg) => msg,
+            other => panic!("not a config error: {other:?}"),
+        })
+    }
+
+    #[test]
+    fn ttl_parser() {
+        for (input, want) in [
+            ("1", Some(1)),
+            ("90s", Some(90)),
+            ("30m", Some(1800)),
+            ("1h", Some(3600)),
+            (" 5m ", Some(300)),
+            ("86400", Some(86_400)),
+            ("24h", Some(86_400)),
+            ("1440m", Some(86_400)),
+            ("86401", None),
+            ("86401s", None),
+            ("1441m", None),
+            ("25h", None),
+            ("0", None),
+            ("0h", None),
+            ("", None),
+            ("h", None),
+            ("1.5h", None),
+            ("-1", None),
+            ("1d", None),
+            ("1 h", None),
+            ("99999999999999999999h", None),
+            ("9999999999999999999h", None),
+        ] {
+            assert_eq!(parse_ttl(input).ok(), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn grant_arguments() {
+        let tmp = TempDir::new();
+        let secret = tmp.write("secret", "  attach-secret\n");
+        let env = env(&tmp);
+        let base = [
+            "grant",
+            "--runtime",
+            "wss://pod:8090/",
+            "--session",
+            "laptop",
+        ];
+        let with = |extra: &[&str]| {
+            let mut args: Vec<&str> = base.to_vec();
+            args.extend_from_slice(extra);
+            parse_args(&args, &env)
+        };
+        let Ok(Command::Grant(args)) = with(&["--secret-file", &secret]) else {
+            panic!("not a grant");
+        };
+        assert_eq!(args.runtime, "wss://pod:8090/");
+        assert_eq!(args.session, "laptop");
+        assert_eq!(
+            (args.profile, args.ttl_secs, args.wait, args.json),
+            (None, None, false, false)
+        );
+        assert!(matches!(&args.credential, Credential::Secret(s) if s.expose() == "attach-secret"));
+        assert_eq!(args.client.url, DEFAULT_URL);
+        assert_eq!(args.client.token.as_ref().map(Secret::expose), Some("tok"));
+        assert!(!format!("{args:?}").contains("attach-secret"));
+
+        let Ok(Command::Grant(args)) = with(&[
+            "--admin-credential-file",
+            &secret,
+            "--profile",
+            "desktop",
+            "--ttl",
+            "30m",
+            "--wait",
+            "--json",
+            "--url",
+            "http://127.0.0.1:9000/",
+        ]) else {
+            panic!("not a grant");
+        };
+        assert!(matches!(args.credential, Credential::AdminCredential(_)));
+        assert_eq!(args.profile, Some(Profile::Desktop));
+        assert_eq!(args.ttl_secs, Some(1800));
+        assert!(args.wait && args.json);
+        assert_eq!(args.client.url, "http://127.0.0.1:9000");
+
+        let empty = tmp.write("empty", "\n");
+        for (extra, want) in [
+            (
+                vec![],
+                "exactly one of --secret-file or --admin-credential-file",
+            ),
+            (
+                vec!["--secret-file", &secret, "--admin-credential-file", &secret],
+                "exactly one of",
+            ),
+            (vec!["--secret-file", &empty], "is empty"),
+            (vec!["--secret-file", "/nonexistent"], "cannot read it"),
+            (
+                vec!["--secret-file", &secret, "--profile", "sandbox"],
+                "profile must be one of owner, desktop, observe",
+            ),
+            (
+                vec!["--secret-file", &secret, "--ttl", "86401"],
+                "--ttl: expected N seconds",
+            ),
+            (
+                vec!["--secret-file", &secret, "--url", "ftp://x"],
+                "--url: expected http://",
+            ),
+            (
+                vec!["--secret-file", &secret, "--secret", "x"],
+                "unknown flag --secret",
+            ),
+            (
+                vec!["--secret-file", &secret, "extra"],
+                "unexpected argument 'extra'",
+            ),
+        ] {
+            let err = with(&extra).unwrap_err();
+            assert!(err.contains(want), "{extra:?}: {err}");
+        }
+        for (args, want) in [
+            (
+                vec!["grant", "--session", "s", "--secret-file", &secret],
+                "--runtime URL is required",
+            ),
+            (
+                vec!["grant", "--runtime", "ws://h", "--secret-file", &secret],
+                "--session NAME is required",
+            ),
+            (
+                vec!["grant", "--runtime", "http://h", "--session", "s"],
+                "runtime must be a ws:// or wss:// URL",
+            ),
+            (
+                vec!["grant", "--runtime", "ws://", "--session", "s"],
+                "runtime must be a ws:// or wss:// URL",
+            ),
+            (
+                vec!["grant", "--runtime", "ws://h", "--session", "Laptop"],
+                "session must match [a-z0-9-]{1,32}",
+            ),
+        ] {
+            let err = parse_args(&args, &env).unwrap_err();
+            assert!(err.contains(want), "{args:?}: {err}");
+        }
+        // 32 characters is the bound; 33 is refused.
+        let ok = "a".repeat(32);
+        let long = "a".repeat(33);
+        assert!(parse_args(
+            &[
+                "grant",
+                "--runtime",
+                "ws://h",
+                "--session",
+                &ok,
+                "--secret-file",
+                &secret
+            ],
+            &env
+        )
+        .is_ok());
+        assert!(parse_args(
+            &[
+                "grant",
+                "--runtime",
+                "ws://h",
+                "--session",
+                &long,
+                "--secret-file",
+                &secret
+            ],
+            &env
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn grants_and_revoke_arguments() {
+        let tmp = TempDir::new();
+        let mut env = env(&tmp);
+        env.insert("HANDNODE_URL".into(), "http://127.0.0.1:1".into());
+        let Ok(Command::Grants(args)) = parse_args(&["grants", "--json"], &env) else {
+            panic!("not grants");
+        };
+        assert!(args.json);
+        assert_eq!(args.client.url, "http://127.0.0.1:1");
+        let id = "0b6c5a1e-8f7e-4c47-9d36-0e0f3a1b2c3d";
+        let Ok(Command::Revoke(args)) = parse_args(&["revoke", id], &env) else {
+            panic!("not revoke");
+        };
+        assert_eq!(args.target, RevokeTarget::One(id.into()));
+        let Ok(Command::Revoke(args)) = parse_args(&["revoke", "--all"], &env) else {
+            panic!("not revoke");
+        };
+        assert_eq!(args.target, RevokeTarget::All);
+        let too_long = "a".repeat(MAX_ID_LEN + 1);
+        for args in [
+            vec!["revoke"],
+            vec!["revoke", id, "--all"],
+            vec!["revoke", id, id],
+            vec!["revoke", "../x"],
+            vec!["revoke", &too_long],
+            vec!["grants", "extra"],
+            vec!["grants", "--all"],
+        ] {
+            assert!(parse_args(&args, &env).is_err(), "{args:?}");
+        }
+        assert!(parse_args(&["revoke", &"a".repeat(MAX_ID_LEN)], &env).is_ok());
+    }
+
+    /// A request the stub daemon saw.
+    #[derive(Debug)]
+    struct Seen {
+        method: String,
+        path: String,
+        authorization: Option<String>,
+        body: String,
+    }
+
+    /// A scripted daemon on 127.0.0.1:0: the n-th request gets the n-th reply. It gives up
+    /// after 5 s without a request, so a hung client fails the test instead of hanging it.
+    struct Stub {
+        url: String,
+        seen: Arc<Mutex<Vec<Seen>>>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl Stub {
+        fn start(replies: Vec<(u16, String)>) -> Self {
+            let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
+            let url = format!("http://{}", server.server_addr().to_ip().unwrap());
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let log = Arc::clone(&seen);
+            let thread = std::thread::spawn(move || {
+                for (status, body) in replies {
+                    let Ok(Some(mut request)) = server.recv_timeout(Duration::from_secs(5)) else {
+                        return;
+                    };
+                    let mut text = String::new();
+                    let _ = request.as_reader().read_to_string(&mut text);
+                    log.lock().unwrap().push(Seen {
+                        method: request.method().to_string(),
+                        path: request.url().to_string(),
+                        authorization: request
+                            .headers()
+                            .iter()
+                            .find(|h| h.field.equiv("Authorization"))
+                            .map(|h| h.value.to_string()),
+                        body: text,
+                    });
+                    let header =
+                        tiny_http::Header::from_bytes("Content-Type", "application/json").unwrap();
+                    let _ = request.respond(
+                        tiny_http::Response::from_string(body)
+                            .with_status_code(status)
+                            .with_header(header),
+                    );
+                }
+            });
+            Stub {
+                url,
+                seen,
+                thread: Some(thread),
+            }
+        }
+
+        fn client(&self, token: Option<&str>) -> ClientArgs {
+            ClientArgs {
+                url: self.url.clone(),
+                token: token.map(Secret::new),
+                token_source: token.map(|_| "a test".to_string()),
+            }
+        }
+
+        /// Wait for the script to finish and return what was asked.
+        fn finish(mut self) -> Vec<Seen> {
+            self.thread.take().unwrap().join().unwrap();
+            std::mem::take(&mut *self.seen.lock().unwrap())
+        }
+    }
+
+    fn grant_json(state: &str, extra: &str) -> String {
+        format!(
+            r#"{{"id":"g1","runtime":"wss://pod:8090","session":"laptop","profile":"observe","principal":"token","created_at":"2026-11-30T12:00:00Z","expires_at":"2026-11-30T13:00:00Z","expires_in_secs":3600,"state":"{state}","calls":0{extra}}}"#
+        )
+    }
+
+    fn grant_args(client: ClientArgs, wait: bool) -> Command {
+        Command::Grant(GrantArgs {
+            client,
+            runtime: "wss://pod:8090".into(),
+            session: "laptop".into(),
+            profile: Some(Profile::Observe),
+            ttl_secs: Some(600),
+            credential: Credential::Secret(Secret::new("s3")),
+            wait,
+            json: false,
+        })
+    }
+
+    fn run_captured(command: &Command) -> (i32, String, String) {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = run(command, &mut out, &mut err);
+        (
+            code,
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    }
+
+    #[test]
+    fn grant_posts_the_attach_body_and_summarises() {
+        let stub = Stub::start(vec![(202, grant_json("idle", ""))]);
+        let (code, out, _) = run_captured(&grant_args(stub.client(Some("tok")), false));
+        let seen = stub.finish();
+        assert_eq!(code, EXIT_OK);
+        assert!(
+            out.contains("grant g1: idle")
+                && out.contains("expires 2026-11-30T13:00:00Z (in 1h 0m)"),
+            "{out}"
+        );
+        assert_eq!(
+            (seen[0].method.as_str(), seen[0].path.as_str()),
+            ("POST", "/attach")
+        );
+        assert_eq!(seen[0].authorization.as_deref(), Some("Bearer tok"));
+        let body: Value = serde_json::from_str(&seen[0].body).unwrap();
+        assert_eq!(
+            body,
+            json!({"runtime":"wss://pod:8090","session":"laptop","profile":"observe","ttl_secs":600,"secret":"s3"})
+        );
+    }
+
+    #[test]
+    fn grant_wait_follows_the_state_until_attached() {
+        let stub = Stub::start(vec![
+            (202, grant_json("idle", "")),
+            (
+                200,
+                grant_json(
+                    "redialing",
+                    r#","redial_in_secs":4,"last_error":"handshake 503""#,
+                ),
+            ),
+            (200, grant_json("attached", "")),
+        ]);
+        let (code, _, err) = run_captured(&grant_args(stub.client(Some("tok")), true));
+        let seen = stub.finish();
+        assert_eq!(code, EXIT_OK);
+        let paths: Vec<_> = seen
+            .iter()
+            .map(|s| format!("{} {}", s.method, s.path))
+            .collect();
+        assert_eq!(paths, ["POST /attach", "GET /attach/g1", "GET /attach/g1"]);
+        let idle = err.find("grant g1: idle").unwrap();
+        let redialing = err
+            .find("grant g1: redialing in 4s (last error: handshake 503)")
+            .unwrap();
+        let attached = err.find("grant g1: attached").unwrap();
+        assert!(idle < redialing && redialing < attached, "{err}");
+    }
+
+    #[test]
+    fn grant_wait_reports_an_ended_grant_with_exit_3() {
+        let stub = Stub::start(vec![
+            (202, grant_json("dialing", "")),
+            (
+                200,
+                grant_json("ended", r#","ended":"handshake_rejected_401""#),
+            ),
+        ]);
+        let (code, _, err) = run_captured(&grant_args(stub.client(Some("tok")), true));
+        stub.finish();
+        assert_eq!(code, EXIT_GRANT_ENDED);
+        assert!(err.contains("ended: handshake_rejected_401"), "{err}");
+    }
+
+    #[test]
+    fn daemon_errors_are_printed_with_exit_1() {
+        let stub = Stub::start(vec![(
+            400,
+            r#"{"error":"session must match [a-z0-9-]{1,32}"}"#.into(),
+        )]);
+        let (code, _, err) = run_captured(&grant_args(stub.client(Some("tok")), false));
+        stub.finish();
+        assert_eq!(code, EXIT_FAILURE);
+        assert!(
+            err.contains("(HTTP 400): session must match [a-z0-9-]{1,32}"),
+            "{err}"
+        );
+
+        let stub = Stub::start(vec![(401, r#"{"error":"unauthorized"}"#.into())]);
+        let command = Command::Grants(GrantsArgs {
+            client: stub.client(None),
+            json: false,
+        });
+        let (code, _, err) = run_captured(&command);
+        let seen = stub.finish();
+        assert_eq!(code, EXIT_FAILURE);
+        assert_eq!(seen[0].authorization, None);
+        assert!(err.contains("unauthorized; no admin token found"), "{err}");
+    }
+
+    #[test]
+    fn an_unreachable_daemon_is_exit_1() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let client = ClientArgs {
+            url: format!("http://127.0.0.1:{port}"),
+            token: None,
+            token_source: None,
+        };
+        let (code, _, err) = run_captured(&Command::Grants(GrantsArgs {
+            client,
+            json: false,
+        }));
+        assert_eq!(code, EXIT_FAILURE);
+        assert!(err.contains("cannot reach the daemon"), "{err}");
+    }
+
+    #[test]
+    fn grants_prints_a_table() {
+        let list = format!(
+            r#"{{"grants":[{},{}]}}"#,
+            grant_json("attached", ""),
+            grant_json("ended", r#","ended":"cancelled""#)
+        );
+        let stub = Stub::start(vec![(200, list), (200, r#"{"grants":[]}"#.into())]);
+        let command = Command::Grants(GrantsArgs {
+            client: stub.client(Some("tok")),
+            json: false,
+        });
+        let (code, out, _) = run_captured(&command);
+        let (code2, out2, _) = run_captured(&command);
+        stub.finish();
+        assert_eq!((code, code2), (EXIT_OK, EXIT_OK));
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        assert!(lines[0].starts_with("ID") && lines[0].contains("STATE"));
+        assert!(lines[1].contains("attached") && lines[1].contains("1h 0m"));
+        assert!(lines[2].contains("ended: cancelled"));
+        assert_eq!(out2, "no grants\n");
+    }
+
+    #[test]
+    fn revoke_one_and_all() {
+        let stub = Stub::start(vec![
+            (204, String::new()),
+            (404, r#"{"error":"no such grant"}"#.into()),
+        ]);
+        let command = Command::Revoke(RevokeArgs {
+            client: stub.client(Some("tok")),
+            target: RevokeTarget::One("g1".into()),
+        });
+        let (code, out, _) = run_captured(&command);
+        let (code2, out2, _) = run_captured(&command);
+        let seen = stub.finish();
+        assert_eq!((code, code2), (EXIT_OK, EXIT_OK));
+        assert_eq!(out, "revoked grant g1\n");
+        assert!(out2.contains("unknown or already ended"));
+        assert_eq!(
+            (seen[0].method.as_str(), seen[0].path.as_str()),
+            ("DELETE", "/attach/g1")
+        );
+
+        let live = grant_json("attached", "");
+        let ended = grant_json("ended", r#","ended":"deadline""#).replace("\"g1\"", "\"g2\"");
+        let stub = Stub::start(vec![
+            (200, format!(r#"{{"grants":[{live},{ended}]}}"#)),
+            (204, String::new()),
+        ]);
+        let command = Command::Revoke(RevokeArgs {
+            client: stub.client(Some("tok")),
+            target: RevokeTarget::All,
+        });
+        let (code, out, _) = run_captured(&command);
+        let seen = stub.finish();
+        assert_eq!(code, EXIT_OK);
+        assert_eq!(out, "revoked grant g1\n");
+        let paths: Vec<_> = seen
+            .iter()
+            .map(|s| format!("{} {}", s.method, s.path))
+            .collect();
+        assert_eq!(paths, ["GET /attach", "DELETE /attach/g1"]);
+    }
+}
