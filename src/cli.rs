@@ -674,36 +674,33 @@ fn grant(args: &GrantArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<i
         print(out, &describe(&grant))?;
     }
     let path = format!("/attach/{id}");
-    let mut last_state = String::new();
-    loop {
-        let state = str_field(&grant, "state").to_string();
+    let mut last_line = String::new();
+    let code = loop {
         let line = state_line(&grant);
-        if line != last_state {
+        if line != last_line {
             let _ = writeln!(err, "grant {id}: {line}");
-            last_state = line;
+            last_line = line;
         }
-        let code = match state.as_str() {
-            "attached" => EXIT_OK,
-            "ended" => EXIT_GRANT_ENDED,
-            _ => {
-                std::thread::sleep(POLL_INTERVAL);
-                let reply = client.call("GET", &path, None)?;
-                match reply.status {
-                    200 => grant = reply.body,
-                    404 => {
-                        let _ = writeln!(err, "grant {id}: the daemon no longer knows it");
-                        return Ok(EXIT_GRANT_ENDED);
-                    }
-                    _ => return Err(client.refused("show the grant", &reply)),
-                }
-                continue;
+        match str_field(&grant, "state") {
+            "attached" => break EXIT_OK,
+            "ended" => break EXIT_GRANT_ENDED,
+            _ => {}
+        }
+        std::thread::sleep(POLL_INTERVAL);
+        let reply = client.call("GET", &path, None)?;
+        match reply.status {
+            200 => grant = reply.body,
+            404 => {
+                let _ = writeln!(err, "grant {id}: the daemon no longer knows it");
+                return Ok(EXIT_GRANT_ENDED);
             }
-        };
-        if args.json {
-            print(out, &pretty(&grant))?;
+            _ => return Err(client.refused("show the grant", &reply)),
         }
-        return Ok(code);
+    };
+    if args.json {
+        print(out, &pretty(&grant))?;
     }
+    Ok(code)
 }
 
 fn list(client: &Client) -> Result<Vec<Value>, Failure> {

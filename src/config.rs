@@ -395,23 +395,27 @@ pub(crate) fn apply_flags<T>(
                 }
             },
         };
-        let entry = raw.entry(flag.name).or_insert_with(|| Raw {
-            origin: String::new(),
-            from_args: false,
-            values: Vec::new(),
-        });
-        if !entry.from_args {
-            *entry = Raw {
-                origin: format!("--{name}"),
-                from_args: true,
-                values: Vec::new(),
-            };
-        } else if !flag.repeatable() {
-            return Err(Error::Config(format!(
-                "--{name} given more than once; give it once"
-            )));
+        match raw.get_mut(flag.name) {
+            Some(entry) if entry.from_args => {
+                if !flag.repeatable() {
+                    return Err(Error::Config(format!(
+                        "--{name} given more than once; give it once"
+                    )));
+                }
+                entry.values.extend(value);
+            }
+            // First on the command line: whatever env said is replaced.
+            _ => {
+                raw.insert(
+                    flag.name,
+                    Raw {
+                        origin: format!("--{name}"),
+                        from_args: true,
+                        values: value.into_iter().collect(),
+                    },
+                );
+            }
         }
-        entry.values.extend(value);
     }
 
     for flag in flags() {
@@ -1199,7 +1203,7 @@ fn check_secret_chars(value: &str) -> Result<(), String> {
     }
 }
 
-/// Read a file holding one secret (admin token, attach secret, pod credential): at most
+/// Read a file (or pipe) holding one secret (admin token, attach secret, pod credential): at most
 /// [`SECRET_FILE_MAX_BYTES`], surrounding whitespace trimmed, not empty. The error starts
 /// with the path. A file others can read is used but logged, since it should be 0600.
 pub fn read_secret_file(path: &Path) -> Result<Secret, String> {
@@ -1208,8 +1212,9 @@ pub fn read_secret_file(path: &Path) -> Result<Secret, String> {
     let meta = file
         .metadata()
         .map_err(|e| format!("{shown}: cannot read it: {e}"))?;
-    if !meta.is_file() {
-        return Err(format!("{shown}: is not a regular file"));
+    // Not only regular files: `--secret-file /dev/stdin` lets a password manager pipe one in.
+    if meta.is_dir() {
+        return Err(format!("{shown}: is a directory, not a file"));
     }
     let mut bytes = Vec::new();
     file.take(SECRET_FILE_MAX_BYTES + 1)
@@ -1229,7 +1234,7 @@ pub fn read_secret_file(path: &Path) -> Result<Secret, String> {
     }
     check_secret_chars(value).map_err(|e| format!("{shown}: its content {e}"))?;
     let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
+    if meta.is_file() && mode & 0o077 != 0 {
         log::warn!(
             "{shown} has mode {mode:03o}: others on this box can read it; run chmod 600 on it"
         );
@@ -1632,6 +1637,7 @@ mod tests {
             empty.to_str().unwrap().to_string(),
             spaced.to_str().unwrap().to_string(),
         );
+        let dir = tmp.0.display().to_string();
         let env = env_in(&tmp, &[(TOKEN_ENV, "tok")]);
         let cases: Vec<ErrorCase> = vec![
             (vec!["--bogus"], vec![], "unknown flag --bogus"),
@@ -1737,6 +1743,7 @@ mod tests {
                 "is larger than 16384 bytes",
             ),
             (vec!["--token-file", &empty], vec![], "is empty"),
+            (vec!["--token-file", &dir], vec![], "is a directory"),
             (
                 vec!["--token-file", &spaced],
                 vec![],
