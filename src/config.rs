@@ -1,11 +1,18 @@
 //! Daemon configuration: every setting, its default, and every timing constant, so tests
 //! can turn production-sized timers down. Parsing from flags and `HANDNODE_*` env lives
-//! here too (one table drives both and `--help`).
+//! here too (one table drives both and `--help`), as does finding the admin token.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::io::{Read, Write as _};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::auth::Policy;
+use crate::cli::{GrantArgs, GrantsArgs, RevokeArgs};
+use crate::error::Error;
 use crate::secret::Secret;
 
 /// Which display backend graphical tools use.
@@ -174,5 +181,1779 @@ impl Config {
             timing: Timing::default(),
             limits: Limits::default(),
         }
+    }
+}
+
+/// The admin API address when `--listen` is not given.
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)), 8795);
+/// Long edge of a screenshot (pixels) when `--max-screenshot-edge` is not given.
+pub const DEFAULT_MAX_SCREENSHOT_EDGE: u32 = 1920;
+/// Worker pool size when `--workers` is not given.
+pub const DEFAULT_WORKERS: usize = 4;
+/// Largest token or secret file we read (bytes); anything bigger is a mistake, not a secret.
+pub const SECRET_FILE_MAX_BYTES: u64 = 16 << 10;
+/// Name of the default token file inside the config dir.
+pub const TOKEN_FILE_NAME: &str = "token";
+/// Name systemd's `LoadCredential=` gives the token inside `$CREDENTIALS_DIRECTORY`.
+pub const CREDENTIAL_NAME: &str = "handnode-token";
+/// The env var that may hold the admin token itself (never a flag: argv is world-readable).
+pub const TOKEN_ENV: &str = "HANDNODE_TOKEN";
+/// Prefix of every env var that sets a flag.
+pub const ENV_PREFIX: &str = "HANDNODE_";
+/// Longest value of a `--*-ms` timing flag (milliseconds): one day.
+const MAX_MS: u64 = 86_400_000;
+
+/// What the process was asked to do.
+// Built once per process; boxing `Config` would only add noise at every use.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Command {
+    /// Run the daemon (also what no subcommand means).
+    Serve(Config),
+    /// Report what works on this box.
+    Doctor { json: bool },
+    /// Ask a running daemon to attach to a pod session.
+    Grant(GrantArgs),
+    /// List a running daemon's grants.
+    Grants(GrantsArgs),
+    /// End one grant or all of them.
+    Revoke(RevokeArgs),
+    /// Print this text to stdout and exit 0.
+    Help(String),
+    /// Print `handnode <version>` and exit 0.
+    Version,
+}
+
+/// How a flag takes its value, and where the value goes in the draft `T` being built.
+pub(crate) enum Kind<T> {
+    /// Present or absent. In env: `1|true|yes|on` or `0|false|no|off`.
+    Switch(fn(&mut T)),
+    /// One value.
+    Text {
+        metavar: &'static str,
+        set: fn(&mut T, String) -> Result<(), String>,
+    },
+    /// Repeatable; comma-separated in env.
+    List {
+        metavar: &'static str,
+        set: fn(&mut T, Vec<String>) -> Result<(), String>,
+    },
+    /// A whole number in `min..=max`.
+    Int {
+        metavar: &'static str,
+        min: u64,
+        max: u64,
+        set: fn(&mut T, u64),
+    },
+}
+
+/// One row of a flag table: parsing, env and `--help` all come from it.
+pub(crate) struct Flag<T> {
+    /// Without the leading `--`.
+    pub name: &'static str,
+    /// Whether `HANDNODE_<NAME>` sets it too.
+    pub env: bool,
+    /// As shown in `--help`; empty when there is none.
+    pub default: &'static str,
+    pub help: &'static str,
+    pub kind: Kind<T>,
+}
+
+impl<T> Flag<T> {
+    /// `HANDNODE_<NAME>` with `-` → `_`.
+    pub fn env_name(&self) -> String {
+        env_name(self.name)
+    }
+
+    fn metavar(&self) -> Option<&'static str> {
+        match self.kind {
+            Kind::Switch(_) => None,
+            Kind::Text { metavar, .. } | Kind::List { metavar, .. } | Kind::Int { metavar, .. } => {
+                Some(metavar)
+            }
+        }
+    }
+
+    fn repeatable(&self) -> bool {
+        matches!(self.kind, Kind::List { .. })
+    }
+
+    /// `--name METAVAR`, as help and the README show it.
+    fn usage(&self) -> String {
+        match self.metavar() {
+            Some(m) if self.repeatable() => format!("--{} {m} (repeatable)", self.name),
+            Some(m) => format!("--{} {m}", self.name),
+            None => format!("--{}", self.name),
+        }
+    }
+}
+
+fn env_name(flag: &str) -> String {
+    format!(
+        "{ENV_PREFIX}{}",
+        flag.to_ascii_uppercase().replace('-', "_")
+    )
+}
+
+/// Values gathered for one flag before conversion, and where they came from, so an error
+/// names the flag or env var the operator actually wrote.
+struct Raw {
+    origin: String,
+    from_args: bool,
+    values: Vec<String>,
+}
+
+fn parse_bool(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+/// Fill `draft` from env, then argv (a flag beats its env var; for a repeatable flag any
+/// occurrence on the command line replaces the env list). Returns the positional arguments.
+pub(crate) fn apply_flags<T>(
+    tables: &[&[Flag<T>]],
+    args: &[String],
+    env: &HashMap<String, String>,
+    draft: &mut T,
+) -> Result<Vec<String>, Error> {
+    let flags = || tables.iter().flat_map(|t| t.iter());
+    let mut raw: BTreeMap<&'static str, Raw> = BTreeMap::new();
+
+    for flag in flags().filter(|f| f.env) {
+        let var = flag.env_name();
+        let Some(value) = env.get(&var).map(|v| v.trim()).filter(|v| !v.is_empty()) else {
+            continue;
+        };
+        let values = match flag.kind {
+            Kind::Switch(_) => match parse_bool(value) {
+                Some(true) => Vec::new(),
+                Some(false) => continue,
+                None => {
+                    return Err(Error::Config(format!(
+                        "{var}: expected 1/0, true/false, yes/no or on/off, got '{value}'"
+                    )))
+                }
+            },
+            Kind::List { .. } => value
+                .split(',')
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(String::from)
+                .collect(),
+            _ => vec![value.to_string()],
+        };
+        raw.insert(
+            flag.name,
+            Raw {
+                origin: var,
+                from_args: false,
+                values,
+            },
+        );
+    }
+
+    let mut positional = Vec::new();
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        if arg == "--" {
+            positional.extend(iter.by_ref().cloned());
+            break;
+        }
+        let Some(body) = arg.strip_prefix("--") else {
+            if arg.len() > 1 && arg.starts_with('-') {
+                return Err(Error::Config(format!("unknown flag {arg} (see --help)")));
+            }
+            positional.push(arg.clone());
+            continue;
+        };
+        let (name, inline) = match body.split_once('=') {
+            Some((n, v)) => (n, Some(v.to_string())),
+            None => (body, None),
+        };
+        let Some(flag) = flags().find(|f| f.name == name) else {
+            return Err(Error::Config(format!("unknown flag --{name} (see --help)")));
+        };
+        let value = match (&flag.kind, inline) {
+            (Kind::Switch(_), Some(_)) => {
+                return Err(Error::Config(format!(
+                    "--{name} is a switch and takes no value; leave it out to keep it off"
+                )))
+            }
+            (Kind::Switch(_), None) => None,
+            (_, Some(v)) => Some(v),
+            (_, None) => match iter.next() {
+                Some(v) => Some(v.clone()),
+                None => {
+                    return Err(Error::Config(format!(
+                        "--{name} needs a value ({})",
+                        flag.metavar().unwrap_or("VALUE")
+                    )))
+                }
+            },
+        };
+        match raw.get_mut(flag.name) {
+            Some(entry) if entry.from_args => {
+                if !flag.repeatable() {
+                    return Err(Error::Config(format!(
+                        "--{name} given more than once; give it once"
+                    )));
+                }
+                entry.values.extend(value);
+            }
+            // First on the command line: whatever env said is replaced.
+            _ => {
+                raw.insert(
+                    flag.name,
+                    Raw {
+                        origin: format!("--{name}"),
+                        from_args: true,
+                        values: value.into_iter().collect(),
+                    },
+                );
+            }
+        }
+    }
+
+    for flag in flags() {
+        let Some(Raw { origin, values, .. }) = raw.remove(flag.name) else {
+            continue;
+        };
+        let fail = |msg: String| Error::Config(format!("{origin}: {msg}"));
+        match &flag.kind {
+            Kind::Switch(set) => set(draft),
+            Kind::Text { set, .. } => {
+                let value = values.into_iter().next().unwrap_or_default();
+                set(draft, value).map_err(fail)?;
+            }
+            Kind::List { set, .. } => set(draft, values).map_err(fail)?,
+            Kind::Int { min, max, set, .. } => {
+                let value = values.into_iter().next().unwrap_or_default();
+                match value.trim().parse::<u64>() {
+                    Ok(n) if (*min..=*max).contains(&n) => set(draft, n),
+                    _ => {
+                        return Err(fail(format!(
+                            "expected a whole number in {min}...{max}, got '{value}'"
+                        )))
+                    }
+                }
+            }
+        }
+    }
+    Ok(positional)
+}
+
+/// Wrap `text` at `width` columns, every line indented by `indent` spaces.
+fn wrap(out: &mut String, text: &str, indent: usize, width: usize) {
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && indent + line.len() + 1 + word.len() > width {
+            let _ = writeln!(out, "{:indent$}{line}", "");
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        let _ = writeln!(out, "{:indent$}{line}", "");
+    }
+}
+
+/// The flag part of `--help` for these tables.
+pub(crate) fn render_flags<T>(out: &mut String, tables: &[&[Flag<T>]]) {
+    for flag in tables.iter().flat_map(|t| t.iter()) {
+        let _ = writeln!(out, "  {}", flag.usage());
+        wrap(out, flag.help, 6, 90);
+        let mut notes = Vec::new();
+        if flag.env {
+            notes.push(format!("env {}", flag.env_name()));
+        }
+        if !flag.default.is_empty() {
+            notes.push(format!("default {}", flag.default));
+        }
+        if !notes.is_empty() {
+            wrap(out, &format!("[{}]", notes.join("; ")), 6, 90);
+        }
+    }
+}
+
+/// One Markdown table of these flags: flag, env var, default, meaning.
+pub(crate) fn markdown_flags<T>(out: &mut String, tables: &[&[Flag<T>]]) {
+    out.push_str("| Flag | Env | Default | Meaning |\n|---|---|---|---|\n");
+    let code = |s: &str| {
+        if s.is_empty() {
+            String::new()
+        } else {
+            format!("`{}`", s.replace('|', "\\|"))
+        }
+    };
+    for flag in tables.iter().flat_map(|t| t.iter()) {
+        let env = if flag.env {
+            code(&flag.env_name())
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            code(&flag.usage()),
+            env,
+            code(flag.default),
+            flag.help.replace('|', "\\|")
+        );
+    }
+}
+
+/// `serve` settings gathered from flags and env before dirs and the token are resolved.
+struct ServeDraft {
+    config: Config,
+    token_file: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    config_dir: Option<PathBuf>,
+}
+
+fn path_value(value: String) -> Result<PathBuf, String> {
+    if value.trim().is_empty() {
+        return Err("expected a path, got nothing".into());
+    }
+    Ok(PathBuf::from(value))
+}
+
+fn parse_listen(value: &str) -> Result<SocketAddr, String> {
+    let value = value.trim();
+    if let Ok(addr) = value.parse() {
+        return Ok(addr);
+    }
+    // `localhost:PORT` is what people type; resolve it without DNS.
+    if let Some(port) = value.strip_prefix("localhost:") {
+        if let Ok(port) = port.parse::<u16>() {
+            return Ok(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port));
+        }
+    }
+    Err(format!(
+        "expected IP:PORT such as 127.0.0.1:8795 or [::1]:8795, got '{value}'"
+    ))
+}
+
+/// A tailnet login as `Tailscale-User-Login` carries it, compared lowercase.
+fn parse_login(value: String) -> Result<String, String> {
+    let login = value.trim().to_lowercase();
+    if login.is_empty() || login.chars().any(|c| c.is_whitespace() || c == ',') {
+        return Err(format!(
+            "expected a tailnet login such as you@example.com, got '{value}'"
+        ));
+    }
+    Ok(login)
+}
+
+/// A host name or address the Host/Origin guard accepts, lowercase, without port.
+fn parse_allowed_host(value: String) -> Result<String, String> {
+    let host = value.trim().to_lowercase();
+    let ok = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
+    if !ok {
+        return Err(format!(
+            "expected a host name such as box.tailnet.ts.net (no scheme, no path), got '{value}'"
+        ));
+    }
+    Ok(host)
+}
+
+fn parse_upstreams(values: Vec<String>) -> Result<Vec<(String, String)>, String> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for value in values {
+        let Some((name, url)) = value.split_once('=') else {
+            return Err(format!(
+                "expected NAME=URL such as browser=http://127.0.0.1:8931/mcp, got '{value}'"
+            ));
+        };
+        let (name, url) = (name.trim(), url.trim());
+        let name_ok = !name.is_empty()
+            && name.len() <= 32
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !name_ok {
+            return Err(format!(
+                "upstream name must match [A-Za-z0-9_-]{{1,32}}, got '{name}'"
+            ));
+        }
+        let lower = url.to_ascii_lowercase();
+        let rest = lower
+            .strip_prefix("http://")
+            .or_else(|| lower.strip_prefix("https://"));
+        if !rest.is_some_and(|r| !r.is_empty() && !r.starts_with('/')) {
+            return Err(format!(
+                "upstream '{name}' must be an http:// or https:// URL with a host, got '{url}'"
+            ));
+        }
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(format!("upstream '{name}' given twice"));
+        }
+        out.push((name.to_string(), url.to_string()));
+    }
+    Ok(out)
+}
+
+fn parse_display_backend(value: &str) -> Result<DisplayBackend, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "auto" => Ok(DisplayBackend::Auto),
+        "x11" => Ok(DisplayBackend::X11),
+        "wayland" => Ok(DisplayBackend::Wayland),
+        "none" => Ok(DisplayBackend::None),
+        _ => Err(format!(
+            "expected one of auto, x11, wayland, none, got '{value}'"
+        )),
+    }
+}
+
+impl DisplayBackend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DisplayBackend::Auto => "auto",
+            DisplayBackend::X11 => "x11",
+            DisplayBackend::Wayland => "wayland",
+            DisplayBackend::None => "none",
+        }
+    }
+}
+
+/// A `--*-ms` flag setting one `Timing` field.
+macro_rules! millis {
+    ($name:literal, $field:ident, $default:literal, $help:literal) => {
+        Flag {
+            name: $name,
+            env: true,
+            default: $default,
+            help: $help,
+            kind: Kind::Int {
+                metavar: "MS",
+                min: 1,
+                max: MAX_MS,
+                set: |d: &mut ServeDraft, v| d.config.timing.$field = Duration::from_millis(v),
+            },
+        }
+    };
+}
+
+/// Every flag of `serve`, in `--help` order.
+const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
+    Flag {
+        name: "listen",
+        env: true,
+        default: "127.0.0.1:8795",
+        help: "Address of the admin API. Keep it on loopback; reach it from the tailnet through `tailscale serve`.",
+        kind: Kind::Text {
+            metavar: "ADDR",
+            set: |d, v| {
+                d.config.listen = parse_listen(&v)?;
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "token-file",
+        env: true,
+        default: "",
+        help: "File holding the admin bearer token (surrounding whitespace is ignored). Without it the token comes from env HANDNODE_TOKEN, then $CREDENTIALS_DIRECTORY/handnode-token, then <config dir>/token. The token is never a flag value: argv is world-readable.",
+        kind: Kind::Text {
+            metavar: "PATH",
+            set: |d, v| {
+                d.token_file = Some(path_value(v)?);
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "allow-login",
+        env: true,
+        default: "",
+        help: "Tailnet login allowed to use the admin API, as `tailscale serve` sends it in Tailscale-User-Login. Pair it with --allow-host.",
+        kind: Kind::List {
+            metavar: "EMAIL",
+            set: |d, v| {
+                d.config.allow_logins = v.into_iter().map(parse_login).collect::<Result<_, _>>()?;
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "allow-host",
+        env: true,
+        default: "",
+        help: "Extra name accepted in the Host/Origin headers besides loopback and localhost, e.g. the box's <box>.<tailnet>.ts.net name behind `tailscale serve`.",
+        kind: Kind::List {
+            metavar: "HOST",
+            set: |d, v| {
+                d.config.allow_hosts =
+                    v.into_iter().map(parse_allowed_host).collect::<Result<_, _>>()?;
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "insecure-local",
+        env: true,
+        default: "",
+        help: "Let loopback callers without any identity use the admin API (debugging only: every local user and process gets in).",
+        kind: Kind::Switch(|d| d.config.insecure_local = true),
+    },
+    Flag {
+        name: "state-dir",
+        env: true,
+        default: "$XDG_STATE_HOME/handnode or ~/.local/state/handnode",
+        help: "Where grants.json and audit.jsonl live (created 0700).",
+        kind: Kind::Text {
+            metavar: "DIR",
+            set: |d, v| {
+                d.state_dir = Some(path_value(v)?);
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "config-dir",
+        env: true,
+        default: "$XDG_CONFIG_HOME/handnode or ~/.config/handnode",
+        help: "Where the default token file lives (generated on first start when no authentication is configured).",
+        kind: Kind::Text {
+            metavar: "DIR",
+            set: |d, v| {
+                d.config_dir = Some(path_value(v)?);
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "no-persist",
+        env: true,
+        default: "",
+        help: "Keep grants in memory only: they do not survive a restart.",
+        kind: Kind::Switch(|d| d.config.persist = false),
+    },
+    Flag {
+        name: "workers",
+        env: true,
+        default: "4",
+        help: "Threads that start tool calls.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 64,
+            set: |d, v| d.config.workers = v as usize,
+        },
+    },
+    Flag {
+        name: "audit-args",
+        env: true,
+        default: "",
+        help: "Also record tool arguments in audit.jsonl. This records typed text, passwords included.",
+        kind: Kind::Switch(|d| d.config.audit_args = true),
+    },
+    Flag {
+        name: "ca-file",
+        env: true,
+        default: "",
+        help: "PEM file of an extra CA to trust for wss:// pods (on top of the public web roots).",
+        kind: Kind::Text {
+            metavar: "PATH",
+            set: |d, v| {
+                let path = path_value(v)?;
+                match std::fs::metadata(&path) {
+                    Ok(m) if m.is_file() => {}
+                    Ok(_) => return Err(format!("{} is not a file", path.display())),
+                    Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+                }
+                d.config.ca_file = Some(path);
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "upstream",
+        env: true,
+        default: "",
+        help: "An upstream MCP server whose tools are offered after the local ones, e.g. browser=http://127.0.0.1:8931/mcp.",
+        kind: Kind::List {
+            metavar: "NAME=URL",
+            set: |d, v| {
+                d.config.upstreams = parse_upstreams(v)?;
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "display-backend",
+        env: true,
+        default: "auto",
+        help: "Graphical backend: auto (probe Wayland, then X11, on each call), x11, wayland or none.",
+        kind: Kind::Text {
+            metavar: "auto|x11|wayland|none",
+            set: |d, v| {
+                d.config.display_backend = parse_display_backend(&v)?;
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "max-screenshot-edge",
+        env: true,
+        default: "1920",
+        help: "Longest screenshot edge in pixels; bigger screens are scaled down.",
+        kind: Kind::Int {
+            metavar: "PX",
+            min: 16,
+            max: 16384,
+            set: |d, v| d.config.max_screenshot_edge = v as u32,
+        },
+    },
+    Flag {
+        name: "no-notify",
+        env: true,
+        default: "",
+        help: "Do not show desktop notifications when a grant attaches or ends.",
+        kind: Kind::Switch(|d| d.config.notify = false),
+    },
+    Flag {
+        name: "no-sd-notify",
+        env: true,
+        default: "",
+        help: "Do not tell systemd (NOTIFY_SOCKET) when ready and when stopping.",
+        kind: Kind::Switch(|d| d.config.sd_notify = false),
+    },
+    Flag {
+        name: "throttle-failures",
+        env: true,
+        default: "10",
+        help: "Failed authentications from one client within the throttle window before it gets 429.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 10_000,
+            set: |d, v| d.config.limits.throttle_failures = v as u32,
+        },
+    },
+    Flag {
+        name: "throttle-table",
+        env: true,
+        default: "4096",
+        help: "Clients the failed-auth throttle remembers; the oldest are forgotten past this.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 1_000_000,
+            set: |d, v| d.config.limits.throttle_table = v as usize,
+        },
+    },
+    Flag {
+        name: "max-in-flight",
+        env: true,
+        default: "64",
+        help: "Requests in flight per grant connection; one more is refused.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 1024,
+            set: |d, v| d.config.limits.max_in_flight = v as usize,
+        },
+    },
+    Flag {
+        name: "job-queue",
+        env: true,
+        default: "256",
+        help: "Tool calls queued for the workers before callers are told the box is busy.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 65_536,
+            set: |d, v| d.config.limits.job_queue = v as usize,
+        },
+    },
+    millis!("backoff-base-ms", backoff_base, "1000", "First redial delay; doubles per failure."),
+    millis!("backoff-cap-ms", backoff_cap, "30000", "Longest redial delay."),
+    millis!("backoff-reset-ms", backoff_reset, "60000", "A connection attached this long resets the redial delay."),
+    millis!("ping-interval-ms", ping_interval, "20000", "How often we ping an attached pod."),
+    millis!("silence-limit-ms", silence_limit, "60000", "No frame from the pod for this long and the socket is dead (redial)."),
+    millis!("connect-timeout-ms", connect_timeout, "10000", "TCP connect to the pod."),
+    millis!("handshake-timeout-ms", handshake_timeout, "15000", "TLS and WebSocket upgrade with the pod, after connect."),
+    millis!("mint-timeout-ms", mint_timeout, "15000", "Minting an attach secret at the pod."),
+    millis!("admin-io-timeout-ms", admin_io_timeout, "10000", "Read/write timeout of every admin API connection."),
+    millis!("throttle-window-ms", throttle_window, "60000", "Window in which failed authentications are counted."),
+    millis!("throttle-lockout-ms", throttle_lockout, "60000", "How long a throttled client gets 429."),
+    millis!("audit-fsync-interval-ms", audit_fsync_interval, "100", "Longest an audit record waits for its fsync."),
+    millis!("ended-retention-ms", ended_retention, "600000", "How long ended grants stay listed."),
+    millis!("upstream-timeout-ms", upstream_timeout, "30000", "One request to an upstream MCP server."),
+    millis!("upstream-cache-ttl-ms", upstream_cache_ttl, "10000", "How long an upstream's tool list is reused."),
+    millis!("display-probe-ttl-ms", display_probe_ttl, "2000", "How long probed display facts are reused."),
+];
+
+/// Flags of `doctor`.
+const DOCTOR_FLAGS: &[Flag<bool>] = &[Flag {
+    name: "json",
+    env: false,
+    default: "",
+    help: "Print the report as JSON.",
+    kind: Kind::Switch(|json| *json = true),
+}];
+
+impl Config {
+    /// Production defaults; the dirs are filled in by `parse`.
+    fn defaults() -> Self {
+        Config {
+            listen: DEFAULT_LISTEN,
+            token: None,
+            token_source: None,
+            allow_logins: Vec::new(),
+            allow_hosts: Vec::new(),
+            insecure_local: false,
+            state_dir: PathBuf::new(),
+            config_dir: PathBuf::new(),
+            persist: true,
+            workers: DEFAULT_WORKERS,
+            audit_args: false,
+            ca_file: None,
+            upstreams: Vec::new(),
+            display_backend: DisplayBackend::Auto,
+            max_screenshot_edge: DEFAULT_MAX_SCREENSHOT_EDGE,
+            notify: true,
+            sd_notify: true,
+            timing: Timing::default(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// An absolute, non-empty env value (XDG says relative ones are ignored).
+fn absolute_env(env: &HashMap<String, String>, var: &str) -> Option<PathBuf> {
+    env.get(var).map(PathBuf::from).filter(|p| p.is_absolute())
+}
+
+/// `$XDG_STATE_HOME/handnode`, else `~/.local/state/handnode`.
+pub fn default_state_dir(env: &HashMap<String, String>) -> Option<PathBuf> {
+    absolute_env(env, "XDG_STATE_HOME")
+        .or_else(|| absolute_env(env, "HOME").map(|h| h.join(".local/state")))
+        .map(|d| d.join("handnode"))
+}
+
+/// `$XDG_CONFIG_HOME/handnode`, else `~/.config/handnode`.
+pub fn default_config_dir(env: &HashMap<String, String>) -> Option<PathBuf> {
+    absolute_env(env, "XDG_CONFIG_HOME")
+        .or_else(|| absolute_env(env, "HOME").map(|h| h.join(".config")))
+        .map(|d| d.join("handnode"))
+}
+
+/// The subcommands, for errors and help.
+const SUBCOMMANDS: &str = "serve, doctor, grant, grants, revoke, help";
+
+/// Turn argv (without the program name) and the environment into what to do.
+///
+/// For `serve` this also finds the admin token (see [`resolve_token`]); when no
+/// authentication is configured at all it first generates a token file at
+/// `<config dir>/token` (0600, dir 0700) and logs its path, never the token. Errors are
+/// [`Error::Config`] with a message that says what to fix (exit 2).
+pub fn parse(args: &[String], env: &HashMap<String, String>) -> Result<Command, Error> {
+    let (sub, rest) = match args.first().map(String::as_str) {
+        Some(word @ ("serve" | "doctor" | "grant" | "grants" | "revoke" | "help")) => {
+            (word, &args[1..])
+        }
+        Some(word) if !word.starts_with('-') => {
+            return Err(Error::Config(format!(
+                "unknown subcommand '{word}'; expected one of {SUBCOMMANDS} (see handnode --help)"
+            )))
+        }
+        _ => ("serve", args),
+    };
+    if sub == "help" {
+        return help_for(rest.first().map_or("serve", String::as_str)).map(Command::Help);
+    }
+    if rest.iter().any(|a| a == "--help" || a == "-h") {
+        return help_for(sub).map(Command::Help);
+    }
+    if rest.iter().any(|a| a == "--version" || a == "-V") {
+        return Ok(Command::Version);
+    }
+    match sub {
+        "serve" => parse_serve(rest, env).map(Command::Serve),
+        "doctor" => {
+            let mut json = false;
+            let positional = apply_flags(&[DOCTOR_FLAGS], rest, env, &mut json)?;
+            no_positional("doctor", &positional)?;
+            Ok(Command::Doctor { json })
+        }
+        _ => crate::cli::parse(sub, rest, env),
+    }
+}
+
+pub(crate) fn no_positional(sub: &str, positional: &[String]) -> Result<(), Error> {
+    match positional.first() {
+        Some(extra) => Err(Error::Config(format!(
+            "unexpected argument '{extra}' for {sub} (see handnode {sub} --help)"
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn help_for(sub: &str) -> Result<String, Error> {
+    match sub {
+        "serve" => Ok(serve_help()),
+        "doctor" => {
+            let mut out = String::from(
+                "Usage: handnode doctor [--json]\n\nWhat works on this box, and what to install or set for the rest.\n\nFlags:\n",
+            );
+            render_flags(&mut out, &[DOCTOR_FLAGS]);
+            Ok(out)
+        }
+        "grant" | "grants" | "revoke" => Ok(crate::cli::help(sub)),
+        other => Err(Error::Config(format!(
+            "no help for '{other}'; subcommands are {SUBCOMMANDS}"
+        ))),
+    }
+}
+
+/// `handnode --help`: the subcommands and every `serve` flag.
+fn serve_help() -> String {
+    let mut out = format!(
+        "handnode {} — lend this box's tools to one coding-agent session, time-boxed and revocable\n\n\
+Usage:\n  \
+  handnode [serve] [FLAGS]          run the daemon (the default)\n  \
+  handnode doctor [--json]          what works on this box and how to fix the rest\n  \
+  handnode grant --runtime URL --session S (--secret-file F | --admin-credential-file F) [...]\n  \
+  handnode grants [--json]          list a running daemon's grants\n  \
+  handnode revoke ID | --all        end a grant, or all of them\n  \
+  handnode help SUBCOMMAND | --help | --version\n\n\
+Every flag can also be set by the env var shown (a flag beats its env var; repeatable flags\n\
+take a comma-separated list in env). The admin token is never a flag: it is read from\n\
+--token-file, env {TOKEN_ENV}, $CREDENTIALS_DIRECTORY/{CREDENTIAL_NAME} or <config dir>/{TOKEN_FILE_NAME},\n\
+in that order; with no authentication configured at all, the first start writes a new one\n\
+to <config dir>/{TOKEN_FILE_NAME}.\n\nFlags of serve:\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    render_flags(&mut out, &[SERVE_FLAGS]);
+    out
+}
+
+/// The README's flag reference: one Markdown table for `serve`, one for the operator
+/// subcommands, generated from the same tables as parsing and `--help`.
+pub fn help_table_markdown() -> String {
+    let mut out = String::from("Flags of `handnode serve` (no subcommand):\n\n");
+    markdown_flags(&mut out, &[SERVE_FLAGS]);
+    let _ = write!(
+        out,
+        "\nThe admin token is never a flag: `--token-file`, env `{TOKEN_ENV}`, \
+`$CREDENTIALS_DIRECTORY/{CREDENTIAL_NAME}`, `<config dir>/{TOKEN_FILE_NAME}`, in that order.\n\n"
+    );
+    crate::cli::markdown(&mut out);
+    out
+}
+
+fn parse_serve(args: &[String], env: &HashMap<String, String>) -> Result<Config, Error> {
+    let mut draft = ServeDraft {
+        config: Config::defaults(),
+        token_file: None,
+        state_dir: None,
+        config_dir: None,
+    };
+    let positional = apply_flags(&[SERVE_FLAGS], args, env, &mut draft)?;
+    no_positional("serve", &positional)?;
+    warn_unknown_env(env);
+
+    let mut config = draft.config;
+    config.state_dir = draft
+        .state_dir
+        .or_else(|| default_state_dir(env))
+        .ok_or_else(|| {
+            Error::Config(
+                "cannot tell where to keep state: pass --state-dir (or set HOME or XDG_STATE_HOME)"
+                    .into(),
+            )
+        })?;
+    config.config_dir = draft
+        .config_dir
+        .or_else(|| default_config_dir(env))
+        .ok_or_else(|| {
+            Error::Config(
+                "cannot tell where the config dir is: pass --config-dir (or set HOME or XDG_CONFIG_HOME)"
+                    .into(),
+            )
+        })?;
+    let timing = &config.timing;
+    if timing.backoff_cap < timing.backoff_base {
+        return Err(Error::Config(
+            "--backoff-cap-ms must be at least --backoff-base-ms".into(),
+        ));
+    }
+    if timing.ping_interval >= timing.silence_limit {
+        return Err(Error::Config(
+            "--ping-interval-ms must be less than --silence-limit-ms, or a quiet pod looks dead"
+                .into(),
+        ));
+    }
+
+    let mut token = resolve_token(draft.token_file.as_deref(), env, Some(&config.config_dir))?;
+    if token.is_none() && config.allow_logins.is_empty() && !config.insecure_local {
+        let path = config.config_dir.join(TOKEN_FILE_NAME);
+        let secret = create_token_file(&path)?;
+        log::info!(
+            "no authentication was configured, so a new admin token was written to {} (give that file to `handnode grant` or your client; the token is never logged)",
+            path.display()
+        );
+        token = Some(ResolvedToken {
+            secret,
+            source: path.display().to_string(),
+        });
+    }
+    if let Some(t) = token {
+        config.token = Some(t.secret);
+        config.token_source = Some(t.source);
+    }
+    Policy::from_config(&config)
+        .validate()
+        .map_err(Error::Config)?;
+    Ok(config)
+}
+
+/// Env vars every subcommand reads besides the flag tables.
+const OTHER_KNOWN_ENV: [&str; 1] = [TOKEN_ENV];
+
+/// A `HANDNODE_*` variable no table knows is most likely a typo of one that does.
+fn warn_unknown_env(env: &HashMap<String, String>) {
+    let known: Vec<String> = SERVE_FLAGS
+        .iter()
+        .map(Flag::env_name)
+        .chain(crate::cli::env_names())
+        .chain(OTHER_KNOWN_ENV.iter().map(|s| s.to_string()))
+        .collect();
+    let mut unknown: Vec<&String> = env
+        .keys()
+        .filter(|k| k.starts_with(ENV_PREFIX) && !known.contains(k))
+        .collect();
+    unknown.sort();
+    for var in unknown {
+        log::warn!("ignoring unknown env var {var} (see handnode --help for the names)");
+    }
+}
+
+/// The admin token and where it came from (the source is logged, the value never).
+#[derive(Clone, Debug)]
+pub struct ResolvedToken {
+    pub secret: Secret,
+    pub source: String,
+}
+
+/// Find the admin token the way both the daemon and the operator CLI do: `token_file`
+/// (`--token-file`), env `HANDNODE_TOKEN`, `$CREDENTIALS_DIRECTORY/handnode-token`, then
+/// `<config_dir>/token`; the first one present wins. A named file that cannot be read, or
+/// any token that is empty after trimming, is a configuration error rather than a reason to
+/// look further.
+pub fn resolve_token(
+    token_file: Option<&Path>,
+    env: &HashMap<String, String>,
+    config_dir: Option<&Path>,
+) -> Result<Option<ResolvedToken>, Error> {
+    let from_file = |path: &Path| {
+        read_secret_file(path)
+            .map(|secret| {
+                Some(ResolvedToken {
+                    secret,
+                    source: path.display().to_string(),
+                })
+            })
+            .map_err(|e| Error::Config(format!("token file {e}")))
+    };
+    if let Some(path) = token_file {
+        return from_file(path);
+    }
+    if let Some(value) = env
+        .get(TOKEN_ENV)
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty())
+    {
+        check_secret_chars(value).map_err(|e| Error::Config(format!("{TOKEN_ENV} {e}")))?;
+        return Ok(Some(ResolvedToken {
+            secret: Secret::new(value),
+            source: format!("env {TOKEN_ENV}"),
+        }));
+    }
+    let credential = env
+        .get("CREDENTIALS_DIRECTORY")
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(CREDENTIAL_NAME));
+    let default = config_dir.map(|d| d.join(TOKEN_FILE_NAME));
+    for path in credential.into_iter().chain(default) {
+        if path.exists() {
+            return from_file(&path);
+        }
+    }
+    Ok(None)
+}
+
+/// A secret must fit an `Authorization: Bearer` header unchanged.
+fn check_secret_chars(value: &str) -> Result<(), String> {
+    if value.chars().all(|c| c.is_ascii_graphic()) {
+        Ok(())
+    } else {
+        Err("must be printable ASCII without spaces".into())
+    }
+}
+
+/// Read a file (or pipe) holding one secret (admin token, attach secret, pod credential): at most
+/// [`SECRET_FILE_MAX_BYTES`], surrounding whitespace trimmed, not empty. The error starts
+/// with the path. A file others can read is used but logged, since it should be 0600.
+pub fn read_secret_file(path: &Path) -> Result<Secret, String> {
+    let shown = path.display();
+    let file = std::fs::File::open(path).map_err(|e| format!("{shown}: cannot read it: {e}"))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("{shown}: cannot read it: {e}"))?;
+    // Not only regular files: `--secret-file /dev/stdin` lets a password manager pipe one in.
+    if meta.is_dir() {
+        return Err(format!("{shown}: is a directory, not a file"));
+    }
+    let mut bytes = Vec::new();
+    file.take(SECRET_FILE_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{shown}: cannot read it: {e}"))?;
+    if bytes.len() as u64 > SECRET_FILE_MAX_BYTES {
+        return Err(format!(
+            "{shown}: is larger than {SECRET_FILE_MAX_BYTES} bytes; it should hold only the secret"
+        ));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| format!("{shown}: is not UTF-8 text"))?;
+    let value = text.trim();
+    if value.is_empty() {
+        return Err(format!(
+            "{shown}: is empty; put the secret in it (or remove the file)"
+        ));
+    }
+    check_secret_chars(value).map_err(|e| format!("{shown}: its content {e}"))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if meta.is_file() && mode & 0o077 != 0 {
+        log::warn!(
+            "{shown} has mode {mode:03o}: others on this box can read it; run chmod 600 on it"
+        );
+    }
+    Ok(Secret::new(value))
+}
+
+/// Write a fresh random 256-bit token to `path` (0600; missing parent dirs created 0700).
+/// Never overwrites: an existing file would have been found by [`resolve_token`].
+pub fn create_token_file(path: &Path) -> Result<Secret, Error> {
+    let fail = |what: &str, e: std::io::Error| {
+        Error::Config(format!(
+            "no authentication is configured and {what} {}: {e}; pass --token-file or --config-dir",
+            path.display()
+        ))
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| fail("cannot create the directory of", e))?;
+    }
+    let secret = Secret::random().map_err(|e| fail("no randomness to generate", e))?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| fail("cannot create the token file", e))?;
+    file.write_all(format!("{}\n", secret.expose()).as_bytes())
+        .and_then(|_| file.sync_all())
+        .map_err(|e| fail("cannot write the token file", e))?;
+    Ok(secret)
+}
+
+/// `http://user:pass@host/…` → `http://***@host/…`, for logs.
+fn mask_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://***{}", &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// What an operator should hear about at start. `is_root` is passed in so tests need not
+/// run as root (or not).
+pub fn warnings(config: &Config, is_root: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    if !config.allow_logins.is_empty() && config.allow_hosts.is_empty() {
+        out.push(
+            "--allow-login is set without any --allow-host: behind `tailscale serve` requests arrive with Host: <box>.<tailnet>.ts.net and will get 403; add --allow-host <that name>"
+                .to_string(),
+        );
+    }
+    if !config.allow_logins.is_empty() && !config.listen.ip().is_loopback() {
+        out.push(format!(
+            "--allow-login trusts the Tailscale-User-Login header, but --listen {} is not loopback: anyone who can reach that address can claim a login; listen on loopback behind `tailscale serve`",
+            config.listen
+        ));
+    }
+    if config.insecure_local {
+        out.push(
+            "--insecure-local is on: every local user and process can use the admin API without credentials"
+                .to_string(),
+        );
+    }
+    if config.audit_args {
+        out.push("--audit-args is on: audit.jsonl records tool arguments, typed text and passwords included".to_string());
+    }
+    if is_root {
+        out.push(
+            "running as root: the bash tool is a root shell for whoever holds a grant; run handnode as an ordinary user"
+                .to_string(),
+        );
+    }
+    out
+}
+
+/// Log the effective settings once at start (secrets masked), then any warnings.
+pub fn log_effective(config: &Config) {
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            v.join(",")
+        }
+    };
+    let token = match (&config.token, &config.token_source) {
+        (Some(_), Some(source)) => format!("token from {source}"),
+        (Some(_), None) => "token set".to_string(),
+        (None, _) => "no token".to_string(),
+    };
+    log::info!(
+        "handnode {} listening on {}; auth: {token}, allow-login {}, insecure-local {}; allow-host {}",
+        env!("CARGO_PKG_VERSION"),
+        config.listen,
+        list(&config.allow_logins),
+        on_off(config.insecure_local),
+        list(&config.allow_hosts),
+    );
+    let upstreams: Vec<String> = config
+        .upstreams
+        .iter()
+        .map(|(name, url)| format!("{name}={}", mask_url(url)))
+        .collect();
+    log::info!(
+        "state dir {} (persist {}), config dir {}; workers {}, audit-args {}, ca-file {}, upstream {}, display {}, max screenshot edge {} px, notify {}, sd-notify {}",
+        config.state_dir.display(),
+        on_off(config.persist),
+        config.config_dir.display(),
+        config.workers,
+        on_off(config.audit_args),
+        config.ca_file.as_ref().map_or("-".to_string(), |p| p.display().to_string()),
+        list(&upstreams),
+        config.display_backend.as_str(),
+        config.max_screenshot_edge,
+        on_off(config.notify),
+        on_off(config.sd_notify),
+    );
+    log::info!("timing: {:?}; limits: {:?}", config.timing, config.limits);
+    let is_root = rustix::process::geteuid().is_root();
+    for warning in warnings(config, is_root) {
+        log::warn!("{warning}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A fresh directory under the system temp dir, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new() -> Self {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let dir = std::env::temp_dir().join(format!(
+                "handnode-config-test-{}-{}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+
+        fn path(&self, rel: &str) -> PathBuf {
+            self.0.join(rel)
+        }
+
+        fn write(&self, rel: &str, content: &str) -> PathBuf {
+            let path = self.path(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, content).unwrap();
+            path
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// An environment with HOME in `tmp` and whatever else the test adds.
+    fn env_in(tmp: &TempDir, extra: &[(&str, &str)]) -> HashMap<String, String> {
+        let mut env: HashMap<String, String> = extra
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        env.entry("HOME".into())
+            .or_insert_with(|| tmp.0.display().to_string());
+        env
+    }
+
+    fn serve(args: &[&str], env: &HashMap<String, String>) -> Result<Config, String> {
+        match parse(&strings(args), env) {
+            Ok(Command::Serve(config)) => Ok(config),
+            Ok(other) => panic!("expected serve, got {other:?}"),
+            Err(Error::Config(msg)) => Err(msg),
+            Err(other) => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn defaults_follow_the_contract() {
+        let tmp = TempDir::new();
+        let env = env_in(&tmp, &[(TOKEN_ENV, "tok")]);
+        let config = serve(&[], &env).unwrap();
+        assert_eq!(config.listen.to_string(), "127.0.0.1:8795");
+        assert_eq!(config.state_dir, tmp.path(".local/state/handnode"));
+        assert_eq!(config.config_dir, tmp.path(".config/handnode"));
+        assert_eq!(config.workers, 4);
+        assert!(config.persist && config.notify && config.sd_notify);
+        assert!(!config.audit_args && !config.insecure_local);
+        assert_eq!(config.display_backend, DisplayBackend::Auto);
+        assert_eq!(config.max_screenshot_edge, 1920);
+        assert_eq!(config.timing, Timing::default());
+        assert_eq!(config.limits, Limits::default());
+        assert_eq!(config.token_source.as_deref(), Some("env HANDNODE_TOKEN"));
+
+        let xdg = env_in(
+            &tmp,
+            &[
+                (TOKEN_ENV, "tok"),
+                ("XDG_STATE_HOME", "/xdg/state"),
+                ("XDG_CONFIG_HOME", "/xdg/config"),
+            ],
+        );
+        let config = serve(&[], &xdg).unwrap();
+        assert_eq!(config.state_dir, Path::new("/xdg/state/handnode"));
+        assert_eq!(config.config_dir, Path::new("/xdg/config/handnode"));
+        // A relative XDG value is ignored, as the XDG spec says.
+        let relative = env_in(&tmp, &[(TOKEN_ENV, "tok"), ("XDG_STATE_HOME", "rel")]);
+        assert_eq!(
+            serve(&[], &relative).unwrap().state_dir,
+            tmp.path(".local/state/handnode")
+        );
+    }
+
+    #[test]
+    fn every_flag_parses() {
+        let tmp = TempDir::new();
+        let ca = tmp.write("ca.pem", "pem");
+        let ca = ca.to_str().unwrap();
+        let env = env_in(&tmp, &[(TOKEN_ENV, "tok")]);
+        type Check = fn(&Config);
+        let cases: Vec<(Vec<&str>, Check)> = vec![
+            (vec!["--listen", "0.0.0.0:9000"], |c| {
+                assert_eq!(c.listen.to_string(), "0.0.0.0:9000")
+            }),
+            (vec!["--listen=[::1]:9"], |c| {
+                assert_eq!(c.listen.to_string(), "[::1]:9")
+            }),
+            (vec!["--listen", "localhost:1234"], |c| {
+                assert_eq!(c.listen.to_string(), "127.0.0.1:1234")
+            }),
+            (
+                vec!["--allow-login", "You@Example.com", "--allow-login=b@c"],
+                |c| assert_eq!(c.allow_logins, ["you@example.com", "b@c"]),
+            ),
+            (vec!["--allow-host", "Box.Tail.ts.net"], |c| {
+                assert_eq!(c.allow_hosts, ["box.tail.ts.net"])
+            }),
+            (vec!["--insecure-local"], |c| assert!(c.insecure_local)),
+            (vec!["--state-dir", "/s", "--config-dir", "/c"], |c| {
+                assert_eq!(
+                    (c.state_dir.as_path(), c.config_dir.as_path()),
+                    (Path::new("/s"), Path::new("/c"))
+                )
+            }),
+            (vec!["--no-persist"], |c| assert!(!c.persist)),
+            (vec!["--workers", "64"], |c| assert_eq!(c.workers, 64)),
+            (vec!["--audit-args"], |c| assert!(c.audit_args)),
+            (
+                vec![
+                    "--upstream",
+                    "browser=http://127.0.0.1:8931/mcp",
+                    "--upstream",
+                    "b2=https://x/mcp",
+                ],
+                |c| {
+                    assert_eq!(
+                        c.upstreams,
+                        [
+                            ("browser".into(), "http://127.0.0.1:8931/mcp".into()),
+                            ("b2".into(), "https://x/mcp".into())
+                        ]
+                    )
+                },
+            ),
+            (vec!["--display-backend", "Wayland"], |c| {
+                assert_eq!(c.display_backend, DisplayBackend::Wayland)
+            }),
+            (vec!["--display-backend=none"], |c| {
+                assert_eq!(c.display_backend, DisplayBackend::None)
+            }),
+            (vec!["--max-screenshot-edge", "800"], |c| {
+                assert_eq!(c.max_screenshot_edge, 800)
+            }),
+            (vec!["--no-notify", "--no-sd-notify"], |c| {
+                assert!(!c.notify && !c.sd_notify)
+            }),
+            (
+                vec!["--throttle-failures", "3", "--throttle-table", "5"],
+                |c| {
+                    assert_eq!(
+                        (c.limits.throttle_failures, c.limits.throttle_table),
+                        (3, 5)
+                    )
+                },
+            ),
+            (vec!["--max-in-flight", "2", "--job-queue", "7"], |c| {
+                assert_eq!((c.limits.max_in_flight, c.limits.job_queue), (2, 7))
+            }),
+            (
+                vec!["--backoff-base-ms", "5", "--backoff-cap-ms", "40"],
+                |c| {
+                    assert_eq!(c.timing.backoff_base, Duration::from_millis(5));
+                    assert_eq!(c.timing.backoff_cap, Duration::from_millis(40));
+                },
+            ),
+            (
+                vec!["--silence-limit-ms", "300", "--ping-interval-ms", "100"],
+                |c| {
+                    assert_eq!(c.timing.silence_limit, Duration::from_millis(300));
+                    assert_eq!(c.timing.ping_interval, Duration::from_millis(100));
+                },
+            ),
+            (vec!["serve", "--throttle-lockout-ms", "9"], |c| {
+                assert_eq!(c.timing.throttle_lockout, Duration::from_millis(9))
+            }),
+        ];
+        for (args, check) in cases {
+            let config = serve(&args, &env).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            check(&config);
+        }
+        let config = serve(&["--ca-file", ca], &env).unwrap();
+        assert_eq!(config.ca_file.as_deref(), Some(Path::new(ca)));
+    }
+
+    #[test]
+    fn env_sets_flags_and_flags_beat_env() {
+        let tmp = TempDir::new();
+        let env = env_in(
+            &tmp,
+            &[
+                (TOKEN_ENV, "tok"),
+                ("HANDNODE_WORKERS", "8"),
+                ("HANDNODE_ALLOW_LOGIN", " a@b , C@D,, "),
+                ("HANDNODE_ALLOW_HOST", "h.ts.net"),
+                ("HANDNODE_NO_PERSIST", "yes"),
+                ("HANDNODE_INSECURE_LOCAL", "off"),
+                ("HANDNODE_SILENCE_LIMIT_MS", "50000"),
+                ("HANDNODE_AUDIT_ARGS", ""),
+                ("HANDNODE_LISTEN", "127.0.0.1:1"),
+            ],
+        );
+        let config = serve(&[], &env).unwrap();
+        assert_eq!(config.workers, 8);
+        assert_eq!(config.allow_logins, ["a@b", "c@d"]);
+        assert_eq!(config.allow_hosts, ["h.ts.net"]);
+        assert!(!config.persist);
+        assert!(!config.insecure_local, "off means off");
+        assert!(!config.audit_args, "empty means unset");
+        assert_eq!(config.timing.silence_limit, Duration::from_secs(50));
+        assert_eq!(config.listen.to_string(), "127.0.0.1:1");
+
+        let config = serve(
+            &[
+                "--workers",
+                "2",
+                "--allow-login",
+                "x@y",
+                "--listen",
+                "127.0.0.1:2",
+            ],
+            &env,
+        )
+        .unwrap();
+        assert_eq!(config.workers, 2);
+        // A repeatable flag on the command line replaces the env list entirely.
+        assert_eq!(config.allow_logins, ["x@y"]);
+        assert_eq!(config.listen.to_string(), "127.0.0.1:2");
+        assert_eq!(config.allow_hosts, ["h.ts.net"], "untouched by flags");
+    }
+
+    /// Args, extra env, a part of the expected message.
+    type ErrorCase<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+
+    #[test]
+    fn errors_say_what_to_fix() {
+        let tmp = TempDir::new();
+        let big = tmp.write("big", &"x".repeat(SECRET_FILE_MAX_BYTES as usize + 1));
+        let empty = tmp.write("empty", " \n\t");
+        let spaced = tmp.write("spaced", "two words");
+        let (big, empty, spaced) = (
+            big.to_str().unwrap().to_string(),
+            empty.to_str().unwrap().to_string(),
+            spaced.to_str().unwrap().to_string(),
+        );
+        let dir = tmp.0.display().to_string();
+        let env = env_in(&tmp, &[(TOKEN_ENV, "tok")]);
+        let cases: Vec<ErrorCase> = vec![
+            (vec!["--bogus"], vec![], "unknown flag --bogus"),
+            (vec!["--bogus=1"], vec![], "unknown flag --bogus"),
+            (vec!["-x"], vec![], "unknown flag -x"),
+            (vec!["extra"], vec![], "unknown subcommand 'extra'"),
+            (
+                vec!["serve", "extra"],
+                vec![],
+                "unexpected argument 'extra'",
+            ),
+            (vec!["--listen"], vec![], "--listen needs a value"),
+            (
+                vec!["--listen", "nowhere"],
+                vec![],
+                "--listen: expected IP:PORT",
+            ),
+            (
+                vec!["--listen", "1", "--listen", "2"],
+                vec![],
+                "--listen given more than once",
+            ),
+            (
+                vec!["--no-persist=true"],
+                vec![],
+                "--no-persist is a switch",
+            ),
+            (
+                vec!["--workers", "many"],
+                vec![],
+                "--workers: expected a whole number in 1...64, got 'many'",
+            ),
+            (
+                vec!["--workers", "-1"],
+                vec![],
+                "--workers: expected a whole number",
+            ),
+            (
+                vec!["--display-backend", "mir"],
+                vec![],
+                "expected one of auto, x11, wayland, none",
+            ),
+            (vec!["--upstream", "browser"], vec![], "expected NAME=URL"),
+            (
+                vec!["--upstream", "b=ftp://x"],
+                vec![],
+                "must be an http:// or https:// URL",
+            ),
+            (
+                vec!["--upstream", "a b=http://x"],
+                vec![],
+                "upstream name must match",
+            ),
+            (
+                vec!["--upstream", "b=http://x", "--upstream", "b=http://y"],
+                vec![],
+                "upstream 'b' given twice",
+            ),
+            (
+                vec!["--allow-login", "a b"],
+                vec![],
+                "--allow-login: expected a tailnet login",
+            ),
+            (
+                vec!["--allow-host", "https://h/"],
+                vec![],
+                "--allow-host: expected a host name",
+            ),
+            (
+                vec!["--ca-file", "/nonexistent/ca.pem"],
+                vec![],
+                "--ca-file: cannot read /nonexistent/ca.pem",
+            ),
+            (vec!["--state-dir="], vec![], "--state-dir: expected a path"),
+            (
+                vec![],
+                vec![("HANDNODE_WORKERS", "65")],
+                "HANDNODE_WORKERS: expected a whole number in 1...64, got '65'",
+            ),
+            (
+                vec![],
+                vec![("HANDNODE_NO_PERSIST", "maybe")],
+                "HANDNODE_NO_PERSIST: expected 1/0",
+            ),
+            (
+                vec!["--backoff-base-ms", "10", "--backoff-cap-ms", "9"],
+                vec![],
+                "--backoff-cap-ms must be at least --backoff-base-ms",
+            ),
+            (
+                vec!["--ping-interval-ms", "60000"],
+                vec![],
+                "--ping-interval-ms must be less than --silence-limit-ms",
+            ),
+            (
+                vec!["--token-file", "/nonexistent/token"],
+                vec![],
+                "token file /nonexistent/token: cannot read it",
+            ),
+            (
+                vec!["--token-file", &big],
+                vec![],
+                "is larger than 16384 bytes",
+            ),
+            (vec!["--token-file", &empty], vec![], "is empty"),
+            (vec!["--token-file", &dir], vec![], "is a directory"),
+            (
+                vec!["--token-file", &spaced],
+                vec![],
+                "printable ASCII without spaces",
+            ),
+            (
+                vec![],
+                vec![(TOKEN_ENV, "a b")],
+                "HANDNODE_TOKEN must be printable ASCII",
+            ),
+            (
+                vec![],
+                vec![("HOME", ""), ("XDG_CONFIG_HOME", "/c")],
+                "pass --state-dir",
+            ),
+            (
+                vec!["--state-dir", "/s"],
+                vec![("HOME", "")],
+                "pass --config-dir",
+            ),
+        ];
+        for (args, extra, want) in cases {
+            let mut env = env.clone();
+            env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+            match serve(&args, &env) {
+                Err(msg) => assert!(msg.contains(want), "{args:?}: {msg:?} lacks {want:?}"),
+                Ok(_) => panic!("{args:?} {extra:?} was accepted"),
+            }
+        }
+    }
+
+    #[test]
+    fn every_number_flag_refuses_one_past_its_bounds() {
+        let tmp = TempDir::new();
+        let env = env_in(&tmp, &[(TOKEN_ENV, "tok")]);
+        let mut checked = 0;
+        for flag in SERVE_FLAGS {
+            let Kind::Int { min, max, .. } = flag.kind else {
+                continue;
+            };
+            let over = format!("--{}={}", flag.name, max + 1);
+            let err = serve(&[&over], &env).unwrap_err();
+            assert!(err.starts_with(&format!("--{}:", flag.name)), "{err}");
+            if min > 0 {
+                let under = format!("--{}={}", flag.name, min - 1);
+                assert!(serve(&[&under], &env).is_err(), "{under}");
+            }
+            checked += 1;
+        }
+        assert!(checked >= 20, "only {checked} number flags");
+    }
+
+    #[test]
+    fn documented_defaults_are_the_real_defaults() {
+        let tmp = TempDir::new();
+        let env = env_in(&tmp, &[(TOKEN_ENV, "tok")]);
+        let baseline = format!("{:?}", serve(&[], &env).unwrap());
+        for flag in SERVE_FLAGS {
+            if matches!(flag.kind, Kind::Switch(_)) || flag.default.is_empty() {
+                continue;
+            }
+            if flag.default.starts_with('$') {
+                continue; // the dirs: described, not literal
+            }
+            let arg = format!("--{}={}", flag.name, flag.default);
+            assert_eq!(
+                format!("{:?}", serve(&[&arg], &env).unwrap()),
+                baseline,
+                "{arg}"
+            );
+        }
+    }
+
+    #[test]
+    fn help_lists_every_flag_and_env_var() {
+        let tmp = TempDir::new();
+        let env = env_in(&tmp, &[]);
+        for args in [vec!["--help"], vec!["serve", "-h"], vec!["help"]] {
+            let Ok(Command::Help(text)) = parse(&strings(&args), &env) else {
+                panic!("{args:?} is not help");
+            };
+            for flag in SERVE_FLAGS {
+                assert!(text.contains(&format!("--{}", flag.name)), "{}", flag.name);
+                assert!(text.contains(&flag.env_name()), "{}", flag.name);
+            }
+        }
+        let audit = SERVE_FLAGS.iter().find(|f| f.name == "audit-args").unwrap();
+        assert!(audit.help.contains("typed text, passwords included"));
+        let markdown = help_table_markdown();
+        for flag in SERVE_FLAGS {
+            assert!(
+                markdown.contains(&format!("| `--{}", flag.name)),
+                "{}",
+                flag.name
+            );
+        }
+        assert!(markdown.contains("`--runtime URL`") && markdown.contains("`HANDNODE_URL`"));
+        for args in [
+            vec!["doctor", "--help"],
+            vec!["help", "grant"],
+            vec!["revoke", "-h"],
+        ] {
+            assert!(
+                matches!(parse(&strings(&args), &env), Ok(Command::Help(_))),
+                "{args:?}"
+            );
+        }
+        assert!(matches!(
+            parse(&strings(&["--version"]), &env),
+            Ok(Command::Version)
+        ));
+        assert!(matches!(
+            parse(&strings(&["doctor", "--json"]), &env),
+            Ok(Command::Doctor { json: true })
+        ));
+        assert!(matches!(
+            parse(&strings(&["doctor"]), &env),
+            Ok(Command::Doctor { json: false })
+        ));
+        assert!(parse(&strings(&["doctor", "--listen", "x"]), &env).is_err());
+    }
+
+    #[test]
+    fn token_sources_are_tried_in_order() {
+        let tmp = TempDir::new();
+        let flag_file = tmp.write("flag-token", "  from-flag\n");
+        let creds = tmp.path("creds");
+        let config_dir = tmp.path("config");
+        tmp.write("creds/handnode-token", "from-credentials\n");
+        tmp.write("config/token", "from-default\n");
+        let mut env: HashMap<String, String> = [
+            (TOKEN_ENV.to_string(), " from-env ".to_string()),
+            (
+                "CREDENTIALS_DIRECTORY".to_string(),
+                creds.display().to_string(),
+            ),
+        ]
+        .into();
+        let resolve = |file: Option<&Path>, env: &HashMap<String, String>| {
+            resolve_token(file, env, Some(&config_dir))
+                .unwrap()
+                .map(|t| (t.secret.expose().to_string(), t.source))
+        };
+        let got = resolve(Some(&flag_file), &env).unwrap();
+        assert_eq!(got, ("from-flag".into(), flag_file.display().to_string()));
+        assert_eq!(
+            resolve(None, &env).unwrap(),
+            ("from-env".into(), "env HANDNODE_TOKEN".into())
+        );
+        env.remove(TOKEN_ENV);
+        assert_eq!(resolve(None, &env).unwrap().0, "from-credentials");
+        std::fs::remove_file(creds.join(CREDENTIAL_NAME)).unwrap();
+        assert_eq!(resolve(None, &env).unwrap().0, "from-default");
+        std::fs::remove_file(config_dir.join(TOKEN_FILE_NAME)).unwrap();
+        assert_eq!(resolve(None, &env), None);
+        // A named file that is missing is an error, never a reason to look further.
+        assert!(resolve_token(Some(&tmp.path("missing")), &env, Some(&config_dir)).is_err());
+    }
+
+    #[test]
+    fn first_start_without_auth_generates_a_private_token_file() {
+        let tmp = TempDir::new();
+        let env = env_in(&tmp, &[]);
+        let config = serve(&[], &env).unwrap();
+        let path = tmp.path(".config/handnode/token");
+        assert_eq!(config.token_source, Some(path.display().to_string()));
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(path.parent().unwrap()), 0o700);
+        let written = std::fs::read_to_string(&path).unwrap();
+        let token = config.token.unwrap();
+        assert_eq!(written.trim(), token.expose());
+        assert_eq!(token.expose().len(), 64, "256 bits, hex");
+        // The second start finds the same token instead of making another.
+        let again = serve(&[], &env).unwrap();
+        assert_eq!(again.token.unwrap(), token);
+    }
+
+    #[test]
+    fn configured_auth_generates_nothing() {
+        let tmp = TempDir::new();
+        let env = env_in(&tmp, &[]);
+        let config = serve(&["--allow-login", "a@b"], &env).unwrap();
+        assert!(config.token.is_none());
+        let config = serve(&["--insecure-local"], &env).unwrap();
+        assert!(config.token.is_none());
+        assert!(!tmp.path(".config/handnode/token").exists());
+    }
+
+    #[test]
+    fn warnings_name_the_risky_settings() {
+        let mut config = Config::for_tests(PathBuf::from("/s"));
+        assert!(warnings(&config, false).is_empty());
+        assert_eq!(warnings(&config, true).len(), 1);
+        assert!(warnings(&config, true)[0].contains("root shell"));
+        config.allow_logins = vec!["a@b".into()];
+        let w = warnings(&config, false);
+        assert!(
+            w.len() == 1 && w[0].contains("without any --allow-host"),
+            "{w:?}"
+        );
+        config.allow_hosts = vec!["box.tail.ts.net".into()];
+        assert!(warnings(&config, false).is_empty());
+        config.listen = "0.0.0.0:8795".parse().unwrap();
+        assert!(warnings(&config, false)[0].contains("not loopback"));
+    }
+
+    #[test]
+    fn urls_in_logs_lose_their_credentials() {
+        assert_eq!(mask_url("http://u:p@h:1/mcp"), "http://***@h:1/mcp");
+        assert_eq!(mask_url("http://h/a@b"), "http://h/a@b");
+        assert_eq!(mask_url("https://h"), "https://h");
     }
 }

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod audit;
 pub mod auth;
 pub mod calls;
+pub mod cli;
 pub mod config;
 pub mod dial;
 pub mod doctor;

@@ -1,1 +1,150 @@
-fn main() {}
+//! The `handnode` binary: argv and env → `config::Command`, logging, signals, exit codes.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+
+use handnode::config::{self, Command};
+use handnode::{cli, doctor, Shutdown};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+/// Log targets whose trace output carries raw request bytes (the `Authorization` header of
+/// a WebSocket handshake, a grant's secret in an admin request body).
+const RAW_TRACE_TARGETS: [&str; 3] = ["tungstenite", "ureq", "ureq_proto"];
+
+fn is_raw_trace(metadata: &log::Metadata) -> bool {
+    metadata.level() == log::Level::Trace
+        && RAW_TRACE_TARGETS
+            .iter()
+            .any(|t| metadata.target() == *t || metadata.target().starts_with(&format!("{t}::")))
+}
+
+/// env_logger with the raw-bytes trace output of our HTTP/WebSocket crates dropped, so even
+/// `RUST_LOG=trace` never prints a secret.
+struct SecretSafeLogger(env_logger::Logger);
+
+impl log::Log for SecretSafeLogger {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        !is_raw_trace(metadata) && self.0.enabled(metadata)
+    }
+
+    fn log(&self, record: &log::Record) {
+        if !is_raw_trace(record.metadata()) {
+            self.0.log(record);
+        }
+    }
+
+    fn flush(&self) {
+        self.0.flush();
+    }
+}
+
+fn init_logging() {
+    let logger =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).build();
+    let max = logger.filter();
+    if log::set_logger(Box::leak(Box::new(SecretSafeLogger(logger)))).is_ok() {
+        log::set_max_level(max);
+    }
+}
+
+fn exit(code: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+fn main() -> ExitCode {
+    init_logging();
+    let mut args = Vec::new();
+    for arg in std::env::args_os().skip(1) {
+        match arg.into_string() {
+            Ok(arg) => args.push(arg),
+            Err(arg) => {
+                eprintln!("handnode: argument {arg:?} is not UTF-8");
+                return exit(2);
+            }
+        }
+    }
+    // Variables that are not UTF-8 cannot be ours; leave them out.
+    let env: HashMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+
+    let command = match config::parse(&args, &env) {
+        Ok(command) => command,
+        Err(e) => {
+            eprintln!("handnode: {e}");
+            return exit(e.exit_code());
+        }
+    };
+    match command {
+        Command::Help(text) => {
+            print!("{text}");
+            exit(0)
+        }
+        Command::Version => {
+            println!("handnode {}", env!("CARGO_PKG_VERSION"));
+            exit(0)
+        }
+        Command::Doctor { json } => exit(doctor::main(json)),
+        Command::Serve(config) => serve(config),
+        operator => exit(cli::main(&operator)),
+    }
+}
+
+fn serve(config: handnode::Config) -> ExitCode {
+    config::log_effective(&config);
+    let (handle, shutdown) = Shutdown::new();
+    let mut signals = match Signals::new([SIGTERM, SIGINT]) {
+        Ok(signals) => signals,
+        Err(e) => {
+            eprintln!("handnode: cannot install signal handlers: {e}");
+            return exit(1);
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut signals = signals.forever();
+            if let Some(signal) = signals.next() {
+                log::info!("signal {signal}: shutting down (send it again to exit at once)");
+                handle.shutdown();
+            }
+            // A second signal means the operator will not wait for a clean shutdown.
+            if let Some(signal) = signals.next() {
+                log::warn!("signal {signal} again: exiting without a clean shutdown");
+                std::process::exit(1);
+            }
+        });
+    if let Err(e) = spawned {
+        eprintln!("handnode: cannot start the signal thread: {e}");
+        return exit(1);
+    }
+    match handnode::run(config, shutdown) {
+        Ok(()) => exit(0),
+        Err(e) => {
+            eprintln!("handnode: {e}");
+            exit(e.exit_code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_trace_of_wire_crates_is_dropped() {
+        let meta = |target: &'static str, level| {
+            log::Metadata::builder().target(target).level(level).build()
+        };
+        assert!(is_raw_trace(&meta(
+            "tungstenite::handshake::client",
+            log::Level::Trace
+        )));
+        assert!(is_raw_trace(&meta("ureq_proto::util", log::Level::Trace)));
+        assert!(is_raw_trace(&meta("ureq", log::Level::Trace)));
+        assert!(!is_raw_trace(&meta("ureq_proto::util", log::Level::Debug)));
+        assert!(!is_raw_trace(&meta("ureqx", log::Level::Trace)));
+        assert!(!is_raw_trace(&meta("handnode::dial", log::Level::Trace)));
+    }
+}

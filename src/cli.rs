@@ -1,0 +1,1359 @@
+//! Operator subcommands `grant`, `grants` and `revoke`: their arguments, and the calls they
+//! make to a running daemon's admin API. Secrets come from files, never from argv.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::config::{
+    apply_flags, default_config_dir, markdown_flags, no_positional, read_secret_file, render_flags,
+    resolve_token, Command, Flag, Kind,
+};
+use crate::error::Error;
+use crate::profiles::Profile;
+use crate::secret::Secret;
+
+/// Where the daemon listens unless `--url` says otherwise.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:8795";
+/// How often `grant --wait` asks for the grant's state.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// Whole-request timeout; a grant with an admin credential waits for the pod's mint (15 s).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest grant (seconds), as the daemon enforces it.
+pub const MAX_TTL_SECS: u64 = 86_400;
+/// Longest grant id accepted on the command line (a UUID is 36).
+const MAX_ID_LEN: usize = 64;
+
+/// Exit codes of the operator subcommands.
+pub const EXIT_OK: i32 = 0;
+/// Daemon unreachable, or it refused.
+pub const EXIT_FAILURE: i32 = 1;
+/// `grant --wait` saw the grant end before it attached.
+pub const EXIT_GRANT_ENDED: i32 = 3;
+
+/// How to reach the daemon.
+#[derive(Clone, Debug)]
+pub struct ClientArgs {
+    /// Base URL without a trailing `/`.
+    pub url: String,
+    pub token: Option<Secret>,
+    /// Where the token came from, for hints when the daemon says 401.
+    pub token_source: Option<String>,
+}
+
+/// How the daemon gets the attach secret (§4).
+#[derive(Clone, Debug)]
+pub enum Credential {
+    /// A pre-minted attach secret.
+    Secret(Secret),
+    /// The pod's admin credential; the daemon mints once and forgets it.
+    AdminCredential(Secret),
+}
+
+#[derive(Clone, Debug)]
+pub struct GrantArgs {
+    pub client: ClientArgs,
+    pub runtime: String,
+    pub session: String,
+    /// `None`: the daemon's default (`observe`).
+    pub profile: Option<Profile>,
+    /// `None`: the daemon's default (3600).
+    pub ttl_secs: Option<u64>,
+    pub credential: Credential,
+    pub wait: bool,
+    pub json: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct GrantsArgs {
+    pub client: ClientArgs,
+    pub json: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RevokeTarget {
+    One(String),
+    All,
+}
+
+#[derive(Clone, Debug)]
+pub struct RevokeArgs {
+    pub client: ClientArgs,
+    pub target: RevokeTarget,
+}
+
+/// Everything any operator subcommand may be given, before validation.
+#[derive(Default)]
+pub(crate) struct OperatorDraft {
+    url: Option<String>,
+    token_file: Option<PathBuf>,
+    config_dir: Option<PathBuf>,
+    runtime: Option<String>,
+    session: Option<String>,
+    profile: Option<Profile>,
+    ttl_secs: Option<u64>,
+    secret_file: Option<PathBuf>,
+    admin_credential_file: Option<PathBuf>,
+    wait: bool,
+    json: bool,
+    all: bool,
+}
+
+fn nonempty(value: String) -> Result<String, String> {
+    if value.trim().is_empty() {
+        Err("expected a value, got nothing".into())
+    } else {
+        Ok(value.trim().to_string())
+    }
+}
+
+const CLIENT_FLAGS: &[Flag<OperatorDraft>] = &[
+    Flag {
+        name: "url",
+        env: true,
+        default: DEFAULT_URL,
+        help: "Base URL of the daemon's admin API (its --listen).",
+        kind: Kind::Text {
+            metavar: "URL",
+            set: |d, v| {
+                d.url = Some(nonempty(v)?);
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "token-file",
+        env: true,
+        default: "",
+        help: "File holding the admin token; else env HANDNODE_TOKEN, $CREDENTIALS_DIRECTORY/handnode-token, <config dir>/token, as the daemon reads them.",
+        kind: Kind::Text {
+            metavar: "PATH",
+            set: |d, v| {
+                d.token_file = Some(nonempty(v)?.into());
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "config-dir",
+        env: true,
+        default: "$XDG_CONFIG_HOME/handnode or ~/.config/handnode",
+        help: "Where the default token file is looked for.",
+        kind: Kind::Text {
+            metavar: "DIR",
+            set: |d, v| {
+                d.config_dir = Some(nonempty(v)?.into());
+                Ok(())
+            },
+        },
+    },
+];
+
+const JSON_FLAG: &[Flag<OperatorDraft>] = &[Flag {
+    name: "json",
+    env: false,
+    default: "",
+    help: "Print the daemon's JSON instead of a summary.",
+    kind: Kind::Switch(|d| d.json = true),
+}];
+
+const GRANT_FLAGS: &[Flag<OperatorDraft>] = &[
+    Flag {
+        name: "runtime",
+        env: false,
+        default: "",
+        help: "The pod runtime's ws:// or wss:// URL (required).",
+        kind: Kind::Text {
+            metavar: "URL",
+            set: |d, v| {
+                d.runtime = Some(check_runtime(v.trim())?);
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "session",
+        env: false,
+        default: "",
+        help: "The session to lend the box to, [a-z0-9-]{1,32} (required).",
+        kind: Kind::Text {
+            metavar: "NAME",
+            set: |d, v| {
+                d.session = Some(check_session(v.trim())?);
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "profile",
+        env: false,
+        default: "observe",
+        help: "Which tools the agent sees: owner, desktop or observe. Only observe keeps the agent out of this box's shell.",
+        kind: Kind::Text {
+            metavar: "PROFILE",
+            set: |d, v| {
+                d.profile = Some(v.trim().parse().map_err(|e: &str| e.to_string())?);
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "ttl",
+        env: false,
+        default: "1h",
+        help: "How long the grant lasts: N seconds, or Ns, Nm, Nh; at most 24h.",
+        kind: Kind::Text {
+            metavar: "DURATION",
+            set: |d, v| {
+                d.ttl_secs = Some(parse_ttl(&v)?);
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "secret-file",
+        env: false,
+        default: "",
+        help: "File holding a pre-minted attach secret.",
+        kind: Kind::Text {
+            metavar: "PATH",
+            set: |d, v| {
+                d.secret_file = Some(nonempty(v)?.into());
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "admin-credential-file",
+        env: false,
+        default: "",
+        help: "File holding the pod's admin credential; the daemon uses it once to mint a secret and forgets it. Give this or --secret-file.",
+        kind: Kind::Text {
+            metavar: "PATH",
+            set: |d, v| {
+                d.admin_credential_file = Some(nonempty(v)?.into());
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "wait",
+        env: false,
+        default: "",
+        help: "Wait until the grant is attached (exit 0) or has ended (exit 3).",
+        kind: Kind::Switch(|d| d.wait = true),
+    },
+];
+
+const REVOKE_FLAGS: &[Flag<OperatorDraft>] = &[Flag {
+    name: "all",
+    env: false,
+    default: "",
+    help: "Revoke every live grant.",
+    kind: Kind::Switch(|d| d.all = true),
+}];
+
+fn tables(sub: &str) -> &'static [&'static [Flag<OperatorDraft>]] {
+    match sub {
+        "grant" => &[GRANT_FLAGS, JSON_FLAG, CLIENT_FLAGS],
+        "grants" => &[JSON_FLAG, CLIENT_FLAGS],
+        _ => &[REVOKE_FLAGS, CLIENT_FLAGS],
+    }
+}
+
+/// Env vars the operator subcommands read, so `serve` does not call them unknown.
+pub(crate) fn env_names() -> impl Iterator<Item = String> {
+    CLIENT_FLAGS.iter().filter(|f| f.env).map(Flag::env_name)
+}
+
+/// `--ttl`: `N`, `Ns`, `Nm` or `Nh`, within 1 s…24 h.
+pub fn parse_ttl(value: &str) -> Result<u64, String> {
+    let value = value.trim();
+    let fail = || format!("expected N seconds or Ns/Nm/Nh between 1s and 24h, got '{value}'");
+    let (digits, unit) = match value.char_indices().last() {
+        Some((i, 's')) => (&value[..i], 1),
+        Some((i, 'm')) => (&value[..i], 60),
+        Some((i, 'h')) => (&value[..i], 3600),
+        _ => (value, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(fail());
+    }
+    let secs = digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .ok_or_else(fail)?;
+    if !(1..=MAX_TTL_SECS).contains(&secs) {
+        return Err(fail());
+    }
+    Ok(secs)
+}
+
+/// The daemon checks these too; checking here saves a round trip and reads the same.
+fn check_runtime(value: &str) -> Result<String, String> {
+    let lower = value.to_ascii_lowercase();
+    let rest = lower
+        .strip_prefix("ws://")
+        .or_else(|| lower.strip_prefix("wss://"));
+    match rest {
+        Some(r) if !r.is_empty() && !r.starts_with(['/', '?', '#', ':']) => Ok(value.to_string()),
+        _ => Err("runtime must be a ws:// or wss:// URL".into()),
+    }
+}
+
+fn check_session(value: &str) -> Result<String, String> {
+    let ok = (1..=32).contains(&value.len())
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(value.to_string())
+    } else {
+        Err("session must match [a-z0-9-]{1,32}".into())
+    }
+}
+
+fn check_url(value: &str) -> Result<String, Error> {
+    let lower = value.to_ascii_lowercase();
+    let rest = lower
+        .strip_prefix("http://")
+        .or_else(|| lower.strip_prefix("https://"));
+    match rest {
+        Some(r) if !r.is_empty() && !r.starts_with('/') => {
+            Ok(value.trim_end_matches('/').to_string())
+        }
+        _ => Err(Error::Config(format!(
+            "--url: expected http://HOST:PORT such as {DEFAULT_URL}, got '{value}'"
+        ))),
+    }
+}
+
+fn check_id(value: &str) -> Result<String, Error> {
+    let ok = (1..=MAX_ID_LEN).contains(&value.len())
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if ok {
+        Ok(value.to_ascii_lowercase())
+    } else {
+        Err(Error::Config(format!(
+            "'{value}' is not a grant id (see `handnode grants` for the ids)"
+        )))
+    }
+}
+
+fn client_args(
+    draft: &mut OperatorDraft,
+    env: &HashMap<String, String>,
+) -> Result<ClientArgs, Error> {
+    let url = check_url(draft.url.as_deref().unwrap_or(DEFAULT_URL))?;
+    let config_dir = draft.config_dir.take().or_else(|| default_config_dir(env));
+    let token = resolve_token(draft.token_file.as_deref(), env, config_dir.as_deref())?;
+    Ok(ClientArgs {
+        url,
+        token_source: token.as_ref().map(|t| t.source.clone()),
+        token: token.map(|t| t.secret),
+    })
+}
+
+/// Parse `grant`, `grants` or `revoke` arguments (after the subcommand word).
+pub(crate) fn parse(
+    sub: &str,
+    args: &[String],
+    env: &HashMap<String, String>,
+) -> Result<Command, Error> {
+    let mut draft = OperatorDraft::default();
+    let positional = apply_flags(tables(sub), args, env, &mut draft)?;
+    match sub {
+        "grant" => {
+            no_positional(sub, &positional)?;
+            let usage =
+                |msg: &str| Error::Config(format!("grant: {msg} (see handnode grant --help)"));
+            let runtime = draft
+                .runtime
+                .take()
+                .ok_or_else(|| usage("--runtime URL is required"))?;
+            let session = draft
+                .session
+                .take()
+                .ok_or_else(|| usage("--session NAME is required"))?;
+            let read = |path: &PathBuf| {
+                read_secret_file(path).map_err(|e| Error::Config(format!("grant: {e}")))
+            };
+            let credential = match (&draft.secret_file, &draft.admin_credential_file) {
+                (Some(path), None) => Credential::Secret(read(path)?),
+                (None, Some(path)) => Credential::AdminCredential(read(path)?),
+                _ => {
+                    return Err(usage(
+                        "give exactly one of --secret-file or --admin-credential-file",
+                    ))
+                }
+            };
+            Ok(Command::Grant(GrantArgs {
+                client: client_args(&mut draft, env)?,
+                runtime,
+                session,
+                profile: draft.profile,
+                ttl_secs: draft.ttl_secs,
+                credential,
+                wait: draft.wait,
+                json: draft.json,
+            }))
+        }
+        "grants" => {
+            no_positional(sub, &positional)?;
+            Ok(Command::Grants(GrantsArgs {
+                client: client_args(&mut draft, env)?,
+                json: draft.json,
+            }))
+        }
+        _ => {
+            let target = match (positional.as_slice(), draft.all) {
+                ([id], false) => RevokeTarget::One(check_id(id)?),
+                ([], true) => RevokeTarget::All,
+                _ => {
+                    return Err(Error::Config(
+                        "revoke: give one grant id or --all (see handnode revoke --help)".into(),
+                    ))
+                }
+            };
+            Ok(Command::Revoke(RevokeArgs {
+                client: client_args(&mut draft, env)?,
+                target,
+            }))
+        }
+    }
+}
+
+/// `handnode grant|grants|revoke --help`.
+pub(crate) fn help(sub: &str) -> String {
+    let head = match sub {
+        "grant" => "Usage: handnode grant --runtime URL --session NAME (--secret-file PATH | --admin-credential-file PATH)\n                      [--profile PROFILE] [--ttl DURATION] [--wait] [--json] [--url URL]\n\nAsk the running daemon to lend this box to a pod session. Exit 0 ok, 1 daemon unreachable or\nrefused, 2 bad usage, 3 the grant ended while --wait waited.\n",
+        "grants" => "Usage: handnode grants [--json] [--url URL]\n\nList the daemon's grants: live ones and those ended in the last 10 minutes.\n",
+        _ => "Usage: handnode revoke (ID | --all) [--url URL]\n\nEnd a grant (or every live grant). The pod's own verifier lives until its TTL; revoking here\nstops this box from dialing and closes the socket. An unknown or already ended id is not an error.\n",
+    };
+    let mut out = format!("{head}\nFlags:\n");
+    render_flags(&mut out, tables(sub));
+    out
+}
+
+/// The operator flags as a Markdown table, for the README.
+pub(crate) fn markdown(out: &mut String) {
+    out.push_str("Flags of `handnode grant`, `grants` and `revoke` (`--all` is revoke's, `--json` grant's and grants'):\n\n");
+    markdown_flags(out, &[GRANT_FLAGS, JSON_FLAG, REVOKE_FLAGS, CLIENT_FLAGS]);
+}
+
+/// Something went wrong talking to the daemon; printed as `handnode: <message>`.
+#[derive(Debug)]
+struct Failure(String);
+
+/// An answer from the daemon.
+struct Reply {
+    status: u16,
+    body: Value,
+}
+
+impl Reply {
+    /// The daemon's `{"error": …}` message, or the status when there is none.
+    fn error_message(&self) -> String {
+        match self.body.get("error").and_then(Value::as_str) {
+            Some(msg) => msg.to_string(),
+            None => format!("HTTP {}", self.status),
+        }
+    }
+}
+
+/// A blocking HTTP client of one daemon's admin API.
+struct Client<'a> {
+    agent: ureq::Agent,
+    args: &'a ClientArgs,
+}
+
+impl<'a> Client<'a> {
+    fn new(args: &'a ClientArgs) -> Self {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            // The token must reach the daemon and nothing else: no env proxy, no redirects.
+            .proxy(None)
+            .max_redirects(0)
+            .timeout_global(Some(REQUEST_TIMEOUT))
+            .user_agent(format!("handnode/{}", env!("CARGO_PKG_VERSION")))
+            .build();
+        Client {
+            agent: ureq::Agent::new_with_config(config),
+            args,
+        }
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Reply, Failure> {
+        let url = format!("{}{path}", self.args.url);
+        let mut request = ureq::http::Request::builder()
+            .method(method)
+            .uri(&url)
+            .header("Accept", "application/json");
+        if let Some(token) = &self.args.token {
+            request = request.header("Authorization", format!("Bearer {}", token.expose()));
+        }
+        let unreachable = |e: &dyn std::fmt::Display| {
+            Failure(format!(
+                "cannot reach the daemon at {}: {e} (is it running? pass --url for another address)",
+                self.args.url
+            ))
+        };
+        let result = match body {
+            Some(body) => request
+                .header("Content-Type", "application/json")
+                .body(body.to_string())
+                .map_err(|e| unreachable(&e))
+                .and_then(|r| self.agent.run(r).map_err(|e| unreachable(&e))),
+            None => request
+                .body(())
+                .map_err(|e| unreachable(&e))
+                .and_then(|r| self.agent.run(r).map_err(|e| unreachable(&e))),
+        };
+        let mut response = result?;
+        let status = response.status().as_u16();
+        let text = response
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| unreachable(&e))?;
+        let body = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        Ok(Reply { status, body })
+    }
+
+    /// A non-2xx answer as a message that says what to do about it.
+    fn refused(&self, what: &str, reply: &Reply) -> Failure {
+        let mut msg = format!(
+            "the daemon refused to {what} (HTTP {}): {}",
+            reply.status,
+            reply.error_message()
+        );
+        if reply.status == 401 {
+            match &self.args.token_source {
+                Some(source) => msg.push_str(&format!(
+                    "; the token from {source} is not the daemon's"
+                )),
+                None => msg.push_str(
+                    "; no admin token found (looked at --token-file, HANDNODE_TOKEN, $CREDENTIALS_DIRECTORY/handnode-token and <config dir>/token)",
+                ),
+            }
+        }
+        Failure(msg)
+    }
+}
+
+/// Run an operator subcommand, printing to `out` (results) and `err` (progress and
+/// failures). Returns the process exit code.
+pub fn run(command: &Command, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let result = match command {
+        Command::Grant(args) => grant(args, out, err),
+        Command::Grants(args) => grants(args, out),
+        Command::Revoke(args) => revoke(args, out),
+        _ => Err(Failure("not an operator subcommand".into())),
+    };
+    match result {
+        Ok(code) => code,
+        Err(Failure(msg)) => {
+            let _ = writeln!(err, "handnode: {msg}");
+            EXIT_FAILURE
+        }
+    }
+}
+
+/// [`run`] on stdout and stderr.
+pub fn main(command: &Command) -> i32 {
+    run(
+        command,
+        &mut std::io::stdout().lock(),
+        &mut std::io::stderr(),
+    )
+}
+
+fn str_field<'v>(grant: &'v Value, field: &str) -> &'v str {
+    grant.get(field).and_then(Value::as_str).unwrap_or("-")
+}
+
+/// `1h 5m`, `42s`: a human's view of seconds left.
+fn human_secs(secs: u64) -> String {
+    match secs {
+        s if s >= 3600 => format!("{}h {}m", s / 3600, (s % 3600) / 60),
+        s if s >= 60 => format!("{}m {}s", s / 60, s % 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// A grant's state with what goes with it: `redialing in 4s (handshake 503)`, `ended: revoked`.
+fn state_line(grant: &Value) -> String {
+    let mut line = str_field(grant, "state").to_string();
+    if let Some(secs) = grant.get("redial_in_secs").and_then(Value::as_u64) {
+        line.push_str(&format!(" in {}", human_secs(secs)));
+    }
+    if let Some(reason) = grant.get("ended").and_then(Value::as_str) {
+        line.push_str(&format!(": {reason}"));
+    }
+    if let Some(error) = grant.get("last_error").and_then(Value::as_str) {
+        line.push_str(&format!(" (last error: {error})"));
+    }
+    line
+}
+
+fn describe(grant: &Value) -> String {
+    let expires_in = grant
+        .get("expires_in_secs")
+        .and_then(Value::as_u64)
+        .map_or(String::new(), |s| format!(" (in {})", human_secs(s)));
+    format!(
+        "grant {}: {}\n  session {} at {}, profile {}, principal {}\n  expires {}{}\n",
+        str_field(grant, "id"),
+        state_line(grant),
+        str_field(grant, "session"),
+        str_field(grant, "runtime"),
+        str_field(grant, "profile"),
+        str_field(grant, "principal"),
+        str_field(grant, "expires_at"),
+        expires_in,
+    )
+}
+
+fn print(out: &mut dyn Write, text: &str) -> Result<(), Failure> {
+    out.write_all(text.as_bytes())
+        .and_then(|_| out.flush())
+        .map_err(|e| Failure(format!("cannot write output: {e}")))
+}
+
+fn pretty(value: &Value) -> String {
+    format!(
+        "{}\n",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    )
+}
+
+fn grant(args: &GrantArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32, Failure> {
+    let client = Client::new(&args.client);
+    let mut body = json!({"runtime": args.runtime, "session": args.session});
+    if let Some(profile) = args.profile {
+        body["profile"] = json!(profile.as_str());
+    }
+    if let Some(ttl) = args.ttl_secs {
+        body["ttl_secs"] = json!(ttl);
+    }
+    match &args.credential {
+        Credential::Secret(s) => body["secret"] = json!(s.expose()),
+        Credential::AdminCredential(s) => body["admin_credential"] = json!(s.expose()),
+    }
+    let reply = client.call("POST", "/attach", Some(&body))?;
+    if !(200..300).contains(&reply.status) {
+        return Err(client.refused("create the grant", &reply));
+    }
+    let mut grant = reply.body;
+    let id = grant
+        .get("id")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| Failure("the daemon's answer has no grant id".into()))?;
+    if !args.wait {
+        print(
+            out,
+            &if args.json {
+                pretty(&grant)
+            } else {
+                describe(&grant)
+            },
+        )?;
+        return Ok(EXIT_OK);
+    }
+    if !args.json {
+        print(out, &describe(&grant))?;
+    }
+    let path = format!("/attach/{id}");
+    let mut last_line = String::new();
+    let code = loop {
+        let line = state_line(&grant);
+        if line != last_line {
+            let _ = writeln!(err, "grant {id}: {line}");
+            last_line = line;
+        }
+        match str_field(&grant, "state") {
+            "attached" => break EXIT_OK,
+            "ended" => break EXIT_GRANT_ENDED,
+            _ => {}
+        }
+        std::thread::sleep(POLL_INTERVAL);
+        let reply = client.call("GET", &path, None)?;
+        match reply.status {
+            200 => grant = reply.body,
+            404 => {
+                let _ = writeln!(err, "grant {id}: the daemon no longer knows it");
+                return Ok(EXIT_GRANT_ENDED);
+            }
+            _ => return Err(client.refused("show the grant", &reply)),
+        }
+    };
+    if args.json {
+        print(out, &pretty(&grant))?;
+    }
+    Ok(code)
+}
+
+fn list(client: &Client) -> Result<Vec<Value>, Failure> {
+    let reply = client.call("GET", "/attach", None)?;
+    if reply.status != 200 {
+        return Err(client.refused("list grants", &reply));
+    }
+    match reply.body.get("grants").and_then(Value::as_array) {
+        Some(grants) => Ok(grants.clone()),
+        None => Err(Failure(
+            "the daemon's answer to GET /attach has no \"grants\" list".into(),
+        )),
+    }
+}
+
+/// Left-aligned columns, two spaces apart.
+fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c + 1 == columns {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<width$}  ", width = widths[c]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn grants(args: &GrantsArgs, out: &mut dyn Write) -> Result<i32, Failure> {
+    let client = Client::new(&args.client);
+    let grants = list(&client)?;
+    if args.json {
+        print(out, &pretty(&json!({ "grants": grants })))?;
+        return Ok(EXIT_OK);
+    }
+    if grants.is_empty() {
+        print(out, "no grants\n")?;
+        return Ok(EXIT_OK);
+    }
+    let mut rows = vec![[
+        "ID",
+        "STATE",
+        "PROFILE",
+        "SESSION",
+        "EXPIRES IN",
+        "CALLS",
+        "RUNTIME",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for g in &grants {
+        rows.push(vec![
+            str_field(g, "id").to_string(),
+            state_line(g),
+            str_field(g, "profile").to_string(),
+            str_field(g, "session").to_string(),
+            g.get("expires_in_secs")
+                .and_then(Value::as_u64)
+                .map_or("-".into(), human_secs),
+            g.get("calls")
+                .and_then(Value::as_u64)
+                .map_or("-".into(), |c| c.to_string()),
+            str_field(g, "runtime").to_string(),
+        ]);
+    }
+    print(out, &table(&rows))?;
+    Ok(EXIT_OK)
+}
+
+/// DELETE one grant; `Ok(false)` when the daemon did not know it (nothing to do).
+fn revoke_one(client: &Client, id: &str) -> Result<bool, Failure> {
+    let reply = client.call("DELETE", &format!("/attach/{id}"), None)?;
+    match reply.status {
+        200..=299 => Ok(true),
+        404 => Ok(false),
+        _ => Err(client.refused(&format!("revoke grant {id}"), &reply)),
+    }
+}
+
+fn revoke(args: &RevokeArgs, out: &mut dyn Write) -> Result<i32, Failure> {
+    let client = Client::new(&args.client);
+    match &args.target {
+        RevokeTarget::One(id) => {
+            let text = if revoke_one(&client, id)? {
+                format!("revoked grant {id}\n")
+            } else {
+                format!("grant {id} is unknown or already ended; nothing to revoke\n")
+            };
+            print(out, &text)?;
+        }
+        RevokeTarget::All => {
+            let live: Vec<String> = list(&client)?
+                .iter()
+                .filter(|g| str_field(g, "state") != "ended")
+                .map(|g| str_field(g, "id").to_string())
+                .collect();
+            if live.is_empty() {
+                print(out, "no live grants; nothing to revoke\n")?;
+            }
+            for id in live {
+                // A grant may end between the list and its DELETE; that is not a failure.
+                if revoke_one(&client, &id)? {
+                    print(out, &format!("revoked grant {id}\n"))?;
+                }
+            }
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse as parse_command;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new() -> Self {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let dir = std::env::temp_dir().join(format!(
+                "handnode-cli-test-{}-{}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+
+        fn write(&self, name: &str, content: &str) -> String {
+            let path = self.0.join(name);
+            std::fs::write(&path, content).unwrap();
+            path.display().to_string()
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn env(tmp: &TempDir) -> HashMap<String, String> {
+        [
+            ("HOME".to_string(), tmp.0.display().to_string()),
+            ("HANDNODE_TOKEN".to_string(), "tok".to_string()),
+        ]
+        .into()
+    }
+
+    fn parse_args(args: &[&str], env: &HashMap<String, String>) -> Result<Command, String> {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        parse_command(&args, env).map_err(|e| match e {
+            Error::Config(msg) => msg,
+            other => panic!("not a config error: {other:?}"),
+        })
+    }
+
+    #[test]
+    fn ttl_parser() {
+        for (input, want) in [
+            ("1", Some(1)),
+            ("90s", Some(90)),
+            ("30m", Some(1800)),
+            ("1h", Some(3600)),
+            (" 5m ", Some(300)),
+            ("86400", Some(86_400)),
+            ("24h", Some(86_400)),
+            ("1440m", Some(86_400)),
+            ("86401", None),
+            ("86401s", None),
+            ("1441m", None),
+            ("25h", None),
+            ("0", None),
+            ("0h", None),
+            ("", None),
+            ("h", None),
+            ("1.5h", None),
+            ("-1", None),
+            ("1d", None),
+            ("1 h", None),
+            ("99999999999999999999h", None),
+            ("9999999999999999999h", None),
+        ] {
+            assert_eq!(parse_ttl(input).ok(), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn grant_arguments() {
+        let tmp = TempDir::new();
+        let secret = tmp.write("secret", "  attach-secret\n");
+        let env = env(&tmp);
+        let base = [
+            "grant",
+            "--runtime",
+            "wss://pod:8090/",
+            "--session",
+            "laptop",
+        ];
+        let with = |extra: &[&str]| {
+            let mut args: Vec<&str> = base.to_vec();
+            args.extend_from_slice(extra);
+            parse_args(&args, &env)
+        };
+        let Ok(Command::Grant(args)) = with(&["--secret-file", &secret]) else {
+            panic!("not a grant");
+        };
+        assert_eq!(args.runtime, "wss://pod:8090/");
+        assert_eq!(args.session, "laptop");
+        assert_eq!(
+            (args.profile, args.ttl_secs, args.wait, args.json),
+            (None, None, false, false)
+        );
+        assert!(matches!(&args.credential, Credential::Secret(s) if s.expose() == "attach-secret"));
+        assert_eq!(args.client.url, DEFAULT_URL);
+        assert_eq!(args.client.token.as_ref().map(Secret::expose), Some("tok"));
+        assert!(!format!("{args:?}").contains("attach-secret"));
+
+        let Ok(Command::Grant(args)) = with(&[
+            "--admin-credential-file",
+            &secret,
+            "--profile",
+            "desktop",
+            "--ttl",
+            "30m",
+            "--wait",
+            "--json",
+            "--url",
+            "http://127.0.0.1:9000/",
+        ]) else {
+            panic!("not a grant");
+        };
+        assert!(matches!(args.credential, Credential::AdminCredential(_)));
+        assert_eq!(args.profile, Some(Profile::Desktop));
+        assert_eq!(args.ttl_secs, Some(1800));
+        assert!(args.wait && args.json);
+        assert_eq!(args.client.url, "http://127.0.0.1:9000");
+
+        let empty = tmp.write("empty", "\n");
+        for (extra, want) in [
+            (
+                vec![],
+                "exactly one of --secret-file or --admin-credential-file",
+            ),
+            (
+                vec!["--secret-file", &secret, "--admin-credential-file", &secret],
+                "exactly one of",
+            ),
+            (vec!["--secret-file", &empty], "is empty"),
+            (vec!["--secret-file", "/nonexistent"], "cannot read it"),
+            (
+                vec!["--secret-file", &secret, "--profile", "sandbox"],
+                "profile must be one of owner, desktop, observe",
+            ),
+            (
+                vec!["--secret-file", &secret, "--ttl", "86401"],
+                "--ttl: expected N seconds",
+            ),
+            (
+                vec!["--secret-file", &secret, "--url", "ftp://x"],
+                "--url: expected http://",
+            ),
+            (
+                vec!["--secret-file", &secret, "--secret", "x"],
+                "unknown flag --secret",
+            ),
+            (
+                vec!["--secret-file", &secret, "extra"],
+                "unexpected argument 'extra'",
+            ),
+        ] {
+            let err = with(&extra).unwrap_err();
+            assert!(err.contains(want), "{extra:?}: {err}");
+        }
+        for (args, want) in [
+            (
+                vec!["grant", "--session", "s", "--secret-file", &secret],
+                "--runtime URL is required",
+            ),
+            (
+                vec!["grant", "--runtime", "ws://h", "--secret-file", &secret],
+                "--session NAME is required",
+            ),
+            (
+                vec!["grant", "--runtime", "http://h", "--session", "s"],
+                "runtime must be a ws:// or wss:// URL",
+            ),
+            (
+                vec!["grant", "--runtime", "ws://", "--session", "s"],
+                "runtime must be a ws:// or wss:// URL",
+            ),
+            (
+                vec!["grant", "--runtime", "ws://h", "--session", "Laptop"],
+                "session must match [a-z0-9-]{1,32}",
+            ),
+        ] {
+            let err = parse_args(&args, &env).unwrap_err();
+            assert!(err.contains(want), "{args:?}: {err}");
+        }
+        // 32 characters is the bound; 33 is refused.
+        let ok = "a".repeat(32);
+        let long = "a".repeat(33);
+        assert!(parse_args(
+            &[
+                "grant",
+                "--runtime",
+                "ws://h",
+                "--session",
+                &ok,
+                "--secret-file",
+                &secret
+            ],
+            &env
+        )
+        .is_ok());
+        assert!(parse_args(
+            &[
+                "grant",
+                "--runtime",
+                "ws://h",
+                "--session",
+                &long,
+                "--secret-file",
+                &secret
+            ],
+            &env
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn grants_and_revoke_arguments() {
+        let tmp = TempDir::new();
+        let mut env = env(&tmp);
+        env.insert("HANDNODE_URL".into(), "http://127.0.0.1:1".into());
+        let Ok(Command::Grants(args)) = parse_args(&["grants", "--json"], &env) else {
+            panic!("not grants");
+        };
+        assert!(args.json);
+        assert_eq!(args.client.url, "http://127.0.0.1:1");
+        let id = "0b6c5a1e-8f7e-4c47-9d36-0e0f3a1b2c3d";
+        let Ok(Command::Revoke(args)) = parse_args(&["revoke", id], &env) else {
+            panic!("not revoke");
+        };
+        assert_eq!(args.target, RevokeTarget::One(id.into()));
+        let Ok(Command::Revoke(args)) = parse_args(&["revoke", "--all"], &env) else {
+            panic!("not revoke");
+        };
+        assert_eq!(args.target, RevokeTarget::All);
+        let too_long = "a".repeat(MAX_ID_LEN + 1);
+        for args in [
+            vec!["revoke"],
+            vec!["revoke", id, "--all"],
+            vec!["revoke", id, id],
+            vec!["revoke", "../x"],
+            vec!["revoke", &too_long],
+            vec!["grants", "extra"],
+            vec!["grants", "--all"],
+        ] {
+            assert!(parse_args(&args, &env).is_err(), "{args:?}");
+        }
+        assert!(parse_args(&["revoke", &"a".repeat(MAX_ID_LEN)], &env).is_ok());
+    }
+
+    /// A request the stub daemon saw.
+    #[derive(Debug)]
+    struct Seen {
+        method: String,
+        path: String,
+        authorization: Option<String>,
+        body: String,
+    }
+
+    /// A scripted daemon on 127.0.0.1:0: the n-th request gets the n-th reply. It gives up
+    /// after 5 s without a request, so a hung client fails the test instead of hanging it.
+    struct Stub {
+        url: String,
+        seen: Arc<Mutex<Vec<Seen>>>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl Stub {
+        fn start(replies: Vec<(u16, String)>) -> Self {
+            let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
+            let url = format!("http://{}", server.server_addr().to_ip().unwrap());
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let log = Arc::clone(&seen);
+            let thread = std::thread::spawn(move || {
+                for (status, body) in replies {
+                    let Ok(Some(mut request)) = server.recv_timeout(Duration::from_secs(5)) else {
+                        return;
+                    };
+                    let mut text = String::new();
+                    let _ = request.as_reader().read_to_string(&mut text);
+                    log.lock().unwrap().push(Seen {
+                        method: request.method().to_string(),
+                        path: request.url().to_string(),
+                        authorization: request
+                            .headers()
+                            .iter()
+                            .find(|h| h.field.equiv("Authorization"))
+                            .map(|h| h.value.to_string()),
+                        body: text,
+                    });
+                    let header =
+                        tiny_http::Header::from_bytes("Content-Type", "application/json").unwrap();
+                    let _ = request.respond(
+                        tiny_http::Response::from_string(body)
+                            .with_status_code(status)
+                            .with_header(header),
+                    );
+                }
+            });
+            Stub {
+                url,
+                seen,
+                thread: Some(thread),
+            }
+        }
+
+        fn client(&self, token: Option<&str>) -> ClientArgs {
+            ClientArgs {
+                url: self.url.clone(),
+                token: token.map(Secret::new),
+                token_source: token.map(|_| "a test".to_string()),
+            }
+        }
+
+        /// Wait for the script to finish and return what was asked.
+        fn finish(mut self) -> Vec<Seen> {
+            self.thread.take().unwrap().join().unwrap();
+            std::mem::take(&mut *self.seen.lock().unwrap())
+        }
+    }
+
+    fn grant_json(state: &str, extra: &str) -> String {
+        format!(
+            r#"{{"id":"g1","runtime":"wss://pod:8090","session":"laptop","profile":"observe","principal":"token","created_at":"2026-11-30T12:00:00Z","expires_at":"2026-11-30T13:00:00Z","expires_in_secs":3600,"state":"{state}","calls":0{extra}}}"#
+        )
+    }
+
+    fn grant_args(client: ClientArgs, wait: bool) -> Command {
+        Command::Grant(GrantArgs {
+            client,
+            runtime: "wss://pod:8090".into(),
+            session: "laptop".into(),
+            profile: Some(Profile::Observe),
+            ttl_secs: Some(600),
+            credential: Credential::Secret(Secret::new("s3")),
+            wait,
+            json: false,
+        })
+    }
+
+    fn run_captured(command: &Command) -> (i32, String, String) {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = run(command, &mut out, &mut err);
+        (
+            code,
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    }
+
+    #[test]
+    fn grant_posts_the_attach_body_and_summarises() {
+        let stub = Stub::start(vec![(202, grant_json("idle", ""))]);
+        let (code, out, _) = run_captured(&grant_args(stub.client(Some("tok")), false));
+        let seen = stub.finish();
+        assert_eq!(code, EXIT_OK);
+        assert!(
+            out.contains("grant g1: idle")
+                && out.contains("expires 2026-11-30T13:00:00Z (in 1h 0m)"),
+            "{out}"
+        );
+        assert_eq!(
+            (seen[0].method.as_str(), seen[0].path.as_str()),
+            ("POST", "/attach")
+        );
+        assert_eq!(seen[0].authorization.as_deref(), Some("Bearer tok"));
+        let body: Value = serde_json::from_str(&seen[0].body).unwrap();
+        assert_eq!(
+            body,
+            json!({"runtime":"wss://pod:8090","session":"laptop","profile":"observe","ttl_secs":600,"secret":"s3"})
+        );
+    }
+
+    #[test]
+    fn grant_wait_follows_the_state_until_attached() {
+        let stub = Stub::start(vec![
+            (202, grant_json("idle", "")),
+            (
+                200,
+                grant_json(
+                    "redialing",
+                    r#","redial_in_secs":4,"last_error":"handshake 503""#,
+                ),
+            ),
+            (200, grant_json("attached", "")),
+        ]);
+        let (code, _, err) = run_captured(&grant_args(stub.client(Some("tok")), true));
+        let seen = stub.finish();
+        assert_eq!(code, EXIT_OK);
+        let paths: Vec<_> = seen
+            .iter()
+            .map(|s| format!("{} {}", s.method, s.path))
+            .collect();
+        assert_eq!(paths, ["POST /attach", "GET /attach/g1", "GET /attach/g1"]);
+        let idle = err.find("grant g1: idle").unwrap();
+        let redialing = err
+            .find("grant g1: redialing in 4s (last error: handshake 503)")
+            .unwrap();
+        let attached = err.find("grant g1: attached").unwrap();
+        assert!(idle < redialing && redialing < attached, "{err}");
+    }
+
+    #[test]
+    fn grant_wait_reports_an_ended_grant_with_exit_3() {
+        let stub = Stub::start(vec![
+            (202, grant_json("dialing", "")),
+            (
+                200,
+                grant_json("ended", r#","ended":"handshake_rejected_401""#),
+            ),
+        ]);
+        let (code, _, err) = run_captured(&grant_args(stub.client(Some("tok")), true));
+        stub.finish();
+        assert_eq!(code, EXIT_GRANT_ENDED);
+        assert!(err.contains("ended: handshake_rejected_401"), "{err}");
+    }
+
+    #[test]
+    fn daemon_errors_are_printed_with_exit_1() {
+        let stub = Stub::start(vec![(
+            400,
+            r#"{"error":"session must match [a-z0-9-]{1,32}"}"#.into(),
+        )]);
+        let (code, _, err) = run_captured(&grant_args(stub.client(Some("tok")), false));
+        stub.finish();
+        assert_eq!(code, EXIT_FAILURE);
+        assert!(
+            err.contains("(HTTP 400): session must match [a-z0-9-]{1,32}"),
+            "{err}"
+        );
+
+        let stub = Stub::start(vec![(401, r#"{"error":"unauthorized"}"#.into())]);
+        let command = Command::Grants(GrantsArgs {
+            client: stub.client(None),
+            json: false,
+        });
+        let (code, _, err) = run_captured(&command);
+        let seen = stub.finish();
+        assert_eq!(code, EXIT_FAILURE);
+        assert_eq!(seen[0].authorization, None);
+        assert!(err.contains("unauthorized; no admin token found"), "{err}");
+    }
+
+    #[test]
+    fn an_unreachable_daemon_is_exit_1() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let client = ClientArgs {
+            url: format!("http://127.0.0.1:{port}"),
+            token: None,
+            token_source: None,
+        };
+        let (code, _, err) = run_captured(&Command::Grants(GrantsArgs {
+            client,
+            json: false,
+        }));
+        assert_eq!(code, EXIT_FAILURE);
+        assert!(err.contains("cannot reach the daemon"), "{err}");
+    }
+
+    #[test]
+    fn grants_prints_a_table() {
+        let list = format!(
+            r#"{{"grants":[{},{}]}}"#,
+            grant_json("attached", ""),
+            grant_json("ended", r#","ended":"cancelled""#)
+        );
+        let stub = Stub::start(vec![(200, list), (200, r#"{"grants":[]}"#.into())]);
+        let command = Command::Grants(GrantsArgs {
+            client: stub.client(Some("tok")),
+            json: false,
+        });
+        let (code, out, _) = run_captured(&command);
+        let (code2, out2, _) = run_captured(&command);
+        stub.finish();
+        assert_eq!((code, code2), (EXIT_OK, EXIT_OK));
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        assert!(lines[0].starts_with("ID") && lines[0].contains("STATE"));
+        assert!(lines[1].contains("attached") && lines[1].contains("1h 0m"));
+        assert!(lines[2].contains("ended: cancelled"));
+        assert_eq!(out2, "no grants\n");
+    }
+
+    #[test]
+    fn revoke_one_and_all() {
+        let stub = Stub::start(vec![
+            (204, String::new()),
+            (404, r#"{"error":"no such grant"}"#.into()),
+        ]);
+        let command = Command::Revoke(RevokeArgs {
+            client: stub.client(Some("tok")),
+            target: RevokeTarget::One("g1".into()),
+        });
+        let (code, out, _) = run_captured(&command);
+        let (code2, out2, _) = run_captured(&command);
+        let seen = stub.finish();
+        assert_eq!((code, code2), (EXIT_OK, EXIT_OK));
+        assert_eq!(out, "revoked grant g1\n");
+        assert!(out2.contains("unknown or already ended"));
+        assert_eq!(
+            (seen[0].method.as_str(), seen[0].path.as_str()),
+            ("DELETE", "/attach/g1")
+        );
+
+        let live = grant_json("attached", "");
+        let ended = grant_json("ended", r#","ended":"deadline""#).replace("\"g1\"", "\"g2\"");
+        let stub = Stub::start(vec![
+            (200, format!(r#"{{"grants":[{live},{ended}]}}"#)),
+            (204, String::new()),
+        ]);
+        let command = Command::Revoke(RevokeArgs {
+            client: stub.client(Some("tok")),
+            target: RevokeTarget::All,
+        });
+        let (code, out, _) = run_captured(&command);
+        let seen = stub.finish();
+        assert_eq!(code, EXIT_OK);
+        assert_eq!(out, "revoked grant g1\n");
+        let paths: Vec<_> = seen
+            .iter()
+            .map(|s| format!("{} {}", s.method, s.path))
+            .collect();
+        assert_eq!(paths, ["GET /attach", "DELETE /attach/g1"]);
+    }
+}
