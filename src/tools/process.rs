@@ -257,7 +257,11 @@ impl Drop for ProcessWatcher {
         self.tx.take();
         self.waker.wake();
         if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+            // The last handle can be dropped on the watcher thread itself, from inside an
+            // `on_exit`; it must not join itself. It stops once that callback returns.
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
         }
     }
 }
@@ -634,5 +638,30 @@ mod tests {
         drop(w);
         // Exactly once: the callback (the only sender) is gone and sent nothing more.
         assert_eq!(rx.try_recv().unwrap_err(), TryRecvError::Disconnected);
+    }
+
+    #[test]
+    fn the_last_handle_may_be_dropped_from_on_exit() {
+        let w = Arc::new(ProcessWatcher::start().unwrap());
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let (gate_tx, gate_rx) = crossbeam_channel::bounded::<()>(1);
+        let held = Arc::clone(&w);
+        w.spawn(
+            Command::new("true"),
+            RunSpec {
+                timeout: WATCHDOG,
+                max_output_bytes: 1,
+                ctl: JobCtl::new(),
+            },
+            move |r| {
+                // Wait until the test dropped its handle, so this one is the last.
+                gate_rx.recv_timeout(WATCHDOG).unwrap();
+                drop(held);
+                tx.send(r.unwrap().end).unwrap();
+            },
+        );
+        drop(w);
+        gate_tx.send(()).unwrap();
+        assert_eq!(rx.recv_timeout(WATCHDOG).unwrap(), End::Exited);
     }
 }

@@ -446,3 +446,209 @@ pub fn start(_args: Value, cx: CallContext, done: Completion) {
         "structuredContent": info,
     })));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::JobCtl;
+    use crate::tools::bash::testutil::{completion, cx, host, result, WATCHDOG};
+    use crate::tools::{CallLimits, GrantNote};
+
+    const FIB_TRIE: &str = "\
+Main:
+  +-- 0.0.0.0/0 3 0 5
+     |-- 0.0.0.0
+        /0 universe UNICAST
+     +-- 100.64.0.0/10 2 0 2
+        |-- 100.101.102.103
+           /32 host LOCAL
+        |-- 100.127.255.255
+           /32 link BROADCAST
+     |-- 127.0.0.1
+        /32 host LOCAL
+     |-- 192.168.1.0
+        /24 link UNICAST
+     |-- 192.168.1.20
+        /32 host LOCAL
+Local:
+  +-- 0.0.0.0/0 3 0 5
+     |-- 100.101.102.103
+        /32 host LOCAL
+";
+
+    const IF_INET6: &str = "\
+00000000000000000000000000000001 01 80 10 80       lo
+fd7a115ca1e0ab120000000000000001 05 80 00 80 tailscale0
+fe8000000000000000fc00fffe000001 04 40 20 80     eth0
+fd7a115ca1e1ab120000000000000001 06 80 00 80    other
+";
+
+    #[test]
+    fn local_addresses_and_tailnet_ranges() {
+        let v4 = local_ipv4s(FIB_TRIE);
+        let expect: Vec<Ipv4Addr> = ["100.101.102.103", "127.0.0.1", "192.168.1.20"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        assert_eq!(v4, expect);
+        let tail: Vec<Ipv4Addr> = v4.into_iter().filter(|a| is_tailnet_v4(*a)).collect();
+        assert_eq!(tail, [Ipv4Addr::new(100, 101, 102, 103)]);
+        // The /10 boundaries, each side.
+        assert!(is_tailnet_v4(Ipv4Addr::new(100, 64, 0, 0)));
+        assert!(is_tailnet_v4(Ipv4Addr::new(100, 127, 255, 255)));
+        assert!(!is_tailnet_v4(Ipv4Addr::new(100, 63, 255, 255)));
+        assert!(!is_tailnet_v4(Ipv4Addr::new(100, 128, 0, 0)));
+
+        let v6 = local_ipv6s(IF_INET6);
+        assert_eq!(v6.len(), 4);
+        let tail: Vec<_> = v6.into_iter().filter(|(a, _)| is_tailnet_v6(*a)).collect();
+        assert_eq!(tail.len(), 1);
+        assert_eq!(tail[0].0.to_string(), "fd7a:115c:a1e0:ab12::1");
+        assert_eq!(tail[0].1, "tailscale0");
+    }
+
+    #[test]
+    fn proc_file_parsers() {
+        assert_eq!(
+            parse_meminfo("MemTotal:        8000000 kB\nMemFree: 1 kB\nMemAvailable:    2000 kB\n"),
+            (Some(8_192_000_000), Some(2_048_000))
+        );
+        assert_eq!(parse_meminfo("garbage"), (None, None));
+        assert_eq!(parse_uptime("12345.67 890.12\n"), Some(12345));
+        assert_eq!(parse_uptime("-1 0"), None);
+        assert_eq!(
+            parse_loadavg("0.10 0.20 1.50 1/234 5678\n"),
+            Some([0.1, 0.2, 1.5])
+        );
+        assert_eq!(parse_loadavg("0.10"), None);
+        assert_eq!(
+            parse_os_release("NAME=Debian\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n"),
+            Some("Debian GNU/Linux 12 (bookworm)".into())
+        );
+        assert_eq!(
+            parse_os_release("PRETTY_NAME='Say \\\"hi\\\"'"),
+            Some("Say \"hi\"".into())
+        );
+        assert_eq!(parse_os_release("PRETTY_NAME=Plain"), Some("Plain".into()));
+        assert_eq!(parse_os_release("NAME=x"), None);
+        assert_eq!(
+            parse_cpu_model("processor: 0\nmodel name\t: Intel(R) Xeon(R)\n"),
+            Some("Intel(R) Xeon(R)".into())
+        );
+        assert_eq!(
+            parse_cpu_model("processor: 0\nModel\t\t: Raspberry Pi 4 Model B Rev 1.4\n"),
+            Some("Raspberry Pi 4 Model B Rev 1.4".into())
+        );
+        assert_eq!(
+            user_name(
+                "root:x:0:0::/root:/bin/bash\npi:x:1000:1000::/home/pi:/bin/bash\n",
+                1000
+            ),
+            Some("pi".into())
+        );
+        assert_eq!(user_name("root:x:0:0::/root:/bin/bash\n", 5), None);
+    }
+
+    #[test]
+    fn finds_bash_on_path_without_spawning() {
+        let found = find_in_path("bash", std::env::var_os("PATH").as_deref()).unwrap();
+        assert!(found.is_absolute() && found.ends_with("bash"));
+        assert_eq!(
+            find_in_path("bash", Some(std::ffi::OsStr::new("relative:/nonexistent"))),
+            None
+        );
+        // A non-executable file does not count.
+        let dir = std::env::temp_dir().join(format!("handnode-path-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("bash"), b"not a program").unwrap();
+        assert_eq!(find_in_path("bash", Some(dir.as_os_str())), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn static_facts_are_gathered() {
+        let f = StaticFacts::gather();
+        assert!(!f.hostname.is_empty() && !f.kernel.is_empty() && !f.arch.is_empty());
+        assert!(f.cpus >= 1);
+        assert_eq!(f.uid, rustix::process::getuid().as_raw());
+        assert_eq!(f.bash_status(), Ok(()));
+    }
+
+    fn sys_info(cx: crate::tools::CallContext) -> Value {
+        let (done, rx) = completion();
+        start(json!({"ignored": true}), cx, done);
+        result(rx.recv_timeout(WATCHDOG).unwrap())
+    }
+
+    #[test]
+    fn reports_structured_facts_and_a_summary() {
+        let host = host();
+        let r = sys_info(cx(&host, CallLimits::LOCAL_HTTP, JobCtl::new()));
+        assert!(r.get("isError").is_none());
+        let s = &r["structuredContent"];
+        assert_eq!(s["hostname"], host.facts.hostname);
+        assert!(s["memory"]["total_bytes"].as_u64().unwrap() > 0);
+        assert!(s["uptime_secs"].is_u64());
+        assert!(s["tailnet_addresses"].is_array());
+        assert_eq!(s["display"]["backend"], "none");
+        assert_eq!(s["agent"]["name"], "handnode");
+        assert_eq!(s["agent"]["pid"], std::process::id());
+        assert_eq!(s["profile"], "owner");
+        assert_eq!(s["grant"], Value::Null);
+        assert_eq!(s["max_run_secs"], 600);
+        let tools: Vec<&str> = s["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(tools, ["sys_info", "bash", "screenshot", "mouse", "key"]);
+        assert_eq!(s["tools"][1]["works"], true);
+        assert_eq!(s["tools"][2]["works"], false);
+        assert!(s["tools"][2]["why"].is_string());
+        let text = r["content"][0]["text"].as_str().unwrap();
+        for needle in [
+            host.facts.hostname.as_str(),
+            host.facts.kernel.as_str(),
+            "memory:",
+            "uptime:",
+            "tailnet:",
+            "display: backend none",
+            "no grant",
+            "at most 600 s",
+            "screenshot: unavailable:",
+        ] {
+            assert!(text.contains(needle), "{needle} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn reports_the_grant_and_only_the_profiles_tools() {
+        let host = host();
+        let mut cx = cx(&host, CallLimits::GRANT, JobCtl::new());
+        cx.profile = Profile::Observe;
+        cx.grant = Some(GrantNote {
+            id: "g-1".into(),
+            session: "laptop".into(),
+            expires_at: crate::timefmt::now_unix() + 3600,
+        });
+        let r = sys_info(cx);
+        let s = &r["structuredContent"];
+        assert_eq!(s["profile"], "observe");
+        assert_eq!(s["grant"]["session"], "laptop");
+        assert!(s["grant"]["expires_in_secs"].as_u64().unwrap() > 3500);
+        assert_eq!(s["max_run_secs"], 110);
+        let tools: Vec<&str> = s["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(tools, ["sys_info", "screenshot"]);
+        let text = r["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.contains("grant: profile observe, session laptop"),
+            "{text}"
+        );
+    }
+}
