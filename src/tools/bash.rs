@@ -359,16 +359,19 @@ pub(crate) fn render(run: &RunResult, timeout_secs: u64, cap: u64) -> ToolOutput
             run.exit_code
         ),
     });
-    for (name, truncated) in [
+    let truncated: Vec<&str> = [
         ("stdout", run.stdout_truncated),
         ("stderr", run.stderr_truncated),
-    ] {
-        if truncated {
-            text.push_str(&format!(
-                " [{name} truncated to its first {cap} bytes: raise max_output_bytes or filter \
-                 the output]"
-            ));
-        }
+    ]
+    .into_iter()
+    .filter_map(|(name, t)| t.then_some(name))
+    .collect();
+    if !truncated.is_empty() {
+        text.push_str(&format!(
+            " [{} truncated to its first {cap} bytes: raise max_output_bytes or filter the \
+             output]",
+            truncated.join(" and ")
+        ));
     }
     ToolOutput::Result(json!({
         "content": [{"type": "text", "text": text}],
@@ -462,7 +465,7 @@ mod tests {
             Err(rustix::io::Errno::SRCH) => return,
             Err(e) => panic!("pidfd_open: {e}"),
         };
-        let mut poller = crate::wake::Poller::new().unwrap();
+        let poller = crate::wake::Poller::new().unwrap();
         poller.add(&fd, 1, true, false).unwrap();
         let ready = poller.wait(Some(WATCHDOG)).unwrap();
         assert_eq!(

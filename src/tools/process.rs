@@ -118,21 +118,12 @@ impl std::fmt::Debug for ProcessWatcher {
 
 impl ProcessWatcher {
     pub fn start() -> io::Result<Self> {
+        let poller = Poller::new()?;
+        let waker = poller.waker();
         let (tx, rx) = crossbeam_channel::unbounded();
-        // The poller is not `Send` (its event buffer holds raw pointers), so it is built
-        // on the watcher thread, which hands its waker back.
-        let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
         let thread = std::thread::Builder::new()
             .name("process-watcher".into())
             .spawn(move || {
-                let poller = match Poller::new() {
-                    Ok(poller) => poller,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
-                };
-                let _ = ready_tx.send(Ok(poller.waker()));
                 Watcher {
                     poller,
                     rx,
@@ -142,17 +133,6 @@ impl ProcessWatcher {
                 }
                 .run()
             })?;
-        let waker = match ready_rx.recv() {
-            Ok(Ok(waker)) => waker,
-            Ok(Err(e)) => {
-                let _ = thread.join();
-                return Err(e);
-            }
-            Err(_) => {
-                let _ = thread.join();
-                return Err(io::Error::other("the process watcher thread died at start"));
-            }
-        };
         Ok(ProcessWatcher {
             tx: Some(tx),
             waker,
