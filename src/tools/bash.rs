@@ -1,32 +1,884 @@
-//! `bash`: run a command in its own process group with caps, timeout and cancellation.
-//! Also owns the process watcher that waits on children so no worker ever does.
+//! `bash`: run one command with `bash -c` in its own process group, with output caps, a
+//! timeout and cancellation; the waiting is done by the process watcher
+//! ([`super::process`]), never by the pool worker that starts the call.
+//!
+//! **Environment.** The child gets the daemon's environment minus every name in
+//! `ToolConfig::scrub_env`, every `HANDNODE_*` name, `CREDENTIALS_DIRECTORY`, and every
+//! variable whose value equals one of `ToolConfig::scrub_values` (the daemon's secrets).
+//! Then the caller's `env` is applied as given, *including* names that were scrubbed:
+//! scrubbing keeps the daemon's own secrets from being inherited, and a value the caller
+//! passes explicitly is the caller's own, so it cannot leak anything the caller does not
+//! already hold.
+//!
+//! **Working directory.** `cwd` must name an existing directory (else a tool error). A
+//! relative `cwd`, and the default, are taken from the daemon user's `$HOME` when that is
+//! a directory, else from the daemon's own working directory.
+//!
+//! **The command string.** It is passed to bash as one argv element (`bash -c <command>`);
+//! handnode never splices arguments into a shell string of its own.
 
-use serde_json::{json, Value};
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
 
-use super::{CallContext, ToolSpec};
+use serde_json::{json, Map, Value};
+
+use super::process::{End, RunResult, RunSpec};
+use super::{CallContext, CallLimits, ToolConfig, ToolSpec};
 use crate::jobs::Completion;
 use crate::mcp::ToolOutput;
 
+pub use super::process::ProcessWatcher;
+
+/// `timeout_secs` when the caller gives none.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
+/// `max_output_bytes` when the caller gives none (bytes per stream).
+pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 64 << 10;
+/// The largest `max_output_bytes` a caller may ask for (bytes per stream).
+pub const MAX_OUTPUT_BYTES: u64 = 1 << 20;
+
 pub static SPEC: ToolSpec = ToolSpec {
     name: "bash",
-    description: "Run a bash command on this box.",
+    description: "Run a bash command on this box and return its output. The command runs as \
+`bash -c <command>` (passed as one argument, never spliced into another shell string) in a \
+process group of its own, with stdin /dev/null and the handnode daemon's environment minus \
+handnode's secrets, plus `env`. The result has stdout, stderr, exit_code, timed_out, \
+stdout_truncated, stderr_truncated and duration_ms; it is an error result (isError) when the \
+exit code is non-zero, the command timed out, or the call was cancelled. timeout_secs defaults \
+to 60 and may be at most 110 under a grant (the pod gives up on a call at 120 s) or 600 on \
+the box's local /mcp endpoint; at the timeout, or when the call is cancelled, the whole \
+process group is killed and exit_code is 137. The call ends when the shell exits: background \
+jobs it leaves behind (`cmd &`) are killed then; to leave a process running, detach it, e.g. \
+`setsid -f cmd >/tmp/cmd.log 2>&1`. Each stream keeps at most max_output_bytes (default \
+65536, at most 1048576); the rest is discarded and *_truncated is set. Output is decoded as \
+UTF-8, invalid bytes replaced. If handnode runs as root this is a root shell: sys_info says \
+which user it runs as.",
     input_schema: schema,
 };
 
 fn schema() -> Value {
-    json!({"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]})
+    json!({
+        "type": "object",
+        "properties": {
+            "command": {
+                "type": "string",
+                "minLength": 1,
+                "description": "The bash script to run, e.g. \"ls -la /etc | head\"."
+            },
+            "cwd": {
+                "type": "string",
+                "description": "Working directory; must exist. Relative paths and the default \
+                                are taken from the home directory of the user handnode runs as."
+            },
+            "timeout_secs": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 600,
+                "default": DEFAULT_TIMEOUT_SECS,
+                "description": "Kill the process group after this many seconds (exit 137). At \
+                                most 110 under a grant (the pod gives up on a call at 120 s); \
+                                600 on the local /mcp endpoint."
+            },
+            "max_output_bytes": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_OUTPUT_BYTES,
+                "default": DEFAULT_MAX_OUTPUT_BYTES,
+                "description": "Bytes of stdout and of stderr kept (each); the rest is read \
+                                and discarded, and stdout_truncated/stderr_truncated is set."
+            },
+            "env": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "description": "Extra environment variables for the command, name to value."
+            }
+        },
+        "required": ["command"]
+    })
 }
 
-/// Waits on child processes for every tool call (placeholder until implemented).
-#[derive(Debug)]
-pub struct ProcessWatcher {}
+/// The validated arguments of one call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct BashArgs {
+    pub command: String,
+    pub cwd: Option<String>,
+    pub timeout_secs: u64,
+    pub max_output_bytes: u64,
+    pub env: Vec<(String, String)>,
+}
 
-impl ProcessWatcher {
-    pub fn start() -> std::io::Result<Self> {
-        Ok(ProcessWatcher {})
+/// Check the arguments' shapes and bounds. The `Err` text becomes an `Invalid params`
+/// message, so it names the field and what it must be. Unknown fields are ignored, and a
+/// `null` optional field counts as absent.
+pub(crate) fn parse_args(args: &Value, limits: CallLimits) -> Result<BashArgs, String> {
+    let Value::Object(map) = args else {
+        return Err("arguments must be an object".into());
+    };
+    let command = match map.get("command") {
+        None | Some(Value::Null) => {
+            return Err("command is required: the bash script to run, as a string".into())
+        }
+        Some(Value::String(s)) if s.is_empty() => {
+            return Err("command must be a non-empty string".into())
+        }
+        Some(Value::String(s)) if s.contains('\0') => {
+            return Err("command must not contain NUL bytes".into())
+        }
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err("command must be a string".into()),
+    };
+    let cwd = match map.get("cwd") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.is_empty() || s.contains('\0') => {
+            return Err("cwd must be a non-empty path without NUL bytes".into())
+        }
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err("cwd must be a string (a directory path)".into()),
+    };
+    let run_bound = if limits == CallLimits::GRANT {
+        "under a grant: the pod gives up on a call at 120 s"
+    } else {
+        "the longest a call may run here"
+    };
+    let timeout_secs = bounded_int(
+        map,
+        "timeout_secs",
+        DEFAULT_TIMEOUT_SECS,
+        limits.max_run_secs,
+        run_bound,
+    )?;
+    let max_output_bytes = bounded_int(
+        map,
+        "max_output_bytes",
+        DEFAULT_MAX_OUTPUT_BYTES,
+        MAX_OUTPUT_BYTES,
+        "bytes kept per stream",
+    )?;
+    let env = match map.get("env") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Object(vars)) => {
+            let mut env = Vec::with_capacity(vars.len());
+            for (name, value) in vars {
+                if name.is_empty() || name.contains('=') || name.contains('\0') {
+                    return Err(format!(
+                        "env: {name:?} is not a valid variable name (non-empty, no '=' or NUL)"
+                    ));
+                }
+                match value {
+                    Value::String(v) if v.contains('\0') => {
+                        return Err(format!("env.{name} must not contain NUL bytes"))
+                    }
+                    Value::String(v) => env.push((name.clone(), v.clone())),
+                    _ => return Err(format!("env.{name} must be a string")),
+                }
+            }
+            env
+        }
+        Some(_) => return Err("env must be an object of string values".into()),
+    };
+    Ok(BashArgs {
+        command,
+        cwd,
+        timeout_secs,
+        max_output_bytes,
+        env,
+    })
+}
+
+/// An optional integer field in `1..=max`.
+fn bounded_int(
+    map: &Map<String, Value>,
+    field: &str,
+    default: u64,
+    max: u64,
+    why: &str,
+) -> Result<u64, String> {
+    let range = || format!("{field} must be an integer in 1..={max} ({why})");
+    match map.get(field) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(v) if (1..=max).contains(&v) => Ok(v),
+            Some(_) => Err(range()),
+            None if n.is_i64() => Err(range()),
+            None => Err(format!("{field} must be an integer, not {n}")),
+        },
+        Some(_) => Err(format!("{field} must be an integer")),
     }
 }
 
-pub fn start(_args: Value, _cx: CallContext, done: Completion) {
-    done.complete(ToolOutput::tool_error("bash is not implemented yet"));
+/// Whether an inherited variable name is withheld from children.
+fn scrubbed_name(name: &OsStr, cfg: &ToolConfig) -> bool {
+    // A name that is not UTF-8 cannot equal any configured name.
+    let Some(name) = name.to_str() else {
+        return false;
+    };
+    name.starts_with("HANDNODE_")
+        || name == "CREDENTIALS_DIRECTORY"
+        || cfg.scrub_env.iter().any(|s| s == name)
+}
+
+/// Whether an inherited value is one of the daemon's secrets.
+fn secret_value(value: &OsStr, cfg: &ToolConfig) -> bool {
+    let Some(value) = value.to_str() else {
+        return false;
+    };
+    cfg.scrub_values
+        .iter()
+        .any(|s| !s.is_empty() && s.matches(value))
+}
+
+/// A child's environment: `base` (the daemon's) minus the scrubbed names and secret
+/// values, then `extra` (the caller's) applied over it as given.
+pub(crate) fn child_env(
+    base: impl IntoIterator<Item = (OsString, OsString)>,
+    cfg: &ToolConfig,
+    extra: &[(String, String)],
+) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = base
+        .into_iter()
+        .filter(|(name, value)| !scrubbed_name(name, cfg) && !secret_value(value, cfg))
+        .collect();
+    for (name, value) in extra {
+        env.retain(|(n, _)| n.as_os_str() != OsStr::new(name));
+        env.push((name.into(), value.into()));
+    }
+    env
+}
+
+/// `$HOME` when it is a directory.
+fn home_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute() && p.is_dir())
+}
+
+/// The directory to run in (`None` = the daemon's own), or a tool error's text.
+fn resolve_cwd(cwd: Option<&str>) -> Result<Option<PathBuf>, String> {
+    let home = home_dir();
+    let Some(cwd) = cwd else {
+        return Ok(home);
+    };
+    let path = match &home {
+        Some(home) => home.join(cwd),
+        None => PathBuf::from(cwd),
+    };
+    match std::fs::metadata(&path) {
+        Ok(meta) if meta.is_dir() => Ok(Some(path)),
+        Ok(_) => Err(format!("cwd {} is not a directory", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(format!("cwd {} does not exist", path.display()))
+        }
+        Err(e) => Err(format!("cwd {} cannot be used: {e}", path.display())),
+    }
+}
+
+/// Start a `bash` call: validate, spawn, hand the child to the process watcher, return.
+pub fn start(args: Value, cx: CallContext, done: Completion) {
+    let args = match parse_args(&args, cx.limits) {
+        Ok(args) => args,
+        Err(msg) => return done.complete(ToolOutput::InvalidParams(msg)),
+    };
+    let cwd = match resolve_cwd(args.cwd.as_deref()) {
+        Ok(cwd) => cwd,
+        Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
+    };
+    // The bash found on the daemon's PATH at start, so a caller's PATH in `env` cannot
+    // change which program runs.
+    let program = cx
+        .host
+        .facts
+        .bash
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("bash"));
+    let mut cmd = Command::new(&program);
+    cmd.arg("-c").arg(&args.command).env_clear().envs(child_env(
+        std::env::vars_os(),
+        &cx.host.config,
+        &args.env,
+    ));
+    if let Some(cwd) = cwd {
+        cmd.current_dir(cwd);
+    }
+    let timeout_secs = args.timeout_secs;
+    let cap = args.max_output_bytes;
+    let spec = RunSpec {
+        timeout: Duration::from_secs(timeout_secs),
+        max_output_bytes: cap as usize,
+        ctl: cx.ctl.clone(),
+    };
+    cx.host.processes.spawn(cmd, spec, move |run| match run {
+        Ok(run) => done.complete(render(&run, timeout_secs, cap)),
+        Err(e) => done.complete(ToolOutput::tool_error(spawn_error(&program, &e))),
+    });
+}
+
+fn spawn_error(program: &Path, e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        format!(
+            "could not start bash: {} was not found; install bash on this box",
+            program.display()
+        )
+    } else {
+        format!("could not start bash: {e}")
+    }
+}
+
+/// The `CallToolResult` of a finished run.
+pub(crate) fn render(run: &RunResult, timeout_secs: u64, cap: u64) -> ToolOutput {
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let timed_out = run.end == End::TimedOut;
+    let cancelled = run.end == End::Cancelled;
+    let is_error = run.exit_code != 0 || run.end != End::Exited;
+    let duration_ms = u64::try_from(run.duration.as_millis()).unwrap_or(u64::MAX);
+
+    let mut text = String::with_capacity(stdout.len() + stderr.len() + 128);
+    let end_line = |text: &mut String| {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+    };
+    text.push_str(&stdout);
+    if !stderr.is_empty() {
+        end_line(&mut text);
+        text.push_str("--- stderr ---\n");
+        text.push_str(&stderr);
+    }
+    end_line(&mut text);
+    text.push_str(&match run.end {
+        End::Exited => format!("[exit {} after {duration_ms} ms]", run.exit_code),
+        End::TimedOut => format!(
+            "[timed out after {timeout_secs} s: process group killed, exit {}]",
+            run.exit_code
+        ),
+        End::Cancelled => format!("[cancelled: process group killed, exit {}]", run.exit_code),
+        End::Aborted => format!(
+            "[handnode stopped watching the command (shutting down): process group killed, \
+             exit {}]",
+            run.exit_code
+        ),
+    });
+    let truncated: Vec<&str> = [
+        ("stdout", run.stdout_truncated),
+        ("stderr", run.stderr_truncated),
+    ]
+    .into_iter()
+    .filter_map(|(name, t)| t.then_some(name))
+    .collect();
+    if !truncated.is_empty() {
+        text.push_str(&format!(
+            " [{} truncated to its first {cap} bytes: raise max_output_bytes or filter the \
+             output]",
+            truncated.join(" and ")
+        ));
+    }
+    ToolOutput::Result(json!({
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": {
+            "stdout": stdout,
+            "stderr": stderr,
+            "exit_code": run.exit_code,
+            "timed_out": timed_out,
+            "cancelled": cancelled,
+            "stdout_truncated": run.stdout_truncated,
+            "stderr_truncated": run.stderr_truncated,
+            "duration_ms": duration_ms,
+        },
+        "isError": is_error,
+    }))
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde_json::Value;
+
+    use crate::jobs::{Completion, JobCtl};
+    use crate::mcp::ToolOutput;
+    use crate::profiles::Profile;
+    use crate::tools::{CallContext, CallLimits, ToolConfig, ToolHost};
+
+    /// Every blocking wait in these tests fails after this long instead of hanging.
+    pub const WATCHDOG: Duration = Duration::from_secs(30);
+
+    pub fn host() -> Arc<ToolHost> {
+        ToolHost::new(ToolConfig::default()).unwrap()
+    }
+
+    pub fn cx(host: &Arc<ToolHost>, limits: CallLimits, ctl: Arc<JobCtl>) -> CallContext {
+        CallContext {
+            profile: Profile::Owner,
+            grant: None,
+            limits,
+            ctl,
+            host: Arc::clone(host),
+        }
+    }
+
+    /// A completion and the channel its output arrives on.
+    pub fn completion() -> (Completion, crossbeam_channel::Receiver<ToolOutput>) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        (Completion::new(move |out| tx.send(out).unwrap()), rx)
+    }
+
+    /// The result object of an output that must be a `CallToolResult`.
+    pub fn result(out: ToolOutput) -> Value {
+        match out {
+            ToolOutput::Result(v) => v,
+            other => panic!("expected a result, got {other:?}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testutil::*;
+    use super::*;
+    use crate::jobs::{JobCtl, Pool};
+    use crate::secret::Secret;
+    use std::io::BufRead;
+    use std::sync::Arc;
+
+    fn call_with(
+        host: &Arc<super::super::ToolHost>,
+        limits: CallLimits,
+        ctl: Arc<JobCtl>,
+        args: Value,
+    ) -> ToolOutput {
+        let (done, rx) = completion();
+        start(args, cx(host, limits, ctl), done);
+        rx.recv_timeout(WATCHDOG).expect("bash call finished")
+    }
+
+    fn call(args: Value) -> Value {
+        result(call_with(&host(), CallLimits::GRANT, JobCtl::new(), args))
+    }
+
+    /// Wait until `pid` has exited (or is gone), failing after the watchdog.
+    fn assert_dies(pid: i32) {
+        let pid = rustix::process::Pid::from_raw(pid).unwrap();
+        let fd = match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::SRCH) => return,
+            Err(e) => panic!("pidfd_open: {e}"),
+        };
+        let poller = crate::wake::Poller::new().unwrap();
+        poller.add(&fd, 1, true, false).unwrap();
+        let ready = poller.wait(Some(WATCHDOG)).unwrap();
+        assert_eq!(
+            ready.len(),
+            1,
+            "process {pid:?} still alive after the call ended"
+        );
+    }
+
+    /// A bash snippet that reports `$!` (the last background pid) to the test over
+    /// loopback TCP, and the channel the pid arrives on: a signal to wait for instead of
+    /// a sleep.
+    fn pid_reporter() -> (String, crossbeam_channel::Receiver<i32>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut line = String::new();
+            std::io::BufReader::new(stream)
+                .read_line(&mut line)
+                .unwrap();
+            let _ = tx.send(line.trim().parse().unwrap());
+        });
+        let snippet = format!("exec 3<>/dev/tcp/127.0.0.1/{port}; echo $! >&3; exec 3>&-");
+        (snippet, rx)
+    }
+
+    #[test]
+    fn echo_hi() {
+        let r = call(json!({"command": "echo hi"}));
+        assert_eq!(r["structuredContent"]["stdout"], "hi\n");
+        assert_eq!(r["structuredContent"]["exit_code"], 0);
+        assert_eq!(r["structuredContent"]["timed_out"], false);
+        assert_eq!(r["isError"], false);
+        let text = r["content"][0]["text"].as_str().unwrap();
+        assert!(text.starts_with("hi\n[exit 0 after "), "{text}");
+    }
+
+    #[test]
+    fn non_zero_exit_is_an_error_result_with_both_streams() {
+        let r = call(json!({"command": "echo out; echo oops >&2; exit 3"}));
+        let s = &r["structuredContent"];
+        assert_eq!(
+            (s["exit_code"].as_i64(), r["isError"].as_bool()),
+            (Some(3), Some(true))
+        );
+        assert_eq!(
+            (s["stdout"].as_str(), s["stderr"].as_str()),
+            (Some("out\n"), Some("oops\n"))
+        );
+        let text = r["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("out\n--- stderr ---\noops\n[exit 3 "),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn timeout_kills_the_whole_group() {
+        let r = call(json!({"command": "sleep 100 & echo $!; sleep 100", "timeout_secs": 1}));
+        let s = &r["structuredContent"];
+        assert_eq!(s["timed_out"], true);
+        assert_eq!(s["exit_code"], 137);
+        assert_eq!(r["isError"], true);
+        assert!(r["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("timed out after 1 s"));
+        let grandchild: i32 = s["stdout"].as_str().unwrap().trim().parse().unwrap();
+        assert_dies(grandchild);
+    }
+
+    #[test]
+    fn cancel_kills_the_whole_group() {
+        let host = host();
+        let ctl = JobCtl::new();
+        let (report, pid_rx) = pid_reporter();
+        let (done, rx) = completion();
+        let script = format!("sleep 100 & {report}; sleep 100");
+        start(
+            json!({"command": script, "timeout_secs": 100}),
+            cx(&host, CallLimits::GRANT, Arc::clone(&ctl)),
+            done,
+        );
+        let grandchild = pid_rx.recv_timeout(WATCHDOG).unwrap();
+        ctl.cancel();
+        let r = result(rx.recv_timeout(WATCHDOG).unwrap());
+        let s = &r["structuredContent"];
+        assert_eq!(
+            (s["cancelled"].as_bool(), s["timed_out"].as_bool()),
+            (Some(true), Some(false))
+        );
+        assert_eq!(s["exit_code"], 137);
+        assert_eq!(r["isError"], true);
+        assert_dies(grandchild);
+    }
+
+    #[test]
+    fn background_jobs_end_with_the_shell() {
+        let (report, pid_rx) = pid_reporter();
+        let r = call(json!({"command": format!("sleep 100 & {report}; echo done")}));
+        assert_eq!(r["structuredContent"]["stdout"], "done\n");
+        assert_eq!(r["isError"], false);
+        assert_dies(pid_rx.recv_timeout(WATCHDOG).unwrap());
+    }
+
+    #[test]
+    fn output_is_capped_per_stream_at_exactly_max_output_bytes() {
+        let r = call(
+            json!({"command": "printf aaaaaaaaaa; printf bbbbbbbbbbb >&2",
+                            "max_output_bytes": 10}),
+        );
+        let s = &r["structuredContent"];
+        assert_eq!(
+            (s["stdout"].as_str(), s["stdout_truncated"].as_bool()),
+            (Some("aaaaaaaaaa"), Some(false))
+        );
+        assert_eq!(
+            (s["stderr"].as_str(), s["stderr_truncated"].as_bool()),
+            (Some("bbbbbbbbbb"), Some(true))
+        );
+        assert!(r["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("[stderr truncated to its first 10 bytes"));
+    }
+
+    #[test]
+    fn output_past_the_cap_is_drained_so_the_child_finishes() {
+        // Far more than a pipe holds: the child would block forever if we stopped reading.
+        let r = call(
+            json!({"command": "head -c 5000000 /dev/zero; echo done >&2",
+                            "max_output_bytes": 10}),
+        );
+        let s = &r["structuredContent"];
+        assert_eq!(s["exit_code"], 0);
+        assert_eq!(s["stdout"].as_str().unwrap().len(), 10);
+        assert_eq!(s["stdout_truncated"], true);
+        assert_eq!(s["stderr"], "done\n");
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced() {
+        let r = call(json!({"command": "printf 'a\\377b'"}));
+        assert_eq!(r["structuredContent"]["stdout"], "a\u{fffd}b");
+    }
+
+    #[test]
+    fn stdin_is_dev_null() {
+        let r = call(json!({"command": "cat; readlink /proc/self/fd/0", "timeout_secs": 20}));
+        assert_eq!(r["structuredContent"]["stdout"], "/dev/null\n");
+        assert_eq!(r["structuredContent"]["timed_out"], false);
+    }
+
+    #[test]
+    fn cwd_is_used_and_must_exist() {
+        let r = call(json!({"command": "pwd", "cwd": "/tmp"}));
+        assert_eq!(r["structuredContent"]["stdout"], "/tmp\n");
+        for (cwd, why) in [
+            ("/nonexistent/handnode", "does not exist"),
+            ("/etc/hostname", "is not a directory"),
+        ] {
+            let r = call(json!({"command": "pwd", "cwd": cwd}));
+            assert_eq!(r["isError"], true);
+            let text = r["content"][0]["text"].as_str().unwrap();
+            assert!(text.contains(why), "{text}");
+        }
+    }
+
+    #[test]
+    fn bad_arguments_are_invalid_params_through_start() {
+        let host = host();
+        for (limits, args, needle) in [
+            (
+                CallLimits::GRANT,
+                json!({"command": "true", "timeout_secs": 111}),
+                "1..=110",
+            ),
+            (
+                CallLimits::LOCAL_HTTP,
+                json!({"command": "true", "timeout_secs": 601}),
+                "1..=600",
+            ),
+            (
+                CallLimits::GRANT,
+                json!({"command": "true", "max_output_bytes": 1_048_577}),
+                "1..=1048576",
+            ),
+            (
+                CallLimits::GRANT,
+                json!({"command": 7}),
+                "command must be a string",
+            ),
+            (CallLimits::GRANT, json!({}), "command is required"),
+        ] {
+            match call_with(&host, limits, JobCtl::new(), args) {
+                ToolOutput::InvalidParams(msg) => assert!(msg.contains(needle), "{msg}"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn argument_bounds_and_types() {
+        let g = CallLimits::GRANT;
+        let l = CallLimits::LOCAL_HTTP;
+        let ok = |args: Value, limits| parse_args(&args, limits).unwrap();
+        let err = |args: Value, limits| parse_args(&args, limits).unwrap_err();
+
+        let d = ok(json!({"command": "x", "unknown": [1], "cwd": null}), g);
+        assert_eq!(
+            (d.timeout_secs, d.max_output_bytes, d.cwd),
+            (60, 65536, None)
+        );
+        assert_eq!(
+            ok(json!({"command": "x", "timeout_secs": 110}), g).timeout_secs,
+            110
+        );
+        assert_eq!(
+            ok(json!({"command": "x", "timeout_secs": 600}), l).timeout_secs,
+            600
+        );
+        assert_eq!(
+            ok(json!({"command": "x", "max_output_bytes": 1_048_576}), g).max_output_bytes,
+            1_048_576
+        );
+        assert!(err(json!({"command": "x", "timeout_secs": 111}), g).contains("under a grant"));
+        assert!(err(json!({"command": "x", "timeout_secs": 601}), l).starts_with("timeout_secs"));
+        for bad in [json!(0), json!(-1), json!(1.5), json!("5"), json!(true)] {
+            let msg = err(json!({"command": "x", "timeout_secs": bad}), l);
+            assert!(msg.starts_with("timeout_secs must be an integer"), "{msg}");
+        }
+        for bad in [json!(0), json!(1_048_577), json!("big")] {
+            let msg = err(json!({"command": "x", "max_output_bytes": bad}), l);
+            assert!(
+                msg.starts_with("max_output_bytes must be an integer"),
+                "{msg}"
+            );
+        }
+        assert!(err(json!({"command": ""}), g).contains("non-empty"));
+        assert!(err(json!({"command": "a\u{0}b"}), g).contains("NUL"));
+        assert!(err(json!({"command": "x", "cwd": 5}), g).starts_with("cwd"));
+        assert!(err(json!({"command": "x", "cwd": ""}), g).starts_with("cwd"));
+        assert!(err(json!({"command": "x", "env": "A=1"}), g).starts_with("env must be"));
+        assert!(err(json!({"command": "x", "env": {"A": 1}}), g).contains("env.A"));
+        assert!(err(json!({"command": "x", "env": {"A=B": "1"}}), g).contains("variable name"));
+        assert!(err(json!({"command": "x", "env": {"": "1"}}), g).contains("variable name"));
+        assert!(err(json!([1]), g).contains("object"));
+        let e = ok(json!({"command": "x", "env": {"A": "1", "B": ""}}), g).env;
+        assert_eq!(e, vec![("A".into(), "1".into()), ("B".into(), "".into())]);
+    }
+
+    #[test]
+    fn child_env_scrubs_secrets_and_applies_the_callers_vars() {
+        use std::os::unix::ffi::OsStringExt;
+        let cfg = ToolConfig {
+            scrub_env: vec!["SCRUB_ME".into()],
+            scrub_values: vec![Secret::new("tok-123"), Secret::new("")],
+            ..ToolConfig::default()
+        };
+        let base = [
+            ("HANDNODE_TOKEN", "x"),
+            ("HANDNODE_ANYTHING", "y"),
+            ("CREDENTIALS_DIRECTORY", "/run/credentials/handnode"),
+            ("SCRUB_ME", "z"),
+            ("LEAKY", "tok-123"),
+            ("NEAR_MISS", "tok-1234"),
+            ("EMPTY", ""),
+            ("KEEP", "1"),
+            ("OVERRIDE", "old"),
+        ]
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)));
+        let odd = (
+            OsString::from("BYTES"),
+            OsString::from_vec(vec![0xff, 0xfe]),
+        );
+        let extra = vec![
+            ("OVERRIDE".to_string(), "new".to_string()),
+            ("HANDNODE_MINE".to_string(), "caller's own".to_string()),
+        ];
+        let env = child_env(base.into_iter().chain([odd.clone()]), &cfg, &extra);
+        let names: Vec<&str> = env.iter().map(|(k, _)| k.to_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "NEAR_MISS",
+                "EMPTY",
+                "KEEP",
+                "BYTES",
+                "OVERRIDE",
+                "HANDNODE_MINE"
+            ]
+        );
+        assert!(env.contains(&odd));
+        assert!(env.contains(&("OVERRIDE".into(), "new".into())));
+    }
+
+    #[test]
+    fn the_child_sees_only_the_built_environment() {
+        // End to end without touching this process's environment: scrub one inherited
+        // name and one inherited value, add a caller var, and read the environment the
+        // child was exec'd with (bash builtins only: PATH may be the scrubbed one).
+        let mut inherited: Vec<(String, String)> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .filter(|(k, v)| !k.starts_with("HANDNODE_") && !v.is_empty())
+            .collect();
+        inherited.sort();
+        inherited.dedup_by(|a, b| a.1 == b.1);
+        assert!(
+            inherited.len() >= 2,
+            "the test runner has at least two variables"
+        );
+        let (by_name, by_value) = (&inherited[0], &inherited[1]);
+        let host = super::super::ToolHost::new(ToolConfig {
+            scrub_env: vec![by_name.0.clone()],
+            scrub_values: vec![Secret::new(by_value.1.clone())],
+            ..ToolConfig::default()
+        })
+        .unwrap();
+        let script = "while IFS= read -r -d '' v; do echo \"${v%%=*}\"; done < /proc/$$/environ";
+        let r = result(call_with(
+            &host,
+            CallLimits::GRANT,
+            JobCtl::new(),
+            json!({"command": script, "env": {"ADDED_BY_CALLER": "yes"}}),
+        ));
+        let out = r["structuredContent"]["stdout"].as_str().unwrap();
+        let names: Vec<&str> = out.lines().collect();
+        assert!(names.contains(&"ADDED_BY_CALLER"), "{out}");
+        assert!(!names.contains(&by_name.0.as_str()), "{out}");
+        assert!(!names.contains(&by_value.0.as_str()), "{out}");
+    }
+
+    #[test]
+    fn no_worker_waits_on_a_child() {
+        #[derive(Debug)]
+        enum Event {
+            Bash(ToolOutput),
+            SysInfo,
+        }
+        let host = host();
+        let pool = Pool::new(1, 16);
+        let (events_tx, events) = crossbeam_channel::unbounded();
+        let gate = std::env::temp_dir().join(format!(
+            "handnode-gate-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        // Each child waits for a gate the test opens only after sys_info answered, so
+        // sys_info can only answer if the single worker is free while four children run.
+        let script = format!("until [ -e '{}' ]; do sleep 0.02; done", gate.display());
+        for _ in 0..4 {
+            let (cx, tx) = (
+                cx(&host, CallLimits::GRANT, JobCtl::new()),
+                events_tx.clone(),
+            );
+            let args = json!({"command": script, "timeout_secs": 60});
+            pool.submit(move || {
+                start(
+                    args,
+                    cx,
+                    Completion::new(move |o| tx.send(Event::Bash(o)).unwrap()),
+                )
+            })
+            .unwrap();
+        }
+        let (cx, tx) = (
+            cx(&host, CallLimits::GRANT, JobCtl::new()),
+            events_tx.clone(),
+        );
+        pool.submit(move || {
+            super::super::sysinfo::start(
+                json!({}),
+                cx,
+                Completion::new(move |_| tx.send(Event::SysInfo).unwrap()),
+            )
+        })
+        .unwrap();
+        let first = events.recv_timeout(WATCHDOG).expect("sys_info answered");
+        assert!(matches!(first, Event::SysInfo), "{first:?}");
+        std::fs::write(&gate, b"").unwrap();
+        for _ in 0..4 {
+            match events
+                .recv_timeout(WATCHDOG)
+                .expect("every bash call finished")
+            {
+                Event::Bash(out) => assert_eq!(result(out)["structuredContent"]["exit_code"], 0),
+                other => panic!("{other:?}"),
+            }
+        }
+        let _ = std::fs::remove_file(&gate);
+    }
+
+    #[test]
+    fn a_missing_bash_is_a_tool_error() {
+        let msg = spawn_error(
+            Path::new("/nope/bash"),
+            &std::io::Error::from(std::io::ErrorKind::NotFound),
+        );
+        assert!(msg.contains("/nope/bash was not found"), "{msg}");
+    }
+
+    #[test]
+    fn description_states_the_limits() {
+        for needle in ["110", "600", "137", "setsid", "1048576", "isError"] {
+            assert!(SPEC.description.contains(needle), "{needle}");
+        }
+        let s = schema();
+        assert_eq!(s["required"], json!(["command"]));
+        assert_eq!(
+            s["properties"]["max_output_bytes"]["maximum"],
+            MAX_OUTPUT_BYTES
+        );
+    }
 }

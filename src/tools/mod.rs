@@ -4,6 +4,7 @@
 
 pub mod bash;
 pub mod display;
+pub mod process;
 pub mod sysinfo;
 
 use std::sync::Arc;

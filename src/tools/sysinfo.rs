@@ -1,14 +1,25 @@
-//! `sys_info`: facts about the box, static ones gathered once and cached.
+//! `sys_info`: facts about the box for the agent. Facts that cannot change while the
+//! daemon runs (hostname, OS, kernel, CPUs, the user it runs as, where bash is) are
+//! gathered once at start in [`StaticFacts`]; each call reads only `/proc` files on top
+//! (memory, uptime, load, tailnet addresses: Tailscale may come up after the daemon).
+//! Nothing is spawned.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
 use super::{CallContext, ToolSpec};
 use crate::jobs::Completion;
 use crate::mcp::ToolOutput;
+use crate::profiles::Profile;
 
 pub static SPEC: ToolSpec = ToolSpec {
     name: "sys_info",
-    description: "Describe this box.",
+    description: "Describe this box: hostname, OS, kernel, architecture, CPUs, memory, \
+uptime, tailnet addresses, the display backend and displays with their sizes, which tools \
+work here (and why not), the user handnode runs as, and the grant you are working under \
+(profile, expiry) with the longest a call may run. Read-only; takes no arguments.",
     input_schema: schema,
 };
 
@@ -16,16 +27,628 @@ fn schema() -> Value {
     json!({"type": "object", "properties": {}})
 }
 
-/// Facts that do not change while the daemon runs (placeholder).
-#[derive(Debug, Default)]
-pub struct StaticFacts {}
+/// Facts that do not change while the daemon runs, gathered once at start.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StaticFacts {
+    pub hostname: String,
+    /// `PRETTY_NAME` from os-release, else "Linux".
+    pub os: String,
+    /// Kernel release (`uname -r`).
+    pub kernel: String,
+    /// Machine hardware name (`uname -m`).
+    pub arch: String,
+    /// CPUs this process may use.
+    pub cpus: usize,
+    pub cpu_model: Option<String>,
+    /// The user handnode runs as; children run as this user too.
+    pub uid: u32,
+    pub user: Option<String>,
+    /// The `bash` found on the daemon's `PATH` at start.
+    pub bash: Option<PathBuf>,
+    /// Why child processes cannot be watched, if they cannot (no pidfd support).
+    pub pidfd_error: Option<String>,
+}
 
 impl StaticFacts {
     pub fn gather() -> Self {
-        StaticFacts {}
+        let uname = rustix::system::uname();
+        let text = |c: &std::ffi::CStr| c.to_string_lossy().into_owned();
+        let uid = rustix::process::getuid().as_raw();
+        let pidfd_error = rustix::process::pidfd_open(
+            rustix::process::getpid(),
+            rustix::process::PidfdFlags::empty(),
+        )
+        .err()
+        .map(|e| format!("pidfd_open failed ({e}): handnode needs Linux 5.3 or newer"));
+        StaticFacts {
+            hostname: text(uname.nodename()),
+            os: ["/etc/os-release", "/usr/lib/os-release"]
+                .iter()
+                .find_map(|p| parse_os_release(&std::fs::read_to_string(p).ok()?))
+                .unwrap_or_else(|| "Linux".into()),
+            kernel: text(uname.release()),
+            arch: text(uname.machine()),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu_model: std::fs::read_to_string("/proc/cpuinfo")
+                .ok()
+                .and_then(|t| parse_cpu_model(&t)),
+            uid,
+            user: std::fs::read_to_string("/etc/passwd")
+                .ok()
+                .and_then(|t| user_name(&t, uid)),
+            bash: find_in_path("bash", std::env::var_os("PATH").as_deref()),
+            pidfd_error,
+        }
+    }
+
+    /// Whether `bash` can run here, and if not, why.
+    pub fn bash_status(&self) -> Result<(), String> {
+        if let Some(e) = &self.pidfd_error {
+            return Err(e.clone());
+        }
+        if self.bash.is_none() {
+            return Err("bash was not found on handnode's PATH: install bash".into());
+        }
+        Ok(())
     }
 }
 
-pub fn start(_args: Value, _cx: CallContext, done: Completion) {
-    done.complete(ToolOutput::text("sys_info is not implemented yet"));
+/// `PRETTY_NAME` of an os-release file, unquoted.
+pub(crate) fn parse_os_release(text: &str) -> Option<String> {
+    let raw = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("PRETTY_NAME="))?;
+    let value = match raw.as_bytes().first() {
+        Some(b'"') | Some(b'\'') if raw.len() >= 2 && raw.ends_with(&raw[..1]) => {
+            let inner = &raw[1..raw.len() - 1];
+            let mut out = String::with_capacity(inner.len());
+            let mut chars = inner.chars();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => out.extend(chars.next()),
+                    c => out.push(c),
+                }
+            }
+            out
+        }
+        _ => raw.to_string(),
+    };
+    Some(value).filter(|v| !v.is_empty())
+}
+
+/// The first `model name` (x86) or `Model` (Raspberry Pi) line of `/proc/cpuinfo`.
+pub(crate) fn parse_cpu_model(text: &str) -> Option<String> {
+    ["model name", "Model", "Hardware"].iter().find_map(|key| {
+        text.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == *key && !v.trim().is_empty()).then(|| v.trim().to_string())
+        })
+    })
+}
+
+/// The login name of `uid` in an `/etc/passwd` text.
+pub(crate) fn user_name(passwd: &str, uid: u32) -> Option<String> {
+    passwd.lines().find_map(|l| {
+        let mut fields = l.split(':');
+        let name = fields.next()?;
+        let _password = fields.next()?;
+        (fields.next()?.parse::<u32>().ok()? == uid).then(|| name.to_string())
+    })
+}
+
+/// The first executable regular file named `program` in a `PATH` value.
+pub(crate) fn find_in_path(program: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = path.unwrap_or(std::ffi::OsStr::new("/usr/local/bin:/usr/bin:/bin"));
+    std::env::split_paths(path)
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join(program))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// `(MemTotal, MemAvailable)` in bytes from `/proc/meminfo`.
+pub(crate) fn parse_meminfo(text: &str) -> (Option<u64>, Option<u64>) {
+    let field = |name: &str| {
+        text.lines().find_map(|l| {
+            let rest = l.strip_prefix(name)?.strip_prefix(':')?;
+            let kib: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
+            Some(kib.saturating_mul(1024))
+        })
+    };
+    (field("MemTotal"), field("MemAvailable"))
+}
+
+/// Seconds since boot from `/proc/uptime`.
+pub(crate) fn parse_uptime(text: &str) -> Option<u64> {
+    let secs: f64 = text.split_whitespace().next()?.parse().ok()?;
+    (secs.is_finite() && secs >= 0.0).then_some(secs as u64)
+}
+
+/// The three load averages from `/proc/loadavg`.
+pub(crate) fn parse_loadavg(text: &str) -> Option<[f64; 3]> {
+    let mut it = text.split_whitespace().map(|f| f.parse::<f64>().ok());
+    Some([it.next()??, it.next()??, it.next()??])
+}
+
+/// Whether an address is in Tailscale's CGNAT range 100.64.0.0/10.
+pub(crate) fn is_tailnet_v4(a: Ipv4Addr) -> bool {
+    let o = a.octets();
+    o[0] == 100 && (o[1] & 0xc0) == 64
+}
+
+/// Whether an address is in Tailscale's ULA range fd7a:115c:a1e0::/48.
+pub(crate) fn is_tailnet_v6(a: Ipv6Addr) -> bool {
+    a.segments()[..3] == [0xfd7a, 0x115c, 0xa1e0]
+}
+
+/// The box's own IPv4 addresses, from `/proc/net/fib_trie`: a leaf `|-- a.b.c.d`
+/// followed by a `/32 host LOCAL` line is an address of a local interface.
+pub(crate) fn local_ipv4s(fib_trie: &str) -> Vec<Ipv4Addr> {
+    let mut out = Vec::new();
+    let mut leaf: Option<Ipv4Addr> = None;
+    for line in fib_trie.lines() {
+        let t = line.trim();
+        if let Some(addr) = t.strip_prefix("|-- ") {
+            leaf = addr.trim().parse().ok();
+        } else if t.starts_with("/32 host LOCAL") {
+            if let Some(a) = leaf {
+                if !out.contains(&a) {
+                    out.push(a);
+                }
+            }
+        } else if !t.starts_with('/') {
+            leaf = None;
+        }
+    }
+    out
+}
+
+/// `(address, interface)` of every IPv6 address, from `/proc/net/if_inet6`.
+pub(crate) fn local_ipv6s(if_inet6: &str) -> Vec<(Ipv6Addr, String)> {
+    if_inet6
+        .lines()
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let (hex, ifname) = (fields.first()?, fields.get(5)?);
+            if hex.len() != 32 {
+                return None;
+            }
+            let bits = u128::from_str_radix(hex, 16).ok()?;
+            Some((Ipv6Addr::from(bits), ifname.to_string()))
+        })
+        .collect()
+}
+
+/// The box's tailnet addresses (Tailscale's IPv4 and IPv6 ranges), read now.
+pub(crate) fn tailnet_addresses() -> Vec<String> {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let mut out: Vec<String> = local_ipv4s(&read("/proc/net/fib_trie"))
+        .into_iter()
+        .filter(|a| is_tailnet_v4(*a))
+        .map(|a| a.to_string())
+        .collect();
+    out.extend(
+        local_ipv6s(&read("/proc/net/if_inet6"))
+            .into_iter()
+            .filter(|(a, _)| is_tailnet_v6(*a))
+            .map(|(a, _)| a.to_string()),
+    );
+    out
+}
+
+/// Display facts until the display module provides them (`display::facts`): same shape,
+/// `tools` maps each graphical tool to `{"works": bool, "why"?: string}`.
+pub(crate) fn display_facts() -> Value {
+    let why = "graphical tools are not built into this handnode yet";
+    json!({
+        "backend": "none",
+        "displays": [],
+        "tools": {
+            "screenshot": {"works": false, "why": why},
+            "mouse": {"works": false, "why": why},
+            "key": {"works": false, "why": why},
+        },
+    })
+}
+
+/// `{name, works, why?}` for every local tool the caller's profile allows.
+fn tool_status(profile: Profile, facts: &StaticFacts, display: &Value) -> Vec<Value> {
+    profile
+        .local_allow_list()
+        .iter()
+        .map(|name| {
+            let status = match *name {
+                "sys_info" => Ok(()),
+                "bash" => facts.bash_status(),
+                other => match display["tools"].get(other) {
+                    Some(t) if t["works"] == true => Ok(()),
+                    Some(t) => Err(t["why"]
+                        .as_str()
+                        .unwrap_or("the display backend reports it unavailable")
+                        .to_string()),
+                    None => Err("no display facts for this tool".to_string()),
+                },
+            };
+            match status {
+                Ok(()) => json!({"name": name, "works": true}),
+                Err(why) => json!({"name": name, "works": false, "why": why}),
+            }
+        })
+        .collect()
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+fn human_secs(secs: u64) -> String {
+    let (d, h, m) = (secs / 86_400, (secs / 3600) % 24, (secs / 60) % 60);
+    if d > 0 {
+        format!("{d}d {h}h {m}m")
+    } else if h > 0 {
+        format!("{h}h {m}m")
+    } else {
+        format!("{m}m {}s", secs % 60)
+    }
+}
+
+fn read_proc(path: impl AsRef<Path>) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// Everything `sys_info` reports, as its `structuredContent`.
+pub(crate) fn collect(cx: &CallContext) -> Value {
+    let facts = &cx.host.facts;
+    let (mem_total, mem_available) = parse_meminfo(&read_proc("/proc/meminfo"));
+    let uptime = parse_uptime(&read_proc("/proc/uptime"));
+    let load = parse_loadavg(&read_proc("/proc/loadavg"));
+    let display = display_facts();
+    let now = crate::timefmt::now_unix();
+    let grant = cx.grant.as_ref().map(|g| {
+        json!({
+            "id": g.id,
+            "session": g.session,
+            "expires_at": crate::timefmt::rfc3339(g.expires_at),
+            "expires_in_secs": g.expires_at.saturating_sub(now),
+        })
+    });
+    json!({
+        "hostname": facts.hostname,
+        "os": facts.os,
+        "kernel": facts.kernel,
+        "arch": facts.arch,
+        "cpus": facts.cpus,
+        "cpu_model": facts.cpu_model,
+        "memory": {"total_bytes": mem_total, "available_bytes": mem_available},
+        "uptime_secs": uptime,
+        "load_average": load,
+        "tailnet_addresses": tailnet_addresses(),
+        "display": display,
+        "tools": tool_status(cx.profile, facts, &display),
+        "agent": {
+            "name": "handnode",
+            "version": env!("CARGO_PKG_VERSION"),
+            "pid": std::process::id(),
+            "uid": facts.uid,
+            "user": facts.user,
+        },
+        "profile": cx.profile.as_str(),
+        "grant": grant,
+        "max_run_secs": cx.limits.max_run_secs,
+    })
+}
+
+/// A human summary of [`collect`]'s value.
+pub(crate) fn summary(info: &Value) -> String {
+    let s = |v: &Value| v.as_str().unwrap_or("?").to_string();
+    let mut out = format!(
+        "{} — {}, kernel {} ({}), {} CPUs",
+        s(&info["hostname"]),
+        s(&info["os"]),
+        s(&info["kernel"]),
+        s(&info["arch"]),
+        info["cpus"]
+    );
+    if let Some(model) = info["cpu_model"].as_str() {
+        out.push_str(&format!(" ({model})"));
+    }
+    let mem = &info["memory"];
+    if let (Some(total), Some(avail)) =
+        (mem["total_bytes"].as_u64(), mem["available_bytes"].as_u64())
+    {
+        out.push_str(&format!(
+            "\nmemory: {} total, {} available",
+            gib(total),
+            gib(avail)
+        ));
+    }
+    if let Some(up) = info["uptime_secs"].as_u64() {
+        out.push_str(&format!("\nuptime: {}", human_secs(up)));
+    }
+    if let Some(load) = info["load_average"].as_array() {
+        let load: Vec<String> = load.iter().map(|l| format!("{l}")).collect();
+        out.push_str(&format!(", load {}", load.join(" ")));
+    }
+    let tailnet: Vec<String> = info["tailnet_addresses"]
+        .as_array()
+        .map(|a| a.iter().map(s).collect())
+        .unwrap_or_default();
+    out.push_str(&format!(
+        "\ntailnet: {}",
+        if tailnet.is_empty() {
+            "no tailnet address".to_string()
+        } else {
+            tailnet.join(", ")
+        }
+    ));
+    let display = &info["display"];
+    let displays = display["displays"].as_array().map_or(0, Vec::len);
+    out.push_str(&format!(
+        "\ndisplay: backend {}, {displays} display(s)",
+        s(&display["backend"])
+    ));
+    for (i, d) in display["displays"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        out.push_str(&format!("\n  display {i}: {d}"));
+    }
+    let agent = &info["agent"];
+    out.push_str(&format!(
+        "\nagent: handnode {}, pid {}, running as {} (uid {})",
+        s(&agent["version"]),
+        agent["pid"],
+        agent["user"].as_str().unwrap_or("?"),
+        agent["uid"]
+    ));
+    if agent["uid"] == 0 {
+        out.push_str(": bash is a root shell");
+    }
+    match info["grant"].as_object() {
+        Some(g) => out.push_str(&format!(
+            "\ngrant: profile {}, session {}, expires {} (in {} s)",
+            s(&info["profile"]),
+            s(&g["session"]),
+            s(&g["expires_at"]),
+            g["expires_in_secs"]
+        )),
+        None => out.push_str(&format!(
+            "\nno grant: the box's owner on the local /mcp endpoint (profile {})",
+            s(&info["profile"])
+        )),
+    }
+    out.push_str(&format!("\na call runs at most {} s", info["max_run_secs"]));
+    out.push_str("\ntools:");
+    for t in info["tools"].as_array().into_iter().flatten() {
+        if t["works"] == true {
+            out.push_str(&format!("\n  {}: works", s(&t["name"])));
+        } else {
+            out.push_str(&format!(
+                "\n  {}: unavailable: {}",
+                s(&t["name"]),
+                s(&t["why"])
+            ));
+        }
+    }
+    out
+}
+
+/// Answer a `sys_info` call. Arguments are ignored (the tool takes none).
+pub fn start(_args: Value, cx: CallContext, done: Completion) {
+    let info = collect(&cx);
+    let text = summary(&info);
+    done.complete(ToolOutput::Result(json!({
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": info,
+    })));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::JobCtl;
+    use crate::tools::bash::testutil::{completion, cx, host, result, WATCHDOG};
+    use crate::tools::{CallLimits, GrantNote};
+
+    const FIB_TRIE: &str = "\
+Main:
+  +-- 0.0.0.0/0 3 0 5
+     |-- 0.0.0.0
+        /0 universe UNICAST
+     +-- 100.64.0.0/10 2 0 2
+        |-- 100.101.102.103
+           /32 host LOCAL
+        |-- 100.127.255.255
+           /32 link BROADCAST
+     |-- 127.0.0.1
+        /32 host LOCAL
+     |-- 192.168.1.0
+        /24 link UNICAST
+     |-- 192.168.1.20
+        /32 host LOCAL
+Local:
+  +-- 0.0.0.0/0 3 0 5
+     |-- 100.101.102.103
+        /32 host LOCAL
+";
+
+    const IF_INET6: &str = "\
+00000000000000000000000000000001 01 80 10 80       lo
+fd7a115ca1e0ab120000000000000001 05 80 00 80 tailscale0
+fe8000000000000000fc00fffe000001 04 40 20 80     eth0
+fd7a115ca1e1ab120000000000000001 06 80 00 80    other
+";
+
+    #[test]
+    fn local_addresses_and_tailnet_ranges() {
+        let v4 = local_ipv4s(FIB_TRIE);
+        let expect: Vec<Ipv4Addr> = ["100.101.102.103", "127.0.0.1", "192.168.1.20"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        assert_eq!(v4, expect);
+        let tail: Vec<Ipv4Addr> = v4.into_iter().filter(|a| is_tailnet_v4(*a)).collect();
+        assert_eq!(tail, [Ipv4Addr::new(100, 101, 102, 103)]);
+        // The /10 boundaries, each side.
+        assert!(is_tailnet_v4(Ipv4Addr::new(100, 64, 0, 0)));
+        assert!(is_tailnet_v4(Ipv4Addr::new(100, 127, 255, 255)));
+        assert!(!is_tailnet_v4(Ipv4Addr::new(100, 63, 255, 255)));
+        assert!(!is_tailnet_v4(Ipv4Addr::new(100, 128, 0, 0)));
+
+        let v6 = local_ipv6s(IF_INET6);
+        assert_eq!(v6.len(), 4);
+        let tail: Vec<_> = v6.into_iter().filter(|(a, _)| is_tailnet_v6(*a)).collect();
+        assert_eq!(tail.len(), 1);
+        assert_eq!(tail[0].0.to_string(), "fd7a:115c:a1e0:ab12::1");
+        assert_eq!(tail[0].1, "tailscale0");
+    }
+
+    #[test]
+    fn proc_file_parsers() {
+        assert_eq!(
+            parse_meminfo("MemTotal:        8000000 kB\nMemFree: 1 kB\nMemAvailable:    2000 kB\n"),
+            (Some(8_192_000_000), Some(2_048_000))
+        );
+        assert_eq!(parse_meminfo("garbage"), (None, None));
+        assert_eq!(parse_uptime("12345.67 890.12\n"), Some(12345));
+        assert_eq!(parse_uptime("-1 0"), None);
+        assert_eq!(
+            parse_loadavg("0.10 0.20 1.50 1/234 5678\n"),
+            Some([0.1, 0.2, 1.5])
+        );
+        assert_eq!(parse_loadavg("0.10"), None);
+        assert_eq!(
+            parse_os_release("NAME=Debian\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n"),
+            Some("Debian GNU/Linux 12 (bookworm)".into())
+        );
+        assert_eq!(
+            parse_os_release("PRETTY_NAME='Say \\\"hi\\\"'"),
+            Some("Say \"hi\"".into())
+        );
+        assert_eq!(parse_os_release("PRETTY_NAME=Plain"), Some("Plain".into()));
+        assert_eq!(parse_os_release("NAME=x"), None);
+        assert_eq!(
+            parse_cpu_model("processor: 0\nmodel name\t: Intel(R) Xeon(R)\n"),
+            Some("Intel(R) Xeon(R)".into())
+        );
+        assert_eq!(
+            parse_cpu_model("processor: 0\nModel\t\t: Raspberry Pi 4 Model B Rev 1.4\n"),
+            Some("Raspberry Pi 4 Model B Rev 1.4".into())
+        );
+        assert_eq!(
+            user_name(
+                "root:x:0:0::/root:/bin/bash\npi:x:1000:1000::/home/pi:/bin/bash\n",
+                1000
+            ),
+            Some("pi".into())
+        );
+        assert_eq!(user_name("root:x:0:0::/root:/bin/bash\n", 5), None);
+    }
+
+    #[test]
+    fn finds_bash_on_path_without_spawning() {
+        let found = find_in_path("bash", std::env::var_os("PATH").as_deref()).unwrap();
+        assert!(found.is_absolute() && found.ends_with("bash"));
+        assert_eq!(
+            find_in_path("bash", Some(std::ffi::OsStr::new("relative:/nonexistent"))),
+            None
+        );
+        // A non-executable file does not count.
+        let dir = std::env::temp_dir().join(format!("handnode-path-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("bash"), b"not a program").unwrap();
+        assert_eq!(find_in_path("bash", Some(dir.as_os_str())), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn static_facts_are_gathered() {
+        let f = StaticFacts::gather();
+        assert!(!f.hostname.is_empty() && !f.kernel.is_empty() && !f.arch.is_empty());
+        assert!(f.cpus >= 1);
+        assert_eq!(f.uid, rustix::process::getuid().as_raw());
+        assert_eq!(f.bash_status(), Ok(()));
+    }
+
+    fn sys_info(cx: crate::tools::CallContext) -> Value {
+        let (done, rx) = completion();
+        start(json!({"ignored": true}), cx, done);
+        result(rx.recv_timeout(WATCHDOG).unwrap())
+    }
+
+    #[test]
+    fn reports_structured_facts_and_a_summary() {
+        let host = host();
+        let r = sys_info(cx(&host, CallLimits::LOCAL_HTTP, JobCtl::new()));
+        assert!(r.get("isError").is_none());
+        let s = &r["structuredContent"];
+        assert_eq!(s["hostname"], host.facts.hostname);
+        assert!(s["memory"]["total_bytes"].as_u64().unwrap() > 0);
+        assert!(s["uptime_secs"].is_u64());
+        assert!(s["tailnet_addresses"].is_array());
+        assert_eq!(s["display"]["backend"], "none");
+        assert_eq!(s["agent"]["name"], "handnode");
+        assert_eq!(s["agent"]["pid"], std::process::id());
+        assert_eq!(s["profile"], "owner");
+        assert_eq!(s["grant"], Value::Null);
+        assert_eq!(s["max_run_secs"], 600);
+        let tools: Vec<&str> = s["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(tools, ["sys_info", "bash", "screenshot", "mouse", "key"]);
+        assert_eq!(s["tools"][1]["works"], true);
+        assert_eq!(s["tools"][2]["works"], false);
+        assert!(s["tools"][2]["why"].is_string());
+        let text = r["content"][0]["text"].as_str().unwrap();
+        for needle in [
+            host.facts.hostname.as_str(),
+            host.facts.kernel.as_str(),
+            "memory:",
+            "uptime:",
+            "tailnet:",
+            "display: backend none",
+            "no grant",
+            "at most 600 s",
+            "screenshot: unavailable:",
+        ] {
+            assert!(text.contains(needle), "{needle} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn reports_the_grant_and_only_the_profiles_tools() {
+        let host = host();
+        let mut cx = cx(&host, CallLimits::GRANT, JobCtl::new());
+        cx.profile = Profile::Observe;
+        cx.grant = Some(GrantNote {
+            id: "g-1".into(),
+            session: "laptop".into(),
+            expires_at: crate::timefmt::now_unix() + 3600,
+        });
+        let r = sys_info(cx);
+        let s = &r["structuredContent"];
+        assert_eq!(s["profile"], "observe");
+        assert_eq!(s["grant"]["session"], "laptop");
+        assert!(s["grant"]["expires_in_secs"].as_u64().unwrap() > 3500);
+        assert_eq!(s["max_run_secs"], 110);
+        let tools: Vec<&str> = s["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(tools, ["sys_info", "screenshot"]);
+        let text = r["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.contains("grant: profile observe, session laptop"),
+            "{text}"
+        );
+    }
 }
