@@ -581,6 +581,9 @@ fn mcp_post(state: &Arc<AdminState>, mut request: Request, principal: String) {
                 let id = new_session_id();
                 sessions.insert(id.clone(), session);
                 new_session = Some(id);
+            } else {
+                // No session to cancel through: the call lives as long as its HTTP exchange.
+                session.calls.release_all();
             }
             outcome
         }

@@ -141,6 +141,12 @@ impl Calls {
         Some(entry)
     }
 
+    /// Stop tracking every call without cancelling it: for a one-shot `/mcp` request
+    /// whose calls are answered on the same HTTP exchange and cannot be cancelled later.
+    pub fn release_all(&mut self) {
+        self.entries.clear();
+    }
+
     /// The connection is gone: stop everything it started.
     pub fn cancel_all(&mut self) -> Vec<InFlight> {
         let drained: Vec<InFlight> = self.entries.drain().map(|(_, e)| e).collect();

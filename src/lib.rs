@@ -92,12 +92,14 @@ impl Daemon {
         let policy = auth::Policy::from_config(&config);
         policy.validate().map_err(Error::Config)?;
         let tls = tls::client_config(config.ca_file.as_deref())?;
-        std::fs::create_dir_all(&config.state_dir).map_err(|e| {
-            Error::Config(format!(
-                "cannot create the state dir {}: {e} (set --state-dir)",
-                config.state_dir.display()
-            ))
-        })?;
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(&config.state_dir)
+            .map_err(|e| {
+                Error::Config(format!(
+                    "cannot create the state dir {}: {e} (set --state-dir)",
+                    config.state_dir.display()
+                ))
+            })?;
         let store = if config.persist {
             Some(persist::GrantStore::open(&config.state_dir)?)
         } else {
