@@ -119,6 +119,8 @@ impl AdminState {
 /// The running admin server. Dropping it stops the handler threads.
 pub struct AdminServer {
     server: Arc<Server>,
+    /// A second handle on the listening socket, only to break the accept loop in tests.
+    listener: TcpListener,
     stopping: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     pub local_addr: SocketAddr,
@@ -134,6 +136,9 @@ impl AdminServer {
         let local_addr = listener
             .local_addr()
             .map_err(|e| Error::io("admin listener address", e))?;
+        let listener_handle = listener
+            .try_clone()
+            .map_err(|e| Error::io("clone admin listener", e))?;
         let server = Server::from_listener(listener, None)
             .map_err(|e| Error::AcceptLoop(format!("cannot start the admin server: {e}")))?;
         let server = Arc::new(server);
@@ -162,10 +167,20 @@ impl AdminServer {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(AdminServer {
             server,
+            listener: listener_handle,
             stopping,
             threads,
             local_addr,
         })
+    }
+}
+
+impl AdminServer {
+    /// Make tiny_http's accept loop fail as a real accept error would (shutting down a
+    /// listening socket makes `accept` return `EINVAL`). For the test of exit code 1.
+    #[doc(hidden)]
+    pub fn break_accept_loop(&self) {
+        let _ = rustix::net::shutdown(&self.listener, rustix::net::Shutdown::Both);
     }
 }
 

@@ -27,6 +27,7 @@ pub mod wake;
 
 pub use config::Config;
 pub use error::Error;
+pub use secret::Secret;
 
 /// Tells a running daemon to stop. Dropping it, or calling [`ShutdownHandle::shutdown`],
 /// makes [`run`] close every socket with 1001, persist, and return.
@@ -163,6 +164,14 @@ impl Daemon {
     /// Where the admin API listens (useful with `--listen 127.0.0.1:0`).
     pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
         self.admin.as_ref().map(|a| a.local_addr)
+    }
+
+    /// Test hook: make the admin server's accept loop die as on a real accept error.
+    #[doc(hidden)]
+    pub fn break_accept_loop(&self) {
+        if let Some(admin) = &self.admin {
+            admin.break_accept_loop();
+        }
     }
 
     /// Block until shutdown is asked or the admin server dies, then stop cleanly.

@@ -339,6 +339,27 @@ impl Server {
                         }));
                     }
 
+                    // handnode patch: accept() on a listener with SO_RCVTIMEO (set so that
+                    // accepted sockets inherit it) times out with EAGAIN when no client
+                    // comes; that and other passing conditions must not end the accept
+                    // loop. Out of descriptors or memory: pause briefly and retry.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            IoErrorKind::WouldBlock
+                                | IoErrorKind::TimedOut
+                                | IoErrorKind::Interrupted
+                                | IoErrorKind::ConnectionAborted
+                                | IoErrorKind::ConnectionReset
+                        ) =>
+                    {
+                        continue;
+                    }
+                    Err(e) if matches!(e.raw_os_error(), Some(23) | Some(24) | Some(105) | Some(12)) => {
+                        log::warn!("accept: {} (retrying)", e);
+                        thread::sleep(std::time::Duration::from_millis(50));
+                        continue;
+                    }
                     Err(e) => {
                         log::error!("Error accepting new client: {}", e);
                         inside_messages.push(e.into());

@@ -1,0 +1,546 @@
+//! Test harness shared by the integration tests: an in-process stub pod (tungstenite
+//! server on 127.0.0.1:0 that mints, verifies the bearer, drives MCP turns and closes
+//! with any code), a daemon started in-process with turned-down timers, and a raw HTTP
+//! client for the admin API. Every blocking read has a watchdog.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use handnode::{Config, Daemon, Secret};
+use serde_json::{json, Value};
+use tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tungstenite::protocol::frame::coding::CloseCode;
+use tungstenite::protocol::CloseFrame;
+use tungstenite::{Message, WebSocket};
+
+/// Longest any single wait in a test may take before it fails.
+pub const WATCHDOG: Duration = Duration::from_secs(10);
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A fresh empty directory under the system temp dir.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!(
+        "handnode-test-{tag}-{}-{n}-{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// What one WebSocket upgrade attempt at the stub pod looked like.
+#[derive(Clone, Debug)]
+pub struct Upgrade {
+    pub path: String,
+    pub authorization: Option<String>,
+    pub origin: Option<String>,
+    /// 101 when accepted, else the refusal status.
+    pub status: u16,
+    pub at: Instant,
+}
+
+/// One mint request the stub pod received.
+#[derive(Clone, Debug)]
+pub struct MintRequest {
+    pub path: String,
+    pub authorization: Option<String>,
+    pub body: Value,
+}
+
+/// What the stub pod does next.
+#[derive(Debug)]
+pub struct Script {
+    /// Statuses to refuse the next upgrades with (front first); empty = accept.
+    pub refuse: VecDeque<u16>,
+    /// Accept only this bearer (else 401). `None` accepts anything.
+    pub expect_secret: Option<String>,
+    /// Accept TCP but never answer the next N handshakes.
+    pub stall_handshakes: usize,
+    /// Mint reply: status and body.
+    pub mint_status: u16,
+    pub mint_body: Value,
+}
+
+impl Default for Script {
+    fn default() -> Self {
+        Script {
+            refuse: VecDeque::new(),
+            expect_secret: None,
+            stall_handshakes: 0,
+            mint_status: 201,
+            mint_body: json!({"secret": "minted-secret", "expires_in_secs": 3600}),
+        }
+    }
+}
+
+/// An in-process pod on 127.0.0.1.
+pub struct StubPod {
+    pub addr: SocketAddr,
+    pub upgrades: Receiver<Upgrade>,
+    pub conns: Receiver<PodConn>,
+    pub mints: Receiver<MintRequest>,
+    pub script: Arc<Mutex<Script>>,
+    stop: Arc<AtomicBool>,
+    stalled: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl StubPod {
+    pub fn start() -> StubPod {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (up_tx, upgrades) = crossbeam_channel::unbounded();
+        let (conn_tx, conns) = crossbeam_channel::unbounded();
+        let (mint_tx, mints) = crossbeam_channel::unbounded();
+        let script = Arc::new(Mutex::new(Script::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let stalled = Arc::new(Mutex::new(Vec::new()));
+        {
+            let script = Arc::clone(&script);
+            let stop = Arc::clone(&stop);
+            let stalled = Arc::clone(&stalled);
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    let script = Arc::clone(&script);
+                    let up_tx = up_tx.clone();
+                    let conn_tx = conn_tx.clone();
+                    let mint_tx = mint_tx.clone();
+                    let stalled = Arc::clone(&stalled);
+                    std::thread::spawn(move || {
+                        serve_one(stream, script, up_tx, conn_tx, mint_tx, stalled)
+                    });
+                }
+            });
+        }
+        StubPod {
+            addr,
+            upgrades,
+            conns,
+            mints,
+            script,
+            stop,
+            stalled,
+        }
+    }
+
+    pub fn runtime(&self) -> String {
+        format!("ws://{}", self.addr)
+    }
+
+    pub fn script(&self) -> std::sync::MutexGuard<'_, Script> {
+        self.script.lock().unwrap()
+    }
+
+    /// The next upgrade attempt, or panic after the watchdog.
+    pub fn next_upgrade(&self) -> Upgrade {
+        self.upgrades
+            .recv_timeout(WATCHDOG)
+            .expect("watchdog: no upgrade attempt reached the pod")
+    }
+
+    /// The next accepted connection, or panic after the watchdog.
+    pub fn next_conn(&self) -> PodConn {
+        self.conns
+            .recv_timeout(WATCHDOG)
+            .expect("watchdog: no connection reached the pod")
+    }
+
+    /// Assert no upgrade arrives within `quiet`.
+    pub fn assert_no_upgrade(&self, quiet: Duration) {
+        if let Ok(up) = self.upgrades.recv_timeout(quiet) {
+            panic!("unexpected dial: {up:?}");
+        }
+    }
+}
+
+impl Drop for StubPod {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr);
+        self.stalled.lock().unwrap().clear();
+    }
+}
+
+fn header_of(req: &Request, name: &str) -> Option<String> {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+fn serve_one(
+    stream: TcpStream,
+    script: Arc<Mutex<Script>>,
+    up_tx: Sender<Upgrade>,
+    conn_tx: Sender<PodConn>,
+    mint_tx: Sender<MintRequest>,
+    stalled: Arc<Mutex<Vec<TcpStream>>>,
+) {
+    stream.set_read_timeout(Some(WATCHDOG)).unwrap();
+    let mut peek = [0u8; 64];
+    let n = match stream.peek(&mut peek) {
+        Ok(n) => n,
+        Err(_) => return,
+    };
+    let head = String::from_utf8_lossy(&peek[..n]).to_string();
+    if head.starts_with("POST ") && head.contains("/admin/") {
+        return serve_mint(stream, &script, &mint_tx);
+    }
+    {
+        let mut s = script.lock().unwrap();
+        if s.stall_handshakes > 0 {
+            s.stall_handshakes -= 1;
+            stalled.lock().unwrap().push(stream);
+            return;
+        }
+    }
+    let callback = |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
+        let auth = header_of(req, "authorization");
+        let mut s = script.lock().unwrap();
+        let refuse = s.refuse.pop_front().or_else(|| match &s.expect_secret {
+            Some(secret) if auth.as_deref() != Some(&format!("Bearer {secret}")) => Some(401),
+            _ => None,
+        });
+        let status = refuse.unwrap_or(101);
+        let _ = up_tx.send(Upgrade {
+            path: req.uri().path().to_string(),
+            authorization: auth,
+            origin: header_of(req, "origin"),
+            status,
+            at: Instant::now(),
+        });
+        match refuse {
+            None => Ok(resp),
+            Some(code) => {
+                let mut err = ErrorResponse::new(Some(format!("refused {code}")));
+                *err.status_mut() = tungstenite::http::StatusCode::from_u16(code).unwrap();
+                Err(err)
+            }
+        }
+    };
+    if let Ok(ws) = tungstenite::accept_hdr(stream, callback) {
+        let _ = conn_tx.send(PodConn { ws });
+    }
+}
+
+fn serve_mint(mut stream: TcpStream, script: &Arc<Mutex<Script>>, mint_tx: &Sender<MintRequest>) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let (head_end, content_length) = loop {
+        let n = match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..pos]).to_string();
+            let len = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())?
+                })
+                .unwrap_or(0usize);
+            break (pos + 4, len);
+        }
+    };
+    while buf.len() < head_end + content_length {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let path = head.split(' ').nth(1).unwrap_or("").to_string();
+    let authorization = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("authorization")
+            .then(|| v.trim().to_string())
+    });
+    let body: Value = serde_json::from_slice(&buf[head_end..]).unwrap_or(Value::Null);
+    let _ = mint_tx.send(MintRequest {
+        path,
+        authorization,
+        body,
+    });
+    let (status, reply) = {
+        let s = script.lock().unwrap();
+        (s.mint_status, s.mint_body.to_string())
+    };
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+        reply.len()
+    );
+}
+
+/// The pod's side of one attached socket (blocking, with a watchdog on every read).
+pub struct PodConn {
+    pub ws: WebSocket<TcpStream>,
+}
+
+impl PodConn {
+    pub fn set_read_timeout(&mut self, d: Duration) {
+        self.ws.get_ref().set_read_timeout(Some(d)).unwrap();
+    }
+
+    pub fn send(&mut self, v: &Value) {
+        self.ws.send(Message::text(v.to_string())).unwrap();
+    }
+
+    pub fn send_msg(&mut self, m: Message) {
+        self.ws.send(m).unwrap();
+    }
+
+    /// Next data message (text or binary) as JSON, skipping control frames.
+    pub fn recv(&mut self) -> Value {
+        loop {
+            match self.ws.read() {
+                Ok(Message::Text(t)) => return serde_json::from_str(&t).expect("reply is JSON"),
+                Ok(Message::Binary(b)) => {
+                    return serde_json::from_slice(&b).expect("reply is JSON")
+                }
+                Ok(Message::Close(f)) => panic!("socket closed while waiting for a reply: {f:?}"),
+                Ok(_) => continue,
+                Err(e) => panic!("watchdog or error while waiting for a reply: {e}"),
+            }
+        }
+    }
+
+    /// Read until the close frame and return its code; panics on a data frame or timeout.
+    pub fn expect_close(&mut self) -> u16 {
+        loop {
+            match self.ws.read() {
+                Ok(Message::Close(f)) => return f.map(|f| u16::from(f.code)).unwrap_or(1005),
+                Ok(Message::Ping(_)) | Ok(Message::Pong(_)) => continue,
+                Ok(other) => panic!("expected close, got {other:?}"),
+                Err(e) => panic!("expected close, got error {e}"),
+            }
+        }
+    }
+
+    pub fn request(&mut self, id: Value, method: &str, params: Value) -> Value {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let reply = self.recv();
+        assert_eq!(reply["id"], id, "reply to a different request: {reply}");
+        reply
+    }
+
+    /// The pod's first turn: `initialize`, as the real pod sends it.
+    pub fn initialize(&mut self) -> Value {
+        self.request(
+            json!("init"),
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "stub-pod", "version": "0"}}),
+        )
+    }
+
+    pub fn call_tool(&mut self, id: Value, name: &str, args: Value) -> Value {
+        self.request(id, "tools/call", json!({"name": name, "arguments": args}))
+    }
+
+    pub fn close(&mut self, code: u16) {
+        let _ = self.ws.close(Some(CloseFrame {
+            code: CloseCode::from(code),
+            reason: "stub".into(),
+        }));
+        // Drive the close handshake briefly; the daemon may already be gone.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        self.set_read_timeout(Duration::from_millis(200));
+        while Instant::now() < deadline {
+            match self.ws.read() {
+                Ok(_) => continue,
+                Err(tungstenite::Error::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    continue
+                }
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// A config for in-process tests: loopback on an ephemeral port, a token, fast timers.
+pub fn test_config(dir: &std::path::Path) -> Config {
+    let mut c = Config::for_tests(dir.join("state"));
+    c.token = Some(Secret::new("test-admin-token"));
+    c.timing.backoff_base = Duration::from_millis(100);
+    c.timing.backoff_cap = Duration::from_millis(400);
+    c.timing.backoff_reset = Duration::from_secs(5);
+    c.timing.connect_timeout = Duration::from_secs(2);
+    c.timing.handshake_timeout = Duration::from_secs(2);
+    c.timing.mint_timeout = Duration::from_secs(2);
+    c.timing.admin_io_timeout = Duration::from_secs(2);
+    c
+}
+
+/// A daemon started in-process.
+pub struct TestDaemon {
+    pub daemon: Option<Daemon>,
+    pub addr: SocketAddr,
+    pub token: String,
+    pub dir: PathBuf,
+}
+
+impl TestDaemon {
+    pub fn start(config: Config, dir: PathBuf) -> TestDaemon {
+        let token = config
+            .token
+            .as_ref()
+            .map(|t| t.expose().to_string())
+            .unwrap_or_default();
+        let daemon = Daemon::start(config).expect("daemon starts");
+        let addr = daemon.local_addr().unwrap();
+        TestDaemon {
+            daemon: Some(daemon),
+            addr,
+            token,
+            dir,
+        }
+    }
+
+    pub fn new(tag: &str) -> TestDaemon {
+        let dir = temp_dir(tag);
+        TestDaemon::start(test_config(&dir), dir)
+    }
+
+    pub fn with(tag: &str, tweak: impl FnOnce(&mut Config)) -> TestDaemon {
+        let dir = temp_dir(tag);
+        let mut c = test_config(&dir);
+        tweak(&mut c);
+        TestDaemon::start(c, dir)
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+
+    /// A request with the admin token.
+    pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let auth = format!("Bearer {}", self.token);
+        let body = body.map(|b| b.to_string());
+        let (status, _, text) = http(
+            self.addr,
+            method,
+            path,
+            &[
+                ("Authorization", auth.as_str()),
+                ("Content-Type", "application/json"),
+            ],
+            body.as_deref().map(str::as_bytes),
+        );
+        let v = serde_json::from_slice(&text)
+            .unwrap_or(Value::String(String::from_utf8_lossy(&text).into()));
+        (status, v)
+    }
+
+    pub fn attach(&self, body: Value) -> Value {
+        let (status, v) = self.call("POST", "/attach", Some(&body));
+        assert_eq!(status, 202, "POST /attach: {v}");
+        v
+    }
+
+    pub fn grant(&self, id: &str) -> Value {
+        let (status, v) = self.call("GET", &format!("/attach/{id}"), None);
+        assert_eq!(status, 200, "{v}");
+        v
+    }
+
+    /// Wait until the grant's JSON satisfies `pred` (the daemon has no push channel for
+    /// state, so this re-reads it), or fail after the watchdog.
+    pub fn wait_grant(&self, id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            let g = self.grant(id);
+            if pred(&g) {
+                return g;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "watchdog: grant never became {what}: {g}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn stop(&mut self) {
+        self.daemon.take();
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        self.daemon.take();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A raw HTTP/1.1 request (Connection: close) so tests control every header.
+pub fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WATCHDOG)).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(b) = body {
+        req.push_str(&format!("Content-Length: {}\r\n", b.len()));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    if let Some(b) = body {
+        s.write_all(b).unwrap();
+    }
+    read_response(&mut s)
+}
+
+pub fn read_response(s: &mut TcpStream) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let pos = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no HTTP response head: {:?}", String::from_utf8_lossy(&raw)));
+    let head = String::from_utf8_lossy(&raw[..pos]).to_string();
+    let mut lines = head.lines();
+    let status: u16 = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (status, headers, raw[pos + 4..].to_vec())
+}
