@@ -85,6 +85,22 @@ fn browser_tools_through_a_real_playwright_upstream() {
 
     browse(&mut desktop, &page.url);
 
+    // Image blocks pass through as the upstream sent them.
+    let shot = desktop.call("browser_take_screenshot", json!({"type": "png"}));
+    assert_ne!(shot["result"]["isError"], true, "{shot}");
+    let blocks = shot["result"]["content"].as_array().expect("content");
+    let image = blocks
+        .iter()
+        .find(|b| b["type"] == "image")
+        .unwrap_or_else(|| panic!("no image block in {shot}"));
+    assert_eq!(image["mimeType"], "image/png");
+    let data = image["data"].as_str().expect("base64 data");
+    assert!(
+        data.starts_with("iVBORw0KGgo"),
+        "not a PNG: {}",
+        &data[..16.min(data.len())]
+    );
+
     // Code execution in the page is refused exactly like a tool that does not exist, and
     // never reaches the upstream.
     for name in [
