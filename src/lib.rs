@@ -23,6 +23,7 @@ pub mod secret;
 pub mod timefmt;
 pub mod tls;
 pub mod tools;
+pub mod upstream;
 pub mod wake;
 
 pub use config::Config;
