@@ -121,7 +121,14 @@ impl Daemon {
         let services = Arc::new(calls::Services {
             pool: jobs::Pool::new(config.workers, config.limits.job_queue),
             host,
-            upstream: None,
+            upstream: if config.upstreams.is_empty() {
+                None
+            } else {
+                Some(Arc::new(upstream::Upstreams::new(
+                    config.upstreams.clone(),
+                    &config.timing,
+                )?) as Arc<dyn tools::UpstreamSource>)
+            },
         });
         let registry = grants::Registry::new(
             Arc::clone(&services),
