@@ -57,6 +57,8 @@ pub struct InFlight {
     pub tool: String,
     pub ctl: Arc<JobCtl>,
     pub started: Instant,
+    /// The call's arguments, kept only when `--audit-args` asks for them in the audit log.
+    pub arguments: Option<Value>,
 }
 
 /// The calls in flight on one connection, keyed by JSON-RPC request id.
@@ -120,9 +122,17 @@ impl Calls {
                 tool: tool.to_string(),
                 ctl: Arc::clone(&ctl),
                 started: Instant::now(),
+                arguments: None,
             },
         );
         Ok((self.next_seq, ctl))
+    }
+
+    /// Keep a call's arguments for its audit record (`--audit-args`).
+    pub fn keep_arguments(&mut self, id: &Value, arguments: Value) {
+        if let Some(entry) = self.entries.get_mut(&key(id)) {
+            entry.arguments = Some(arguments);
+        }
     }
 
     /// The call's output arrived: take its entry if it is still the live one.

@@ -675,7 +675,7 @@ impl GrantThread {
                     tool: call.tool,
                     outcome,
                     duration: call.started.elapsed(),
-                    arguments: None,
+                    arguments: call.arguments,
                 });
                 if let Err(end) = self.send_text(&mut ws, text) {
                     write_failed = Some(end);
@@ -934,6 +934,9 @@ impl GrantThread {
                             continue;
                         }
                     };
+                    if self.audit_args {
+                        calls.keep_arguments(&id, arguments.clone());
+                    }
                     self.status.lock().unwrap_or_else(|e| e.into_inner()).calls += 1;
                     let tx = results.clone();
                     let wake = Arc::clone(waker);

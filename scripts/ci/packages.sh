@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Debian packages every test run needs. Idempotent and quiet when everything is present.
+set -euo pipefail
+need=()
+for pkg in "$@" pkg-config libssl-dev curl python3 jq procps; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi

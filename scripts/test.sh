@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs every test of handnode, after installing what the tests need (apt and npm packages,
+# display servers, the Playwright upstream, websocat). This is the README's test command and
+# what CI runs through .ci/run. Safe to run again: every install step is idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "system packages for the build and the tests"
+bash scripts/ci/packages.sh
+
+step "format and lints"
+cargo fmt --check
+cargo clippy --all-targets -- -D warnings
+
+step "unit and integration tests"
+cargo test --all-targets
