@@ -1,0 +1,1 @@
+fn main() { print!("{}", handnode::config::help_table_markdown()); }
