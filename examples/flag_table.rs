@@ -1,1 +1,3 @@
-fn main() { print!("{}", handnode::config::help_table_markdown()); }
+fn main() {
+    print!("{}", handnode::config::help_table_markdown());
+}

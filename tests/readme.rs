@@ -3,7 +3,8 @@
 
 #[test]
 fn readme_starts_with_the_two_commands() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let code: Vec<&str> = readme
         .lines()
         .skip_while(|l| !l.starts_with("```"))
@@ -13,13 +14,20 @@ fn readme_starts_with_the_two_commands() {
     assert!(code[0].starts_with("cargo run --release"), "{code:?}");
     assert!(code[1].starts_with("scripts/test.sh"), "{code:?}");
     let ci = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/run")).unwrap();
-    assert!(ci.contains("scripts/test.sh"), ".ci/run must call the README's test command");
+    assert!(
+        ci.contains("scripts/test.sh"),
+        ".ci/run must call the README's test command"
+    );
 }
 
 #[test]
 fn readme_flag_table_matches_help() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let start = readme.find("<!-- flags:begin -->").expect("flags:begin marker") + "<!-- flags:begin -->".len();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme
+        .find("<!-- flags:begin -->")
+        .expect("flags:begin marker")
+        + "<!-- flags:begin -->".len();
     let end = readme.find("<!-- flags:end -->").expect("flags:end marker");
     let table = readme[start..end].trim();
     let want = handnode::config::help_table_markdown();

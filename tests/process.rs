@@ -1,0 +1,108 @@
+//! The real binary: SIGTERM closes grant sockets with 1001, keeps grants on disk and exits
+//! 0; bad configuration exits 2 with a message that says what to fix.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use common::*;
+use serde_json::json;
+
+/// Start the binary on an ephemeral port and learn the port from its log.
+fn spawn_daemon(dir: &std::path::Path) -> (std::process::Child, std::net::SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_handnode"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--no-notify",
+            "--no-sd-notify",
+            "--backoff-base-ms",
+            "100",
+        ])
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("--config-dir")
+        .arg(dir.join("config"))
+        .env("HANDNODE_TOKEN", "test-admin-token")
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    loop {
+        let line = rx
+            .recv_timeout(WATCHDOG)
+            .expect("watchdog: the daemon never said where it listens");
+        if let Some(rest) = line.split("admin API listening on http://").nth(1) {
+            return (child, rest.trim().parse().unwrap());
+        }
+    }
+}
+
+#[test]
+fn sigterm_closes_sockets_1001_persists_and_exits_0() {
+    let pod = StubPod::start();
+    let dir = temp_dir("sigterm");
+    let (mut child, addr) = spawn_daemon(&dir);
+    let body = json!({"runtime": pod.runtime(), "session": "laptop", "secret": "x"}).to_string();
+    let (status, _, reply) = http(
+        addr,
+        "POST",
+        "/attach",
+        &[
+            ("Authorization", "Bearer test-admin-token"),
+            ("Content-Type", "application/json"),
+        ],
+        Some(body.as_bytes()),
+    );
+    assert_eq!(status, 202, "{}", String::from_utf8_lossy(&reply));
+    pod.next_upgrade();
+    let mut conn = pod.next_conn();
+    conn.initialize();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    assert_eq!(conn.expect_close(), 1001);
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let status = rx
+        .recv_timeout(WATCHDOG)
+        .expect("watchdog: the daemon did not exit")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let grants = std::fs::read_to_string(dir.join("state/grants.json")).unwrap();
+    assert!(
+        grants.contains("laptop"),
+        "the live grant stays on disk: {grants}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn bad_configuration_exits_2_and_says_what_to_fix() {
+    let out = Command::new(env!("CARGO_BIN_EXE_handnode"))
+        .args(["--workers", "0"])
+        .env("HANDNODE_TOKEN", "t")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--workers"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_handnode"))
+        .arg("--no-such-flag")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-such-flag"));
+}
