@@ -1,6 +1,8 @@
 //! The real binary: SIGTERM closes grant sockets with 1001, keeps grants on disk and exits
 //! 0; bad configuration exits 2 with a message that says what to fix.
 
+#![allow(clippy::zombie_processes)] // the child is waited on by the test body
+
 mod common;
 
 use std::io::{BufRead, BufReader};
