@@ -216,6 +216,8 @@ pub trait GrantEvents: Send + Sync {
     /// A WebSocket close arrived from the pod with this code, or we sent one.
     fn closed(&self, _code: u16) {}
     fn dialed(&self) {}
+    /// A dial failed before the socket was attached (refused, unreachable, timed out).
+    fn dial_failed(&self) {}
     /// Attached (first inbound frame) or detached (socket lost).
     fn attachment(&self, _grant_id: &str, _attached: bool) {}
     fn bytes(&self, _inbound: u64, _outbound: u64) {}
@@ -390,7 +392,12 @@ impl GrantThread {
             let mut attached_for = Duration::ZERO;
             let end = match self.connect() {
                 Ok(ws) => self.serve(ws, conn, &mut attached_for),
-                Err(end) => end,
+                Err(end) => {
+                    if !matches!(end, ConnEnd::Exit(_)) {
+                        self.events.dial_failed();
+                    }
+                    end
+                }
             };
             let error = match end {
                 ConnEnd::Exit(exit) => return self.exit(exit),

@@ -404,6 +404,12 @@ impl GrantEvents for Events {
         }
     }
 
+    fn dial_failed(&self) {
+        if let Some(reg) = self.registry.upgrade() {
+            reg.metrics.dial_failed();
+        }
+    }
+
     fn attachment(&self, grant_id: &str, attached: bool) {
         if let Some(reg) = self.registry.upgrade() {
             reg.attachment_changed(grant_id, attached);
@@ -591,6 +597,7 @@ impl Registry {
                             st.redial_at = None;
                         }
                         old.ended_at = Some(Instant::now());
+                        old.secret = Secret::new("");
                         if let Some(h) = &old.handle {
                             h.send(Command::End(EndReason::Replaced));
                         }
@@ -669,8 +676,8 @@ impl Registry {
             st.redial_at = None;
         }
         entry.ended_at = Some(Instant::now());
-        // The secret stays in memory only until the entry is pruned; it is gone from disk
-        // with the persist below.
+        // The secret is dropped here and from disk with the persist below.
+        entry.secret = Secret::new("");
         if let Some(h) = &entry.handle {
             h.send(Command::End(EndReason::Cancelled));
         }
@@ -815,6 +822,7 @@ impl Registry {
             return;
         }
         entry.ended_at = Some(Instant::now());
+        entry.secret = Secret::new("");
         let event = match reason {
             EndReason::Deadline | EndReason::GrantExpired => LifecycleEvent::Expired,
             _ => LifecycleEvent::Ended,
