@@ -686,3 +686,48 @@ fn wait_until_dead(pid: u32) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[test]
+fn liveness_pings_both_ways() {
+    let pod = StubPod::start();
+    let d = TestDaemon::with("pings", |c| {
+        c.timing.ping_interval = Duration::from_millis(100);
+        c.timing.silence_limit = Duration::from_secs(30);
+    });
+    let (_id, mut conn) = attached(&d, &pod, "observe");
+    // Our pings reach the pod...
+    let mut pings = 0;
+    while pings < 2 {
+        match conn.ws.read().expect("watchdog: no ping from handnode") {
+            tungstenite::Message::Ping(_) => pings += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    // ...and the pod's pings are answered.
+    conn.send_msg(tungstenite::Message::Ping(b"pod".to_vec().into()));
+    loop {
+        match conn.ws.read().expect("watchdog: no pong") {
+            tungstenite::Message::Pong(p) if p.as_ref() == b"pod" => break,
+            tungstenite::Message::Ping(_) => continue,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_silent_socket_is_dropped_and_redialed() {
+    let pod = StubPod::start();
+    let d = TestDaemon::with("silence", |c| {
+        c.timing.ping_interval = Duration::from_secs(30);
+        c.timing.silence_limit = Duration::from_millis(300);
+    });
+    let (id, _conn) = attached(&d, &pod, "observe");
+    // The pod says nothing more (and does not read, so no pongs either).
+    let up = pod.next_upgrade();
+    assert_eq!(up.status, 101, "redialed after the silence limit");
+    let g = d.grant(&id);
+    assert!(
+        g["last_error"].as_str().unwrap_or("").contains("silence"),
+        "{g}"
+    );
+}
