@@ -61,6 +61,8 @@ pub struct Timing {
     pub upstream_cache_ttl: Duration,
     /// How long probed display facts (backend, screen sizes) are reused.
     pub display_probe_ttl: Duration,
+    /// Longest one display helper (grim, xdotool, wtype, …) may run.
+    pub display_helper_timeout: Duration,
 }
 
 impl Default for Timing {
@@ -82,6 +84,7 @@ impl Default for Timing {
             upstream_timeout: Duration::from_secs(30),
             upstream_cache_ttl: Duration::from_secs(10),
             display_probe_ttl: Duration::from_secs(2),
+            display_helper_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -93,6 +93,13 @@ pub struct ToolConfig {
     pub scrub_values: Vec<crate::secret::Secret>,
     pub display_backend: crate::config::DisplayBackend,
     pub max_screenshot_edge: u32,
+    /// How long probed display facts are reused (`Timing::display_probe_ttl`).
+    pub display_probe_ttl: std::time::Duration,
+    /// Longest one display helper (grim, xdotool, …) may run (`Timing::display_helper_timeout`).
+    pub display_helper_timeout: std::time::Duration,
+    /// Replaces the process environment for display probing and helpers (DISPLAY,
+    /// WAYLAND_DISPLAY, XDG_RUNTIME_DIR, SWAYSOCK, PATH); `None` reads the process's own.
+    pub display_env: Option<std::collections::BTreeMap<String, String>>,
 }
 
 impl Default for ToolConfig {
@@ -102,6 +109,9 @@ impl Default for ToolConfig {
             scrub_values: Vec::new(),
             display_backend: crate::config::DisplayBackend::Auto,
             max_screenshot_edge: 1920,
+            display_probe_ttl: crate::config::Timing::default().display_probe_ttl,
+            display_helper_timeout: crate::config::Timing::default().display_helper_timeout,
+            display_env: None,
         }
     }
 }
@@ -113,6 +123,8 @@ pub struct ToolHost {
     pub config: ToolConfig,
     pub processes: bash::ProcessWatcher,
     pub facts: sysinfo::StaticFacts,
+    /// Display probe cache and the display thread.
+    pub display: display::DisplayState,
 }
 
 impl ToolHost {
@@ -120,6 +132,7 @@ impl ToolHost {
         Ok(Arc::new(ToolHost {
             processes: bash::ProcessWatcher::start()?,
             facts: sysinfo::StaticFacts::gather(),
+            display: display::DisplayState::default(),
             config,
         }))
     }

@@ -1,0 +1,420 @@
+//! Running display helpers (`xdotool`, `grim`, `wtype`, …) for one call: argv only, in
+//! their own process group tied to the call's `JobCtl` (a cancel kills them), with a
+//! timeout, and output collected through unlinked scratch files so a large screenshot
+//! can never deadlock a pipe. Runs on the display thread, never on a pool worker.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::process::{Pid, PidfdFlags, Signal};
+
+use crate::jobs::JobCtl;
+
+/// Most of a helper's stderr kept for an error message (bytes).
+const STDERR_KEEP_BYTES: usize = 2048;
+
+/// What a helper left behind.
+#[derive(Debug)]
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: Vec<u8>,
+    pub stderr: String,
+}
+
+/// Why a helper produced no usable output.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RunError {
+    Cancelled,
+    Failed(String),
+}
+
+impl RunError {
+    pub fn message(self) -> String {
+        match self {
+            RunError::Cancelled => "cancelled".into(),
+            RunError::Failed(msg) => msg,
+        }
+    }
+}
+
+/// One helper invocation.
+pub struct Helper<'a> {
+    pub program: &'a Path,
+    pub args: Vec<String>,
+    pub env: &'a [(String, String)],
+    pub stdin: Option<&'a [u8]>,
+    pub timeout: Duration,
+}
+
+fn program_name(path: &Path) -> String {
+    path.file_name()
+        .unwrap_or(path.as_os_str())
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A fresh anonymous file in the temp dir: created 0600, unlinked at once.
+fn scratch_file() -> std::io::Result<File> {
+    let dir = std::env::temp_dir();
+    loop {
+        let path = dir.join(format!(".handnode-{}", random_hex()?));
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+        {
+            Ok(file) => {
+                let _ = std::fs::remove_file(&path);
+                return Ok(file);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn random_hex() -> std::io::Result<String> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(std::io::Error::other)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A private (0700) directory for a grabber that insists on writing a file; removed on drop.
+#[derive(Debug)]
+pub struct ScratchDir {
+    path: PathBuf,
+}
+
+impl ScratchDir {
+    pub fn new() -> std::io::Result<Self> {
+        let base = std::env::temp_dir();
+        loop {
+            let path = base.join(format!("handnode-shot-{}", random_hex()?));
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(ScratchDir { path }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+fn read_all(mut file: File) -> std::io::Result<Vec<u8>> {
+    file.seek(SeekFrom::Start(0))?;
+    let mut out = Vec::new();
+    file.read_to_end(&mut out)?;
+    Ok(out)
+}
+
+fn timespec(d: Duration) -> Timespec {
+    Timespec {
+        tv_sec: d.as_secs().try_into().unwrap_or(i64::MAX),
+        tv_nsec: d.subsec_nanos().into(),
+    }
+}
+
+/// Run `helper` to completion. A non-zero exit is not an error here; see [`run_ok`].
+pub fn run(helper: &Helper<'_>, ctl: &JobCtl) -> Result<Output, RunError> {
+    let name = program_name(helper.program);
+    let failed = |what: &str, e: std::io::Error| RunError::Failed(format!("{what} {name}: {e}"));
+    if ctl.is_cancelled() {
+        return Err(RunError::Cancelled);
+    }
+    let stdout = scratch_file().map_err(|e| failed("cannot make scratch space for", e))?;
+    let stderr = scratch_file().map_err(|e| failed("cannot make scratch space for", e))?;
+    let stdin = match helper.stdin {
+        Some(data) => {
+            let mut file =
+                scratch_file().map_err(|e| failed("cannot make scratch space for", e))?;
+            file.write_all(data)
+                .and_then(|()| file.seek(SeekFrom::Start(0)).map(drop))
+                .map_err(|e| failed("cannot prepare input for", e))?;
+            Stdio::from(file)
+        }
+        None => Stdio::null(),
+    };
+    let mut command = Command::new(helper.program);
+    command
+        .args(helper.args.iter().map(OsStr::new))
+        .env_clear()
+        .envs(helper.env.iter().map(|(k, v)| (k, v)))
+        .stdin(stdin)
+        .stdout(Stdio::from(
+            stdout.try_clone().map_err(|e| failed("cannot start", e))?,
+        ))
+        .stderr(Stdio::from(
+            stderr.try_clone().map_err(|e| failed("cannot start", e))?,
+        ))
+        .current_dir("/")
+        .process_group(0);
+    let mut child = command.spawn().map_err(|e| failed("cannot start", e))?;
+    let pid = Pid::from_raw(child.id() as i32).expect("a child's pid is positive");
+    let registered = ctl.register_group(pid);
+    let status = wait(&mut child, pid, helper.timeout, registered);
+    ctl.unregister_group(pid);
+    let status = match status {
+        Ok(status) => status,
+        Err(Waited::TimedOut) => {
+            return Err(RunError::Failed(format!(
+                "{name} did not finish within {} s and was killed",
+                helper.timeout.as_secs_f64()
+            )))
+        }
+        Err(Waited::Io(e)) => return Err(failed("cannot wait for", e)),
+    };
+    if ctl.is_cancelled() {
+        return Err(RunError::Cancelled);
+    }
+    let stdout = read_all(stdout).map_err(|e| failed("cannot read the output of", e))?;
+    let mut stderr = read_all(stderr).map_err(|e| failed("cannot read the output of", e))?;
+    stderr.truncate(STDERR_KEEP_BYTES);
+    Ok(Output {
+        status,
+        stdout,
+        stderr: String::from_utf8_lossy(&stderr).trim().to_string(),
+    })
+}
+
+enum Waited {
+    TimedOut,
+    Io(std::io::Error),
+}
+
+/// Wait on the child's pidfd until it exits or `timeout` passes (then kill its group).
+fn wait(
+    child: &mut std::process::Child,
+    pid: Pid,
+    timeout: Duration,
+    registered: bool,
+) -> Result<ExitStatus, Waited> {
+    let kill_and_reap = |child: &mut std::process::Child| {
+        let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+        let _ = child.wait();
+    };
+    if !registered {
+        // Already cancelled: register_group killed the group.
+        return child.wait().map_err(Waited::Io);
+    }
+    let pidfd = match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
+        Ok(fd) => fd,
+        Err(e) => {
+            kill_and_reap(child);
+            return Err(Waited::Io(e.into()));
+        }
+    };
+    let deadline = Instant::now() + timeout;
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            kill_and_reap(child);
+            return Err(Waited::TimedOut);
+        }
+        let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
+        match poll(&mut fds, Some(&timespec(deadline - now))) {
+            Ok(0) => continue,
+            Ok(_) => return child.wait().map_err(Waited::Io),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => {
+                kill_and_reap(child);
+                return Err(Waited::Io(e.into()));
+            }
+        }
+    }
+}
+
+/// Describe an exit status for a person.
+pub fn describe_status(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => "unknown status".into(),
+    }
+}
+
+/// Run and insist on exit 0; the error names the helper and quotes its stderr.
+pub fn run_ok(helper: &Helper<'_>, ctl: &JobCtl) -> Result<Output, RunError> {
+    let out = run(helper, ctl)?;
+    if out.status.success() {
+        return Ok(out);
+    }
+    let name = program_name(helper.program);
+    let detail = if out.stderr.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", out.stderr)
+    };
+    Err(RunError::Failed(format!(
+        "{name} failed ({}){detail}",
+        describe_status(out.status)
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env() -> Vec<(String, String)> {
+        vec![("PATH".into(), "/usr/bin:/bin".into())]
+    }
+
+    fn sh<'a>(script: &str, env: &'a [(String, String)], timeout: Duration) -> Helper<'a> {
+        Helper {
+            program: Path::new("/bin/sh"),
+            args: vec!["-c".into(), script.into()],
+            env,
+            stdin: None,
+            timeout,
+        }
+    }
+
+    #[test]
+    fn collects_large_stdout_and_stderr_without_deadlock() {
+        let env = env();
+        // 1 MiB is far past a pipe's buffer.
+        let h = sh(
+            "head -c 1048576 /dev/zero; echo oops >&2; exit 3",
+            &env,
+            Duration::from_secs(30),
+        );
+        let out = run(&h, &JobCtl::new()).unwrap();
+        assert_eq!(out.stdout.len(), 1 << 20);
+        assert_eq!(out.stderr, "oops");
+        assert_eq!(out.status.code(), Some(3));
+        let err = run_ok(&h, &JobCtl::new()).unwrap_err().message();
+        assert_eq!(err, "sh failed (exit 3): oops");
+    }
+
+    #[test]
+    fn stdin_and_env_are_what_we_pass() {
+        let env = vec![
+            ("PATH".into(), "/usr/bin:/bin".into()),
+            ("ONLY_THIS".into(), "yes".into()),
+        ];
+        let mut h = sh("cat; env | sort", &env, Duration::from_secs(30));
+        h.stdin = Some(b"typed\n");
+        let out = run_ok(&h, &JobCtl::new()).unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.starts_with("typed\n"), "{text}");
+        assert!(text.contains("ONLY_THIS=yes"));
+        assert!(
+            !text.contains("HOME="),
+            "environment must be exactly ours: {text}"
+        );
+    }
+
+    /// True when `pid` is gone or only a zombie waiting for its reaper.
+    fn dead(pid: &str) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z'),
+        }
+    }
+
+    #[test]
+    fn timeout_kills_the_whole_group() {
+        let env = env();
+        let dir = ScratchDir::new().unwrap();
+        let pidfile = dir.path().join("pid");
+        // The background sleep is in the helper's group; the timeout must take it too.
+        let script = format!("sleep 30 & echo $! > {}; wait", pidfile.display());
+        let h = sh(&script, &env, Duration::from_millis(300));
+        let err = run(&h, &JobCtl::new()).unwrap_err().message();
+        assert!(err.contains("did not finish within 0.3 s"), "{err}");
+        let pid = std::fs::read_to_string(&pidfile).unwrap();
+        let pid = pid.trim();
+        // SIGKILL is delivered before kill() returns for a stopped-or-running task, but
+        // the exit itself is asynchronous: allow a bounded moment for it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !dead(pid) && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert!(dead(pid), "background child {pid} survived the timeout");
+    }
+
+    #[test]
+    fn cancel_kills_a_running_helper() {
+        let env = env();
+        let dir = ScratchDir::new().unwrap();
+        let fifo = dir.path().join("started");
+        assert!(Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let ctl = JobCtl::new();
+        let canceller = {
+            let ctl = ctl.clone();
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                // Opening blocks until the helper opens the FIFO for writing: it runs.
+                let mut line = String::new();
+                File::open(&fifo)
+                    .unwrap()
+                    .read_to_string(&mut line)
+                    .unwrap();
+                assert_eq!(line.trim(), "started");
+                ctl.cancel();
+            })
+        };
+        let h = sh(
+            &format!("echo started > {}; exec sleep 30", fifo.display()),
+            &env,
+            Duration::from_secs(60),
+        );
+        let started = Instant::now();
+        assert_eq!(run(&h, &ctl).unwrap_err(), RunError::Cancelled);
+        canceller.join().unwrap();
+        // Generous watchdog: far below the helper's 30 s sleep.
+        assert!(started.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn missing_program_is_a_clear_error() {
+        let env = env();
+        let h = Helper {
+            program: Path::new("/nonexistent/xdotool"),
+            args: vec![],
+            env: &env,
+            stdin: None,
+            timeout: Duration::from_secs(1),
+        };
+        let err = run(&h, &JobCtl::new()).unwrap_err().message();
+        assert!(err.starts_with("cannot start xdotool"), "{err}");
+    }
+
+    #[test]
+    fn scratch_dir_is_private_and_removed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = ScratchDir::new().unwrap();
+        let path = dir.path().to_path_buf();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        std::fs::write(path.join("x"), b"1").unwrap();
+        drop(dir);
+        assert!(!path.exists());
+    }
+}
