@@ -75,7 +75,7 @@ seat * hide_cursor 0
 CONF
     chmod 0644 "$RUN_DIR/sway.config"
     setsid setpriv --reuid=$SWAY_UID --regid=$SWAY_GID --clear-groups \
-        env -i PATH=/usr/bin:/bin HOME="$SWAY_RUNTIME" XDG_RUNTIME_DIR="$SWAY_RUNTIME" \
+        env -i PATH=/usr/bin:/bin LANG=C.UTF-8 HOME="$SWAY_RUNTIME" XDG_RUNTIME_DIR="$SWAY_RUNTIME" \
         WLR_BACKENDS=headless WLR_LIBINPUT_NO_DEVICES=1 WLR_RENDERER=pixman \
         sway -c "$RUN_DIR/sway.config" >"$RUN_DIR/sway.log" 2>&1 </dev/null &
     echo $! >"$RUN_DIR/sway.pid"
