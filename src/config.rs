@@ -895,6 +895,7 @@ const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
     millis!("upstream-timeout-ms", upstream_timeout, "30000", "One request to an upstream MCP server."),
     millis!("upstream-cache-ttl-ms", upstream_cache_ttl, "10000", "How long an upstream's tool list is reused."),
     millis!("display-probe-ttl-ms", display_probe_ttl, "2000", "How long probed display facts are reused."),
+    millis!("display-helper-timeout-ms", display_helper_timeout, "10000", "Longest one display helper (grim, xdotool, wtype) may run."),
 ];
 
 /// Flags of `doctor`.

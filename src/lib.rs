@@ -116,6 +116,9 @@ impl Daemon {
             scrub_values,
             display_backend: config.display_backend,
             max_screenshot_edge: config.max_screenshot_edge,
+            display_probe_ttl: config.timing.display_probe_ttl,
+            display_helper_timeout: config.timing.display_helper_timeout,
+            display_env: None,
         })
         .map_err(|e| Error::io("start the process watcher", e))?;
         let services = Arc::new(calls::Services {

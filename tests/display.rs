@@ -279,16 +279,16 @@ fn sway_screenshot_keys_and_mouse() {
         );
     }
     let views = sway_views(&d.swaymsg(&["-t", "get_tree"]));
-    let left = views.iter().min_by_key(|v| v.2 .0).unwrap().clone();
-    let right = views.iter().max_by_key(|v| v.2 .0).unwrap().clone();
+    let left = views.iter().min_by_key(|v| v.rect.0).unwrap().clone();
+    let right = views.iter().max_by_key(|v| v.rect.0).unwrap().clone();
     assert!(
-        right.3,
+        right.focused,
         "the newest terminal (right) starts focused: {views:?}"
     );
-    assert_ne!(left.0, right.0);
+    assert_ne!(left.id, right.id);
 
     // A click in the left terminal moves focus there (sway's own view of focus).
-    let (lx, ly, lw, lh) = left.2;
+    let (lx, ly, lw, lh) = left.rect;
     let (cx, cy) = ((lx + lw / 2) as u32, (ly + lh / 2) as u32);
     ok(call(
         &host,
@@ -298,20 +298,20 @@ fn sway_screenshot_keys_and_mouse() {
     let focused = |d: &Displays| {
         sway_views(&d.swaymsg(&["-t", "get_tree"]))
             .into_iter()
-            .find(|v| v.3)
-            .map(|v| v.0)
+            .find(|v| v.focused)
+            .map(|v| v.id)
     };
     assert!(
-        wait_until(EFFECT_WAIT, || focused(&d) == Some(left.0)),
+        wait_until(EFFECT_WAIT, || focused(&d) == Some(left.id)),
         "click at ({cx}, {cy}) did not focus the left terminal"
     );
-    let (rx, ry, rw, rh) = right.2;
+    let (rx, ry, rw, rh) = right.rect;
     ok(call(
         &host,
         "mouse",
         json!({"action": "click", "x": (rx + rw / 2) as u32, "y": (ry + rh / 2) as u32}),
     ));
-    assert!(wait_until(EFFECT_WAIT, || focused(&d) == Some(right.0)));
+    assert!(wait_until(EFFECT_WAIT, || focused(&d) == Some(right.id)));
     // The other actions run through the virtual pointer without protocol errors.
     ok(call(
         &host,

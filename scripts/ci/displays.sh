@@ -49,7 +49,11 @@ start_xvfb() {
         >"$RUN_DIR/xvfb.log" 2>&1 </dev/null &
     echo $! >"$RUN_DIR/xvfb.pid"
     for _ in $(seq $TRIES); do
-        xdpyinfo -display "$X_DISPLAY" >/dev/null 2>&1 && return 0
+        if xdpyinfo -display "$X_DISPLAY" >/dev/null 2>&1; then
+            # Xvfb's screensaver blanks after 600 s idle; long CI runs must not see black.
+            xset -display "$X_DISPLAY" s off
+            return 0
+        fi
         alive "$RUN_DIR/xvfb.pid" || break
         sleep $INTERVAL
     done

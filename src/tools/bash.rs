@@ -405,7 +405,12 @@ pub(crate) mod testutil {
     pub const WATCHDOG: Duration = Duration::from_secs(30);
 
     pub fn host() -> Arc<ToolHost> {
-        ToolHost::new(ToolConfig::default()).unwrap()
+        // An empty display environment: unit tests never reach a real display.
+        ToolHost::new(ToolConfig {
+            display_env: Some(Default::default()),
+            ..ToolConfig::default()
+        })
+        .unwrap()
     }
 
     pub fn cx(host: &Arc<ToolHost>, limits: CallLimits, ctl: Arc<JobCtl>) -> CallContext {

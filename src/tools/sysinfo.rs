@@ -238,21 +238,6 @@ pub(crate) fn tailnet_addresses() -> Vec<String> {
     out
 }
 
-/// Display facts until the display module provides them (`display::facts`): same shape,
-/// `tools` maps each graphical tool to `{"works": bool, "why"?: string}`.
-pub(crate) fn display_facts() -> Value {
-    let why = "graphical tools are not built into this handnode yet";
-    json!({
-        "backend": "none",
-        "displays": [],
-        "tools": {
-            "screenshot": {"works": false, "why": why},
-            "mouse": {"works": false, "why": why},
-            "key": {"works": false, "why": why},
-        },
-    })
-}
-
 /// `{name, works, why?}` for every local tool the caller's profile allows.
 fn tool_status(profile: Profile, facts: &StaticFacts, display: &Value) -> Vec<Value> {
     profile
@@ -304,7 +289,7 @@ pub(crate) fn collect(cx: &CallContext) -> Value {
     let (mem_total, mem_available) = parse_meminfo(&read_proc("/proc/meminfo"));
     let uptime = parse_uptime(&read_proc("/proc/uptime"));
     let load = parse_loadavg(&read_proc("/proc/loadavg"));
-    let display = display_facts();
+    let display = super::display::facts(&cx.host);
     let now = crate::timefmt::now_unix();
     let grant = cx.grant.as_ref().map(|g| {
         json!({

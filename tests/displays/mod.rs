@@ -294,23 +294,28 @@ impl Drop for Killed {
     }
 }
 
-/// Every sway view (window) as (con id, app_id, rect (x, y, w, h), focused).
-pub fn sway_views(tree: &Value) -> Vec<(i64, String, (i64, i64, i64, i64), bool)> {
-    let mut out = Vec::new();
-    fn walk(node: &Value, out: &mut Vec<(i64, String, (i64, i64, i64, i64), bool)>) {
+/// One sway view (window).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SwayView {
+    pub id: i64,
+    pub app_id: String,
+    /// x, y, width, height in layout pixels.
+    pub rect: (i64, i64, i64, i64),
+    pub focused: bool,
+}
+
+/// Every view in a `swaymsg -t get_tree` answer.
+pub fn sway_views(tree: &Value) -> Vec<SwayView> {
+    fn walk(node: &Value, out: &mut Vec<SwayView>) {
         if node["pid"].is_i64() && node["type"] == "con" {
             let r = &node["rect"];
-            out.push((
-                node["id"].as_i64().unwrap_or(-1),
-                node["app_id"].as_str().unwrap_or("").to_string(),
-                (
-                    r["x"].as_i64().unwrap_or(0),
-                    r["y"].as_i64().unwrap_or(0),
-                    r["width"].as_i64().unwrap_or(0),
-                    r["height"].as_i64().unwrap_or(0),
-                ),
-                node["focused"] == true,
-            ));
+            let n = |k: &str| r[k].as_i64().unwrap_or(0);
+            out.push(SwayView {
+                id: node["id"].as_i64().unwrap_or(-1),
+                app_id: node["app_id"].as_str().unwrap_or("").to_string(),
+                rect: (n("x"), n("y"), n("width"), n("height")),
+                focused: node["focused"] == true,
+            });
         }
         for key in ["nodes", "floating_nodes"] {
             if let Some(children) = node[key].as_array() {
@@ -320,6 +325,7 @@ pub fn sway_views(tree: &Value) -> Vec<(i64, String, (i64, i64, i64, i64), bool)
             }
         }
     }
+    let mut out = Vec::new();
     walk(tree, &mut out);
     out
 }

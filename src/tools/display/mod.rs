@@ -176,6 +176,8 @@ pub struct Display {
 
 /// Helper programs, with the Debian package that ships each.
 const HELPERS: &[(&str, &str)] = &[
+    ("xset", "x11-xserver-utils"),
+    ("notify-send", "libnotify-bin"),
     ("xdotool", "xdotool"),
     ("scrot", "scrot"),
     ("import", "imagemagick"),
@@ -448,7 +450,7 @@ impl Probe {
             .map(|(n, v)| (n.to_string(), json!(v)))
             .collect();
         json!({
-            "backend": self.backend.map(Backend::as_str),
+            "backend": self.backend.map(Backend::as_str).unwrap_or("none"),
             "requested": backend_name(self.requested),
             "displays": self.displays.iter().map(|d| json!({
                 "index": d.index, "name": d.name, "width": d.width, "height": d.height,
@@ -712,6 +714,30 @@ impl DisplayState {
             }
         }
     }
+}
+
+/// Run a short query helper (e.g. `xset q`) with the probe's display environment and
+/// the helper timeout; its stdout, or why it failed. For `doctor`.
+pub fn query(
+    probe: &Probe,
+    cfg: &ToolConfig,
+    program: &str,
+    args: &[&str],
+) -> Result<String, String> {
+    let path = which(program, probe.env.path.as_deref()).ok_or_else(|| install_hint(program))?;
+    let env = probe.child_env(cfg);
+    run::run_ok(
+        &Helper {
+            program: &path,
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: &env,
+            stdin: None,
+            timeout: cfg.display_helper_timeout,
+        },
+        &JobCtl::new(),
+    )
+    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    .map_err(RunError::message)
 }
 
 /// Backend, displays and which graphical tools work (and why not), for `sys_info`.

@@ -365,6 +365,9 @@ pub enum Step {
     },
 }
 
+/// Maps a display pixel to `motion_absolute`'s (x, y, x_extent, y_extent).
+type ToAbsolute = dyn Fn(u32, u32) -> (u32, u32, u32, u32);
+
 fn now_ms() -> u32 {
     static START: OnceLock<Instant> = OnceLock::new();
     // Wrapping is what the protocol expects of a millisecond timestamp.
@@ -396,9 +399,7 @@ pub fn pointer(
         .ok_or_else(|| format!("display {} ({}) is gone", display.index, display.name))?;
     // With an output, absolute motion spans exactly that output, so the display's pixel
     // space maps proportionally whatever its scale. Version 1 spans the whole layout.
-    let (vp, map): (_, Box<dyn Fn(u32, u32) -> (u32, u32, u32, u32)>) = if manager_version >= 2
-        && target.proxy.is_some()
-    {
+    let (vp, map): (_, Box<ToAbsolute>) = if manager_version >= 2 && target.proxy.is_some() {
         let (w, h) = (display.width, display.height);
         (
             manager.create_virtual_pointer_with_output(None, target.proxy.as_ref(), &qh, ()),
