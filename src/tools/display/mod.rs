@@ -26,8 +26,10 @@ use run::{Helper, RunError};
 
 /// Graphical calls waiting for the display thread before new ones are refused.
 const DISPLAY_QUEUE: usize = 32;
-/// Characters typed per helper run; a cancel takes effect between chunks.
+/// Most keystrokes per helper run; a cancel takes effect between runs.
 const TYPE_CHUNK_CHARS: usize = 32;
+/// Longest a helper run of keystrokes should take (ms): the cancel latency of `key`.
+const KEY_PIECE_MS: u32 = 1000;
 /// Intermediate pointer positions of a drag.
 pub(crate) const DRAG_STEPS: u32 = 8;
 /// Longest `text` for `key type` (characters).
@@ -605,6 +607,7 @@ fn probe_x11(p: &mut Probe, cfg: &ToolConfig) {
                 env: &env,
                 stdin: None,
                 timeout: cfg.display_helper_timeout,
+                cancel_kills: true,
             },
             &ctl,
         )
@@ -733,6 +736,7 @@ pub fn query(
             env: &env,
             stdin: None,
             timeout: cfg.display_helper_timeout,
+            cancel_kills: true,
         },
         &JobCtl::new(),
     )
@@ -1187,8 +1191,9 @@ fn capture(probe: &Probe, cx: &CallContext, display: &Display) -> Result<Vec<u8>
     let (program, args) = match probe.backend {
         Some(Backend::X11) => {
             let (name, path) = probe.x11_grabber().map_err(ToolOutput::tool_error)?;
+            // With the pointer drawn in, the agent can see where mouse left it.
             let args = if name == "scrot" {
-                vec![file_arg]
+                vec!["--pointer".into(), file_arg]
             } else {
                 vec![
                     "-window".into(),
@@ -1201,7 +1206,7 @@ fn capture(probe: &Probe, cx: &CallContext, display: &Display) -> Result<Vec<u8>
         }
         _ => {
             let grim = probe.need("grim").map_err(ToolOutput::tool_error)?;
-            let mut args = vec!["-t".into(), "png".into()];
+            let mut args = vec!["-t".into(), "png".into(), "-c".into()];
             if probe.displays.len() > 1 || !display.name.starts_with("output-") {
                 args.extend(["-o".into(), display.name.clone()]);
             }
@@ -1216,6 +1221,7 @@ fn capture(probe: &Probe, cx: &CallContext, display: &Display) -> Result<Vec<u8>
             env: &env,
             stdin: None,
             timeout: cfg.display_helper_timeout,
+            cancel_kills: true,
         },
         &cx.ctl,
     )
@@ -1394,6 +1400,8 @@ fn move_mouse(probe: &Probe, cx: &CallContext, req: &MouseArgs) -> Result<ToolOu
                     env: &env,
                     stdin: None,
                     timeout: cfg.display_helper_timeout,
+                    // Never leave a button held by killing xdotool between down and up.
+                    cancel_kills: false,
                 },
                 &cx.ctl,
             )
@@ -1401,15 +1409,21 @@ fn move_mouse(probe: &Probe, cx: &CallContext, req: &MouseArgs) -> Result<ToolOu
         }
         _ => {
             let socket = probe.wayland_socket().map_err(ToolOutput::tool_error)?;
-            let mut steps = req.action.steps();
-            // Cancellation is checked between events; each is a short round trip.
-            for chunk in steps.chunks_mut(4) {
-                if cx.ctl.is_cancelled() {
-                    return Err(ToolOutput::tool_error("mouse cancelled"));
+            let steps = req.action.steps();
+            let cancelled = || cx.ctl.is_cancelled();
+            wayland::pointer(
+                &socket,
+                display,
+                &steps,
+                cfg.display_helper_timeout,
+                &cancelled,
+            )
+            .map_err(|e| match e {
+                wayland::PointerError::Cancelled => ToolOutput::tool_error("mouse cancelled"),
+                wayland::PointerError::Failed(why) => {
+                    ToolOutput::tool_error(format!("mouse failed: {why}"))
                 }
-                wayland::pointer(&socket, display, chunk, cfg.display_helper_timeout)
-                    .map_err(|e| ToolOutput::tool_error(format!("mouse failed: {e}")))?;
-            }
+            })?;
         }
     }
     let text = format!(
@@ -1493,67 +1507,82 @@ fn press_keys(
                 env: &env,
                 stdin: None,
                 timeout: cfg.display_helper_timeout + per_key * keystrokes as u32,
+                // A cancel waits for the current piece (about a second at most).
+                cancel_kills: false,
             },
             &cx.ctl,
         )
         .map_err(|e| helper_error(Tool::Key, e))
     };
+    let per_piece = keys_per_piece(req.delay_ms);
+    let deadline = Instant::now() + Duration::from_secs(cx.limits.max_run_secs);
+    let (unit, total) = match &req.action {
+        KeyAction::Press(_) => ("key chords", chords.len()),
+        KeyAction::Type(text) => ("characters", text.chars().count()),
+    };
+    let stop = |done: usize| -> Option<ToolOutput> {
+        if cx.ctl.is_cancelled() {
+            return Some(ToolOutput::tool_error(format!(
+                "key cancelled after {done} of {total} {unit}"
+            )));
+        }
+        if Instant::now() >= deadline {
+            return Some(ToolOutput::tool_error(format!(
+                "stopped after {done} of {total} {unit}: the call reached its {} s limit; \
+                 send the rest in another call",
+                cx.limits.max_run_secs
+            )));
+        }
+        None
+    };
+    let mut done = 0;
     match &req.action {
         KeyAction::Press(names) => {
-            let args = if wayland {
-                let mut a = vec!["-s".to_string(), WTYPE_SETTLE_MS.to_string()];
-                for (i, chord) in chords.iter().enumerate() {
-                    if i > 0 {
-                        a.extend(["-s".into(), req.delay_ms.to_string()]);
-                    }
-                    a.extend(chord.wtype());
+            for piece in chords.chunks(per_piece) {
+                if let Some(out) = stop(done) {
+                    return Err(out);
                 }
-                a
-            } else {
-                x11::key_args(chords, req.delay_ms)
-            };
-            run(args, chords.len())?;
+                let args = if wayland {
+                    let mut a = vec!["-s".to_string(), WTYPE_SETTLE_MS.to_string()];
+                    for (i, chord) in piece.iter().enumerate() {
+                        if i > 0 {
+                            a.extend(["-s".into(), req.delay_ms.to_string()]);
+                        }
+                        a.extend(chord.wtype());
+                    }
+                    a
+                } else {
+                    x11::key_args(piece, req.delay_ms)
+                };
+                run(args, piece.len())?;
+                done += piece.len();
+            }
             Ok(ToolOutput::text(format!("Pressed {}.", names.join(", "))))
         }
         KeyAction::Type(text) => {
             let chars: Vec<char> = text.chars().collect();
-            let deadline = Instant::now() + Duration::from_secs(cx.limits.max_run_secs);
-            let mut typed = 0;
-            for chunk in chars.chunks(TYPE_CHUNK_CHARS) {
-                if cx.ctl.is_cancelled() {
-                    return Err(ToolOutput::tool_error(format!(
-                        "key cancelled after typing {typed} of {} characters",
-                        chars.len()
-                    )));
+            for piece in chars.chunks(per_piece) {
+                if let Some(out) = stop(done) {
+                    return Err(out);
                 }
-                if Instant::now() >= deadline {
-                    return Err(ToolOutput::tool_error(format!(
-                        "stopped after typing {typed} of {} characters: the call reached its \
-                         {} s limit; send the rest in another call",
-                        chars.len(),
-                        cx.limits.max_run_secs
-                    )));
-                }
-                let chunk: String = chunk.iter().collect();
+                let piece: String = piece.iter().collect();
                 let args = if wayland {
-                    wtype_type_args(&chunk, req.delay_ms)
+                    wtype_type_args(&piece, req.delay_ms)
                 } else {
-                    x11::type_args(&chunk, req.delay_ms)
+                    x11::type_args(&piece, req.delay_ms)
                 };
-                match run(args, chunk.chars().count()) {
-                    Ok(_) => typed += chunk.chars().count(),
-                    Err(_) if cx.ctl.is_cancelled() => {
-                        return Err(ToolOutput::tool_error(format!(
-                            "key cancelled after typing {typed} of {} characters",
-                            chars.len()
-                        )))
-                    }
-                    Err(e) => return Err(e),
-                }
+                run(args, piece.chars().count())?;
+                done += piece.chars().count();
             }
-            Ok(ToolOutput::text(format!("Typed {typed} characters.")))
+            Ok(ToolOutput::text(format!("Typed {done} characters.")))
         }
     }
+}
+
+/// Keystrokes per helper run: as many as take about `KEY_PIECE_MS`, at most
+/// `TYPE_CHUNK_CHARS`, so a cancel waits at most about that long.
+fn keys_per_piece(delay_ms: u32) -> usize {
+    (KEY_PIECE_MS / delay_ms.max(1)).clamp(1, TYPE_CHUNK_CHARS as u32) as usize
 }
 
 /// `wtype` arguments to type `chunk`. Newlines are sent as Return taps: as text,

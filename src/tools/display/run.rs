@@ -51,6 +51,11 @@ pub struct Helper<'a> {
     pub env: &'a [(String, String)],
     pub stdin: Option<&'a [u8]>,
     pub timeout: Duration,
+    /// Whether cancelling the call kills the helper at once. Input helpers say no: a
+    /// keystroke or button killed between press and release stays held on the display
+    /// (and swallows the next press of that key), so they run in short pieces and the
+    /// caller stops between pieces instead.
+    pub cancel_kills: bool,
 }
 
 fn program_name(path: &Path) -> String {
@@ -136,7 +141,7 @@ fn timespec(d: Duration) -> Timespec {
 pub fn run(helper: &Helper<'_>, ctl: &JobCtl) -> Result<Output, RunError> {
     let name = program_name(helper.program);
     let failed = |what: &str, e: std::io::Error| RunError::Failed(format!("{what} {name}: {e}"));
-    if ctl.is_cancelled() {
+    if helper.cancel_kills && ctl.is_cancelled() {
         return Err(RunError::Cancelled);
     }
     let stdout = scratch_file().map_err(|e| failed("cannot make scratch space for", e))?;
@@ -168,9 +173,11 @@ pub fn run(helper: &Helper<'_>, ctl: &JobCtl) -> Result<Output, RunError> {
         .process_group(0);
     let mut child = command.spawn().map_err(|e| failed("cannot start", e))?;
     let pid = Pid::from_raw(child.id() as i32).expect("a child's pid is positive");
-    let registered = ctl.register_group(pid);
-    let status = wait(&mut child, pid, helper.timeout, registered);
-    ctl.unregister_group(pid);
+    let killed_by_cancel = helper.cancel_kills && !ctl.register_group(pid);
+    let status = wait(&mut child, pid, helper.timeout, killed_by_cancel);
+    if helper.cancel_kills {
+        ctl.unregister_group(pid);
+    }
     let status = match status {
         Ok(status) => status,
         Err(Waited::TimedOut) => {
@@ -181,7 +188,7 @@ pub fn run(helper: &Helper<'_>, ctl: &JobCtl) -> Result<Output, RunError> {
         }
         Err(Waited::Io(e)) => return Err(failed("cannot wait for", e)),
     };
-    if ctl.is_cancelled() {
+    if helper.cancel_kills && ctl.is_cancelled() {
         return Err(RunError::Cancelled);
     }
     let stdout = read_all(stdout).map_err(|e| failed("cannot read the output of", e))?;
@@ -204,14 +211,14 @@ fn wait(
     child: &mut std::process::Child,
     pid: Pid,
     timeout: Duration,
-    registered: bool,
+    already_killed: bool,
 ) -> Result<ExitStatus, Waited> {
     let kill_and_reap = |child: &mut std::process::Child| {
         let _ = rustix::process::kill_process_group(pid, Signal::KILL);
         let _ = child.wait();
     };
-    if !registered {
-        // Already cancelled: register_group killed the group.
+    if already_killed {
+        // Cancelled before it was registered: register_group killed the group.
         return child.wait().map_err(Waited::Io);
     }
     let pidfd = match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
@@ -283,6 +290,7 @@ mod tests {
             env,
             stdin: None,
             timeout,
+            cancel_kills: true,
         }
     }
 
@@ -393,6 +401,19 @@ mod tests {
     }
 
     #[test]
+    fn an_input_helper_finishes_its_piece_despite_a_cancel() {
+        let env = env();
+        let ctl = JobCtl::new();
+        ctl.cancel();
+        let mut h = sh("echo typed", &env, Duration::from_secs(30));
+        h.cancel_kills = false;
+        let out = run_ok(&h, &ctl).unwrap();
+        assert_eq!(out.stdout, b"typed\n");
+        h.cancel_kills = true;
+        assert_eq!(run(&h, &ctl).unwrap_err(), RunError::Cancelled);
+    }
+
+    #[test]
     fn missing_program_is_a_clear_error() {
         let env = env();
         let h = Helper {
@@ -401,6 +422,7 @@ mod tests {
             env: &env,
             stdin: None,
             timeout: Duration::from_secs(1),
+            cancel_kills: true,
         };
         let err = run(&h, &JobCtl::new()).unwrap_err().message();
         assert!(err.starts_with("cannot start xdotool"), "{err}");

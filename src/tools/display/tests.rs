@@ -334,3 +334,11 @@ fn probe_is_cached_for_the_ttl() {
     cfg.display_probe_ttl = Duration::ZERO;
     assert!(!Arc::ptr_eq(&a, &state.probe(&cfg)));
 }
+
+#[test]
+fn key_pieces_last_about_a_second() {
+    assert_eq!(keys_per_piece(0), TYPE_CHUNK_CHARS);
+    assert_eq!(keys_per_piece(12), TYPE_CHUNK_CHARS);
+    assert_eq!(keys_per_piece(100), 10);
+    assert_eq!(keys_per_piece(MAX_KEY_DELAY_MS), 1);
+}

@@ -374,16 +374,32 @@ fn now_ms() -> u32 {
     START.get_or_init(Instant::now).elapsed().as_millis() as u32
 }
 
-/// Drive a virtual pointer on `display` through `steps`.
+/// Why a pointer run stopped early.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PointerError {
+    Cancelled,
+    Failed(String),
+}
+
+impl From<String> for PointerError {
+    fn from(s: String) -> Self {
+        PointerError::Failed(s)
+    }
+}
+
+/// Drive one virtual pointer on `display` through `steps`, all on the same device so a
+/// drag's press and release belong together. `cancelled` is asked between steps; a
+/// cancel releases any held button before the device goes away.
 pub fn pointer(
     socket: &Path,
     display: &Display,
     steps: &[Step],
     timeout: Duration,
-) -> Result<(), String> {
+    cancelled: &dyn Fn() -> bool,
+) -> Result<(), PointerError> {
     let mut session = Session::open(socket, timeout)?;
     let Some((manager_name, manager_version)) = session.global(VIRTUAL_POINTER) else {
-        return Err(no_virtual_pointer());
+        return Err(no_virtual_pointer().into());
     };
     session.bind_outputs()?;
     let qh = session.queue.handle();
@@ -396,7 +412,8 @@ pub fn pointer(
         .iter()
         .find(|o| o.name.as_deref() == Some(display.name.as_str()))
         .or_else(|| session.state.outputs.get(display.index))
-        .ok_or_else(|| format!("display {} ({}) is gone", display.index, display.name))?;
+        .ok_or_else(|| format!("display {} ({}) is gone", display.index, display.name))
+        .map_err(PointerError::Failed)?;
     // With an output, absolute motion spans exactly that output, so the display's pixel
     // space maps proportionally whatever its scale. Version 1 spans the whole layout.
     let (vp, map): (_, Box<ToAbsolute>) = if manager_version >= 2 && target.proxy.is_some() {
@@ -426,7 +443,17 @@ pub fn pointer(
             }),
         )
     };
+    let mut held: Vec<u32> = Vec::new();
     for step in steps {
+        if cancelled() {
+            for button in held.drain(..) {
+                vp.button(now_ms(), button, wl_pointer::ButtonState::Released);
+                vp.frame();
+            }
+            vp.destroy();
+            session.roundtrip()?;
+            return Err(PointerError::Cancelled);
+        }
         let t = now_ms();
         match *step {
             Step::MoveTo(x, y) => {
@@ -439,6 +466,10 @@ pub fn pointer(
                 } else {
                     wl_pointer::ButtonState::Released
                 };
+                held.retain(|b| *b != button);
+                if pressed {
+                    held.push(button);
+                }
                 vp.button(t, button, state);
             }
             Step::Scroll { vertical, notches } => {
@@ -458,7 +489,7 @@ pub fn pointer(
     }
     vp.destroy();
     manager.destroy();
-    session.roundtrip()
+    Ok(session.roundtrip()?)
 }
 
 /// The bounding box (x, y, width, height) of every output in layout coordinates.
