@@ -250,6 +250,8 @@ fn x11_screenshot_keys_and_mouse() {
         "key",
         json!({"action": "press", "keys": ["ctrl+u"]}),
     ));
+    // A cancel must not leave a key held (a held key swallows its next press).
+    type_and_see(&host, &dir, "x11-after-cancel");
     check_input_errors(&host, size);
     check_screenshots(&host, size, "x11");
 }
