@@ -15,5 +15,13 @@ step "format and lints"
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
 
+step "display servers for tests/display.rs (Xvfb :99, headless sway)"
+bash scripts/ci/displays.sh start
+set -a && . target/displays.env && set +a
+trap 'bash scripts/ci/displays.sh stop' EXIT
+
+step "chromium and the pinned Playwright MCP upstream for tests/upstream.rs"
+bash scripts/ci/playwright.sh
+
 step "unit and integration tests"
 cargo test --all-targets

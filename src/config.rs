@@ -151,6 +151,10 @@ pub struct Config {
     /// `(name, url)` of each upstream MCP server.
     pub upstreams: Vec<(String, String)>,
     pub display_backend: DisplayBackend,
+    /// Test override of the display variables graphical tools see (`DISPLAY`,
+    /// `WAYLAND_DISPLAY`, …); `None` = this process's environment. Not a flag.
+    #[doc(hidden)]
+    pub display_env: Option<std::collections::BTreeMap<String, String>>,
     pub max_screenshot_edge: u32,
     pub notify: bool,
     /// Tell systemd (`NOTIFY_SOCKET`) when ready and when stopping.
@@ -178,6 +182,7 @@ impl Config {
             ca_file: None,
             upstreams: Vec::new(),
             display_backend: DisplayBackend::Auto,
+            display_env: None,
             max_screenshot_edge: 1920,
             notify: false,
             sd_notify: false,
@@ -925,6 +930,7 @@ impl Config {
             ca_file: None,
             upstreams: Vec::new(),
             display_backend: DisplayBackend::Auto,
+            display_env: None,
             max_screenshot_edge: DEFAULT_MAX_SCREENSHOT_EDGE,
             notify: true,
             sd_notify: true,

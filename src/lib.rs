@@ -118,7 +118,7 @@ impl Daemon {
             max_screenshot_edge: config.max_screenshot_edge,
             display_probe_ttl: config.timing.display_probe_ttl,
             display_helper_timeout: config.timing.display_helper_timeout,
-            display_env: None,
+            display_env: config.display_env.clone(),
         })
         .map_err(|e| Error::io("start the process watcher", e))?;
         let services = Arc::new(calls::Services {
