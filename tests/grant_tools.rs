@@ -253,3 +253,41 @@ fn browser_tools_through_a_grant() {
         "browser tools did not come back after the upstream restarted"
     );
 }
+
+#[test]
+fn screenshot_through_a_grant_on_sway() {
+    let dw = match displays::Displays::load() {
+        Ok(d) => d,
+        Err(why) => return eprintln!("SKIPPED screenshot_through_a_grant_on_sway: {why}"),
+    };
+    let pod = StubPod::start();
+    let d = TestDaemon::with("grantsway", |c| {
+        c.display_backend = DisplayBackend::Auto;
+        c.display_env = Some(dw.env_for(DisplayBackend::Wayland));
+    });
+    let mut conn = attach_as(&d, &pod, "wl", "desktop");
+    let info = conn.call_tool(json!(1), "sys_info", json!({}));
+    assert_eq!(
+        result(&info)["structuredContent"]["display"]["backend"],
+        "wayland",
+        "{info}"
+    );
+    let shot = conn.call_tool(json!(2), "screenshot", json!({}));
+    let (png, _) = displays::image(result(&shot));
+    assert_eq!(displays::png_size(&png), dw.sway_size());
+    displays::save_screenshot("grant-sway.png", &png);
+    let moved = conn.call_tool(
+        json!(3),
+        "mouse",
+        json!({"action": "move", "x": 10, "y": 10}),
+    );
+    result(&moved);
+    let off = conn.call_tool(
+        json!(4),
+        "mouse",
+        json!({"action": "move", "x": 5000, "y": 10}),
+    );
+    assert_eq!(off["result"]["isError"], true, "{off}");
+    let (w, h) = dw.sway_size();
+    assert!(off.to_string().contains(&format!("{w}x{h}")), "{off}");
+}
