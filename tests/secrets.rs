@@ -183,7 +183,10 @@ fn wait_child(child: &mut Child) -> std::process::ExitStatus {
     });
     let status = child.wait().unwrap();
     let _ = tx.send(());
-    assert!(!guard.join().unwrap(), "watchdog: process {pid} did not exit");
+    assert!(
+        !guard.join().unwrap(),
+        "watchdog: process {pid} did not exit"
+    );
     status
 }
 
@@ -286,8 +289,10 @@ fn no_secret_reaches_logs_responses_audit_metrics_cli_or_child_env() {
         ADMIN_TOKEN,
         "POST",
         "/attach",
-        Some(&json!({"runtime": pod.runtime(), "session": "given", "profile": "owner",
-            "secret": ATTACH_SECRET, "ttl_secs": 600})),
+        Some(
+            &json!({"runtime": pod.runtime(), "session": "given", "profile": "owner",
+            "secret": ATTACH_SECRET, "ttl_secs": 600}),
+        ),
     );
     assert_eq!(status, 202, "{g}");
     let given_id = g["id"].as_str().unwrap().to_string();
@@ -314,8 +319,10 @@ fn no_secret_reaches_logs_responses_audit_metrics_cli_or_child_env() {
         ADMIN_TOKEN,
         "POST",
         "/attach",
-        Some(&json!({"runtime": pod.runtime(), "session": "given", "profile": "owner",
-            "secret": RENEW_SECRET, "ttl_secs": 900})),
+        Some(
+            &json!({"runtime": pod.runtime(), "session": "given", "profile": "owner",
+            "secret": RENEW_SECRET, "ttl_secs": 900}),
+        ),
     );
     assert_eq!(status, 202, "{renewed}");
     assert_eq!(renewed["id"], given_id.as_str());
@@ -340,8 +347,10 @@ fn no_secret_reaches_logs_responses_audit_metrics_cli_or_child_env() {
         ADMIN_TOKEN,
         "POST",
         "/attach",
-        Some(&json!({"runtime": pod.runtime(), "session": "minted", "profile": "observe",
-            "admin_credential": ADMIN_CREDENTIAL})),
+        Some(
+            &json!({"runtime": pod.runtime(), "session": "minted", "profile": "observe",
+            "admin_credential": ADMIN_CREDENTIAL}),
+        ),
     );
     assert_eq!(status, 202, "{minted}");
     let minted_id = minted["id"].as_str().unwrap().to_string();
@@ -427,7 +436,10 @@ fn no_secret_reaches_logs_responses_audit_metrics_cli_or_child_env() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{args:?}: {stdout}{stderr}");
-        assert!(stdout.contains(&given_id), "{args:?} lists the grant: {stdout}");
+        assert!(
+            stdout.contains(&given_id),
+            "{args:?} lists the grant: {stdout}"
+        );
         assert_clean(&format!("handnode {args:?} stdout"), &stdout);
         assert_clean(&format!("handnode {args:?} stderr"), &stderr);
     }
@@ -450,7 +462,10 @@ fn no_secret_reaches_logs_responses_audit_metrics_cli_or_child_env() {
     assert_clean("the daemon log", &log);
 
     let audit = std::fs::read_to_string(state.join("audit.jsonl")).unwrap();
-    assert!(audit.contains(&given_id) && audit.contains("\"env\""), "{audit}");
+    assert!(
+        audit.contains(&given_id) && audit.contains("\"env\""),
+        "{audit}"
+    );
     assert_clean("audit.jsonl", &audit);
     let _ = std::fs::remove_dir_all(&dir);
 }
