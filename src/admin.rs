@@ -700,9 +700,12 @@ fn mcp_call(
             state.waiters.fetch_sub(1, Ordering::SeqCst);
             if cancelled {
                 // notifications/cancelled: no JSON-RPC reply; HTTP still needs an answer.
+                // 202 with no body, as for a notification: clients (the official TypeScript
+                // SDK among them) accept it for any message, while a 204 without a
+                // Content-Type is reported as an error.
                 return respond(
                     request,
-                    Response::from_data(Vec::new()).with_status_code(204),
+                    Response::from_data(Vec::new()).with_status_code(202),
                 );
             }
             respond(
