@@ -93,6 +93,18 @@ reply="$(http "${mcp_headers[@]}" "${sess[@]}" \
     "$daemon_url/mcp")"
 check_json "tools/call bash echo hi → hi" "$(body_of "$reply")" \
     '.id == 3 and .result.isError == false and .result.structuredContent.stdout == "hi\n" and (.result.content[0].text | startswith("hi"))'
+# The README's own two curl lines: no session header, minimal initialize params.
+readme=(-H "Authorization: Bearer $token" -H 'Content-Type: application/json')
+reply="$(http "${readme[@]}" \
+    -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18"}}' \
+    "$daemon_url/mcp")"
+check_json "README: initialize with only protocolVersion" "$(body_of "$reply")" \
+    '.result.serverInfo.name == "handnode"'
+reply="$(http "${readme[@]}" \
+    -d '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo hi"}}}' \
+    "$daemon_url/mcp")"
+check_json "README: tools/call bash echo hi without a session → hi" "$(body_of "$reply")" \
+    '.id == 2 and .result.structuredContent.stdout == "hi\n"'
 reply="$(http -H 'Authorization: Bearer not-the-token' -H 'Content-Type: application/json' \
     -d "$init" "$daemon_url/mcp")"
 check "a wrong token → 401" test "$(status_of "$reply")" = 401
