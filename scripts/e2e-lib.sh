@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # sets globals (daemon_url, stop_status) for the caller
 # Helpers shared by scripts/e2e.sh and scripts/interop.sh (sourced, not run): PASS/FAIL
 # bookkeeping, bounded waits, starting the daemon on an ephemeral port, and killing every
 # process the script started when it exits.
@@ -79,7 +80,9 @@ daemon_settled() {
 start_daemon() {
     local log="$1" addr
     shift
-    "$@" >/dev/null 2>"$log" &
+    # Created here, not by the background job's redirection, so the first look cannot race it.
+    : >"$log"
+    "$@" >/dev/null 2>>"$log" &
     daemon_pid=$!
     started_pids+=("$daemon_pid")
     daemon_url=""

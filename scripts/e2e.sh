@@ -28,6 +28,7 @@ if [ -z "$bin" ]; then
 fi
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/handnode-e2e.XXXXXX")"
+# shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
     kill_started
     if [ "${E2E_KEEP:-}" = 1 ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
@@ -289,7 +290,7 @@ echo "== what the daemon recorded"
 metrics="$(body_of "$(http "${admin[@]}" "$daemon_url/metrics")")"
 check "metrics count a close with 4010" grep -qE '^handnode_closes_total\{code="4010"\} [1-9]' <<<"$metrics"
 check "metrics count a close with 1000" grep -qE '^handnode_closes_total\{code="1000"\} [1-9]' <<<"$metrics"
-listing="$(env -i "PATH=$PATH" "HANDNODE_TOKEN=$attach_token" "$bin" grants --json --url "$daemon_url" 2>&1)"
+listing="$(timeout 20 env -i "PATH=$PATH" "HANDNODE_TOKEN=$attach_token" "$bin" grants --json --url "$daemon_url" 2>&1)"
 check_json "handnode grants --json lists both ended grants" "$listing" \
     '[.grants[] | select(.state == "ended")] | length >= 2'
 stop_pid "$daemon_pid"

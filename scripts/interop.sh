@@ -21,6 +21,7 @@ if [ -z "$bin" ]; then
 fi
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/handnode-interop.XXXXXX")"
+# shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
     kill_started
     if [ "${E2E_KEEP:-}" = 1 ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
