@@ -470,23 +470,24 @@ fn no_secret_reaches_logs_responses_audit_metrics_cli_or_child_env() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The token file is in use and a stale `HANDNODE_TOKEN` sits in the daemon's env: neither
-/// reaches the child, the log, or argv.
+/// The token file is in use (named by `HANDNODE_TOKEN_FILE`) and a stale `HANDNODE_TOKEN`
+/// sits in the daemon's env: neither value nor variable reaches a child (on `/mcp` or under a
+/// grant), the log, or argv.
 #[test]
 fn token_file_and_env_token_stay_out_of_the_child_env() {
     let dir = temp_dir("secrets-file");
     let token_file = write_file(&dir, "token", &format!("{FILE_TOKEN}\n"));
     let state = dir.join("state");
+    let pod = StubPod::start();
     let d = Daemon::start(
         &[
             "--state-dir",
             state.to_str().unwrap(),
             "--config-dir",
             dir.join("config").to_str().unwrap(),
-            "--token-file",
-            token_file.to_str().unwrap(),
         ],
         &[
+            ("HANDNODE_TOKEN_FILE", token_file.to_str().unwrap()),
             ("HANDNODE_TOKEN", DECOY_ENV_TOKEN),
             ("HOME", dir.to_str().unwrap()),
         ],
@@ -496,6 +497,23 @@ fn token_file_and_env_token_stay_out_of_the_child_env() {
     let (status, _) = d.json(DECOY_ENV_TOKEN, "GET", "/attach", None);
     assert_eq!(status, 401);
     assert_env_clean("bash env on /mcp", &d.mcp_env(FILE_TOKEN));
+
+    let (status, g) = d.json(
+        FILE_TOKEN,
+        "POST",
+        "/attach",
+        Some(
+            &json!({"runtime": pod.runtime(), "session": "file", "profile": "owner",
+            "secret": ATTACH_SECRET}),
+        ),
+    );
+    assert_eq!(status, 202, "{g}");
+    assert_eq!(pod.next_upgrade().status, 101);
+    let mut conn = pod.next_conn();
+    conn.initialize();
+    let env = conn.call_tool(json!(1), "bash", json!({"command": "env"}));
+    assert_env_clean("bash env under a grant", &bash_stdout(&env));
+
     let log = d.stop();
     assert!(log.contains("TRACE") || log.contains("DEBUG"), "{log}");
     assert_clean("the daemon log", &log);
