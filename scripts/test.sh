@@ -25,3 +25,9 @@ bash scripts/ci/playwright.sh
 
 step "unit and integration tests"
 cargo test --all-targets
+
+step "end to end: the release binary as a new user and against a websocat pod"
+bash scripts/e2e.sh
+
+step "interop: the official MCP TypeScript SDK against /mcp"
+bash scripts/interop.sh
