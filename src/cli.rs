@@ -824,36 +824,9 @@ fn revoke(args: &RevokeArgs, out: &mut dyn Write) -> Result<i32, Failure> {
 mod tests {
     use super::*;
     use crate::config::parse as parse_command;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
 
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new() -> Self {
-            static NEXT: AtomicUsize = AtomicUsize::new(0);
-            let dir = std::env::temp_dir().join(format!(
-                "handnode-cli-test-{}-{}",
-                std::process::id(),
-                NEXT.fetch_add(1, Ordering::Relaxed)
-            ));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            TempDir(dir)
-        }
-
-        fn write(&self, name: &str, content: &str) -> String {
-            let path = self.0.join(name);
-            std::fs::write(&path, content).unwrap();
-            path.display().to_string()
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::testutil::TempDir;
 
     fn env(tmp: &TempDir) -> HashMap<String, String> {
         [
@@ -903,8 +876,11 @@ mod tests {
 
     #[test]
     fn grant_arguments() {
-        let tmp = TempDir::new();
-        let secret = tmp.write("secret", "  attach-secret\n");
+        let tmp = TempDir::new("cli");
+        let secret = tmp
+            .write("secret", "  attach-secret\n")
+            .display()
+            .to_string();
         let env = env(&tmp);
         let base = [
             "grant",
@@ -952,7 +928,7 @@ mod tests {
         assert!(args.wait && args.json);
         assert_eq!(args.client.url, "http://127.0.0.1:9000");
 
-        let empty = tmp.write("empty", "\n");
+        let empty = tmp.write("empty", "\n").display().to_string();
         for (extra, want) in [
             (
                 vec![],
@@ -1046,7 +1022,7 @@ mod tests {
 
     #[test]
     fn grants_and_revoke_arguments() {
-        let tmp = TempDir::new();
+        let tmp = TempDir::new("cli");
         let mut env = env(&tmp);
         env.insert("HANDNODE_URL".into(), "http://127.0.0.1:1".into());
         let Ok(Command::Grants(args)) = parse_args(&["grants", "--json"], &env) else {

@@ -1386,41 +1386,8 @@ pub fn log_effective(config: &Config) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// A fresh directory under the system temp dir, removed on drop.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new() -> Self {
-            static NEXT: AtomicUsize = AtomicUsize::new(0);
-            let dir = std::env::temp_dir().join(format!(
-                "handnode-config-test-{}-{}",
-                std::process::id(),
-                NEXT.fetch_add(1, Ordering::Relaxed)
-            ));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            TempDir(dir)
-        }
-
-        fn path(&self, rel: &str) -> PathBuf {
-            self.0.join(rel)
-        }
-
-        fn write(&self, rel: &str, content: &str) -> PathBuf {
-            let path = self.path(rel);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(&path, content).unwrap();
-            path
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::testutil::TempDir;
 
     fn strings(args: &[&str]) -> Vec<String> {
         args.iter().map(|s| s.to_string()).collect()
@@ -1452,7 +1419,7 @@ mod tests {
 
     #[test]
     fn defaults_follow_the_contract() {
-        let tmp = TempDir::new();
+        let tmp = TempDir::new("config");
         let env = env_in(&tmp, &[(TOKEN_ENV, "tok")]);
         let config = serve(&[], &env).unwrap();
         assert_eq!(config.listen.to_string(), "127.0.0.1:8795");
@@ -1488,7 +1455,7 @@ mod tests {
 
     #[test]
     fn every_flag_parses() {
-        let tmp = TempDir::new();
+        let tmp = TempDir::new("config");
         let ca = tmp.write("ca.pem", "pem");
         let ca = ca.to_str().unwrap();
         let env = env_in(&tmp, &[(TOKEN_ENV, "tok")]);
@@ -1589,7 +1556,7 @@ mod tests {
 
     #[test]
     fn env_sets_flags_and_flags_beat_env() {
-        let tmp = TempDir::new();
+        let tmp = TempDir::new("config");
         let env = env_in(
             &tmp,
             &[
@@ -1638,7 +1605,7 @@ mod tests {
 
     #[test]
     fn errors_say_what_to_fix() {
-        let tmp = TempDir::new();
+        let tmp = TempDir::new("config");
         let big = tmp.write("big", &"x".repeat(SECRET_FILE_MAX_BYTES as usize + 1));
         let empty = tmp.write("empty", " \n\t");
         let spaced = tmp.write("spaced", "two words");
@@ -1787,7 +1754,7 @@ mod tests {
 
     #[test]
     fn every_number_flag_refuses_one_past_its_bounds() {
-        let tmp = TempDir::new();
+        let tmp = TempDir::new("config");
         let env = env_in(&tmp, &[(TOKEN_ENV, "tok")]);
         let mut checked = 0;
         for flag in SERVE_FLAGS {
@@ -1808,7 +1775,7 @@ mod tests {
 
     #[test]
     fn documented_defaults_are_the_real_defaults() {
-        let tmp = TempDir::new();
+        let tmp = TempDir::new("config");
         let env = env_in(&tmp, &[(TOKEN_ENV, "tok")]);
         let baseline = format!("{:?}", serve(&[], &env).unwrap());
         for flag in SERVE_FLAGS {
@@ -1829,7 +1796,7 @@ mod tests {
 
     #[test]
     fn help_lists_every_flag_and_env_var() {
-        let tmp = TempDir::new();
+        let tmp = TempDir::new("config");
         let env = env_in(&tmp, &[]);
         for args in [vec!["--help"], vec!["serve", "-h"], vec!["help"]] {
             let Ok(Command::Help(text)) = parse(&strings(&args), &env) else {
@@ -1878,7 +1845,7 @@ mod tests {
 
     #[test]
     fn token_sources_are_tried_in_order() {
-        let tmp = TempDir::new();
+        let tmp = TempDir::new("config");
         let flag_file = tmp.write("flag-token", "  from-flag\n");
         let creds = tmp.path("creds");
         let config_dir = tmp.path("config");
@@ -1915,7 +1882,7 @@ mod tests {
 
     #[test]
     fn first_start_without_auth_generates_a_private_token_file() {
-        let tmp = TempDir::new();
+        let tmp = TempDir::new("config");
         let env = env_in(&tmp, &[]);
         let config = serve(&[], &env).unwrap();
         let path = tmp.path(".config/handnode/token");
@@ -1933,7 +1900,7 @@ mod tests {
 
     #[test]
     fn configured_auth_generates_nothing() {
-        let tmp = TempDir::new();
+        let tmp = TempDir::new("config");
         let env = env_in(&tmp, &[]);
         let config = serve(&["--allow-login", "a@b"], &env).unwrap();
         assert!(config.token.is_none());

@@ -262,6 +262,12 @@ enum ConnEnd {
     Exit(Exit),
 }
 
+/// What draining the command channel found.
+struct Taken {
+    renewed: bool,
+    exit: Option<Exit>,
+}
+
 #[derive(Debug)]
 enum Exit {
     End(EndReason),
@@ -476,20 +482,43 @@ impl GrantThread {
         self.spec.principal = principal;
     }
 
-    /// Commands that arrive while no socket is open. Returns the exit they ask for.
-    fn take_commands_while_idle(&mut self) -> Option<Exit> {
+    /// Apply every queued command. Renews are applied in place; the first `End` or
+    /// `Shutdown` stops the draining and is returned.
+    fn take_commands(&mut self) -> Taken {
+        let mut renewed = false;
         while let Ok(cmd) = self.commands.try_recv() {
             match cmd {
                 Command::Renew {
                     secret,
                     deadline,
                     principal,
-                } => self.apply_renew(secret, deadline, principal),
-                Command::End(reason) => return Some(Exit::End(reason)),
-                Command::Shutdown => return Some(Exit::Shutdown),
+                } => {
+                    self.apply_renew(secret, deadline, principal);
+                    renewed = true;
+                }
+                Command::End(reason) => {
+                    return Taken {
+                        renewed,
+                        exit: Some(Exit::End(reason)),
+                    }
+                }
+                Command::Shutdown => {
+                    return Taken {
+                        renewed,
+                        exit: Some(Exit::Shutdown),
+                    }
+                }
             }
         }
-        None
+        Taken {
+            renewed,
+            exit: None,
+        }
+    }
+
+    /// Commands that arrive while no socket is open. Returns the exit they ask for.
+    fn take_commands_while_idle(&mut self) -> Option<Exit> {
+        self.take_commands().exit
     }
 
     fn until_deadline(&self) -> Duration {
@@ -516,20 +545,13 @@ impl GrantThread {
                 warn!("grant {}: poll failed: {e}", self.spec.id);
                 Exit::Shutdown
             })?;
-            // The first command decides: a renew dials now, an end or shutdown stops.
-            if let Ok(cmd) = self.commands.try_recv() {
-                return match cmd {
-                    Command::Renew {
-                        secret,
-                        deadline,
-                        principal,
-                    } => {
-                        self.apply_renew(secret, deadline, principal);
-                        Ok(true)
-                    }
-                    Command::End(reason) => Err(Exit::End(reason)),
-                    Command::Shutdown => Err(Exit::Shutdown),
-                };
+            let taken = self.take_commands();
+            if let Some(exit) = taken.exit {
+                return Err(exit);
+            }
+            if taken.renewed {
+                // A renew while waiting: dial now with the new secret.
+                return Ok(true);
             }
         }
     }
@@ -837,24 +859,12 @@ impl GrantThread {
     }
 
     fn serve_commands(&mut self, ws: &mut WebSocket<Stream>) -> Option<ConnEnd> {
-        while let Ok(cmd) = self.commands.try_recv() {
-            match cmd {
-                Command::Renew {
-                    secret,
-                    deadline,
-                    principal,
-                } => self.apply_renew(secret, deadline, principal),
-                Command::End(reason) => {
-                    self.close(ws, CloseCode::Normal, "grant ended");
-                    return Some(ConnEnd::Exit(Exit::End(reason)));
-                }
-                Command::Shutdown => {
-                    self.close(ws, CloseCode::Away, "handnode shutting down");
-                    return Some(ConnEnd::Exit(Exit::Shutdown));
-                }
-            }
+        let exit = self.take_commands().exit?;
+        match exit {
+            Exit::End(_) => self.close(ws, CloseCode::Normal, "grant ended"),
+            Exit::Shutdown => self.close(ws, CloseCode::Away, "handnode shutting down"),
         }
-        None
+        Some(ConnEnd::Exit(exit))
     }
 
     /// Queue our close frame and push it out promptly; the pod must see it, but we do not

@@ -292,6 +292,22 @@ impl Entry {
         Value::Object(v)
     }
 
+    /// End this grant here (revoke or replace): mark it, drop its secret, and tell its
+    /// thread to close the socket with 1000. The caller persists.
+    fn end_here(&mut self, reason: EndReason) {
+        {
+            let mut st = self.status.lock().unwrap_or_else(|e| e.into_inner());
+            st.state = State::Ended;
+            st.ended = Some(reason.clone());
+            st.redial_at = None;
+        }
+        self.ended_at = Some(Instant::now());
+        self.secret = Secret::new("");
+        if let Some(h) = &self.handle {
+            h.send(Command::End(reason));
+        }
+    }
+
     fn lifecycle(
         &self,
         event: LifecycleEvent,
@@ -590,17 +606,7 @@ impl Registry {
                 existing => {
                     if let Some(i) = existing {
                         let old = &mut inner.entries[i];
-                        {
-                            let mut st = old.status.lock().unwrap_or_else(|e| e.into_inner());
-                            st.state = State::Ended;
-                            st.ended = Some(EndReason::Replaced);
-                            st.redial_at = None;
-                        }
-                        old.ended_at = Some(Instant::now());
-                        old.secret = Secret::new("");
-                        if let Some(h) = &old.handle {
-                            h.send(Command::End(EndReason::Replaced));
-                        }
+                        old.end_here(EndReason::Replaced);
                         info!(
                             "grant {} replaced (profile {} -> {})",
                             old.id, old.profile, req.profile
@@ -669,18 +675,8 @@ impl Registry {
         let Some(entry) = inner.entries.iter_mut().find(|e| e.id == id && e.is_live()) else {
             return false;
         };
-        {
-            let mut st = entry.status.lock().unwrap_or_else(|e| e.into_inner());
-            st.state = State::Ended;
-            st.ended = Some(EndReason::Cancelled);
-            st.redial_at = None;
-        }
-        entry.ended_at = Some(Instant::now());
-        // The secret is dropped here and from disk with the persist below.
-        entry.secret = Secret::new("");
-        if let Some(h) = &entry.handle {
-            h.send(Command::End(EndReason::Cancelled));
-        }
+        // The secret is dropped here, and from disk with the persist below.
+        entry.end_here(EndReason::Cancelled);
         let record = entry.lifecycle(LifecycleEvent::Revoked, Some("cancelled".into()), None);
         let session = entry.session.clone();
         let profile = entry.profile;

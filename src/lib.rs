@@ -20,6 +20,8 @@ pub mod notify;
 pub mod persist;
 pub mod profiles;
 pub mod secret;
+#[cfg(test)]
+mod testutil;
 pub mod timefmt;
 pub mod tls;
 pub mod tools;

@@ -448,27 +448,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    /// A fresh dir under the system temp dir, removed on drop.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(tag: &str) -> Self {
-            static N: AtomicU64 = AtomicU64::new(0);
-            let path = std::env::temp_dir().join(format!(
-                "handnode-persist-{tag}-{}-{}",
-                std::process::id(),
-                N.fetch_add(1, Ordering::Relaxed)
-            ));
-            let _ = fs::remove_dir_all(&path);
-            TempDir(path)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::testutil::TempDir;
 
     const NOW: u64 = 1_796_040_000;
 
@@ -503,7 +483,7 @@ mod tests {
 
     #[test]
     fn round_trip_and_modes() {
-        let tmp = TempDir::new("rt");
+        let tmp = TempDir::fresh("rt");
         let dir = tmp.0.join("nested/state");
         let store = GrantStore::open(&dir).unwrap();
         assert_eq!(mode(&dir), 0o700);
@@ -523,7 +503,7 @@ mod tests {
 
     #[test]
     fn missing_file_is_empty() {
-        let tmp = TempDir::new("missing");
+        let tmp = TempDir::fresh("missing");
         let store = GrantStore::open(&tmp.0).unwrap();
         let report = store.load(NOW).unwrap();
         assert!(report.grants.is_empty() && report.dropped.is_empty());
@@ -532,7 +512,7 @@ mod tests {
 
     #[test]
     fn wide_dir_and_file_are_narrowed() {
-        let tmp = TempDir::new("wide");
+        let tmp = TempDir::fresh("wide");
         fs::create_dir_all(&tmp.0).unwrap();
         fs::set_permissions(&tmp.0, fs::Permissions::from_mode(0o755)).unwrap();
         let store = GrantStore::open(&tmp.0).unwrap();
@@ -546,7 +526,7 @@ mod tests {
 
     #[test]
     fn state_dir_that_is_a_file_is_refused() {
-        let tmp = TempDir::new("notdir");
+        let tmp = TempDir::fresh("notdir");
         fs::write(&tmp.0, b"x").unwrap();
         let err = GrantStore::open(&tmp.0).unwrap_err();
         assert!(err.to_string().contains("not a directory"), "{err}");
@@ -718,7 +698,7 @@ mod tests {
 
     #[test]
     fn corrupt_file_is_kept_aside() {
-        let tmp = TempDir::new("corrupt");
+        let tmp = TempDir::fresh("corrupt");
         let store = GrantStore::open(&tmp.0).unwrap();
         let junk = b"{\"version\":1,\"grants\":[{\"secret\":\"sekrit-x\"";
         fs::write(store.path(), junk).unwrap();
@@ -741,7 +721,7 @@ mod tests {
 
     #[test]
     fn stale_temp_files_are_removed_on_open() {
-        let tmp = TempDir::new("stale");
+        let tmp = TempDir::fresh("stale");
         fs::create_dir_all(&tmp.0).unwrap();
         let stale = tmp.0.join(format!("{TMP_PREFIX}1-0"));
         fs::write(&stale, b"half a secret").unwrap();
@@ -751,7 +731,7 @@ mod tests {
 
     #[test]
     fn file_holds_only_the_saved_grants_secrets() {
-        let tmp = TempDir::new("only");
+        let tmp = TempDir::fresh("only");
         let store = GrantStore::open(&tmp.0).unwrap();
         store
             .save(&[grant(1, NOW + 60), grant(2, NOW + 60)])
@@ -770,7 +750,7 @@ mod tests {
 
     #[test]
     fn concurrent_saves_never_tear() {
-        let tmp = TempDir::new("race");
+        let tmp = TempDir::fresh("race");
         let store = Arc::new(GrantStore::open(&tmp.0).unwrap());
         let sets: Vec<Vec<StoredGrant>> = vec![
             (1..=3).map(|n| grant(n, NOW + 60)).collect(),
