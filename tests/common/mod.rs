@@ -90,6 +90,9 @@ pub struct StubPod {
     pub conns: Receiver<PodConn>,
     pub mints: Receiver<MintRequest>,
     pub script: Arc<Mutex<Script>>,
+    /// A second handle on every stalled TCP connection (see `Script::stall_handshakes`),
+    /// so a test can watch the daemon give up on it (EOF).
+    pub stalls: Receiver<TcpStream>,
     stop: Arc<AtomicBool>,
     stalled: Arc<Mutex<Vec<TcpStream>>>,
 }
@@ -101,6 +104,7 @@ impl StubPod {
         let (up_tx, upgrades) = crossbeam_channel::unbounded();
         let (conn_tx, conns) = crossbeam_channel::unbounded();
         let (mint_tx, mints) = crossbeam_channel::unbounded();
+        let (stall_tx, stalls) = crossbeam_channel::unbounded();
         let script = Arc::new(Mutex::new(Script::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let stalled = Arc::new(Mutex::new(Vec::new()));
@@ -118,9 +122,10 @@ impl StubPod {
                     let up_tx = up_tx.clone();
                     let conn_tx = conn_tx.clone();
                     let mint_tx = mint_tx.clone();
+                    let stall_tx = stall_tx.clone();
                     let stalled = Arc::clone(&stalled);
                     std::thread::spawn(move || {
-                        serve_one(stream, script, up_tx, conn_tx, mint_tx, stalled)
+                        serve_one(stream, script, up_tx, conn_tx, mint_tx, stalled, stall_tx)
                     });
                 }
             });
@@ -131,6 +136,7 @@ impl StubPod {
             conns,
             mints,
             script,
+            stalls,
             stop,
             stalled,
         }
@@ -188,6 +194,7 @@ fn serve_one(
     conn_tx: Sender<PodConn>,
     mint_tx: Sender<MintRequest>,
     stalled: Arc<Mutex<Vec<TcpStream>>>,
+    stall_tx: Sender<TcpStream>,
 ) {
     stream.set_read_timeout(Some(WATCHDOG)).unwrap();
     let mut peek = [0u8; 64];
@@ -203,6 +210,9 @@ fn serve_one(
         let mut s = script.lock().unwrap();
         if s.stall_handshakes > 0 {
             s.stall_handshakes -= 1;
+            if let Ok(watch) = stream.try_clone() {
+                let _ = stall_tx.send(watch);
+            }
             stalled.lock().unwrap().push(stream);
             return;
         }
@@ -288,6 +298,12 @@ fn serve_mint(mut stream: TcpStream, script: &Arc<Mutex<Script>>, mint_tx: &Send
     );
 }
 
+/// A read cut short by a signal (with `SO_RCVTIMEO` set, Linux returns `EINTR` instead of
+/// restarting the call, e.g. when the process is stopped and continued): just read again.
+pub fn is_interrupted(e: &tungstenite::Error) -> bool {
+    matches!(e, tungstenite::Error::Io(io) if io.kind() == std::io::ErrorKind::Interrupted)
+}
+
 /// The pod's side of one attached socket (blocking, with a watchdog on every read).
 pub struct PodConn {
     pub ws: WebSocket<TcpStream>,
@@ -316,6 +332,7 @@ impl PodConn {
                 }
                 Ok(Message::Close(f)) => panic!("socket closed while waiting for a reply: {f:?}"),
                 Ok(_) => continue,
+                Err(e) if is_interrupted(&e) => continue,
                 Err(e) => panic!("watchdog or error while waiting for a reply: {e}"),
             }
         }
@@ -328,6 +345,7 @@ impl PodConn {
                 Ok(Message::Close(f)) => return f.map(|f| u16::from(f.code)).unwrap_or(1005),
                 Ok(Message::Ping(_)) | Ok(Message::Pong(_)) => continue,
                 Ok(other) => panic!("expected close, got {other:?}"),
+                Err(e) if is_interrupted(&e) => continue,
                 Err(e) => panic!("expected close, got error {e}"),
             }
         }
@@ -351,6 +369,50 @@ impl PodConn {
 
     pub fn call_tool(&mut self, id: Value, name: &str, args: Value) -> Value {
         self.request(id, "tools/call", json!({"name": name, "arguments": args}))
+    }
+
+    /// Write bytes straight onto the TCP stream, bypassing the WebSocket framing.
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        let s = self.ws.get_mut();
+        s.write_all(bytes).unwrap();
+        s.flush().unwrap();
+    }
+
+    /// Abort the TCP connection: `SO_LINGER` 0 then close, so the daemon gets a RST.
+    pub fn reset(self) {
+        rustix::net::sockopt::set_socket_linger(self.ws.get_ref(), Some(Duration::ZERO)).unwrap();
+        drop(self);
+    }
+
+    /// Send FIN (no more data from the pod) but keep reading.
+    pub fn shutdown_write(&mut self) {
+        self.ws
+            .get_ref()
+            .shutdown(std::net::Shutdown::Write)
+            .unwrap();
+    }
+
+    /// Read until the socket ends without a close frame; returns how many Ping frames
+    /// arrived first. Panics on a data frame, a close frame, or the watchdog.
+    pub fn pings_until_dropped(&mut self) -> usize {
+        let mut pings = 0;
+        loop {
+            match self.ws.read() {
+                Ok(Message::Ping(_)) => pings += 1,
+                Ok(Message::Pong(_)) => {}
+                Ok(other) => panic!("expected pings then a dropped socket, got {other:?}"),
+                Err(e) if is_interrupted(&e) => continue,
+                Err(tungstenite::Error::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    panic!("watchdog: the daemon never dropped the socket")
+                }
+                Err(_) => return pings,
+            }
+        }
     }
 
     pub fn close(&mut self, code: u16) {
@@ -543,4 +605,140 @@ pub fn read_response(s: &mut TcpStream) -> (u16, Vec<(String, String)>, Vec<u8>)
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
     (status, headers, raw[pos + 4..].to_vec())
+}
+
+/// One unmasked WebSocket frame as a server (the pod) sends it.
+pub fn raw_frame(opcode: u8, fin: bool, payload: &[u8]) -> Vec<u8> {
+    let mut out = vec![(if fin { 0x80 } else { 0 }) | opcode];
+    out.extend(raw_frame_len(payload.len() as u64));
+    out.extend_from_slice(payload);
+    out
+}
+
+/// The length bytes of a server frame header (mask bit clear).
+pub fn raw_frame_len(len: u64) -> Vec<u8> {
+    if len < 126 {
+        vec![len as u8]
+    } else if len <= u16::MAX as u64 {
+        let mut v = vec![126];
+        v.extend_from_slice(&(len as u16).to_be_bytes());
+        v
+    } else {
+        let mut v = vec![127];
+        v.extend_from_slice(&len.to_be_bytes());
+        v
+    }
+}
+
+/// Read one frame the daemon (a client, so masked) sent: `(opcode, unmasked payload)`.
+pub fn read_raw_frame(s: &mut impl Read) -> std::io::Result<(u8, Vec<u8>)> {
+    let mut head = [0u8; 2];
+    s.read_exact(&mut head)?;
+    let opcode = head[0] & 0x0f;
+    let masked = head[1] & 0x80 != 0;
+    let len = match head[1] & 0x7f {
+        126 => {
+            let mut b = [0u8; 2];
+            s.read_exact(&mut b)?;
+            u16::from_be_bytes(b) as u64
+        }
+        127 => {
+            let mut b = [0u8; 8];
+            s.read_exact(&mut b)?;
+            u64::from_be_bytes(b)
+        }
+        n => n as u64,
+    };
+    let mut mask = [0u8; 4];
+    if masked {
+        s.read_exact(&mut mask)?;
+    }
+    let mut payload = vec![0u8; len as usize];
+    s.read_exact(&mut payload)?;
+    if masked {
+        for (i, b) in payload.iter_mut().enumerate() {
+            *b ^= mask[i % 4];
+        }
+    }
+    Ok((opcode, payload))
+}
+
+/// Open descriptors and threads of a process (`None` = this one), from `/proc`.
+pub fn fds_and_threads(pid: Option<u32>) -> (usize, usize) {
+    let base = match pid {
+        Some(p) => format!("/proc/{p}"),
+        None => "/proc/self".to_string(),
+    };
+    let count = |dir: &str| std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
+    (count(&format!("{base}/fd")), count(&format!("{base}/task")))
+}
+
+/// Resident memory of a process in KiB (`None` = this one), from `/proc/<pid>/status`.
+pub fn vm_rss_kib(pid: Option<u32>) -> u64 {
+    let path = match pid {
+        Some(p) => format!("/proc/{p}/status"),
+        None => "/proc/self/status".to_string(),
+    };
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Thread names (`comm`) of a process (`None` = this one).
+pub fn thread_names(pid: Option<u32>) -> Vec<String> {
+    let dir = match pid {
+        Some(p) => format!("/proc/{p}/task"),
+        None => "/proc/self/task".to_string(),
+    };
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Prefixes of the names the daemon gives its own threads.
+pub const DAEMON_THREAD_PREFIXES: [&str; 7] = [
+    "worker-",
+    "grant",
+    "audit",
+    "process-watche",
+    "admin-",
+    "mcp-call",
+    "upstream",
+];
+
+/// This process's threads that the daemon named (see [`DAEMON_THREAD_PREFIXES`]).
+pub fn daemon_threads_here() -> Vec<String> {
+    thread_names(None)
+        .into_iter()
+        .filter(|n| DAEMON_THREAD_PREFIXES.iter().any(|p| n.starts_with(p)))
+        .collect()
+}
+
+/// Wait (watchdog-bounded) until a process's descriptors and threads are back at or below
+/// `baseline` plus `slack`; returns the final counts, or panics with both sets of numbers.
+pub fn settle_counts(
+    pid: Option<u32>,
+    baseline: (usize, usize),
+    slack: (usize, usize),
+    what: &str,
+) -> (usize, usize) {
+    let deadline = Instant::now() + WATCHDOG;
+    loop {
+        let now = fds_and_threads(pid);
+        if now.0 <= baseline.0 + slack.0 && now.1 <= baseline.1 + slack.1 {
+            return now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "watchdog: after {what}, fds/threads are {now:?}, baseline {baseline:?} (slack {slack:?})"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
