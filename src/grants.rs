@@ -119,6 +119,11 @@ impl AttachRequest {
             match obj.get(name) {
                 None | Some(Value::Null) => Ok(None),
                 Some(Value::String(s)) if s.is_empty() => Ok(None),
+                // Sent as an HTTP header value: refuse now what could never dial (and the
+                // grants-file loader would drop) rather than acknowledge it.
+                Some(Value::String(s)) if !Secret::is_header_safe(s) => Err(format!(
+                    "{name} must be printable ASCII (it is sent in an HTTP header)"
+                )),
                 Some(Value::String(s)) => Ok(Some(Secret::new(s.clone()))),
                 Some(_) => Err(format!("{name} must be a string")),
             }

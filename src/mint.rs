@@ -211,8 +211,11 @@ pub fn parse_response(raw: &[u8]) -> Result<Minted, Error> {
     }
     let v: Value = serde_json::from_slice(&body).map_err(|_| refused(status, &body))?;
     let secret = match v.get("secret") {
-        Some(Value::String(s)) if !s.is_empty() => Secret::new(s.clone()),
-        _ => return Err(refused(status, b"response has no \"secret\" string")),
+        // It goes in the Authorization header of every dial.
+        Some(Value::String(s)) if !s.is_empty() && Secret::is_header_safe(s) => {
+            Secret::new(s.clone())
+        }
+        _ => return Err(refused(status, b"response has no usable \"secret\" string")),
     };
     Ok(Minted {
         secret,
@@ -280,6 +283,12 @@ mod tests {
         let no_secret = b"HTTP/1.1 201 Created\r\n\r\n{\"token\":\"x\"}";
         assert!(matches!(
             parse_response(no_secret),
+            Err(Error::Mint { status: 201, .. })
+        ));
+        // A secret the dial could not send as a header is no secret (fuzz regression).
+        let ctl = b"HTTP/1.1 201 Created\r\n\r\n{\"secret\":\"a\\nb\"}";
+        assert!(matches!(
+            parse_response(ctl),
             Err(Error::Mint { status: 201, .. })
         ));
         assert!(matches!(

@@ -28,6 +28,9 @@ pub const FORMAT_VERSION: u64 = 1;
 pub const DIR_MODE: u32 = 0o700;
 /// Mode of `grants.json` (and its temp file): it holds attach secrets.
 pub const FILE_MODE: u32 = 0o600;
+/// Latest `expires_at` a stored grant may have (Unix seconds, 9999-12-31T23:59:59Z); later
+/// values are corrupt, and too large for a `SystemTime` past `i64::MAX`.
+pub const MAX_EXPIRES_AT: u64 = 253_402_300_799;
 /// Prefix of the temp file a save writes before renaming it over `grants.json`.
 const TMP_PREFIX: &str = "grants.json.tmp-";
 
@@ -314,6 +317,13 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
         // It is sent as an HTTP header value.
         return Err("secret contains control characters".to_string());
     }
+    if !Secret::is_header_safe(secret) {
+        return Err("secret is not printable ASCII".to_string());
+    }
+    if expires_at > MAX_EXPIRES_AT {
+        // `UNIX_EPOCH + expires_at` would overflow when the grant resumes.
+        return Err("expires_at is not a plausible time".to_string());
+    }
     if expires_at <= now_unix {
         return Err("expired".to_string());
     }
@@ -357,10 +367,14 @@ fn is_session(s: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
 }
 
-/// A sanity check only; the admin API validated the URL fully before it was stored.
+/// The admin API's own check (scheme in any case, a host, a valid port), so a grant it
+/// accepted always resumes and a hand-edited one that could never dial is dropped.
 fn is_ws_url(s: &str) -> bool {
-    let rest = s.strip_prefix("ws://").or_else(|| s.strip_prefix("wss://"));
-    matches!(rest, Some(r) if !r.is_empty() && !r.starts_with('/'))
+    s.len() <= crate::grants::MAX_RUNTIME_URL_BYTES
+        && !s
+            .bytes()
+            .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+        && crate::dial::endpoint(s).is_ok()
 }
 
 /// Create `dir` (and parents) 0700, or narrow an existing one to 0700.
@@ -611,6 +625,28 @@ mod tests {
             ),
             (without("principal"), "principal missing or not a string"),
             (Value::from("just a string"), "entry is not a JSON object"),
+            // Regressions from the grants_file fuzz target: a runtime that could never be
+            // dialled, and a deadline `SystemTime` cannot hold (resume panicked on it).
+            (
+                with("runtime", Value::from("ws://host:notaport")),
+                "runtime is not a ws:// or wss:// URL with a host",
+            ),
+            (
+                with("runtime", Value::from("ws://:80")),
+                "runtime is not a ws:// or wss:// URL with a host",
+            ),
+            (
+                with("secret", Value::from("sécret")),
+                "secret is not printable ASCII",
+            ),
+            (
+                with("expires_at", Value::from(u64::MAX)),
+                "expires_at is not a plausible time",
+            ),
+            (
+                with("expires_at", Value::from(MAX_EXPIRES_AT + 1)),
+                "expires_at is not a plausible time",
+            ),
         ];
         for (entry, reason) in cases {
             // The good grant keeps its place after every bad one.
@@ -621,6 +657,22 @@ mod tests {
             assert_eq!(report.dropped.len(), 1, "{reason}");
             assert_eq!(report.dropped[0].1, reason);
         }
+        // What `POST /attach` accepts resumes: an upper-case scheme (fuzz regression).
+        let upper = parse(
+            &file_with(vec![with(
+                "runtime",
+                Value::from("WSS://Pod.Example:8090/"),
+            )]),
+            NOW,
+        )
+        .unwrap();
+        assert_eq!(upper.grants.len(), 1, "{:?}", upper.dropped);
+        let latest = parse(
+            &file_with(vec![with("expires_at", Value::from(MAX_EXPIRES_AT))]),
+            NOW,
+        )
+        .unwrap();
+        assert_eq!(latest.grants.len(), 1);
         // A session of exactly 32 is fine (bound), 33 above is not.
         let ok = parse(
             &file_with(vec![with("session", Value::from("a".repeat(32)))]),

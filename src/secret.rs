@@ -29,6 +29,13 @@ impl Secret {
         a.ct_eq(&b).into()
     }
 
+    /// Can this value travel in an HTTP header (`Authorization: Bearer …`)? Only printable
+    /// ASCII can: the WebSocket client refuses anything else, so a grant holding such a
+    /// secret could never dial.
+    pub fn is_header_safe(value: &str) -> bool {
+        value.bytes().all(|b| (0x20..0x7f).contains(&b))
+    }
+
     /// A fresh random 256-bit secret, hex-encoded.
     pub fn random() -> std::io::Result<Self> {
         let mut bytes = [0u8; 32];
