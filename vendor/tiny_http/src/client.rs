@@ -36,6 +36,13 @@ pub struct ClientConnection {
     secure: bool,
 }
 
+/// Longest request line or header line accepted (bytes); a longer one closes the
+/// connection. Without it a client that never sends a newline grows one buffer forever.
+const MAX_LINE_BYTES: usize = 8 << 10;
+
+/// Most header lines accepted in one request; more is answered 400 and closes.
+const MAX_HEADERS: usize = 128;
+
 /// Error that can happen when reading a request.
 #[derive(Debug)]
 enum ReadError {
@@ -97,6 +104,9 @@ impl ClientConnection {
 
             prev_byte_was_cr = byte == b'\r';
 
+            if buf.len() >= MAX_LINE_BYTES {
+                return Err(IoError::new(ErrorKind::InvalidData, "header line too long"));
+            }
             buf.push(byte);
         }
     }
@@ -123,6 +133,9 @@ impl ClientConnection {
                     if line.is_empty() {
                         break;
                     };
+                    if headers.len() >= MAX_HEADERS {
+                        return Err(ReadError::WrongHeader(version));
+                    }
                     headers.push(match FromStr::from_str(line.as_str().trim()) {
                         // TODO: remove this conversion
                         Ok(h) => h,
