@@ -98,6 +98,7 @@ fn handshake_timeout_redials() {
     let _conn = reattached(&d, &pod, &id);
     assert_eq!(last_error(&d, &id), "handshake timeout");
     assert_eq!(metric(&d, "handnode_dials_total"), 2);
+    assert_eq!(metric(&d, "handnode_dial_failures_total"), 1);
 }
 
 /// (2) Handshake done, then nothing: no frames and no pongs (the pod never reads, so it
@@ -464,6 +465,7 @@ fn refusals_redial_and_429_backs_off() {
     }
     let _conn = reattached(&d, &pod, &id);
     assert_eq!(metric(&d, "handnode_dials_total"), 11);
+    assert_eq!(metric(&d, "handnode_dial_failures_total"), 10);
     drop(d);
 
     let base = Duration::from_millis(100);
