@@ -344,17 +344,14 @@ pub fn endpoint(url: &str) -> Result<Endpoint, String> {
     let (host, port) = if let Some(after) = authority.strip_prefix('[') {
         let (host, tail) = after.split_once(']').ok_or("unclosed [ in host")?;
         let port = match tail.strip_prefix(':') {
-            Some(p) => p.parse().map_err(|_| format!("bad port {p:?}"))?,
+            Some(p) => port_number(p)?,
             None if tail.is_empty() => default_port,
             None => return Err("junk after ]".into()),
         };
         (host.to_string(), port)
     } else {
         match authority.rsplit_once(':') {
-            Some((h, p)) => (
-                h.to_string(),
-                p.parse().map_err(|_| format!("bad port {p:?}"))?,
-            ),
+            Some((h, p)) => (h.to_string(), port_number(p)?),
             None => (authority.to_string(), default_port),
         }
     };
@@ -364,11 +361,38 @@ pub fn endpoint(url: &str) -> Result<Endpoint, String> {
     if port == 0 {
         return Err("port 0".into());
     }
+    // A host the resolver and the WebSocket client both take: a DNS name or IPv4 address,
+    // or an IPv6 address in brackets. Anything else passed here once and then redialled
+    // forever ("invalid authority"), e.g. `pod.example::090` or `:1]`.
+    let host_ok = if authority.starts_with('[') {
+        host.parse::<std::net::Ipv6Addr>().is_ok()
+    } else {
+        host.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+    };
+    if !host_ok {
+        return Err(format!("bad host {host:?}"));
+    }
+    // The attach path is appended to the URL, so a query or fragment would swallow it.
+    if rest.contains(['?', '#']) {
+        return Err("a query or fragment is not allowed".into());
+    }
+    if url.parse::<tungstenite::http::Uri>().is_err() {
+        return Err("not a valid URL".into());
+    }
     Ok(Endpoint {
         tls,
         host: host.to_ascii_lowercase(),
         port,
     })
+}
+
+/// Decimal digits only: `u16::from_str` also takes `+80`, which no URL parser does.
+fn port_number(p: &str) -> Result<u16, String> {
+    if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("bad port {p:?}"));
+    }
+    p.parse().map_err(|_| format!("bad port {p:?}"))
 }
 
 pub(crate) fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
@@ -1057,6 +1081,16 @@ mod tests {
             "ws://h:x",
             "ws://h:0",
             "ws://[::1",
+            // Fuzz regressions: accepted once, then never dialable.
+            "wss://pod.example::090/",
+            "WSS://:1]:44343/x",
+            "wss://pod%ee.example/",
+            "ws://h:+80",
+            "ws://[not-v6]:80",
+            "ws://bücher.example",
+            "ws://h/base?x=1",
+            "ws://h/#frag",
+            "ws://h/a b",
         ] {
             assert!(endpoint(bad).is_err(), "{bad}");
         }
