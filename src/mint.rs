@@ -233,7 +233,8 @@ fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
         if size == 0 {
             return Some(out);
         }
-        if data.len() < size + 2 {
+        // A pod may claim any size: `size + 2` must not wrap (it panicked the handler).
+        if data.len() < size.checked_add(2)? {
             return None;
         }
         out.extend_from_slice(&data[..size]);
@@ -285,6 +286,16 @@ mod tests {
             parse_response(no_secret),
             Err(Error::Mint { status: 201, .. })
         ));
+        // A chunk size near usize::MAX is malformed, not a panic (fuzz regression).
+        for size in ["ffffffffffffffff", "fffffffffffffffe"] {
+            let huge = format!(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{{\"sec\r\n{size}\r\n0\r\n\r\n"
+            );
+            assert!(matches!(
+                parse_response(huge.as_bytes()),
+                Err(Error::Mint { status: 200, .. })
+            ));
+        }
         // A secret the dial could not send as a header is no secret (fuzz regression).
         let ctl = b"HTTP/1.1 201 Created\r\n\r\n{\"secret\":\"a\\nb\"}";
         assert!(matches!(
