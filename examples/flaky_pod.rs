@@ -11,6 +11,8 @@
 //! a reply went to the wrong request, or descriptors/threads grew between the first and
 //! the last minute.
 
+#![allow(clippy::result_large_err)] // tungstenite's handshake callback type
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -1,0 +1,140 @@
+//! The MCP dispatcher on arbitrary frames: the first byte picks the profile and the
+//! catalogue (grant socket or `/mcp`, with or without an upstream); the rest is a sequence
+//! of messages separated by 0x1e (one dispatcher, so state carries over). Checks the
+//! protocol rules that must hold for any input, not just that nothing panics.
+#![no_main]
+
+use std::sync::Arc;
+
+use handnode::jobs::{Completion, JobCtl};
+use handnode::mcp::{self, Action, Catalog, Dispatcher, Resolution, Route, ToolOutput};
+use handnode::profiles::{class_of, Profile};
+use handnode::tools::{ConnCatalog, GrantNote, UpstreamSource};
+use libfuzzer_sys::fuzz_target;
+use serde_json::{json, Value};
+
+/// An upstream with an allowed, a desktop-forbidden, a shadowed and a nameless tool.
+#[derive(Debug)]
+struct FakeUpstream;
+
+impl UpstreamSource for FakeUpstream {
+    fn tools(&self) -> Vec<(usize, Value)> {
+        vec![
+            (0, json!({"name": "browser_navigate", "inputSchema": {"type": "object"}})),
+            (0, json!({"name": "browser_evaluate", "inputSchema": {"type": "object"}})),
+            (1, json!({"name": "bash", "description": "an upstream may not shadow a local tool"})),
+            (1, json!({"no_name": true})),
+        ]
+    }
+
+    fn call(&self, _: usize, _: &str, _: Value, _: Arc<JobCtl>, _: Completion) {
+        unreachable!("the dispatcher never runs tools")
+    }
+}
+
+fn check(profile: Profile, catalog: &dyn Catalog, input: &[u8], actions: &[Action]) {
+    let parsed: Option<serde_json::Map<String, Value>> = serde_json::from_slice(input).ok();
+    let is_request = parsed.as_ref().is_some_and(|o| {
+        o.get("jsonrpc") == Some(&json!("2.0"))
+            && matches!(o.get("id"), Some(Value::String(_) | Value::Number(_)))
+            && o.get("method").is_some_and(Value::is_string)
+    });
+    let is_notification = parsed.as_ref().is_some_and(|o| {
+        o.get("jsonrpc") == Some(&json!("2.0"))
+            && !o.contains_key("id")
+            && o.get("method").is_some_and(Value::is_string)
+    });
+    let mut replies = 0;
+    let mut calls = 0;
+    for action in actions {
+        match action {
+            Action::Reply(text) => {
+                replies += 1;
+                let v: Value = serde_json::from_str(text).expect("a reply is JSON");
+                assert_eq!(v["jsonrpc"], "2.0", "{text}");
+                assert!(v.get("id").is_some(), "a reply carries an id: {text}");
+                assert!(
+                    v.get("result").is_some() != v.get("error").is_some(),
+                    "exactly one of result and error: {text}"
+                );
+                if let Some(e) = v.get("error") {
+                    assert!(e["code"].is_i64() && e["message"].is_string(), "{text}");
+                }
+                if is_request {
+                    let id = &parsed.as_ref().unwrap()["id"];
+                    assert_eq!(&v["id"], id, "the reply echoes the request id");
+                }
+            }
+            Action::Call { name, route, arguments, .. } => {
+                calls += 1;
+                assert!(is_request, "only a request starts a tool");
+                assert!(arguments.is_object());
+                assert_eq!(
+                    catalog.resolve(profile, name),
+                    Resolution::Visible(route.clone())
+                );
+                match route {
+                    Route::Local => {
+                        assert!(profile.allows_local(name), "{profile} ran {name}");
+                        assert!(class_of(name).is_some());
+                    }
+                    Route::Upstream(_) => {
+                        assert!(profile.allows_upstream(name), "{profile} ran {name}");
+                        assert!(class_of(name).is_none(), "a local name went upstream");
+                    }
+                }
+                if profile == Profile::Observe {
+                    assert!(matches!(name.as_str(), "sys_info" | "screenshot"), "{name}");
+                }
+            }
+            Action::Cancel { id } => {
+                assert!(is_notification, "only a notification cancels");
+                assert!(id.is_string() || id.is_number());
+            }
+            Action::Refused { .. } => assert!(is_request),
+        }
+    }
+    if is_request {
+        assert_eq!(replies + calls, 1, "a request gets exactly one answer: {actions:?}");
+    }
+    if is_notification {
+        assert_eq!(replies, 0, "a notification never gets a reply");
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
+    let profile = match selector % 3 {
+        0 => Profile::Owner,
+        1 => Profile::Desktop,
+        _ => Profile::Observe,
+    };
+    let note = GrantNote {
+        id: "00000000-0000-4000-8000-000000000000".into(),
+        session: "fuzz".into(),
+        expires_at: 1_800_000_000,
+    };
+    let upstream = FakeUpstream;
+    let catalog = ConnCatalog {
+        grant: (selector & 0x10 != 0).then_some(&note),
+        upstream: (selector & 0x20 != 0).then_some(&upstream as &dyn UpstreamSource),
+    };
+    let mut dispatcher = Dispatcher::new(profile);
+    for message in rest.split(|&b| b == 0x1e) {
+        let actions = dispatcher.handle(message, &catalog);
+        check(profile, &catalog, message, &actions);
+    }
+    // The outbound cap: whatever the result, the reply fits or is replaced by the error.
+    let max = 64 + usize::from(selector) * 8;
+    let text = String::from_utf8_lossy(rest).into_owned();
+    let (reply, outcome) = mcp::tool_reply(&json!(1), ToolOutput::text(text), max);
+    let v: Value = serde_json::from_str(&reply).unwrap();
+    if outcome == mcp::Outcome::ToolError {
+        let msg = v["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(msg.starts_with("result too large: "), "{msg}");
+    } else {
+        assert!(reply.len() <= max);
+    }
+});
