@@ -27,18 +27,29 @@ fuzz_target!(|data: &[u8]| {
     let loopback = selector & 1 != 0;
     let facts = RequestFacts::from_headers(headers.iter().copied(), loopback);
     let token = (selector & 2 != 0).then(|| Secret::new(TOKEN));
-    let logins: &[&str] = if selector & 4 != 0 { &["you@example.com"] } else { &[] };
+    let logins: &[&str] = if selector & 4 != 0 {
+        &["you@example.com"]
+    } else {
+        &[]
+    };
     let policy = Policy::new(token.clone(), logins, selector & 8 != 0);
     let decision = policy.decide(&facts);
     if token.is_some() {
         if let Decision::Allow(_) = decision {
-            let auth = facts.authorization.as_ref().expect("allowed without a header");
+            let auth = facts
+                .authorization
+                .as_ref()
+                .expect("allowed without a header");
             let value = auth.expose();
             assert!(value.len() >= 7 && value[..7].eq_ignore_ascii_case("bearer "));
             assert_eq!(value[7..].trim(), TOKEN, "allowed with a wrong token");
         }
     }
-    let peer: IpAddr = if loopback { [127, 0, 0, 1].into() } else { [203, 0, 113, 7].into() };
+    let peer: IpAddr = if loopback {
+        [127, 0, 0, 1].into()
+    } else {
+        [203, 0, 113, 7].into()
+    };
     let key = client_key(&facts, peer);
     assert!(key.len() <= MAX_KEY_BYTES + 8, "{}", key.len());
     // The table never grows past its capacity, whatever the keys.

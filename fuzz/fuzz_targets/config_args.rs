@@ -36,7 +36,11 @@ fuzz_target!(|data: &[u8]| {
         Ok(_) => {}
         Err(e) => {
             assert!(!e.to_string().is_empty());
-            assert_eq!(e.exit_code(), 2, "a parse error is a configuration error: {e}");
+            assert_eq!(
+                e.exit_code(),
+                2,
+                "a parse error is a configuration error: {e}"
+            );
         }
     }
 });

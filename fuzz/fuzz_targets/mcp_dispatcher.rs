@@ -20,9 +20,18 @@ struct FakeUpstream;
 impl UpstreamSource for FakeUpstream {
     fn tools(&self) -> Vec<(usize, Value)> {
         vec![
-            (0, json!({"name": "browser_navigate", "inputSchema": {"type": "object"}})),
-            (0, json!({"name": "browser_evaluate", "inputSchema": {"type": "object"}})),
-            (1, json!({"name": "bash", "description": "an upstream may not shadow a local tool"})),
+            (
+                0,
+                json!({"name": "browser_navigate", "inputSchema": {"type": "object"}}),
+            ),
+            (
+                0,
+                json!({"name": "browser_evaluate", "inputSchema": {"type": "object"}}),
+            ),
+            (
+                1,
+                json!({"name": "bash", "description": "an upstream may not shadow a local tool"}),
+            ),
             (1, json!({"no_name": true})),
         ]
     }
@@ -65,7 +74,12 @@ fn check(profile: Profile, catalog: &dyn Catalog, input: &[u8], actions: &[Actio
                     assert_eq!(&v["id"], id, "the reply echoes the request id");
                 }
             }
-            Action::Call { name, route, arguments, .. } => {
+            Action::Call {
+                name,
+                route,
+                arguments,
+                ..
+            } => {
                 calls += 1;
                 assert!(is_request, "only a request starts a tool");
                 assert!(arguments.is_object());
@@ -95,7 +109,11 @@ fn check(profile: Profile, catalog: &dyn Catalog, input: &[u8], actions: &[Actio
         }
     }
     if is_request {
-        assert_eq!(replies + calls, 1, "a request gets exactly one answer: {actions:?}");
+        assert_eq!(
+            replies + calls,
+            1,
+            "a request gets exactly one answer: {actions:?}"
+        );
     }
     if is_notification {
         assert_eq!(replies, 0, "a notification never gets a reply");
