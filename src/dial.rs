@@ -396,10 +396,10 @@ fn port_number(p: &str) -> Result<u16, String> {
 }
 
 pub(crate) fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
-    if s.len() >= prefix.len() && s[..prefix.len()].eq_ignore_ascii_case(prefix) {
-        Some(&s[prefix.len()..])
-    } else {
-        None
+    // `get`, not slicing: the cut may fall inside a multi-byte character (a panic before).
+    match (s.get(..prefix.len()), s.get(prefix.len()..)) {
+        (Some(head), Some(rest)) if head.eq_ignore_ascii_case(prefix) => Some(rest),
+        _ => None,
     }
 }
 
@@ -1091,6 +1091,9 @@ mod tests {
             "ws://h/base?x=1",
             "ws://h/#frag",
             "ws://h/a b",
+            "kSS:ۦz",
+            "wé://x",
+            "ws:/ۦ",
         ] {
             assert!(endpoint(bad).is_err(), "{bad}");
         }

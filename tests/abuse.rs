@@ -314,3 +314,27 @@ fn an_endless_request_line_or_header_is_cut_off() {
     drop(d);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A runtime URL with a multi-byte character where the scheme is looked for panicked the
+/// handler thread (found by the attach_request fuzz target); with four handler threads, four
+/// such requests left the admin API unanswered. Now each is a 400 and the API stays up.
+#[test]
+fn multibyte_runtime_urls_are_400_and_the_admin_api_survives() {
+    let dir = temp_dir("abuse-utf8");
+    let d = RealDaemon::start(&dir.join("state"), &[]);
+    for runtime in ["wé://x", "kSS:ۦz", "ws:/ۦ", "wss:ۦ//x", "ۦۦۦۦۦۦ"] {
+        for _ in 0..2 {
+            let (status, v) = d.call(
+                "POST",
+                "/attach",
+                Some(&serde_json::json!({"runtime": runtime, "session": "s", "secret": "x"})),
+            );
+            assert_eq!(status, 400, "{runtime}: {v}");
+            assert_eq!(v["error"], "runtime must be a ws:// or wss:// URL");
+        }
+    }
+    let (status, _) = d.call("GET", "/attach", None);
+    assert_eq!(status, 200);
+    drop(d);
+    let _ = std::fs::remove_dir_all(&dir);
+}
