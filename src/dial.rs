@@ -592,6 +592,13 @@ impl GrantThread {
     fn connect(&mut self) -> Result<WebSocket<Stream>, ConnEnd> {
         let url = attach_url(&self.spec.runtime, &self.spec.session);
         let ep = endpoint(&url).map_err(ConnEnd::Lost)?;
+        // URL schemes are case-insensitive and validation accepts `WS://`, but tungstenite
+        // only takes a lowercase scheme: without this such a grant redials forever.
+        let url = match url.split_once("://") {
+            Some((_, rest)) if ep.tls => format!("wss://{rest}"),
+            Some((_, rest)) => format!("ws://{rest}"),
+            None => url,
+        };
         let addrs: Vec<_> = (ep.host.as_str(), ep.port)
             .to_socket_addrs()
             .map_err(|e| ConnEnd::Lost(format!("cannot resolve {}: {e}", ep.host)))?
