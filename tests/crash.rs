@@ -81,10 +81,12 @@ fn sigkill_mid_burst_loses_no_acknowledged_grant() {
             check_resumed(&d, &acked.lock().unwrap());
         }
         let stop = Arc::new(AtomicBool::new(false));
+        let cut = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let clients: Vec<_> = (0..CLIENTS)
             .map(|t| {
                 let acked = Arc::clone(&acked);
                 let stop = Arc::clone(&stop);
+                let cut = Arc::clone(&cut);
                 let addr = d.addr;
                 let runtime = pod.runtime();
                 std::thread::spawn(move || {
@@ -100,7 +102,11 @@ fn sigkill_mid_burst_loses_no_acknowledged_grant() {
                                 .unwrap()
                                 .push((g["id"].as_str().unwrap().to_string(), session)),
                             Some((status, v)) => panic!("POST /attach answered {status}: {v}"),
-                            None => return, // the daemon is gone
+                            None => {
+                                // The daemon died with this request in flight.
+                                cut.fetch_add(1, Ordering::SeqCst);
+                                return;
+                            }
                         }
                     }
                 })
@@ -118,8 +124,9 @@ fn sigkill_mid_burst_loses_no_acknowledged_grant() {
         }
         let n = acked.lock().unwrap().len();
         eprintln!(
-            "round {round}: killed after {} acknowledged grants in this round ({n} in all)",
-            n - before
+            "round {round}: killed after {} acknowledged grants in this round ({n} in all), {} requests cut off",
+            n - before,
+            cut.load(Ordering::SeqCst)
         );
         // The file the dead daemon left is whole, and holds every acknowledged grant.
         let bytes = std::fs::read(state.join("grants.json")).expect("grants.json exists");
