@@ -31,3 +31,6 @@ bash scripts/e2e.sh
 
 step "interop: the official MCP TypeScript SDK against /mcp"
 bash scripts/interop.sh
+
+step "fuzzing: every cargo-fuzz target for 60 s (installs cargo-fuzz; ~15 min on a fresh machine)"
+bash scripts/fuzz.sh 60
