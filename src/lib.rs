@@ -19,6 +19,7 @@ pub mod mint;
 pub mod notify;
 pub mod persist;
 pub mod profiles;
+pub mod sdnotify;
 pub mod secret;
 #[cfg(test)]
 mod testutil;
