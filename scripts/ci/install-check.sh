@@ -67,6 +67,38 @@ snapshot() {
 
 mode_is() { [ "$(stat -c %a "$1")" = "$2" ] || fail "$1 has mode $(stat -c %a "$1"), want $2"; }
 
+# serve BINARY [ENV=VALUE...]: start the daemon on an ephemeral loopback port, ask it for its
+# grants with its own operator CLI through the name `localhost`, stop it with SIGTERM and
+# expect exit 0. Sets $served (the CLI's answer) and $served_log (the daemon's log file).
+serve() {
+    local b=$1 dir line addr='' port pid rc=0
+    shift
+    dir=$(mktemp -d "$tmp/serve.XXXXXX")
+    mkfifo "$dir/fifo"
+    env "$@" "$b" --listen 127.0.0.1:0 --no-notify --no-sd-notify 2>"$dir/fifo" &
+    pid=$!
+    exec 3<"$dir/fifo"
+    while IFS= read -r -t 10 line <&3; do
+        echo "$line" >>"$dir/log"
+        case "$line" in *"admin API listening on http://"*) addr=${line##*http://}; break ;; esac
+    done
+    served_log=$dir/log
+    [ -n "$addr" ] || { kill "$pid" 2>/dev/null; fail "$b did not start listening within 10 s: $(cat "$dir/log")"; }
+    port=${addr##*:}
+    served=$(env "$@" timeout 10 "$b" grants --url "http://localhost:$port" 2>&1) \
+        || { kill "$pid" 2>/dev/null; fail "$b grants --url http://localhost:$port: $served"; }
+    kill -TERM "$pid"
+    cat <&3 >>"$dir/log" &
+    # Watchdog: a daemon still running 10 s after SIGTERM is killed and fails the check.
+    if ! timeout 10 tail --pid="$pid" -s 0.1 -f /dev/null; then
+        kill -KILL "$pid" 2>/dev/null
+        fail "$b did not exit within 10 s of SIGTERM"
+    fi
+    wait "$pid" || rc=$?
+    exec 3<&-
+    [ "$rc" = 0 ] || fail "$b exited $rc on SIGTERM, want 0"
+}
+
 # --- bad arguments are refused and change nothing ------------------------------------------
 for args in "--bogus" "--purge" "--prefix" "--uninstall --binary $binary" \
     "--binary $tmp/no-such-binary" "--prefix $tmp/with%percent --binary $binary"; do
@@ -97,6 +129,16 @@ tok=$(cat "$token")
 grep -qF "$tok" <<<"$out1" && fail "install.sh printed the token"
 grep -rqF "$tok" "$prefix" && fail "the token was written under the prefix"
 ok "first install: binary 0755, units 0644, token 0600 in a 0700 dir, ExecStart rewritten, token never printed"
+
+# The installed daemon and its operator CLI find that token where install.sh put it (no
+# --token-file, no env): the CLI is answered, so both read the same file.
+serve "$bin"
+grep -q 'token from' "$served_log" || fail "the daemon did not log where its token came from"
+grep -qF "$token" "$served_log" || fail "the daemon did not use $token: $(grep 'token' "$served_log")"
+grep -qF "$tok" "$served_log" && fail "the daemon logged the token"
+[ "$(cat "$token")" = "$tok" ] || fail "the daemon replaced the installed token"
+ok "the installed daemon and CLI use the installed token file (CLI said: $served)"
+rm -rf "$XDG_STATE_HOME"
 
 # --- second install changes nothing --------------------------------------------------------
 before=$(snapshot)
@@ -189,33 +231,8 @@ else
     # under static glibc: /etc/hosts and DNS are built into glibc >= 2.34; other NSS modules
     # are dlopen()ed at run time (docs/install.md). The operator CLI resolves `localhost`
     # through getaddrinfo, as the dial loop resolves a pod's host name.
-    sdir=$tmp/static-run
-    mkdir -p "$sdir"
-    mkfifo "$sdir/log"
-    HANDNODE_TOKEN=ci-token "$sbin" --listen 127.0.0.1:0 --no-notify --no-sd-notify \
-        --state-dir "$sdir/state" --config-dir "$sdir/config" 2>"$sdir/log" &
-    spid=$!
-    exec 3<"$sdir/log"
-    addr=
-    while IFS= read -r -t 10 line <&3; do
-        case "$line" in *"admin API listening on http://"*) addr=${line##*http://}; break ;; esac
-    done
-    [ -n "$addr" ] || { kill "$spid" 2>/dev/null; fail "static binary did not start listening within 10 s"; }
-    port=${addr##*:}
-    gout=$(HANDNODE_TOKEN=ci-token timeout 10 "$sbin" grants --url "http://localhost:$port" 2>&1) \
-        || { kill "$spid" 2>/dev/null; fail "static binary could not reach http://localhost:$port: $gout"; }
-    kill -TERM "$spid"
-    cat <&3 >/dev/null &
-    # Watchdog: a daemon still running 10 s after SIGTERM is killed and fails the check.
-    if ! timeout 10 tail --pid="$spid" -s 0.1 -f /dev/null; then
-        kill -KILL "$spid" 2>/dev/null
-        fail "static daemon did not exit within 10 s of SIGTERM"
-    fi
-    src=0
-    wait "$spid" || src=$?
-    exec 3<&-
-    [ "$src" = 0 ] || fail "static daemon exited $src on SIGTERM, want 0"
-    ok "static binary serves, resolves localhost (operator CLI: ${gout//$'\n'/ }), exits 0 on SIGTERM"
+    serve "$sbin" HANDNODE_TOKEN=ci-token
+    ok "static binary serves, resolves localhost (CLI said: $served), exits 0 on SIGTERM"
 fi
 
 echo "install-check: all passed"
