@@ -36,6 +36,10 @@ command -v file >/dev/null || die "'file' not found; apt-get install file"
 [ "$(uname -m)" = x86_64 ] || die "this script builds x86_64 binaries and this host is $(uname -m); \
 on a Raspberry Pi run 'cargo build --release' (see docs/install.md)"
 
+# Where cargo puts its output (CARGO_TARGET_DIR and .cargo/config are honoured).
+target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+[ -n "$target_dir" ] || die "could not learn cargo's target directory (cargo metadata failed)"
+
 installed_targets() {
     if command -v rustup >/dev/null; then rustup target list --installed; else rustc -vV | sed -n 's/^host: //p'; fi
 }
@@ -48,12 +52,12 @@ build_one() {
     RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
         cargo build --release --locked --target "$triple" --bin handnode >&2 \
         || die "cargo build for $triple failed (output above)"
-    local bin=target/$triple/release/handnode
+    local bin=$target_dir/$triple/release/handnode
     [ -x "$bin" ] || die "cargo succeeded but $bin is missing"
     local what size
     what=$(file -b "$bin")
     size=$(stat -c %s "$bin")
-    echo "path: $PWD/$bin"
+    echo "path: $bin"
     echo "size: $size bytes ($(awk -v s="$size" 'BEGIN { printf "%.2f", s / 1048576 }') MiB)"
     echo "file: $what"
     case "$what" in

@@ -138,7 +138,8 @@ if [ -z "$binary" ]; then
     command -v cargo >/dev/null || die "no --binary given and cargo is not installed (https://rustup.rs, or pass --binary PATH)"
     say "building the release binary (cargo build --release) ..."
     (cd "$repo" && cargo build --release --locked --bin handnode) >&2 || die "cargo build failed (output above)"
-    binary=$repo/target/release/handnode
+    binary=$(cd "$repo" && cargo metadata --format-version 1 --no-deps \
+        | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/release/handnode
 fi
 [ -f "$binary" ] && [ -x "$binary" ] || die "$binary is not an executable file"
 "$binary" --version >/dev/null 2>&1 || die "$binary does not run on this machine (built for another architecture?)"
