@@ -109,6 +109,7 @@ fn one_line(msg: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::TempDir;
     use std::path::PathBuf;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
@@ -116,28 +117,17 @@ mod tests {
     /// Watchdog on every receive, so a datagram that never arrives fails the test fast.
     const RECV_WATCHDOG: Duration = Duration::from_secs(10);
 
-    static SEQ: AtomicUsize = AtomicUsize::new(0);
-
-    fn unique(tag: &str) -> String {
-        format!(
-            "handnode-sdnotify-{tag}-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        )
-    }
-
-    /// A bound datagram socket in a fresh temp dir, removed on drop.
+    /// A datagram socket bound at `notify` in a fresh temp dir (removed on drop).
     struct PathSocket {
-        dir: PathBuf,
+        dir: TempDir,
         path: PathBuf,
         sock: UnixDatagram,
     }
 
     impl PathSocket {
         fn new() -> Self {
-            let dir = std::env::temp_dir().join(unique("dir"));
-            std::fs::create_dir(&dir).unwrap();
-            let path = dir.join("notify");
+            let dir = TempDir::new("sdnotify");
+            let path = dir.path("notify");
             let sock = UnixDatagram::bind(&path).unwrap();
             sock.set_read_timeout(Some(RECV_WATCHDOG)).unwrap();
             PathSocket { dir, path, sock }
@@ -145,12 +135,6 @@ mod tests {
 
         fn recv(&self) -> String {
             recv(&self.sock)
-        }
-    }
-
-    impl Drop for PathSocket {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 
@@ -181,7 +165,12 @@ mod tests {
 
     #[test]
     fn sends_to_an_abstract_socket() {
-        let name = unique("abstract");
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "handnode-sdnotify-test-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
         let addr = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
         let sock = UnixDatagram::bind_addr(&addr).unwrap();
         sock.set_read_timeout(Some(RECV_WATCHDOG)).unwrap();
@@ -193,7 +182,7 @@ mod tests {
     #[test]
     fn missing_socket_is_an_error() {
         let s = PathSocket::new();
-        let gone = s.dir.join("nobody-listens-here");
+        let gone = s.dir.path("nobody-listens-here");
         let err = notify_with(Some(gone.as_os_str()), "READY=1").unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
     }
