@@ -19,6 +19,7 @@ pub mod mint;
 pub mod notify;
 pub mod persist;
 pub mod profiles;
+pub mod sdnotify;
 pub mod secret;
 #[cfg(test)]
 mod testutil;
@@ -165,6 +166,13 @@ impl Daemon {
         log::info!("admin API listening on http://{}", admin.local_addr);
         registry.resume()?;
         state.ready.store(true, std::sync::atomic::Ordering::SeqCst);
+        if config.sd_notify {
+            // The same moment /readyz turns 200: listening, every resumed grant's thread started.
+            sd_notify_or_warn(&format!(
+                "READY=1\nSTATUS=admin API on http://{}",
+                admin.local_addr
+            ));
+        }
         Ok(Daemon {
             admin: Some(admin),
             registry,
@@ -196,7 +204,9 @@ impl Daemon {
         if result.is_ok() {
             log::info!("shutting down");
         }
-        let _ = self.sd_notify;
+        if self.sd_notify {
+            sd_notify_or_warn("STOPPING=1");
+        }
         self.stop();
         result
     }
@@ -205,6 +215,14 @@ impl Daemon {
         self.admin.take();
         self.registry.shutdown();
         self.audit_guard.take();
+    }
+}
+
+/// A failed notification is logged, not fatal: under `Type=notify` systemd reports the missing
+/// `READY=1` itself, and without systemd there is nobody to tell.
+fn sd_notify_or_warn(state: &str) {
+    if let Err(e) = sdnotify::notify(state) {
+        log::warn!("could not notify systemd ({state:?}): {e}");
     }
 }
 

@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# Install handnode for the current user: the binary, the systemd user unit(s) and an admin
+# token file. Run it again at any time: it changes only what differs and says so.
+#
+#   scripts/install.sh [--prefix DIR] [--binary PATH]
+#   scripts/install.sh [--prefix DIR] --uninstall [--purge]
+#
+#   (no --prefix)   binary  ~/.local/bin/handnode
+#                   units   ${XDG_CONFIG_HOME:-~/.config}/systemd/user/
+#   --prefix DIR    binary  DIR/bin/handnode
+#                   units   DIR/share/systemd/user/  (a user manager searches this for
+#                           DIR = ~/.local, /usr/local or /usr)
+#   always          token   ${XDG_CONFIG_HOME:-~/.config}/handnode/token (0600, dir 0700),
+#                           created only if missing, never printed; where handnode and its
+#                           operator commands look by default
+#   --binary PATH   install this binary instead of building one (cargo build --release)
+#   --uninstall     remove what this script installed (it keeps a list); the token, grants
+#                   and audit log stay unless --purge is given too
+#
+# The unit's ExecStart is rewritten to the installed binary. Nothing is enabled or started:
+# the next steps are printed at the end. Details: docs/install.md.
+set -euo pipefail
+
+die() { echo "install: error: $*" >&2; exit 1; }
+say() { echo "install: $*"; }
+
+prefix=
+binary=
+uninstall=0
+purge=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --prefix) [ $# -ge 2 ] || die "--prefix needs a directory"; prefix=$2; shift 2 ;;
+        --prefix=*) prefix=${1#--prefix=}; shift ;;
+        --binary) [ $# -ge 2 ] || die "--binary needs a path"; binary=$2; shift 2 ;;
+        --binary=*) binary=${1#--binary=}; shift ;;
+        --uninstall) uninstall=1; shift ;;
+        --purge) purge=1; shift ;;
+        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown argument '$1' (see scripts/install.sh --help)" ;;
+    esac
+done
+[ "$purge" = 0 ] || [ "$uninstall" = 1 ] || die "--purge only goes with --uninstall"
+[ -z "$binary" ] || [ "$uninstall" = 0 ] || die "--binary makes no sense with --uninstall"
+[ -n "${HOME:-}" ] || die "HOME is not set"
+
+# Paths end up in a unit file and in sed expressions: refuse characters that would need
+# quoting there rather than quote them subtly wrong.
+check_path() {
+    case "$2" in
+        /*) ;;
+        *) die "$1 must be an absolute path, not '$2'" ;;
+    esac
+    case "$2" in
+        *[[:space:]%\"\'\\\|]*) die "$1 '$2' contains whitespace or one of % \" ' \\ |; pick a plainer path" ;;
+    esac
+}
+
+if [ -n "$prefix" ]; then
+    case "$prefix" in /*) ;; *) prefix=$PWD/$prefix ;; esac
+    prefix=${prefix%/}
+    check_path --prefix "$prefix"
+    bin_dir=$prefix/bin
+    unit_dir=$prefix/share/systemd/user
+    data_dir=$prefix/share/handnode
+else
+    bin_dir=$HOME/.local/bin
+    unit_dir=${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user
+    data_dir=${XDG_DATA_HOME:-$HOME/.local/share}/handnode
+fi
+check_path "the binary directory" "$bin_dir"
+config_dir=${XDG_CONFIG_HOME:-$HOME/.config}/handnode
+state_dir=${XDG_STATE_HOME:-$HOME/.local/state}/handnode
+token_file=$config_dir/token
+manifest=$data_dir/install-manifest
+repo=$(cd "$(dirname "$0")/.." && pwd)
+installed_bin=$bin_dir/handnode
+
+changed=0
+
+# Put $1 (a file) at $2 with mode $3, atomically, unless $2 already has that content and mode.
+put() {
+    local src=$1 dst=$2 mode=$3 tmp
+    if [ -f "$dst" ] && cmp -s "$src" "$dst" && [ "$(stat -c %a "$dst")" = "$mode" ]; then
+        say "unchanged  $dst"
+        return
+    fi
+    mkdir -p "$(dirname "$dst")"
+    tmp=$(mktemp "$dst.XXXXXX")
+    cp "$src" "$tmp"
+    chmod "$mode" "$tmp"
+    mv -f "$tmp" "$dst"
+    say "installed  $dst"
+    changed=1
+}
+
+# True when a user manager is reachable and loads the unit from $1.
+manager_uses() {
+    command -v systemctl >/dev/null || return 1
+    local frag
+    frag=$(systemctl --user show -p FragmentPath --value handnode.service 2>/dev/null) || return 1
+    [ "$frag" = "$1" ]
+}
+
+if [ "$uninstall" = 1 ]; then
+    if [ -f "$manifest" ]; then
+        if manager_uses "$unit_dir/handnode.service"; then
+            systemctl --user disable --now handnode.service 2>/dev/null || true
+            say "stopped and disabled handnode.service"
+        fi
+        while IFS= read -r f; do
+            [ -n "$f" ] || continue
+            if [ -e "$f" ]; then rm -f "$f"; say "removed    $f"; else say "was gone   $f"; fi
+        done <"$manifest"
+        rm -f "$manifest"
+        rmdir "$data_dir" 2>/dev/null || true
+        if [ -z "$prefix" ] && command -v systemctl >/dev/null; then
+            systemctl --user daemon-reload 2>/dev/null || true
+        fi
+    else
+        say "nothing to uninstall under ${prefix:-your home} (no $manifest)"
+    fi
+    if [ "$purge" = 1 ]; then
+        for f in "$token_file" "$state_dir"; do
+            if [ -e "$f" ]; then rm -rf "$f"; say "purged     $f"; fi
+        done
+        rmdir "$config_dir" 2>/dev/null || true
+    else
+        [ -e "$token_file" ] && say "kept       $token_file (--purge removes it)"
+        [ -e "$state_dir" ] && say "kept       $state_dir (grants and audit log; --purge removes it)"
+    fi
+    exit 0
+fi
+
+# The binary: given, or built here.
+if [ -z "$binary" ]; then
+    [ -f "$repo/Cargo.toml" ] || die "no --binary given and $repo is not a handnode checkout to build from"
+    command -v cargo >/dev/null || die "no --binary given and cargo is not installed (https://rustup.rs, or pass --binary PATH)"
+    say "building the release binary (cargo build --release) ..."
+    (cd "$repo" && cargo build --release --locked --bin handnode) >&2 || die "cargo build failed (output above)"
+    binary=$(cd "$repo" && cargo metadata --format-version 1 --no-deps \
+        | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/release/handnode
+fi
+[ -f "$binary" ] && [ -x "$binary" ] || die "$binary is not an executable file"
+"$binary" --version >/dev/null 2>&1 || die "$binary does not run on this machine (built for another architecture?)"
+
+if [ -z "$prefix" ] && [ "$(id -u)" = 0 ]; then
+    say "note: running as root installs for root's own user manager; run as the user whose box is lent"
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+put "$binary" "$installed_bin" 755
+
+# Units: ExecStart points at the installed binary (kept as %h/... in the default layout).
+units=()
+for src in "$repo"/contrib/systemd/*.service; do
+    [ -e "$src" ] || die "no unit files in $repo/contrib/systemd"
+    name=$(basename "$src")
+    if [ "$name" = handnode.service ]; then
+        exec_path=$installed_bin
+        [ "$installed_bin" != "$HOME/.local/bin/handnode" ] || exec_path=%h/.local/bin/handnode
+        grep -q '^ExecStart=%h/.local/bin/handnode' "$src" || die "$src has no 'ExecStart=%h/.local/bin/handnode' line to rewrite"
+        sed "s|^ExecStart=%h/.local/bin/handnode|ExecStart=$exec_path|" "$src" >"$work/$name"
+    else
+        cp "$src" "$work/$name"
+    fi
+    put "$work/$name" "$unit_dir/$name" 644
+    units+=("$unit_dir/$name")
+done
+
+# The list --uninstall works from. A file an earlier run installed that this one does not (a
+# unit dropped from contrib/) is removed, since it was ours.
+{ echo "$installed_bin"; printf '%s\n' "${units[@]}"; } >"$work/manifest"
+if [ -f "$manifest" ]; then
+    while IFS= read -r f; do
+        [ -n "$f" ] || continue
+        grep -qxF "$f" "$work/manifest" && continue
+        rm -f "$f"
+        say "removed    $f (installed earlier, no longer shipped)"
+        changed=1
+    done <"$manifest"
+fi
+put "$work/manifest" "$manifest" 644
+
+# Token: 256 random bits, hex. Written through a pipe and a 0600 temp file, renamed into place:
+# never in argv, never on the terminal, never half-written.
+if [ ! -d "$config_dir" ]; then
+    mkdir -p "$(dirname "$config_dir")"
+    mkdir -m 700 "$config_dir"
+    changed=1
+elif [ "$(stat -c %a "$config_dir")" != 700 ]; then
+    chmod 700 "$config_dir"
+    say "set mode 0700 on $config_dir"
+    changed=1
+fi
+if [ -e "$token_file" ]; then
+    if [ "$(stat -c %a "$token_file")" != 600 ]; then
+        chmod 600 "$token_file"
+        say "set mode 0600 on $token_file (existing token kept)"
+        changed=1
+    else
+        say "unchanged  $token_file (existing token kept)"
+    fi
+    [ -s "$token_file" ] || say "warning: $token_file is empty; delete it and run this again for a new token"
+else
+    tmp=$(mktemp "$token_file.XXXXXX")
+    chmod 600 "$tmp"
+    od -An -v -tx1 -N32 /dev/urandom | tr -d ' \n' >"$tmp"
+    [ "$(wc -c <"$tmp")" = 64 ] || { rm -f "$tmp"; die "could not read 32 bytes from /dev/urandom"; }
+    mv -f "$tmp" "$token_file"
+    say "created    $token_file (0600; the token is not shown, read it from the file)"
+    changed=1
+fi
+
+if [ "$changed" = 0 ]; then
+    say "nothing changed: already installed"
+fi
+
+# Reload a running user manager when it reads our unit directory (the default layout).
+if [ "$changed" = 1 ] && [ -z "$prefix" ] && command -v systemctl >/dev/null \
+    && systemctl --user daemon-reload 2>/dev/null; then
+    say "reloaded the user manager"
+    if systemctl --user is-active --quiet handnode.service 2>/dev/null; then
+        say "handnode is running: systemctl --user restart handnode  to run the new version"
+    fi
+fi
+
+cat <<EOF
+
+Next steps:
+  sudo loginctl enable-linger "\$USER"        # run at boot and after logout, not only in a session
+  systemctl --user daemon-reload
+  systemctl --user enable --now handnode
+  systemctl --user status handnode           # journalctl --user -u handnode for the log
+EOF
+case ":$PATH:" in
+    *":$bin_dir:"*) ;;
+    *) echo "  $bin_dir is not on your PATH: add it to use 'handnode grant' and friends" ;;
+esac
+case "$unit_dir" in
+    "${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user" | "${XDG_DATA_HOME:-$HOME/.local/share}/systemd/user" \
+        | /usr/local/share/systemd/user | /usr/share/systemd/user) ;;
+    *) echo "  $unit_dir is not where a user manager looks: systemctl --user link $unit_dir/handnode.service" ;;
+esac
+if [ -e "$unit_dir/handnode-playwright.service" ]; then
+    echo "  browser tools (optional): set up Playwright as in docs/upstream.md, then"
+    echo "    systemctl --user enable --now handnode-playwright"
+fi
