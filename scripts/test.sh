@@ -23,6 +23,9 @@ trap 'bash scripts/ci/displays.sh stop' EXIT
 step "chromium and the pinned Playwright MCP upstream for tests/upstream.rs"
 bash scripts/ci/playwright.sh
 
+step "install: install.sh into a temp prefix, systemd-analyze verify --user, static binary"
+bash scripts/ci/install-check.sh
+
 step "unit and integration tests"
 cargo test --all-targets
 

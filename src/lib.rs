@@ -115,7 +115,12 @@ impl Daemon {
         let mut scrub_values = Vec::new();
         scrub_values.extend(config.token.clone());
         let host = tools::ToolHost::new(tools::ToolConfig {
-            scrub_env: vec!["HANDNODE_TOKEN".into(), "CREDENTIALS_DIRECTORY".into()],
+            scrub_env: vec![
+                "HANDNODE_TOKEN".into(),
+                "CREDENTIALS_DIRECTORY".into(),
+                // systemd's notify socket is the daemon's, not a tool's.
+                "NOTIFY_SOCKET".into(),
+            ],
             scrub_values,
             display_backend: config.display_backend,
             max_screenshot_edge: config.max_screenshot_edge,
