@@ -845,10 +845,12 @@ impl Registry {
     fn attachment_changed(&self, grant_id: &str, attached: bool) {
         let found = {
             let inner = self.lock();
+            // A socket closed because the grant ended gets the end's notification, not
+            // a "detached" one as well.
             inner
                 .entries
                 .iter()
-                .find(|e| e.id == grant_id)
+                .find(|e| e.id == grant_id && e.ended_at.is_none())
                 .map(|e| (e.session.clone(), e.profile, e.expires_at()))
         };
         if let Some((session, profile, expires)) = found {

@@ -28,6 +28,7 @@ fn spawn_daemon(dir: &std::path::Path) -> (std::process::Child, std::net::Socket
         .arg(dir.join("config"))
         .env("HANDNODE_TOKEN", "test-admin-token")
         .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -107,4 +108,122 @@ fn bad_configuration_exits_2_and_says_what_to_fix() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--no-such-flag"));
+}
+
+#[test]
+fn the_person_at_the_box_is_told_on_attach_detach_and_end() {
+    let pod = StubPod::start();
+    let dir = temp_dir("notify");
+    // A stand-in notify-send that records its argv, first on PATH.
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let log = dir.join("notifications");
+    let fake = bin.join("notify-send");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nprintf '%s|' \"$@\" >> {}\necho >> {}\n",
+            log.display(),
+            log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_handnode"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--no-sd-notify",
+            "--backoff-base-ms",
+            "100",
+        ])
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .env("HANDNODE_TOKEN", "test-admin-token")
+        .env("PATH", path)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let guard = KillOnDrop(child);
+    let (tx, rx) = crossbeam_channel::unbounded();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let addr: std::net::SocketAddr = loop {
+        let line = rx.recv_timeout(WATCHDOG).expect("watchdog: no listen line");
+        if let Some(rest) = line.split("admin API listening on http://").nth(1) {
+            break rest.trim().parse().unwrap();
+        }
+    };
+    let body =
+        json!({"runtime": pod.runtime(), "session": "laptop", "profile": "desktop", "secret": "x"})
+            .to_string();
+    let headers = [
+        ("Authorization", "Bearer test-admin-token"),
+        ("Content-Type", "application/json"),
+    ];
+    let (status, _, reply) = http(addr, "POST", "/attach", &headers, Some(body.as_bytes()));
+    assert_eq!(status, 202);
+    let id = serde_json::from_slice::<serde_json::Value>(&reply).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    pod.next_upgrade();
+    let mut conn = pod.next_conn();
+    conn.initialize();
+    let wait_lines = |n: usize| -> Vec<String> {
+        let deadline = std::time::Instant::now() + WATCHDOG;
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let lines: Vec<String> = text.lines().map(str::to_string).collect();
+            if lines.len() >= n {
+                return lines;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "watchdog: {n} notifications expected, got {lines:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    let lines = wait_lines(1);
+    assert!(
+        lines[0].contains("lent to laptop") && lines[0].contains("profile desktop until 20"),
+        "{lines:?}"
+    );
+    conn.close(1000); // detach: the pod drops the socket
+    let lines = wait_lines(2);
+    assert!(lines[1].contains("laptop detached"), "{lines:?}");
+    let mut again = pod.next_conn();
+    again.initialize();
+    let (status, _, _) = http(addr, "DELETE", &format!("/attach/{id}"), &headers, None);
+    assert_eq!(status, 204);
+    let lines = wait_lines(4);
+    assert!(
+        lines[3].contains("laptop is no longer lent (desktop)"),
+        "{lines:?}"
+    );
+    assert!(lines[3].contains("revoked"), "{lines:?}");
+    drop(guard);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Kills a daemon a failing test leaves behind, so it cannot hold the test's pipes open.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
