@@ -121,9 +121,9 @@ fn the_person_at_the_box_is_told_on_attach_detach_and_end() {
     let fake = bin.join("notify-send");
     std::fs::write(
         &fake,
+        // One write per notification (O_APPEND), so concurrent ones never interleave.
         format!(
-            "#!/bin/sh\nprintf '%s|' \"$@\" >> {}\necho >> {}\n",
-            log.display(),
+            "#!/bin/sh\nline=$(printf '%s|' \"$@\")\nprintf '%s\\n' \"$line\" >> {}\n",
             log.display()
         ),
     )
