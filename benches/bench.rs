@@ -1,0 +1,1306 @@
+//! Benchmarks of what handnode adds (issue 5): a release daemon in a real process, a stub
+//! pod on loopback inside this process, and every time figure beside a floor measured in
+//! the same run, so targets are ratios that survive a noisy shared box.
+//!
+//! Run through `scripts/bench.sh` (it builds the binaries and starts Xvfb); by hand:
+//! `cargo bench --bench bench -- [--bin PATH] [--static-bin PATH --static-libc NAME] [--quick]`.
+//! Output: one JSON object per line on stdout (`{"metric","value","unit","floor"}`), then a
+//! summary table with each target and pass/fail. Not part of CI: nothing here asserts on
+//! time; a missed target is a figure to investigate, not a failing test.
+//!
+//! Re-executed with `--echo-server` this binary is the raw tungstenite echo server of the
+//! `ws_echo_*` floors, so that floor crosses a process boundary just like the daemon does.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{json, Value};
+use tungstenite::handshake::server::{Request, Response};
+use tungstenite::protocol::frame::coding::CloseCode;
+use tungstenite::protocol::CloseFrame;
+use tungstenite::{Message, WebSocket};
+
+/// Argument that turns this binary into the echo server child.
+const ECHO_ARG: &str = "--echo-server";
+/// Longest any single wait may take before the run is abandoned with a message.
+const WATCHDOG: Duration = Duration::from_secs(20);
+/// Size of one echo-floor text frame (bytes), as the issue specifies.
+const ECHO_FRAME_BYTES: usize = 100;
+/// Requests in flight in the pipelined figures.
+const DEPTH: usize = 64;
+/// Bytes of stdout the "screenshot-sized" bash reply carries (the reply is larger: JSON).
+const BIG_REPLY_STDOUT_BYTES: usize = 1 << 20;
+/// Attach secret the stub pod is handed (it accepts any bearer).
+const POD_SECRET: &str = "bench-attach-secret";
+
+// ---------------------------------------------------------------------------------------
+// Options
+
+struct Opts {
+    bin: PathBuf,
+    static_bin: Option<PathBuf>,
+    static_libc: String,
+    quick: bool,
+    /// Run only these sections (memory, latency, attach, redial, screenshot); floors always.
+    only: Option<Vec<String>>,
+}
+
+impl Opts {
+    fn parse(args: &[String]) -> Opts {
+        let mut o = Opts {
+            bin: PathBuf::from(env!("CARGO_BIN_EXE_handnode")),
+            static_bin: None,
+            static_libc: "glibc (+crt-static)".into(),
+            quick: false,
+            only: None,
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--bin" => o.bin = PathBuf::from(it.next().expect("--bin PATH")),
+                "--static-bin" => {
+                    o.static_bin = Some(PathBuf::from(it.next().expect("--static-bin PATH")))
+                }
+                "--static-libc" => o.static_libc = it.next().expect("--static-libc NAME").clone(),
+                "--quick" => o.quick = true,
+                "--only" => {
+                    let list = it.next().expect("--only SECTION[,SECTION]");
+                    o.only = Some(list.split(',').map(str::to_string).collect());
+                }
+                "--help" | "-h" => {
+                    println!(
+                        "bench [--bin PATH] [--static-bin PATH] [--static-libc NAME] [--quick] \
+                         [--only memory,latency,attach,redial,screenshot]"
+                    );
+                    std::process::exit(0);
+                }
+                // `cargo bench` passes --bench; other harness flags mean nothing here.
+                _ => {}
+            }
+        }
+        o
+    }
+
+    fn runs(&self, section: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|s| s == section))
+    }
+
+    /// Full counts, or a tenth of them for a smoke run.
+    fn n(&self, full: usize) -> usize {
+        if self.quick {
+            (full / 10).max(5)
+        } else {
+            full
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Statistics and the report
+
+fn percentile(samples: &[f64], q: f64) -> f64 {
+    assert!(!samples.is_empty(), "no samples");
+    let mut s = samples.to_vec();
+    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    s[((s.len() - 1) as f64 * q).round() as usize]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+struct Metric {
+    name: String,
+    value: Option<f64>,
+    unit: &'static str,
+    floor: Option<f64>,
+    note: Option<String>,
+}
+
+struct Check {
+    metric: String,
+    target: String,
+    pass: Option<bool>,
+}
+
+#[derive(Default)]
+struct Report {
+    metrics: Vec<Metric>,
+    checks: Vec<Check>,
+}
+
+impl Report {
+    fn emit(&mut self, m: Metric) {
+        let mut line = json!({"metric": m.name, "value": m.value, "unit": m.unit, "floor": m.floor});
+        if let Some(note) = &m.note {
+            line["note"] = json!(note);
+        }
+        println!("{line}");
+        let _ = std::io::stdout().flush();
+        self.metrics.push(m);
+    }
+
+    fn put(&mut self, name: &str, value: f64, unit: &'static str, floor: Option<f64>) {
+        self.emit(Metric {
+            name: name.into(),
+            value: Some(value),
+            unit,
+            floor,
+            note: None,
+        });
+    }
+
+    fn note(&mut self, name: &str, unit: &'static str, note: String) {
+        self.emit(Metric {
+            name: name.into(),
+            value: None,
+            unit,
+            floor: None,
+            note: Some(note),
+        });
+    }
+
+    fn get(&self, name: &str) -> Option<f64> {
+        self.metrics
+            .iter()
+            .find(|m| m.name == name)
+            .and_then(|m| m.value)
+    }
+
+    /// A target: `pass` is `None` when a figure it needs is missing.
+    fn check(&mut self, metric: &str, target: String, pass: Option<bool>) {
+        self.checks.push(Check {
+            metric: metric.into(),
+            target,
+            pass,
+        });
+    }
+
+    fn table(&self) {
+        println!();
+        println!(
+            "{:<30} {:>12} {:<6} {:>12}  {:<44} result",
+            "metric", "value", "unit", "floor", "target"
+        );
+        println!("{}", "-".repeat(118));
+        let fmt = |v: Option<f64>| match v {
+            Some(v) if v.abs() >= 100.0 => format!("{v:.0}"),
+            Some(v) => format!("{v:.2}"),
+            None => "-".into(),
+        };
+        for m in &self.metrics {
+            let checks: Vec<&Check> = self.checks.iter().filter(|c| c.metric == m.name).collect();
+            let (target, result) = match checks.first() {
+                Some(c) => (
+                    c.target.clone(),
+                    match c.pass {
+                        Some(true) => "pass",
+                        Some(false) => "MISS",
+                        None => "n/a",
+                    },
+                ),
+                None => (String::new(), ""),
+            };
+            println!(
+                "{:<30} {:>12} {:<6} {:>12}  {:<44} {}",
+                m.name,
+                fmt(m.value),
+                m.unit,
+                fmt(m.floor),
+                target,
+                result
+            );
+            if let Some(note) = &m.note {
+                println!("    note: {note}");
+            }
+        }
+        let passed = self.checks.iter().filter(|c| c.pass == Some(true)).count();
+        let missed: Vec<&str> = self
+            .checks
+            .iter()
+            .filter(|c| c.pass == Some(false))
+            .map(|c| c.metric.as_str())
+            .collect();
+        println!(
+            "\n{passed} of {} targets met; missed: {}",
+            self.checks.len(),
+            if missed.is_empty() {
+                "none".to_string()
+            } else {
+                missed.join(", ")
+            }
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// WebSocket helpers shared by the echo floor and the stub pod
+
+/// Next text or binary message as a string, skipping control frames.
+fn recv_text(ws: &mut WebSocket<TcpStream>, what: &str) -> String {
+    loop {
+        match ws.read() {
+            Ok(Message::Text(t)) => return t.as_str().to_owned(),
+            Ok(Message::Binary(b)) => return String::from_utf8(b.to_vec()).expect("UTF-8 reply"),
+            Ok(Message::Close(f)) => panic!("{what}: socket closed while waiting: {f:?}"),
+            Ok(_) => continue,
+            Err(e) => panic!("{what}: watchdog or socket error while waiting: {e}"),
+        }
+    }
+}
+
+fn send_text(ws: &mut WebSocket<TcpStream>, text: String) {
+    ws.send(Message::text(text)).expect("send a frame");
+}
+
+/// The JSON-RPC id of a reply (only numeric ids are used here).
+fn reply_id(text: &str) -> u64 {
+    #[derive(serde::Deserialize)]
+    struct Reply {
+        id: Value,
+        error: Option<Value>,
+    }
+    let r: Reply = serde_json::from_str(text)
+        .unwrap_or_else(|e| panic!("reply is not JSON-RPC ({e}): {}", clip(text)));
+    if let Some(err) = r.error {
+        panic!("error reply: {err}");
+    }
+    r.id.as_u64()
+        .unwrap_or_else(|| panic!("non-numeric id: {}", clip(text)))
+}
+
+fn clip(text: &str) -> String {
+    text.chars().take(300).collect()
+}
+
+/// Keep `depth` requests in flight until `total` are answered; returns requests/second.
+fn pipelined(
+    ws: &mut WebSocket<TcpStream>,
+    total: usize,
+    depth: usize,
+    first_id: u64,
+    request: impl Fn(u64) -> String,
+    id_of: impl Fn(&str) -> u64,
+) -> f64 {
+    let mut outstanding = HashSet::new();
+    let mut next = first_id;
+    let end = first_id + total as u64;
+    let start = Instant::now();
+    while next < end && outstanding.len() < depth {
+        send_text(ws, request(next));
+        outstanding.insert(next);
+        next += 1;
+    }
+    while !outstanding.is_empty() {
+        let reply = recv_text(ws, "pipelined");
+        let id = id_of(&reply);
+        assert!(outstanding.remove(&id), "unexpected reply id {id}");
+        if next < end {
+            send_text(ws, request(next));
+            outstanding.insert(next);
+            next += 1;
+        }
+    }
+    total as f64 / start.elapsed().as_secs_f64()
+}
+
+// ---------------------------------------------------------------------------------------
+// The echo floor: a raw tungstenite server in a child process
+
+fn echo_server() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the echo server");
+    println!("{}", listener.local_addr().unwrap().port());
+    let _ = std::io::stdout().flush();
+    // The parent holds our stdin: when it goes away, so do we.
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        std::process::exit(0);
+    });
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        std::thread::spawn(move || {
+            let _ = stream.set_nodelay(true);
+            let Ok(mut ws) = tungstenite::accept(stream) else {
+                return;
+            };
+            loop {
+                match ws.read() {
+                    Ok(m @ (Message::Text(_) | Message::Binary(_))) => {
+                        if ws.send(m).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
+            }
+        });
+    }
+}
+
+struct EchoChild {
+    child: Child,
+    port: u16,
+}
+
+impl EchoChild {
+    fn start() -> EchoChild {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .arg(ECHO_ARG)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the echo server child");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().parse().expect("echo child prints its port");
+        EchoChild { child, port }
+    }
+
+    fn connect(&self) -> WebSocket<TcpStream> {
+        let stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        stream.set_read_timeout(Some(WATCHDOG)).unwrap();
+        let (ws, _) = tungstenite::client(format!("ws://127.0.0.1:{}/", self.port), stream)
+            .expect("echo handshake");
+        ws
+    }
+}
+
+impl Drop for EchoChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn echo_frame(id: u64) -> String {
+    let head = format!("{{\"id\":{id},\"pad\":\"");
+    let pad = ECHO_FRAME_BYTES - head.len() - 2;
+    format!("{head}{}\"}}", "x".repeat(pad))
+}
+
+// ---------------------------------------------------------------------------------------
+// The daemon under test, in a real process
+
+struct DaemonProc {
+    child: Child,
+    pid: u32,
+    admin: SocketAddr,
+    token: String,
+    dir: PathBuf,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut b = vec![0u8; bytes];
+    getrandom::fill(&mut b).expect("random bytes");
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl DaemonProc {
+    fn start(bin: &Path, dir: &Path, display: Option<&str>) -> DaemonProc {
+        let port = free_port();
+        let token = random_hex(16);
+        std::fs::create_dir_all(dir).unwrap();
+        let log = std::fs::File::create(dir.join("daemon.log")).unwrap();
+        let mut cmd = Command::new(bin);
+        cmd.args(["--listen", &format!("127.0.0.1:{port}")])
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .arg("--config-dir")
+            .arg(dir.join("config"))
+            .args(["--no-notify", "--no-sd-notify"])
+            .env("HANDNODE_TOKEN", &token)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("HANDNODE_") && k != "HANDNODE_TOKEN" {
+                cmd.env_remove(k);
+            }
+        }
+        match display {
+            Some(d) => {
+                cmd.env("DISPLAY", d).args(["--display-backend", "x11"]);
+            }
+            None => {
+                cmd.args(["--display-backend", "none"]);
+            }
+        }
+        let child = cmd.spawn().expect("start handnode");
+        let mut d = DaemonProc {
+            pid: child.id(),
+            child,
+            admin: SocketAddr::from(([127, 0, 0, 1], port)),
+            token,
+            dir: dir.to_path_buf(),
+        };
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            if let Ok(Some(status)) = d.child.try_wait() {
+                panic!(
+                    "handnode exited at start ({status}); log:\n{}",
+                    std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default()
+                );
+            }
+            if TcpStream::connect(d.admin).is_ok() && d.http("GET", "/readyz", None).0 == 200 {
+                return d;
+            }
+            assert!(Instant::now() < deadline, "watchdog: handnode never ready");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn state_dir(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+
+    /// `(VmRSS, RssAnon)` in KiB.
+    fn rss_kib(&self) -> (f64, f64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap();
+        let field = |name: &str| -> f64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in /proc/{}/status", self.pid))
+        };
+        (field("VmRSS:"), field("RssAnon:"))
+    }
+
+    /// On-CPU time of every live thread of the daemon so far (`schedstat`, ns).
+    fn cpu_ns(&self) -> u64 {
+        std::fs::read_dir(format!("/proc/{}/task", self.pid))
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+            .filter_map(|s| s.split(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    fn threads(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", self.pid))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
+    /// Write a request and return the open stream (the caller reads the response).
+    fn send_request(&self, method: &str, path: &str, body: Option<&Value>) -> TcpStream {
+        let mut s = TcpStream::connect(self.admin).unwrap();
+        s.set_nodelay(true).unwrap();
+        s.set_read_timeout(Some(WATCHDOG)).unwrap();
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            self.admin,
+            self.token,
+            body.len()
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        s
+    }
+
+    fn read_response(mut s: TcpStream) -> (u16, Value) {
+        let mut raw = Vec::new();
+        let _ = s.read_to_end(&mut raw);
+        let text = String::from_utf8_lossy(&raw);
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("bad HTTP response: {}", clip(&text)));
+        let v = serde_json::from_str(body).unwrap_or(Value::String(body.into()));
+        (status, v)
+    }
+
+    fn http(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        DaemonProc::read_response(self.send_request(method, path, body))
+    }
+
+    fn attach(&self, pod: &Pod, session: &str, profile: &str) -> String {
+        let body = json!({"runtime": pod.runtime(), "session": session, "profile": profile,
+                          "ttl_secs": 3600, "secret": POD_SECRET});
+        let (status, v) = self.http("POST", "/attach", Some(&body));
+        assert_eq!(status, 202, "POST /attach: {v}");
+        v["id"].as_str().expect("grant id").to_string()
+    }
+
+    fn revoke(&self, id: &str) {
+        let (status, v) = self.http("DELETE", &format!("/attach/{id}"), None);
+        assert_eq!(status, 204, "DELETE /attach/{id}: {v}");
+    }
+}
+
+impl Drop for DaemonProc {
+    fn drop(&mut self) {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.pid as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The stub pod: a tungstenite server on loopback that hands each attach socket to the
+// benchmark thread, stamped with when its upgrade request arrived.
+
+struct Arrival {
+    session: String,
+    /// When the upgrade request reached the pod (before the 101 went out).
+    at: Instant,
+    conn: PodConn,
+}
+
+struct Pod {
+    addr: SocketAddr,
+    arrivals: mpsc::Receiver<Arrival>,
+    stash: HashMap<String, VecDeque<Arrival>>,
+}
+
+impl Pod {
+    fn start() -> Pod {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, arrivals) = mpsc::channel();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    let _ = stream.set_nodelay(true);
+                    let _ = stream.set_read_timeout(Some(WATCHDOG));
+                    let mut seen = None;
+                    let callback = |req: &Request, resp: Response| {
+                        let session = req
+                            .uri()
+                            .path()
+                            .strip_prefix("/tools/attach/")
+                            .unwrap_or("")
+                            .to_string();
+                        seen = Some((session, Instant::now()));
+                        Ok(resp)
+                    };
+                    if let Ok(ws) = tungstenite::accept_hdr(stream, callback) {
+                        let (session, at) = seen.expect("callback ran");
+                        let _ = tx.send(Arrival {
+                            session,
+                            at,
+                            conn: PodConn { ws, next_id: 1 },
+                        });
+                    }
+                });
+            }
+        });
+        Pod {
+            addr,
+            arrivals,
+            stash: HashMap::new(),
+        }
+    }
+
+    fn runtime(&self) -> String {
+        format!("ws://{}", self.addr)
+    }
+
+    /// The next socket the daemon opened for `session`.
+    fn arrival(&mut self, session: &str) -> Arrival {
+        if let Some(a) = self.stash.get_mut(session).and_then(VecDeque::pop_front) {
+            return a;
+        }
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let a = self
+                .arrivals
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("watchdog: no dial for session {session}"));
+            if a.session == session {
+                return a;
+            }
+            self.stash.entry(a.session.clone()).or_default().push_back(a);
+        }
+    }
+}
+
+/// The pod's side of one attach socket.
+struct PodConn {
+    ws: WebSocket<TcpStream>,
+    next_id: u64,
+}
+
+impl PodConn {
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        send_text(
+            &mut self.ws,
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
+        );
+        let text = recv_text(&mut self.ws, method);
+        let v: Value = serde_json::from_str(&text).expect("reply is JSON");
+        assert_eq!(v["id"], json!(id), "reply to another request: {}", clip(&text));
+        assert!(v.get("error").is_none(), "{method}: {}", clip(&text));
+        v
+    }
+
+    fn initialize(&mut self) {
+        self.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "bench-pod", "version": "0"}}),
+        );
+    }
+
+    fn call_tool(&mut self, name: &str, args: Value) -> Value {
+        self.request("tools/call", json!({"name": name, "arguments": args}))["result"].clone()
+    }
+
+    /// Round-trip times of `n` sequential requests built by `request(id)`.
+    fn sequential(&mut self, n: usize, request: impl Fn(u64) -> String) -> Vec<f64> {
+        let mut rtts = Vec::with_capacity(n);
+        for _ in 0..n {
+            let id = self.next_id;
+            self.next_id += 1;
+            let t = Instant::now();
+            send_text(&mut self.ws, request(id));
+            let reply = recv_text(&mut self.ws, "sequential");
+            rtts.push(us(t.elapsed()));
+            assert_eq!(reply_id(&reply), id);
+        }
+        rtts
+    }
+
+    /// Read until the daemon's close frame; panics on a data frame.
+    fn expect_close(&mut self) -> u16 {
+        loop {
+            match self.ws.read() {
+                Ok(Message::Close(f)) => return f.map(|f| u16::from(f.code)).unwrap_or(1005),
+                Ok(Message::Ping(_) | Message::Pong(_)) => continue,
+                Ok(other) => panic!("expected a close frame, got {other:?}"),
+                Err(e) => panic!("expected a close frame, got error {e}"),
+            }
+        }
+    }
+
+    /// Send our close frame (the pod ending the socket with `code`).
+    fn close(&mut self, code: u16) {
+        let _ = self.ws.close(Some(CloseFrame {
+            code: CloseCode::from(code),
+            reason: "bench".into(),
+        }));
+        let _ = self.ws.flush();
+    }
+}
+
+fn ping_req(id: u64) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#)
+}
+
+fn sys_info_req(id: u64) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"sys_info","arguments":{{}}}}}}"#
+    )
+}
+
+fn bash_req(id: u64, command: &str, extra: Value) -> String {
+    let mut args = json!({"command": command});
+    for (k, v) in extra.as_object().unwrap() {
+        args[k] = v.clone();
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+           "params": {"name": "bash", "arguments": args}})
+    .to_string()
+}
+
+/// Processes created on the whole box so far (`/proc/stat` "processes").
+fn forks_so_far() -> u64 {
+    std::fs::read_to_string("/proc/stat")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("processes "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+// ---------------------------------------------------------------------------------------
+// Floors
+
+fn floor_echo(r: &mut Report, o: &Opts) {
+    let echo = EchoChild::start();
+    let mut ws = echo.connect();
+    let rtt = |n: usize, ws: &mut WebSocket<TcpStream>| {
+        (0..n)
+            .map(|i| {
+                let t = Instant::now();
+                send_text(ws, echo_frame(i as u64));
+                let _ = recv_text(ws, "echo");
+                us(t.elapsed())
+            })
+            .collect::<Vec<_>>()
+    };
+    rtt(o.n(500), &mut ws); // warm-up
+    let rtts = rtt(o.n(5000), &mut ws);
+    r.put("ws_echo_rtt_p50", percentile(&rtts, 0.5), "us", None);
+    r.put("ws_echo_rtt_p99", percentile(&rtts, 0.99), "us", None);
+    let id_of = |t: &str| -> u64 {
+        t.strip_prefix("{\"id\":")
+            .and_then(|t| t.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .expect("echoed frame")
+    };
+    let rate = pipelined(&mut ws, o.n(20000), DEPTH, 0, echo_frame, id_of);
+    r.put("ws_echo_pipelined_per_s", rate, "1/s", None);
+}
+
+fn floor_spawn(r: &mut Report, o: &Opts) {
+    let run = || {
+        let t = Instant::now();
+        let out = Command::new("bash")
+            .args(["-c", "true"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn bash");
+        assert!(out.status.success());
+        ms(t.elapsed())
+    };
+    for _ in 0..o.n(20) {
+        run();
+    }
+    let samples: Vec<f64> = (0..o.n(300)).map(|_| run()).collect();
+    r.put("spawn_true_p50", percentile(&samples, 0.5), "ms", None);
+}
+
+fn floor_fsync(r: &mut Report, o: &Opts, dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("bench-fsync.tmp");
+    let samples: Vec<f64> = (0..o.n(100))
+        .map(|i| {
+            let t = Instant::now();
+            let mut f = std::fs::File::create(&path).unwrap();
+            f.write_all(format!("{{\"n\":{i},\"pad\":\"{}\"}}\n", "x".repeat(200)).as_bytes())
+                .unwrap();
+            f.sync_all().unwrap();
+            ms(t.elapsed())
+        })
+        .collect();
+    let _ = std::fs::remove_file(&path);
+    r.put("fsync_p50", percentile(&samples, 0.5), "ms", None);
+}
+
+/// The X11 grabber the display tools run, as `(program, args before the output file)`.
+fn grabber() -> Option<(&'static str, Vec<&'static str>)> {
+    let on_path = |p: &str| {
+        std::env::var_os("PATH")
+            .map(|path| std::env::split_paths(&path).any(|d| d.join(p).is_file()))
+            .unwrap_or(false)
+    };
+    if on_path("scrot") {
+        Some(("scrot", vec!["--pointer", "--overwrite"]))
+    } else if on_path("import") {
+        Some(("import", vec!["-window", "root", "-silent"]))
+    } else {
+        None
+    }
+}
+
+fn floor_grab(r: &mut Report, o: &Opts, display: Option<&str>, dir: &Path) {
+    let (Some(display), Some((prog, args))) = (display, grabber()) else {
+        r.note(
+            "grab_png_p50",
+            "ms",
+            "no X display or no scrot/import: run under scripts/bench.sh with Xvfb".into(),
+        );
+        return;
+    };
+    let file = dir.join("grab.png");
+    let grab = || {
+        let _ = std::fs::remove_file(&file);
+        let t = Instant::now();
+        let target = if prog == "import" {
+            format!("png:{}", file.display())
+        } else {
+            file.display().to_string()
+        };
+        let st = Command::new(prog)
+            .args(&args)
+            .arg(&target)
+            .env("DISPLAY", display)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run the grabber");
+        assert!(st.success(), "{prog} failed on {display}");
+        let bytes = std::fs::read(&file).unwrap();
+        (ms(t.elapsed()), bytes.len())
+    };
+    grab();
+    let runs: Vec<(f64, usize)> = (0..o.n(30)).map(|_| grab()).collect();
+    let samples: Vec<f64> = runs.iter().map(|r| r.0).collect();
+    r.put("grab_png_p50", percentile(&samples, 0.5), "ms", None);
+    r.put("grab_png_bytes", runs[0].1 as f64, "bytes", None);
+}
+
+// ---------------------------------------------------------------------------------------
+// Figures through the daemon
+
+/// Attach a grant and complete the pod's first turns: `initialize`, `tools/list`.
+fn attach_ready(
+    d: &DaemonProc,
+    pod: &mut Pod,
+    session: &str,
+    profile: &str,
+) -> (String, PodConn) {
+    let id = d.attach(pod, session, profile);
+    let mut a = pod.arrival(session);
+    a.conn.initialize();
+    a.conn.request("tools/list", json!({}));
+    (id, a.conn)
+}
+
+fn bench_latency(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
+    let (grant, mut conn) = attach_ready(d, pod, "lat", "owner");
+    let echo50 = r.get("ws_echo_rtt_p50");
+
+    conn.sequential(o.n(500), ping_req);
+    let cpu = d.cpu_ns();
+    let n = o.n(5000);
+    let rtts = conn.sequential(n, ping_req);
+    r.put("ping_daemon_cpu_us", (d.cpu_ns() - cpu) as f64 / 1e3 / n as f64, "us", None);
+    let (p50, p99) = (percentile(&rtts, 0.5), percentile(&rtts, 0.99));
+    r.put("ping_rtt_p50", p50, "us", echo50);
+    r.put("ping_rtt_p99", p99, "us", r.get("ws_echo_rtt_p99"));
+    if let Some(e) = echo50 {
+        r.check(
+            "ping_rtt_p50",
+            format!("<= 2 x ws_echo p50 = {:.0} us", 2.0 * e),
+            Some(p50 <= 2.0 * e),
+        );
+        r.check(
+            "ping_rtt_p99",
+            format!("<= 2 x ws_echo p50 = {:.0} us", 2.0 * e),
+            Some(p99 <= 2.0 * e),
+        );
+    }
+
+    conn.sequential(o.n(200), sys_info_req);
+    let forks_before = forks_so_far();
+    let n = o.n(2000);
+    let cpu = d.cpu_ns();
+    let rtts = conn.sequential(n, sys_info_req);
+    let cpu = (d.cpu_ns() - cpu) as f64 / 1e3 / n as f64;
+    let forks = forks_so_far() - forks_before;
+    let (p50, p99) = (percentile(&rtts, 0.5), percentile(&rtts, 0.99));
+    r.put("sys_info_rtt_p50", p50, "us", echo50);
+    r.put("sys_info_rtt_p99", p99, "us", r.get("ws_echo_rtt_p99"));
+    r.put("sys_info_daemon_cpu_us", cpu, "us", None);
+    r.put("sys_info_box_forks", forks as f64, "procs", None);
+    if let Some(e) = echo50 {
+        r.check(
+            "sys_info_rtt_p50",
+            format!("<= 3 x ws_echo p50 = {:.0} us", 3.0 * e),
+            Some(p50 <= 3.0 * e),
+        );
+    }
+    r.check(
+        "sys_info_box_forks",
+        format!("< {} (nothing spawned per call)", n / 2),
+        Some((forks as usize) < n / 2),
+    );
+
+    let spawn = r.get("spawn_true_p50");
+    let true_req = |id| bash_req(id, "true", json!({}));
+    conn.sequential(o.n(20), true_req);
+    let rtts: Vec<f64> = conn
+        .sequential(o.n(300), true_req)
+        .into_iter()
+        .map(|u| u / 1e3)
+        .collect();
+    let p50 = percentile(&rtts, 0.5);
+    r.put("bash_true_rtt_p50", p50, "ms", spawn);
+    if let Some(s) = spawn {
+        r.check(
+            "bash_true_rtt_p50",
+            format!("<= spawn_true + 1 ms = {:.2} ms", s + 1.0),
+            Some(p50 <= s + 1.0),
+        );
+    }
+
+    let mixed = |id: u64| {
+        if id % 2 == 0 {
+            ping_req(id)
+        } else {
+            sys_info_req(id)
+        }
+    };
+    let first = conn.next_id;
+    let total = o.n(20000);
+    let cpu = d.cpu_ns();
+    let rate = pipelined(&mut conn.ws, total, DEPTH, first, mixed, reply_id);
+    let cpu = (d.cpu_ns() - cpu) as f64 / 1e3 / total as f64;
+    conn.next_id = first + total as u64;
+    r.put("pipelined_daemon_cpu_us", cpu, "us", None);
+    let echo_rate = r.get("ws_echo_pipelined_per_s");
+    r.put("pipelined_calls_per_s", rate, "1/s", echo_rate);
+    if let Some(e) = echo_rate {
+        r.check(
+            "pipelined_calls_per_s",
+            format!(">= 25 % of echo = {:.0}/s", 0.25 * e),
+            Some(rate >= 0.25 * e),
+        );
+    }
+
+    // Head-of-line: sys_info while four slow bash calls hold the same grant.
+    let idle_p99 = r.get("sys_info_rtt_p99").unwrap();
+    let mut samples = Vec::new();
+    let rounds = if o.quick { 1 } else { 3 };
+    for _ in 0..rounds {
+        let mut sleepers = HashSet::new();
+        for _ in 0..4 {
+            let id = conn.next_id;
+            conn.next_id += 1;
+            send_text(
+                &mut conn.ws,
+                bash_req(id, "sleep 5", json!({"timeout_secs": 30})),
+            );
+            sleepers.insert(id);
+        }
+        let window_end = Instant::now() + Duration::from_millis(4000);
+        while Instant::now() < window_end {
+            let id = conn.next_id;
+            conn.next_id += 1;
+            let t = Instant::now();
+            send_text(&mut conn.ws, sys_info_req(id));
+            loop {
+                let got = reply_id(&recv_text(&mut conn.ws, "hol"));
+                if got == id {
+                    break;
+                }
+                assert!(sleepers.remove(&got), "unexpected reply {got}");
+            }
+            samples.push(us(t.elapsed()));
+        }
+        while !sleepers.is_empty() {
+            let got = reply_id(&recv_text(&mut conn.ws, "hol sleepers"));
+            assert!(sleepers.remove(&got), "unexpected reply {got}");
+        }
+    }
+    let p99 = percentile(&samples, 0.99);
+    r.put("hol_sys_info_p99", p99, "us", Some(idle_p99));
+    r.check(
+        "hol_sys_info_p99",
+        format!("<= 2 x idle sys_info p99 = {:.0} us", 2.0 * idle_p99),
+        Some(p99 <= 2.0 * idle_p99),
+    );
+    d.revoke(&grant);
+}
+
+fn bench_attach_revoke(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
+    let mut attach = Vec::new();
+    let mut revoke = Vec::new();
+    for i in 0..o.n(50) {
+        let session = format!("ar-{i}");
+        let t = Instant::now();
+        let (grant, mut conn) = attach_ready(d, pod, &session, "observe");
+        attach.push(ms(t.elapsed()));
+        let t = Instant::now();
+        let req = d.send_request("DELETE", &format!("/attach/{grant}"), None);
+        let code = conn.expect_close();
+        revoke.push(ms(t.elapsed()));
+        assert_eq!(code, 1000, "revoke closes 1000");
+        let (status, v) = DaemonProc::read_response(req);
+        assert_eq!(status, 204, "DELETE: {v}");
+    }
+    let fsync = r.get("fsync_p50");
+    let p50 = percentile(&attach, 0.5);
+    r.put("attach_ms_p50", p50, "ms", fsync);
+    r.check("attach_ms_p50", "<= 20 ms (beside fsync)".into(), Some(p50 <= 20.0));
+    let p99 = percentile(&revoke, 0.99);
+    r.put("revoke_ms_p99", p99, "ms", None);
+    r.check("revoke_ms_p99", "<= 50 ms".into(), Some(p99 <= 50.0));
+}
+
+fn bench_redial(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
+    let n = o.n(10).min(10);
+    let mut grants = Vec::new();
+    for i in 0..n {
+        let session = format!("rd-{i}");
+        let (grant, conn) = attach_ready(d, pod, &session, "observe");
+        grants.push((session, grant, conn));
+    }
+    let mut closed_at = Vec::new();
+    for (session, _, conn) in &mut grants {
+        conn.close(1000);
+        closed_at.push((session.clone(), Instant::now()));
+    }
+    let mut samples = Vec::new();
+    for (session, at) in &closed_at {
+        let a = pod.arrival(session);
+        samples.push(ms(a.at.duration_since(*at)));
+    }
+    for (_, grant, _) in &grants {
+        d.revoke(grant);
+    }
+    let lo = samples.iter().cloned().fold(f64::MAX, f64::min);
+    let hi = samples.iter().cloned().fold(0.0, f64::max);
+    r.put("redial_ms_p50", percentile(&samples, 0.5), "ms", None);
+    r.put("redial_ms_min", lo, "ms", None);
+    r.put("redial_ms_max", hi, "ms", None);
+    // The backoff is 1000 ms +-20 %; the dial and upgrade add a loopback handshake.
+    r.check(
+        "redial_ms_p50",
+        "1000 +-20 % (each of min..max in 800..1220)".into(),
+        Some(lo >= 800.0 && hi <= 1220.0),
+    );
+}
+
+fn bench_memory(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
+    std::thread::sleep(Duration::from_millis(500));
+    let (rss, anon) = d.rss_kib();
+    r.put("rss_idle_kib", rss, "KiB", None);
+    r.put("rss_anon_idle_kib", anon, "KiB", None);
+    r.put("threads_idle", d.threads() as f64, "threads", None);
+    r.check("rss_idle_kib", "<= 3072 KiB".into(), Some(rss <= 3072.0));
+    r.check("rss_anon_idle_kib", "<= 3072 KiB".into(), Some(anon <= 3072.0));
+
+    let n = o.n(100);
+    let mut grants = Vec::new();
+    for i in 0..n {
+        let session = format!("mem-{i}");
+        grants.push(attach_ready(d, pod, &session, "owner"));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (rss_n, _) = d.rss_kib();
+    let per = (rss_n - rss) / n as f64;
+    r.put("rss_per_grant_kib", per, "KiB", None);
+    r.check("rss_per_grant_kib", "<= 400 KiB".into(), Some(per <= 400.0));
+
+    let big = format!("head -c {BIG_REPLY_STDOUT_BYTES} /dev/zero | tr '\\0' x");
+    let mut reply_bytes = 0;
+    for (_, conn) in &mut grants {
+        let id = conn.next_id;
+        conn.next_id += 1;
+        send_text(
+            &mut conn.ws,
+            bash_req(id, &big, json!({"max_output_bytes": BIG_REPLY_STDOUT_BYTES})),
+        );
+        let reply = recv_text(&mut conn.ws, "big reply");
+        assert_eq!(reply_id(&reply), id);
+        reply_bytes = reply.len();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (rss_big, _) = d.rss_kib();
+    let per_big = (rss_big - rss) / n as f64;
+    r.put("big_reply_bytes", reply_bytes as f64, "bytes", None);
+    r.put("rss_per_grant_after_reply_kib", per_big, "KiB", None);
+    r.check(
+        "rss_per_grant_after_reply_kib",
+        "<= 400 KiB".into(),
+        Some(per_big <= 400.0),
+    );
+    for (grant, _) in &grants {
+        d.revoke(grant);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    r.put("rss_after_revoke_kib", d.rss_kib().0, "KiB", None);
+}
+
+fn bench_screenshot(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
+    let (grant, mut conn) = attach_ready(d, pod, "shot", "observe");
+    let tools = conn.request("tools/list", json!({}));
+    let listed = tools["result"]["tools"]
+        .as_array()
+        .map(|t| t.iter().any(|t| t["name"] == "screenshot"))
+        .unwrap_or(false);
+    let first = if listed {
+        Some(conn.call_tool("screenshot", json!({})))
+    } else {
+        None
+    };
+    let image = first.as_ref().and_then(|res| {
+        res["content"]
+            .as_array()?
+            .iter()
+            .find(|b| b["type"] == "image")
+            .and_then(|b| b["data"].as_str())
+            .map(str::len)
+    });
+    match (first, image) {
+        (None, _) => r.note(
+            "screenshot_rtt_p50",
+            "ms",
+            "screenshot is not served by this build".into(),
+        ),
+        (Some(res), None) => r.note(
+            "screenshot_rtt_p50",
+            "ms",
+            format!(
+                "screenshot answered no image (no display?): {}",
+                clip(&res.to_string())
+            ),
+        ),
+        (Some(_), Some(b64)) => {
+            let req = |id: u64| {
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"screenshot","arguments":{{}}}}}}"#
+                )
+            };
+            let rtts: Vec<f64> = conn
+                .sequential(o.n(30), req)
+                .into_iter()
+                .map(|u| u / 1e3)
+                .collect();
+            let p50 = percentile(&rtts, 0.5);
+            let grab = r.get("grab_png_p50");
+            r.put("screenshot_rtt_p50", p50, "ms", grab);
+            r.put("screenshot_base64_bytes", b64 as f64, "bytes", None);
+            if let Some(g) = grab {
+                r.check(
+                    "screenshot_rtt_p50",
+                    format!("<= grab_png + 15 ms = {:.1} ms", g + 15.0),
+                    Some(p50 <= g + 15.0),
+                );
+            }
+        }
+    }
+    d.revoke(&grant);
+}
+
+fn bench_binary(r: &mut Report, o: &Opts) {
+    let size = std::fs::metadata(&o.bin).expect("the handnode binary").len() as f64;
+    r.put("binary_bytes_dynamic", size, "bytes", None);
+    r.check(
+        "binary_bytes_dynamic",
+        "<= 2.5 MiB (2621440)".into(),
+        Some(size <= 2.5 * 1048576.0),
+    );
+    match &o.static_bin {
+        Some(p) => {
+            let size = std::fs::metadata(p).expect("the static binary").len() as f64;
+            r.emit(Metric {
+                name: "binary_bytes_static".into(),
+                value: Some(size),
+                unit: "bytes",
+                floor: None,
+                note: Some(format!("libc: {}", o.static_libc)),
+            });
+            r.check(
+                "binary_bytes_static",
+                "<= 4 MiB (4194304)".into(),
+                Some(size <= 4.0 * 1048576.0),
+            );
+        }
+        None => r.note(
+            "binary_bytes_static",
+            "bytes",
+            "no --static-bin given".into(),
+        ),
+    }
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let secs = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    format!(
+        "{cpus} CPUs, {cpu}, kernel {}, load {}, unix time {secs}",
+        kernel.trim(),
+        load.split(' ').take(3).collect::<Vec<_>>().join(" ")
+    )
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == ECHO_ARG) {
+        echo_server();
+        return;
+    }
+    let o = Opts::parse(&args);
+    eprintln!("bench: {}", machine());
+    eprintln!("bench: daemon {}", o.bin.display());
+    let dir = std::env::temp_dir().join(format!("handnode-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let display = std::env::var("DISPLAY").ok().filter(|d| !d.is_empty());
+    let mut r = Report::default();
+
+    bench_binary(&mut r, &o);
+    if o.runs("memory") {
+        // Memory first, on a fresh daemon.
+        let d = DaemonProc::start(&o.bin, &dir.join("mem"), display.as_deref());
+        let mut pod = Pod::start();
+        eprintln!("bench: memory (daemon pid {})", d.pid);
+        bench_memory(&mut r, &o, &d, &mut pod);
+    }
+    eprintln!("bench: floors");
+    floor_echo(&mut r, &o);
+    floor_spawn(&mut r, &o);
+    let d = DaemonProc::start(&o.bin, &dir.join("run"), display.as_deref());
+    floor_fsync(&mut r, &o, &d.state_dir());
+    floor_grab(&mut r, &o, display.as_deref(), &dir);
+    let mut pod = Pod::start();
+    if o.runs("latency") {
+        eprintln!("bench: latency (daemon pid {})", d.pid);
+        bench_latency(&mut r, &o, &d, &mut pod);
+    }
+    if o.runs("attach") {
+        eprintln!("bench: attach/revoke");
+        bench_attach_revoke(&mut r, &o, &d, &mut pod);
+    }
+    if o.runs("redial") {
+        eprintln!("bench: redial");
+        bench_redial(&mut r, &o, &d, &mut pod);
+    }
+    if o.runs("screenshot") {
+        eprintln!("bench: screenshot");
+        bench_screenshot(&mut r, &o, &d, &mut pod);
+    }
+    drop(d);
+    r.table();
+    println!("machine: {}", machine());
+    let _ = std::fs::remove_dir_all(&dir);
+}

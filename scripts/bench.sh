@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Benchmarks: what handnode adds, beside floors measured in the same run (issue 5).
+#
+#   scripts/bench.sh [--quick] [--no-static]
+#
+# Builds the release binary (and a static one for its size), starts Xvfb 1280x800 when
+# it is installed and no DISPLAY is set, then runs benches/bench.rs against the binary: a
+# real daemon process, a stub pod on loopback inside the bench, grants attached through
+# the admin API. Prints one JSON object per line and a summary table with each target and
+# pass/fail. Not part of CI: timings on a shared box are noisy, so every time figure is a
+# ratio to a floor taken in the same run. Needs no network beyond crates.io for the build.
+set -euo pipefail
+
+die() { echo "bench: error: $*" >&2; exit 1; }
+note() { echo "bench: $*" >&2; }
+
+quick=()
+static=1
+for arg in "$@"; do
+    case "$arg" in
+        --quick) quick=(--quick) ;;
+        --no-static) static=0 ;;
+        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown argument '$arg' (usage: scripts/bench.sh [--quick] [--no-static])" ;;
+    esac
+done
+
+cd "$(dirname "$0")/.."
+command -v cargo >/dev/null || die "cargo not found; install Rust from https://rustup.rs"
+
+note "building the release binary ..."
+cargo build --release --bin handnode >&2 || die "cargo build --release failed (output above)"
+bin=$PWD/target/release/handnode
+
+static_args=()
+if [ "$static" = 1 ]; then
+    triple=x86_64-unknown-linux-gnu
+    if [ -x scripts/build-static.sh ]; then
+        note "building the static binary with scripts/build-static.sh ..."
+        scripts/build-static.sh --libc gnu >&2 || die "scripts/build-static.sh failed"
+    else
+        note "building the static binary (+crt-static, $triple) ..."
+        RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
+            cargo build --release --target "$triple" --bin handnode >&2 \
+            || die "static build failed (output above); try --no-static"
+    fi
+    static_args=(--static-bin "$PWD/target/$triple/release/handnode"
+                 --static-libc "glibc $(ldd --version | sed -n '1s/.* //p') (+crt-static)")
+fi
+
+xvfb_pid=
+cleanup() { if [ -n "$xvfb_pid" ]; then kill "$xvfb_pid" 2>/dev/null || true; fi; }
+trap cleanup EXIT
+if [ -z "${DISPLAY:-}" ] && command -v Xvfb >/dev/null; then
+    for n in $(seq 90 99); do
+        [ -e "/tmp/.X11-unix/X$n" ] || [ -e "/tmp/.X$n-lock" ] && continue
+        Xvfb ":$n" -screen 0 1280x800x24 -nolisten tcp >/dev/null 2>&1 &
+        xvfb_pid=$!
+        for _ in $(seq 100); do
+            [ -e "/tmp/.X11-unix/X$n" ] && break
+            kill -0 "$xvfb_pid" 2>/dev/null || break
+            sleep 0.05
+        done
+        if [ -e "/tmp/.X11-unix/X$n" ]; then export DISPLAY=":$n"; break; fi
+        kill "$xvfb_pid" 2>/dev/null || true
+        xvfb_pid=
+    done
+    [ -n "${DISPLAY:-}" ] && note "Xvfb 1280x800 on $DISPLAY" || note "Xvfb did not start; screenshot figures will be notes"
+elif [ -z "${DISPLAY:-}" ]; then
+    note "no Xvfb (apt-get install xvfb scrot) and no DISPLAY: screenshot figures will be notes"
+fi
+
+note "running the benchmark ..."
+cargo bench --bench bench -- --bin "$bin" "${static_args[@]}" "${quick[@]}"
