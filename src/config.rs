@@ -61,6 +61,9 @@ pub struct Timing {
     pub upstream_cache_ttl: Duration,
     /// How long probed display facts (backend, screen sizes) are reused.
     pub display_probe_ttl: Duration,
+    /// How long `sys_info` reuses what it read from `/proc` (memory, uptime, load,
+    /// tailnet addresses).
+    pub sys_info_ttl: Duration,
     /// Longest one display helper (grim, xdotool, wtype, …) may run.
     pub display_helper_timeout: Duration,
 }
@@ -84,6 +87,7 @@ impl Default for Timing {
             upstream_timeout: Duration::from_secs(30),
             upstream_cache_ttl: Duration::from_secs(10),
             display_probe_ttl: Duration::from_secs(2),
+            sys_info_ttl: Duration::from_secs(1),
             display_helper_timeout: Duration::from_secs(10),
         }
     }
@@ -900,6 +904,7 @@ const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
     millis!("upstream-timeout-ms", upstream_timeout, "30000", "One request to an upstream MCP server."),
     millis!("upstream-cache-ttl-ms", upstream_cache_ttl, "10000", "How long an upstream's tool list is reused."),
     millis!("display-probe-ttl-ms", display_probe_ttl, "2000", "How long probed display facts are reused."),
+    millis!("sys-info-ttl-ms", sys_info_ttl, "1000", "How long sys_info reuses what it read from /proc (memory, uptime, load, tailnet addresses)."),
     millis!("display-helper-timeout-ms", display_helper_timeout, "10000", "Longest one display helper (grim, xdotool, wtype) may run."),
 ];
 

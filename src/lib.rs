@@ -125,6 +125,7 @@ impl Daemon {
             display_backend: config.display_backend,
             max_screenshot_edge: config.max_screenshot_edge,
             display_probe_ttl: config.timing.display_probe_ttl,
+            sys_info_ttl: config.timing.sys_info_ttl,
             display_helper_timeout: config.timing.display_helper_timeout,
             display_env: config.display_env.clone(),
         })

@@ -97,6 +97,8 @@ pub struct ToolConfig {
     pub display_probe_ttl: std::time::Duration,
     /// Longest one display helper (grim, xdotool, …) may run (`Timing::display_helper_timeout`).
     pub display_helper_timeout: std::time::Duration,
+    /// How long `sys_info` reuses its `/proc` reads (`Timing::sys_info_ttl`).
+    pub sys_info_ttl: std::time::Duration,
     /// Replaces the process environment for display probing and helpers (DISPLAY,
     /// WAYLAND_DISPLAY, XDG_RUNTIME_DIR, SWAYSOCK, PATH); `None` reads the process's own.
     pub display_env: Option<std::collections::BTreeMap<String, String>>,
@@ -111,6 +113,7 @@ impl Default for ToolConfig {
             max_screenshot_edge: 1920,
             display_probe_ttl: crate::config::Timing::default().display_probe_ttl,
             display_helper_timeout: crate::config::Timing::default().display_helper_timeout,
+            sys_info_ttl: crate::config::Timing::default().sys_info_ttl,
             display_env: None,
         }
     }
@@ -123,6 +126,8 @@ pub struct ToolHost {
     pub config: ToolConfig,
     pub processes: bash::ProcessWatcher,
     pub facts: sysinfo::StaticFacts,
+    /// `sys_info`'s `/proc` reads, reused for `sys_info_ttl`.
+    pub live: sysinfo::LiveCache,
     /// Display probe cache and the display thread.
     pub display: display::DisplayState,
 }
@@ -132,6 +137,7 @@ impl ToolHost {
         Ok(Arc::new(ToolHost {
             processes: bash::ProcessWatcher::start()?,
             facts: sysinfo::StaticFacts::gather(),
+            live: sysinfo::LiveCache::new(config.sys_info_ttl),
             display: display::DisplayState::default(),
             config,
         }))
