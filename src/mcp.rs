@@ -297,7 +297,20 @@ impl Dispatcher {
 
 /// Serialize a successful JSON-RPC response.
 pub fn result_reply(id: &Value, result: Value) -> String {
-    json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+    // Serialized straight from `result`: `json!` around a `Value` deep-copies it first,
+    // which for a screenshot means megabytes copied and held twice.
+    #[derive(serde::Serialize)]
+    struct Reply<'a> {
+        jsonrpc: &'static str,
+        id: &'a Value,
+        result: &'a Value,
+    }
+    serde_json::to_string(&Reply {
+        jsonrpc: "2.0",
+        id,
+        result: &result,
+    })
+    .expect("a JSON value always serializes")
 }
 
 /// Serialize a JSON-RPC error response.
