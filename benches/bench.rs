@@ -11,6 +11,9 @@
 //! Re-executed with `--echo-server` this binary is the raw tungstenite echo server of the
 //! `ws_echo_*` floors, so that floor crosses a process boundary just like the daemon does.
 
+// tungstenite's handshake callback type returns its large error by value.
+#![allow(clippy::result_large_err)]
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -46,7 +49,7 @@ struct Opts {
     static_bin: Option<PathBuf>,
     static_libc: String,
     quick: bool,
-    /// Run only these sections (memory, latency, attach, redial, screenshot); floors always.
+    /// Run only these sections (see `--help`); the floors always run.
     only: Option<Vec<String>>,
 }
 
@@ -75,7 +78,9 @@ impl Opts {
                 "--help" | "-h" => {
                     println!(
                         "bench [--bin PATH] [--static-bin PATH] [--static-libc NAME] [--quick] \
-                         [--only memory,latency,attach,redial,screenshot]"
+                         [--only SECTION,...]\n\
+                         sections: memory, latency (= ping, sys_info, bash, pipelined, hol), \
+                         attach, redial, screenshot"
                     );
                     std::process::exit(0);
                 }
@@ -86,10 +91,16 @@ impl Opts {
         o
     }
 
+    /// Whether `section` (or the group it belongs to) was asked for.
     fn runs(&self, section: &str) -> bool {
-        self.only
-            .as_ref()
-            .is_none_or(|only| only.iter().any(|s| s == section))
+        const LATENCY: [&str; 5] = ["ping", "sys_info", "bash", "pipelined", "hol"];
+        self.only.as_ref().is_none_or(|only| {
+            only.iter().any(|s| {
+                s == section
+                    || (s == "latency" && (section == "latency" || LATENCY.contains(&section)))
+                    || (section == "latency" && LATENCY.contains(&s.as_str()))
+            })
+        })
     }
 
     /// Full counts, or a tenth of them for a smoke run.
@@ -142,7 +153,8 @@ struct Report {
 
 impl Report {
     fn emit(&mut self, m: Metric) {
-        let mut line = json!({"metric": m.name, "value": m.value, "unit": m.unit, "floor": m.floor});
+        let mut line =
+            json!({"metric": m.name, "value": m.value, "unit": m.unit, "floor": m.floor});
         if let Some(note) = &m.note {
             line["note"] = json!(note);
         }
@@ -647,7 +659,10 @@ impl Pod {
             if a.session == session {
                 return a;
             }
-            self.stash.entry(a.session.clone()).or_default().push_back(a);
+            self.stash
+                .entry(a.session.clone())
+                .or_default()
+                .push_back(a);
         }
     }
 }
@@ -668,7 +683,12 @@ impl PodConn {
         );
         let text = recv_text(&mut self.ws, method);
         let v: Value = serde_json::from_str(&text).expect("reply is JSON");
-        assert_eq!(v["id"], json!(id), "reply to another request: {}", clip(&text));
+        assert_eq!(
+            v["id"],
+            json!(id),
+            "reply to another request: {}",
+            clip(&text)
+        );
         assert!(v.get("error").is_none(), "{method}: {}", clip(&text));
         v
     }
@@ -875,12 +895,7 @@ fn floor_grab(r: &mut Report, o: &Opts, display: Option<&str>, dir: &Path) {
 // Figures through the daemon
 
 /// Attach a grant and complete the pod's first turns: `initialize`, `tools/list`.
-fn attach_ready(
-    d: &DaemonProc,
-    pod: &mut Pod,
-    session: &str,
-    profile: &str,
-) -> (String, PodConn) {
+fn attach_ready(d: &DaemonProc, pod: &mut Pod, session: &str, profile: &str) -> (String, PodConn) {
     let id = d.attach(pod, session, profile);
     let mut a = pod.arrival(session);
     a.conn.initialize();
@@ -890,37 +905,77 @@ fn attach_ready(
 
 fn bench_latency(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     let (grant, mut conn) = attach_ready(d, pod, "lat", "owner");
-    let echo50 = r.get("ws_echo_rtt_p50");
+    if o.runs("ping") {
+        bench_ping(r, o, d, &mut conn);
+    }
+    if o.runs("sys_info") {
+        bench_sys_info(r, o, d, &mut conn);
+    }
+    if o.runs("bash") {
+        bench_bash_true(r, o, &mut conn);
+    }
+    if o.runs("pipelined") {
+        bench_pipelined(r, o, d, &mut conn);
+    }
+    if o.runs("hol") {
+        bench_hol(r, o, &mut conn);
+    }
+    d.revoke(&grant);
+}
 
+/// Daemon CPU (all threads) per call while `run` makes `calls` calls, in µs.
+fn cpu_per_call(d: &DaemonProc, calls: usize, run: impl FnOnce()) -> f64 {
+    let before = d.cpu_ns();
+    run();
+    (d.cpu_ns() - before) as f64 / 1e3 / calls as f64
+}
+
+fn bench_ping(r: &mut Report, o: &Opts, d: &DaemonProc, conn: &mut PodConn) {
     conn.sequential(o.n(500), ping_req);
-    let cpu = d.cpu_ns();
     let n = o.n(5000);
-    let rtts = conn.sequential(n, ping_req);
-    r.put("ping_daemon_cpu_us", (d.cpu_ns() - cpu) as f64 / 1e3 / n as f64, "us", None);
+    let mut rtts = Vec::new();
+    let cpu = cpu_per_call(d, n, || rtts = conn.sequential(n, ping_req));
     let (p50, p99) = (percentile(&rtts, 0.5), percentile(&rtts, 0.99));
+    let (echo50, echo99) = (r.get("ws_echo_rtt_p50"), r.get("ws_echo_rtt_p99"));
     r.put("ping_rtt_p50", p50, "us", echo50);
-    r.put("ping_rtt_p99", p99, "us", r.get("ws_echo_rtt_p99"));
+    r.put("ping_rtt_p99", p99, "us", echo99);
+    r.put("ping_daemon_cpu_us", cpu, "us", None);
     if let Some(e) = echo50 {
         r.check(
             "ping_rtt_p50",
             format!("<= 2 x ws_echo p50 = {:.0} us", 2.0 * e),
             Some(p50 <= 2.0 * e),
         );
+    }
+    // The issue sets the target on p50; p99 is held to the same ratio of the echo's p99.
+    if let Some(e) = echo99 {
         r.check(
             "ping_rtt_p99",
-            format!("<= 2 x ws_echo p50 = {:.0} us", 2.0 * e),
+            format!("<= 2 x ws_echo p99 = {:.0} us", 2.0 * e),
             Some(p99 <= 2.0 * e),
         );
     }
+}
 
+fn bench_sys_info(r: &mut Report, o: &Opts, d: &DaemonProc, conn: &mut PodConn) {
+    let one = conn.call_tool("sys_info", json!({}));
+    if std::env::var_os("BENCH_SHOW_SYS_INFO").is_some() {
+        eprintln!("{}", serde_json::to_string_pretty(&one).unwrap());
+    }
+    r.put(
+        "sys_info_result_bytes",
+        one.to_string().len() as f64,
+        "bytes",
+        None,
+    );
     conn.sequential(o.n(200), sys_info_req);
-    let forks_before = forks_so_far();
     let n = o.n(2000);
-    let cpu = d.cpu_ns();
-    let rtts = conn.sequential(n, sys_info_req);
-    let cpu = (d.cpu_ns() - cpu) as f64 / 1e3 / n as f64;
+    let forks_before = forks_so_far();
+    let mut rtts = Vec::new();
+    let cpu = cpu_per_call(d, n, || rtts = conn.sequential(n, sys_info_req));
     let forks = forks_so_far() - forks_before;
     let (p50, p99) = (percentile(&rtts, 0.5), percentile(&rtts, 0.99));
+    let echo50 = r.get("ws_echo_rtt_p50");
     r.put("sys_info_rtt_p50", p50, "us", echo50);
     r.put("sys_info_rtt_p99", p99, "us", r.get("ws_echo_rtt_p99"));
     r.put("sys_info_daemon_cpu_us", cpu, "us", None);
@@ -932,12 +987,16 @@ fn bench_latency(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
             Some(p50 <= 3.0 * e),
         );
     }
+    // Processes started anywhere on the box during the calls: fewer than one per two
+    // calls means sys_info spawns nothing per call, whatever else the box runs.
     r.check(
         "sys_info_box_forks",
         format!("< {} (nothing spawned per call)", n / 2),
         Some((forks as usize) < n / 2),
     );
+}
 
+fn bench_bash_true(r: &mut Report, o: &Opts, conn: &mut PodConn) {
     let spawn = r.get("spawn_true_p50");
     let true_req = |id| bash_req(id, "true", json!({}));
     conn.sequential(o.n(20), true_req);
@@ -955,7 +1014,9 @@ fn bench_latency(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
             Some(p50 <= s + 1.0),
         );
     }
+}
 
+fn bench_pipelined(r: &mut Report, o: &Opts, d: &DaemonProc, conn: &mut PodConn) {
     let mixed = |id: u64| {
         if id % 2 == 0 {
             ping_req(id)
@@ -965,13 +1026,14 @@ fn bench_latency(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     };
     let first = conn.next_id;
     let total = o.n(20000);
-    let cpu = d.cpu_ns();
-    let rate = pipelined(&mut conn.ws, total, DEPTH, first, mixed, reply_id);
-    let cpu = (d.cpu_ns() - cpu) as f64 / 1e3 / total as f64;
+    let mut rate = 0.0;
+    let cpu = cpu_per_call(d, total, || {
+        rate = pipelined(&mut conn.ws, total, DEPTH, first, mixed, reply_id)
+    });
     conn.next_id = first + total as u64;
-    r.put("pipelined_daemon_cpu_us", cpu, "us", None);
     let echo_rate = r.get("ws_echo_pipelined_per_s");
     r.put("pipelined_calls_per_s", rate, "1/s", echo_rate);
+    r.put("pipelined_daemon_cpu_us", cpu, "us", None);
     if let Some(e) = echo_rate {
         r.check(
             "pipelined_calls_per_s",
@@ -979,9 +1041,10 @@ fn bench_latency(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
             Some(rate >= 0.25 * e),
         );
     }
+}
 
-    // Head-of-line: sys_info while four slow bash calls hold the same grant.
-    let idle_p99 = r.get("sys_info_rtt_p99").unwrap();
+/// Head-of-line: sys_info while four slow bash calls hold the same grant.
+fn bench_hol(r: &mut Report, o: &Opts, conn: &mut PodConn) {
     let mut samples = Vec::new();
     let rounds = if o.quick { 1 } else { 3 };
     for _ in 0..rounds {
@@ -1016,13 +1079,15 @@ fn bench_latency(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
         }
     }
     let p99 = percentile(&samples, 0.99);
-    r.put("hol_sys_info_p99", p99, "us", Some(idle_p99));
-    r.check(
-        "hol_sys_info_p99",
-        format!("<= 2 x idle sys_info p99 = {:.0} us", 2.0 * idle_p99),
-        Some(p99 <= 2.0 * idle_p99),
-    );
-    d.revoke(&grant);
+    let idle_p99 = r.get("sys_info_rtt_p99");
+    r.put("hol_sys_info_p99", p99, "us", idle_p99);
+    if let Some(idle) = idle_p99 {
+        r.check(
+            "hol_sys_info_p99",
+            format!("<= 2 x idle sys_info p99 = {:.0} us", 2.0 * idle),
+            Some(p99 <= 2.0 * idle),
+        );
+    }
 }
 
 fn bench_attach_revoke(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
@@ -1044,7 +1109,11 @@ fn bench_attach_revoke(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) 
     let fsync = r.get("fsync_p50");
     let p50 = percentile(&attach, 0.5);
     r.put("attach_ms_p50", p50, "ms", fsync);
-    r.check("attach_ms_p50", "<= 20 ms (beside fsync)".into(), Some(p50 <= 20.0));
+    r.check(
+        "attach_ms_p50",
+        "<= 20 ms (beside fsync)".into(),
+        Some(p50 <= 20.0),
+    );
     let p99 = percentile(&revoke, 0.99);
     r.put("revoke_ms_p99", p99, "ms", None);
     r.check("revoke_ms_p99", "<= 50 ms".into(), Some(p99 <= 50.0));
@@ -1091,7 +1160,11 @@ fn bench_memory(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     r.put("rss_anon_idle_kib", anon, "KiB", None);
     r.put("threads_idle", d.threads() as f64, "threads", None);
     r.check("rss_idle_kib", "<= 3072 KiB".into(), Some(rss <= 3072.0));
-    r.check("rss_anon_idle_kib", "<= 3072 KiB".into(), Some(anon <= 3072.0));
+    r.check(
+        "rss_anon_idle_kib",
+        "<= 3072 KiB".into(),
+        Some(anon <= 3072.0),
+    );
 
     let n = o.n(100);
     let mut grants = Vec::new();
@@ -1112,7 +1185,11 @@ fn bench_memory(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
         conn.next_id += 1;
         send_text(
             &mut conn.ws,
-            bash_req(id, &big, json!({"max_output_bytes": BIG_REPLY_STDOUT_BYTES})),
+            bash_req(
+                id,
+                &big,
+                json!({"max_output_bytes": BIG_REPLY_STDOUT_BYTES}),
+            ),
         );
         let reply = recv_text(&mut conn.ws, "big reply");
         assert_eq!(reply_id(&reply), id);
@@ -1197,7 +1274,9 @@ fn bench_screenshot(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
 }
 
 fn bench_binary(r: &mut Report, o: &Opts) {
-    let size = std::fs::metadata(&o.bin).expect("the handnode binary").len() as f64;
+    let size = std::fs::metadata(&o.bin)
+        .expect("the handnode binary")
+        .len() as f64;
     r.put("binary_bytes_dynamic", size, "bytes", None);
     r.check(
         "binary_bytes_dynamic",
