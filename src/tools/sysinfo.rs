@@ -359,7 +359,8 @@ pub(crate) fn collect(cx: &CallContext) -> Value {
             "expires_in_secs": g.expires_at.saturating_sub(now),
         })
     });
-    json!({
+    let tools = tool_status(cx.profile, facts, &display);
+    let mut info = json!({
         "hostname": facts.hostname,
         "os": facts.os,
         "kernel": facts.kernel,
@@ -370,8 +371,6 @@ pub(crate) fn collect(cx: &CallContext) -> Value {
         "uptime_secs": uptime,
         "load_average": load,
         "tailnet_addresses": live.tailnet,
-        "display": display,
-        "tools": tool_status(cx.profile, facts, &display),
         "agent": {
             "name": "handnode",
             "version": env!("CARGO_PKG_VERSION"),
@@ -380,9 +379,15 @@ pub(crate) fn collect(cx: &CallContext) -> Value {
             "user": facts.user,
         },
         "profile": cx.profile.as_str(),
-        "grant": grant,
         "max_run_secs": cx.limits.max_run_secs,
-    })
+    });
+    // Values are moved in, not written inside `json!`: it deep-copies a `Value` through
+    // the serializer, which was most of a call's cost.
+    let map = info.as_object_mut().expect("json! object");
+    map.insert("display".into(), display);
+    map.insert("tools".into(), Value::Array(tools));
+    map.insert("grant".into(), grant.unwrap_or(Value::Null));
+    info
 }
 
 /// A human summary of [`collect`]'s value.
@@ -486,10 +491,12 @@ pub(crate) fn summary(info: &Value) -> String {
 pub fn start(_args: Value, cx: CallContext, done: Completion) {
     let info = collect(&cx);
     let text = summary(&info);
-    done.complete(ToolOutput::Result(json!({
-        "content": [{"type": "text", "text": text}],
-        "structuredContent": info,
-    })));
+    let mut result = json!({"content": [{"type": "text", "text": text}]});
+    result
+        .as_object_mut()
+        .expect("json! object")
+        .insert("structuredContent".into(), info);
+    done.complete(ToolOutput::Result(result));
 }
 
 #[cfg(test)]

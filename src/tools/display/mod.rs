@@ -451,19 +451,26 @@ impl Probe {
             .filter(|(n, _)| *n != "PATH")
             .map(|(n, v)| (n.to_string(), json!(v)))
             .collect();
-        json!({
-            "backend": self.backend.map(Backend::as_str).unwrap_or("none"),
-            "requested": backend_name(self.requested),
-            "displays": self.displays.iter().map(|d| json!({
+        let displays = self.displays.iter().map(|d| {
+            json!({
                 "index": d.index, "name": d.name, "width": d.width, "height": d.height,
                 "x": d.x, "y": d.y, "scale": d.scale,
-            })).collect::<Vec<_>>(),
-            "tools": tools,
+            })
+        });
+        let mut out = json!({
+            "backend": self.backend.map(Backend::as_str).unwrap_or("none"),
+            "requested": backend_name(self.requested),
             "problem": self.problem,
             "notes": self.notes,
-            "helpers": helpers,
-            "env": env,
-        })
+        });
+        // Moved in rather than written inside `json!`, which deep-copies a `Value`:
+        // sys_info builds this on every call.
+        let map = out.as_object_mut().expect("json! object");
+        map.insert("displays".into(), Value::Array(displays.collect()));
+        map.insert("tools".into(), Value::Object(tools));
+        map.insert("helpers".into(), Value::Object(helpers));
+        map.insert("env".into(), Value::Object(env));
+        out
     }
 }
 
