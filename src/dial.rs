@@ -23,7 +23,7 @@ use tungstenite::{Message, WebSocket};
 use crate::calls::{Calls, Services};
 use crate::config::{Limits, Timing};
 use crate::jobs::Completion;
-use crate::mcp::{self, Action, Dispatcher, Outcome, ToolOutput};
+use crate::mcp::{self, Action, Dispatcher, Outcome};
 use crate::profiles::Profile;
 use crate::secret::Secret;
 use crate::tools::{CallContext, CallLimits, ConnCatalog, GrantNote};
@@ -186,13 +186,17 @@ pub enum Command {
     Shutdown,
 }
 
-/// A tool call's output, addressed to the connection and call that asked for it.
+/// A tool call's reply, addressed to the connection and call that asked for it. It is
+/// serialized by the thread that produced the output, so a grant thread never holds the
+/// output and its text at once, and megabyte buffers stay out of the grant threads' malloc
+/// arenas (there may be a hundred of them).
 #[derive(Debug)]
 pub struct Finished {
     conn: u64,
     id: Value,
     seq: u64,
-    output: ToolOutput,
+    text: String,
+    outcome: Outcome,
 }
 
 /// A finished tool call, for the audit log and metrics.
@@ -726,18 +730,16 @@ impl GrantThread {
                 let Some(call) = calls.finish(&done.id, done.seq) else {
                     continue;
                 };
-                let (text, outcome) =
-                    mcp::tool_reply(&done.id, done.output, self.limits.max_outbound_bytes);
                 self.events.tool_call(CallEvent {
                     grant_id: self.spec.id.clone(),
                     principal: self.spec.principal.clone(),
                     session: self.spec.session.clone(),
                     tool: call.tool,
-                    outcome,
+                    outcome: done.outcome,
                     duration: call.started.elapsed(),
                     arguments: call.arguments,
                 });
-                if let Err(end) = self.send_text(&mut ws, text) {
+                if let Err(end) = self.send_text(&mut ws, done.text) {
                     write_failed = Some(end);
                     break;
                 }
@@ -989,12 +991,15 @@ impl GrantThread {
                     let tx = results.clone();
                     let wake = Arc::clone(waker);
                     let reply_id = id.clone();
+                    let max_outbound = self.limits.max_outbound_bytes;
                     let done = Completion::new(move |output| {
+                        let (text, outcome) = mcp::tool_reply(&reply_id, output, max_outbound);
                         let _ = tx.send(Finished {
                             conn,
                             id: reply_id,
                             seq,
-                            output,
+                            text,
+                            outcome,
                         });
                         wake.wake();
                     });
