@@ -22,8 +22,9 @@ pub struct Services {
 }
 
 impl Services {
-    /// Start a call on its route. Never blocks: local tools go to the pool (a full queue
-    /// answers `done` with "busy"), upstream calls to the upstream's own thread.
+    /// Start a call on its route. Never blocks: a local tool that can answer from caches
+    /// answers here (`tools::answer_inline`), other local tools go to the pool (a full
+    /// queue answers `done` with "busy"), upstream calls to the upstream's own thread.
     pub fn start(
         &self,
         route: Route,
@@ -34,6 +35,9 @@ impl Services {
     ) {
         match route {
             Route::Local => {
+                if let Some(output) = tools::answer_inline(&name, &cx) {
+                    return done.complete(output);
+                }
                 let _ = self.pool.submit_call(
                     move |done| tools::start_local(&name, arguments, cx, done),
                     done,

@@ -313,6 +313,18 @@ pub fn result_reply(id: &Value, result: Value) -> String {
     .expect("a JSON value always serializes")
 }
 
+/// A successful JSON-RPC response around a result that is already JSON text.
+fn encoded_result_reply(id: &Value, result: &str) -> String {
+    let id = id.to_string();
+    let mut out = String::with_capacity(result.len() + id.len() + 32);
+    out.push_str(r#"{"jsonrpc":"2.0","id":"#);
+    out.push_str(&id);
+    out.push_str(r#","result":"#);
+    out.push_str(result);
+    out.push('}');
+    out
+}
+
 /// Serialize a JSON-RPC error response.
 pub fn error_reply(id: &Value, code: i64, message: &str) -> String {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
@@ -323,6 +335,11 @@ pub fn error_reply(id: &Value, code: i64, message: &str) -> String {
 pub enum ToolOutput {
     /// A `CallToolResult` object (`content`, optional `structuredContent`, `isError`).
     Result(Value),
+    /// A `CallToolResult` already serialized (a cached answer), put into the reply as is.
+    Encoded {
+        json: std::sync::Arc<str>,
+        is_error: bool,
+    },
     /// Bad argument shapes: a JSON-RPC `-32602`.
     InvalidParams(String),
     /// A JSON-RPC error other than bad params (overload, upstream protocol failure).
@@ -349,6 +366,8 @@ impl ToolOutput {
                 Outcome::ToolError
             }
             ToolOutput::Result(_) => Outcome::Ok,
+            ToolOutput::Encoded { is_error: true, .. } => Outcome::ToolError,
+            ToolOutput::Encoded { .. } => Outcome::Ok,
             ToolOutput::InvalidParams(_) | ToolOutput::RpcError { .. } => Outcome::RpcError,
         }
     }
@@ -360,6 +379,7 @@ pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, 
     let outcome = output.outcome();
     let encoded = match output {
         ToolOutput::Result(result) => result_reply(id, result),
+        ToolOutput::Encoded { json, .. } => encoded_result_reply(id, &json),
         ToolOutput::InvalidParams(msg) => {
             error_reply(id, INVALID_PARAMS, &format!("Invalid params: {msg}"))
         }
@@ -828,6 +848,30 @@ mod tests {
         let (reply, outcome) = tool_reply(&json!(1), big, 10_000);
         assert!(reply.len() < 10_000 && reply.contains("xxxx"));
         assert_eq!(outcome, Outcome::Ok);
+    }
+
+    #[test]
+    fn an_encoded_result_is_replied_like_the_value_it_encodes() {
+        let value = json!({"content": [{"type": "text", "text": "hi \"there\""}], "isError": true});
+        for id in [json!(7), json!("a\"b"), json!(1.5)] {
+            let (plain, plain_outcome) = tool_reply(&id, ToolOutput::Result(value.clone()), 10_000);
+            let encoded = ToolOutput::Encoded {
+                json: value.to_string().into(),
+                is_error: true,
+            };
+            let (text, outcome) = tool_reply(&id, encoded.clone(), 10_000);
+            let (a, b): (Value, Value) = (
+                serde_json::from_str(&plain).unwrap(),
+                serde_json::from_str(&text).unwrap(),
+            );
+            assert_eq!(a, b);
+            assert_eq!(
+                (outcome, plain_outcome),
+                (Outcome::ToolError, Outcome::ToolError)
+            );
+            let (small, _) = tool_reply(&id, encoded, 20);
+            assert!(small.contains("result too large"), "{small}");
+        }
     }
 
     #[test]

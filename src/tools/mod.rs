@@ -128,6 +128,8 @@ pub struct ToolHost {
     pub facts: sysinfo::StaticFacts,
     /// `sys_info`'s `/proc` reads, reused for `sys_info_ttl`.
     pub live: sysinfo::LiveCache,
+    /// `sys_info`'s last answer from those caches.
+    pub sys_info_answers: sysinfo::AnswerCache,
     /// Display probe cache and the display thread.
     pub display: display::DisplayState,
 }
@@ -138,6 +140,7 @@ impl ToolHost {
             processes: bash::ProcessWatcher::start()?,
             facts: sysinfo::StaticFacts::gather(),
             live: sysinfo::LiveCache::new(config.sys_info_ttl),
+            sys_info_answers: sysinfo::AnswerCache::default(),
             display: display::DisplayState::default(),
             config,
         }))
@@ -152,6 +155,15 @@ pub struct CallContext {
     pub limits: CallLimits,
     pub ctl: Arc<JobCtl>,
     pub host: Arc<ToolHost>,
+}
+
+/// A local tool's answer when it can be given at once on the caller's thread (cheap, from
+/// caches, never waiting), else `None` and the call goes to the pool.
+pub fn answer_inline(name: &str, cx: &CallContext) -> Option<ToolOutput> {
+    match name {
+        "sys_info" => sysinfo::from_cache(cx),
+        _ => None,
+    }
 }
 
 /// Start a local tool. Runs on a pool worker and must return quickly: a tool that waits

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{CallContext, ToolSpec};
+use super::display::Probe;
+use super::{CallContext, GrantNote, ToolSpec};
 use crate::jobs::Completion;
 use crate::mcp::ToolOutput;
 use crate::profiles::Profile;
@@ -339,18 +340,85 @@ impl LiveCache {
         *last = Some((Instant::now(), Arc::clone(&facts)));
         (facts, Duration::ZERO)
     }
+
+    /// The facts and their age if a copy younger than the TTL is at hand, without waiting
+    /// for anyone's read.
+    pub fn cached(&self) -> Option<(Arc<LiveFacts>, Duration)> {
+        let last = self.last.try_lock().ok()?;
+        let (at, facts) = last.as_ref()?;
+        let age = at.elapsed();
+        (age < self.ttl).then(|| (Arc::clone(facts), age))
+    }
+}
+
+/// The last `sys_info` answer given from the caches, as JSON text, and what it was built
+/// from: an agent polling sys_info gets the same text until a second passes or a cache is
+/// refreshed, without building and serializing the whole value again.
+#[derive(Debug, Default)]
+pub struct AnswerCache {
+    last: Mutex<Option<(AnswerKey, Arc<str>)>>,
+}
+
+/// Everything a cached answer depends on.
+#[derive(Debug)]
+struct AnswerKey {
+    profile: Profile,
+    grant: Option<GrantNote>,
+    max_run_secs: u64,
+    /// Unix seconds: `expires_in_secs` counts in them.
+    now: u64,
+    live: Arc<LiveFacts>,
+    /// Whole seconds the `/proc` copy had aged: the uptime counts in them.
+    live_age: u64,
+    probe: Arc<Probe>,
+}
+
+impl AnswerKey {
+    fn same(&self, other: &AnswerKey) -> bool {
+        self.profile == other.profile
+            && self.grant == other.grant
+            && self.max_run_secs == other.max_run_secs
+            && self.now == other.now
+            && Arc::ptr_eq(&self.live, &other.live)
+            && self.live_age == other.live_age
+            && Arc::ptr_eq(&self.probe, &other.probe)
+    }
+}
+
+impl AnswerCache {
+    fn get(&self, key: &AnswerKey) -> Option<Arc<str>> {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let (k, json) = last.as_ref()?;
+        k.same(key).then(|| Arc::clone(json))
+    }
+
+    fn put(&self, key: AnswerKey, json: Arc<str>) {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, json));
+    }
 }
 
 /// Everything `sys_info` reports, as its `structuredContent`.
 pub(crate) fn collect(cx: &CallContext) -> Value {
+    collect_from(
+        cx,
+        cx.host.live.get(),
+        super::display::facts(&cx.host),
+        crate::timefmt::now_unix(),
+    )
+}
+
+/// [`collect`] from `/proc` facts of a given age, the display facts and the time.
+fn collect_from(
+    cx: &CallContext,
+    (live, age): (Arc<LiveFacts>, Duration),
+    display: Value,
+    now: u64,
+) -> Value {
     let facts = &cx.host.facts;
-    let (live, age) = cx.host.live.get();
     let (mem_total, mem_available) = (live.mem_total, live.mem_available);
     // Uptime keeps counting while the copy ages.
     let uptime = live.uptime.map(|u| u + age.as_secs());
     let load = live.load;
-    let display = super::display::facts(&cx.host);
-    let now = crate::timefmt::now_unix();
     let grant = cx.grant.as_ref().map(|g| {
         json!({
             "id": g.id,
@@ -370,7 +438,7 @@ pub(crate) fn collect(cx: &CallContext) -> Value {
         "memory": {"total_bytes": mem_total, "available_bytes": mem_available},
         "uptime_secs": uptime,
         "load_average": load,
-        "tailnet_addresses": live.tailnet,
+        "tailnet_addresses": &live.tailnet,
         "agent": {
             "name": "handnode",
             "version": env!("CARGO_PKG_VERSION"),
@@ -489,14 +557,53 @@ pub(crate) fn summary(info: &Value) -> String {
 
 /// Answer a `sys_info` call. Arguments are ignored (the tool takes none).
 pub fn start(_args: Value, cx: CallContext, done: Completion) {
-    let info = collect(&cx);
+    done.complete(output(collect(&cx)));
+}
+
+/// The answer when everything it needs is cached and fresh (the `/proc` copy and the
+/// display probe), else `None`. It then costs about what `tools/list` does and never
+/// waits on a file, a child or a lock, so the connection's own thread may answer it: two
+/// thread hops to a pool worker and back would cost more than the call.
+pub fn from_cache(cx: &CallContext) -> Option<ToolOutput> {
+    let (live, age) = cx.host.live.cached()?;
+    let probe = cx.host.display.cached(&cx.host.config)?;
+    let key = AnswerKey {
+        profile: cx.profile,
+        grant: cx.grant.clone(),
+        max_run_secs: cx.limits.max_run_secs,
+        now: crate::timefmt::now_unix(),
+        live: Arc::clone(&live),
+        live_age: age.as_secs(),
+        probe: Arc::clone(&probe),
+    };
+    let answers = &cx.host.sys_info_answers;
+    let json = match answers.get(&key) {
+        Some(json) => json,
+        None => {
+            let ToolOutput::Result(result) =
+                output(collect_from(cx, (live, age), probe.to_json(), key.now))
+            else {
+                unreachable!("output builds a result")
+            };
+            let json: Arc<str> = result.to_string().into();
+            answers.put(key, Arc::clone(&json));
+            json
+        }
+    };
+    Some(ToolOutput::Encoded {
+        json,
+        is_error: false,
+    })
+}
+
+fn output(info: Value) -> ToolOutput {
     let text = summary(&info);
     let mut result = json!({"content": [{"type": "text", "text": text}]});
     result
         .as_object_mut()
         .expect("json! object")
         .insert("structuredContent".into(), info);
-    done.complete(ToolOutput::Result(result));
+    ToolOutput::Result(result)
 }
 
 #[cfg(test)]
@@ -613,6 +720,57 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
         let (b, _) = cache.get();
         assert!(!Arc::ptr_eq(&a, &b), "a stale copy is read again");
         assert_eq!(age, Duration::ZERO);
+    }
+
+    #[test]
+    fn answers_inline_only_when_both_caches_are_fresh() {
+        let host_with = |ttl: Duration| {
+            crate::tools::ToolHost::new(crate::tools::ToolConfig {
+                display_env: Some(Default::default()),
+                display_probe_ttl: ttl,
+                sys_info_ttl: ttl,
+                ..Default::default()
+            })
+            .unwrap()
+        };
+        let host = host_with(Duration::from_secs(3600));
+        let call = cx(&host, CallLimits::GRANT, JobCtl::new());
+        assert!(
+            from_cache(&call).is_none(),
+            "nothing is cached before a first call"
+        );
+        let (done, rx) = completion();
+        start(json!({}), call.clone(), done);
+        let slow = result(rx.recv_timeout(WATCHDOG).unwrap());
+        let encoded = |out: Option<ToolOutput>| match out.expect("both caches are filled") {
+            ToolOutput::Encoded { json, is_error } => {
+                assert!(!is_error);
+                json
+            }
+            other => panic!("expected an encoded answer, got {other:?}"),
+        };
+        let fast: Value = serde_json::from_str(&encoded(from_cache(&call))).unwrap();
+        assert_eq!(
+            fast["structuredContent"]["hostname"],
+            slow["structuredContent"]["hostname"]
+        );
+        // Asked again within the same second, the same text is handed out (retried in case
+        // a second boundary fell between the two calls).
+        let reused =
+            (0..3).any(|_| Arc::ptr_eq(&encoded(from_cache(&call)), &encoded(from_cache(&call))));
+        assert!(reused, "the cached answer is reused");
+        assert_eq!(
+            fast["structuredContent"]["display"],
+            slow["structuredContent"]["display"]
+        );
+        assert_eq!(fast["content"][0]["type"], "text");
+
+        let host = host_with(Duration::ZERO);
+        let call = cx(&host, CallLimits::GRANT, JobCtl::new());
+        let (done, rx) = completion();
+        start(json!({}), call.clone(), done);
+        rx.recv_timeout(WATCHDOG).unwrap();
+        assert!(from_cache(&call).is_none(), "stale caches go to the pool");
     }
 
     #[test]

@@ -681,6 +681,14 @@ pub struct DisplayState {
 }
 
 impl DisplayState {
+    /// The probe if one younger than `display_probe_ttl` is at hand, without waiting (a
+    /// probe in progress holds the lock): for callers that must not block.
+    pub fn cached(&self, cfg: &ToolConfig) -> Option<Arc<Probe>> {
+        let cache = self.cache.try_lock().ok()?;
+        let (at, probe) = cache.as_ref()?;
+        (at.elapsed() < cfg.display_probe_ttl).then(|| probe.clone())
+    }
+
     /// The current probe, reused for `display_probe_ttl`.
     pub fn probe(&self, cfg: &ToolConfig) -> Arc<Probe> {
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
