@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks: what handnode adds, beside floors measured in the same run (issue 5).
 #
-#   scripts/bench.sh [--quick] [--no-static]
+#   scripts/bench.sh [--quick] [--no-static] [--only SECTION,...]
 #
 # Builds the release binary (and a static one for its size), starts Xvfb 1280x800 when
 # it is installed and no DISPLAY is set, then runs benches/bench.rs against the binary: a
@@ -9,19 +9,23 @@
 # the admin API. Prints one JSON object per line and a summary table with each target and
 # pass/fail. Not part of CI: timings on a shared box are noisy, so every time figure is a
 # ratio to a floor taken in the same run. Needs no network beyond crates.io for the build.
+# --quick runs a tenth of each count (a smoke run); --only runs some sections (memory,
+# latency = ping,sys_info,bash,pipelined,hol; attach, redial, screenshot), floors always.
 set -euo pipefail
 
 die() { echo "bench: error: $*" >&2; exit 1; }
 note() { echo "bench: $*" >&2; }
 
-quick=()
+usage="usage: scripts/bench.sh [--quick] [--no-static] [--only SECTION,...]"
+pass=()
 static=1
-for arg in "$@"; do
-    case "$arg" in
-        --quick) quick=(--quick) ;;
-        --no-static) static=0 ;;
-        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) die "unknown argument '$arg' (usage: scripts/bench.sh [--quick] [--no-static])" ;;
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) pass+=(--quick); shift ;;
+        --only) [ $# -ge 2 ] || die "--only needs sections ($usage)"; pass+=(--only "$2"); shift 2 ;;
+        --no-static) static=0; shift ;;
+        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown argument '$1' ($usage)" ;;
     esac
 done
 
@@ -65,10 +69,14 @@ if [ -z "${DISPLAY:-}" ] && command -v Xvfb >/dev/null; then
         kill "$xvfb_pid" 2>/dev/null || true
         xvfb_pid=
     done
-    [ -n "${DISPLAY:-}" ] && note "Xvfb 1280x800 on $DISPLAY" || note "Xvfb did not start; screenshot figures will be notes"
+    if [ -n "${DISPLAY:-}" ]; then
+        note "Xvfb 1280x800 on $DISPLAY"
+    else
+        note "Xvfb did not start; screenshot figures will be notes"
+    fi
 elif [ -z "${DISPLAY:-}" ]; then
     note "no Xvfb (apt-get install xvfb scrot) and no DISPLAY: screenshot figures will be notes"
 fi
 
 note "running the benchmark ..."
-cargo bench --bench bench -- --bin "$bin" "${static_args[@]}" "${quick[@]}"
+cargo bench --bench bench -- --bin "$bin" "${static_args[@]}" "${pass[@]}"
