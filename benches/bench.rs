@@ -853,6 +853,109 @@ fn grabber() -> Option<(&'static str, Vec<&'static str>)> {
     }
 }
 
+/// Paint a desktop-like picture on the root window of the X server `display` (an Xvfb that
+/// `scripts/bench.sh` started, which asks for this with `BENCH_PAINT_ROOT=1`): a blank
+/// screen compresses to a few KB, a real desktop's PNG is hundreds of KB to a few MB, and
+/// decoding and re-encoding it is most of a screenshot's cost. Speaks just enough of the X11
+/// protocol over the local socket (no auth: Xvfb's default) for CreateGC and PutImage. The
+/// returned connection must stay open: an X server resets (and clears the screen) when its
+/// last client leaves.
+fn paint_root(display: &str) -> Result<(std::os::unix::net::UnixStream, u32, u32), String> {
+    use std::os::unix::net::UnixStream;
+    let n: u32 = display
+        .trim_start_matches(':')
+        .split('.')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("cannot parse DISPLAY {display}"))?;
+    let mut x = UnixStream::connect(format!("/tmp/.X11-unix/X{n}"))
+        .map_err(|e| format!("connect to X{n}: {e}"))?;
+    x.set_read_timeout(Some(WATCHDOG)).unwrap();
+    x.write_all(&[b'l', 0, 11, 0, 0, 0, 0, 0, 0, 0, 0, 0])
+        .map_err(|e| e.to_string())?;
+    let mut head = [0u8; 8];
+    x.read_exact(&mut head).map_err(|e| e.to_string())?;
+    let mut setup = vec![0u8; 4 * u16::from_le_bytes([head[6], head[7]]) as usize];
+    x.read_exact(&mut setup).map_err(|e| e.to_string())?;
+    if head[0] != 1 {
+        return Err("the X server refused the connection".into());
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([setup[o], setup[o + 1]]);
+    let u32_at = |o: usize| u32::from_le_bytes(setup[o..o + 4].try_into().unwrap());
+    let id_base = u32_at(4);
+    let vendor_len = u16_at(16) as usize;
+    let max_request = 4 * u16_at(18) as usize;
+    let formats = setup[21] as usize;
+    let screen = 32 + vendor_len.div_ceil(4) * 4 + 8 * formats;
+    let (root, width, height, depth) = (
+        u32_at(screen),
+        u16_at(screen + 20) as u32,
+        u16_at(screen + 22) as u32,
+        setup[screen + 38],
+    );
+    if depth != 24 {
+        return Err(format!("root depth {depth}, expected 24"));
+    }
+    let gc = id_base + 1;
+    let mut req = vec![55u8, 0, 4, 0];
+    req.extend_from_slice(&gc.to_le_bytes());
+    req.extend_from_slice(&root.to_le_bytes());
+    req.extend_from_slice(&0u32.to_le_bytes());
+    x.write_all(&req).map_err(|e| e.to_string())?;
+    // Background gradient, a band of "windows" with text-like stripes, and a noisy photo-like
+    // block: about 1-2 MB as PNG.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut noise = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let pixel = |xx: u32, yy: u32, rnd: u64| -> [u8; 4] {
+        if (yy / 40) % 5 == 1 && (xx / 200) % 2 == 0 && (yy % 40) % 6 < 3 && rnd % 3 != 0 {
+            [30, 30, 30, 0]
+        } else if xx > width / 2 && yy > height / 3 {
+            let r = rnd.to_le_bytes();
+            [r[0], r[1], r[2], 0]
+        } else {
+            [(xx * 255 / width) as u8, (yy * 255 / height) as u8, 128, 0]
+        }
+    };
+    let rows = ((max_request - 24) / (4 * width as usize)).max(1) as u32;
+    let mut y = 0;
+    while y < height {
+        let h = rows.min(height - y);
+        let len_units = 6 + (width * h) as usize;
+        let mut req = vec![72u8, 2];
+        req.extend_from_slice(&(len_units as u16).to_le_bytes());
+        req.extend_from_slice(&root.to_le_bytes());
+        req.extend_from_slice(&gc.to_le_bytes());
+        req.extend_from_slice(&(width as u16).to_le_bytes());
+        req.extend_from_slice(&(h as u16).to_le_bytes());
+        req.extend_from_slice(&0i16.to_le_bytes());
+        req.extend_from_slice(&(y as i16).to_le_bytes());
+        req.extend_from_slice(&[0, 24, 0, 0]);
+        for yy in y..y + h {
+            for xx in 0..width {
+                req.extend_from_slice(&pixel(xx, yy, noise()));
+            }
+        }
+        x.write_all(&req).map_err(|e| e.to_string())?;
+        y += h;
+    }
+    // GetInputFocus: its reply means everything before it was processed.
+    x.write_all(&[43, 0, 1, 0]).map_err(|e| e.to_string())?;
+    let mut reply = [0u8; 32];
+    loop {
+        x.read_exact(&mut reply).map_err(|e| e.to_string())?;
+        match reply[0] {
+            0 => return Err(format!("X error {} on request {}", reply[1], reply[10])),
+            1 => return Ok((x, width, height)),
+            _ => continue,
+        }
+    }
+}
+
 fn floor_grab(r: &mut Report, o: &Opts, display: Option<&str>, dir: &Path) {
     let (Some(display), Some((prog, args))) = (display, grabber()) else {
         r.note(
@@ -1359,6 +1462,18 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let display = std::env::var("DISPLAY").ok().filter(|d| !d.is_empty());
     let mut r = Report::default();
+    let mut _painter = None;
+    if let (Some(d), Some(_)) = (&display, std::env::var_os("BENCH_PAINT_ROOT")) {
+        match paint_root(d) {
+            Ok((conn, w, h)) => {
+                eprintln!("bench: painted a {w}x{h} desktop-like picture on {d}");
+                _painter = Some(conn);
+            }
+            Err(e) => eprintln!(
+                "bench: could not paint the screen ({e}); screenshots are of a blank screen"
+            ),
+        }
+    }
 
     bench_binary(&mut r, &o);
     if o.runs("memory") {

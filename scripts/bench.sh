@@ -4,7 +4,8 @@
 #   scripts/bench.sh [--quick] [--no-static] [--only SECTION,...]
 #
 # Builds the release binary (and a static one for its size), starts Xvfb 1280x800 when
-# it is installed and no DISPLAY is set, then runs benches/bench.rs against the binary: a
+# it is installed and no DISPLAY is set (the bench paints a desktop-like ~1 MB picture on
+# it so screenshots are not of a blank screen), then runs benches/bench.rs against the binary: a
 # real daemon process, a stub pod on loopback inside the bench, grants attached through
 # the admin API. Prints one JSON object per line and a summary table with each target and
 # pass/fail. Not part of CI: timings on a shared box are noisy, so every time figure is a
@@ -24,7 +25,7 @@ while [ $# -gt 0 ]; do
         --quick) pass+=(--quick); shift ;;
         --only) [ $# -ge 2 ] || die "--only needs sections ($usage)"; pass+=(--only "$2"); shift 2 ;;
         --no-static) static=0; shift ;;
-        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument '$1' ($usage)" ;;
     esac
 done
@@ -65,7 +66,11 @@ if [ -z "${DISPLAY:-}" ] && command -v Xvfb >/dev/null; then
             kill -0 "$xvfb_pid" 2>/dev/null || break
             sleep 0.05
         done
-        if [ -e "/tmp/.X11-unix/X$n" ]; then export DISPLAY=":$n"; break; fi
+        if [ -e "/tmp/.X11-unix/X$n" ]; then
+            # Our own Xvfb: the bench may paint a desktop-like picture on it.
+            export DISPLAY=":$n" BENCH_PAINT_ROOT=1
+            break
+        fi
         kill "$xvfb_pid" 2>/dev/null || true
         xvfb_pid=
     done
