@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
         --quick) pass+=(--quick); shift ;;
         --only) [ $# -ge 2 ] || die "--only needs sections ($usage)"; pass+=(--only "$2"); shift 2 ;;
         --no-static) static=0; shift ;;
-        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument '$1' ($usage)" ;;
     esac
 done
