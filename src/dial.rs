@@ -723,6 +723,7 @@ impl GrantThread {
             }
             // Results: written as soon as the worker finishes.
             let mut write_failed = None;
+            let mut finished = Vec::new();
             while let Ok(done) = results_rx.try_recv() {
                 if done.conn != conn {
                     continue;
@@ -730,7 +731,7 @@ impl GrantThread {
                 let Some(call) = calls.finish(&done.id, done.seq) else {
                     continue;
                 };
-                self.events.tool_call(CallEvent {
+                finished.push(CallEvent {
                     grant_id: self.spec.id.clone(),
                     principal: self.spec.principal.clone(),
                     session: self.spec.session.clone(),
@@ -742,6 +743,15 @@ impl GrantThread {
                 if let Err(end) = self.send_text(&mut ws, done.text) {
                     write_failed = Some(end);
                     break;
+                }
+            }
+            if !finished.is_empty() {
+                // Replies go out before the calls are reported: the audit record wakes the
+                // audit thread, and waking a thread on an idle CPU of a VM costs more than
+                // the whole reply. A stuck or failed flush is dealt with at the turn's end.
+                let _ = ws.flush();
+                for event in finished {
+                    self.events.tool_call(event);
                 }
             }
             if let Some(end) = write_failed {
