@@ -4,13 +4,18 @@
 //!
 //! Callers never wait for the disk unless they ask to ([`Audit::record_durable`]). Records
 //! carry only plain strings chosen by the caller; no field has a secret's type.
+//!
+//! Plain records (every tool call) do not wake the writer each: they are queued in
+//! [`Pending`], and only the first one of a batch wakes it, which then waits out the fsync
+//! interval and writes and fsyncs the whole batch. A tool call's reply would otherwise pay
+//! for waking the writer on another CPU, which costs more than the call on an idle VM.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -154,6 +159,9 @@ type Reply = Sender<Result<(), String>>;
 
 enum Msg {
     Record(u64, Record),
+    /// The first plain record of a batch is in [`Pending`]: write the batch within one
+    /// fsync interval.
+    Kick,
     /// Write this record, then fsync, then answer.
     Durable(u64, Record, Reply),
     /// Fsync everything queued before it, then answer.
@@ -165,7 +173,21 @@ enum Msg {
 #[derive(Clone, Debug)]
 pub struct Audit {
     tx: Option<Sender<Msg>>,
+    pending: Arc<Pending>,
     dead_logged: Arc<AtomicBool>,
+}
+
+/// Plain records waiting for the writer, oldest first, and whether the writer has stopped.
+#[derive(Debug, Default)]
+struct Pending {
+    records: Mutex<Vec<(u64, Record)>>,
+    closed: AtomicBool,
+}
+
+impl Pending {
+    fn take(&self) -> Vec<(u64, Record)> {
+        std::mem::take(&mut *self.records.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 impl std::fmt::Debug for Msg {
@@ -179,6 +201,7 @@ impl std::fmt::Debug for Msg {
 #[derive(Debug)]
 pub struct AuditGuard {
     tx: Sender<Msg>,
+    pending: Arc<Pending>,
     join: Option<JoinHandle<()>>,
 }
 
@@ -190,6 +213,8 @@ impl Drop for AuditGuard {
                 log::error!("audit writer thread panicked");
             }
         }
+        self.pending.closed.store(true, Ordering::SeqCst);
+        self.pending.take();
     }
 }
 
@@ -205,17 +230,21 @@ pub fn start(
 
 fn start_with(writer: Writer) -> Result<(Audit, AuditGuard), Error> {
     let (tx, rx) = crossbeam_channel::unbounded();
+    let pending = Arc::new(Pending::default());
+    let writer_pending = Arc::clone(&pending);
     let join = std::thread::Builder::new()
         .name("audit".into())
-        .spawn(move || writer.run(rx))
+        .spawn(move || writer.run(rx, &writer_pending))
         .map_err(|e| Error::io("cannot start the audit writer thread", e))?;
     Ok((
         Audit {
             tx: Some(tx.clone()),
+            pending: Arc::clone(&pending),
             dead_logged: Arc::new(AtomicBool::new(false)),
         },
         AuditGuard {
             tx,
+            pending,
             join: Some(join),
         },
     ))
@@ -226,16 +255,29 @@ impl Audit {
     pub fn discard() -> Audit {
         Audit {
             tx: None,
+            pending: Arc::default(),
             dead_logged: Arc::new(AtomicBool::new(false)),
         }
     }
 
-    /// Queue `rec`; returns at once. Durable within one fsync interval.
+    /// Queue `rec`; returns at once. Written and fsynced within one fsync interval.
     pub fn record(&self, rec: Record) {
-        if let Some(tx) = &self.tx {
-            if tx.send(Msg::Record(now_ms(), rec)).is_err() {
-                self.writer_gone();
-            }
+        let Some(tx) = &self.tx else { return };
+        if self.pending.closed.load(Ordering::SeqCst) {
+            return self.writer_gone();
+        }
+        let first = {
+            let mut records = self
+                .pending
+                .records
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            records.push((now_ms(), rec));
+            records.len() == 1
+        };
+        if first && tx.send(Msg::Kick).is_err() {
+            self.pending.take();
+            self.writer_gone();
         }
     }
 
@@ -367,11 +409,18 @@ impl Writer {
         Ok(())
     }
 
-    fn run(mut self, rx: Receiver<Msg>) {
+    fn run(mut self, rx: Receiver<Msg>, pending: &Pending) {
         let mut batch = Vec::new();
+        // When the oldest record in `pending` must be written and fsynced.
+        let mut pending_due: Option<Instant> = None;
         loop {
-            let first = match self.dirty_since {
-                Some(since) => match rx.recv_deadline(since + self.fsync_interval) {
+            let deadline = match (self.dirty_since, pending_due) {
+                (Some(since), Some(due)) => Some((since + self.fsync_interval).min(due)),
+                (Some(since), None) => Some(since + self.fsync_interval),
+                (None, due) => due,
+            };
+            let first = match deadline {
+                Some(deadline) => match rx.recv_deadline(deadline) {
                     Ok(msg) => Some(msg),
                     Err(RecvTimeoutError::Timeout) => None,
                     Err(RecvTimeoutError::Disconnected) => break,
@@ -382,6 +431,14 @@ impl Writer {
                 },
             };
             let Some(first) = first else {
+                if pending_due.is_some_and(|due| Instant::now() >= due) {
+                    pending_due = None;
+                    batch.extend(pending.take().into_iter().map(|(ts, r)| Msg::Record(ts, r)));
+                    if self.handle(&mut batch) {
+                        return;
+                    }
+                }
+                // These records have waited their interval (and any others have too).
                 self.fsync();
                 continue;
             };
@@ -391,6 +448,18 @@ impl Writer {
                     Ok(msg) => batch.push(msg),
                     Err(_) => break,
                 }
+            }
+            if batch.iter().any(|m| matches!(m, Msg::Kick)) && pending_due.is_none() {
+                pending_due = Some(Instant::now() + self.fsync_interval);
+            }
+            // Someone waits for everything recorded before: the pending records go first.
+            if batch
+                .iter()
+                .any(|m| matches!(m, Msg::Durable(..) | Msg::Sync(_) | Msg::Shutdown))
+            {
+                pending_due = None;
+                let earlier = pending.take().into_iter().map(|(ts, r)| Msg::Record(ts, r));
+                batch.splice(0..0, earlier);
             }
             if self.handle(&mut batch) {
                 return;
@@ -423,6 +492,7 @@ impl Writer {
                     waiters.push(reply);
                     continue;
                 }
+                Msg::Kick => continue,
                 Msg::Shutdown => {
                     stop = true;
                     break;
@@ -650,6 +720,31 @@ mod tests {
             assert!(line["ts"].as_str().unwrap().ends_with('Z'));
             assert!(line["ts_ms"].as_u64().unwrap() > 1_700_000_000_000);
         }
+    }
+
+    #[test]
+    fn plain_records_wake_the_writer_once_per_batch() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let audit = Audit {
+            tx: Some(tx),
+            pending: Arc::default(),
+            dead_logged: Arc::new(AtomicBool::new(false)),
+        };
+        for n in 0..100 {
+            audit.record(call(n));
+        }
+        let kicks = |rx: &Receiver<Msg>| rx.try_iter().filter(|m| matches!(m, Msg::Kick)).count();
+        assert_eq!(kicks(&rx), 1, "one wake for the whole batch");
+        assert_eq!(audit.pending.take().len(), 100);
+        audit.record(call(100));
+        assert_eq!(kicks(&rx), 1, "the next batch wakes the writer again");
+        drop(rx);
+        audit.pending.take();
+        audit.record(call(101));
+        assert!(
+            audit.pending.take().is_empty(),
+            "no writer: the record is dropped"
+        );
     }
 
     #[test]

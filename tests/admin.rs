@@ -203,11 +203,9 @@ fn mcp_over_http_as_a_new_user_would_use_it() {
         json!({"jsonrpc":"2.0","id":5,"method":"ping"}),
     );
     assert_eq!(status, 404, "a deleted session is gone");
-    let audit = std::fs::read_to_string(d.state_dir().join("audit.jsonl")).unwrap();
-    assert!(
-        audit.contains("\"tool\":\"bash\"") && audit.contains("\"outcome\":\"ok\""),
-        "{audit}"
-    );
+    d.wait_audit("the bash call", |audit| {
+        audit.contains("\"tool\":\"bash\"") && audit.contains("\"outcome\":\"ok\"")
+    });
 }
 
 #[test]

@@ -383,8 +383,7 @@ fn the_deadline_closes_the_socket_and_kills_a_running_bash() {
     let g = d.wait_grant(id, "ended", |g| g["state"] == "ended");
     assert_eq!(g["ended"], "deadline");
     pod.assert_no_upgrade(Duration::from_millis(300));
-    let audit = std::fs::read_to_string(d.state_dir().join("audit.jsonl")).unwrap();
-    assert!(audit.contains("\"expired\""), "{audit}");
+    d.wait_audit("the expiry", |audit| audit.contains("\"expired\""));
 }
 
 #[test]

@@ -543,6 +543,25 @@ impl TestDaemon {
         }
     }
 
+    /// `audit.jsonl` once it satisfies `pred`, or fail after the watchdog: tool-call
+    /// records are written by the audit thread within one fsync interval, not before the
+    /// reply.
+    pub fn wait_audit(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            let audit =
+                std::fs::read_to_string(self.state_dir().join("audit.jsonl")).unwrap_or_default();
+            if pred(&audit) {
+                return audit;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "watchdog: audit.jsonl never had {what}: {audit}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     pub fn stop(&mut self) {
         self.daemon.take();
     }
