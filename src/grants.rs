@@ -306,11 +306,17 @@ impl Entry {
             st.ended = Some(reason.clone());
             st.redial_at = None;
         }
-        self.ended_at = Some(Instant::now());
-        self.secret = Secret::new("");
+        self.mark_ended();
         if let Some(h) = &self.handle {
             h.send(Command::End(reason));
         }
+    }
+
+    /// Start the retention clock and forget the secret (it leaves disk with the next
+    /// persist).
+    fn mark_ended(&mut self) {
+        self.ended_at = Some(Instant::now());
+        self.secret = Secret::new("");
     }
 
     fn lifecycle(
@@ -683,19 +689,31 @@ impl Registry {
         // The secret is dropped here, and from disk with the persist below.
         entry.end_here(EndReason::Cancelled);
         let record = entry.lifecycle(LifecycleEvent::Revoked, Some("cancelled".into()), None);
-        let session = entry.session.clone();
-        let profile = entry.profile;
+        let who = (entry.session.clone(), entry.profile);
         info!("grant {id} revoked");
+        self.record_end(inner, id, record, who, "revoked here");
+        true
+    }
+
+    /// The shared tail of a grant's end: persist without it (under the lock), then audit
+    /// and tell the person at the box (after the lock is released).
+    fn record_end(
+        &self,
+        inner: MutexGuard<'_, Inner>,
+        grant_id: &str,
+        record: Record,
+        (session, profile): (String, Profile),
+        why: &str,
+    ) {
         if let Err(e) = self.persist(&inner) {
-            warn!("grant {id}: could not persist the revocation: {e}");
+            warn!("grant {grant_id}: could not persist its end: {e}");
         }
         drop(inner);
         self.audit.record(record);
         self.notify(
             &format!("handnode: {session} is no longer lent ({profile})"),
-            "revoked here",
+            why,
         );
-        true
     }
 
     /// `GET /attach/{id}`.
@@ -822,24 +840,15 @@ impl Registry {
         if entry.ended_at.is_some() {
             return;
         }
-        entry.ended_at = Some(Instant::now());
-        entry.secret = Secret::new("");
+        entry.mark_ended();
         let event = match reason {
             EndReason::Deadline | EndReason::GrantExpired => LifecycleEvent::Expired,
             _ => LifecycleEvent::Ended,
         };
         let record = entry.lifecycle(event, Some(reason.as_string()), None);
-        let session = entry.session.clone();
-        let profile = entry.profile;
-        if let Err(e) = self.persist(&inner) {
-            warn!("grant {grant_id}: could not persist its end: {e}");
-        }
-        drop(inner);
-        self.audit.record(record);
-        self.notify(
-            &format!("handnode: {session} is no longer lent ({profile})"),
-            &format!("grant ended: {}", reason.as_string()),
-        );
+        let who = (entry.session.clone(), entry.profile);
+        let why = format!("grant ended: {}", reason.as_string());
+        self.record_end(inner, grant_id, record, who, &why);
     }
 
     fn attachment_changed(&self, grant_id: &str, attached: bool) {
