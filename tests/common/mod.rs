@@ -497,21 +497,7 @@ impl TestDaemon {
 
     /// A request with the admin token.
     pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        let auth = format!("Bearer {}", self.token);
-        let body = body.map(|b| b.to_string());
-        let (status, _, text) = http(
-            self.addr,
-            method,
-            path,
-            &[
-                ("Authorization", auth.as_str()),
-                ("Content-Type", "application/json"),
-            ],
-            body.as_deref().map(str::as_bytes),
-        );
-        let v = serde_json::from_slice(&text)
-            .unwrap_or(Value::String(String::from_utf8_lossy(&text).into()));
-        (status, v)
+        admin_call(self.addr, &self.token, method, path, body)
     }
 
     pub fn attach(&self, body: Value) -> Value {
@@ -572,6 +558,32 @@ impl Drop for TestDaemon {
         self.daemon.take();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// An admin API request with `token`; the body, when given, is JSON. A reply that is not
+/// JSON comes back as a JSON string.
+pub fn admin_call(
+    addr: SocketAddr,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let auth = format!("Bearer {token}");
+    let body = body.map(|b| b.to_string());
+    let (status, _, text) = http(
+        addr,
+        method,
+        path,
+        &[
+            ("Authorization", auth.as_str()),
+            ("Content-Type", "application/json"),
+        ],
+        body.as_deref().map(str::as_bytes),
+    );
+    let v = serde_json::from_slice(&text)
+        .unwrap_or(Value::String(String::from_utf8_lossy(&text).into()));
+    (status, v)
 }
 
 /// A raw HTTP/1.1 request (Connection: close) so tests control every header.

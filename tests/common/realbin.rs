@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{fds_and_threads, http, vm_rss_kib, WATCHDOG};
+use crate::common::{admin_call, fds_and_threads, vm_rss_kib, WATCHDOG};
 
 /// The admin token every real daemon in the tests is given (through its environment).
 pub const TOKEN: &str = "real-binary-test-token";
@@ -118,21 +118,7 @@ impl RealDaemon {
 
     /// A request with the admin token; the body, when given, is JSON.
     pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        let auth = format!("Bearer {TOKEN}");
-        let body = body.map(|b| b.to_string());
-        let (status, _, text) = http(
-            self.addr,
-            method,
-            path,
-            &[
-                ("Authorization", auth.as_str()),
-                ("Content-Type", "application/json"),
-            ],
-            body.as_deref().map(str::as_bytes),
-        );
-        let v = serde_json::from_slice(&text)
-            .unwrap_or(Value::String(String::from_utf8_lossy(&text).into()));
-        (status, v)
+        admin_call(self.addr, TOKEN, method, path, body)
     }
 
     pub fn grant(&self, id: &str) -> (u16, Value) {
