@@ -13,6 +13,7 @@ use crate::config::{
     resolve_token, Command, Flag, Kind,
 };
 use crate::error::Error;
+use crate::httpc::{self, Request, Target};
 use crate::profiles::Profile;
 use crate::secret::Secret;
 
@@ -22,6 +23,8 @@ pub const DEFAULT_URL: &str = "http://127.0.0.1:8795";
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
 /// Whole-request timeout; a grant with an admin credential waits for the pod's mint (15 s).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest admin API answer the CLI reads (a full grant list is a few KiB).
+const MAX_REPLY_BYTES: u64 = 4 << 20;
 /// Longest grant (seconds), as the daemon enforces it.
 pub const MAX_TTL_SECS: u64 = 86_400;
 /// Longest grant id accepted on the command line (a UUID is 36).
@@ -467,64 +470,60 @@ impl Reply {
     }
 }
 
-/// A blocking HTTP client of one daemon's admin API.
+/// A blocking HTTP client of one daemon's admin API. The token goes to the daemon and
+/// nowhere else: no proxy from the environment, no redirects ([`crate::httpc`]).
 struct Client<'a> {
-    agent: ureq::Agent,
     args: &'a ClientArgs,
 }
 
 impl<'a> Client<'a> {
     fn new(args: &'a ClientArgs) -> Self {
-        let config = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            // The token must reach the daemon and nothing else: no env proxy, no redirects.
-            .proxy(None)
-            .max_redirects(0)
-            .timeout_global(Some(REQUEST_TIMEOUT))
-            .user_agent(format!("handnode/{}", env!("CARGO_PKG_VERSION")))
-            .build();
-        Client {
-            agent: ureq::Agent::new_with_config(config),
-            args,
-        }
+        Client { args }
     }
 
     fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Reply, Failure> {
-        let url = format!("{}{path}", self.args.url);
-        let mut request = ureq::http::Request::builder()
-            .method(method)
-            .uri(&url)
-            .header("Accept", "application/json");
-        if let Some(token) = &self.args.token {
-            request = request.header("Authorization", format!("Bearer {}", token.expose()));
-        }
         let unreachable = |e: &dyn std::fmt::Display| {
             Failure(format!(
                 "cannot reach the daemon at {}: {e} (is it running? pass --url for another address)",
                 self.args.url
             ))
         };
-        let result = match body {
-            Some(body) => request
-                .header("Content-Type", "application/json")
-                .body(body.to_string())
-                .map_err(|e| unreachable(&e))
-                .and_then(|r| self.agent.run(r).map_err(|e| unreachable(&e))),
-            None => request
-                .body(())
-                .map_err(|e| unreachable(&e))
-                .and_then(|r| self.agent.run(r).map_err(|e| unreachable(&e))),
+        let url = format!("{}{path}", self.args.url);
+        let target = Target::parse(&url).map_err(|e| unreachable(&e))?;
+        let tls = match target.tls {
+            true => Some(crate::tls::client_config(None).map_err(|e| unreachable(&e))?),
+            false => None,
         };
-        let mut response = result?;
-        let status = response.status().as_u16();
-        let text = response
-            .body_mut()
-            .read_to_string()
+        let authorization = self
+            .args
+            .token
+            .as_ref()
+            .map(|token| format!("Bearer {}", token.expose()));
+        let mut headers = vec![("Accept", "application/json")];
+        if let Some(value) = &authorization {
+            headers.push(("Authorization", value));
+        }
+        let body = body.map(|b| b.to_string());
+        if body.is_some() {
+            headers.push(("Content-Type", "application/json"));
+        }
+        let request = Request {
+            method,
+            target: &target,
+            headers: &headers,
+            body: body.as_deref().map(str::as_bytes),
+        };
+        let response =
+            httpc::send(&request, REQUEST_TIMEOUT, tls.as_ref()).map_err(|e| unreachable(&e))?;
+        let status = response.status;
+        let raw = response
+            .read_body(MAX_REPLY_BYTES)
             .map_err(|e| unreachable(&e))?;
+        let text = String::from_utf8_lossy(&raw);
         let body = if text.trim().is_empty() {
             Value::Null
         } else {
-            serde_json::from_str(&text).unwrap_or(Value::String(text))
+            serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.into_owned()))
         };
         Ok(Reply { status, body })
     }

@@ -341,10 +341,22 @@ pub fn endpoint(url: &str) -> Result<Endpoint, String> {
         return Err("not a ws:// or wss:// URL".into());
     };
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let (host, port) = authority_parts(authority, if tls { 443 } else { 80 })?;
+    // The attach path is appended to the URL, so a query or fragment would swallow it.
+    if rest.contains(['?', '#']) {
+        return Err("a query or fragment is not allowed".into());
+    }
+    if url.parse::<tungstenite::http::Uri>().is_err() {
+        return Err("not a valid URL".into());
+    }
+    Ok(Endpoint { tls, host, port })
+}
+
+/// Host (lower-case, IPv6 without brackets) and port of a URL authority; userinfo refused.
+pub(crate) fn authority_parts(authority: &str, default_port: u16) -> Result<(String, u16), String> {
     if authority.contains('@') {
         return Err("credentials in the URL are not supported".into());
     }
-    let default_port = if tls { 443 } else { 80 };
     let (host, port) = if let Some(after) = authority.strip_prefix('[') {
         let (host, tail) = after.split_once(']').ok_or("unclosed [ in host")?;
         let port = match tail.strip_prefix(':') {
@@ -377,18 +389,7 @@ pub fn endpoint(url: &str) -> Result<Endpoint, String> {
     if !host_ok {
         return Err(format!("bad host {host:?}"));
     }
-    // The attach path is appended to the URL, so a query or fragment would swallow it.
-    if rest.contains(['?', '#']) {
-        return Err("a query or fragment is not allowed".into());
-    }
-    if url.parse::<tungstenite::http::Uri>().is_err() {
-        return Err("not a valid URL".into());
-    }
-    Ok(Endpoint {
-        tls,
-        host: host.to_ascii_lowercase(),
-        port,
-    })
+    Ok((host.to_ascii_lowercase(), port))
 }
 
 /// Decimal digits only: `u16::from_str` also takes `+80`, which no URL parser does.

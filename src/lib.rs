@@ -12,6 +12,7 @@ pub mod dial;
 pub mod doctor;
 pub mod error;
 pub mod grants;
+pub mod httpc;
 pub mod jobs;
 pub mod mcp;
 pub mod metrics;
@@ -139,6 +140,7 @@ impl Daemon {
                 Some(Arc::new(upstream::Upstreams::new(
                     config.upstreams.clone(),
                     &config.timing,
+                    Arc::clone(&tls),
                 )?) as Arc<dyn tools::UpstreamSource>)
             },
         });

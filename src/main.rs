@@ -10,7 +10,7 @@ use signal_hook::iterator::Signals;
 
 /// Log targets whose trace output carries raw request bytes (the `Authorization` header of
 /// a WebSocket handshake, a grant's secret in an admin request body).
-const RAW_TRACE_TARGETS: [&str; 3] = ["tungstenite", "ureq", "ureq_proto"];
+const RAW_TRACE_TARGETS: [&str; 1] = ["tungstenite"];
 
 fn is_raw_trace(metadata: &log::Metadata) -> bool {
     metadata.level() == log::Level::Trace
@@ -141,10 +141,12 @@ mod tests {
             "tungstenite::handshake::client",
             log::Level::Trace
         )));
-        assert!(is_raw_trace(&meta("ureq_proto::util", log::Level::Trace)));
-        assert!(is_raw_trace(&meta("ureq", log::Level::Trace)));
-        assert!(!is_raw_trace(&meta("ureq_proto::util", log::Level::Debug)));
-        assert!(!is_raw_trace(&meta("ureqx", log::Level::Trace)));
+        assert!(is_raw_trace(&meta("tungstenite", log::Level::Trace)));
+        assert!(!is_raw_trace(&meta(
+            "tungstenite::protocol",
+            log::Level::Debug
+        )));
+        assert!(!is_raw_trace(&meta("tungstenitex", log::Level::Trace)));
         assert!(!is_raw_trace(&meta("handnode::dial", log::Level::Trace)));
     }
 }

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use crate::config::Timing;
 use crate::error::Error;
+use crate::httpc::{self, HttpError, Request, Target};
 use crate::jobs::{Completion, JobCtl};
 use crate::mcp::{ToolOutput, DEFAULT_PROTOCOL_VERSION, SERVER_ERROR};
 use crate::tools::UpstreamSource;
@@ -32,7 +33,7 @@ pub const MAX_SESSION_ID_BYTES: usize = 1024;
 
 /// How the upstream clients behave. Built from [`Timing`] in production; tests shrink
 /// the bounds to exercise them.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct UpstreamOptions {
     /// One HTTP exchange with an upstream, end to end (connect to last byte read).
     pub timeout: Duration,
@@ -42,6 +43,8 @@ pub struct UpstreamOptions {
     pub call_queue: usize,
     pub max_reply_bytes: usize,
     pub max_list_pages: usize,
+    /// For `https://` upstreams: the daemon's roots and `--ca-file`.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl UpstreamOptions {
@@ -53,6 +56,7 @@ impl UpstreamOptions {
             call_queue: CALL_QUEUE,
             max_reply_bytes: MAX_REPLY_BYTES,
             max_list_pages: MAX_LIST_PAGES,
+            tls: None,
         }
     }
 }
@@ -129,8 +133,16 @@ impl Upstreams {
     /// Start clients for `upstreams` (`(name, url)` as in `Config::upstreams`) with the
     /// production bounds and the timing from `timing`. Nothing is fetched yet: the first
     /// `tools()` (or [`Upstreams::refresh_now`]) triggers the first refresh.
-    pub fn new(upstreams: Vec<(String, String)>, timing: &Timing) -> Result<Self, Error> {
-        Self::with_options(upstreams, UpstreamOptions::from_timing(timing))
+    pub fn new(
+        upstreams: Vec<(String, String)>,
+        timing: &Timing,
+        tls: Arc<rustls::ClientConfig>,
+    ) -> Result<Self, Error> {
+        let options = UpstreamOptions {
+            tls: Some(tls),
+            ..UpstreamOptions::from_timing(timing)
+        };
+        Self::with_options(upstreams, options)
     }
 
     pub fn with_options(
@@ -237,16 +249,10 @@ fn validate(upstreams: &[(String, String)]) -> Result<(), Error> {
                 "upstream name {name:?} is given twice; each --upstream needs its own name"
             )));
         }
-        let uri: ureq::http::Uri = url.parse().map_err(|_| {
-            Error::Config(format!(
-                "upstream {name}: {url:?} is not a URL; expected e.g. http://127.0.0.1:8931/mcp"
-            ))
-        })?;
-        let scheme_ok = matches!(uri.scheme_str(), Some("http") | Some("https"));
-        if !scheme_ok || uri.host().is_none() {
+        if let Err(why) = Target::parse(url) {
             return Err(Error::Config(format!(
-                "upstream {name}: {url:?} must be an http:// or https:// URL with a host, \
-                 e.g. http://127.0.0.1:8931/mcp"
+                "upstream {name}: {url:?} is not a URL handnode can use ({why}); it must be an \
+                 http:// or https:// URL with a host, e.g. http://127.0.0.1:8931/mcp"
             )));
         }
     }
@@ -563,7 +569,8 @@ struct Session {
 struct Client {
     name: String,
     url: String,
-    agent: ureq::Agent,
+    target: Target,
+    tls: Option<Arc<rustls::ClientConfig>>,
     timeout: Duration,
     max_reply_bytes: usize,
     max_list_pages: usize,
@@ -576,31 +583,53 @@ struct Client {
 const ACCEPT: &str = "application/json, text/event-stream";
 
 impl Client {
+    /// `url` was checked by `validate`. Each exchange connects afresh: a POST is not
+    /// retried, so a kept-alive connection the server closed while idle would fail a call.
+    /// No proxy from the environment (upstreams are local MCP servers) and no redirects
+    /// (one would turn our POST into a GET).
     fn new(name: String, url: String, options: &UpstreamOptions) -> Self {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(options.timeout))
-            .http_status_as_error(false)
-            // A POST is not retried by the HTTP client, so a pooled connection the server
-            // closed while idle would fail the call; upstreams are local, so we connect
-            // afresh per exchange instead.
-            .max_idle_connections(0)
-            .max_idle_connections_per_host(0)
-            // Upstreams are local MCP servers; an HTTP(S)_PROXY meant for the internet
-            // must not capture them, and a redirect would turn our POST into a GET.
-            .proxy(None)
-            .max_redirects(0)
-            .build()
-            .into();
+        let target = Target::parse(&url).unwrap_or_else(|_| Target {
+            tls: false,
+            host: "invalid".into(),
+            port: 1,
+            path: "/".into(),
+        });
+        let tls = match (&options.tls, target.tls) {
+            (Some(tls), _) => Some(Arc::clone(tls)),
+            (None, true) => crate::tls::client_config(None).ok(),
+            (None, false) => None,
+        };
         Client {
             name,
             url,
-            agent,
+            target,
+            tls,
             timeout: options.timeout,
             max_reply_bytes: options.max_reply_bytes,
             max_list_pages: options.max_list_pages,
             next_id: AtomicU64::new(1),
             session: Mutex::new(Session::default()),
         }
+    }
+
+    fn send(
+        &self,
+        method: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Result<httpc::Response<BufReader<httpc::Deadlined>>, Failure> {
+        let request = Request {
+            method,
+            target: &self.target,
+            headers,
+            body,
+        };
+        httpc::send(&request, self.timeout, self.tls.as_ref()).map_err(|e| {
+            Failure::Unreachable(match e {
+                HttpError::Timeout => format!("no reply within {:?}", self.timeout),
+                other => other.to_string(),
+            })
+        })
     }
 
     fn next_id(&self) -> u64 {
@@ -735,12 +764,12 @@ impl Client {
         let (true, Some(id)) = (session.ready, session.id.as_deref()) else {
             return;
         };
-        let _ = self
-            .agent
-            .delete(&self.url)
-            .header("Mcp-Session-Id", id)
-            .header("MCP-Protocol-Version", session.protocol.as_str())
-            .call();
+        let protocol = session.protocol.clone();
+        let _ = self.send(
+            "DELETE",
+            &[("Mcp-Session-Id", id), ("MCP-Protocol-Version", &protocol)],
+            None,
+        );
     }
 
     /// POST one JSON-RPC message. Returns the `Mcp-Session-Id` the upstream sent (if any)
@@ -752,38 +781,31 @@ impl Client {
         session_id: Option<&str>,
         protocol: Option<&str>,
     ) -> Result<(Option<String>, Option<Value>), Failure> {
-        let mut req = self
-            .agent
-            .post(&self.url)
-            .header("Content-Type", "application/json")
-            .header("Accept", ACCEPT);
+        let mut headers = vec![("Content-Type", "application/json"), ("Accept", ACCEPT)];
         if let Some(id) = session_id {
-            req = req.header("Mcp-Session-Id", id);
+            headers.push(("Mcp-Session-Id", id));
         }
         if let Some(p) = protocol {
-            req = req.header("MCP-Protocol-Version", p);
+            headers.push(("MCP-Protocol-Version", p));
         }
-        let mut resp = req
-            .send(msg.to_string().as_str())
-            .map_err(|e| Failure::Unreachable(self.describe(&e)))?;
-        let status = resp.status().as_u16();
+        let resp = self.send("POST", &headers, Some(msg.to_string().as_bytes()))?;
+        let status = resp.status;
         if status == 400 || status == 404 {
             return Err(Failure::SessionLost(status));
         }
         if !(200..300).contains(&status) {
             return Err(Failure::Unreachable(format!("it answered HTTP {status}")));
         }
-        let new_session = match resp.headers().get("mcp-session-id") {
+        let new_session = match resp.header("mcp-session-id") {
             None => None,
-            Some(v) => Some(valid_session_id(v.as_bytes())?),
+            Some(v) => Some(valid_session_id(v)?),
         };
         let Some(id) = expect else {
             return Ok((new_session, None));
         };
         let content_type = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
+            .header("content-type")
+            .and_then(|v| std::str::from_utf8(v).ok())
             .unwrap_or("")
             .split(';')
             .next()
@@ -791,7 +813,7 @@ impl Client {
             .trim()
             .to_ascii_lowercase();
         let limit = self.max_reply_bytes as u64;
-        let body = resp.body_mut().with_config().limit(limit).reader();
+        let body = resp.body(limit);
         let result = match content_type.as_str() {
             "application/json" => read_json_reply(body, id),
             "text/event-stream" => read_sse_reply(BufReader::new(body), id),
@@ -806,34 +828,17 @@ impl Client {
         Ok((new_session, Some(result)))
     }
 
-    fn describe(&self, e: &ureq::Error) -> String {
-        match e {
-            ureq::Error::Timeout(_) => format!("no reply within {:?}", self.timeout),
-            ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
-                "connection refused".into()
-            }
-            ureq::Error::BodyExceedsLimit(_) => {
-                format!("reply larger than {} bytes", self.max_reply_bytes)
-            }
-            other => other.to_string(),
-        }
-    }
-
-    /// Reading a body fails with an `io::Error` wrapping the HTTP client's error; name
-    /// the two that matter (size cap, timeout) in our own words.
+    /// Name the two body-read failures that matter (size cap, timeout) in our own words.
     fn read_failure(&self, e: &std::io::Error) -> Failure {
-        match e
-            .get_ref()
-            .and_then(|inner| inner.downcast_ref::<ureq::Error>())
-        {
-            Some(ureq::Error::BodyExceedsLimit(_)) => {
-                Failure::Invalid(format!("reply larger than {} bytes", self.max_reply_bytes))
-            }
-            Some(inner) => Failure::Unreachable(self.describe(inner)),
-            None if e.kind() == std::io::ErrorKind::TimedOut => {
-                Failure::Unreachable(format!("no reply within {:?}", self.timeout))
-            }
-            None => Failure::Unreachable(format!("reading the reply failed: {e}")),
+        if httpc::is_too_large(e) {
+            Failure::Invalid(format!("reply larger than {} bytes", self.max_reply_bytes))
+        } else if matches!(
+            e.kind(),
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+        ) {
+            Failure::Unreachable(format!("no reply within {:?}", self.timeout))
+        } else {
+            Failure::Unreachable(format!("reading the reply failed: {e}"))
         }
     }
 }
@@ -1302,6 +1307,7 @@ mod tests {
             call_queue: 8,
             max_reply_bytes: 1 << 20,
             max_list_pages: 4,
+            tls: None,
         }
     }
 
@@ -1827,6 +1833,7 @@ mod tests {
         let ok = Upstreams::new(
             vec![("browser".into(), "http://127.0.0.1:8931/mcp".into())],
             &Timing::default(),
+            crate::tls::client_config(None).unwrap(),
         )
         .unwrap();
         assert_eq!(

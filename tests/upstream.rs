@@ -27,6 +27,7 @@ fn options() -> UpstreamOptions {
         call_queue: 8,
         max_reply_bytes: 16 << 20,
         max_list_pages: 16,
+        tls: None,
     }
 }
 
