@@ -27,9 +27,11 @@ use crate::metrics::Metrics;
 use crate::profiles::Profile;
 use crate::tools::{CallContext, CallLimits, ConnCatalog};
 
-/// Threads taking requests off tiny_http's queue. Slow work (a tool call on `/mcp`) is
-/// handed to its own responder thread, so these stay free for `/healthz` and revokes.
-const HANDLER_THREADS: usize = 4;
+/// Most threads taking requests off tiny_http's queue. One waits when the API is idle;
+/// another is started when the last waiting one takes a request, so a slow request (a
+/// mint that waits for the pod) never leaves `/healthz` and revokes without a taker.
+/// Slow work on `/mcp` (a tool call) is handed to its own responder thread.
+const MAX_HANDLER_THREADS: usize = 4;
 /// `/mcp` tool calls waiting for their result at once; past this the call is refused.
 const MAX_MCP_WAITERS: usize = 64;
 /// Slack beyond the longest tool run before a `/mcp` waiter gives up on a result.
@@ -118,12 +120,73 @@ impl AdminState {
 
 /// The running admin server. Dropping it stops the handler threads.
 pub struct AdminServer {
-    server: Arc<Server>,
+    handlers: Arc<Handlers>,
     /// A second handle on the listening socket, only to break the accept loop in tests.
     listener: TcpListener,
-    stopping: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
     pub local_addr: SocketAddr,
+}
+
+/// The threads that take requests, started on demand up to [`MAX_HANDLER_THREADS`].
+struct Handlers {
+    server: Server,
+    state: Arc<AdminState>,
+    fatal: Sender<Error>,
+    stopping: AtomicBool,
+    /// Handlers blocked in `recv` right now.
+    waiting: AtomicUsize,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Handlers {
+    /// Start one more handler unless one is waiting, all are started, or we are stopping.
+    fn grow(self: &Arc<Self>) -> Result<(), Error> {
+        let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        if self.stopping.load(Ordering::SeqCst)
+            || self.waiting.load(Ordering::SeqCst) > 0
+            || threads.len() >= MAX_HANDLER_THREADS
+        {
+            return Ok(());
+        }
+        let this = Arc::clone(self);
+        // Counted as waiting from now, so racing callers do not start a second one.
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let spawned = std::thread::Builder::new()
+            .name(format!("admin-{}", threads.len()))
+            .spawn(move || this.run());
+        match spawned {
+            Ok(handle) => {
+                threads.push(handle);
+                Ok(())
+            }
+            Err(e) => {
+                self.waiting.fetch_sub(1, Ordering::SeqCst);
+                Err(Error::io("start admin thread", e))
+            }
+        }
+    }
+
+    fn run(self: Arc<Self>) {
+        loop {
+            let request = self.server.recv();
+            if self.waiting.fetch_sub(1, Ordering::SeqCst) == 1 {
+                // The last waiting handler took a request: leave another waiting. Failing
+                // that, this one comes back to `recv` once it has answered.
+                if let Err(e) = self.grow() {
+                    log::warn!("{e}");
+                }
+            }
+            match request {
+                Ok(request) => handle(&self.state, request),
+                Err(e) => {
+                    if !self.stopping.load(Ordering::SeqCst) {
+                        let _ = self.fatal.send(Error::AcceptLoop(e.to_string()));
+                    }
+                    return;
+                }
+            }
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+        }
+    }
 }
 
 impl AdminServer {
@@ -141,37 +204,28 @@ impl AdminServer {
             .map_err(|e| Error::io("clone admin listener", e))?;
         let server = Server::from_listener(listener, None)
             .map_err(|e| Error::AcceptLoop(format!("cannot start the admin server: {e}")))?;
-        let server = Arc::new(server);
-        let stopping = Arc::new(AtomicBool::new(false));
-        let threads = (0..HANDLER_THREADS)
-            .map(|i| {
-                let server = Arc::clone(&server);
-                let state = Arc::clone(&state);
-                let stopping = Arc::clone(&stopping);
-                let fatal = fatal.clone();
-                std::thread::Builder::new()
-                    .name(format!("admin-{i}"))
-                    .spawn(move || loop {
-                        match server.recv() {
-                            Ok(request) => handle(&state, request),
-                            Err(e) => {
-                                if !stopping.load(Ordering::SeqCst) {
-                                    let _ = fatal.send(Error::AcceptLoop(e.to_string()));
-                                }
-                                return;
-                            }
-                        }
-                    })
-                    .map_err(|e| Error::io("start admin thread", e))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(AdminServer {
+        let handlers = Arc::new(Handlers {
             server,
+            state,
+            fatal,
+            stopping: AtomicBool::new(false),
+            waiting: AtomicUsize::new(0),
+            threads: Mutex::new(Vec::new()),
+        });
+        handlers.grow()?;
+        Ok(AdminServer {
+            handlers,
             listener: listener_handle,
-            stopping,
-            threads,
             local_addr,
         })
+    }
+
+    /// Handler threads started so far.
+    pub fn handler_threads(&self) -> usize {
+        let threads = self.handlers.threads.lock();
+        threads
+            .map(|t| t.len())
+            .unwrap_or_else(|e| e.into_inner().len())
     }
 }
 
@@ -186,11 +240,19 @@ impl AdminServer {
 
 impl Drop for AdminServer {
     fn drop(&mut self) {
-        self.stopping.store(true, Ordering::SeqCst);
-        for _ in &self.threads {
-            self.server.unblock();
+        self.handlers.stopping.store(true, Ordering::SeqCst);
+        // No handler starts once `stopping` is set, so this list is final.
+        let threads = std::mem::take(
+            &mut *self
+                .handlers
+                .threads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for _ in &threads {
+            self.handlers.server.unblock();
         }
-        for t in self.threads.drain(..) {
+        for t in threads {
             let _ = t.join();
         }
     }

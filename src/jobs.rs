@@ -3,7 +3,7 @@
 //! process, an upstream reply) hands its completion to the thread that owns the wait, so
 //! a slow tool never holds a worker.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -130,39 +130,65 @@ impl std::fmt::Display for PoolBusy {
     }
 }
 
-/// A fixed set of worker threads fed by a bounded queue. Dropping the pool closes the
-/// queue and joins the workers after they finish what they started.
+/// Up to `max_workers` worker threads fed by a bounded queue. A worker is started when a
+/// task is queued and none is idle, so an idle daemon holds no worker threads (each costs
+/// a stack and a malloc arena); once started, a worker stays for the pool's life. Dropping
+/// the pool closes the queue and joins the workers after they finish what they started.
 #[derive(Debug)]
 pub struct Pool {
     tx: Option<Sender<Task>>,
-    workers: Vec<JoinHandle<()>>,
+    rx: Receiver<Task>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+    max_workers: usize,
+    /// Workers waiting on the queue right now.
+    idle: Arc<AtomicUsize>,
     capacity: usize,
 }
 
 impl Pool {
-    pub fn new(workers: usize, queue_capacity: usize) -> Self {
+    pub fn new(max_workers: usize, queue_capacity: usize) -> Self {
         let (tx, rx): (Sender<Task>, Receiver<Task>) = crossbeam_channel::bounded(queue_capacity);
-        let workers = (0..workers.max(1))
-            .map(|i| {
-                let rx = rx.clone();
-                std::thread::Builder::new()
-                    .name(format!("worker-{i}"))
-                    .spawn(move || {
-                        for task in rx.iter() {
-                            // A panicking tool must not take the worker down with it; its
-                            // Completion's Drop reports the failure.
-                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                task.run()
-                            }));
-                        }
-                    })
-                    .expect("spawn worker thread")
-            })
-            .collect();
         Pool {
             tx: Some(tx),
-            workers,
+            rx,
+            workers: Mutex::new(Vec::new()),
+            max_workers: max_workers.max(1),
+            idle: Arc::new(AtomicUsize::new(0)),
             capacity: queue_capacity,
+        }
+    }
+
+    /// Worker threads started so far.
+    pub fn workers(&self) -> usize {
+        self.workers.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// After a task is queued: start a worker unless the idle ones can take every queued
+    /// task or all are started. Racing callers may start one worker more than needed,
+    /// never more than the max.
+    fn ensure_worker(&self) {
+        let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        if self.rx.len() <= self.idle.load(Ordering::SeqCst) || workers.len() >= self.max_workers {
+            return;
+        }
+        let rx = self.rx.clone();
+        let idle = Arc::clone(&self.idle);
+        let spawned = std::thread::Builder::new()
+            .name(format!("worker-{}", workers.len()))
+            .spawn(move || loop {
+                idle.fetch_add(1, Ordering::SeqCst);
+                let task = rx.recv();
+                idle.fetch_sub(1, Ordering::SeqCst);
+                let Ok(task) = task else { return };
+                // A panicking tool must not take the worker down with it; its
+                // Completion's Drop reports the failure.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.run()));
+            });
+        match spawned {
+            Ok(handle) => workers.push(handle),
+            // The task stays queued for the workers there are; with none, it waits for
+            // the next submit to try again (and is answered at shutdown by its Drop).
+            Err(e) => log::error!("cannot start a worker thread: {e}"),
         }
     }
 
@@ -203,16 +229,21 @@ impl Pool {
         let tx = self.tx.as_ref().expect("pool is running");
         tx.try_send(task).map_err(|e| match e {
             TrySendError::Full(t) | TrySendError::Disconnected(t) => t,
-        })
+        })?;
+        self.ensure_worker();
+        Ok(())
     }
 }
 
 impl Drop for Pool {
     fn drop(&mut self) {
         self.tx.take();
-        for worker in self.workers.drain(..) {
+        let workers = std::mem::take(self.workers.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for worker in workers {
             let _ = worker.join();
         }
+        // Tasks queued when no worker could be started: their Completions answer now.
+        while self.rx.try_recv().is_ok() {}
     }
 }
 
@@ -283,6 +314,37 @@ mod tests {
         }
         assert!(rx.try_recv().is_err(), "exactly one answer");
         drop(gate_tx);
+    }
+
+    #[test]
+    fn workers_start_on_demand_up_to_the_max() {
+        let pool = Pool::new(3, 16);
+        assert_eq!(pool.workers(), 0, "an idle pool holds no threads");
+        let (gate_tx, gate_rx) = crossbeam_channel::bounded::<()>(0);
+        let (started_tx, started_rx) = crossbeam_channel::unbounded::<()>();
+        for _ in 0..5 {
+            let gate = gate_rx.clone();
+            let started = started_tx.clone();
+            pool.submit(move || {
+                started.send(()).unwrap();
+                let _ = gate.recv();
+            })
+            .unwrap();
+        }
+        for _ in 0..3 {
+            started_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        }
+        assert_eq!(
+            pool.workers(),
+            3,
+            "five blocked tasks start the three allowed"
+        );
+        assert!(started_rx.recv_timeout(Duration::from_millis(50)).is_err());
+        drop(gate_tx);
+        for _ in 0..2 {
+            started_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        }
+        assert_eq!(pool.workers(), 3);
     }
 
     #[test]

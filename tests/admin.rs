@@ -50,6 +50,47 @@ fn the_daemon_returns_an_error_when_the_accept_loop_dies() {
 }
 
 #[test]
+fn requests_stuck_on_a_silent_pod_leave_a_handler_for_healthz() {
+    // Handlers start on demand (one waits when idle): three attaches whose mint hangs on a
+    // pod that accepts and never answers must not leave /healthz without a taker.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let d = TestDaemon::with("stuckmint", |c| {
+        c.timing.mint_timeout = Duration::from_secs(60)
+    });
+    let (accepted_tx, accepted_rx) = crossbeam_channel::unbounded();
+    let accepter = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in silent.incoming().take(3) {
+            held.push(conn.unwrap());
+            accepted_tx.send(()).unwrap();
+        }
+        held
+    });
+    let stuck: Vec<_> = (0..3)
+        .map(|i| {
+            let addr = d.addr;
+            std::thread::spawn(move || {
+                let body = json!({"runtime": format!("ws://127.0.0.1:{port}"), "session": format!("s{i}"), "admin_credential": "c"});
+                admin_call(addr, "test-admin-token", "POST", "/attach", Some(&body))
+            })
+        })
+        .collect();
+    for _ in 0..3 {
+        accepted_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("watchdog: the three mints reach the silent pod");
+    }
+    let (status, _, body) = http(d.addr, "GET", "/healthz", &[], None);
+    assert_eq!(status, 200, "{body:?}");
+    // Closing the pod's side ends the mints (502), which frees their handlers.
+    drop(accepter.join().unwrap());
+    for t in stuck {
+        assert_eq!(t.join().unwrap().0, 502);
+    }
+}
+
+#[test]
 fn two_hundred_idle_connections_do_not_starve_a_real_request() {
     let d = TestDaemon::new("idle200");
     let idle: Vec<TcpStream> = (0..200)

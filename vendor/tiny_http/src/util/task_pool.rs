@@ -26,8 +26,9 @@ struct Sharing {
     waiting_tasks: AtomicUsize,
 }
 
-/// Minimum number of active threads.
-static MIN_THREADS: usize = 4;
+/// Minimum number of active threads. handnode: 0 (was 4), so an idle daemon holds no
+/// connection threads; one is started per connection and leaves 5 s after its last.
+static MIN_THREADS: usize = 0;
 
 struct Registration<'a> {
     nb: &'a AtomicUsize,
