@@ -58,44 +58,43 @@ which user it runs as.",
 };
 
 fn schema() -> Value {
-    json!({
+    // Text, not json!: the macro built each schema with ~10 KiB of code.
+    crate::tools::schema(&format!(
+        r#"{{
         "type": "object",
-        "properties": {
-            "command": {
+        "properties": {{
+            "command": {{
                 "type": "string",
                 "minLength": 1,
                 "description": "The bash script to run, e.g. \"ls -la /etc | head\"."
-            },
-            "cwd": {
+            }},
+            "cwd": {{
                 "type": "string",
-                "description": "Working directory; must exist. Relative paths and the default \
-                                are taken from the home directory of the user handnode runs as."
-            },
-            "timeout_secs": {
+                "description": "Working directory; must exist. Relative paths and the default are taken from the home directory of the user handnode runs as."
+            }},
+            "timeout_secs": {{
                 "type": "integer",
                 "minimum": 1,
                 "maximum": 600,
-                "default": DEFAULT_TIMEOUT_SECS,
-                "description": "Kill the process group after this many seconds (exit 137). At \
-                                most 110 under a grant (the pod gives up on a call at 120 s); \
-                                600 on the local /mcp endpoint."
-            },
-            "max_output_bytes": {
+                "default": {DEFAULT_TIMEOUT_SECS},
+                "description": "Kill the process group after this many seconds (exit 137). At most 110 under a grant (the pod gives up on a call at 120 s); 600 on the local /mcp endpoint."
+            }},
+            "max_output_bytes": {{
                 "type": "integer",
                 "minimum": 1,
-                "maximum": MAX_OUTPUT_BYTES,
-                "default": DEFAULT_MAX_OUTPUT_BYTES,
-                "description": "Bytes of stdout and of stderr kept (each); the rest is read \
-                                and discarded, and stdout_truncated/stderr_truncated is set."
-            },
-            "env": {
+                "maximum": {MAX_OUTPUT_BYTES},
+                "default": {DEFAULT_MAX_OUTPUT_BYTES},
+                "description": "Bytes of stdout and of stderr kept (each); the rest is read and discarded, and stdout_truncated/stderr_truncated is set."
+            }},
+            "env": {{
                 "type": "object",
-                "additionalProperties": {"type": "string"},
+                "additionalProperties": {{"type": "string"}},
                 "description": "Extra environment variables for the command, name to value."
-            }
-        },
+            }}
+        }},
         "required": ["command"]
-    })
+    }}"#
+    ))
 }
 
 /// The validated arguments of one call.

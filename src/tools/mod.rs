@@ -24,6 +24,11 @@ pub struct ToolSpec {
 }
 
 /// Every local tool, in listing order. A tool that is not here does not exist.
+/// A built-in input schema from its JSON text.
+pub(crate) fn schema(text: &str) -> Value {
+    serde_json::from_str(text).expect("a built-in schema is valid JSON")
+}
+
 pub fn local_specs() -> &'static [ToolSpec] {
     static SPECS: [&ToolSpec; 5] = [
         &sysinfo::SPEC,

@@ -1,0 +1,92 @@
+//! Link-time layout of the release binary (issue 5: idle RSS and binary size).
+//!
+//! Two linker options, each applied only where it is known to work, and reported with a
+//! `cargo:warning` where it is not so the figures in docs/performance.md are not silently
+//! lost:
+//!
+//! * `--symbol-ordering-file=link/startup.order`: the functions that run from `main` to an
+//!   idle, ready daemon (recorded by `scripts/order-file.sh` under callgrind) are placed
+//!   together at the start of `.text`. Without it, fat LTO scatters them over the whole
+//!   text, and since the kernel maps a faulting page's neighbourhood (fault-around, whole
+//!   large folios), an idle daemon kept nearly all of its 2 MiB of code resident. Needs
+//!   LLD, which rustc uses for `x86_64-unknown-linux-gnu` since 1.90; names it does not
+//!   find (after a code change) are skipped, so a stale file costs memory, not a build.
+//! * `-z pack-relative-relocs` (DT_RELR): the ~5 000 relative relocations of a PIE take
+//!   ~4 KiB instead of ~130 KiB. The binary then needs glibc >= 2.36 to start, so it is
+//!   used only when the glibc we link against defines `GLIBC_ABI_DT_RELR` (a binary built
+//!   on an older system keeps running there).
+//!
+//! `HANDNODE_PLAIN_LINK=1` turns both off.
+
+use std::process::Command;
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=link/startup.order");
+    println!("cargo:rerun-if-env-changed=HANDNODE_PLAIN_LINK");
+    let env = |k: &str| std::env::var(k).unwrap_or_default();
+    if env("HANDNODE_PLAIN_LINK") == "1" || env("PROFILE") != "release" {
+        return;
+    }
+    let linux_gnu_x86_64 = env("CARGO_CFG_TARGET_ARCH") == "x86_64"
+        && env("CARGO_CFG_TARGET_OS") == "linux"
+        && env("CARGO_CFG_TARGET_ENV") == "gnu";
+    if !linux_gnu_x86_64 {
+        return;
+    }
+    // A linker chosen by the user (config `linker`, `-C linker=…`, another flavour) may be
+    // GNU ld, which knows neither option.
+    let flags = env("CARGO_ENCODED_RUSTFLAGS");
+    let own_linker = !env("RUSTC_LINKER").is_empty()
+        || flags.contains("linker")
+        || flags.contains("link-self-contained");
+    if own_linker || !rustc_links_with_lld() {
+        println!(
+            "cargo:warning=release link without the startup symbol order and packed relocations \
+             (needs rustc >= 1.90 with its default LLD): a larger idle RSS and binary"
+        );
+        return;
+    }
+    let order = format!("{}/link/startup.order", env("CARGO_MANIFEST_DIR"));
+    if std::path::Path::new(&order).is_file() {
+        println!("cargo:rustc-link-arg-bin=handnode=-Wl,--symbol-ordering-file={order}");
+        println!("cargo:rustc-link-arg-bin=handnode=-Wl,--no-warn-symbol-ordering");
+    } else {
+        println!("cargo:warning={order} is missing; run scripts/order-file.sh");
+    }
+    if glibc_has_dt_relr() {
+        println!("cargo:rustc-link-arg-bin=handnode=-Wl,-z,pack-relative-relocs");
+    }
+}
+
+/// rustc >= 1.90 links `x86_64-unknown-linux-gnu` with its bundled LLD by default.
+fn rustc_links_with_lld() -> bool {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let Ok(out) = Command::new(rustc).arg("-vV").output() else {
+        return false;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let Some(release) = text.lines().find_map(|l| l.strip_prefix("release: ")) else {
+        return false;
+    };
+    let mut parts = release
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (1, 90)
+}
+
+/// Whether the libc.so.6 the linker will use knows packed relative relocations.
+fn glibc_has_dt_relr() -> bool {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let Ok(out) = Command::new(cc).arg("-print-file-name=libc.so.6").output() else {
+        return false;
+    };
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    match std::fs::read(&path) {
+        Ok(bytes) => bytes
+            .windows(b"GLIBC_ABI_DT_RELR".len())
+            .any(|w| w == b"GLIBC_ABI_DT_RELR"),
+        Err(_) => false,
+    }
+}

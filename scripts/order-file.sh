@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Record link/startup.order: the functions the release daemon runs from main to idle.
+#
+#   scripts/order-file.sh [--check]
+#
+# Builds the release binary with symbols (same symbol names as the stripped one), runs it
+# under valgrind's callgrind from start to ready, answers /readyz and /healthz, stops it
+# with SIGTERM, and writes every function of the binary that ran, one mangled name per
+# line. build.rs hands the file to the linker (--symbol-ordering-file), which puts those
+# functions together at the start of .text, so an idle daemon keeps a few hundred KiB of
+# code resident instead of nearly all of it (issue 5, rss_idle_kib; docs/performance.md).
+#
+# Re-run it after changing what runs at start-up, after a dependency or toolchain update
+# (both change symbol names), and commit the result. --check only reports how many of the
+# recorded names the current build still has, and exits 1 below 90 %.
+# Needs valgrind (apt-get install valgrind) and curl.
+set -euo pipefail
+
+die() { echo "order-file: error: $*" >&2; exit 1; }
+note() { echo "order-file: $*" >&2; }
+
+check=0
+case "${1:-}" in
+    --check) check=1 ;;
+    "") ;;
+    -h|--help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '$1' (usage: scripts/order-file.sh [--check])" ;;
+esac
+
+cd "$(dirname "$0")/.."
+out=link/startup.order
+target_dir=$PWD/target/order-file
+command -v nm >/dev/null || die "nm not found; apt-get install binutils"
+
+# The profile's `strip` setting is part of cargo's metadata hash, so a binary built with
+# symbols has other symbol names than the shipped one. The shipped names come from a linker
+# map of a normal release build (RUSTFLAGS do not change the hash); callgrind runs on a
+# build with symbols, and its names are matched to the shipped ones without the hash.
+note "building the release binary with a linker map into $target_dir/map ..."
+RUSTFLAGS="${RUSTFLAGS:-} -C link-arg=-Wl,-Map=$target_dir/handnode.map" \
+    CARGO_TARGET_DIR=$target_dir/map cargo build --release --bin handnode >&2 \
+    || die "cargo build failed (output above)"
+symbols=$(mktemp)
+trap 'rm -f "$symbols"' EXIT
+# A function's section is .text.<symbol>, or .text.unlikely.<symbol> for one LLVM deems
+# cold (those were the ones left scattered over the text).
+sed -n 's/.*:(\.text\.\([^)]*\))$/\1/p' "$target_dir/handnode.map" \
+    | sed -E 's/^(unlikely|hot|startup|exit|split)\.//' | sort -u >"$symbols"
+[ -s "$symbols" ] || die "no function sections in $target_dir/handnode.map"
+
+if [ "$check" = 1 ]; then
+    [ -f "$out" ] || die "$out does not exist; run scripts/order-file.sh"
+    total=$(grep -vc '^#' "$out" || true)
+    found=$(grep -v '^#' "$out" | sort -u | comm -12 - "$symbols" | wc -l)
+    note "$found of $total recorded names are in the current build"
+    [ "$total" -gt 0 ] && [ $((found * 100 / total)) -ge 90 ] \
+        || die "the order file is stale; re-run scripts/order-file.sh and commit it"
+    exit 0
+fi
+
+note "building the release binary with symbols into $target_dir/sym ..."
+CARGO_PROFILE_RELEASE_STRIP=false CARGO_TARGET_DIR=$target_dir/sym \
+    cargo build --release --bin handnode >&2 || die "cargo build failed (output above)"
+bin=$target_dir/sym/release/handnode
+
+command -v valgrind >/dev/null || die "valgrind not found; apt-get install valgrind"
+command -v curl >/dev/null || die "curl not found; apt-get install curl"
+work=$(mktemp -d)
+trap 'rm -rf "$work" "$symbols"' EXIT
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+note "running it under callgrind on 127.0.0.1:$port ..."
+HANDNODE_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n') \
+    valgrind --tool=callgrind --demangle=no --callgrind-out-file="$work/cg.out" \
+    "$bin" --listen "127.0.0.1:$port" --state-dir "$work/state" --config-dir "$work/config" \
+    --no-notify --no-sd-notify --display-backend none 2>"$work/log" &
+pid=$!
+for _ in $(seq 300); do
+    curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
+    kill -0 "$pid" 2>/dev/null || die "the daemon exited at start: $(tail -5 "$work/log")"
+    sleep 0.1
+done
+curl -sf "http://127.0.0.1:$port/readyz" >/dev/null || die "the daemon never became ready"
+curl -sf "http://127.0.0.1:$port/healthz" >/dev/null || die "/healthz failed"
+kill -TERM "$pid"
+wait "$pid" || die "the daemon did not exit cleanly: $(tail -5 "$work/log")"
+
+# callgrind names each function once as "fn=(id) name" and then by "(id)"; keep the
+# names of functions that ran inside the binary itself (ob= is the object).
+{
+    echo "# Functions the release daemon runs from main to idle (scripts/order-file.sh),"
+    echo "# placed first in .text by the linker (build.rs). Regenerate after start-up"
+    echo "# changes or dependency/toolchain updates; stale names are skipped by the linker."
+    awk -v bin="$bin" '
+        /^ob=\(/ { id = $1; sub(/^ob=/, "", id); if (NF > 1) { name = $0; sub(/^ob=\([0-9]+\) /, "", name); obs[id] = name } cur = obs[id]; next }
+        /^c?ob=\(/ { id = $1; sub(/^cob=/, "", id); if (NF > 1) { name = $0; sub(/^cob=\([0-9]+\) /, "", name); obs[id] = name } next }
+        /^c?fn=\(/ {
+            split($1, a, "="); id = a[2]
+            if (NF > 1) { name = $0; sub(/^c?fn=\([0-9]+\) /, "", name); fns[id] = name }
+            if ($1 ~ /^fn=/ && cur == bin) print fns[id]
+        }
+    ' "$work/cg.out" | sort -u | python3 -c '
+import re, sys
+# Legacy Rust names end in a hash of the crate metadata: match on the rest.
+# Local copies carry a ".<n>" suffix that may differ too.
+unhash = lambda n: re.sub(r"\.\d+$", "", re.sub(r"17h[0-9a-f]{16}E(\.\d+)?$", "E", n))
+shipped = {}
+for name in open(sys.argv[1]).read().split():
+    shipped.setdefault(unhash(name), []).append(name)
+out = set()
+for name in sys.stdin.read().split():
+    out.update(shipped.get(unhash(name), []))
+print("\n".join(sorted(out)))
+' "$symbols"
+} >"$out.tmp"
+mv "$out.tmp" "$out"
+note "wrote $out: $(grep -vc '^#' "$out") functions"
