@@ -219,14 +219,6 @@ impl AdminServer {
             local_addr,
         })
     }
-
-    /// Handler threads started so far.
-    pub fn handler_threads(&self) -> usize {
-        let threads = self.handlers.threads.lock();
-        threads
-            .map(|t| t.len())
-            .unwrap_or_else(|e| e.into_inner().len())
-    }
 }
 
 impl AdminServer {
