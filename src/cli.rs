@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -474,11 +475,24 @@ impl Reply {
 /// nowhere else: no proxy from the environment, no redirects ([`crate::httpc`]).
 struct Client<'a> {
     args: &'a ClientArgs,
+    /// Built on the first https call and kept: `revoke --all` makes one call per grant.
+    tls: std::cell::OnceCell<Arc<rustls::ClientConfig>>,
 }
 
 impl<'a> Client<'a> {
     fn new(args: &'a ClientArgs) -> Self {
-        Client { args }
+        Client {
+            args,
+            tls: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn tls(&self) -> Result<&Arc<rustls::ClientConfig>, String> {
+        if let Some(config) = self.tls.get() {
+            return Ok(config);
+        }
+        let config = crate::tls::client_config(None).map_err(|e| e.to_string())?;
+        Ok(self.tls.get_or_init(|| config))
     }
 
     fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Reply, Failure> {
@@ -491,7 +505,7 @@ impl<'a> Client<'a> {
         let url = format!("{}{path}", self.args.url);
         let target = Target::parse(&url).map_err(|e| unreachable(&e))?;
         let tls = match target.tls {
-            true => Some(crate::tls::client_config(None).map_err(|e| unreachable(&e))?),
+            true => Some(self.tls().map_err(|e| unreachable(&e))?),
             false => None,
         };
         let authorization = self
@@ -513,8 +527,7 @@ impl<'a> Client<'a> {
             headers: &headers,
             body: body.as_deref().map(str::as_bytes),
         };
-        let response =
-            httpc::send(&request, REQUEST_TIMEOUT, tls.as_ref()).map_err(|e| unreachable(&e))?;
+        let response = httpc::send(&request, REQUEST_TIMEOUT, tls).map_err(|e| unreachable(&e))?;
         let status = response.status;
         let raw = response
             .read_body(MAX_REPLY_BYTES)

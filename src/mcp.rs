@@ -146,9 +146,11 @@ impl Dispatcher {
 
     fn handle_object(&mut self, obj: Map<String, Value>, catalog: &dyn Catalog) -> Vec<Action> {
         let id = obj.get("id");
-        // An id that is present but not a string or number cannot be echoed back usefully.
+        // MCP ids are strings or integers. Anything else cannot be echoed back faithfully: a
+        // fraction or a number beyond 64 bits comes back as the nearest double, which the
+        // client may not match to what it sent.
         let reply_id = match id {
-            Some(v @ (Value::String(_) | Value::Number(_))) => v.clone(),
+            Some(v) if is_valid_id(v) => v.clone(),
             _ => Value::Null,
         };
         let invalid = |msg: &str| {
@@ -163,8 +165,9 @@ impl Dispatcher {
         }
         match id {
             Some(Value::Null) => return invalid("id must not be null"),
-            Some(Value::String(_) | Value::Number(_)) | None => {}
-            Some(_) => return invalid("id must be a string or a number"),
+            Some(v) if is_valid_id(v) => {}
+            None => {}
+            Some(_) => return invalid("id must be a string or an integer of at most 64 bits"),
         }
         let method = match obj.get("method") {
             Some(Value::String(m)) => m.as_str(),
@@ -185,9 +188,7 @@ impl Dispatcher {
     fn handle_notification(&mut self, method: &str, params: &Value) -> Vec<Action> {
         match method {
             "notifications/cancelled" => match params.get("requestId") {
-                Some(v @ (Value::String(_) | Value::Number(_))) => {
-                    vec![Action::Cancel { id: v.clone() }]
-                }
+                Some(v) if is_valid_id(v) => vec![Action::Cancel { id: v.clone() }],
                 _ => Vec::new(),
             },
             "notifications/initialized" => {
@@ -296,6 +297,15 @@ impl Dispatcher {
 }
 
 /// Serialize a successful JSON-RPC response.
+/// A request id MCP allows: a string, or an integer that parses without rounding.
+fn is_valid_id(id: &Value) -> bool {
+    match id {
+        Value::String(_) => true,
+        Value::Number(n) => n.is_i64() || n.is_u64(),
+        _ => false,
+    }
+}
+
 pub fn result_reply(id: &Value, result: Value) -> String {
     // Serialized straight from `result`: `json!` around a `Value` deep-copies it first,
     // which for a screenshot means megabytes copied and held twice.
@@ -517,6 +527,22 @@ mod tests {
                 "id",
             ),
             (
+                "fractional id (MCP ids are integers; a double may not echo back exactly)",
+                Profile::Owner,
+                r#"{"jsonrpc":"2.0","id":1.0715660391465825880866424e-75,"method":"ping"}"#,
+                INVALID_REQUEST,
+                Value::Null,
+                "id must be a string or an integer",
+            ),
+            (
+                "id beyond 64 bits",
+                Profile::Owner,
+                r#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"ping"}"#,
+                INVALID_REQUEST,
+                Value::Null,
+                "at most 64 bits",
+            ),
+            (
                 "object id",
                 Profile::Owner,
                 r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#,
@@ -664,10 +690,16 @@ mod tests {
                 json!("abc"),
             ),
             (
-                "ping keeps float id",
-                r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+                "ping keeps the largest u64 id",
+                r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"ping"}"#,
                 "/id",
-                json!(1.5),
+                json!(u64::MAX),
+            ),
+            (
+                "ping keeps the smallest i64 id",
+                r#"{"jsonrpc":"2.0","id":-9223372036854775808,"method":"ping"}"#,
+                "/id",
+                json!(i64::MIN),
             ),
             (
                 "resources",
@@ -795,6 +827,12 @@ mod tests {
             r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":12}}"#,
         );
         assert_eq!(actions, vec![Action::Cancel { id: json!(12) }]);
+        // No request can have a fractional id, so there is nothing to cancel.
+        let actions = run(
+            Profile::Owner,
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1.5}}"#,
+        );
+        assert_eq!(actions, vec![]);
     }
 
     #[test]

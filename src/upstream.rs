@@ -149,14 +149,14 @@ impl Upstreams {
         upstreams: Vec<(String, String)>,
         options: UpstreamOptions,
     ) -> Result<Self, Error> {
-        validate(&upstreams)?;
+        let targets = validate(&upstreams)?;
         let mut this = Upstreams {
             lanes: Vec::with_capacity(upstreams.len()),
             cache_ttl: options.cache_ttl,
         };
-        for (name, url) in upstreams {
+        for ((name, url), target) in upstreams.into_iter().zip(targets) {
             // On a spawn failure `this` is dropped, which stops the lanes already started.
-            let lane = Lane::start(name, url, &options)?;
+            let lane = Lane::start(name, url, target, &options)?;
             this.lanes.push(lane);
         }
         Ok(this)
@@ -235,9 +235,11 @@ impl Upstreams {
     }
 }
 
-/// Names must be distinct and non-empty, URLs plain `http(s)://host…`.
-fn validate(upstreams: &[(String, String)]) -> Result<(), Error> {
+/// Names must be distinct and non-empty, URLs plain `http(s)://host…`. Returns each URL
+/// parsed, in order.
+fn validate(upstreams: &[(String, String)]) -> Result<Vec<Target>, Error> {
     let mut seen = std::collections::HashSet::new();
+    let mut targets = Vec::with_capacity(upstreams.len());
     for (name, url) in upstreams {
         if name.is_empty() {
             return Err(Error::Config(format!(
@@ -249,20 +251,28 @@ fn validate(upstreams: &[(String, String)]) -> Result<(), Error> {
                 "upstream name {name:?} is given twice; each --upstream needs its own name"
             )));
         }
-        if let Err(why) = Target::parse(url) {
-            return Err(Error::Config(format!(
-                "upstream {name}: {url:?} is not a URL handnode can use ({why}); it must be an \
-                 http:// or https:// URL with a host, e.g. http://127.0.0.1:8931/mcp"
-            )));
+        match Target::parse(url) {
+            Ok(target) => targets.push(target),
+            Err(why) => {
+                return Err(Error::Config(format!(
+                    "upstream {name}: {url:?} is not a URL handnode can use ({why}); it must be \
+                     an http:// or https:// URL with a host, e.g. http://127.0.0.1:8931/mcp"
+                )))
+            }
         }
     }
-    Ok(())
+    Ok(targets)
 }
 
 impl Lane {
-    fn start(name: String, url: String, options: &UpstreamOptions) -> Result<Lane, Error> {
+    fn start(
+        name: String,
+        url: String,
+        target: Target,
+        options: &UpstreamOptions,
+    ) -> Result<Lane, Error> {
         let shared = Arc::new(Shared {
-            client: Client::new(name, url, options),
+            client: Client::new(name, url, target, options),
             cache: Mutex::new(Cache::default()),
             refreshed: Condvar::new(),
             refreshing: AtomicBool::new(false),
@@ -583,17 +593,11 @@ struct Client {
 const ACCEPT: &str = "application/json, text/event-stream";
 
 impl Client {
-    /// `url` was checked by `validate`. Each exchange connects afresh: a POST is not
-    /// retried, so a kept-alive connection the server closed while idle would fail a call.
-    /// No proxy from the environment (upstreams are local MCP servers) and no redirects
-    /// (one would turn our POST into a GET).
-    fn new(name: String, url: String, options: &UpstreamOptions) -> Self {
-        let target = Target::parse(&url).unwrap_or_else(|_| Target {
-            tls: false,
-            host: "invalid".into(),
-            port: 1,
-            path: "/".into(),
-        });
+    /// `target` is `url` as parsed by `validate`. Each exchange connects afresh: a POST is
+    /// not retried, so a kept-alive connection the server closed while idle would fail a
+    /// call. No proxy from the environment (upstreams are local MCP servers) and no
+    /// redirects (one would turn our POST into a GET).
+    fn new(name: String, url: String, target: Target, options: &UpstreamOptions) -> Self {
         let tls = match (&options.tls, target.tls) {
             (Some(tls), _) => Some(Arc::clone(tls)),
             (None, true) => crate::tls::client_config(None).ok(),

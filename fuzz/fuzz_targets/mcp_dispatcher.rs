@@ -45,7 +45,12 @@ fn check(profile: Profile, catalog: &dyn Catalog, input: &[u8], actions: &[Actio
     let parsed: Option<serde_json::Map<String, Value>> = serde_json::from_slice(input).ok();
     let is_request = parsed.as_ref().is_some_and(|o| {
         o.get("jsonrpc") == Some(&json!("2.0"))
-            && matches!(o.get("id"), Some(Value::String(_) | Value::Number(_)))
+            && match o.get("id") {
+                Some(Value::String(_)) => true,
+                // MCP ids are integers; a fraction would not echo back exactly.
+                Some(Value::Number(n)) => n.is_i64() || n.is_u64(),
+                _ => false,
+            }
             && o.get("method").is_some_and(Value::is_string)
     });
     let is_notification = parsed.as_ref().is_some_and(|o| {
@@ -53,6 +58,11 @@ fn check(profile: Profile, catalog: &dyn Catalog, input: &[u8], actions: &[Actio
             && !o.contains_key("id")
             && o.get("method").is_some_and(Value::is_string)
     });
+    // An id that is present but no valid MCP id is answered with a null id.
+    let unusable_id = parsed
+        .as_ref()
+        .and_then(|o| o.get("id"))
+        .is_some_and(|id| !(id.is_string() || id.is_i64() || id.is_u64()));
     let mut replies = 0;
     let mut calls = 0;
     for action in actions {
@@ -72,6 +82,9 @@ fn check(profile: Profile, catalog: &dyn Catalog, input: &[u8], actions: &[Actio
                 if is_request {
                     let id = &parsed.as_ref().unwrap()["id"];
                     assert_eq!(&v["id"], id, "the reply echoes the request id");
+                }
+                if unusable_id {
+                    assert!(v["id"].is_null(), "{text}");
                 }
             }
             Action::Call {
@@ -103,7 +116,7 @@ fn check(profile: Profile, catalog: &dyn Catalog, input: &[u8], actions: &[Actio
             }
             Action::Cancel { id } => {
                 assert!(is_notification, "only a notification cancels");
-                assert!(id.is_string() || id.is_number());
+                assert!(id.is_string() || id.is_i64() || id.is_u64(), "{id}");
             }
             Action::Refused { .. } => assert!(is_request),
         }
