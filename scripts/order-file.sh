@@ -30,23 +30,26 @@ esac
 cd "$(dirname "$0")/.."
 out=link/startup.order
 target_dir=$PWD/target/order-file
-command -v nm >/dev/null || die "nm not found; apt-get install binutils"
 
-# The profile's `strip` setting is part of cargo's metadata hash, so a binary built with
-# symbols has other symbol names than the shipped one. The shipped names come from a linker
-# map of a normal release build (RUSTFLAGS do not change the hash); callgrind runs on a
-# build with symbols, and its names are matched to the shipped ones without the hash.
-note "building the release binary with a linker map into $target_dir/map ..."
-RUSTFLAGS="${RUSTFLAGS:-} -C link-arg=-Wl,-Map=$target_dir/handnode.map" \
-    CARGO_TARGET_DIR=$target_dir/map cargo build --release --bin handnode >&2 \
-    || die "cargo build failed (output above)"
+# The map and the symbols must be those of the binary `cargo build --release` ships. Two
+# ways of getting them change the code: RUSTFLAGS rebuild every dependency under other file
+# names, which renumbers LLVM's local copies (`name.1490`), and the profile's `strip` is part
+# of cargo's metadata hash, which renames everything. `cargo rustc -- ARGS` hands ARGS to the
+# final link only: the dependencies are the shipped ones and `-C strip=none` overrides the
+# profile's strip without touching the hash. The result is the shipped binary plus a symbol
+# table (the same .text byte for byte), so callgrind sees the exact shipped names.
+map=$target_dir/handnode.map
+note "building the release binary with symbols and a linker map into $target_dir/map ..."
+CARGO_TARGET_DIR=$target_dir/map cargo rustc --release --bin handnode -- \
+    -C strip=none -C link-arg=-Wl,-Map="$map" >&2 || die "cargo rustc failed (output above)"
+bin=$target_dir/map/release/handnode
 symbols=$(mktemp)
 trap 'rm -f "$symbols"' EXIT
 # A function's section is .text.<symbol>, or .text.unlikely.<symbol> for one LLVM deems
 # cold (those were the ones left scattered over the text).
-sed -n 's/.*:(\.text\.\([^)]*\))$/\1/p' "$target_dir/handnode.map" \
+sed -n 's/.*:(\.text\.\([^)]*\))$/\1/p' "$map" \
     | sed -E 's/^(unlikely|hot|startup|exit|split)\.//' | sort -u >"$symbols"
-[ -s "$symbols" ] || die "no function sections in $target_dir/handnode.map"
+[ -s "$symbols" ] || die "no function sections in $map"
 
 if [ "$check" = 1 ]; then
     [ -f "$out" ] || die "$out does not exist; run scripts/order-file.sh"
@@ -58,15 +61,10 @@ if [ "$check" = 1 ]; then
     exit 0
 fi
 
-note "building the release binary with symbols into $target_dir/sym ..."
-CARGO_PROFILE_RELEASE_STRIP=false CARGO_TARGET_DIR=$target_dir/sym \
-    cargo build --release --bin handnode >&2 || die "cargo build failed (output above)"
-bin=$target_dir/sym/release/handnode
-
 command -v valgrind >/dev/null || die "valgrind not found; apt-get install valgrind"
 command -v curl >/dev/null || die "curl not found; apt-get install curl"
 work=$(mktemp -d)
-trap 'rm -rf "$work" "$symbols"' EXIT
+trap '[ -n "${KEEP_WORK:-}" ] && echo "order-file: kept $work" >&2 || rm -rf "$work" "$symbols"' EXIT
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 note "running it under callgrind on 127.0.0.1:$port ..."
 HANDNODE_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n') \
@@ -85,7 +83,8 @@ kill -TERM "$pid"
 wait "$pid" || die "the daemon did not exit cleanly: $(tail -5 "$work/log")"
 
 # callgrind names each function once as "fn=(id) name" and then by "(id)"; keep the
-# names of functions that ran inside the binary itself (ob= is the object).
+# names of functions that ran inside the binary itself (ob= is the object). A recursive
+# call is named "name'2"; addresses without a symbol (PLT stubs) match no section.
 {
     echo "# Functions the release daemon runs from main to idle (scripts/order-file.sh),"
     echo "# placed first in .text by the linker (build.rs). Regenerate after start-up"
@@ -98,19 +97,7 @@ wait "$pid" || die "the daemon did not exit cleanly: $(tail -5 "$work/log")"
             if (NF > 1) { name = $0; sub(/^c?fn=\([0-9]+\) /, "", name); fns[id] = name }
             if ($1 ~ /^fn=/ && cur == bin) print fns[id]
         }
-    ' "$work/cg.out" | sort -u | python3 -c '
-import re, sys
-# Legacy Rust names end in a hash of the crate metadata: match on the rest.
-# Local copies carry a ".<n>" suffix that may differ too.
-unhash = lambda n: re.sub(r"\.\d+$", "", re.sub(r"17h[0-9a-f]{16}E(\.\d+)?$", "E", n))
-shipped = {}
-for name in open(sys.argv[1]).read().split():
-    shipped.setdefault(unhash(name), []).append(name)
-out = set()
-for name in sys.stdin.read().split():
-    out.update(shipped.get(unhash(name), []))
-print("\n".join(sorted(out)))
-' "$symbols"
+    ' "$work/cg.out" | sed "s/'[0-9]*\$//" | sort -u | comm -12 - "$symbols"
 } >"$out.tmp"
 mv "$out.tmp" "$out"
 note "wrote $out: $(grep -vc '^#' "$out") functions"
