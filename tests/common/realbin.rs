@@ -35,6 +35,21 @@ pub const FAST_FLAGS: [(&str, &str); 8] = [
     ("--ended-retention-ms", "200"),
 ];
 
+/// `handnode` (no subcommand: `serve` is the default) on `127.0.0.1:0` with its state and
+/// config under `dir`, [`TOKEN`] as `HANDNODE_TOKEN` and `RUST_LOG=info`; the caller adds its
+/// own flags and environment.
+pub fn daemon_command(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_handnode"));
+    cmd.args(["--listen", "127.0.0.1:0"])
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("--config-dir")
+        .arg(dir.join("config"))
+        .env("HANDNODE_TOKEN", TOKEN)
+        .env("RUST_LOG", "info");
+    cmd
+}
+
 /// Spawn `cmd` with stdout discarded and stderr read into a [`ChildLog`] that keeps its last
 /// `keep` lines (`usize::MAX`: all of them).
 pub fn spawn_logged(cmd: &mut Command, keep: usize) -> (Child, ChildLog) {
@@ -143,6 +158,17 @@ impl ChildLog {
                 self.text()
             )
         })
+    }
+
+    /// The first kept line that contains `needle`; panics with the log if none comes.
+    pub fn line(&self, needle: &str) -> String {
+        self.wait_for(|s| s.lines.iter().find(|l| l.contains(needle)).cloned())
+            .unwrap_or_else(|| {
+                panic!(
+                    "watchdog: no log line with {needle:?}; the log:\n{}",
+                    self.text()
+                )
+            })
     }
 
     /// The kept lines, each ending in a newline.
