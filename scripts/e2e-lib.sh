@@ -1,11 +1,37 @@
 # shellcheck shell=bash disable=SC2034  # sets globals (daemon_url, stop_status) for the caller
-# Helpers shared by scripts/e2e.sh and scripts/interop.sh (sourced, not run): PASS/FAIL
-# bookkeeping, bounded waits, starting the daemon on an ephemeral port, and killing every
-# process the script started when it exits.
+# Helpers shared by scripts/e2e.sh and scripts/interop.sh (sourced, not run): the binary
+# under test, a scratch dir, PASS/FAIL bookkeeping, bounded waits, starting the daemon on an
+# ephemeral port, and killing every process the script started when it exits.
 
 passed=0
 failed=0
 started_pids=()
+
+# release_binary ROOT : sets bin to $HANDNODE_BIN, or when that is unset builds ROOT with
+# `cargo build --release` and uses its handnode. Says FAIL and returns non-zero if the build
+# fails.
+release_binary() {
+    bin="${HANDNODE_BIN:-}"
+    if [ -z "$bin" ]; then
+        (cd "$1" && cargo build --release --quiet) || { echo "FAIL: cargo build --release"; return 1; }
+        bin="$1/target/release/handnode"
+    fi
+}
+
+# scratch_dir NAME : sets tmp to a fresh dir handnode-NAME.XXXXXX under $TMPDIR (or /tmp).
+# On exit every process the script started is killed and the dir removed (E2E_KEEP=1 keeps
+# it); INT and TERM exit 130 through the same cleanup.
+scratch_dir() {
+    tmp="$(mktemp -d "${TMPDIR:-/tmp}/handnode-$1.XXXXXX")"
+    trap scratch_cleanup EXIT
+    trap 'exit 130' INT TERM
+}
+
+# shellcheck disable=SC2317  # run by the EXIT trap scratch_dir sets
+scratch_cleanup() {
+    kill_started
+    if [ "${E2E_KEEP:-}" = 1 ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
+}
 
 pass() {
     passed=$((passed + 1))

@@ -21,20 +21,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/ci/e2e.sh" || { echo "FAIL: installing the e2e tools"; exit 1; }
 websocat="$("$root/scripts/ci/e2e.sh" --websocat-path)"
 
-bin="${HANDNODE_BIN:-}"
-if [ -z "$bin" ]; then
-    (cd "$root" && cargo build --release --quiet) || { echo "FAIL: cargo build --release"; exit 1; }
-    bin="$root/target/release/handnode"
-fi
-
-tmp="$(mktemp -d "${TMPDIR:-/tmp}/handnode-e2e.XXXXXX")"
-# shellcheck disable=SC2317  # run by the EXIT trap
-cleanup() {
-    kill_started
-    if [ "${E2E_KEEP:-}" = 1 ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+release_binary "$root" || exit 1
+scratch_dir e2e
 
 # A clean environment for every process we start: nothing of the caller's handnode setup.
 base_env=(env -i "PATH=$PATH" "HOME=$tmp/home" "RUST_LOG=${RUST_LOG:-debug}")

@@ -14,20 +14,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/ci/e2e.sh" || { echo "FAIL: installing the interop tools"; exit 1; }
 export MCP_SDK_PREFIX="${MCP_SDK_PREFIX:-$root/target/interop}"
 
-bin="${HANDNODE_BIN:-}"
-if [ -z "$bin" ]; then
-    (cd "$root" && cargo build --release --quiet) || { echo "FAIL: cargo build --release"; exit 1; }
-    bin="$root/target/release/handnode"
-fi
-
-tmp="$(mktemp -d "${TMPDIR:-/tmp}/handnode-interop.XXXXXX")"
-# shellcheck disable=SC2317  # run by the EXIT trap
-cleanup() {
-    kill_started
-    if [ "${E2E_KEEP:-}" = 1 ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+release_binary "$root" || exit 1
+scratch_dir interop
 
 token="interop-$RANDOM$RANDOM$RANDOM"
 if ! start_daemon "$tmp/log" env -i "PATH=$PATH" "HOME=$tmp" "RUST_LOG=debug" \

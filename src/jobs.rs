@@ -270,8 +270,9 @@ mod tests {
         assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
     }
 
-    #[test]
-    fn full_pool_refuses_instead_of_blocking() {
+    /// A pool of one worker and one queue slot whose worker is running a task that holds
+    /// it until the returned gate is dropped (or a message is sent on it).
+    fn pool_with_its_one_worker_held() -> (Pool, Sender<()>) {
         let pool = Pool::new(1, 1);
         let (gate_tx, gate_rx) = crossbeam_channel::bounded::<()>(0);
         let (started_tx, started_rx) = crossbeam_channel::bounded::<()>(1);
@@ -281,6 +282,12 @@ mod tests {
         })
         .unwrap();
         started_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        (pool, gate_tx)
+    }
+
+    #[test]
+    fn full_pool_refuses_instead_of_blocking() {
+        let (pool, gate_tx) = pool_with_its_one_worker_held();
         pool.submit(|| {}).unwrap(); // fills the one queue slot
         let err = pool.submit(|| {}).unwrap_err();
         assert_eq!(err, PoolBusy { queued: 1 });
@@ -290,15 +297,7 @@ mod tests {
 
     #[test]
     fn a_refused_call_is_answered_busy_not_internal_error() {
-        let pool = Pool::new(1, 1);
-        let (gate_tx, gate_rx) = crossbeam_channel::bounded::<()>(0);
-        let (started_tx, started_rx) = crossbeam_channel::bounded::<()>(1);
-        pool.submit(move || {
-            started_tx.send(()).unwrap();
-            let _ = gate_rx.recv();
-        })
-        .unwrap();
-        started_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        let (pool, gate_tx) = pool_with_its_one_worker_held();
         pool.submit(|| {}).unwrap();
         let (tx, rx) = crossbeam_channel::unbounded();
         let done = Completion::new(move |out| tx.send(out).unwrap());

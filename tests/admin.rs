@@ -97,13 +97,7 @@ fn two_hundred_idle_connections_do_not_starve_a_real_request() {
         .map(|_| TcpStream::connect(d.addr).unwrap())
         .collect();
     let started = Instant::now();
-    let (status, _, _) = http(
-        d.addr,
-        "GET",
-        "/attach",
-        &[("Authorization", "Bearer test-admin-token")],
-        None,
-    );
+    let (status, _, _) = d.raw("GET", "/attach", &[], None);
     assert_eq!(status, 200);
     // Reported, not asserted as a timing: the watchdog on the read is the assertion.
     eprintln!(
@@ -157,7 +151,6 @@ fn a_huge_declared_body_is_refused_without_reading_it() {
 
 fn mcp(d: &TestDaemon, session: Option<&str>, body: Value) -> (u16, Vec<(String, String)>, Value) {
     let mut headers = vec![
-        ("Authorization", "Bearer test-admin-token"),
         ("Content-Type", "application/json"),
         ("Accept", "application/json, text/event-stream"),
     ];
@@ -165,8 +158,16 @@ fn mcp(d: &TestDaemon, session: Option<&str>, body: Value) -> (u16, Vec<(String,
         headers.push(("Mcp-Session-Id", s));
     }
     let body = body.to_string();
-    let (status, h, b) = http(d.addr, "POST", "/mcp", &headers, Some(body.as_bytes()));
+    let (status, h, b) = d.raw("POST", "/mcp", &headers, Some(body.as_bytes()));
     (status, h, serde_json::from_slice(&b).unwrap_or(Value::Null))
+}
+
+/// The `Mcp-Session-Id` a reply issued, if any.
+fn session_id(headers: &[(String, String)]) -> Option<String> {
+    headers
+        .iter()
+        .find(|(k, _)| k == "mcp-session-id")
+        .map(|(_, v)| v.clone())
 }
 
 #[test]
@@ -179,11 +180,7 @@ fn mcp_over_http_as_a_new_user_would_use_it() {
     );
     assert_eq!(status, 200);
     assert_eq!(init["result"]["protocolVersion"], "2025-06-18");
-    let sid = headers
-        .iter()
-        .find(|(k, _)| k == "mcp-session-id")
-        .map(|(_, v)| v.clone())
-        .expect("Mcp-Session-Id issued");
+    let sid = session_id(&headers).expect("Mcp-Session-Id issued");
     let (status, _, body) = mcp(
         &d,
         Some(&sid),
@@ -219,24 +216,9 @@ fn mcp_over_http_as_a_new_user_would_use_it() {
         json!({"jsonrpc":"2.0","id":4,"method":"ping"}),
     );
     assert_eq!(status, 404);
-    let (status, _, _) = http(
-        d.addr,
-        "GET",
-        "/mcp",
-        &[("Authorization", "Bearer test-admin-token")],
-        None,
-    );
+    let (status, _, _) = d.raw("GET", "/mcp", &[], None);
     assert_eq!(status, 405);
-    let (status, _, _) = http(
-        d.addr,
-        "DELETE",
-        "/mcp",
-        &[
-            ("Authorization", "Bearer test-admin-token"),
-            ("Mcp-Session-Id", &sid),
-        ],
-        None,
-    );
+    let (status, _, _) = d.raw("DELETE", "/mcp", &[("Mcp-Session-Id", &sid)], None);
     assert_eq!(status, 204);
     let (status, _, _) = mcp(
         &d,
@@ -259,14 +241,7 @@ fn mcp_sessions_are_capped_least_recently_used_first() {
             None,
             json!({"jsonrpc":"2.0","id":i,"method":"initialize","params":{}}),
         );
-        ids.push(
-            headers
-                .iter()
-                .find(|(k, _)| k == "mcp-session-id")
-                .unwrap()
-                .1
-                .clone(),
-        );
+        ids.push(session_id(&headers).expect("Mcp-Session-Id issued"));
     }
     assert_eq!(
         mcp(
@@ -300,13 +275,7 @@ fn readyz_and_metrics() {
         serde_json::from_slice::<Value>(&body).unwrap(),
         json!({"ready": true, "grants": 0, "attached": 0})
     );
-    let (status, _, body) = http(
-        d.addr,
-        "GET",
-        "/metrics",
-        &[("Authorization", "Bearer test-admin-token")],
-        None,
-    );
+    let (status, _, body) = d.raw("GET", "/metrics", &[], None);
     assert_eq!(status, 200);
     let text = String::from_utf8(body).unwrap();
     assert!(

@@ -9,28 +9,29 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{json, Value};
 
-fn attach_body(pod: &StubPod, profile: &str) -> Value {
-    json!({"runtime": pod.runtime(), "session": "laptop", "profile": profile, "secret": "s3cret-attach"})
+/// The conformance vectors shared with the pod's implementation.
+fn vectors() -> Value {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/conformance/reverse_attach_vectors.json"
+    ))
+    .unwrap();
+    serde_json::from_str(&text).unwrap()
 }
 
-/// Attach and serve the pod's first turn; returns the grant id and the pod's socket.
-fn attached(d: &TestDaemon, pod: &StubPod, profile: &str) -> (String, PodConn) {
-    let g = d.attach(attach_body(pod, profile));
-    let id = g["id"].as_str().unwrap().to_string();
-    let up = pod.next_upgrade();
-    assert_eq!(up.status, 101);
-    let mut conn = pod.next_conn();
-    let init = conn.initialize();
-    assert_eq!(init["result"]["serverInfo"]["name"], "handnode");
-    d.wait_grant(&id, "attached", |g| g["state"] == "attached");
-    (id, conn)
+/// Start `sleep 100` in a `bash` call with request id `id` (left in flight); returns the
+/// sleep's pid once the shell has written it.
+fn start_sleeper(d: &TestDaemon, conn: &mut PodConn, id: &str) -> u32 {
+    let pidfile = d.dir.join("pid");
+    conn.send(&json!({"jsonrpc":"2.0","id": id,"method":"tools/call","params":{"name":"bash","arguments":{"command": format!("sleep 100 & echo $! > {}; wait", pidfile.display())}}}));
+    wait_for_pid(&pidfile)
 }
 
 #[test]
 fn attach_dials_with_the_secret_and_serves_mcp_under_the_profile() {
     let pod = StubPod::start();
     let d = TestDaemon::new("attach");
-    let g = d.attach(attach_body(&pod, "observe"));
+    let g = d.attach(attach_body(&pod, "laptop", "observe"));
     assert_eq!(g["profile"], "observe");
     assert!(
         matches!(g["state"].as_str(), Some("idle" | "dialing")),
@@ -67,10 +68,7 @@ fn attach_dials_with_the_secret_and_serves_mcp_under_the_profile() {
         hidden["error"]["message"],
         "Invalid params: unknown tool: bash"
     );
-    assert_eq!(
-        conn.request(json!(5), "ping", json!({}))["result"],
-        json!({})
-    );
+    assert_eq!(conn.ping(json!(5))["result"], json!({}));
     let g = d.grant(id);
     assert_eq!(g["calls"], 1, "{g}");
     assert!(g.get("secret").is_none() && !g.to_string().contains("s3cret"));
@@ -80,11 +78,8 @@ fn attach_dials_with_the_secret_and_serves_mcp_under_the_profile() {
 fn revoke_closes_the_socket_1000_promptly_and_never_redials() {
     let pod = StubPod::start();
     // Long read/liveness timers: only the wake handle can make this prompt.
-    let d = TestDaemon::with("revoke", |c| {
-        c.timing.silence_limit = Duration::from_secs(30);
-        c.timing.ping_interval = Duration::from_secs(30);
-    });
-    let (id, mut conn) = attached(&d, &pod, "observe");
+    let d = TestDaemon::with("revoke", quiet_liveness);
+    let (id, mut conn) = d.attached(&pod, "laptop", "observe");
     let started = Instant::now();
     let (status, _) = d.call("DELETE", &format!("/attach/{id}"), None);
     assert_eq!(status, 204);
@@ -108,22 +103,16 @@ fn revoke_closes_the_socket_1000_promptly_and_never_redials() {
 
 #[test]
 fn every_close_code_vector_end_to_end() {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/conformance/reverse_attach_vectors.json"
-    ))
-    .unwrap();
-    let vectors: Value = serde_json::from_str(&text).unwrap();
+    let vectors = vectors();
     let pod = StubPod::start();
     let d = TestDaemon::new("closecodes");
     for (i, case) in vectors["close_code"].as_array().unwrap().iter().enumerate() {
         let code = case["code"].as_u64().unwrap() as u16;
         let session = format!("s{i}");
-        let g = d.attach(json!({"runtime": pod.runtime(), "session": session, "secret": "x"}));
-        let id = g["id"].as_str().unwrap();
-        assert_eq!(pod.next_upgrade().status, 101);
-        let mut conn = pod.next_conn();
-        conn.initialize();
+        let (id, mut conn) = d.attached_with(
+            &pod,
+            json!({"runtime": pod.runtime(), "session": session, "secret": "x"}),
+        );
         conn.close(code);
         match case["expect"]["stop"].as_str() {
             Some(stop) => {
@@ -134,19 +123,17 @@ fn every_close_code_vector_end_to_end() {
                     "revoked" => "revoked",
                     other => panic!("{other}"),
                 };
-                let g = d.wait_grant(id, "ended", |g| g["state"] == "ended");
+                let g = d.wait_grant(&id, "ended", |g| g["state"] == "ended");
                 assert_eq!(g["ended"], want, "close {code}");
                 pod.assert_no_upgrade(Duration::from_millis(500));
             }
             None => {
-                let up = pod.next_upgrade();
+                let (up, mut again) = pod.next_session();
                 assert_eq!(
                     up.path,
                     format!("/tools/attach/{session}"),
                     "close {code} redials"
                 );
-                let mut again = pod.next_conn();
-                again.initialize();
                 let (status, _) = d.call("DELETE", &format!("/attach/{id}"), None);
                 assert_eq!(status, 204);
                 assert_eq!(again.expect_close(), 1000);
@@ -157,12 +144,7 @@ fn every_close_code_vector_end_to_end() {
 
 #[test]
 fn handshake_statuses_redial_or_stop_as_the_vectors_say() {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/conformance/reverse_attach_vectors.json"
-    ))
-    .unwrap();
-    let vectors: Value = serde_json::from_str(&text).unwrap();
+    let vectors = vectors();
     let pod = StubPod::start();
     let d = TestDaemon::new("statuses");
     for (i, case) in vectors["handshake_status"]
@@ -201,19 +183,15 @@ fn a_slow_tool_never_delays_ping_or_sys_info_and_its_reply_arrives_when_done() {
     let pod = StubPod::start();
     let d = TestDaemon::with("slow", |c| {
         c.workers = 1;
-        c.timing.silence_limit = Duration::from_secs(30);
-        c.timing.ping_interval = Duration::from_secs(30);
+        quiet_liveness(c);
     });
-    let (_id, mut conn) = attached(&d, &pod, "owner");
+    let (_id, mut conn) = d.attached(&pod, "laptop", "owner");
     let marker = d.dir.join("release");
     for i in 0..4 {
         conn.send(&json!({"jsonrpc":"2.0","id": format!("slow{i}"),"method":"tools/call","params":{"name":"bash","arguments":{"command": format!("while [ ! -e {} ]; do sleep 0.05; done; echo done{i}", marker.display())}}}));
     }
     // With one worker, these are answered only if no worker waits on the bash children.
-    assert_eq!(
-        conn.request(json!("p"), "ping", json!({}))["result"],
-        json!({})
-    );
+    assert_eq!(conn.ping(json!("p"))["result"], json!({}));
     let info = conn.call_tool(json!("info"), "sys_info", json!({}));
     assert_ne!(info["result"]["isError"], true);
     std::fs::write(&marker, "").unwrap();
@@ -237,7 +215,7 @@ fn a_slow_tool_never_delays_ping_or_sys_info_and_its_reply_arrives_when_done() {
 fn the_65th_request_in_flight_is_refused() {
     let pod = StubPod::start();
     let d = TestDaemon::new("inflight");
-    let (_id, mut conn) = attached(&d, &pod, "owner");
+    let (_id, mut conn) = d.attached(&pod, "laptop", "owner");
     let marker = d.dir.join("go");
     let cmd = format!("while [ ! -e {} ]; do sleep 0.05; done", marker.display());
     for i in 0..64 {
@@ -250,10 +228,7 @@ fn the_65th_request_in_flight_is_refused() {
         "too many requests in flight (64)"
     );
     // Control messages are not tool calls and are still answered.
-    assert_eq!(
-        conn.request(json!("p"), "ping", json!({}))["result"],
-        json!({})
-    );
+    assert_eq!(conn.ping(json!("p"))["result"], json!({}));
     std::fs::write(&marker, "").unwrap();
     for _ in 0..64 {
         let r = conn.recv();
@@ -267,51 +242,40 @@ fn the_65th_request_in_flight_is_refused() {
 fn cancel_kills_the_process_group_and_sends_no_reply() {
     let pod = StubPod::start();
     let d = TestDaemon::new("cancel");
-    let (_id, mut conn) = attached(&d, &pod, "owner");
-    let pidfile = d.dir.join("pid");
-    conn.send(&json!({"jsonrpc":"2.0","id":"long","method":"tools/call","params":{"name":"bash","arguments":{"command": format!("sleep 100 & echo $! > {}; wait", pidfile.display())}}}));
-    let pid = wait_for_pid(&pidfile);
+    let (_id, mut conn) = d.attached(&pod, "laptop", "owner");
+    let pid = start_sleeper(&d, &mut conn, "long");
     conn.send(&json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"long","reason":"user"}}));
     wait_until_dead(pid);
     // The next reply on the socket is for the ping, not the cancelled call.
-    let r = conn.request(json!("after"), "ping", json!({}));
-    assert_eq!(r["result"], json!({}));
+    assert_eq!(conn.ping(json!("after"))["result"], json!({}));
 }
 
 #[test]
 fn socket_loss_kills_the_connections_jobs_and_drops_their_replies() {
     let pod = StubPod::start();
     let d = TestDaemon::new("loss");
-    let (_id, mut conn) = attached(&d, &pod, "owner");
-    let pidfile = d.dir.join("pid");
-    conn.send(&json!({"jsonrpc":"2.0","id":"long","method":"tools/call","params":{"name":"bash","arguments":{"command": format!("sleep 100 & echo $! > {}; wait", pidfile.display())}}}));
-    let pid = wait_for_pid(&pidfile);
+    let (_id, mut conn) = d.attached(&pod, "laptop", "owner");
+    let pid = start_sleeper(&d, &mut conn, "long");
     conn.close(1000);
     wait_until_dead(pid);
     // The redial gets a fresh socket; the old call's reply never appears on it.
-    assert_eq!(pod.next_upgrade().status, 101);
-    let mut again = pod.next_conn();
-    again.initialize();
-    let r = again.request(json!("p2"), "ping", json!({}));
-    assert_eq!(r["result"], json!({}));
+    let (_, mut again) = pod.next_session();
+    assert_eq!(again.ping(json!("p2"))["result"], json!({}));
 }
 
 #[test]
 fn renew_keeps_id_and_socket_and_uses_the_new_secret_next_dial() {
     let pod = StubPod::start();
     let d = TestDaemon::new("renew");
-    let (id, mut conn) = attached(&d, &pod, "desktop");
-    let mut body = attach_body(&pod, "desktop");
+    let (id, mut conn) = d.attached(&pod, "laptop", "desktop");
+    let mut body = attach_body(&pod, "laptop", "desktop");
     body["secret"] = json!("second-secret");
     body["ttl_secs"] = json!(120);
     let g = d.attach(body);
     assert_eq!(g["id"], id.as_str());
     assert!(g["expires_in_secs"].as_u64().unwrap() <= 120);
     // Same socket still serves.
-    assert_eq!(
-        conn.request(json!(9), "ping", json!({}))["result"],
-        json!({})
-    );
+    assert_eq!(conn.ping(json!(9))["result"], json!({}));
     pod.assert_no_upgrade(Duration::from_millis(300));
     conn.close(1000);
     let up = pod.next_upgrade();
@@ -328,12 +292,12 @@ fn renew_while_waiting_to_redial_dials_at_once() {
         c.timing.backoff_cap = Duration::from_secs(30);
     });
     pod.script().refuse.push_back(503);
-    let g = d.attach(attach_body(&pod, "observe"));
+    let g = d.attach(attach_body(&pod, "laptop", "observe"));
     let id = g["id"].as_str().unwrap();
     assert_eq!(pod.next_upgrade().status, 503);
     let g = d.wait_grant(id, "redialing", |g| g["state"] == "redialing");
     assert!(g["redial_in_secs"].as_u64().unwrap() >= 20, "{g}");
-    let mut body = attach_body(&pod, "observe");
+    let mut body = attach_body(&pod, "laptop", "observe");
     body["secret"] = json!("fresh");
     d.attach(body);
     let up = pod.next_upgrade();
@@ -345,17 +309,15 @@ fn renew_while_waiting_to_redial_dials_at_once() {
 fn a_different_profile_replaces_the_grant() {
     let pod = StubPod::start();
     let d = TestDaemon::new("replace");
-    let (old, mut conn) = attached(&d, &pod, "observe");
-    let g = d.attach(attach_body(&pod, "owner"));
+    let (old, mut conn) = d.attached(&pod, "laptop", "observe");
+    let g = d.attach(attach_body(&pod, "laptop", "owner"));
     let new = g["id"].as_str().unwrap();
     assert_ne!(new, old);
     assert_eq!(conn.expect_close(), 1000);
     let old_g = d.grant(&old);
     assert_eq!(old_g["state"], "ended");
     assert_eq!(old_g["ended"], "replaced");
-    assert_eq!(pod.next_upgrade().status, 101);
-    let mut conn2 = pod.next_conn();
-    conn2.initialize();
+    let (_, mut conn2) = pod.next_session();
     let list = conn2.request(json!(1), "tools/list", json!({}));
     assert_eq!(list["result"]["tools"].as_array().unwrap().len(), 5);
 }
@@ -363,24 +325,15 @@ fn a_different_profile_replaces_the_grant() {
 #[test]
 fn the_deadline_closes_the_socket_and_kills_a_running_bash() {
     let pod = StubPod::start();
-    let d = TestDaemon::with("deadline", |c| {
-        c.timing.silence_limit = Duration::from_secs(30);
-        c.timing.ping_interval = Duration::from_secs(30);
-    });
-    let mut body = attach_body(&pod, "owner");
+    let d = TestDaemon::with("deadline", quiet_liveness);
+    let mut body = attach_body(&pod, "laptop", "owner");
     body["ttl_secs"] = json!(2);
-    let g = d.attach(body);
-    let id = g["id"].as_str().unwrap();
-    pod.next_upgrade();
-    let mut conn = pod.next_conn();
-    conn.initialize();
-    let pidfile = d.dir.join("pid");
-    conn.send(&json!({"jsonrpc":"2.0","id":"long","method":"tools/call","params":{"name":"bash","arguments":{"command": format!("sleep 100 & echo $! > {}; wait", pidfile.display())}}}));
-    let pid = wait_for_pid(&pidfile);
+    let (id, mut conn) = d.attached_with(&pod, body);
+    let pid = start_sleeper(&d, &mut conn, "long");
     conn.set_read_timeout(Duration::from_secs(5));
     assert_eq!(conn.expect_close(), 1000);
     wait_until_dead(pid);
-    let g = d.wait_grant(id, "ended", |g| g["state"] == "ended");
+    let g = d.wait_grant(&id, "ended", |g| g["state"] == "ended");
     assert_eq!(g["ended"], "deadline");
     pod.assert_no_upgrade(Duration::from_millis(300));
     d.wait_audit("the expiry", |audit| audit.contains("\"expired\""));
@@ -412,7 +365,7 @@ fn minting_uses_the_credential_once_and_the_pods_ttl_wins() {
 fn a_refused_mint_is_a_502_with_the_pods_status_and_leaves_grants_untouched() {
     let pod = StubPod::start();
     let d = TestDaemon::new("mintfail");
-    let (id, mut conn) = attached(&d, &pod, "observe");
+    let (id, mut conn) = d.attached(&pod, "laptop", "observe");
     {
         let mut s = pod.script();
         s.mint_status = 403;
@@ -432,10 +385,7 @@ fn a_refused_mint_is_a_502_with_the_pods_status_and_leaves_grants_untouched() {
         "attached",
         "the existing grant is untouched"
     );
-    assert_eq!(
-        conn.request(json!(1), "ping", json!({}))["result"],
-        json!({})
-    );
+    assert_eq!(conn.ping(json!(1))["result"], json!({}));
     // A transport failure is status 0.
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = dead.local_addr().unwrap().port();
@@ -458,7 +408,7 @@ fn grants_persist_and_resume_under_the_same_id() {
     let dir = temp_dir("resume");
     let config = test_config(&dir);
     let mut d = TestDaemon::start(config.clone(), dir.clone());
-    let (id, mut conn) = attached(&d, &pod, "desktop");
+    let (id, mut conn) = d.attached(&pod, "laptop", "desktop");
     let file = d.state_dir().join("grants.json");
     let mode =
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&file).unwrap().permissions())
@@ -472,12 +422,8 @@ fn grants_persist_and_resume_under_the_same_id() {
     assert_eq!(status, 200, "{v}");
     let g = d2.grant(&id);
     assert_eq!(g["profile"], "desktop");
-    assert_eq!(
-        pod.next_upgrade().authorization.as_deref(),
-        Some("Bearer s3cret-attach")
-    );
-    let mut conn2 = pod.next_conn();
-    conn2.initialize();
+    let (up, _conn2) = pod.next_session();
+    assert_eq!(up.authorization.as_deref(), Some("Bearer s3cret-attach"));
     d2.wait_grant(&id, "attached", |g| g["state"] == "attached");
     std::mem::forget(d); // its dir is shared with d2, which cleans up
 }
@@ -491,7 +437,7 @@ fn http_readyz(d: &TestDaemon) -> (u16, Value) {
 fn an_oversized_reply_becomes_an_error_result() {
     let pod = StubPod::start();
     let d = TestDaemon::with("outcap", |c| c.limits.max_outbound_bytes = 4096);
-    let (_id, mut conn) = attached(&d, &pod, "owner");
+    let (_id, mut conn) = d.attached(&pod, "laptop", "owner");
     let r = conn.call_tool(
         json!(1),
         "bash",
@@ -508,7 +454,7 @@ fn an_oversized_reply_becomes_an_error_result() {
 fn bash_under_a_grant_is_capped_at_110_seconds() {
     let pod = StubPod::start();
     let d = TestDaemon::new("cap110");
-    let (_id, mut conn) = attached(&d, &pod, "owner");
+    let (_id, mut conn) = d.attached(&pod, "laptop", "owner");
     let r = conn.call_tool(
         json!(1),
         "bash",
@@ -527,7 +473,7 @@ fn bash_under_a_grant_is_capped_at_110_seconds() {
 fn binary_frames_and_garbage_get_error_replies_and_the_socket_stays_up() {
     let pod = StubPod::start();
     let d = TestDaemon::new("garbage");
-    let (id, mut conn) = attached(&d, &pod, "observe");
+    let (id, mut conn) = d.attached(&pod, "laptop", "observe");
     conn.send_msg(tungstenite::Message::binary(
         br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.to_vec(),
     ));
@@ -546,10 +492,7 @@ fn binary_frames_and_garbage_get_error_replies_and_the_socket_stays_up() {
         "]".repeat(10_000)
     )));
     assert_eq!(conn.recv()["error"]["code"], -32700);
-    assert_eq!(
-        conn.request(json!(2), "ping", json!({}))["result"],
-        json!({})
-    );
+    assert_eq!(conn.ping(json!(2))["result"], json!({}));
     assert_eq!(d.grant(&id)["state"], "attached");
 }
 
@@ -593,50 +536,17 @@ fn the_admin_api_refuses_bad_input_with_clear_errors() {
     );
     let (status, _) = d.call("GET", "/nowhere", None);
     assert_eq!(status, 404);
-    let (status, _, _) = http(
-        d.addr,
-        "POST",
-        "/attach",
-        &[
-            ("Authorization", "Bearer test-admin-token"),
-            ("Content-Type", "text/plain"),
-        ],
-        Some(b"{}"),
-    );
+    let text_plain = [("Content-Type", "text/plain")];
+    let (status, _, _) = d.raw("POST", "/attach", &text_plain, Some(b"{}"));
     assert_eq!(status, 415);
     let big = vec![b' '; (1 << 20) + 1];
-    let (status, _, _) = http(
-        d.addr,
-        "POST",
-        "/attach",
-        &[
-            ("Authorization", "Bearer test-admin-token"),
-            ("Content-Type", "application/json"),
-        ],
-        Some(&big),
-    );
+    let json_type = [("Content-Type", "application/json")];
+    let (status, _, _) = d.raw("POST", "/attach", &json_type, Some(&big));
     assert_eq!(status, 413);
-    let (status, _, _) = http(
-        d.addr,
-        "GET",
-        "/attach",
-        &[
-            ("Authorization", "Bearer test-admin-token"),
-            ("Host", "evil.example"),
-        ],
-        None,
-    );
+    let (status, _, _) = d.raw("GET", "/attach", &[("Host", "evil.example")], None);
     assert_eq!(status, 403);
-    let (status, _, _) = http(
-        d.addr,
-        "GET",
-        "/attach",
-        &[
-            ("Authorization", "Bearer test-admin-token"),
-            ("Origin", "http://evil.example"),
-        ],
-        None,
-    );
+    let origin = [("Origin", "http://evil.example")];
+    let (status, _, _) = d.raw("GET", "/attach", &origin, None);
     assert_eq!(status, 403);
     let (status, _, body) = http(
         d.addr,
@@ -693,7 +603,7 @@ fn liveness_pings_both_ways() {
         c.timing.ping_interval = Duration::from_millis(100);
         c.timing.silence_limit = Duration::from_secs(30);
     });
-    let (_id, mut conn) = attached(&d, &pod, "observe");
+    let (_id, mut conn) = d.attached(&pod, "laptop", "observe");
     // Our pings reach the pod...
     let mut pings = 0;
     while pings < 2 {
@@ -720,7 +630,7 @@ fn a_silent_socket_is_dropped_and_redialed() {
         c.timing.ping_interval = Duration::from_secs(30);
         c.timing.silence_limit = Duration::from_millis(300);
     });
-    let (id, _conn) = attached(&d, &pod, "observe");
+    let (id, _conn) = d.attached(&pod, "laptop", "observe");
     // The pod says nothing more (and does not read, so no pongs either).
     let up = pod.next_upgrade();
     assert_eq!(up.status, 101, "redialed after the silence limit");

@@ -18,30 +18,13 @@ use common::*;
 use serde_json::{json, Value};
 use tungstenite::Message;
 
-fn body(pod: &StubPod, session: &str, profile: &str) -> Value {
-    json!({"runtime": pod.runtime(), "session": session, "profile": profile, "secret": "s3cret-attach"})
-}
-
 fn id_of(g: &Value) -> String {
     g["id"].as_str().expect("grant id").to_string()
 }
 
-/// Attach `session` and serve the pod's first turn; returns the grant id and the socket.
-fn attached(d: &TestDaemon, pod: &StubPod, session: &str, profile: &str) -> (String, PodConn) {
-    let id = id_of(&d.attach(body(pod, session, profile)));
-    assert_eq!(pod.next_upgrade().status, 101);
-    let mut conn = pod.next_conn();
-    conn.initialize();
-    d.wait_grant(&id, "attached", |g| g["state"] == "attached");
-    (id, conn)
-}
-
 /// The redial after a lost socket: exactly one upgrade, accepted, and attached again.
 fn reattached(d: &TestDaemon, pod: &StubPod, id: &str) -> PodConn {
-    let up = pod.next_upgrade();
-    assert_eq!(up.status, 101, "{up:?}");
-    let mut conn = pod.next_conn();
-    conn.initialize();
+    let (_, conn) = pod.next_session();
     d.wait_grant(id, "attached again", |g| g["state"] == "attached");
     conn
 }
@@ -55,13 +38,7 @@ fn last_error(d: &TestDaemon, id: &str) -> String {
 
 /// A counter from `/metrics` (the full sample name with labels), 0 when absent.
 fn metric(d: &TestDaemon, sample: &str) -> u64 {
-    let (status, _, text) = http(
-        d.addr,
-        "GET",
-        "/metrics",
-        &[("Authorization", "Bearer test-admin-token")],
-        None,
-    );
+    let (status, _, text) = d.raw("GET", "/metrics", &[], None);
     assert_eq!(status, 200);
     String::from_utf8(text)
         .unwrap()
@@ -92,7 +69,7 @@ fn handshake_timeout_redials() {
     let d = TestDaemon::with("hstimeout", |c| {
         c.timing.handshake_timeout = Duration::from_millis(300)
     });
-    let id = id_of(&d.attach(body(&pod, "stall", "observe")));
+    let id = id_of(&d.attach(attach_body(&pod, "stall", "observe")));
     let stalled = pod.stalls.recv_timeout(WATCHDOG).expect("a stalled dial");
     expect_eof(stalled, "the stalled handshake");
     let _conn = reattached(&d, &pod, &id);
@@ -110,7 +87,7 @@ fn silence_is_a_dead_socket() {
         c.timing.ping_interval = Duration::from_millis(100);
         c.timing.silence_limit = Duration::from_millis(600);
     });
-    let id = id_of(&d.attach(body(&pod, "quiet", "observe")));
+    let id = id_of(&d.attach(attach_body(&pod, "quiet", "observe")));
     assert_eq!(pod.next_upgrade().status, 101);
     let mut mute = pod.next_conn(); // never sends initialize
     let mut conn = reattached(&d, &pod, &id);
@@ -127,10 +104,7 @@ fn silence_is_a_dead_socket() {
     let mut conn2 = reattached(&d, &pod, &id);
     assert!(last_error(&d, &id).starts_with("silence timeout"));
     assert!(conn.pings_until_dropped() >= 1);
-    assert_eq!(
-        conn2.request(json!(1), "ping", json!({}))["result"],
-        json!({})
-    );
+    assert_eq!(conn2.ping(json!(1))["result"], json!({}));
 }
 
 /// (3) The pod's connection dies in the middle of a frame: RST after a partial header, and
@@ -138,7 +112,7 @@ fn silence_is_a_dead_socket() {
 fn reset_mid_frame_redials() {
     let pod = StubPod::start();
     let d = TestDaemon::new("midframe");
-    let (id, mut conn) = attached(&d, &pod, "reset", "observe");
+    let (id, mut conn) = d.attached(&pod, "reset", "observe");
     // A text frame header whose 16-bit length is cut after one byte, then RST.
     conn.send_raw(&[0x81, 0x7e, 0x01]);
     conn.reset();
@@ -172,10 +146,9 @@ fn oversized_frames_close_1009_and_redial() {
     let pod = StubPod::start();
     let d = TestDaemon::with("oversize", |c| {
         c.limits.max_inbound_bytes = CAP;
-        c.timing.silence_limit = Duration::from_secs(30);
-        c.timing.ping_interval = Duration::from_secs(30);
+        quiet_liveness(c);
     });
-    let (id, mut conn) = attached(&d, &pod, "big", "observe");
+    let (id, mut conn) = d.attached(&pod, "big", "observe");
     conn.send_msg(Message::text(padded_ping("at-cap", CAP)));
     let r = conn.recv();
     assert_eq!((&r["id"], &r["result"]), (&json!("at-cap"), &json!({})));
@@ -198,11 +171,8 @@ fn oversized_frames_close_1009_and_redial() {
     drop(d);
 
     // The real cap: a 16 MiB + 1 binary frame, streamed while the pod watches for the close.
-    let d = TestDaemon::with("oversize16", |c| {
-        c.timing.silence_limit = Duration::from_secs(30);
-        c.timing.ping_interval = Duration::from_secs(30);
-    });
-    let (id, conn) = attached(&d, &pod, "huge", "observe");
+    let d = TestDaemon::with("oversize16", quiet_liveness);
+    let (id, conn) = d.attached(&pod, "huge", "observe");
     let stream = conn.ws.get_ref().try_clone().unwrap();
     let mut writer = stream.try_clone().unwrap();
     let sender = std::thread::spawn(move || {
@@ -243,11 +213,8 @@ fn oversized_frames_close_1009_and_redial() {
 /// and the grant redials.
 fn garbage_gets_errors_and_bad_text_utf8_closes_1007() {
     let pod = StubPod::start();
-    let d = TestDaemon::with("garbage", |c| {
-        c.timing.silence_limit = Duration::from_secs(30);
-        c.timing.ping_interval = Duration::from_secs(30);
-    });
-    let (id, mut conn) = attached(&d, &pod, "junk", "observe");
+    let d = TestDaemon::with("garbage", quiet_liveness);
+    let (id, mut conn) = d.attached(&pod, "junk", "observe");
     let mut lcg: u64 = 0x2545_f491_4f6c_dd1d;
     let junk: Vec<u8> = (0..4096)
         .map(|_| {
@@ -327,10 +294,7 @@ fn garbage_gets_errors_and_bad_text_utf8_closes_1007() {
     conn.send(&json!({"jsonrpc": "2.0", "method": "notifications/whatever"}));
     conn.send(&json!({"jsonrpc": "2.0", "id": 99, "result": {}}));
     conn.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "none"}}));
-    assert_eq!(
-        conn.request(json!("after"), "ping", json!({}))["result"],
-        json!({})
-    );
+    assert_eq!(conn.ping(json!("after"))["result"], json!({}));
     // A WebSocket ping from the pod is answered with its payload.
     conn.send_msg(Message::Ping(b"are-you-there".to_vec().into()));
     conn.set_read_timeout(WATCHDOG);
@@ -381,11 +345,8 @@ fn garbage_gets_errors_and_bad_text_utf8_closes_1007() {
 fn a_burst_of_a_thousand_requests_is_answered_or_refused() {
     const N: usize = 1000;
     let pod = StubPod::start();
-    let d = TestDaemon::with("burst", |c| {
-        c.timing.silence_limit = Duration::from_secs(30);
-        c.timing.ping_interval = Duration::from_secs(30);
-    });
-    let (_id, mut conn) = attached(&d, &pod, "burst", "owner");
+    let d = TestDaemon::with("burst", quiet_liveness);
+    let (_id, mut conn) = d.attached(&pod, "burst", "owner");
     let marker = d.dir.join("go");
     let cmd = format!("while [ ! -e {} ]; do sleep 0.1; done", marker.display());
     let rss_before = vm_rss_kib(None);
@@ -437,7 +398,7 @@ fn a_forgotten_grant_ends_after_one_rejected_dial() {
     let pod = StubPod::start();
     pod.script().expect_secret = Some("s3cret-attach".into());
     let d = TestDaemon::new("forgot");
-    let (id, mut conn) = attached(&d, &pod, "forgot", "observe");
+    let (id, mut conn) = d.attached(&pod, "forgot", "observe");
     pod.script().expect_secret = Some("the-pods-new-verifier".into());
     conn.close(1011);
     let up = pod.next_upgrade();
@@ -459,7 +420,7 @@ fn refusals_redial_and_429_backs_off() {
         c.timing.backoff_cap = Duration::from_millis(20);
     });
     pod.script().refuse.extend([503; 10]);
-    let id = id_of(&d.attach(body(&pod, "busy", "observe")));
+    let id = id_of(&d.attach(attach_body(&pod, "busy", "observe")));
     for _ in 0..10 {
         assert_eq!(pod.next_upgrade().status, 503);
     }
@@ -474,18 +435,15 @@ fn refusals_redial_and_429_backs_off() {
         c.timing.backoff_cap = Duration::from_secs(5);
     });
     pod.script().refuse.extend([429; 4]);
-    let id = id_of(&d.attach(body(&pod, "slow", "observe")));
+    let id = id_of(&d.attach(attach_body(&pod, "slow", "observe")));
     let mut at = Vec::new();
     for _ in 0..4 {
         let up = pod.next_upgrade();
         assert_eq!(up.status, 429);
         at.push(up.at);
     }
-    let up = pod.next_upgrade();
-    assert_eq!(up.status, 101);
+    let (up, _conn) = pod.next_session();
     at.push(up.at);
-    let mut conn = pod.next_conn();
-    conn.initialize();
     d.wait_grant(&id, "attached", |g| g["state"] == "attached");
     let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
     eprintln!("429 backoff gaps: {gaps:?}");
@@ -500,18 +458,22 @@ fn refusals_redial_and_429_backs_off() {
     assert!(gaps[3] > gaps[0], "backoff did not grow: {gaps:?}");
 }
 
+/// Backoff and handshake timers of 600 s: once a dial is refused or stalled, only what the
+/// scenario does (a deadline, a DELETE) moves the grant on.
+fn long_backoff_and_handshake(c: &mut handnode::Config) {
+    c.timing.backoff_base = Duration::from_secs(600);
+    c.timing.backoff_cap = Duration::from_secs(600);
+    c.timing.handshake_timeout = Duration::from_secs(600);
+}
+
 /// (9) The deadline arrives while the grant waits to redial, and while a handshake is
 /// stalled: it ends `deadline` then, not when the backoff or handshake timer would fire.
 /// (The deadline during a running `bash` is in tests/attach.rs.)
 fn the_deadline_wins_over_backoff_and_a_stalled_handshake() {
     let pod = StubPod::start();
-    let d = TestDaemon::with("deadlinewait", |c| {
-        c.timing.backoff_base = Duration::from_secs(600);
-        c.timing.backoff_cap = Duration::from_secs(600);
-        c.timing.handshake_timeout = Duration::from_secs(600);
-    });
+    let d = TestDaemon::with("deadlinewait", long_backoff_and_handshake);
     pod.script().refuse.push_back(503);
-    let mut b = body(&pod, "waiting", "observe");
+    let mut b = attach_body(&pod, "waiting", "observe");
     b["ttl_secs"] = json!(1);
     let id = id_of(&d.attach(b));
     assert_eq!(pod.next_upgrade().status, 503);
@@ -519,7 +481,7 @@ fn the_deadline_wins_over_backoff_and_a_stalled_handshake() {
     assert_eq!(g["ended"], "deadline");
 
     pod.script().stall_handshakes = 1;
-    let mut b = body(&pod, "stalled", "observe");
+    let mut b = attach_body(&pod, "stalled", "observe");
     b["ttl_secs"] = json!(1);
     let id = id_of(&d.attach(b));
     let stalled = pod.stalls.recv_timeout(WATCHDOG).expect("a stalled dial");
@@ -533,13 +495,9 @@ fn the_deadline_wins_over_backoff_and_a_stalled_handshake() {
 /// ends `cancelled` at once and never dials again.
 fn delete_while_dialing_or_waiting_cancels() {
     let pod = StubPod::start();
-    let d = TestDaemon::with("deletedialing", |c| {
-        c.timing.backoff_base = Duration::from_secs(600);
-        c.timing.backoff_cap = Duration::from_secs(600);
-        c.timing.handshake_timeout = Duration::from_secs(600);
-    });
+    let d = TestDaemon::with("deletedialing", long_backoff_and_handshake);
     pod.script().stall_handshakes = 1;
-    let id = id_of(&d.attach(body(&pod, "stalled", "observe")));
+    let id = id_of(&d.attach(attach_body(&pod, "stalled", "observe")));
     let stalled = pod.stalls.recv_timeout(WATCHDOG).expect("a stalled dial");
     assert_eq!(d.grant(&id)["state"], "dialing");
     assert_eq!(d.call("DELETE", &format!("/attach/{id}"), None).0, 204);
@@ -551,7 +509,7 @@ fn delete_while_dialing_or_waiting_cancels() {
     );
 
     pod.script().refuse.push_back(503);
-    let id = id_of(&d.attach(body(&pod, "waiting", "observe")));
+    let id = id_of(&d.attach(attach_body(&pod, "waiting", "observe")));
     assert_eq!(pod.next_upgrade().status, 503);
     d.wait_grant(&id, "redialing", |g| g["state"] == "redialing");
     assert_eq!(d.call("DELETE", &format!("/attach/{id}"), None).0, 204);
@@ -563,7 +521,7 @@ fn delete_while_dialing_or_waiting_cancels() {
     pod.assert_no_upgrade(Duration::from_millis(500));
     assert_eq!(metric(&d, "handnode_dials_total"), 2);
     // The renew path cannot bring a cancelled grant back: a new POST makes a new grant.
-    let again = id_of(&d.attach(body(&pod, "waiting", "observe")));
+    let again = id_of(&d.attach(attach_body(&pod, "waiting", "observe")));
     assert_ne!(again, id);
     assert_eq!(pod.next_upgrade().status, 101);
 }

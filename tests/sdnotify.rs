@@ -3,70 +3,24 @@
 //! a broken `NOTIFY_SOCKET` is logged and does not stop the daemon.
 
 mod common;
+#[path = "common/realbin.rs"]
+mod realbin;
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 
 use common::*;
-use crossbeam_channel::Receiver;
+use realbin::{daemon_command, sigterm, spawn_logged, wait_exit, ChildLog, KillOnDrop};
 
-/// A started daemon that is killed if the test fails before it is stopped, so a failing test
-/// leaves no orphan holding the harness's output open.
-struct Guard(Option<Child>);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Start the binary with `NOTIFY_SOCKET=notify` and its stderr lines on a channel.
-fn spawn(dir: &Path, notify: &str, extra: &[&str]) -> (Guard, Receiver<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_handnode"))
-        .args(["--listen", "127.0.0.1:0", "--no-notify"])
+/// Start the binary with `NOTIFY_SOCKET=notify`, its stderr kept in a log. It is not waited
+/// for here: the test that reads `READY=1` learns the address from that.
+fn spawn(dir: &Path, notify: &str, extra: &[&str]) -> (KillOnDrop, ChildLog) {
+    let mut cmd = daemon_command(dir);
+    cmd.arg("--no-notify")
         .args(extra)
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .arg("--config-dir")
-        .arg(dir.join("config"))
-        .env("HANDNODE_TOKEN", "test-admin-token")
-        .env("NOTIFY_SOCKET", notify)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = crossbeam_channel::unbounded();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    (Guard(Some(child)), rx)
-}
-
-/// The first log line containing `needle`, within the watchdog.
-fn log_line(rx: &Receiver<String>, needle: &str) -> String {
-    loop {
-        let line = rx
-            .recv_timeout(WATCHDOG)
-            .unwrap_or_else(|_| panic!("watchdog: no log line with {needle:?}"));
-        if line.contains(needle) {
-            return line;
-        }
-    }
-}
-
-fn listen_addr(rx: &Receiver<String>) -> std::net::SocketAddr {
-    let line = log_line(rx, "admin API listening on http://");
-    let rest = line.split("admin API listening on http://").nth(1).unwrap();
-    rest.trim().parse().unwrap()
+        .env("NOTIFY_SOCKET", notify);
+    let (child, log) = spawn_logged(&mut cmd, usize::MAX);
+    (KillOnDrop(Some(child)), log)
 }
 
 fn notify_socket(dir: &Path) -> (UnixDatagram, String) {
@@ -84,30 +38,10 @@ fn recv(sock: &UnixDatagram) -> String {
     String::from_utf8(buf[..n].to_vec()).unwrap()
 }
 
-fn sigterm_and_wait(guard: &mut Guard) -> Option<i32> {
-    let pid = guard.0.as_ref().unwrap().id();
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(pid as i32).unwrap(),
-        rustix::process::Signal::TERM,
-    )
-    .unwrap();
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    let mut child = guard.0.take().unwrap();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
-    let status = rx.recv_timeout(WATCHDOG);
-    if status.is_err() {
-        // Still running: the waiter thread holds the child, so kill it by pid.
-        let _ = rustix::process::kill_process(
-            rustix::process::Pid::from_raw(pid as i32).unwrap(),
-            rustix::process::Signal::KILL,
-        );
-    }
-    status
-        .expect("watchdog: the daemon did not exit")
-        .unwrap()
-        .code()
+fn sigterm_and_wait(daemon: &mut KillOnDrop) -> Option<i32> {
+    let child = daemon.0.as_mut().unwrap();
+    sigterm(child);
+    wait_exit(child).code()
 }
 
 #[test]
@@ -140,7 +74,7 @@ fn no_sd_notify_sends_nothing() {
     let dir = temp_dir("sdnotify-off");
     let (sock, path) = notify_socket(&dir);
     let (mut child, log) = spawn(&dir, &path, &["--no-sd-notify"]);
-    let addr = listen_addr(&log);
+    let addr = log.addr();
     let (code, _, _) = http(addr, "GET", "/readyz", &[], None);
     assert_eq!(code, 200);
     assert_eq!(sigterm_and_wait(&mut child), Some(0));
@@ -158,8 +92,8 @@ fn no_sd_notify_sends_nothing() {
 fn broken_notify_socket_is_logged_and_not_fatal() {
     let dir = temp_dir("sdnotify-broken");
     let (mut child, log) = spawn(&dir, "relative/notify", &[]);
-    let addr = listen_addr(&log);
-    let warning = log_line(&log, "could not notify systemd");
+    let addr = log.addr();
+    let warning = log.line("could not notify systemd");
     assert!(warning.contains("READY=1"), "{warning}");
     let (code, _, _) = http(addr, "GET", "/readyz", &[], None);
     assert_eq!(code, 200);

@@ -5,14 +5,16 @@
 //! the call comes over `/mcp` or through a grant. Runs the real binary with stderr captured.
 
 mod common;
+#[path = "common/realbin.rs"]
+mod realbin;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Output, Stdio};
 
 use common::{http, temp_dir, StubPod, WATCHDOG};
+use realbin::{sigterm, spawn_daemon, wait_exit, ChildLog, KillOnDrop};
 use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_handnode");
@@ -54,10 +56,11 @@ fn assert_clean(what: &str, text: &str) {
 
 /// The daemon binary running with stderr captured line by line.
 struct Daemon {
-    child: Child,
+    child: KillOnDrop,
+    pid: u32,
     addr: SocketAddr,
-    log: Arc<Mutex<String>>,
-    reader: Option<std::thread::JoinHandle<()>>,
+    /// Every line: a secret anywhere in it is a leak.
+    log: ChildLog,
 }
 
 impl Daemon {
@@ -71,44 +74,13 @@ impl Daemon {
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("RUST_LOG", "trace")
             .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawn handnode");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (addr_tx, addr_rx) = crossbeam_channel::bounded(1);
-        let reader = {
-            let log = Arc::clone(&log);
-            std::thread::spawn(move || {
-                for line in BufReader::new(stderr).lines() {
-                    let Ok(line) = line else { break };
-                    if let Some(rest) = line.split("admin API listening on http://").nth(1) {
-                        if let Ok(addr) = rest.trim().parse::<SocketAddr>() {
-                            let _ = addr_tx.try_send(addr);
-                        }
-                    }
-                    let mut log = log.lock().unwrap();
-                    log.push_str(&line);
-                    log.push('\n');
-                }
-            })
-        };
-        let addr = match addr_rx.recv_timeout(WATCHDOG) {
-            Ok(addr) => addr,
-            Err(_) => {
-                let _ = child.kill();
-                panic!(
-                    "watchdog: the daemon never logged its address; log so far:\n{}",
-                    log.lock().unwrap()
-                );
-            }
-        };
+            .stdin(Stdio::null());
+        let (child, log, addr) = spawn_daemon(&mut cmd, usize::MAX);
         Daemon {
-            child,
+            pid: child.id(),
+            child: KillOnDrop(Some(child)),
             addr,
             log,
-            reader: Some(reader),
         }
     }
 
@@ -137,6 +109,11 @@ impl Daemon {
         (status, v)
     }
 
+    /// `POST /attach` with `token`.
+    fn attach(&self, token: &str, body: Value) -> (u16, Value) {
+        self.json(token, "POST", "/attach", Some(&body))
+    }
+
     /// `bash {"command": "env"}` on `/mcp` without a session: the child's environment.
     fn mcp_env(&self, token: &str) -> String {
         let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
@@ -148,46 +125,14 @@ impl Daemon {
 
     /// SIGTERM, wait for a clean exit under the watchdog, and return the whole log.
     fn stop(mut self) -> String {
-        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-        let status = wait_child(&mut self.child);
-        // stderr hits EOF once the daemon is gone, so the reader has every line.
-        self.reader.take().unwrap().join().unwrap();
-        let log = self.log.lock().unwrap().clone();
+        let mut child = self.child.0.take().unwrap();
+        sigterm(&child);
+        let status = wait_exit(&mut child);
+        // stderr hits EOF once the daemon is gone, so the log has every line.
+        let log = self.log.finish();
         assert!(status.success(), "daemon exited {status}:\n{log}");
         log
     }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if self.reader.is_some() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// Wait for a child under the watchdog (killing it if the watchdog fires).
-fn wait_child(child: &mut Child) -> std::process::ExitStatus {
-    let pid = child.id();
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    let guard = std::thread::spawn(move || {
-        if rx.recv_timeout(WATCHDOG).is_err() {
-            if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-            }
-            return true;
-        }
-        false
-    });
-    let status = child.wait().unwrap();
-    let _ = tx.send(());
-    assert!(
-        !guard.join().unwrap(),
-        "watchdog: process {pid} did not exit"
-    );
-    status
 }
 
 /// Run a short-lived `handnode` subcommand under the watchdog.
@@ -215,7 +160,7 @@ fn run_cli(args: &[&str], env: &[(&str, &str)]) -> Output {
         std::io::Read::read_to_end(&mut stderr, &mut v).unwrap();
         v
     });
-    let status = wait_child(&mut child);
+    let status = wait_exit(&mut child);
     Output {
         status,
         stdout: out.join().unwrap(),
@@ -278,32 +223,26 @@ fn no_secret_reaches_logs_responses_audit_metrics_cli_or_child_env() {
         ],
         &[("HANDNODE_TOKEN", ADMIN_TOKEN), ("HOME", home_arg)],
     );
-    assert_clean("the daemon's argv", &proc_cmdline(d.child.id()));
+    assert_clean("the daemon's argv", &proc_cmdline(d.pid));
 
     // A wrong token is refused and is itself never echoed or logged.
     let (status, v) = d.json(WRONG_TOKEN, "GET", "/attach", None);
     assert_eq!((status, v["error"].as_str()), (401, Some("unauthorized")));
 
     // Attach with a given secret (owner, so `bash` is served under the grant).
-    let (status, g) = d.json(
+    let (status, g) = d.attach(
         ADMIN_TOKEN,
-        "POST",
-        "/attach",
-        Some(
-            &json!({"runtime": pod.runtime(), "session": "given", "profile": "owner",
+        json!({"runtime": pod.runtime(), "session": "given", "profile": "owner",
             "secret": ATTACH_SECRET, "ttl_secs": 600}),
-        ),
     );
     assert_eq!(status, 202, "{g}");
     let given_id = g["id"].as_str().unwrap().to_string();
-    let up = pod.next_upgrade();
+    let (up, mut conn) = pod.next_session();
     assert_eq!(
         up.authorization.as_deref(),
         Some(format!("Bearer {ATTACH_SECRET}").as_str()),
         "the secret is used on the dial"
     );
-    let mut conn = pod.next_conn();
-    conn.initialize();
     let list = conn.request(json!(2), "tools/list", json!({}));
     assert_clean("tools/list under a grant", &list.to_string());
     let info = conn.call_tool(json!(3), "sys_info", json!({}));
@@ -315,26 +254,20 @@ fn no_secret_reaches_logs_responses_audit_metrics_cli_or_child_env() {
     assert_eq!(hidden["error"]["code"], -32602);
 
     // Renew with a new secret: same id, the new secret reaches the next dial only.
-    let (status, renewed) = d.json(
+    let (status, renewed) = d.attach(
         ADMIN_TOKEN,
-        "POST",
-        "/attach",
-        Some(
-            &json!({"runtime": pod.runtime(), "session": "given", "profile": "owner",
+        json!({"runtime": pod.runtime(), "session": "given", "profile": "owner",
             "secret": RENEW_SECRET, "ttl_secs": 900}),
-        ),
     );
     assert_eq!(status, 202, "{renewed}");
     assert_eq!(renewed["id"], given_id.as_str());
     conn.close(1000);
-    let up = pod.next_upgrade();
+    let (up, mut conn) = pod.next_session();
     assert_eq!(
         up.authorization.as_deref(),
         Some(format!("Bearer {RENEW_SECRET}").as_str()),
         "the renewed secret is used on the redial"
     );
-    let mut conn = pod.next_conn();
-    conn.initialize();
     let env = conn.call_tool(json!(1), "bash", json!({"command": "env"}));
     assert_env_clean("bash env after renew", &bash_stdout(&env));
 
@@ -343,14 +276,10 @@ fn no_secret_reaches_logs_responses_audit_metrics_cli_or_child_env() {
         let mut script = pod.script();
         script.mint_body = json!({"secret": MINTED_SECRET, "expires_in_secs": 600});
     }
-    let (status, minted) = d.json(
+    let (status, minted) = d.attach(
         ADMIN_TOKEN,
-        "POST",
-        "/attach",
-        Some(
-            &json!({"runtime": pod.runtime(), "session": "minted", "profile": "observe",
+        json!({"runtime": pod.runtime(), "session": "minted", "profile": "observe",
             "admin_credential": ADMIN_CREDENTIAL}),
-        ),
     );
     assert_eq!(status, 202, "{minted}");
     let minted_id = minted["id"].as_str().unwrap().to_string();
@@ -362,13 +291,11 @@ fn no_secret_reaches_logs_responses_audit_metrics_cli_or_child_env() {
         mint.authorization.as_deref(),
         Some(format!("Bearer {ADMIN_CREDENTIAL}").as_str())
     );
-    let up = pod.next_upgrade();
+    let (up, mut minted_conn) = pod.next_session();
     assert_eq!(
         up.authorization.as_deref(),
         Some(format!("Bearer {MINTED_SECRET}").as_str())
     );
-    let mut minted_conn = pod.next_conn();
-    minted_conn.initialize();
     let info = minted_conn.call_tool(json!(1), "sys_info", json!({}));
     assert_clean("sys_info under a minted grant", &info.to_string());
 
@@ -378,12 +305,10 @@ fn no_secret_reaches_logs_responses_audit_metrics_cli_or_child_env() {
         script.mint_status = 403;
         script.mint_body = json!({"error": "bad credential"});
     }
-    let (status, v) = d.json(
+    let (status, v) = d.attach(
         ADMIN_TOKEN,
-        "POST",
-        "/attach",
-        Some(&json!({"runtime": pod.runtime(), "session": "refused",
-            "admin_credential": ADMIN_CREDENTIAL})),
+        json!({"runtime": pod.runtime(), "session": "refused",
+            "admin_credential": ADMIN_CREDENTIAL}),
     );
     assert_eq!(status, 502, "{v}");
     pod.mints.recv_timeout(WATCHDOG).expect("watchdog: no mint");
@@ -492,25 +417,19 @@ fn token_file_and_env_token_stay_out_of_the_child_env() {
             ("HOME", dir.to_str().unwrap()),
         ],
     );
-    assert_clean("the daemon's argv", &proc_cmdline(d.child.id()));
+    assert_clean("the daemon's argv", &proc_cmdline(d.pid));
     // The file wins over the env var.
     let (status, _) = d.json(DECOY_ENV_TOKEN, "GET", "/attach", None);
     assert_eq!(status, 401);
     assert_env_clean("bash env on /mcp", &d.mcp_env(FILE_TOKEN));
 
-    let (status, g) = d.json(
+    let (status, g) = d.attach(
         FILE_TOKEN,
-        "POST",
-        "/attach",
-        Some(
-            &json!({"runtime": pod.runtime(), "session": "file", "profile": "owner",
+        json!({"runtime": pod.runtime(), "session": "file", "profile": "owner",
             "secret": ATTACH_SECRET}),
-        ),
     );
     assert_eq!(status, 202, "{g}");
-    assert_eq!(pod.next_upgrade().status, 101);
-    let mut conn = pod.next_conn();
-    conn.initialize();
+    let (_, mut conn) = pod.next_session();
     let env = conn.call_tool(json!(1), "bash", json!({"command": "env"}));
     assert_env_clean("bash env under a grant", &bash_stdout(&env));
 

@@ -14,9 +14,8 @@ tools="${E2E_TOOLS_PREFIX:-$root/target/e2e-tools}"
 sdk_version="${MCP_SDK_VERSION:-1.32.2}"
 sdk_prefix="${MCP_SDK_PREFIX:-$root/target/interop}"
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -n "$@"; fi
-}
+# shellcheck source=scripts/ci/apt-lib.sh
+. "$root/scripts/ci/apt-lib.sh"
 
 # The websocat to use: one on PATH if it is 1.x (4.x has another CLI), else ours.
 websocat_path() {
@@ -39,18 +38,7 @@ command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
-if [ "${#need_apt[@]}" -gt 0 ]; then
-    export DEBIAN_FRONTEND=noninteractive
-    log="$(mktemp)"
-    if ! { as_root apt-get update -qq && as_root apt-get install -y -qq --no-install-recommends \
-        "${need_apt[@]}"; } >"$log" 2>&1; then
-        cat "$log" >&2
-        rm -f "$log"
-        echo "e2e.sh: apt-get install ${need_apt[*]} failed" >&2
-        exit 1
-    fi
-    rm -f "$log"
-fi
+apt_install e2e.sh "${need_apt[@]}" || exit 1
 
 w="$(websocat_path)"
 if [ ! -x "$w" ]; then

@@ -10,26 +10,14 @@ version="${PLAYWRIGHT_MCP_VERSION:-0.0.83}"
 prefix="${PLAYWRIGHT_MCP_PREFIX:-$root/target/playwright-mcp}"
 chromium="/usr/lib/chromium/chromium"
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -n "$@"; fi
-}
+# shellcheck source=scripts/ci/apt-lib.sh
+. "$root/scripts/ci/apt-lib.sh"
 
 need_apt=()
 [ -x "$chromium" ] || need_apt+=(chromium)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
-if [ "${#need_apt[@]}" -gt 0 ]; then
-    export DEBIAN_FRONTEND=noninteractive
-    log="$(mktemp)"
-    if ! { as_root apt-get update -qq && as_root apt-get install -y -qq --no-install-recommends \
-        "${need_apt[@]}"; } >"$log" 2>&1; then
-        cat "$log" >&2
-        rm -f "$log"
-        echo "playwright.sh: apt-get install ${need_apt[*]} failed" >&2
-        exit 1
-    fi
-    rm -f "$log"
-fi
+apt_install playwright.sh "${need_apt[@]}" || exit 1
 
 cli="$prefix/node_modules/@playwright/mcp/cli.js"
 installed=""

@@ -164,6 +164,17 @@ impl StubPod {
             .expect("watchdog: no connection reached the pod")
     }
 
+    /// The next dial, accepted (101), with the pod's first turn (`initialize`) served on it:
+    /// the upgrade as the pod saw it and the pod's side of the socket.
+    pub fn next_session(&self) -> (Upgrade, PodConn) {
+        let up = self.next_upgrade();
+        assert_eq!(up.status, 101, "the dial was refused: {up:?}");
+        let mut conn = self.next_conn();
+        let init = conn.initialize();
+        assert_eq!(init["result"]["serverInfo"]["name"], "handnode", "{init}");
+        (up, conn)
+    }
+
     /// Assert no upgrade arrives within `quiet`.
     pub fn assert_no_upgrade(&self, quiet: Duration) {
         if let Ok(up) = self.upgrades.recv_timeout(quiet) {
@@ -367,6 +378,11 @@ impl PodConn {
         )
     }
 
+    /// A JSON-RPC `ping`; the reply (its `result` is `{}` when answered).
+    pub fn ping(&mut self, id: Value) -> Value {
+        self.request(id, "ping", json!({}))
+    }
+
     pub fn call_tool(&mut self, id: Value, name: &str, args: Value) -> Value {
         self.request(id, "tools/call", json!({"name": name, "arguments": args}))
     }
@@ -440,6 +456,11 @@ impl PodConn {
     }
 }
 
+/// A `POST /attach` body for `pod` with a given secret (`s3cret-attach`).
+pub fn attach_body(pod: &StubPod, session: &str, profile: &str) -> Value {
+    json!({"runtime": pod.runtime(), "session": session, "profile": profile, "secret": "s3cret-attach"})
+}
+
 /// A config for in-process tests: loopback on an ephemeral port, a token, fast timers.
 pub fn test_config(dir: &std::path::Path) -> Config {
     let mut c = Config::for_tests(dir.join("state"));
@@ -452,6 +473,13 @@ pub fn test_config(dir: &std::path::Path) -> Config {
     c.timing.mint_timeout = Duration::from_secs(2);
     c.timing.admin_io_timeout = Duration::from_secs(2);
     c
+}
+
+/// Liveness timers (ping interval, silence limit) of 30 s, longer than any test: no ping
+/// and no silence timeout comes between a test and what it drives.
+pub fn quiet_liveness(c: &mut Config) {
+    c.timing.silence_limit = Duration::from_secs(30);
+    c.timing.ping_interval = Duration::from_secs(30);
 }
 
 /// A daemon started in-process.
@@ -504,6 +532,36 @@ impl TestDaemon {
         let (status, v) = self.call("POST", "/attach", Some(&body));
         assert_eq!(status, 202, "POST /attach: {v}");
         v
+    }
+
+    /// Attach with `body`, accept the dial and serve the pod's first turn; returns the grant
+    /// id and the pod's socket once the grant is `attached`.
+    pub fn attached_with(&self, pod: &StubPod, body: Value) -> (String, PodConn) {
+        let g = self.attach(body);
+        let id = g["id"].as_str().expect("grant id").to_string();
+        let (_, conn) = pod.next_session();
+        self.wait_grant(&id, "attached", |g| g["state"] == "attached");
+        (id, conn)
+    }
+
+    /// [`TestDaemon::attached_with`] the [`attach_body`] for `session` and `profile`.
+    pub fn attached(&self, pod: &StubPod, session: &str, profile: &str) -> (String, PodConn) {
+        self.attached_with(pod, attach_body(pod, session, profile))
+    }
+
+    /// A raw request with the admin token plus `headers`: for replies that are not JSON
+    /// (`/metrics`) and for checks that vary one other header.
+    pub fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> (u16, Vec<(String, String)>, Vec<u8>) {
+        let auth = format!("Bearer {}", self.token);
+        let mut all = vec![("Authorization", auth.as_str())];
+        all.extend_from_slice(headers);
+        http(self.addr, method, path, &all, body)
     }
 
     pub fn grant(&self, id: &str) -> Value {

@@ -1,18 +1,24 @@
 //! The real `handnode` binary as a child process: started on `127.0.0.1:0` with a state
 //! dir, the token in its environment and turned-down timers; its address learned from its
-//! start-up log line; its descriptors, threads and memory read from `/proc/<pid>`.
+//! start-up log line; its descriptors, threads and memory read from `/proc/<pid>`. Also the
+//! pieces for tests that start it their own way: its stderr log, SIGTERM and a bounded wait.
 #![allow(dead_code)]
 
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::common::{admin_call, fds_and_threads, vm_rss_kib, WATCHDOG};
+
+/// The daemon's start-up line names its admin address after this.
+const LISTENING: &str = "admin API listening on http://";
 
 /// The admin token every real daemon in the tests is given (through its environment).
 pub const TOKEN: &str = "real-binary-test-token";
@@ -29,13 +35,208 @@ pub const FAST_FLAGS: [(&str, &str); 8] = [
     ("--ended-retention-ms", "200"),
 ];
 
+/// `handnode` (no subcommand: `serve` is the default) on `127.0.0.1:0` with its state and
+/// config under `dir`, [`TOKEN`] as `HANDNODE_TOKEN` and `RUST_LOG=info`; the caller adds its
+/// own flags and environment.
+pub fn daemon_command(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_handnode"));
+    cmd.args(["--listen", "127.0.0.1:0"])
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("--config-dir")
+        .arg(dir.join("config"))
+        .env("HANDNODE_TOKEN", TOKEN)
+        .env("RUST_LOG", "info");
+    cmd
+}
+
+/// Spawn `cmd` with stdout discarded and stderr read into a [`ChildLog`] that keeps its last
+/// `keep` lines (`usize::MAX`: all of them).
+pub fn spawn_logged(cmd: &mut Command, keep: usize) -> (Child, ChildLog) {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the handnode binary starts");
+    let log = ChildLog::start(child.stderr.take().unwrap(), keep);
+    (child, log)
+}
+
+/// [`spawn_logged`], then the address the daemon logs. If it never says (or exits first),
+/// kill it and panic with its log.
+pub fn spawn_daemon(cmd: &mut Command, keep: usize) -> (Child, ChildLog, SocketAddr) {
+    let (mut child, log) = spawn_logged(cmd, keep);
+    match log.wait_addr() {
+        Some(addr) => (child, log, addr),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "watchdog: the daemon never said where it listens; its log:\n{}",
+                log.text()
+            );
+        }
+    }
+}
+
+/// A child's stderr, read line by line on a thread for the child's whole life (so the child
+/// never blocks on a full pipe) and kept for assertions and failure messages; the address of
+/// the daemon's "admin API listening on http://ADDR" line is picked out as it passes. Waits
+/// on it are watchdog-bounded and end early once stderr has ended (the child is gone).
+pub struct ChildLog {
+    shared: Arc<(Mutex<LogState>, Condvar)>,
+    reader: Option<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct LogState {
+    lines: VecDeque<String>,
+    addr: Option<SocketAddr>,
+    ended: bool,
+}
+
+impl ChildLog {
+    pub fn start(stderr: ChildStderr, keep: usize) -> ChildLog {
+        let shared = Arc::new((Mutex::new(LogState::default()), Condvar::new()));
+        let reader = {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || {
+                let (state, changed) = &*shared;
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    let mut s = state.lock().unwrap();
+                    if s.addr.is_none() {
+                        s.addr = line
+                            .split(LISTENING)
+                            .nth(1)
+                            .and_then(|rest| rest.trim().parse().ok());
+                    }
+                    s.lines.push_back(line);
+                    if s.lines.len() > keep {
+                        s.lines.pop_front();
+                    }
+                    changed.notify_all();
+                }
+                state.lock().unwrap().ended = true;
+                changed.notify_all();
+            })
+        };
+        ChildLog {
+            shared,
+            reader: Some(reader),
+        }
+    }
+
+    /// Wait until `find` finds something in the log: `None` once stderr has ended without
+    /// it, or when the watchdog fires.
+    fn wait_for<T>(&self, find: impl Fn(&LogState) -> Option<T>) -> Option<T> {
+        let deadline = Instant::now() + WATCHDOG;
+        let (state, changed) = &*self.shared;
+        let mut s = state.lock().unwrap();
+        loop {
+            if let Some(found) = find(&s) {
+                return Some(found);
+            }
+            let now = Instant::now();
+            if s.ended || now >= deadline {
+                return None;
+            }
+            s = changed.wait_timeout(s, deadline - now).unwrap().0;
+        }
+    }
+
+    /// The address the daemon logged, or `None` if it never did within the watchdog.
+    pub fn wait_addr(&self) -> Option<SocketAddr> {
+        self.wait_for(|s| s.addr)
+    }
+
+    /// The address the daemon logged; panics with the log if it never did.
+    pub fn addr(&self) -> SocketAddr {
+        self.wait_addr().unwrap_or_else(|| {
+            panic!(
+                "watchdog: the daemon never said where it listens; its log:\n{}",
+                self.text()
+            )
+        })
+    }
+
+    /// The first kept line that contains `needle`; panics with the log if none comes.
+    pub fn line(&self, needle: &str) -> String {
+        self.wait_for(|s| s.lines.iter().find(|l| l.contains(needle)).cloned())
+            .unwrap_or_else(|| {
+                panic!(
+                    "watchdog: no log line with {needle:?}; the log:\n{}",
+                    self.text()
+                )
+            })
+    }
+
+    /// The kept lines, each ending in a newline.
+    pub fn text(&self) -> String {
+        let s = self.shared.0.lock().unwrap();
+        s.lines.iter().map(|l| format!("{l}\n")).collect()
+    }
+
+    /// Every kept line, once stderr has ended: call it after the child has exited.
+    pub fn finish(&mut self) -> String {
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
+        }
+        self.text()
+    }
+}
+
+/// Send `SIGTERM` to `child`.
+pub fn sigterm(child: &Child) {
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(child),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+}
+
+/// Wait for `child` to exit under the watchdog; if it does not, `SIGKILL` it and panic.
+pub fn wait_exit(child: &mut Child) -> ExitStatus {
+    let pid = child.id();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let guard = std::thread::spawn(move || {
+        if rx.recv_timeout(WATCHDOG).is_err() {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+            return true;
+        }
+        false
+    });
+    let status = child.wait().unwrap();
+    let _ = tx.send(());
+    assert!(
+        !guard.join().unwrap(),
+        "watchdog: process {pid} did not exit"
+    );
+    status
+}
+
+/// A started child that is killed and reaped when this is dropped, unless taken out first,
+/// so a failing test leaves no orphan holding the harness's output open.
+pub struct KillOnDrop(pub Option<Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 pub struct RealDaemon {
     child: Option<Child>,
     pub addr: SocketAddr,
     pub pid: u32,
     pub state_dir: PathBuf,
     /// The last lines the daemon logged, for failure messages.
-    log: Arc<Mutex<Vec<String>>>,
+    log: ChildLog,
 }
 
 impl RealDaemon {
@@ -62,51 +263,16 @@ impl RealDaemon {
                     .flat_map(|(f, v)| [*f, *v])
                     .filter(|a| !a.is_empty()),
             )
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+            .stdin(Stdio::null());
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("HANDNODE_") {
                 cmd.env_remove(k);
             }
         }
         cmd.env("HANDNODE_TOKEN", TOKEN).env("RUST_LOG", "info");
-        let mut child = cmd.spawn().expect("the handnode binary starts");
+        // The tail is enough for diagnostics, however long the daemon runs.
+        let (child, log, addr) = spawn_daemon(&mut cmd, 200);
         let pid = child.id();
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (addr_tx, addr_rx) = crossbeam_channel::bounded(1);
-        {
-            let log = Arc::clone(&log);
-            // Keep draining stderr for the daemon's whole life so it never blocks on a
-            // full pipe; remember the tail for diagnostics.
-            std::thread::spawn(move || {
-                for line in BufReader::new(stderr).lines() {
-                    let Ok(line) = line else { break };
-                    if let Some(rest) = line.split("admin API listening on http://").nth(1) {
-                        if let Ok(addr) = rest.trim().parse::<SocketAddr>() {
-                            let _ = addr_tx.try_send(addr);
-                        }
-                    }
-                    let mut log = log.lock().unwrap();
-                    log.push(line);
-                    if log.len() > 200 {
-                        log.remove(0);
-                    }
-                }
-            });
-        }
-        let addr = match addr_rx.recv_timeout(WATCHDOG) {
-            Ok(addr) => addr,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "watchdog: the daemon never said where it listens; its log:\n{}",
-                    log.lock().unwrap().join("\n")
-                );
-            }
-        };
         RealDaemon {
             child: Some(child),
             addr,
@@ -151,7 +317,7 @@ impl RealDaemon {
     }
 
     pub fn log_tail(&self) -> String {
-        self.log.lock().unwrap().join("\n")
+        self.log.text()
     }
 
     /// `SIGKILL`, and reap it.
@@ -165,22 +331,8 @@ impl RealDaemon {
     /// `SIGTERM` and wait for a clean exit; returns the exit code.
     pub fn terminate(&mut self) -> Option<i32> {
         let mut child = self.child.take()?;
-        let _ = rustix::process::kill_process(
-            rustix::process::Pid::from_child(&child),
-            rustix::process::Signal::TERM,
-        );
-        let deadline = std::time::Instant::now() + WATCHDOG;
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status.code();
-            }
-            if std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("watchdog: the daemon did not exit on SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        sigterm(&child);
+        wait_exit(&mut child).code()
     }
 }
 
