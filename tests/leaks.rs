@@ -1,7 +1,8 @@
 //! Nothing leaks over many reconnects: the real binary, one grant, 500 cycles of attach →
 //! (tool call) → the socket ends one of several ways → redial, with a revoke-and-recreate
 //! and a stalled handshake mixed in. Afterwards the daemon's open descriptors and threads
-//! (`/proc/<pid>/fd`, `/proc/<pid>/task`) are back at their baseline.
+//! (`/proc/<pid>/fd`, `/proc/<pid>/task`) are back at their baseline, and the pools that
+//! grow on demand (workers, admin handlers) are within their caps.
 
 mod common;
 #[path = "common/realbin.rs"]
@@ -54,6 +55,7 @@ fn five_hundred_attach_close_redial_cycles_leave_fds_and_threads_at_baseline() {
             ("--handshake-timeout-ms", "200"),
             ("--ping-interval-ms", "60000"),
             ("--silence-limit-ms", "120000"),
+            ("--workers", "4"),
         ],
     );
     let mut id = create(&d, &pod);
@@ -61,7 +63,9 @@ fn five_hundred_attach_close_redial_cycles_leave_fds_and_threads_at_baseline() {
     // One call of each kind first, so whatever the daemon sets up on first use exists.
     let r = conn.call_tool(json!("warm"), "bash", json!({"command": "echo warm"}));
     assert_eq!(r["result"]["isError"], false, "{r}");
-    let baseline = d.counts();
+    // Pool threads (workers, admin handlers) start on demand and stay, up to their caps;
+    // whether a call finds one idle depends on timing, so they are checked against the caps.
+    let baseline = fds_and_threads_outside_pools(Some(d.pid));
     let rss_start = d.rss_kib();
     let started = Instant::now();
     let (mut revoked, mut stalled, mut refused) = (0, 0, 0);
@@ -105,7 +109,16 @@ fn five_hundred_attach_close_redial_cycles_leave_fds_and_threads_at_baseline() {
         "{CYCLES} cycles ({revoked} revokes, {stalled} stalled handshakes, {refused} refusals) in {:?}",
         started.elapsed()
     );
-    let end = settle_counts(Some(d.pid), baseline, (0, 0), "500 cycles");
+    let end = settle(
+        || fds_and_threads_outside_pools(Some(d.pid)),
+        baseline,
+        (0, 0),
+        "500 cycles",
+    );
+    let workers = pool_threads(Some(d.pid), "worker-");
+    let admin = pool_threads(Some(d.pid), "admin-");
+    assert!(workers <= 4, "{workers} worker threads; --workers is 4");
+    assert!(admin <= 4, "{admin} admin handler threads; the cap is 4");
     let rss_end = d.rss_kib();
     eprintln!(
         "daemon fds {} -> {}, threads {} -> {}, VmRSS {rss_start} KiB -> {rss_end} KiB",

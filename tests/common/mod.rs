@@ -810,6 +810,28 @@ pub fn daemon_threads_here() -> Vec<String> {
         .collect()
 }
 
+/// The daemon's bounded pools (`worker-N`, `admin-N`): their threads start on demand, up to
+/// their caps, and stay, so how many exist after a run depends on how requests overlapped.
+pub const POOL_THREAD_PREFIXES: [&str; 2] = ["worker-", "admin-"];
+
+/// Threads of a process in the pools of [`POOL_THREAD_PREFIXES`] starting with `prefix`.
+pub fn pool_threads(pid: Option<u32>, prefix: &str) -> usize {
+    thread_names(pid)
+        .iter()
+        .filter(|n| n.starts_with(prefix))
+        .count()
+}
+
+/// Open descriptors and the threads outside the pools: what must return to a baseline.
+pub fn fds_and_threads_outside_pools(pid: Option<u32>) -> (usize, usize) {
+    let fds = fds_and_threads(pid).0;
+    let threads = thread_names(pid)
+        .iter()
+        .filter(|n| !POOL_THREAD_PREFIXES.iter().any(|p| n.starts_with(p)))
+        .count();
+    (fds, threads)
+}
+
 /// Wait (watchdog-bounded) until a process's descriptors and threads are back at or below
 /// `baseline` plus `slack`; returns the final counts, or panics with both sets of numbers.
 pub fn settle_counts(
@@ -818,9 +840,19 @@ pub fn settle_counts(
     slack: (usize, usize),
     what: &str,
 ) -> (usize, usize) {
+    settle(|| fds_and_threads(pid), baseline, slack, what)
+}
+
+/// [`settle_counts`] with another way of counting (e.g. [`fds_and_threads_outside_pools`]).
+pub fn settle(
+    count: impl Fn() -> (usize, usize),
+    baseline: (usize, usize),
+    slack: (usize, usize),
+    what: &str,
+) -> (usize, usize) {
     let deadline = Instant::now() + WATCHDOG;
     loop {
-        let now = fds_and_threads(pid);
+        let now = count();
         if now.0 <= baseline.0 + slack.0 && now.1 <= baseline.1 + slack.1 {
             return now;
         }
