@@ -51,6 +51,25 @@ struct Opts {
     quick: bool,
     /// Run only these sections (see `--help`); the floors always run.
     only: Option<Vec<String>>,
+    /// How scripts/bench.sh placed the processes on CPUs (`same`, `cross`, `free`).
+    placement: String,
+}
+
+/// With `--server-cpu N` the echo server and the daemon (and so its children) run on CPU N,
+/// while scripts/bench.sh keeps the bench itself on another: every round trip then crosses
+/// CPUs, for the floor and the daemon alike.
+static SERVER_CPU: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+
+/// A command for a server process: `prog` itself, or `taskset -c N prog` (see [`SERVER_CPU`]).
+fn server_command(prog: &Path) -> Command {
+    match SERVER_CPU.get().copied().flatten() {
+        Some(cpu) => {
+            let mut cmd = Command::new("taskset");
+            cmd.arg("-c").arg(cpu.to_string()).arg(prog);
+            cmd
+        }
+        None => Command::new(prog),
+    }
 }
 
 impl Opts {
@@ -61,7 +80,9 @@ impl Opts {
             static_libc: "glibc (+crt-static)".into(),
             quick: false,
             only: None,
+            placement: "free".into(),
         };
+        let mut server_cpu = None;
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
@@ -71,6 +92,11 @@ impl Opts {
                 }
                 "--static-libc" => o.static_libc = it.next().expect("--static-libc NAME").clone(),
                 "--quick" => o.quick = true,
+                "--placement" => o.placement = it.next().expect("--placement NAME").clone(),
+                "--server-cpu" => {
+                    let cpu = it.next().expect("--server-cpu N");
+                    server_cpu = Some(cpu.parse().expect("--server-cpu takes a CPU number"));
+                }
                 "--only" => {
                     let list = it.next().expect("--only SECTION[,SECTION]");
                     o.only = Some(list.split(',').map(str::to_string).collect());
@@ -78,7 +104,7 @@ impl Opts {
                 "--help" | "-h" => {
                     println!(
                         "bench [--bin PATH] [--static-bin PATH] [--static-libc NAME] [--quick] \
-                         [--only SECTION,...]\n\
+                         [--only SECTION,...] [--placement NAME] [--server-cpu N]\n\
                          sections: memory, latency (= ping, sys_info, bash, pipelined, hol), \
                          attach, redial, screenshot"
                     );
@@ -88,6 +114,7 @@ impl Opts {
                 _ => {}
             }
         }
+        SERVER_CPU.set(server_cpu).expect("options are parsed once");
         o
     }
 
@@ -368,7 +395,7 @@ struct EchoChild {
 
 impl EchoChild {
     fn start() -> EchoChild {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        let mut child = server_command(&std::env::current_exe().unwrap())
             .arg(ECHO_ARG)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -436,7 +463,7 @@ impl DaemonProc {
         let token = random_hex(16);
         std::fs::create_dir_all(dir).unwrap();
         let log = std::fs::File::create(dir.join("daemon.log")).unwrap();
-        let mut cmd = Command::new(bin);
+        let mut cmd = server_command(bin);
         cmd.args(["--listen", &format!("127.0.0.1:{port}")])
             .arg("--state-dir")
             .arg(dir.join("state"))
@@ -1558,6 +1585,30 @@ fn bench_binary(r: &mut Report, o: &Opts) {
     }
 }
 
+/// What `--placement` meant for this run, in words.
+fn placement(o: &Opts) -> String {
+    let allowed = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    match (o.placement.as_str(), SERVER_CPU.get().copied().flatten()) {
+        ("cross", Some(cpu)) => format!(
+            "cross: the bench on CPU {allowed}, the echo server and the daemon on CPU {cpu}"
+        ),
+        ("same", _) => {
+            format!("same: the bench, the echo server and the daemon on CPU {allowed}")
+        }
+        (other, _) => format!(
+            "{other}: no pinning (CPUs {allowed}); on a VM each round trip then takes ~7 or \
+             ~60 us depending on where the scheduler puts each side"
+        ),
+    }
+}
+
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -1567,8 +1618,10 @@ fn machine() -> String {
                 .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
+    // The box's CPUs: available_parallelism() would count only those scripts/bench.sh
+    // pinned the bench to.
+    let cpus = std::fs::read_to_string("/proc/cpuinfo")
+        .map(|c| c.lines().filter(|l| l.starts_with("processor")).count())
         .unwrap_or(0);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
@@ -1591,6 +1644,7 @@ fn main() {
     }
     let o = Opts::parse(&args);
     eprintln!("bench: {}", machine());
+    eprintln!("bench: placement: {}", placement(&o));
     eprintln!("bench: daemon {}", o.bin.display());
     let dir = std::env::temp_dir().join(format!("handnode-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -1645,5 +1699,6 @@ fn main() {
     drop(d);
     r.table();
     println!("machine: {}", machine());
+    println!("placement: {}", placement(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks: what handnode adds, beside floors measured in the same run (issue 5).
 #
-#   scripts/bench.sh [--quick] [--no-static] [--only SECTION,...]
+#   scripts/bench.sh [--quick] [--no-static] [--only SECTION,...] [--placement same|cross|free]
 #
 # Builds the release binary (and a static one for its size), starts Xvfb 1280x800 when
 # it is installed and no DISPLAY is set (the bench paints a desktop-like ~1 MB picture on
@@ -12,12 +12,20 @@
 # ratio to a floor taken in the same run. Needs no network beyond crates.io for the build.
 # --quick runs a tenth of each count (a smoke run); --only runs some sections (memory,
 # latency = ping,sys_info,bash,pipelined,hol; attach, redial, screenshot), floors always.
+# --placement pins processes to CPUs (needs taskset, util-linux) so that a floor and the
+# daemon figure it is compared with cross the same CPU boundaries: on a VM a loopback round
+# trip takes ~7 us when both ends share a vCPU and ~60 us when the wake-up crosses to
+# another, and without pinning the scheduler picks one or the other per process, sticky
+# for seconds (docs/performance.md). `same` (default): the bench, the echo server and the
+# daemon on one CPU. `cross`: the bench on one CPU, the servers on another (the issue's
+# ~85 us echo floor). `free`: no pinning.
 set -euo pipefail
 
 die() { echo "bench: error: $*" >&2; exit 1; }
 note() { echo "bench: $*" >&2; }
 
-usage="usage: scripts/bench.sh [--quick] [--no-static] [--only SECTION,...]"
+usage="usage: scripts/bench.sh [--quick] [--no-static] [--only SECTION,...] [--placement same|cross|free]"
+placement=same
 pass=()
 static=1
 while [ $# -gt 0 ]; do
@@ -25,6 +33,9 @@ while [ $# -gt 0 ]; do
         --quick) pass+=(--quick); shift ;;
         --only) [ $# -ge 2 ] || die "--only needs sections ($usage)"; pass+=(--only "$2"); shift 2 ;;
         --no-static) static=0; shift ;;
+        --placement)
+            [ $# -ge 2 ] || die "--placement needs same, cross or free ($usage)"
+            placement="$2"; shift 2 ;;
         -h|--help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument '$1' ($usage)" ;;
     esac
@@ -83,5 +94,25 @@ elif [ -z "${DISPLAY:-}" ]; then
     note "no Xvfb (apt-get install xvfb scrot) and no DISPLAY: screenshot figures will be notes"
 fi
 
-note "running the benchmark ..."
-cargo bench --bench bench -- --bin "$bin" "${static_args[@]}" "${pass[@]}"
+# The CPUs this script may use, e.g. "0-1,4" -> "0 1 4".
+cpus=$(awk '/^Cpus_allowed_list:/ { n = split($2, r, ","); for (i = 1; i <= n; i++) {
+    m = split(r[i], ab, "-"); for (c = ab[1]; c <= (m > 1 ? ab[2] : ab[1]); c++) printf "%d ", c } }' /proc/self/status)
+read -r -a cpu_list <<<"$cpus"
+pin=()
+case "$placement" in
+    same|cross)
+        command -v taskset >/dev/null || die "--placement $placement needs taskset (apt-get install util-linux), or use --placement free"
+        pin=(taskset -c "${cpu_list[0]}")
+        if [ "$placement" = cross ]; then
+            [ "${#cpu_list[@]}" -ge 2 ] || die "--placement cross needs two CPUs; this box allows: $cpus"
+            pass+=(--server-cpu "${cpu_list[1]}")
+        fi ;;
+    free) ;;
+    *) die "unknown placement '$placement' ($usage)" ;;
+esac
+pass+=(--placement "$placement")
+
+note "building the benchmark ..."
+cargo bench --bench bench --no-run >&2 || die "cargo bench --no-run failed (output above)"
+note "running the benchmark (placement $placement) ..."
+"${pin[@]}" cargo bench --bench bench -- --bin "$bin" "${static_args[@]}" "${pass[@]}"
