@@ -5,9 +5,8 @@
 //! socket and on its wake handle, so a tool result, a revoke or a renew wakes it at once,
 //! and its only timers are real deadlines (grant deadline, ping, silence, backoff).
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
-use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -26,6 +25,7 @@ use crate::jobs::Completion;
 use crate::mcp::{self, Action, Dispatcher, Outcome};
 use crate::profiles::Profile;
 use crate::secret::Secret;
+use crate::tls::{ClientStream, SetupError};
 use crate::tools::{CallContext, CallLimits, ConnCatalog, GrantNote};
 use crate::wake::{Poller, Waker};
 
@@ -276,51 +276,6 @@ struct Taken {
 enum Exit {
     End(EndReason),
     Shutdown,
-}
-
-/// A TCP stream with or without TLS.
-enum Stream {
-    Plain(TcpStream),
-    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
-}
-
-impl Stream {
-    fn tcp(&self) -> &TcpStream {
-        match self {
-            Stream::Plain(s) => s,
-            Stream::Tls(s) => &s.sock,
-        }
-    }
-}
-
-impl AsFd for Stream {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.tcp().as_fd()
-    }
-}
-
-impl Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Plain(s) => s.read(buf),
-            Stream::Tls(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Plain(s) => s.write(buf),
-            Stream::Tls(s) => s.write(buf),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Stream::Plain(s) => s.flush(),
-            Stream::Tls(s) => s.flush(),
-        }
-    }
 }
 
 /// Scheme, host and port of a `ws://` / `wss://` URL.
@@ -594,7 +549,7 @@ impl GrantThread {
 
     /// TCP connect (blocking, bounded by the connect timeout) and then the TLS +
     /// WebSocket handshake on a non-blocking socket, so commands still wake us.
-    fn connect(&mut self) -> Result<WebSocket<Stream>, ConnEnd> {
+    fn connect(&mut self) -> Result<WebSocket<ClientStream>, ConnEnd> {
         let url = attach_url(&self.spec.runtime, &self.spec.session);
         let ep = endpoint(&url).map_err(ConnEnd::Lost)?;
         // URL schemes are case-insensitive and validation accepts `WS://`, but tungstenite
@@ -634,15 +589,13 @@ impl GrantThread {
         let _ = tcp.set_nodelay(true);
         tcp.set_nonblocking(true)
             .map_err(|e| ConnEnd::Lost(format!("set non-blocking: {e}")))?;
-        let stream = if ep.tls {
-            let name = rustls::pki_types::ServerName::try_from(ep.host.clone())
-                .map_err(|e| ConnEnd::Lost(format!("bad TLS server name {}: {e}", ep.host)))?;
-            let conn = rustls::ClientConnection::new(Arc::clone(&self.tls), name)
-                .map_err(|e| ConnEnd::Lost(format!("TLS setup: {e}")))?;
-            Stream::Tls(Box::new(rustls::StreamOwned::new(conn, tcp)))
-        } else {
-            Stream::Plain(tcp)
-        };
+        let stream =
+            ClientStream::new(tcp, &ep.host, ep.tls.then_some(&self.tls)).map_err(|e| match e {
+                SetupError::ServerName(e) => {
+                    ConnEnd::Lost(format!("bad TLS server name {}: {e}", ep.host))
+                }
+                SetupError::Connection(e) => ConnEnd::Lost(format!("TLS setup: {e}")),
+            })?;
         let mut request = url
             .as_str()
             .into_client_request()
@@ -665,8 +618,8 @@ impl GrantThread {
     fn drive_handshake(
         &mut self,
         request: tungstenite::handshake::client::Request,
-        stream: Stream,
-    ) -> Result<WebSocket<Stream>, ConnEnd> {
+        stream: ClientStream,
+    ) -> Result<WebSocket<ClientStream>, ConnEnd> {
         let handshake_deadline = Instant::now() + self.timing.handshake_timeout;
         let mut attempt =
             tungstenite::client::client_with_config(request, stream, Some(self.ws_config()));
@@ -705,7 +658,7 @@ impl GrantThread {
     /// Serve MCP on an open socket until it closes, dies, or a command/deadline ends it.
     fn serve(
         &mut self,
-        mut ws: WebSocket<Stream>,
+        mut ws: WebSocket<ClientStream>,
         conn: u64,
         attached_for: &mut Duration,
     ) -> ConnEnd {
@@ -902,7 +855,7 @@ impl GrantThread {
         end
     }
 
-    fn serve_commands(&mut self, ws: &mut WebSocket<Stream>) -> Option<ConnEnd> {
+    fn serve_commands(&mut self, ws: &mut WebSocket<ClientStream>) -> Option<ConnEnd> {
         let exit = self.take_commands().exit?;
         match exit {
             Exit::End(_) => self.close(ws, CloseCode::Normal, "grant ended"),
@@ -913,7 +866,7 @@ impl GrantThread {
 
     /// Queue our close frame and push it out promptly; the pod must see it, but we do not
     /// wait for its reply.
-    fn close(&self, ws: &mut WebSocket<Stream>, code: CloseCode, reason: &'static str) {
+    fn close(&self, ws: &mut WebSocket<ClientStream>, code: CloseCode, reason: &'static str) {
         let _ = ws.close(Some(CloseFrame {
             code,
             reason: reason.into(),
@@ -939,7 +892,7 @@ impl GrantThread {
         self.events.closed(u16::from(code));
     }
 
-    fn send_text(&self, ws: &mut WebSocket<Stream>, text: String) -> Result<(), ConnEnd> {
+    fn send_text(&self, ws: &mut WebSocket<ClientStream>, text: String) -> Result<(), ConnEnd> {
         self.events.bytes(0, text.len() as u64);
         match ws.write(Message::text(text)) {
             Ok(()) => Ok(()),
@@ -951,7 +904,7 @@ impl GrantThread {
     #[allow(clippy::too_many_arguments)]
     fn handle_frame(
         &mut self,
-        ws: &mut WebSocket<Stream>,
+        ws: &mut WebSocket<ClientStream>,
         dispatcher: &mut Dispatcher,
         calls: &mut Calls,
         bytes: &[u8],

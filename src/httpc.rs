@@ -13,6 +13,8 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::tls::ClientStream;
+
 /// Most bytes of a response's status line and headers together.
 pub const MAX_HEAD_BYTES: usize = 64 << 10;
 /// Most header lines in a response.
@@ -147,53 +149,9 @@ pub struct Request<'a> {
     pub body: Option<&'a [u8]>,
 }
 
-/// The socket under a response: plain TCP or rustls over it.
-pub enum Conn {
-    Plain(TcpStream),
-    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
-}
-
-impl Conn {
-    fn tcp(&self) -> &TcpStream {
-        match self {
-            Conn::Plain(s) => s,
-            Conn::Tls(s) => &s.sock,
-        }
-    }
-}
-
-impl Read for Conn {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Conn::Plain(s) => s.read(buf),
-            // A TLS peer that closes without close_notify ends the body like a plain EOF:
-            // framing (length or chunks) still tells a complete body from a cut one.
-            Conn::Tls(s) => match s.read(buf) {
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(0),
-                other => other,
-            },
-        }
-    }
-}
-
-impl Write for Conn {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Conn::Plain(s) => s.write(buf),
-            Conn::Tls(s) => s.write(buf),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Conn::Plain(s) => s.flush(),
-            Conn::Tls(s) => s.flush(),
-        }
-    }
-}
-
 /// A reader whose socket timeouts follow one deadline.
 pub struct Deadlined {
-    conn: Conn,
+    conn: ClientStream,
     deadline: Instant,
 }
 
@@ -211,7 +169,17 @@ impl Deadlined {
 impl Read for Deadlined {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.arm()?;
-        self.conn.read(buf)
+        match self.conn.read(buf) {
+            // A TLS peer that closes without close_notify ends the body like a plain EOF:
+            // framing (length or chunks) still tells a complete body from a cut one.
+            Err(e)
+                if e.kind() == io::ErrorKind::UnexpectedEof
+                    && matches!(self.conn, ClientStream::Tls(_)) =>
+            {
+                Ok(0)
+            }
+            other => other,
+        }
     }
 }
 
@@ -237,16 +205,12 @@ pub fn send(
     let target = req.target;
     let tcp = connect(&target.host, target.port, deadline)?;
     let _ = tcp.set_nodelay(true);
-    let conn = if target.tls {
-        let tls = tls.ok_or_else(|| HttpError::Tls("no TLS configuration for https".into()))?;
-        let name = rustls::pki_types::ServerName::try_from(target.host.clone())
-            .map_err(|e| HttpError::Tls(e.to_string()))?;
-        let client = rustls::ClientConnection::new(Arc::clone(tls), name)
-            .map_err(|e| HttpError::Tls(e.to_string()))?;
-        Conn::Tls(Box::new(rustls::StreamOwned::new(client, tcp)))
-    } else {
-        Conn::Plain(tcp)
+    let tls = match target.tls {
+        true => Some(tls.ok_or_else(|| HttpError::Tls("no TLS configuration for https".into()))?),
+        false => None,
     };
+    let conn =
+        ClientStream::new(tcp, &target.host, tls).map_err(|e| HttpError::Tls(e.to_string()))?;
     let mut stream = Deadlined { conn, deadline };
     stream.write_all(&request_head(req))?;
     if let Some(body) = req.body {

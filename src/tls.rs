@@ -1,10 +1,15 @@
-//! The rustls client configuration for `wss://` dials and `https://` mints: webpki roots
-//! plus the operator's private CA (`--ca-file`), with the ring provider.
+//! The rustls client side: the configuration for `wss://` dials and `https://` mints
+//! (webpki roots plus the operator's private CA, `--ca-file`, with the ring provider), and
+//! the plain-or-TLS socket both of them read and write.
 
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::{ClientConfig, RootCertStore};
+use rustls::pki_types::{InvalidDnsNameError, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
 use crate::error::Error;
 
@@ -46,6 +51,84 @@ pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, Error>
     Ok(Arc::new(config))
 }
 
+/// A client socket: plain TCP, or a rustls client over it.
+pub enum ClientStream {
+    Plain(TcpStream),
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+}
+
+/// Why a TLS client could not be set up on a socket; shows the underlying error only, so
+/// each caller says what it was connecting to.
+#[derive(Debug)]
+pub enum SetupError {
+    ServerName(InvalidDnsNameError),
+    Connection(rustls::Error),
+}
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SetupError::ServerName(e) => e.fmt(f),
+            SetupError::Connection(e) => e.fmt(f),
+        }
+    }
+}
+
+impl ClientStream {
+    /// `tcp` as it is, or with a TLS client for `host` on it when `tls` is given. The TLS
+    /// handshake itself runs on the first reads and writes.
+    pub fn new(
+        tcp: TcpStream,
+        host: &str,
+        tls: Option<&Arc<ClientConfig>>,
+    ) -> Result<Self, SetupError> {
+        let Some(config) = tls else {
+            return Ok(ClientStream::Plain(tcp));
+        };
+        let name = ServerName::try_from(host.to_string()).map_err(SetupError::ServerName)?;
+        let conn =
+            ClientConnection::new(Arc::clone(config), name).map_err(SetupError::Connection)?;
+        Ok(ClientStream::Tls(Box::new(StreamOwned::new(conn, tcp))))
+    }
+
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            ClientStream::Plain(s) => s,
+            ClientStream::Tls(s) => &s.sock,
+        }
+    }
+}
+
+impl AsFd for ClientStream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.tcp().as_fd()
+    }
+}
+
+impl Read for ClientStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            ClientStream::Plain(s) => s.read(buf),
+            ClientStream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for ClientStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            ClientStream::Plain(s) => s.write(buf),
+            ClientStream::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            ClientStream::Plain(s) => s.flush(),
+            ClientStream::Tls(s) => s.flush(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,5 +144,21 @@ mod tests {
         assert!(client_config(None).is_ok());
         let missing = client_config(Some(&dir.join("missing.pem"))).unwrap_err();
         assert!(matches!(missing, Error::Config(_)));
+    }
+
+    #[test]
+    fn a_client_stream_is_plain_without_a_config_and_tls_with_one() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let tcp = || TcpStream::connect(addr).unwrap();
+        let config = client_config(None).unwrap();
+        let plain = ClientStream::new(tcp(), "pod.example", None).unwrap();
+        assert!(matches!(plain, ClientStream::Plain(_)));
+        assert_eq!(plain.tcp().peer_addr().unwrap(), addr);
+        let tls = ClientStream::new(tcp(), "pod.example", Some(&config)).unwrap();
+        assert!(matches!(tls, ClientStream::Tls(_)));
+        assert_eq!(tls.tcp().peer_addr().unwrap(), addr);
+        let bad = ClientStream::new(tcp(), "not a host name", Some(&config));
+        assert!(matches!(bad, Err(SetupError::ServerName(_))));
     }
 }
