@@ -565,35 +565,25 @@ fn the_admin_api_refuses_bad_input_with_clear_errors() {
 }
 
 fn wait_for_pid(path: &std::path::Path) -> u32 {
-    let deadline = Instant::now() + WATCHDOG;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if let Ok(pid) = text.trim().parse() {
-                return pid;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "watchdog: the command never wrote its pid"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    poll_until(
+        || {
+            std::fs::read_to_string(path)
+                .ok()
+                .and_then(|text| text.trim().parse().ok())
+        },
+        Option::is_some,
+        |_| "watchdog: the command never wrote its pid".into(),
+    )
+    .unwrap()
 }
 
 fn wait_until_dead(pid: u32) {
-    let deadline = Instant::now() + WATCHDOG;
-    loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    poll_until(
+        || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default(),
         // Gone, or a zombie waiting for its (killed) parent's reaper.
-        if stat.is_empty() || stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z')) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "watchdog: process {pid} is still alive"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        |stat| stat.is_empty() || stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z')),
+        |_| format!("watchdog: process {pid} is still alive"),
+    );
 }
 
 #[test]

@@ -578,16 +578,7 @@ fn faults_in_sequence_leave_no_thread_or_fd_behind() {
 }
 
 fn settle_daemon_threads(what: &str) {
-    let deadline = Instant::now() + WATCHDOG;
-    loop {
-        let left = daemon_threads_here();
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "watchdog: after {what}, daemon threads still running: {left:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    poll_until(daemon_threads_here, Vec::is_empty, |left| {
+        format!("watchdog: after {what}, daemon threads still running: {left:?}")
+    });
 }

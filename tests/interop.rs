@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use common::*;
 use serde_json::{json, Value};
 
@@ -43,11 +41,7 @@ fn alive(pid: i32) -> bool {
 
 /// Poll `pred` every 10 ms under the watchdog.
 fn until(what: &str, pred: impl Fn() -> bool) {
-    let deadline = Instant::now() + WATCHDOG;
-    while !pred() {
-        assert!(Instant::now() < deadline, "watchdog: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    poll_until(pred, |done| *done, |_| format!("watchdog: {what}"));
 }
 
 /// The SDK aborts a call by sending `notifications/cancelled` and still reads the HTTP answer

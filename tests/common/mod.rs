@@ -573,37 +573,22 @@ impl TestDaemon {
     /// Wait until the grant's JSON satisfies `pred` (the daemon has no push channel for
     /// state, so this re-reads it), or fail after the watchdog.
     pub fn wait_grant(&self, id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + WATCHDOG;
-        loop {
-            let g = self.grant(id);
-            if pred(&g) {
-                return g;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "watchdog: grant never became {what}: {g}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        poll_until(
+            || self.grant(id),
+            pred,
+            |g| format!("watchdog: grant never became {what}: {g}"),
+        )
     }
 
     /// `audit.jsonl` once it satisfies `pred`, or fail after the watchdog: tool-call
     /// records are written by the audit thread within one fsync interval, not before the
     /// reply.
     pub fn wait_audit(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + WATCHDOG;
-        loop {
-            let audit =
-                std::fs::read_to_string(self.state_dir().join("audit.jsonl")).unwrap_or_default();
-            if pred(&audit) {
-                return audit;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "watchdog: audit.jsonl never had {what}: {audit}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        poll_until(
+            || std::fs::read_to_string(self.state_dir().join("audit.jsonl")).unwrap_or_default(),
+            |audit| pred(audit),
+            |audit| format!("watchdog: audit.jsonl never had {what}: {audit}"),
+        )
     }
 
     pub fn stop(&mut self) {
@@ -752,6 +737,25 @@ pub fn read_raw_frame(s: &mut impl Read) -> std::io::Result<(u8, Vec<u8>)> {
     Ok((opcode, payload))
 }
 
+/// Re-read `read()` every 10 ms until `done` holds of the reading and return it, or panic
+/// with `failure(&last reading)` once the watchdog has passed. For state the daemon has no
+/// push channel for (grant JSON, files, `/proc`).
+pub fn poll_until<T>(
+    mut read: impl FnMut() -> T,
+    done: impl Fn(&T) -> bool,
+    failure: impl Fn(&T) -> String,
+) -> T {
+    let deadline = Instant::now() + WATCHDOG;
+    loop {
+        let now = read();
+        if done(&now) {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "{}", failure(&now));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Open descriptors and threads of a process (`None` = this one), from `/proc`.
 pub fn fds_and_threads(pid: Option<u32>) -> (usize, usize) {
     let base = match pid {
@@ -850,16 +854,14 @@ pub fn settle(
     slack: (usize, usize),
     what: &str,
 ) -> (usize, usize) {
-    let deadline = Instant::now() + WATCHDOG;
-    loop {
-        let now = count();
-        if now.0 <= baseline.0 + slack.0 && now.1 <= baseline.1 + slack.1 {
-            return now;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "watchdog: after {what}, fds/threads are {now:?}, baseline {baseline:?} (slack {slack:?})"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    poll_until(
+        count,
+        |now| now.0 <= baseline.0 + slack.0 && now.1 <= baseline.1 + slack.1,
+        |now| {
+            format!(
+                "watchdog: after {what}, fds/threads are {now:?}, baseline {baseline:?} \
+                 (slack {slack:?})"
+            )
+        },
+    )
 }

@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::Value;
 
-use crate::common::{admin_call, fds_and_threads, vm_rss_kib, WATCHDOG};
+use crate::common::{admin_call, fds_and_threads, poll_until, vm_rss_kib, WATCHDOG};
 
 /// The daemon's start-up line names its admin address after this.
 const LISTENING: &str = "admin API listening on http://";
@@ -293,18 +293,12 @@ impl RealDaemon {
 
     /// Wait (watchdog-bounded) until the grant's JSON satisfies `pred`.
     pub fn wait_grant(&self, id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = std::time::Instant::now() + WATCHDOG;
-        loop {
-            let (status, g) = self.grant(id);
-            if status == 200 && pred(&g) {
-                return g;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "watchdog: grant {id} never became {what}: {status} {g}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let (_, g) = poll_until(
+            || self.grant(id),
+            |(status, g)| *status == 200 && pred(g),
+            |(status, g)| format!("watchdog: grant {id} never became {what}: {status} {g}"),
+        );
+        g
     }
 
     /// `(open descriptors, threads)` of the daemon process.
