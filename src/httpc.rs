@@ -112,7 +112,8 @@ impl From<io::Error> for HttpError {
     }
 }
 
-fn is_timeout(e: &io::Error) -> bool {
+/// True when a socket read or write gave up on its timeout (the deadline passed).
+pub fn is_timeout(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut

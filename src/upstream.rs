@@ -836,10 +836,7 @@ impl Client {
     fn read_failure(&self, e: &std::io::Error) -> Failure {
         if httpc::is_too_large(e) {
             Failure::Invalid(format!("reply larger than {} bytes", self.max_reply_bytes))
-        } else if matches!(
-            e.kind(),
-            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
-        ) {
+        } else if httpc::is_timeout(e) {
             Failure::Unreachable(format!("no reply within {:?}", self.timeout))
         } else {
             Failure::Unreachable(format!("reading the reply failed: {e}"))
