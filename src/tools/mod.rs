@@ -7,7 +7,8 @@ pub mod display;
 pub mod process;
 pub mod sysinfo;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -121,6 +122,48 @@ impl Default for ToolConfig {
             sys_info_ttl: crate::config::Timing::default().sys_info_ttl,
             display_env: None,
         }
+    }
+}
+
+/// The last value computed, reused while younger than a TTL: the display probe and
+/// `sys_info`'s `/proc` reads. The TTL is given per call, from the configuration.
+#[derive(Debug)]
+pub struct TtlCache<T> {
+    last: Mutex<Option<(Instant, Arc<T>)>>,
+}
+
+impl<T> Default for TtlCache<T> {
+    fn default() -> Self {
+        TtlCache {
+            last: Mutex::new(None),
+        }
+    }
+}
+
+impl<T> TtlCache<T> {
+    /// The value and its age, computed now if the copy is older than `ttl`. Callers that
+    /// arrive together while it is stale wait for one computation instead of each running
+    /// it.
+    pub fn get(&self, ttl: Duration, compute: impl FnOnce() -> T) -> (Arc<T>, Duration) {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, value)) = last.as_ref() {
+            let age = at.elapsed();
+            if age < ttl {
+                return (Arc::clone(value), age);
+            }
+        }
+        let value = Arc::new(compute());
+        *last = Some((Instant::now(), Arc::clone(&value)));
+        (value, Duration::ZERO)
+    }
+
+    /// The value and its age if a copy younger than `ttl` is at hand, without waiting (a
+    /// computation in progress holds the lock): for callers that must not block.
+    pub fn cached(&self, ttl: Duration) -> Option<(Arc<T>, Duration)> {
+        let last = self.last.try_lock().ok()?;
+        let (at, value) = last.as_ref()?;
+        let age = at.elapsed();
+        (age < ttl).then(|| (Arc::clone(value), age))
     }
 }
 

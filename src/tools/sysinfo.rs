@@ -8,12 +8,12 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use super::display::Probe;
-use super::{CallContext, GrantNote, ToolSpec};
+use super::{CallContext, GrantNote, ToolSpec, TtlCache};
 use crate::jobs::Completion;
 use crate::mcp::ToolOutput;
 use crate::profiles::Profile;
@@ -315,39 +315,26 @@ impl LiveFacts {
 #[derive(Debug)]
 pub struct LiveCache {
     ttl: Duration,
-    last: Mutex<Option<(Instant, Arc<LiveFacts>)>>,
+    facts: TtlCache<LiveFacts>,
 }
 
 impl LiveCache {
     pub fn new(ttl: Duration) -> Self {
         LiveCache {
             ttl,
-            last: Mutex::new(None),
+            facts: TtlCache::default(),
         }
     }
 
-    /// The facts and how long ago they were read. Callers that arrive together while the
-    /// copy is stale wait for one read instead of each reading.
+    /// The facts and how long ago they were read (see [`TtlCache::get`]).
     pub fn get(&self) -> (Arc<LiveFacts>, Duration) {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((at, facts)) = last.as_ref() {
-            let age = at.elapsed();
-            if age < self.ttl {
-                return (Arc::clone(facts), age);
-            }
-        }
-        let facts = Arc::new(LiveFacts::read());
-        *last = Some((Instant::now(), Arc::clone(&facts)));
-        (facts, Duration::ZERO)
+        self.facts.get(self.ttl, LiveFacts::read)
     }
 
     /// The facts and their age if a copy younger than the TTL is at hand, without waiting
     /// for anyone's read.
     pub fn cached(&self) -> Option<(Arc<LiveFacts>, Duration)> {
-        let last = self.last.try_lock().ok()?;
-        let (at, facts) = last.as_ref()?;
-        let age = at.elapsed();
-        (age < self.ttl).then(|| (Arc::clone(facts), age))
+        self.facts.cached(self.ttl)
     }
 }
 

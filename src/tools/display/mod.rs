@@ -18,7 +18,7 @@ use base64::Engine as _;
 use crossbeam_channel::{Sender, TrySendError};
 use serde_json::{json, Value};
 
-use super::{CallContext, ToolConfig, ToolHost, ToolSpec};
+use super::{CallContext, ToolConfig, ToolHost, ToolSpec, TtlCache};
 use crate::config::DisplayBackend;
 use crate::jobs::{Completion, JobCtl};
 use crate::mcp::ToolOutput;
@@ -685,7 +685,7 @@ type Job = Box<dyn FnOnce() + Send>;
 /// Per-daemon display state: the probe cache and the display thread's queue.
 #[derive(Debug, Default)]
 pub struct DisplayState {
-    cache: Mutex<Option<(Instant, Arc<Probe>)>>,
+    cache: TtlCache<Probe>,
     queue: Mutex<Option<Sender<Job>>>,
 }
 
@@ -693,22 +693,13 @@ impl DisplayState {
     /// The probe if one younger than `display_probe_ttl` is at hand, without waiting (a
     /// probe in progress holds the lock): for callers that must not block.
     pub fn cached(&self, cfg: &ToolConfig) -> Option<Arc<Probe>> {
-        let cache = self.cache.try_lock().ok()?;
-        let (at, probe) = cache.as_ref()?;
-        (at.elapsed() < cfg.display_probe_ttl).then(|| probe.clone())
+        let (probe, _) = self.cache.cached(cfg.display_probe_ttl)?;
+        Some(probe)
     }
 
     /// The current probe, reused for `display_probe_ttl`.
     pub fn probe(&self, cfg: &ToolConfig) -> Arc<Probe> {
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((at, probe)) = cache.as_ref() {
-            if at.elapsed() < cfg.display_probe_ttl {
-                return probe.clone();
-            }
-        }
-        let probe = Arc::new(probe_now(cfg));
-        *cache = Some((Instant::now(), probe.clone()));
-        probe
+        self.cache.get(cfg.display_probe_ttl, || probe_now(cfg)).0
     }
 
     /// Queue a graphical action for the display thread, starting it on first use. Actions
