@@ -175,7 +175,7 @@ pub struct ToolHost {
     pub processes: bash::ProcessWatcher,
     pub facts: sysinfo::StaticFacts,
     /// `sys_info`'s `/proc` reads, reused for `sys_info_ttl`.
-    pub live: sysinfo::LiveCache,
+    pub live: TtlCache<sysinfo::LiveFacts>,
     /// `sys_info`'s last answer from those caches.
     pub sys_info_answers: sysinfo::AnswerCache,
     /// Display probe cache and the display thread.
@@ -187,7 +187,7 @@ impl ToolHost {
         Ok(Arc::new(ToolHost {
             processes: bash::ProcessWatcher::start()?,
             facts: sysinfo::StaticFacts::gather(),
-            live: sysinfo::LiveCache::new(config.sys_info_ttl),
+            live: TtlCache::default(),
             sys_info_answers: sysinfo::AnswerCache::default(),
             display: display::DisplayState::default(),
             config,

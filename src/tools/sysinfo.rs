@@ -2,7 +2,7 @@
 //! daemon runs (hostname, OS, kernel, CPUs, the user it runs as, where bash is) are
 //! gathered once at start in [`StaticFacts`]; on top, `/proc` files are read (memory,
 //! uptime, load, tailnet addresses: Tailscale may come up after the daemon), at most once
-//! per `sys_info_ttl` ([`LiveCache`]): those reads cost ~70 µs of kernel time (the
+//! per `sys_info_ttl` (`ToolHost::live`): those reads cost ~70 µs of kernel time (the
 //! fib_trie walk alone ~40 µs), several times the rest of a call. Nothing is spawned.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::display::Probe;
-use super::{CallContext, GrantNote, ToolSpec, TtlCache};
+use super::{CallContext, GrantNote, ToolSpec};
 use crate::jobs::Completion;
 use crate::mcp::ToolOutput;
 use crate::profiles::Profile;
@@ -311,33 +311,6 @@ impl LiveFacts {
     }
 }
 
-/// The last [`LiveFacts`] read, reused while younger than the TTL.
-#[derive(Debug)]
-pub struct LiveCache {
-    ttl: Duration,
-    facts: TtlCache<LiveFacts>,
-}
-
-impl LiveCache {
-    pub fn new(ttl: Duration) -> Self {
-        LiveCache {
-            ttl,
-            facts: TtlCache::default(),
-        }
-    }
-
-    /// The facts and how long ago they were read (see [`TtlCache::get`]).
-    pub fn get(&self) -> (Arc<LiveFacts>, Duration) {
-        self.facts.get(self.ttl, LiveFacts::read)
-    }
-
-    /// The facts and their age if a copy younger than the TTL is at hand, without waiting
-    /// for anyone's read.
-    pub fn cached(&self) -> Option<(Arc<LiveFacts>, Duration)> {
-        self.facts.cached(self.ttl)
-    }
-}
-
 /// The last `sys_info` answer given from the caches, as JSON text, and what it was built
 /// from: an agent polling sys_info gets the same text until a second passes or a cache is
 /// refreshed, without building and serializing the whole value again.
@@ -388,7 +361,9 @@ impl AnswerCache {
 pub(crate) fn collect(cx: &CallContext) -> Value {
     collect_from(
         cx,
-        cx.host.live.get(),
+        cx.host
+            .live
+            .get(cx.host.config.sys_info_ttl, LiveFacts::read),
         super::display::facts(&cx.host),
         crate::timefmt::now_unix(),
     )
@@ -552,7 +527,7 @@ pub fn start(_args: Value, cx: CallContext, done: Completion) {
 /// waits on a file, a child or a lock, so the connection's own thread may answer it: two
 /// thread hops to a pool worker and back would cost more than the call.
 pub fn from_cache(cx: &CallContext) -> Option<ToolOutput> {
-    let (live, age) = cx.host.live.cached()?;
+    let (live, age) = cx.host.live.cached(cx.host.config.sys_info_ttl)?;
     let probe = cx.host.display.cached(&cx.host.config)?;
     let key = AnswerKey {
         profile: cx.profile,
@@ -598,7 +573,7 @@ mod tests {
     use super::*;
     use crate::jobs::JobCtl;
     use crate::tools::bash::testutil::{completion, cx, host, result, WATCHDOG};
-    use crate::tools::{CallLimits, GrantNote};
+    use crate::tools::{CallLimits, GrantNote, TtlCache};
 
     const FIB_TRIE: &str = "\
 Main:
@@ -697,14 +672,15 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
 
     #[test]
     fn live_facts_are_reused_within_the_ttl_and_reread_after() {
-        let cache = LiveCache::new(Duration::from_secs(3600));
-        let (a, _) = cache.get();
-        let (b, _) = cache.get();
+        let cache = TtlCache::default();
+        let hour = Duration::from_secs(3600);
+        let (a, _) = cache.get(hour, LiveFacts::read);
+        let (b, _) = cache.get(hour, LiveFacts::read);
         assert!(Arc::ptr_eq(&a, &b), "a fresh copy is reused");
         assert!(a.mem_total.is_some() && a.uptime.is_some(), "{a:?}");
-        let cache = LiveCache::new(Duration::ZERO);
-        let (a, age) = cache.get();
-        let (b, _) = cache.get();
+        let cache = TtlCache::default();
+        let (a, age) = cache.get(Duration::ZERO, LiveFacts::read);
+        let (b, _) = cache.get(Duration::ZERO, LiveFacts::read);
         assert!(!Arc::ptr_eq(&a, &b), "a stale copy is read again");
         assert_eq!(age, Duration::ZERO);
     }
