@@ -806,9 +806,6 @@ impl Registry {
                 Err(e) => warn!("could not resume grant {}: {e}", g.id),
             }
         }
-        if resumed > 0 {
-            info!("resumed {resumed} persisted grant(s)");
-        }
         Ok(resumed)
     }
 

@@ -93,7 +93,7 @@ impl std::fmt::Debug for Daemon {
 use std::sync::Arc;
 
 impl Daemon {
-    /// Validate, open the state, listen, resume persisted grants, and report ready.
+    /// Validate, open the state, bind, resume persisted grants, serve, and report ready.
     pub fn start(config: Config) -> Result<Daemon, Error> {
         let policy = auth::Policy::from_config(&config);
         policy.validate().map_err(Error::Config)?;
@@ -169,11 +169,16 @@ impl Daemon {
             config.limits.clone(),
             config.audit_args,
         ));
+        // Resume before the first request is accepted (the bound listener queues it): an
+        // attach served earlier would save a registry without the persisted grants over the
+        // file they are about to be loaded from.
+        let resumed = registry.resume()?;
         let (fatal_tx, fatal) = crossbeam_channel::unbounded();
         let admin = admin::AdminServer::start(listener, Arc::clone(&state), fatal_tx)?;
-        log::info!("admin API listening on http://{}", admin.local_addr);
-        registry.resume()?;
         state.ready.store(true, std::sync::atomic::Ordering::SeqCst);
+        log::info!("admin API listening on http://{}", admin.local_addr);
+        // A supervisor without sd_notify (or a test) can wait for this line.
+        log::info!("ready: {resumed} persisted grant(s) resumed");
         if config.sd_notify {
             // The same moment /readyz turns 200: listening, every resumed grant's thread started.
             sd_notify_or_warn(&format!(

@@ -262,3 +262,65 @@ fn absurd_persisted_values_are_dropped_not_fatal() {
     assert_eq!(up.path, "/tools/attach/good");
     pod.assert_no_upgrade(Duration::from_millis(300));
 }
+
+/// A `POST /attach` that arrives while the daemon is still starting must not race the
+/// resume of persisted grants: saving the registry before they are loaded would overwrite
+/// `grants.json` with the newcomer alone. A client hammers the port from before the daemon
+/// exists; its first answer must come from a daemon that already holds every old grant.
+#[test]
+fn an_attach_during_startup_loses_no_persisted_grant() {
+    const PERSISTED: usize = 100;
+    let dir = temp_dir("startup-race");
+    let state = dir.join("state");
+    // A pod that never answers: grants need not attach to be persisted and resumed.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let runtime = format!("ws://{}", dead.local_addr().unwrap());
+    drop(dead);
+    let mut d = RealDaemon::start(&state, &[]);
+    let mut ids = Vec::new();
+    for n in 0..PERSISTED {
+        let body = json!({"runtime": runtime, "session": format!("old-{n}"), "secret": "s"});
+        let (status, g) = d.call("POST", "/attach", Some(&body));
+        assert_eq!(status, 202, "{g}");
+        ids.push(g["id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(d.terminate(), Some(0));
+    // The same port again, so the client can knock before the new daemon says where it is.
+    let addr = d.addr;
+    let listen = addr.to_string();
+    let body = json!({"runtime": runtime, "session": "new", "secret": "s"});
+    let hammer = std::thread::spawn(move || {
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            if let Some(answer) = try_attach(addr, &body) {
+                return answer;
+            }
+            assert!(Instant::now() < deadline, "watchdog: never got an answer");
+            std::thread::yield_now();
+        }
+    });
+    let mut d = RealDaemon::start(&state, &[("--listen", &listen)]);
+    let (status, new) = hammer.join().expect("the client thread");
+    assert_eq!(status, 202, "{new}");
+    let (status, list) = d.call("GET", "/attach", None);
+    assert_eq!(status, 200, "{list}");
+    let listed: Vec<&str> = list["grants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["id"].as_str())
+        .collect();
+    for id in ids.iter().chain([&new["id"].as_str().unwrap().to_string()]) {
+        assert!(listed.contains(&id.as_str()), "grant {id} lost: {list}");
+    }
+    // No clean shutdown to save the registry again: the file must already hold them all.
+    d.kill();
+    let bytes = std::fs::read(state.join("grants.json")).unwrap();
+    let report = handnode::persist::parse(&bytes, handnode::timefmt::now_unix()).unwrap();
+    assert_eq!(
+        report.grants.len(),
+        PERSISTED + 1,
+        "grants.json after restart"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -75,6 +75,8 @@ fn no_sd_notify_sends_nothing() {
     let (sock, path) = notify_socket(&dir);
     let (mut child, log) = spawn(&dir, &path, &["--no-sd-notify"]);
     let addr = log.addr();
+    // The address is logged before persisted grants resume; readiness comes after.
+    log.line("ready: ");
     let (code, _, _) = http(addr, "GET", "/readyz", &[], None);
     assert_eq!(code, 200);
     assert_eq!(sigterm_and_wait(&mut child), Some(0));
@@ -95,6 +97,7 @@ fn broken_notify_socket_is_logged_and_not_fatal() {
     let addr = log.addr();
     let warning = log.line("could not notify systemd");
     assert!(warning.contains("READY=1"), "{warning}");
+    log.line("ready: ");
     let (code, _, _) = http(addr, "GET", "/readyz", &[], None);
     assert_eq!(code, 200);
     assert_eq!(sigterm_and_wait(&mut child), Some(0));

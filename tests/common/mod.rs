@@ -674,11 +674,40 @@ pub fn read_response(s: &mut TcpStream) -> (u16, Vec<(String, String)>, Vec<u8>)
         .unwrap()
         .parse()
         .unwrap();
-    let headers = lines
+    let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
-    (status, headers, raw[pos + 4..].to_vec())
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    let body = &raw[pos + 4..];
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_vec()
+    };
+    (status, headers, body)
+}
+
+/// A complete chunked body, decoded (tiny_http chunks bodies of 32 KiB and more).
+fn dechunk(mut rest: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let eol = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("a chunk size line");
+        let line = std::str::from_utf8(&rest[..eol]).unwrap();
+        let size = usize::from_str_radix(line.split(';').next().unwrap().trim(), 16)
+            .unwrap_or_else(|_| panic!("bad chunk size {line:?}"));
+        rest = &rest[eol + 2..];
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&rest[..size]);
+        rest = &rest[size + 2..];
+    }
 }
 
 /// One unmasked WebSocket frame as a server (the pod) sends it.

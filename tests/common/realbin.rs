@@ -240,9 +240,9 @@ pub struct RealDaemon {
 }
 
 impl RealDaemon {
-    /// Start `handnode serve` on a fresh port with `state_dir`, [`FAST_FLAGS`] and the
-    /// given `(flag, value)` pairs (which replace a fast flag of the same name; an empty
-    /// value is a switch).
+    /// Start `handnode serve` on a fresh port (unless `--listen` is given) with `state_dir`,
+    /// [`FAST_FLAGS`] and the given `(flag, value)` pairs (which replace a fast flag of the
+    /// same name; an empty value is a switch).
     pub fn start(state_dir: &Path, flags: &[(&str, &str)]) -> RealDaemon {
         let mut all: Vec<(&str, &str)> = FAST_FLAGS
             .iter()
@@ -250,9 +250,11 @@ impl RealDaemon {
             .filter(|(f, _)| !flags.iter().any(|(g, _)| g == f))
             .collect();
         all.extend_from_slice(flags);
+        if !flags.iter().any(|(f, _)| *f == "--listen") {
+            all.push(("--listen", "127.0.0.1:0"));
+        }
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_handnode"));
         cmd.arg("serve")
-            .args(["--listen", "127.0.0.1:0"])
             .arg("--state-dir")
             .arg(state_dir)
             .arg("--config-dir")
