@@ -368,6 +368,11 @@ impl<R: BufRead> Response<R> {
             .map(|(_, v)| v.as_slice())
     }
 
+    /// Every header in the order sent: the name lower-case, the value as sent.
+    pub fn headers(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.headers.iter().map(|(n, v)| (n.as_str(), v.as_slice()))
+    }
+
     /// The body, ending where the framing says; more than `limit` bytes is an error that
     /// [`is_too_large`] recognises.
     pub fn body(self, limit: u64) -> Body<R> {
@@ -549,6 +554,8 @@ mod tests {
         let r = parse(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-A: b\r\n\r\nabcdef").unwrap();
         assert_eq!(r.status, 200);
         assert_eq!(r.header("x-a"), Some(&b"b"[..]));
+        let all: Vec<_> = r.headers().collect();
+        assert_eq!(all, [("content-length", &b"3"[..]), ("x-a", &b"b"[..])]);
         assert_eq!(r.read_body(100).unwrap(), b"abc");
         let r = parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n2\r\nde\r\n0\r\nT: 1\r\n\r\nzz")
             .unwrap();

@@ -670,54 +670,23 @@ pub fn http(
 pub fn read_response(s: &mut TcpStream) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let mut raw = Vec::new();
     let _ = s.read_to_end(&mut raw);
-    let pos = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("no HTTP response head: {:?}", String::from_utf8_lossy(&raw)));
-    let head = String::from_utf8_lossy(&raw[..pos]).to_string();
-    let mut lines = head.lines();
-    let status: u16 = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+    // The daemon's own client parser: sized, chunked (tiny_http chunks bodies of 32 KiB
+    // and more) and close-delimited bodies alike.
+    let response = handnode::httpc::read_head(&raw[..]).unwrap_or_else(|e| {
+        panic!(
+            "no HTTP response head ({e}): {:?}",
+            String::from_utf8_lossy(&raw)
+        )
+    });
+    let status = response.status;
+    let headers = response
+        .headers()
+        .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v).trim().to_string()))
         .collect();
-    let chunked = headers
-        .iter()
-        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
-    let body = &raw[pos + 4..];
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_vec()
-    };
+    let body = response
+        .read_body(u64::MAX)
+        .unwrap_or_else(|e| panic!("the HTTP response body: {e}"));
     (status, headers, body)
-}
-
-/// A complete chunked body, decoded (tiny_http chunks bodies of 32 KiB and more).
-fn dechunk(mut rest: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let eol = rest
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .expect("a chunk size line");
-        let line = std::str::from_utf8(&rest[..eol]).unwrap();
-        let size = usize::from_str_radix(line.split(';').next().unwrap().trim(), 16)
-            .unwrap_or_else(|_| panic!("bad chunk size {line:?}"));
-        rest = &rest[eol + 2..];
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&rest[..size]);
-        rest = &rest[size + 2..];
-    }
 }
 
 /// One unmasked WebSocket frame as a server (the pod) sends it.
