@@ -296,7 +296,6 @@ impl Dispatcher {
     }
 }
 
-/// Serialize a successful JSON-RPC response.
 /// A request id MCP allows: a string, or an integer that parses without rounding.
 fn is_valid_id(id: &Value) -> bool {
     match id {
@@ -306,6 +305,7 @@ fn is_valid_id(id: &Value) -> bool {
     }
 }
 
+/// Serialize a successful JSON-RPC response.
 pub fn result_reply(id: &Value, result: Value) -> String {
     // Serialized straight from `result`: `json!` around a `Value` deep-copies it first,
     // which for a screenshot means megabytes copied and held twice.

@@ -58,7 +58,6 @@ which user it runs as.",
 };
 
 fn schema() -> Value {
-    // Text, not json!: the macro built each schema with ~10 KiB of code.
     crate::tools::schema(&format!(
         r#"{{
         "type": "object",

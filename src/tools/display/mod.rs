@@ -83,7 +83,6 @@ pub static KEY: ToolSpec = ToolSpec {
 };
 
 fn screenshot_schema() -> Value {
-    // Text, not json!: the macro built each schema with ~10 KiB of code.
     crate::tools::schema(&format!(
         r#"{{
         "type": "object",
@@ -111,7 +110,6 @@ fn screenshot_schema() -> Value {
 }
 
 fn mouse_schema() -> Value {
-    // Text, not json!: the macro built each schema with ~10 KiB of code.
     crate::tools::schema(&format!(
         r#"{{
         "type": "object",
@@ -134,7 +132,6 @@ fn mouse_schema() -> Value {
 }
 
 fn key_schema() -> Value {
-    // Text, not json!: the macro built each schema with ~10 KiB of code.
     crate::tools::schema(&format!(
         r#"{{
         "type": "object",
