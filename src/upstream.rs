@@ -768,10 +768,12 @@ impl Client {
         let (true, Some(id)) = (session.ready, session.id.as_deref()) else {
             return;
         };
-        let protocol = session.protocol.clone();
         let _ = self.send(
             "DELETE",
-            &[("Mcp-Session-Id", id), ("MCP-Protocol-Version", &protocol)],
+            &[
+                ("Mcp-Session-Id", id),
+                ("MCP-Protocol-Version", session.protocol.as_str()),
+            ],
             None,
         );
     }
