@@ -6,7 +6,6 @@
 //! and its only timers are real deadlines (grant deadline, ping, silence, backoff).
 
 use std::io;
-use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -25,7 +24,7 @@ use crate::jobs::Completion;
 use crate::mcp::{self, Action, Dispatcher, Outcome};
 use crate::profiles::Profile;
 use crate::secret::Secret;
-use crate::tls::{ClientStream, SetupError};
+use crate::tls::{connect_first, ClientStream, ConnectError, SetupError};
 use crate::tools::{CallContext, CallLimits, ConnCatalog, GrantNote};
 use crate::wake::{Poller, Waker};
 
@@ -559,29 +558,22 @@ impl GrantThread {
             Some((_, rest)) => format!("ws://{rest}"),
             None => url,
         };
-        let addrs: Vec<_> = (ep.host.as_str(), ep.port)
-            .to_socket_addrs()
-            .map_err(|e| ConnEnd::Lost(format!("cannot resolve {}: {e}", ep.host)))?
-            .collect();
         let connect_timeout = self
             .timing
             .connect_timeout
             .min(self.until_deadline().max(Duration::from_millis(1)));
-        let mut last = format!("{} resolved to no address", ep.host);
-        let mut tcp = None;
-        for addr in addrs {
-            match TcpStream::connect_timeout(&addr, connect_timeout) {
-                Ok(s) => {
-                    tcp = Some(s);
-                    break;
+        let tcp = connect_first(&ep.host, ep.port, &mut || Some(connect_timeout)).map_err(|e| {
+            ConnEnd::Lost(match e {
+                ConnectError::Resolve(e) => format!("cannot resolve {}: {e}", ep.host),
+                ConnectError::NoAddress => format!("{} resolved to no address", ep.host),
+                // Not reached: every attempt is given the connect timeout.
+                ConnectError::OutOfTime => format!("connect timeout to {}", ep.host),
+                ConnectError::Failed(addr, e) if e.kind() == io::ErrorKind::TimedOut => {
+                    format!("connect timeout to {addr}")
                 }
-                Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                    last = format!("connect timeout to {addr}");
-                }
-                Err(e) => last = format!("connect to {addr}: {e}"),
-            }
-        }
-        let tcp = tcp.ok_or(ConnEnd::Lost(last))?;
+                ConnectError::Failed(addr, e) => format!("connect to {addr}: {e}"),
+            })
+        })?;
         // A command that arrived during the blocking connect wins over the handshake.
         if let Some(exit) = self.take_commands_while_idle() {
             return Err(ConnEnd::Exit(exit));

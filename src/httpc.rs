@@ -9,11 +9,11 @@
 //! configuration the dial uses), and a general client was a sixth of the binary.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::tls::ClientStream;
+use crate::tls::{connect_first, ClientStream, ConnectError};
 
 /// Most bytes of a response's status line and headers together.
 pub const MAX_HEAD_BYTES: usize = 64 << 10;
@@ -222,23 +222,18 @@ pub fn send(
 }
 
 fn connect(host: &str, port: u16, deadline: Instant) -> Result<TcpStream, HttpError> {
-    let addrs: Vec<_> = (host, port)
-        .to_socket_addrs()
-        .map_err(HttpError::Connect)?
-        .collect();
-    let mut last = io::Error::new(io::ErrorKind::NotFound, "the name has no address");
-    for addr in addrs {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(HttpError::Timeout);
-        }
-        match TcpStream::connect_timeout(&addr, left) {
-            Ok(s) => return Ok(s),
-            Err(e) if is_timeout(&e) => return Err(HttpError::Timeout),
-            Err(e) => last = e,
-        }
-    }
-    Err(HttpError::Connect(last))
+    let mut left =
+        || Some(deadline.saturating_duration_since(Instant::now())).filter(|d| !d.is_zero());
+    connect_first(host, port, &mut left).map_err(|e| match e {
+        ConnectError::Resolve(e) => HttpError::Connect(e),
+        ConnectError::NoAddress => HttpError::Connect(io::Error::new(
+            io::ErrorKind::NotFound,
+            "the name has no address",
+        )),
+        ConnectError::OutOfTime => HttpError::Timeout,
+        ConnectError::Failed(_, e) if is_timeout(&e) => HttpError::Timeout,
+        ConnectError::Failed(_, e) => HttpError::Connect(e),
+    })
 }
 
 fn request_head(req: &Request<'_>) -> Vec<u8> {

@@ -3,10 +3,11 @@
 //! the plain-or-TLS socket both of them read and write.
 
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustls::pki_types::{InvalidDnsNameError, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
@@ -49,6 +50,42 @@ pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, Error>
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(Arc::new(config))
+}
+
+/// Why no address of a host took a TCP connection.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// The name did not resolve.
+    Resolve(io::Error),
+    /// It resolved to no address.
+    NoAddress,
+    /// No time was left for the next attempt.
+    OutOfTime,
+    /// Every address was tried; this is how the last one failed.
+    Failed(SocketAddr, io::Error),
+}
+
+/// A TCP connection to the first address of `host:port` that takes one. Each attempt may
+/// last what `budget` gives it when it starts; `None` stops the search (no time left).
+pub fn connect_first(
+    host: &str,
+    port: u16,
+    budget: &mut dyn FnMut() -> Option<Duration>,
+) -> Result<TcpStream, ConnectError> {
+    let addrs = (host, port)
+        .to_socket_addrs()
+        .map_err(ConnectError::Resolve)?;
+    let mut last = ConnectError::NoAddress;
+    for addr in addrs {
+        let Some(timeout) = budget() else {
+            return Err(ConnectError::OutOfTime);
+        };
+        match TcpStream::connect_timeout(&addr, timeout) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = ConnectError::Failed(addr, e),
+        }
+    }
+    Err(last)
 }
 
 /// A client socket: plain TCP, or a rustls client over it.
@@ -144,6 +181,29 @@ mod tests {
         assert!(client_config(None).is_ok());
         let missing = client_config(Some(&dir.join("missing.pem"))).unwrap_err();
         assert!(matches!(missing, Error::Config(_)));
+    }
+
+    #[test]
+    fn connect_first_reports_why_no_address_took_it() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let second = Duration::from_secs(1);
+        let s = connect_first("127.0.0.1", port, &mut || Some(second)).unwrap();
+        assert_eq!(s.peer_addr().unwrap().port(), port);
+        drop(listener);
+        assert!(matches!(
+            connect_first("127.0.0.1", port, &mut || Some(second)),
+            Err(ConnectError::Failed(addr, e))
+                if addr.port() == port && e.kind() == io::ErrorKind::ConnectionRefused
+        ));
+        assert!(matches!(
+            connect_first("127.0.0.1", port, &mut || None),
+            Err(ConnectError::OutOfTime)
+        ));
+        assert!(matches!(
+            connect_first("no such host.invalid", port, &mut || Some(second)),
+            Err(ConnectError::Resolve(_))
+        ));
     }
 
     #[test]
