@@ -1,6 +1,7 @@
-//! The rustls client side: the configuration for `wss://` dials and `https://` mints
-//! (webpki roots plus the operator's private CA, `--ca-file`, with the ring provider), and
-//! the plain-or-TLS socket both of them read and write.
+//! The client side of outbound connections: the rustls configuration for `wss://` dials
+//! and `https://` requests (webpki roots plus the operator's private CA, `--ca-file`, with
+//! the ring provider), the TCP connect over a host's addresses, and the plain-or-TLS
+//! socket both of them read and write.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
