@@ -716,9 +716,13 @@ fn mcp_call(
     let cx = CallContext {
         profile: Profile::Owner,
         grant: None,
-        limits: CallLimits::LOCAL_HTTP,
+        limits: CallLimits {
+            inline_wait: state.timing.mcp_inline_wait,
+            ..CallLimits::LOCAL_HTTP
+        },
         ctl: Arc::clone(&ctl),
         host: Arc::clone(&state.services.host),
+        principal: principal.clone(),
     };
     let started = Instant::now();
     state
@@ -728,7 +732,11 @@ fn mcp_call(
     let spawned = std::thread::Builder::new()
         .name("mcp-call".into())
         .spawn(move || {
-            let wait = Duration::from_secs(CallLimits::LOCAL_HTTP.max_run_secs) + MCP_RESULT_SLACK;
+            // The longest a call waits: a tool's run, a bash call's inline limit, a poll.
+            let wait = Duration::from_secs(CallLimits::LOCAL_HTTP.max_run_secs)
+                .max(state.timing.mcp_inline_wait)
+                .max(Duration::from_secs(crate::tools::jobs::MAX_WAIT_SECS))
+                + MCP_RESULT_SLACK;
             let output = rx.recv_timeout(wait).unwrap_or_else(|_| {
                 ctl.cancel();
                 ToolOutput::tool_error("the tool did not finish in time and was stopped")

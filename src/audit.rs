@@ -86,6 +86,24 @@ pub enum Record {
         /// Only with `--audit-args`.
         args: Option<Value>,
     },
+    /// A long-running job started or ended (`kind` is `job_started` or `job_ended`).
+    Job {
+        ended: bool,
+        /// `None` for the owner's `/mcp` scope.
+        grant_id: Option<String>,
+        principal: String,
+        session: Option<String>,
+        job_id: String,
+        /// Only with `--audit-args`.
+        command: Option<String>,
+        /// `job_ended` only: `exited` or `killed`, and why it was killed.
+        state: Option<&'static str>,
+        reason: Option<String>,
+        exit_code: Option<i32>,
+        duration_ms: Option<u64>,
+        /// `job_ended` only: stdout and stderr bytes the job wrote.
+        bytes: Option<u64>,
+    },
 }
 
 impl Record {
@@ -93,6 +111,8 @@ impl Record {
         match self {
             Record::Lifecycle { .. } => "lifecycle",
             Record::ToolCall { .. } => "tool_call",
+            Record::Job { ended: false, .. } => "job_started",
+            Record::Job { ended: true, .. } => "job_ended",
         }
     }
 
@@ -149,6 +169,30 @@ impl Record {
                 m.insert("outcome".into(), outcome.as_str().into());
                 m.insert("duration_ms".into(), (*duration_ms).into());
                 opt(&mut m, "args", args.clone());
+            }
+            Record::Job {
+                ended: _,
+                grant_id,
+                principal,
+                session,
+                job_id,
+                command,
+                state,
+                reason,
+                exit_code,
+                duration_ms,
+                bytes,
+            } => {
+                opt(&mut m, "grant_id", grant_id.as_deref().map(Value::from));
+                m.insert("principal".into(), principal.as_str().into());
+                opt(&mut m, "session", session.as_deref().map(Value::from));
+                m.insert("job_id".into(), job_id.as_str().into());
+                opt(&mut m, "command", command.as_deref().map(Value::from));
+                opt(&mut m, "state", state.map(Value::from));
+                opt(&mut m, "reason", reason.as_deref().map(Value::from));
+                opt(&mut m, "exit_code", exit_code.map(Value::from));
+                opt(&mut m, "duration_ms", duration_ms.map(Value::from));
+                opt(&mut m, "bytes", bytes.map(Value::from));
             }
         }
         Value::Object(m).to_string()

@@ -66,6 +66,17 @@ pub struct Timing {
     pub sys_info_ttl: Duration,
     /// Longest one display helper (grim, xdotool, wtype, …) may run.
     pub display_helper_timeout: Duration,
+    /// Under a grant, a `bash` call whose command still runs after this long continues as
+    /// a job (the pod gives up on a call at 120 s).
+    pub inline_wait: Duration,
+    /// The same limit on the owner's `/mcp`, where a call may wait longer.
+    pub mcp_inline_wait: Duration,
+    /// How long a finished job's record and output files are kept.
+    pub job_retention: Duration,
+    /// How long after its grant ended a grant's job files are removed, whatever is left.
+    pub grant_job_retention: Duration,
+    /// `bash_cancel` with TERM: SIGKILL follows this long after, if the group still lives.
+    pub job_kill_grace: Duration,
 }
 
 impl Default for Timing {
@@ -89,6 +100,11 @@ impl Default for Timing {
             display_probe_ttl: Duration::from_secs(2),
             sys_info_ttl: Duration::from_secs(1),
             display_helper_timeout: Duration::from_secs(10),
+            inline_wait: Duration::from_secs(100),
+            mcp_inline_wait: Duration::from_secs(600),
+            job_retention: Duration::from_secs(600),
+            grant_job_retention: Duration::from_secs(600),
+            job_kill_grace: Duration::from_secs(5),
         }
     }
 }
@@ -116,6 +132,14 @@ pub struct Limits {
     pub audit_rotate_bytes: u64,
     /// Rotated audit files kept.
     pub audit_keep: usize,
+    /// Bytes of each job stream (stdout, stderr) kept on disk; older bytes are dropped.
+    pub job_output_bytes: u64,
+    /// All job output files together (bytes); a running job reserves two windows.
+    pub job_disk_bytes: u64,
+    /// Running jobs per grant (and on the owner's `/mcp`).
+    pub jobs_per_grant: usize,
+    /// Running jobs on this box.
+    pub jobs_total: usize,
 }
 
 impl Default for Limits {
@@ -131,6 +155,10 @@ impl Default for Limits {
             mcp_sessions: 256,
             audit_rotate_bytes: 10 << 20,
             audit_keep: 5,
+            job_output_bytes: 16 << 20,
+            job_disk_bytes: 256 << 20,
+            jobs_per_grant: 16,
+            jobs_total: 64,
         }
     }
 }
@@ -906,6 +934,70 @@ const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
     millis!("display-probe-ttl-ms", display_probe_ttl, "2000", "How long probed display facts are reused."),
     millis!("sys-info-ttl-ms", sys_info_ttl, "1000", "How long sys_info reuses what it read from /proc (memory, uptime, load, tailnet addresses)."),
     millis!("display-helper-timeout-ms", display_helper_timeout, "10000", "Longest one display helper (grim, xdotool, wtype) may run."),
+    Flag {
+        name: "job-output-bytes",
+        env: true,
+        default: "16777216",
+        help: "Bytes of each job stream (stdout, stderr) kept on disk; past it the oldest bytes are dropped and offsets stay absolute.",
+        kind: Kind::Int {
+            metavar: "BYTES",
+            min: 1,
+            max: 1 << 30,
+            set: |d, v| d.config.limits.job_output_bytes = v,
+        },
+    },
+    Flag {
+        name: "job-disk-bytes",
+        env: true,
+        default: "268435456",
+        help: "Disk all job output files may use together; a running job reserves two windows (--job-output-bytes each), and a job that cannot fit is refused.",
+        kind: Kind::Int {
+            metavar: "BYTES",
+            min: 2,
+            max: 1 << 40,
+            set: |d, v| d.config.limits.job_disk_bytes = v,
+        },
+    },
+    Flag {
+        name: "jobs-per-grant",
+        env: true,
+        default: "16",
+        help: "Running jobs per grant (and on the owner's /mcp); one more is refused.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 1024,
+            set: |d, v| d.config.limits.jobs_per_grant = v as usize,
+        },
+    },
+    Flag {
+        name: "jobs-total",
+        env: true,
+        default: "64",
+        help: "Running jobs on this box; one more is refused.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 4096,
+            set: |d, v| d.config.limits.jobs_total = v as usize,
+        },
+    },
+    Flag {
+        name: "inline-wait-ms",
+        env: true,
+        default: "100000",
+        help: "Under a grant, a bash call whose command still runs after this long continues as a job. At most 110000: the pod gives up on a call at 120 s.",
+        kind: Kind::Int {
+            metavar: "MS",
+            min: 1,
+            max: 110_000,
+            set: |d, v| d.config.timing.inline_wait = Duration::from_millis(v),
+        },
+    },
+    millis!("mcp-inline-wait-ms", mcp_inline_wait, "600000", "The same limit on the owner's /mcp."),
+    millis!("job-retention-ms", job_retention, "600000", "How long a finished job's record and output are kept."),
+    millis!("grant-job-retention-ms", grant_job_retention, "600000", "How long after its grant ended all of a grant's job files are removed."),
+    millis!("job-kill-grace-ms", job_kill_grace, "5000", "bash_cancel with TERM: SIGKILL follows this long after if the job's process group still lives."),
 ];
 
 /// Flags of `doctor`.
@@ -1107,6 +1199,14 @@ fn parse_serve(args: &[String], env: &HashMap<String, String>) -> Result<Config,
     if timing.ping_interval >= timing.silence_limit {
         return Err(Error::Config(
             "--ping-interval-ms must be less than --silence-limit-ms, or a quiet pod looks dead"
+                .into(),
+        ));
+    }
+
+    let limits = &config.limits;
+    if limits.job_output_bytes.saturating_mul(2) > limits.job_disk_bytes {
+        return Err(Error::Config(
+            "--job-disk-bytes must hold at least one running job: two windows of --job-output-bytes"
                 .into(),
         ));
     }

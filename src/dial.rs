@@ -962,9 +962,13 @@ impl GrantThread {
                     let cx = CallContext {
                         profile: self.spec.profile,
                         grant: Some(note.clone()),
-                        limits: CallLimits::GRANT,
+                        limits: CallLimits {
+                            inline_wait: self.timing.inline_wait,
+                            ..CallLimits::GRANT
+                        },
                         ctl,
                         host: Arc::clone(&self.services.host),
+                        principal: self.spec.principal.clone(),
                     };
                     self.services.start(route, name, arguments, cx, done);
                 }

@@ -255,8 +255,9 @@ impl Entry {
         }
     }
 
-    /// The grant JSON of contract §1.2. Never contains the secret.
-    fn view(&self) -> Value {
+    /// The grant JSON of contract §1.2 plus `jobs` (its running jobs). Never contains
+    /// the secret.
+    fn view(&self, jobs: usize) -> Value {
         let status = self.status();
         let now = SystemTime::now();
         let mut v = Map::new();
@@ -291,6 +292,7 @@ impl Entry {
             }
         }
         v.insert("calls".into(), json!(status.calls));
+        v.insert("jobs".into(), json!(jobs));
         if let Some(err) = &status.last_error {
             v.insert("last_error".into(), json!(err));
         }
@@ -602,7 +604,7 @@ impl Registry {
                         });
                     }
                     let record = entry.lifecycle(LifecycleEvent::Renewed, None, Some(previous));
-                    let view = entry.view();
+                    let view = entry.view(self.jobs().running_in(&entry.id));
                     self.persist(&inner)
                         .and_then(|_| self.audit.record_durable(record))
                         .map_err(|e| {
@@ -618,6 +620,7 @@ impl Registry {
                     if let Some(i) = existing {
                         let old = &mut inner.entries[i];
                         old.end_here(EndReason::Replaced);
+                        self.jobs().end_scope(&old.id);
                         info!(
                             "grant {} replaced (profile {} -> {})",
                             old.id, old.profile, req.profile
@@ -666,7 +669,7 @@ impl Registry {
                             "could not persist the grant: {e}"
                         )));
                     }
-                    let view = inner.entries.last().expect("just pushed").view();
+                    let view = inner.entries.last().expect("just pushed").view(0);
                     info!(
                         "grant {id} created for session {} ({}) by {principal}, ttl {ttl}s",
                         view["session"].as_str().unwrap_or(""),
@@ -688,6 +691,7 @@ impl Registry {
         };
         // The secret is dropped here, and from disk with the persist below.
         entry.end_here(EndReason::Cancelled);
+        self.jobs().end_scope(id);
         let record = entry.lifecycle(LifecycleEvent::Revoked, Some("cancelled".into()), None);
         let who = (entry.session.clone(), entry.profile);
         info!("grant {id} revoked");
@@ -720,7 +724,11 @@ impl Registry {
     pub fn get(&self, id: &str) -> Option<Value> {
         let mut inner = self.lock();
         let dropped = self.prune(&mut inner);
-        let view = inner.entries.iter().find(|e| e.id == id).map(Entry::view);
+        let view = inner
+            .entries
+            .iter()
+            .find(|e| e.id == id)
+            .map(|e| e.view(self.jobs().running_in(&e.id)));
         drop(inner);
         drop(dropped);
         view
@@ -730,10 +738,29 @@ impl Registry {
     pub fn list(&self) -> Vec<Value> {
         let mut inner = self.lock();
         let dropped = self.prune(&mut inner);
-        let views = inner.entries.iter().map(Entry::view).collect();
+        let views = inner
+            .entries
+            .iter()
+            .map(|e| e.view(self.jobs().running_in(&e.id)))
+            .collect();
         drop(inner);
         drop(dropped);
         views
+    }
+
+    /// The job table: a grant's jobs end with it.
+    fn jobs(&self) -> &crate::bgjobs::JobTable {
+        &self.services.host.jobs
+    }
+
+    /// Ids of the live grants.
+    pub fn live_ids(&self) -> Vec<String> {
+        self.lock()
+            .entries
+            .iter()
+            .filter(|e| e.is_live())
+            .map(|e| e.id.clone())
+            .collect()
     }
 
     /// `(live grants, attached grants)` for `/readyz`.
@@ -838,6 +865,7 @@ impl Registry {
             return;
         }
         entry.mark_ended();
+        self.jobs().end_scope(grant_id);
         let event = match reason {
             EndReason::Deadline | EndReason::GrantExpired => LifecycleEvent::Expired,
             _ => LifecycleEvent::Ended,

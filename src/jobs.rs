@@ -19,6 +19,8 @@ use crate::mcp::{ToolOutput, SERVER_ERROR};
 pub struct JobCtl {
     cancelled: AtomicBool,
     groups: Mutex<Vec<Pid>>,
+    /// Threads to wake on cancel: a long-poll parked on the process watcher leaves it then.
+    wake_on_cancel: Mutex<Vec<Arc<crate::wake::Waker>>>,
 }
 
 impl JobCtl {
@@ -33,9 +35,47 @@ impl JobCtl {
     /// Mark cancelled and SIGKILL every registered process group.
     pub fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst);
+        self.signal(Signal::KILL);
+        let wakers = std::mem::take(
+            &mut *self
+                .wake_on_cancel
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+
+    /// Send `signal` to every registered process group. Groups are unregistered before
+    /// their leader is reaped, so a recycled pgid is never signalled.
+    pub fn signal(&self, signal: Signal) {
         let groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
         for pgid in groups.iter() {
-            let _ = rustix::process::kill_process_group(*pgid, Signal::KILL);
+            let _ = rustix::process::kill_process_group(*pgid, signal);
+        }
+    }
+
+    /// Whether a process group is registered (its leader not yet reaped).
+    pub fn has_groups(&self) -> bool {
+        !self
+            .groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
+    /// Wake `waker` when this call is cancelled (at once if it already is).
+    pub fn wake_on_cancel(&self, waker: Arc<crate::wake::Waker>) {
+        let mut wakers = self
+            .wake_on_cancel
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if self.is_cancelled() {
+            drop(wakers);
+            waker.wake();
+        } else {
+            wakers.push(waker);
         }
     }
 

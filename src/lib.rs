@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod audit;
 pub mod auth;
+pub mod bgjobs;
 pub mod calls;
 pub mod cli;
 pub mod config;
@@ -79,6 +80,7 @@ pub struct Daemon {
     registry: Arc<grants::Registry>,
     fatal: crossbeam_channel::Receiver<Error>,
     audit_guard: Option<audit::AuditGuard>,
+    jobs: Arc<bgjobs::JobTable>,
     sd_notify: bool,
 }
 
@@ -129,8 +131,32 @@ impl Daemon {
             sys_info_ttl: config.timing.sys_info_ttl,
             display_helper_timeout: config.timing.display_helper_timeout,
             display_env: config.display_env.clone(),
+            jobs: bgjobs::JobConfig {
+                dir: Some(config.state_dir.join(bgjobs::DIR_NAME)),
+                window: config.limits.job_output_bytes,
+                disk_cap: config.limits.job_disk_bytes,
+                per_scope: config.limits.jobs_per_grant,
+                total: config.limits.jobs_total,
+                retention: config.timing.job_retention,
+                scope_retention: config.timing.grant_job_retention,
+                kill_grace: config.timing.job_kill_grace,
+                kept_per_scope: bgjobs::DEFAULT_KEPT_PER_SCOPE,
+                audit_args: config.audit_args,
+            },
         })
         .map_err(|e| Error::io("start the process watcher", e))?;
+        let jobs = Arc::clone(&host.jobs);
+        jobs.report_to(audit.clone(), Arc::clone(&metrics));
+        // Before any grant resumes: what a crashed daemon left running is killed first.
+        let recovered = jobs.recover().map_err(|e| {
+            Error::Config(format!(
+                "cannot use the jobs dir {}: {e} (check the state dir's permissions)",
+                config.state_dir.join(bgjobs::DIR_NAME).display()
+            ))
+        })?;
+        if recovered > 0 {
+            log::info!("{recovered} job(s) of an earlier run kept until their retention ends");
+        }
         let services = Arc::new(calls::Services {
             pool: jobs::Pool::new(config.workers, config.limits.job_queue),
             host,
@@ -173,6 +199,7 @@ impl Daemon {
         // attach served earlier would save a registry without the persisted grants over the
         // file they are about to be loaded from.
         let resumed = registry.resume()?;
+        jobs.retain_scopes(&registry.live_ids());
         let (fatal_tx, fatal) = crossbeam_channel::unbounded();
         let admin = admin::AdminServer::start(listener, Arc::clone(&state), fatal_tx)?;
         state.ready.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -191,6 +218,7 @@ impl Daemon {
             registry,
             fatal,
             audit_guard: Some(audit_guard),
+            jobs,
             sd_notify: config.sd_notify,
         })
     }
@@ -227,6 +255,8 @@ impl Daemon {
     fn stop(&mut self) {
         self.admin.take();
         self.registry.shutdown();
+        // A job never outlives the daemon; its end is recorded before the audit closes.
+        self.jobs.shutdown();
         self.audit_guard.take();
     }
 }

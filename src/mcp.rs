@@ -792,7 +792,7 @@ mod tests {
         let mut d = Dispatcher::new(Profile::Owner);
         let reply =
             single_reply(&d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#, &Fake));
-        assert_eq!(reply["result"]["tools"].as_array().unwrap().len(), 5);
+        assert_eq!(reply["result"]["tools"].as_array().unwrap().len(), 9);
         assert_eq!(d.negotiated_version(), None);
     }
 

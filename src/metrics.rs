@@ -32,7 +32,14 @@ pub struct Metrics {
     /// Close code (or `other`) → count.
     closes: Mutex<BTreeMap<String, u64>>,
     tool_calls: Mutex<ToolCalls>,
+    jobs_running: AtomicU64,
+    jobs_started: AtomicU64,
+    /// Indexed like [`JOB_END_STATES`].
+    jobs_ended: [AtomicU64; 2],
 }
+
+/// The states a job ends in, in the order `/metrics` lists them.
+pub const JOB_END_STATES: [&str; 2] = ["exited", "killed"];
 
 #[derive(Debug, Default)]
 struct ToolCalls {
@@ -98,6 +105,21 @@ impl Metrics {
     /// Bytes sent on grant sockets.
     pub fn bytes_out(&self, n: u64) {
         self.bytes_out.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A job started (`bash_start`, or a `bash` call past its inline limit).
+    pub fn job_started(&self) {
+        self.jobs_started.fetch_add(1, Ordering::Relaxed);
+        self.jobs_running.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A job this process started ended in `state` (one of [`JOB_END_STATES`]).
+    pub fn job_ended(&self, state: &str) {
+        let i = JOB_END_STATES.iter().position(|s| *s == state).unwrap_or(1);
+        self.jobs_ended[i].fetch_add(1, Ordering::Relaxed);
+        let _ = self
+            .jobs_running
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 
     /// An admin request failed authentication (`401`).
@@ -183,6 +205,39 @@ impl Metrics {
             );
         }
         drop(calls);
+
+        family(
+            &mut out,
+            "handnode_jobs_running",
+            "gauge",
+            "Long-running jobs running now.",
+        );
+        sample(
+            &mut out,
+            "handnode_jobs_running",
+            &[],
+            self.jobs_running.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "handnode_jobs_started_total",
+            "Long-running jobs started.",
+            &self.jobs_started,
+        );
+        family(
+            &mut out,
+            "handnode_jobs_ended_total",
+            "counter",
+            "Long-running jobs ended, by state (exited, killed).",
+        );
+        for (state, n) in JOB_END_STATES.iter().zip(&self.jobs_ended) {
+            sample(
+                &mut out,
+                "handnode_jobs_ended_total",
+                &[("state", state)],
+                n.load(Ordering::Relaxed),
+            );
+        }
 
         counter(
             &mut out,

@@ -59,8 +59,28 @@ impl Profile {
     /// The local tools this profile allows, in listing order.
     pub fn local_allow_list(self) -> &'static [&'static str] {
         match self {
-            Profile::Owner => &["sys_info", "bash", "screenshot", "mouse", "key"],
-            Profile::Desktop => &["sys_info", "bash", "screenshot", "mouse", "key"],
+            Profile::Owner => &[
+                "sys_info",
+                "bash",
+                "screenshot",
+                "mouse",
+                "key",
+                "bash_start",
+                "bash_poll",
+                "bash_list",
+                "bash_cancel",
+            ],
+            Profile::Desktop => &[
+                "sys_info",
+                "bash",
+                "screenshot",
+                "mouse",
+                "key",
+                "bash_start",
+                "bash_poll",
+                "bash_list",
+                "bash_cancel",
+            ],
             Profile::Observe => &["sys_info", "screenshot"],
         }
     }
@@ -119,12 +139,16 @@ pub const DESKTOP_BROWSER_TOOLS: [&str; 15] = [
 ];
 
 /// Every local tool and its class. A served local tool missing here fails a test.
-pub const LOCAL_TOOL_CLASSES: [(&str, Class); 5] = [
+pub const LOCAL_TOOL_CLASSES: [(&str, Class); 9] = [
     ("sys_info", Class::Observe),
     ("screenshot", Class::Observe),
     ("bash", Class::Shell),
     ("mouse", Class::Shell),
     ("key", Class::Shell),
+    ("bash_start", Class::Shell),
+    ("bash_poll", Class::Observe),
+    ("bash_list", Class::Observe),
+    ("bash_cancel", Class::Act),
 ];
 
 pub fn class_of(tool: &str) -> Option<Class> {

@@ -35,6 +35,7 @@ fn secrets_never_reach_the_child_environment() {
             limits: CallLimits::GRANT,
             ctl: JobCtl::new(),
             host: std::sync::Arc::clone(&host),
+            principal: "test".into(),
         },
         Completion::new(move |out| tx.send(out).unwrap()),
     );

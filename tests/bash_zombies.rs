@@ -53,6 +53,7 @@ fn start(
             limits: CallLimits::GRANT,
             ctl,
             host: Arc::clone(host),
+            principal: "test".into(),
         },
         Completion::new(move |out| tx.send(out).unwrap()),
     );

@@ -448,6 +448,7 @@ fn check_cancel(host: &std::sync::Arc<handnode::tools::ToolHost>) {
         limits: handnode::tools::CallLimits::LOCAL_HTTP,
         ctl: ctl.clone(),
         host: host.clone(),
+        principal: "test".into(),
     };
     handnode::tools::start_local(
         "key",

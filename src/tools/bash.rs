@@ -20,6 +20,7 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
@@ -37,6 +38,8 @@ pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 64 << 10;
 /// The largest `max_output_bytes` a caller may ask for (bytes per stream).
 pub const MAX_OUTPUT_BYTES: u64 = 1 << 20;
+/// The largest `timeout_secs` (one day): past the inline limit the command is a job.
+pub const MAX_TIMEOUT_SECS: u64 = 86_400;
 
 pub static SPEC: ToolSpec = ToolSpec {
     name: "bash",
@@ -45,10 +48,14 @@ pub static SPEC: ToolSpec = ToolSpec {
 process group of its own, with stdin /dev/null and the handnode daemon's environment minus \
 handnode's secrets, plus `env`. The result has stdout, stderr, exit_code, timed_out, \
 stdout_truncated, stderr_truncated and duration_ms; it is an error result (isError) when the \
-exit code is non-zero, the command timed out, or the call was cancelled. timeout_secs defaults \
-to 60 and may be at most 110 under a grant (the pod gives up on a call at 120 s) or 600 on \
-the box's local /mcp endpoint; at the timeout, or when the call is cancelled, the whole \
-process group is killed and exit_code is 137. The call ends when the shell exits: background \
+exit code is non-zero, the command timed out, or the call was cancelled. timeout_secs \
+defaults to 60, at most 86400; at the timeout, or when the call is cancelled, the whole \
+process group is killed and exit_code is 137. Long work is not lost to the call limit: a \
+command still running at the inline limit (100 s under a grant, as the pod gives up on a call \
+at 120 s; the call's timeout, at most 600 s, on the box's local /mcp endpoint) is not killed \
+but continues as a job: the reply (not an error) carries the output so far, job_id, \
+stdout_next and stderr_next; read the rest with bash_poll, stop it with bash_cancel. For work \
+you know is long, call bash_start directly. The call ends when the shell exits: background \
 jobs it leaves behind (`cmd &`) are killed then; to leave a process running, detach it, e.g. \
 `setsid -f cmd >/tmp/cmd.log 2>&1`. Each stream keeps at most max_output_bytes (default \
 65536, at most 1048576); the rest is discarded and *_truncated is set. Output is decoded as \
@@ -74,9 +81,9 @@ fn schema() -> Value {
             "timeout_secs": {{
                 "type": "integer",
                 "minimum": 1,
-                "maximum": 600,
+                "maximum": {MAX_TIMEOUT_SECS},
                 "default": {DEFAULT_TIMEOUT_SECS},
-                "description": "Kill the process group after this many seconds (exit 137). At most 110 under a grant (the pod gives up on a call at 120 s); 600 on the local /mcp endpoint."
+                "description": "Kill the process group after this many seconds (exit 137). A command still running at the call's inline limit (100 s under a grant) continues as a job until then."
             }},
             "max_output_bytes": {{
                 "type": "integer",
@@ -109,52 +116,70 @@ pub(crate) struct BashArgs {
 /// Check the arguments' shapes and bounds. The `Err` text becomes an `Invalid params`
 /// message, so it names the field and what it must be. Unknown fields are ignored, and a
 /// `null` optional field counts as absent.
-pub(crate) fn parse_args(args: &Value, limits: CallLimits) -> Result<BashArgs, String> {
-    let Value::Object(map) = args else {
-        return Err("arguments must be an object".into());
-    };
-    let command = match map.get("command") {
-        None | Some(Value::Null) => {
-            return Err("command is required: the bash script to run, as a string".into())
-        }
-        Some(Value::String(s)) if s.is_empty() => {
-            return Err("command must be a non-empty string".into())
-        }
-        Some(Value::String(s)) if s.contains('\0') => {
-            return Err("command must not contain NUL bytes".into())
-        }
-        Some(Value::String(s)) => s.clone(),
-        Some(_) => return Err("command must be a string".into()),
-    };
-    let cwd = match map.get("cwd") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if s.is_empty() || s.contains('\0') => {
-            return Err("cwd must be a non-empty path without NUL bytes".into())
-        }
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err("cwd must be a string (a directory path)".into()),
-    };
-    let run_bound = if limits == CallLimits::GRANT {
-        "under a grant: the pod gives up on a call at 120 s"
-    } else {
-        "the longest a call may run here"
-    };
-    let timeout_secs = bounded_int(
+pub(crate) fn parse_args(args: &Value) -> Result<BashArgs, String> {
+    let map = object(args)?;
+    let timeout_secs = int_field(
         map,
         "timeout_secs",
         DEFAULT_TIMEOUT_SECS,
-        limits.max_run_secs,
-        run_bound,
+        1..=MAX_TIMEOUT_SECS,
+        "a command still running at the call's inline limit continues as a job",
     )?;
-    let max_output_bytes = bounded_int(
+    let max_output_bytes = int_field(
         map,
         "max_output_bytes",
         DEFAULT_MAX_OUTPUT_BYTES,
-        MAX_OUTPUT_BYTES,
+        1..=MAX_OUTPUT_BYTES,
         "bytes kept per stream",
     )?;
-    let env = match map.get("env") {
-        None | Some(Value::Null) => Vec::new(),
+    Ok(BashArgs {
+        command: command_field(map)?,
+        cwd: cwd_field(map)?,
+        timeout_secs,
+        max_output_bytes,
+        env: env_field(map)?,
+    })
+}
+
+/// The arguments as an object.
+pub(crate) fn object(args: &Value) -> Result<&Map<String, Value>, String> {
+    match args {
+        Value::Object(map) => Ok(map),
+        _ => Err("arguments must be an object".into()),
+    }
+}
+
+/// `command`: a non-empty string without NUL bytes.
+pub(crate) fn command_field(map: &Map<String, Value>) -> Result<String, String> {
+    match map.get("command") {
+        None | Some(Value::Null) => {
+            Err("command is required: the bash script to run, as a string".into())
+        }
+        Some(Value::String(s)) if s.is_empty() => Err("command must be a non-empty string".into()),
+        Some(Value::String(s)) if s.contains('\0') => {
+            Err("command must not contain NUL bytes".into())
+        }
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(_) => Err("command must be a string".into()),
+    }
+}
+
+/// `cwd`: an optional non-empty path without NUL bytes.
+pub(crate) fn cwd_field(map: &Map<String, Value>) -> Result<Option<String>, String> {
+    match map.get("cwd") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() || s.contains('\0') => {
+            Err("cwd must be a non-empty path without NUL bytes".into())
+        }
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err("cwd must be a string (a directory path)".into()),
+    }
+}
+
+/// `env`: an optional object of string values with valid names.
+pub(crate) fn env_field(map: &Map<String, Value>) -> Result<Vec<(String, String)>, String> {
+    match map.get("env") {
+        None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Object(vars)) => {
             let mut env = Vec::with_capacity(vars.len());
             for (name, value) in vars {
@@ -171,34 +196,33 @@ pub(crate) fn parse_args(args: &Value, limits: CallLimits) -> Result<BashArgs, S
                     _ => return Err(format!("env.{name} must be a string")),
                 }
             }
-            env
+            Ok(env)
         }
-        Some(_) => return Err("env must be an object of string values".into()),
-    };
-    Ok(BashArgs {
-        command,
-        cwd,
-        timeout_secs,
-        max_output_bytes,
-        env,
-    })
+        Some(_) => Err("env must be an object of string values".into()),
+    }
 }
 
-/// An optional integer field in `1..=max`.
-fn bounded_int(
+/// An optional integer field in `range`.
+pub(crate) fn int_field(
     map: &Map<String, Value>,
     field: &str,
     default: u64,
-    max: u64,
+    range: std::ops::RangeInclusive<u64>,
     why: &str,
 ) -> Result<u64, String> {
-    let range = || format!("{field} must be an integer in 1..={max} ({why})");
+    let out_of_range = || {
+        format!(
+            "{field} must be an integer in {}..={} ({why})",
+            range.start(),
+            range.end()
+        )
+    };
     match map.get(field) {
         None | Some(Value::Null) => Ok(default),
         Some(Value::Number(n)) => match n.as_u64() {
-            Some(v) if (1..=max).contains(&v) => Ok(v),
-            Some(_) => Err(range()),
-            None if n.is_i64() => Err(range()),
+            Some(v) if range.contains(&v) => Ok(v),
+            Some(_) => Err(out_of_range()),
+            None if n.is_i64() => Err(out_of_range()),
             None => Err(format!("{field} must be an integer, not {n}")),
         },
         Some(_) => Err(format!("{field} must be an integer")),
@@ -271,16 +295,17 @@ fn resolve_cwd(cwd: Option<&str>) -> Result<Option<PathBuf>, String> {
     }
 }
 
-/// Start a `bash` call: validate, spawn, hand the child to the process watcher, return.
-pub fn start(args: Value, cx: CallContext, done: Completion) {
-    let args = match parse_args(&args, cx.limits) {
-        Ok(args) => args,
-        Err(msg) => return done.complete(ToolOutput::InvalidParams(msg)),
-    };
-    let cwd = match resolve_cwd(args.cwd.as_deref()) {
-        Ok(cwd) => cwd,
-        Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
-    };
+/// The `bash -c <command>` of a call or job: the daemon's bash, the scrubbed
+/// environment plus the caller's `env` plus the job marker, the working directory. The
+/// `Err` is a tool error's text.
+pub(crate) fn command(
+    cx: &CallContext,
+    script: &str,
+    cwd: Option<&str>,
+    env: &[(String, String)],
+    job_id: &str,
+) -> Result<(Command, PathBuf), String> {
+    let cwd = resolve_cwd(cwd)?;
     // The bash found on the daemon's PATH at start, so a caller's PATH in `env` cannot
     // change which program runs.
     let program = cx
@@ -290,24 +315,74 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         .clone()
         .unwrap_or_else(|| PathBuf::from("bash"));
     let mut cmd = Command::new(&program);
-    cmd.arg("-c").arg(&args.command).env_clear().envs(child_env(
-        std::env::vars_os(),
-        &cx.host.config,
-        &args.env,
-    ));
+    cmd.arg("-c")
+        .arg(script)
+        .env_clear()
+        .envs(child_env(std::env::vars_os(), &cx.host.config, env))
+        .env(crate::bgjobs::MARKER_ENV, job_id);
     if let Some(cwd) = cwd {
         cmd.current_dir(cwd);
     }
+    Ok((cmd, program))
+}
+
+/// A one-shot call's completion, taken by whichever of its end and its conversion to a
+/// job comes first.
+type Slot = Arc<Mutex<Option<Completion>>>;
+
+fn take(slot: &Slot) -> Option<Completion> {
+    slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
+
+/// Start a `bash` call: validate, spawn, hand the child to the process watcher, return.
+/// A command that outlives the call's inline limit is offered to become a job then.
+pub fn start(args: Value, cx: CallContext, done: Completion) {
+    let args = match parse_args(&args) {
+        Ok(args) => args,
+        Err(msg) => return done.complete(ToolOutput::InvalidParams(msg)),
+    };
+    // Allocated now: the marker variable must be in the environment from the start.
+    let job_id = crate::bgjobs::new_job_id();
+    let (cmd, program) = match command(&cx, &args.command, args.cwd.as_deref(), &args.env, &job_id)
+    {
+        Ok(built) => built,
+        Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
+    };
     let timeout_secs = args.timeout_secs;
     let cap = args.max_output_bytes;
-    let spec = RunSpec {
-        timeout: Duration::from_secs(timeout_secs),
-        max_output_bytes: cap as usize,
-        ctl: cx.ctl.clone(),
-    };
-    cx.host.processes.spawn(cmd, spec, move |run| match run {
-        Ok(run) => done.complete(render(&run, timeout_secs, cap)),
-        Err(e) => done.complete(ToolOutput::tool_error(spawn_error(&program, &e))),
+    let slot: Slot = Arc::new(Mutex::new(Some(done)));
+    let mut spec = RunSpec::oneshot(
+        Duration::from_secs(timeout_secs),
+        cap as usize,
+        cx.ctl.clone(),
+    );
+    let inline_wait = cx.limits.inline_wait;
+    if Duration::from_secs(timeout_secs) > inline_wait {
+        let slot = Arc::clone(&slot);
+        let admit = crate::bgjobs::Admit {
+            id: Some(job_id),
+            scope: super::jobs::scope(&cx).to_string(),
+            principal: cx.principal.clone(),
+            session: cx.grant.as_ref().map(|g| g.session.clone()),
+            command: args.command,
+            stdout_start: 0,
+            stderr_start: 0,
+        };
+        let jobs = Arc::clone(&cx.host.jobs);
+        spec.inline = Some((
+            inline_wait,
+            Box::new(move |so_far| {
+                let done = take(&slot)?;
+                super::jobs::continue_as_job(&jobs, admit, so_far, inline_wait, cap, done)
+            }),
+        ));
+    }
+    cx.host.processes.spawn(cmd, spec, move |run| {
+        let Some(done) = take(&slot) else { return };
+        match run {
+            Ok(run) => done.complete(render(&run, timeout_secs, cap)),
+            Err(e) => done.complete(ToolOutput::tool_error(spawn_error(&program, &e))),
+        }
     });
 }
 
@@ -418,6 +493,7 @@ pub(crate) mod testutil {
             limits,
             ctl,
             host: Arc::clone(host),
+            principal: "test".into(),
         }
     }
 
@@ -645,13 +721,13 @@ mod tests {
         for (limits, args, needle) in [
             (
                 CallLimits::GRANT,
-                json!({"command": "true", "timeout_secs": 111}),
-                "1..=110",
+                json!({"command": "true", "timeout_secs": 86_401}),
+                "1..=86400",
             ),
             (
                 CallLimits::LOCAL_HTTP,
-                json!({"command": "true", "timeout_secs": 601}),
-                "1..=600",
+                json!({"command": "true", "timeout_secs": 86_401}),
+                "1..=86400",
             ),
             (
                 CallLimits::GRANT,
@@ -674,10 +750,11 @@ mod tests {
 
     #[test]
     fn argument_bounds_and_types() {
-        let g = CallLimits::GRANT;
-        let l = CallLimits::LOCAL_HTTP;
-        let ok = |args: Value, limits| parse_args(&args, limits).unwrap();
-        let err = |args: Value, limits| parse_args(&args, limits).unwrap_err();
+        // The bounds no longer depend on the transport: past the inline limit a command
+        // continues as a job.
+        let (g, l) = ((), ());
+        let ok = |args: Value, _: ()| parse_args(&args).unwrap();
+        let err = |args: Value, _: ()| parse_args(&args).unwrap_err();
 
         let d = ok(json!({"command": "x", "unknown": [1], "cwd": null}), g);
         assert_eq!(
@@ -689,15 +766,15 @@ mod tests {
             110
         );
         assert_eq!(
-            ok(json!({"command": "x", "timeout_secs": 600}), l).timeout_secs,
-            600
+            ok(json!({"command": "x", "timeout_secs": 86_400}), l).timeout_secs,
+            86_400
         );
         assert_eq!(
             ok(json!({"command": "x", "max_output_bytes": 1_048_576}), g).max_output_bytes,
             1_048_576
         );
-        assert!(err(json!({"command": "x", "timeout_secs": 111}), g).contains("under a grant"));
-        assert!(err(json!({"command": "x", "timeout_secs": 601}), l).starts_with("timeout_secs"));
+        assert!(err(json!({"command": "x", "timeout_secs": 86_401}), g).contains("1..=86400"));
+        assert!(err(json!({"command": "x", "timeout_secs": 86_401}), l).starts_with("timeout_secs"));
         for bad in [json!(0), json!(-1), json!(1.5), json!("5"), json!(true)] {
             let msg = err(json!({"command": "x", "timeout_secs": bad}), l);
             assert!(msg.starts_with("timeout_secs must be an integer"), "{msg}");
@@ -874,7 +951,18 @@ mod tests {
 
     #[test]
     fn description_states_the_limits() {
-        for needle in ["110", "600", "137", "setsid", "1048576", "isError"] {
+        for needle in [
+            "100 s",
+            "120 s",
+            "600",
+            "86400",
+            "137",
+            "setsid",
+            "1048576",
+            "isError",
+            "job_id",
+            "bash_poll",
+        ] {
             assert!(SPEC.description.contains(needle), "{needle}");
         }
         let s = schema();

@@ -4,6 +4,7 @@
 
 pub mod bash;
 pub mod display;
+pub mod jobs;
 pub mod process;
 pub mod sysinfo;
 
@@ -32,12 +33,16 @@ pub(crate) fn schema(text: &str) -> Value {
 
 /// Every local tool, in listing order. A tool that is not here does not exist.
 pub fn local_specs() -> &'static [ToolSpec] {
-    static SPECS: [&ToolSpec; 5] = [
+    static SPECS: [&ToolSpec; 9] = [
         &sysinfo::SPEC,
         &bash::SPEC,
         &display::SCREENSHOT,
         &display::MOUSE,
         &display::KEY,
+        &jobs::START,
+        &jobs::POLL,
+        &jobs::LIST,
+        &jobs::CANCEL,
     ];
     static FLAT: std::sync::OnceLock<Vec<ToolSpec>> = std::sync::OnceLock::new();
     FLAT.get_or_init(|| {
@@ -81,14 +86,23 @@ impl GrantNote {
 /// Per-call limits that depend on the transport.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CallLimits {
-    /// The longest any single tool may run. 110 s under a grant (the pod gives up at
+    /// The longest any single call may run. 110 s under a grant (the pod gives up at
     /// 120 s), 600 s on `/mcp`.
     pub max_run_secs: u64,
+    /// A `bash` call whose command still runs after this long continues as a job
+    /// (`Timing::inline_wait` under a grant, `Timing::mcp_inline_wait` on `/mcp`).
+    pub inline_wait: Duration,
 }
 
 impl CallLimits {
-    pub const GRANT: CallLimits = CallLimits { max_run_secs: 110 };
-    pub const LOCAL_HTTP: CallLimits = CallLimits { max_run_secs: 600 };
+    pub const GRANT: CallLimits = CallLimits {
+        max_run_secs: 110,
+        inline_wait: Duration::from_secs(100),
+    };
+    pub const LOCAL_HTTP: CallLimits = CallLimits {
+        max_run_secs: 600,
+        inline_wait: Duration::from_secs(600),
+    };
 }
 
 /// Settings that tools read, taken from the daemon's config at start.
@@ -109,6 +123,8 @@ pub struct ToolConfig {
     /// Replaces the process environment for display probing and helpers (DISPLAY,
     /// WAYLAND_DISPLAY, XDG_RUNTIME_DIR, SWAYSOCK, PATH); `None` reads the process's own.
     pub display_env: Option<std::collections::BTreeMap<String, String>>,
+    /// Long-running jobs: where their files go, their limits and timers.
+    pub jobs: crate::bgjobs::JobConfig,
 }
 
 impl Default for ToolConfig {
@@ -122,6 +138,7 @@ impl Default for ToolConfig {
             display_helper_timeout: crate::config::Timing::default().display_helper_timeout,
             sys_info_ttl: crate::config::Timing::default().sys_info_ttl,
             display_env: None,
+            jobs: crate::bgjobs::JobConfig::default(),
         }
     }
 }
@@ -181,6 +198,8 @@ pub struct ToolHost {
     pub sys_info_answers: sysinfo::AnswerCache,
     /// Display probe cache and the display thread.
     pub display: display::DisplayState,
+    /// Every long-running job (`bash_start`, and `bash` past its inline limit).
+    pub jobs: Arc<crate::bgjobs::JobTable>,
 }
 
 impl ToolHost {
@@ -191,6 +210,7 @@ impl ToolHost {
             live: TtlCache::default(),
             sys_info_answers: sysinfo::AnswerCache::default(),
             display: display::DisplayState::default(),
+            jobs: crate::bgjobs::JobTable::new(config.jobs.clone()),
             config,
         }))
     }
@@ -204,6 +224,8 @@ pub struct CallContext {
     pub limits: CallLimits,
     pub ctl: Arc<JobCtl>,
     pub host: Arc<ToolHost>,
+    /// Who is calling (the grant's principal, or the `/mcp` caller): for job audit records.
+    pub principal: String,
 }
 
 /// A local tool's answer when it can be given at once on the caller's thread (cheap, from
@@ -228,6 +250,10 @@ pub fn start_local(name: &str, args: Value, cx: CallContext, done: Completion) {
         "screenshot" => display::screenshot(args, cx, done),
         "mouse" => display::mouse(args, cx, done),
         "key" => display::key(args, cx, done),
+        "bash_start" => jobs::start(args, cx, done),
+        "bash_poll" => jobs::poll(args, cx, done),
+        "bash_list" => jobs::list(args, cx, done),
+        "bash_cancel" => jobs::cancel(args, cx, done),
         other => done.complete(ToolOutput::InvalidParams(format!("unknown tool: {other}"))),
     }
 }
@@ -373,7 +399,7 @@ mod tests {
                 assert!(tool["inputSchema"]["type"] == "object", "{}", tool["name"]);
             }
         }
-        assert_eq!(cat.list(Profile::Owner).len(), 5);
+        assert_eq!(cat.list(Profile::Owner).len(), 9);
         assert_eq!(cat.list(Profile::Observe).len(), 2);
     }
 

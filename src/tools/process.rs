@@ -1,5 +1,7 @@
 //! The process watcher: one thread that waits on every child process a tool starts (its
-//! pipes, its exit, its timeout), so no pool worker ever blocks on a child.
+//! pipes, its exit, its timeout), so no pool worker ever blocks on a child. It also holds
+//! the long-polls of `bash_poll` (answered the moment a job's pipes bring output or its
+//! leader exits) and the few timers of jobs (retention, the KILL after a TERM).
 //!
 //! A child is spawned by [`ProcessWatcher::spawn`] on the caller's thread (a pool worker),
 //! in a process group of its own, with stdin `/dev/null` and stdout/stderr piped. The
@@ -7,7 +9,13 @@
 //! it), hands the child to the watcher thread and returns at once. The watcher sleeps in
 //! one epoll set on every child's pipes and on a pidfd per child (readable = exited),
 //! woken by its [`Waker`] when a child is handed over and otherwise only by readiness or
-//! the nearest child deadline. No interval polling.
+//! the nearest deadline. No interval polling.
+//!
+//! **Where output goes.** A one-shot call keeps the first `max_output_bytes` of each
+//! stream in memory. A job's streams go to its [`JobSink`] (its files on disk) chunk by
+//! chunk as they are read, so a job's output never accumulates in memory. A one-shot
+//! call given an inline limit ([`RunSpec::inline`]) is offered, at that limit, to become
+//! a job: from then on its output goes to the job's sink and its end to the job.
 //!
 //! **When a run ends.** A run ends when the group *leader* (the process we spawned)
 //! exits. Whatever the leader wrote is already in the pipes and is drained; then the rest
@@ -55,19 +63,98 @@ const READS_PER_WAKE: usize = 16;
 /// this only bounds a writer that escaped the group and keeps writing.
 const FINAL_DRAIN_BYTES: usize = 4 << 20;
 
+/// Pipe buffer asked for on a job's streams (bytes): a job that writes fast then wakes
+/// the watcher once per this much instead of once per 64 KiB. The kernel caps it at
+/// `/proc/sys/fs/pipe-max-size` (1 MiB by default); a refusal keeps the default.
+const JOB_PIPE_BYTES: usize = 1 << 20;
+
 /// Added to every deadline sleep so a sub-millisecond remainder, rounded down by epoll,
 /// does not spin the loop.
 const DEADLINE_SLACK: Duration = Duration::from_millis(1);
 
+/// One of a child's two output streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Which {
+    Stdout,
+    Stderr,
+}
+
+/// Where a job's output goes: the job table's files. Called on the watcher thread for
+/// every chunk read from the job's pipes, so it must not block for long.
+pub trait JobSink: Send + Sync {
+    fn write(&self, which: Which, bytes: &[u8]);
+    /// The key long-polls on this job wait on ([`ProcessWatcher::wait`]).
+    fn key(&self) -> u64;
+}
+
+/// A run's output at its inline limit, offered to [`Convert`].
+#[derive(Debug)]
+pub struct SoFar<'a> {
+    pub pid: Pid,
+    pub stdout: &'a [u8],
+    pub stderr: &'a [u8],
+    /// Every byte read so far, kept or not.
+    pub stdout_total: u64,
+    pub stderr_total: u64,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub elapsed: Duration,
+}
+
+/// What a run continues as once it became a job.
+pub struct Continued {
+    pub sink: Arc<dyn JobSink>,
+    /// The job's own control; the group moves to it from the call's.
+    pub ctl: Arc<JobCtl>,
+    pub on_exit: OnExit,
+}
+
+/// Offered a run at its inline limit: `Some` makes it a job, `None` kills its group.
+pub type Convert = Box<dyn FnOnce(SoFar<'_>) -> Option<Continued> + Send>;
+
+/// Called on the spawning thread with the new group's pgid and the leader's start time
+/// (clock ticks after boot, from `/proc/<pid>/stat`), before the child is watched.
+pub type OnSpawn = Box<dyn FnOnce(Pid, Option<u64>) + Send>;
+
 /// How one run is bounded.
-#[derive(Clone, Debug)]
 pub struct RunSpec {
     /// The group is killed this long after the spawn.
     pub timeout: Duration,
-    /// Bytes kept per stream; the rest is read and discarded.
+    /// Bytes kept per stream; the rest is read and discarded. Unused with a `sink`.
     pub max_output_bytes: usize,
     /// The call this run belongs to.
     pub ctl: Arc<JobCtl>,
+    /// A job: output goes here from the first byte.
+    pub sink: Option<Arc<dyn JobSink>>,
+    /// A one-shot call that may become a job: offered to the `Convert` this long after
+    /// the spawn, if still running.
+    pub inline: Option<(Duration, Convert)>,
+    pub on_spawn: Option<OnSpawn>,
+}
+
+impl RunSpec {
+    /// A one-shot run that keeps `max_output_bytes` of each stream in memory.
+    pub fn oneshot(timeout: Duration, max_output_bytes: usize, ctl: Arc<JobCtl>) -> Self {
+        RunSpec {
+            timeout,
+            max_output_bytes,
+            ctl,
+            sink: None,
+            inline: None,
+            on_spawn: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for RunSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunSpec")
+            .field("timeout", &self.timeout)
+            .field("max_output_bytes", &self.max_output_bytes)
+            .field("job", &self.sink.is_some())
+            .field("inline", &self.inline.as_ref().map(|(d, _)| *d))
+            .finish()
+    }
 }
 
 /// Why a run ended.
@@ -87,6 +174,7 @@ pub enum End {
 /// What a finished run produced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunResult {
+    /// Empty for a job: its output is in its sink.
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
     pub stdout_truncated: bool,
@@ -98,12 +186,32 @@ pub struct RunResult {
     pub duration: Duration,
 }
 
-type OnExit = Box<dyn FnOnce(RunResult) + Send>;
+pub type OnExit = Box<dyn FnOnce(RunResult) + Send>;
+
+/// A long-poll parked on the watcher: answered once, when `ready` says so (checked when
+/// it arrives and after every chunk or end of the job its `key` names), at its deadline,
+/// or dropped unanswered when its call is cancelled.
+pub struct Wait {
+    pub key: u64,
+    pub deadline: Instant,
+    /// The waiting call; its cancel wakes the watcher ([`JobCtl::wake_on_cancel`]).
+    pub ctl: Arc<JobCtl>,
+    pub ready: Box<dyn Fn() -> bool + Send>,
+    pub answer: Box<dyn FnOnce() + Send>,
+}
+
+type Timer = Box<dyn FnOnce() + Send>;
+
+enum Msg {
+    Child(Box<Entry>),
+    Wait(Wait),
+    Timer(Instant, Timer),
+}
 
 /// Waits on child processes for every tool call. Dropping it stops its thread after
 /// killing and reaping every child still running (each reports [`End::Aborted`]).
 pub struct ProcessWatcher {
-    tx: Option<Sender<Entry>>,
+    tx: Option<Sender<Msg>>,
     waker: Arc<Waker>,
     thread: Option<JoinHandle<()>>,
 }
@@ -114,6 +222,24 @@ impl std::fmt::Debug for ProcessWatcher {
             .field("running", &self.thread.is_some())
             .finish()
     }
+}
+
+/// The start time of process `pid` in clock ticks after boot (field 22 of
+/// `/proc/<pid>/stat`), which tells a process from a later one given the same pid.
+pub fn start_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_field(&stat, 22)
+}
+
+/// Field `n` (1-based, as `proc(5)` numbers them) of a `/proc/<pid>/stat` line. The
+/// command name (field 2) may hold spaces and parentheses, so fields are counted from the
+/// last `)`.
+pub fn stat_field(stat: &str, n: usize) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_ascii_whitespace()
+        .nth(n.checked_sub(3)?)?
+        .parse()
+        .ok()
 }
 
 impl ProcessWatcher {
@@ -130,6 +256,8 @@ impl ProcessWatcher {
                     entries: HashMap::new(),
                     next_id: 0,
                     scratch: vec![0; READ_CHUNK_BYTES],
+                    waits: Vec::new(),
+                    timers: Vec::new(),
                 }
                 .run()
             })?;
@@ -140,11 +268,19 @@ impl ProcessWatcher {
         })
     }
 
+    fn send(&self, msg: Msg) -> Result<(), Msg> {
+        let tx = self.tx.as_ref().expect("the watcher runs until dropped");
+        tx.send(msg).map_err(|e| e.0)?;
+        self.waker.wake();
+        Ok(())
+    }
+
     /// Spawn `cmd` in a new process group (stdin `/dev/null`, stdout/stderr piped; any
     /// stdio set on `cmd` is replaced), tie the group to `spec.ctl`, and watch it.
     /// Returns as soon as the child runs. `on_exit` is called exactly once: with `Err`
     /// right here if the child could not be started or watched (nothing is left
-    /// running), else with the result on the watcher thread after the leader was reaped.
+    /// running), else with the result on the watcher thread after the leader was reaped
+    /// (unless the run became a job: then the job's own `on_exit` is called instead).
     /// Keep `on_exit` short: it delays every other child.
     pub fn spawn(
         &self,
@@ -155,23 +291,33 @@ impl ProcessWatcher {
         match self.try_spawn(cmd, spec) {
             Ok(mut entry) => {
                 entry.on_exit = Some(Box::new(move |r| on_exit(Ok(r))));
-                let tx = self.tx.as_ref().expect("the watcher runs until dropped");
-                match tx.send(entry) {
-                    Ok(()) => self.waker.wake(),
-                    Err(crossbeam_channel::SendError(mut entry)) => {
-                        abandon(&mut entry.child, entry.pgid, &entry.ctl);
-                        let on_exit = entry.on_exit.take().expect("set above");
-                        drop(entry);
-                        // Unreachable while `self` lives; kept total rather than panicking.
-                        report_aborted(on_exit);
-                    }
+                if let Err(Msg::Child(mut entry)) = self.send(Msg::Child(entry)) {
+                    abandon(&mut entry.child, entry.pgid, &entry.ctl);
+                    let on_exit = entry.on_exit.take().expect("set above");
+                    drop(entry);
+                    // Unreachable while `self` lives; kept total rather than panicking.
+                    report_aborted(on_exit);
                 }
             }
             Err(e) => on_exit(Err(e)),
         }
     }
 
-    fn try_spawn(&self, mut cmd: Command, spec: RunSpec) -> io::Result<Entry> {
+    /// Park a long-poll here (see [`Wait`]). Answered at once if it is ready already.
+    pub fn wait(&self, wait: Wait) {
+        wait.ctl.wake_on_cancel(Arc::clone(&self.waker));
+        if let Err(Msg::Wait(wait)) = self.send(Msg::Wait(wait)) {
+            (wait.answer)();
+        }
+    }
+
+    /// Run `f` on the watcher thread at `at` (or at once if that has passed). Dropped
+    /// unrun if the watcher stops first. Keep it short, as `on_exit`.
+    pub fn at(&self, at: Instant, f: impl FnOnce() + Send + 'static) {
+        let _ = self.send(Msg::Timer(at, Box::new(f)));
+    }
+
+    fn try_spawn(&self, mut cmd: Command, spec: RunSpec) -> io::Result<Box<Entry>> {
         cmd.process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -197,24 +343,52 @@ impl ProcessWatcher {
             Ok((pidfd, stdout, stderr))
         })();
         match prepared {
-            Ok((pidfd, stdout, stderr)) => Ok(Entry {
-                child,
-                pgid,
-                pidfd,
-                out: Stream::new(Some(stdout), spec.max_output_bytes),
-                err: Stream::new(Some(stderr), spec.max_output_bytes),
-                started,
-                deadline: started + spec.timeout,
-                forced: None,
-                ctl: spec.ctl,
-                on_exit: None,
-            }),
+            Ok((pidfd, stdout, stderr)) => {
+                if spec.sink.is_some() {
+                    widen_pipes(&stdout, &stderr);
+                }
+                if let Some(on_spawn) = spec.on_spawn {
+                    // The leader cannot be reaped before the watcher has it, so its /proc
+                    // entry is there (a zombie at worst).
+                    on_spawn(pgid, start_ticks(pgid.as_raw_nonzero().get()));
+                }
+                let (convert_at, convert) = match spec.inline {
+                    Some((after, convert)) => (Some(started + after), Some(convert)),
+                    None => (None, None),
+                };
+                Ok(Box::new(Entry {
+                    child,
+                    pgid,
+                    pidfd,
+                    out: Stream::new(Some(stdout), spec.max_output_bytes),
+                    err: Stream::new(Some(stderr), spec.max_output_bytes),
+                    sink: spec.sink,
+                    started,
+                    deadline: started.checked_add(spec.timeout).unwrap_or(far_future()),
+                    convert_at,
+                    convert,
+                    forced: None,
+                    ctl: spec.ctl,
+                    on_exit: None,
+                }))
+            }
             Err(e) => {
                 abandon(&mut child, pgid, &spec.ctl);
                 Err(e)
             }
         }
     }
+}
+
+/// A deadline that never comes: a job with no timeout of its own.
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(100 * 365 * 86_400)
+}
+
+/// Ask for larger pipe buffers on a job's streams (see [`JOB_PIPE_BYTES`]).
+fn widen_pipes(stdout: &impl AsFd, stderr: &impl AsFd) {
+    let _ = rustix::pipe::fcntl_setpipe_size(stdout, JOB_PIPE_BYTES);
+    let _ = rustix::pipe::fcntl_setpipe_size(stderr, JOB_PIPE_BYTES);
 }
 
 fn report_aborted(on_exit: OnExit) {
@@ -253,13 +427,15 @@ fn abandon(child: &mut Child, pgid: Pid, ctl: &JobCtl) {
     let _ = child.wait();
 }
 
-/// One piped output stream of a child, capped.
+/// One piped output stream of a child: kept in memory up to a cap, or written to a sink.
 struct Stream<R> {
     /// `None` once it reached end of file.
     pipe: Option<R>,
     kept: Vec<u8>,
     cap: usize,
     truncated: bool,
+    /// Every byte read.
+    total: u64,
 }
 
 impl<R: Read + AsFd> Stream<R> {
@@ -269,12 +445,20 @@ impl<R: Read + AsFd> Stream<R> {
             kept: Vec::new(),
             cap,
             truncated: false,
+            total: 0,
         }
     }
 
     /// Read until the pipe would block, reaches EOF, or `budget` bytes were read.
-    /// Bytes past the cap are read and dropped so the writer never blocks on us.
-    fn pump(&mut self, poller: &Poller, scratch: &mut [u8], mut budget: usize) {
+    /// Bytes past the cap are read and dropped so the writer never blocks on us; with a
+    /// sink every byte goes there instead.
+    fn pump(
+        &mut self,
+        poller: &Poller,
+        scratch: &mut [u8],
+        mut budget: usize,
+        sink: Option<(&dyn JobSink, Which)>,
+    ) {
         while budget > 0 {
             let Some(pipe) = self.pipe.as_mut() else {
                 return;
@@ -286,6 +470,11 @@ impl<R: Read + AsFd> Stream<R> {
                 }
                 Ok(n) => {
                     budget = budget.saturating_sub(n);
+                    self.total += n as u64;
+                    if let Some((sink, which)) = sink {
+                        sink.write(which, &scratch[..n]);
+                        continue;
+                    }
                     let room = self.cap.saturating_sub(self.kept.len());
                     if n > room {
                         self.truncated = true;
@@ -317,13 +506,70 @@ struct Entry {
     pidfd: OwnedFd,
     out: Stream<ChildStdout>,
     err: Stream<ChildStderr>,
+    /// Set for a job: where its output goes.
+    sink: Option<Arc<dyn JobSink>>,
     started: Instant,
     deadline: Instant,
+    /// When to offer the run to `convert` (a one-shot call that may become a job).
+    convert_at: Option<Instant>,
+    convert: Option<Convert>,
     /// Set once we killed the group ourselves.
     forced: Option<End>,
     ctl: Arc<JobCtl>,
     /// Always `Some` once handed to the watcher.
     on_exit: Option<OnExit>,
+}
+
+impl Entry {
+    /// The key of the job this run feeds, if it is one.
+    fn job_key(&self) -> Option<u64> {
+        self.sink.as_ref().map(|s| s.key())
+    }
+
+    fn pump(&mut self, which: Which, poller: &Poller, scratch: &mut [u8], budget: usize) {
+        let sink = self.sink.as_deref().map(|s| (s, which));
+        match which {
+            Which::Stdout => self.out.pump(poller, scratch, budget, sink),
+            Which::Stderr => self.err.pump(poller, scratch, budget, sink),
+        }
+    }
+
+    /// At the inline limit: become a job, or be killed.
+    fn offer(&mut self) {
+        self.convert_at = None;
+        let Some(convert) = self.convert.take() else {
+            return;
+        };
+        let so_far = SoFar {
+            pid: self.pgid,
+            stdout: &self.out.kept,
+            stderr: &self.err.kept,
+            stdout_total: self.out.total,
+            stderr_total: self.err.total,
+            stdout_truncated: self.out.truncated,
+            stderr_truncated: self.err.truncated,
+            elapsed: self.started.elapsed(),
+        };
+        match convert(so_far) {
+            Some(job) => {
+                // The group leaves the call (whose socket may go) for the job.
+                self.ctl.unregister_group(self.pgid);
+                let _ = job.ctl.register_group(self.pgid);
+                self.ctl = job.ctl;
+                self.sink = Some(job.sink);
+                self.on_exit = Some(job.on_exit);
+                self.out.kept = Vec::new();
+                self.err.kept = Vec::new();
+                if let (Some(out), Some(err)) = (&self.out.pipe, &self.err.pipe) {
+                    widen_pipes(out, err);
+                }
+            }
+            None => {
+                let _ = rustix::process::kill_process_group(self.pgid, Signal::KILL);
+                self.forced = Some(End::TimedOut);
+            }
+        }
+    }
 }
 
 /// Which descriptor of an entry an epoll key names (the low two bits of the key).
@@ -338,23 +584,35 @@ fn key(id: u64, kind: u64) -> u64 {
 /// The watcher thread's state.
 struct Watcher {
     poller: Poller,
-    rx: Receiver<Entry>,
-    entries: HashMap<u64, Entry>,
+    rx: Receiver<Msg>,
+    entries: HashMap<u64, Box<Entry>>,
     next_id: u64,
     scratch: Vec<u8>,
+    waits: Vec<Wait>,
+    timers: Vec<(Instant, Timer)>,
 }
 
 impl Watcher {
+    /// How long to sleep: until the nearest kill deadline, inline limit, long-poll
+    /// deadline or timer.
+    fn timeout(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let children = self.entries.values().flat_map(|e| {
+            let kill = e.forced.is_none().then_some(e.deadline);
+            kill.into_iter().chain(e.convert_at)
+        });
+        let waits = self.waits.iter().map(|w| w.deadline);
+        let timers = self.timers.iter().map(|(at, _)| *at);
+        children
+            .chain(waits)
+            .chain(timers)
+            .map(|at| at.saturating_duration_since(now) + DEADLINE_SLACK)
+            .min()
+    }
+
     fn run(mut self) {
         loop {
-            let now = Instant::now();
-            let timeout = self
-                .entries
-                .values()
-                .filter(|e| e.forced.is_none())
-                .map(|e| e.deadline.saturating_duration_since(now) + DEADLINE_SLACK)
-                .min();
-            let ready = match self.poller.wait(timeout) {
+            let ready = match self.poller.wait(self.timeout()) {
                 Ok(ready) => ready,
                 Err(e) => {
                     log::error!("process watcher: waiting failed ({e}); killing every child");
@@ -363,6 +621,7 @@ impl Watcher {
             };
             let mut stop = false;
             let mut exited = Vec::new();
+            let mut touched = Vec::new();
             for r in ready {
                 if r.key == WAKE_KEY {
                     stop |= !self.accept();
@@ -372,24 +631,24 @@ impl Watcher {
                 let Some(entry) = self.entries.get_mut(&id) else {
                     continue;
                 };
+                let budget = READS_PER_WAKE * READ_CHUNK_BYTES;
                 match r.key & 3 {
-                    KEY_STDOUT => entry.out.pump(
-                        &self.poller,
-                        &mut self.scratch,
-                        READS_PER_WAKE * READ_CHUNK_BYTES,
-                    ),
-                    KEY_STDERR => entry.err.pump(
-                        &self.poller,
-                        &mut self.scratch,
-                        READS_PER_WAKE * READ_CHUNK_BYTES,
-                    ),
+                    KEY_STDOUT => {
+                        entry.pump(Which::Stdout, &self.poller, &mut self.scratch, budget)
+                    }
+                    KEY_STDERR => {
+                        entry.pump(Which::Stderr, &self.poller, &mut self.scratch, budget)
+                    }
                     _ => exited.push(id),
                 }
+                touched.extend(entry.job_key());
             }
             self.enforce_deadlines();
             for id in exited {
-                self.finish(id, None);
+                touched.extend(self.finish(id, None));
             }
+            self.settle_waits(&touched);
+            self.run_timers();
             if stop {
                 break;
             }
@@ -397,18 +656,26 @@ impl Watcher {
         self.abort_all();
     }
 
-    /// Take every handed-over child. False once the owning handle is gone.
+    /// Take every message. False once the owning handle is gone.
     fn accept(&mut self) -> bool {
         loop {
             match self.rx.try_recv() {
-                Ok(entry) => self.add(entry),
+                Ok(Msg::Child(entry)) => self.add(entry),
+                Ok(Msg::Wait(wait)) => {
+                    if (wait.ready)() {
+                        (wait.answer)();
+                    } else {
+                        self.waits.push(wait);
+                    }
+                }
+                Ok(Msg::Timer(at, f)) => self.timers.push((at, f)),
                 Err(TryRecvError::Empty) => return true,
                 Err(TryRecvError::Disconnected) => return false,
             }
         }
     }
 
-    fn add(&mut self, entry: Entry) {
+    fn add(&mut self, entry: Box<Entry>) {
         let id = self.next_id;
         self.next_id += 1;
         let registered = (|| -> io::Result<()> {
@@ -424,7 +691,8 @@ impl Watcher {
         self.entries.insert(id, entry);
         if let Err(e) = registered {
             log::error!("process watcher: cannot watch a child ({e}); killing it");
-            self.finish(id, Some(End::Aborted));
+            let touched = self.finish(id, Some(End::Aborted));
+            self.settle_waits(&touched.into_iter().collect::<Vec<_>>());
         }
     }
 
@@ -435,23 +703,67 @@ impl Watcher {
                 let _ = rustix::process::kill_process_group(entry.pgid, Signal::KILL);
                 entry.forced = Some(End::TimedOut);
             }
+            if entry.forced.is_none() && entry.convert_at.is_some_and(|at| at <= now) {
+                entry.offer();
+            }
+        }
+    }
+
+    /// Answer the long-polls that can be answered: those on a touched job that are ready
+    /// now, and those past their deadline; drop those whose call was cancelled.
+    fn settle_waits(&mut self, touched: &[u64]) {
+        if self.waits.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.waits.len() {
+            let w = &self.waits[i];
+            if w.ctl.is_cancelled() {
+                // Its reply would be dropped anyway; the Completion's drop says so.
+                drop(self.waits.swap_remove(i));
+                continue;
+            }
+            if w.deadline <= now || (touched.contains(&w.key) && (w.ready)()) {
+                let w = self.waits.swap_remove(i);
+                (w.answer)();
+                continue;
+            }
+            i += 1;
+        }
+    }
+
+    fn run_timers(&mut self) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.timers.len() {
+            if self.timers[i].0 <= now {
+                let (_, f) = self.timers.swap_remove(i);
+                f();
+            } else {
+                i += 1;
+            }
         }
     }
 
     /// The leader has exited (or `abort` says to stop watching): kill what is left of the
-    /// group, drain the pipes, reap, report.
-    fn finish(&mut self, id: u64, abort: Option<End>) {
-        let Some(mut entry) = self.entries.remove(&id) else {
-            return;
-        };
+    /// group, drain the pipes, reap, report. Returns the job's key, if it was a job.
+    fn finish(&mut self, id: u64, abort: Option<End>) -> Option<u64> {
+        let mut entry = self.entries.remove(&id)?;
         // The leader is at worst a zombie until reaped below, so the pgid is still ours.
         let _ = rustix::process::kill_process_group(entry.pgid, Signal::KILL);
-        entry
-            .out
-            .pump(&self.poller, &mut self.scratch, FINAL_DRAIN_BYTES);
-        entry
-            .err
-            .pump(&self.poller, &mut self.scratch, FINAL_DRAIN_BYTES);
+        entry.pump(
+            Which::Stdout,
+            &self.poller,
+            &mut self.scratch,
+            FINAL_DRAIN_BYTES,
+        );
+        entry.pump(
+            Which::Stderr,
+            &self.poller,
+            &mut self.scratch,
+            FINAL_DRAIN_BYTES,
+        );
         entry.out.close(&self.poller);
         entry.err.close(&self.poller);
         let _ = self.poller.delete(&entry.pidfd);
@@ -491,19 +803,31 @@ impl Watcher {
         if let Some(on_exit) = entry.on_exit.take() {
             on_exit(result);
         }
+        entry.job_key()
     }
 
-    /// Stop: kill and reap every child, including ones handed over but not yet accepted.
+    /// Stop: kill and reap every child, including ones handed over but not yet accepted;
+    /// answer every long-poll; drop the timers.
     fn abort_all(&mut self) {
-        while let Ok(entry) = self.rx.try_recv() {
-            let id = self.next_id;
-            self.next_id += 1;
-            self.entries.insert(id, entry);
+        while let Ok(msg) = self.rx.try_recv() {
+            match msg {
+                Msg::Child(entry) => {
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    self.entries.insert(id, entry);
+                }
+                Msg::Wait(wait) => self.waits.push(wait),
+                Msg::Timer(..) => {}
+            }
         }
         let ids: Vec<u64> = self.entries.keys().copied().collect();
         for id in ids {
             self.finish(id, Some(End::Aborted));
         }
+        for wait in std::mem::take(&mut self.waits) {
+            (wait.answer)();
+        }
+        self.timers.clear();
     }
 }
 
@@ -523,15 +847,9 @@ mod tests {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let mut cmd = Command::new("bash");
         cmd.arg("-c").arg(script);
-        watcher.spawn(
-            cmd,
-            RunSpec {
-                timeout,
-                max_output_bytes: cap,
-                ctl,
-            },
-            move |r| tx.send(r.unwrap()).unwrap(),
-        );
+        watcher.spawn(cmd, RunSpec::oneshot(timeout, cap, ctl), move |r| {
+            tx.send(r.unwrap()).unwrap()
+        });
         rx
     }
 
@@ -606,11 +924,7 @@ mod tests {
         let (tx, rx) = crossbeam_channel::unbounded();
         w.spawn(
             Command::new("/nonexistent/handnode-test-program"),
-            RunSpec {
-                timeout: WATCHDOG,
-                max_output_bytes: 1,
-                ctl: JobCtl::new(),
-            },
+            RunSpec::oneshot(WATCHDOG, 1, JobCtl::new()),
             move |r| tx.send(r.map(|_| ())).unwrap(),
         );
         let err = rx.recv_timeout(WATCHDOG).unwrap().unwrap_err();
@@ -628,11 +942,7 @@ mod tests {
         let held = Arc::clone(&w);
         w.spawn(
             Command::new("true"),
-            RunSpec {
-                timeout: WATCHDOG,
-                max_output_bytes: 1,
-                ctl: JobCtl::new(),
-            },
+            RunSpec::oneshot(WATCHDOG, 1, JobCtl::new()),
             move |r| {
                 // Wait until the test dropped its handle, so this one is the last.
                 gate_rx.recv_timeout(WATCHDOG).unwrap();

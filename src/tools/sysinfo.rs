@@ -250,7 +250,9 @@ fn tool_status(profile: Profile, facts: &StaticFacts, display: &Value) -> Vec<Va
         .map(|name| {
             let status = match *name {
                 "sys_info" => Ok(()),
-                "bash" => facts.bash_status(),
+                "bash" | "bash_start" | "bash_poll" | "bash_list" | "bash_cancel" => {
+                    facts.bash_status()
+                }
                 other => match display["tools"].get(other) {
                     Some(t) if t["works"] == true => Ok(()),
                     Some(t) => Err(t["why"]
@@ -789,8 +791,25 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
             .iter()
             .map(|t| t["name"].as_str().unwrap())
             .collect();
-        assert_eq!(tools, ["sys_info", "bash", "screenshot", "mouse", "key"]);
+        assert_eq!(
+            tools,
+            [
+                "sys_info",
+                "bash",
+                "screenshot",
+                "mouse",
+                "key",
+                "bash_start",
+                "bash_poll",
+                "bash_list",
+                "bash_cancel"
+            ]
+        );
         assert_eq!(s["tools"][1]["works"], true);
+        assert_eq!(
+            s["tools"][5]["works"], true,
+            "the job tools work where bash does"
+        );
         assert_eq!(s["tools"][2]["works"], false);
         assert!(s["tools"][2]["why"].is_string());
         let text = r["content"][0]["text"].as_str().unwrap();

@@ -295,6 +295,7 @@ impl<'a> Conn<'a> {
                     limits: CallLimits::GRANT,
                     ctl,
                     host: self.host.clone(),
+                    principal: "test".into(),
                 },
                 done,
             ),

@@ -173,6 +173,7 @@ pub fn call_ctl(
         limits: CallLimits::LOCAL_HTTP,
         ctl,
         host: host.clone(),
+        principal: "test".into(),
     };
     tools::start_local(
         name,

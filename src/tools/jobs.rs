@@ -1,0 +1,734 @@
+//! The job tools `bash_start`, `bash_poll`, `bash_list` and `bash_cancel` (contract §9):
+//! their specs and schemas, argument checks, and results; and the step that turns a `bash`
+//! call past its inline limit into a job. The jobs themselves live in [`crate::bgjobs`].
+//!
+//! A job belongs to its scope: the grant it was started under (so a redial, a pod restart
+//! or a renew keeps it), or the owner's `/mcp`. Another scope's job id is answered exactly
+//! like an unknown one. A waiting `bash_poll` is parked on the process watcher
+//! ([`super::process::Wait`]), which answers it when the job's pipes bring output or its
+//! leader exits: no pool worker waits.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+
+use super::bash::{command_field, cwd_field, env_field, int_field, object};
+use super::process::{Continued, RunSpec, SoFar, Wait};
+use super::{CallContext, ToolSpec};
+use crate::bgjobs::{Admit, Job, JobTable, State, Stop, OWNER_SCOPE};
+use crate::jobs::Completion;
+use crate::mcp::ToolOutput;
+
+/// `max_bytes` of `bash_poll` when the caller gives none (bytes per stream).
+pub const DEFAULT_POLL_BYTES: u64 = 64 << 10;
+/// The largest `max_bytes` of `bash_poll` (bytes per stream).
+pub const MAX_POLL_BYTES: u64 = 1 << 20;
+/// The longest `wait_secs` of `bash_poll`: well inside the pod's 120 s call limit.
+pub const MAX_WAIT_SECS: u64 = 100;
+/// The largest `timeout_secs` of `bash_start` (one day); 0 = until the grant ends.
+pub const MAX_JOB_TIMEOUT_SECS: u64 = 86_400;
+/// Longest job id echoed back in `unknown job_id: <id>` (characters).
+const MAX_ECHOED_ID_CHARS: usize = 64;
+
+pub static START: ToolSpec = ToolSpec {
+    name: "bash_start",
+    description: "Start a long-running bash command as a job and return at once with its \
+job_id: for builds, test suites, downloads, flashing, anything that may take longer than a \
+call (the pod gives up on a call at 120 s). The command runs like bash's (`bash -c`, its own \
+process group, stdin /dev/null, handnode's secrets removed from the environment, plus `env`), \
+and its stdout and stderr go to files on this box. Read them with bash_poll (use wait_secs to \
+wait for new output instead of calling in a loop), see every job with bash_list, stop one with \
+bash_cancel. The job belongs to this grant: it keeps running if the socket drops and is \
+redialled, if the pod restarts, or if the grant is renewed; it is killed when the grant ends \
+(revoked, replaced, expired) or handnode stops, and at timeout_secs (0, the default, means \
+until the grant ends; at most 86400). At most 16 jobs run at once per grant by default. The \
+result has job_id, pid, state (running) and started_at.",
+    input_schema: start_schema,
+};
+
+pub static POLL: ToolSpec = ToolSpec {
+    name: "bash_poll",
+    description: "Read a job's output (from bash_start, or from a bash call that continued as a \
+job) and its state. Offsets are absolute byte offsets into each stream: pass the stdout_next and \
+stderr_next of the previous answer to get only what is new. Each stream returns at most \
+max_bytes (default 65536, at most 1048576). The answer has stdout, stderr, stdout_next, \
+stderr_next, stdout_total, stderr_total, state (running, exited or killed), exit_code and, for a \
+killed job, reason (cancelled, timeout, grant_ended, daemon_stopped, daemon_restarted). Only the \
+newest 16 MiB of each stream are kept: when an offset asked for has already been dropped, \
+skipped_bytes says how many bytes of each stream were lost and reading starts at the oldest byte \
+kept. With wait_secs (0 to 100, default 0) the call waits until there is output past the offsets \
+or the job ends, and answers at once when it does: a cheap way to follow a job. Text is UTF-8 \
+with invalid bytes replaced; offsets still count bytes.",
+    input_schema: poll_schema,
+};
+
+pub static LIST: ToolSpec = ToolSpec {
+    name: "bash_list",
+    description: "List this grant's jobs: running ones, and finished ones for 10 minutes after \
+they end (then their output is removed). Each has job_id, command (its first 1024 bytes), state, \
+pid, exit_code, reason, started_at, ended_at, stdout_total and stderr_total. Jobs of other \
+grants are never shown.",
+    input_schema: list_schema,
+};
+
+pub static CANCEL: ToolSpec = ToolSpec {
+    name: "bash_cancel",
+    description: "Stop a running job: signal TERM (the default) asks its whole process group to \
+stop and sends KILL 5 s later if it is still alive; KILL stops it at once. Answers at once; the \
+job's end (state killed, reason cancelled) shows in bash_poll and bash_list. Cancelling a job \
+that already ended changes nothing and says so.",
+    input_schema: cancel_schema,
+};
+
+fn start_schema() -> Value {
+    crate::tools::schema(&format!(
+        r#"{{
+        "type": "object",
+        "properties": {{
+            "command": {{"type": "string", "minLength": 1, "description": "The bash script to run, e.g. \"make -j4 2>&1\"."}},
+            "cwd": {{"type": "string", "description": "Working directory; must exist. Relative paths and the default are taken from the home directory of the user handnode runs as."}},
+            "env": {{"type": "object", "additionalProperties": {{"type": "string"}}, "description": "Extra environment variables, name to value."}},
+            "timeout_secs": {{"type": "integer", "minimum": 0, "maximum": {MAX_JOB_TIMEOUT_SECS}, "default": 0, "description": "Kill the job's process group after this many seconds; 0 = run until the grant ends."}}
+        }},
+        "required": ["command"]
+    }}"#
+    ))
+}
+
+fn poll_schema() -> Value {
+    crate::tools::schema(&format!(
+        r#"{{
+        "type": "object",
+        "properties": {{
+            "job_id": {{"type": "string", "description": "The job_id bash_start (or bash) returned."}},
+            "stdout_offset": {{"type": "integer", "minimum": 0, "default": 0, "description": "Absolute byte offset in stdout to read from: the previous answer's stdout_next."}},
+            "stderr_offset": {{"type": "integer", "minimum": 0, "default": 0, "description": "Absolute byte offset in stderr to read from: the previous answer's stderr_next."}},
+            "max_bytes": {{"type": "integer", "minimum": 1, "maximum": {MAX_POLL_BYTES}, "default": {DEFAULT_POLL_BYTES}, "description": "Most bytes returned per stream."}},
+            "wait_secs": {{"type": "integer", "minimum": 0, "maximum": {MAX_WAIT_SECS}, "default": 0, "description": "Wait up to this long for output past the offsets or the job's end; answers as soon as either happens."}}
+        }},
+        "required": ["job_id"]
+    }}"#
+    ))
+}
+
+fn list_schema() -> Value {
+    crate::tools::schema(r#"{"type": "object", "properties": {}}"#)
+}
+
+fn cancel_schema() -> Value {
+    crate::tools::schema(
+        r#"{
+        "type": "object",
+        "properties": {
+            "job_id": {"type": "string", "description": "The job to stop."},
+            "signal": {"type": "string", "enum": ["TERM", "KILL"], "default": "TERM", "description": "TERM: ask the process group to stop, KILL 5 s later if it is still alive. KILL: stop it now."}
+        },
+        "required": ["job_id"]
+    }"#,
+    )
+}
+
+/// The job scope of a call: its grant, or the owner's `/mcp`.
+pub fn scope(cx: &CallContext) -> &str {
+    cx.grant.as_ref().map_or(OWNER_SCOPE, |g| g.id.as_str())
+}
+
+/// `job_id`: a string. Whether it names a job is answered later, as a tool error.
+fn job_id_field(map: &Map<String, Value>) -> Result<String, String> {
+    match map.get("job_id") {
+        None | Some(Value::Null) => {
+            Err("job_id is required: the job_id bash_start returned, as a string".into())
+        }
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(_) => Err("job_id must be a string".into()),
+    }
+}
+
+/// The answer to a job id this scope does not have: the same for an unknown id and for
+/// another grant's.
+fn unknown(id: &str) -> ToolOutput {
+    let shown: String = id.chars().take(MAX_ECHOED_ID_CHARS).collect();
+    ToolOutput::tool_error(format!("unknown job_id: {shown}"))
+}
+
+fn rfc3339_ms(ms: u64) -> String {
+    crate::timefmt::rfc3339(ms / 1000)
+}
+
+/// `3 s`, `0.2 s`: how the inline limit is said.
+fn secs_text(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
+}
+
+/// `bash_start`: validate, reserve, spawn, answer with the job id.
+pub fn start(args: Value, cx: CallContext, done: Completion) {
+    let parsed = object(&args).and_then(|map| {
+        Ok((
+            command_field(map)?,
+            cwd_field(map)?,
+            env_field(map)?,
+            int_field(
+                map,
+                "timeout_secs",
+                0,
+                0..=MAX_JOB_TIMEOUT_SECS,
+                "0 = until the grant ends",
+            )?,
+        ))
+    });
+    let (script, cwd, env, timeout_secs) = match parsed {
+        Ok(p) => p,
+        Err(msg) => return done.complete(ToolOutput::InvalidParams(msg)),
+    };
+    let jobs = Arc::clone(&cx.host.jobs);
+    let job_id = crate::bgjobs::new_job_id();
+    // Checked before anything is reserved, so a bad cwd changes nothing.
+    let (cmd, _) = match super::bash::command(&cx, &script, cwd.as_deref(), &env, &job_id) {
+        Ok(built) => built,
+        Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
+    };
+    let job = match jobs.admit(Admit {
+        id: Some(job_id),
+        scope: scope(&cx).to_string(),
+        principal: cx.principal.clone(),
+        session: cx.grant.as_ref().map(|g| g.session.clone()),
+        command: script,
+        stdout_start: 0,
+        stderr_start: 0,
+    }) {
+        Ok(job) => job,
+        Err(why) => return done.complete(ToolOutput::tool_error(why)),
+    };
+    let timeout = match timeout_secs {
+        0 => Duration::MAX,
+        n => Duration::from_secs(n),
+    };
+    let slot = Arc::new(Mutex::new(Some(done)));
+    let on_spawn = {
+        let (jobs, job, slot) = (Arc::clone(&jobs), Arc::clone(&job), Arc::clone(&slot));
+        Box::new(move |pid: rustix::process::Pid, ticks| {
+            jobs.spawned(&job, pid.as_raw_nonzero().get(), ticks);
+            if let Some(done) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                done.complete(started(&job));
+            }
+        })
+    };
+    let spec = RunSpec {
+        timeout,
+        max_output_bytes: 0,
+        ctl: Arc::clone(&job.ctl),
+        sink: Some(Arc::clone(&job) as Arc<dyn super::process::JobSink>),
+        inline: None,
+        on_spawn: Some(on_spawn),
+    };
+    let on_exit = jobs.on_exit(Arc::clone(&job));
+    cx.host.processes.spawn(cmd, spec, move |run| match run {
+        Ok(run) => on_exit(run),
+        Err(e) => {
+            jobs.unadmit(&job);
+            if let Some(done) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                done.complete(ToolOutput::tool_error(format!("could not start bash: {e}")));
+            }
+        }
+    });
+}
+
+/// The answer to a started job.
+fn started(job: &Job) -> ToolOutput {
+    let st = job.status();
+    let text = format!(
+        "job {id} started (pid {pid}). Read its output with bash_poll {{\"job_id\": \"{id}\", \
+         \"wait_secs\": 30}}, then again from the stdout_next/stderr_next it answers; stop it \
+         with bash_cancel.",
+        id = job.id,
+        pid = st.pid.unwrap_or(0)
+    );
+    ToolOutput::Result(json!({
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": {
+            "job_id": job.id,
+            "pid": st.pid,
+            "state": "running",
+            "started_at": rfc3339_ms(job.started_at_ms),
+        },
+        "isError": false,
+    }))
+}
+
+/// A `bash` call at its inline limit (on the watcher thread): make it a job of the call's
+/// scope and answer the call with what it printed so far, or, if no job can start, answer
+/// why and let the watcher kill it.
+pub(crate) fn continue_as_job(
+    jobs: &Arc<JobTable>,
+    mut admit: Admit,
+    so_far: SoFar<'_>,
+    inline_wait: Duration,
+    cap: u64,
+    done: Completion,
+) -> Option<Continued> {
+    // What the call dropped past its cap is gone: such a stream's file starts after it.
+    if so_far.stdout_truncated {
+        admit.stdout_start = so_far.stdout_total;
+    }
+    if so_far.stderr_truncated {
+        admit.stderr_start = so_far.stderr_total;
+    }
+    let out = String::from_utf8_lossy(so_far.stdout);
+    let err = String::from_utf8_lossy(so_far.stderr);
+    let after = secs_text(inline_wait);
+    let job = match jobs.admit(admit) {
+        Ok(job) => job,
+        Err(why) => {
+            let text = streams_text(
+                &out,
+                &err,
+                &format!(
+                    "[still running after {after} and could not continue as a job: {why}; \
+                     process group killed, exit 137]"
+                ),
+            );
+            done.complete(ToolOutput::Result(json!({
+                "content": [{"type": "text", "text": text}],
+                "structuredContent": {
+                    "stdout": out, "stderr": err, "exit_code": 137, "timed_out": true,
+                    "cancelled": false,
+                    "stdout_truncated": so_far.stdout_truncated,
+                    "stderr_truncated": so_far.stderr_truncated,
+                    "duration_ms": so_far.elapsed.as_millis() as u64,
+                },
+                "isError": true,
+            })));
+            return None;
+        }
+    };
+    if !so_far.stdout_truncated {
+        job.out.write(so_far.stdout);
+    }
+    if !so_far.stderr_truncated {
+        job.err.write(so_far.stderr);
+    }
+    let pid = so_far.pid.as_raw_nonzero().get();
+    jobs.spawned(&job, pid, super::process::start_ticks(pid));
+    let truncated: Vec<&str> = [
+        ("stdout", so_far.stdout_truncated),
+        ("stderr", so_far.stderr_truncated),
+    ]
+    .into_iter()
+    .filter_map(|(n, t)| t.then_some(n))
+    .collect();
+    let mut status = format!(
+        "[still running after {after}; continues as job {id}; read it with bash_poll \
+         {{\"job_id\": \"{id}\", \"stdout_offset\": {so}, \"stderr_offset\": {se}, \
+         \"wait_secs\": 30}}; stop it with bash_cancel]",
+        id = job.id,
+        so = so_far.stdout_total,
+        se = so_far.stderr_total,
+    );
+    if !truncated.is_empty() {
+        status.push_str(&format!(
+            " [{} past its first {cap} bytes was dropped before the job began keeping it]",
+            truncated.join(" and ")
+        ));
+    }
+    let text = streams_text(&out, &err, &status);
+    done.complete(ToolOutput::Result(json!({
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": {
+            "job_id": job.id,
+            "pid": pid,
+            "state": "running",
+            "started_at": rfc3339_ms(job.started_at_ms),
+            "stdout": out,
+            "stderr": err,
+            "stdout_next": so_far.stdout_total,
+            "stderr_next": so_far.stderr_total,
+            "stdout_truncated": so_far.stdout_truncated,
+            "stderr_truncated": so_far.stderr_truncated,
+            "duration_ms": so_far.elapsed.as_millis() as u64,
+        },
+        "isError": false,
+    })));
+    Some(Continued {
+        sink: Arc::clone(&job) as Arc<dyn super::process::JobSink>,
+        ctl: Arc::clone(&job.ctl),
+        on_exit: jobs.on_exit(job),
+    })
+}
+
+/// stdout, then stderr under a marker line, then a status line.
+fn streams_text(out: &str, err: &str, status: &str) -> String {
+    let mut text = String::with_capacity(out.len() + err.len() + status.len() + 16);
+    let end_line = |text: &mut String| {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+    };
+    text.push_str(out);
+    if !err.is_empty() {
+        end_line(&mut text);
+        text.push_str("--- stderr ---\n");
+        text.push_str(err);
+    }
+    end_line(&mut text);
+    text.push_str(status);
+    text
+}
+
+/// The validated arguments of `bash_poll`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PollArgs {
+    job_id: String,
+    stdout_offset: u64,
+    stderr_offset: u64,
+    max_bytes: u64,
+    wait_secs: u64,
+}
+
+fn parse_poll(args: &Value) -> Result<PollArgs, String> {
+    let map = object(args)?;
+    let offset = |field| {
+        int_field(
+            map,
+            field,
+            0,
+            0..=u64::MAX,
+            "an absolute byte offset: the previous answer's *_next",
+        )
+    };
+    Ok(PollArgs {
+        job_id: job_id_field(map)?,
+        stdout_offset: offset("stdout_offset")?,
+        stderr_offset: offset("stderr_offset")?,
+        max_bytes: int_field(
+            map,
+            "max_bytes",
+            DEFAULT_POLL_BYTES,
+            1..=MAX_POLL_BYTES,
+            "bytes returned per stream",
+        )?,
+        wait_secs: int_field(
+            map,
+            "wait_secs",
+            0,
+            0..=MAX_WAIT_SECS,
+            "the pod gives up on a call at 120 s",
+        )?,
+    })
+}
+
+/// `bash_poll`: answer now, or park on the process watcher until there is news.
+pub fn poll(args: Value, cx: CallContext, done: Completion) {
+    let args = match parse_poll(&args) {
+        Ok(args) => args,
+        Err(msg) => return done.complete(ToolOutput::InvalidParams(msg)),
+    };
+    let Some(job) = cx.host.jobs.find(scope(&cx), &args.job_id) else {
+        return done.complete(unknown(&args.job_id));
+    };
+    let (so, se, max) = (
+        args.stdout_offset,
+        args.stderr_offset,
+        args.max_bytes as usize,
+    );
+    if args.wait_secs == 0 || job.has_news(so, se) {
+        return done.complete(poll_result(&job, so, se, max));
+    }
+    let ready = Arc::clone(&job);
+    cx.host.processes.wait(Wait {
+        key: super::process::JobSink::key(&*job),
+        deadline: Instant::now() + Duration::from_secs(args.wait_secs),
+        ctl: Arc::clone(&cx.ctl),
+        ready: Box::new(move || ready.has_news(so, se)),
+        answer: Box::new(move || done.complete(poll_result(&job, so, se, max))),
+    });
+}
+
+/// What `bash_poll` answers about `job` from these offsets.
+fn poll_result(job: &Job, stdout_offset: u64, stderr_offset: u64, max: usize) -> ToolOutput {
+    // The status first: output read after it is at least as new, so a job seen ended
+    // has all its output in the chunks.
+    let st = job.status();
+    let out = job.out.read(stdout_offset, max);
+    let err = job.err.read(stderr_offset, max);
+    let stdout = String::from_utf8_lossy(&out.data);
+    let stderr = String::from_utf8_lossy(&err.data);
+    let mut s = Map::new();
+    s.insert("job_id".into(), json!(job.id));
+    s.insert("state".into(), json!(st.state.as_str()));
+    s.insert("pid".into(), json!(st.pid));
+    s.insert("stdout".into(), json!(stdout));
+    s.insert("stderr".into(), json!(stderr));
+    for (name, c) in [("stdout", &out), ("stderr", &err)] {
+        s.insert(format!("{name}_next"), json!(c.next));
+        s.insert(format!("{name}_total"), json!(c.total));
+    }
+    if out.skipped + err.skipped > 0 {
+        s.insert(
+            "skipped_bytes".into(),
+            json!({"stdout": out.skipped, "stderr": err.skipped}),
+        );
+    }
+    end_fields(&mut s, job, &st);
+    let mut status = match st.state {
+        State::Running => format!(
+            "[job {} running; poll again with stdout_offset {} and stderr_offset {}]",
+            job.id, out.next, err.next
+        ),
+        State::Exited => format!(
+            "[job {} exited {} after {} ms; all output read up to stdout {} / stderr {} of {} / {}]",
+            job.id,
+            st.exit_code.unwrap_or(-1),
+            st.duration_ms.unwrap_or(0),
+            out.next,
+            err.next,
+            out.total,
+            err.total
+        ),
+        State::Killed => format!(
+            "[job {} killed ({}), exit {}; output up to stdout {} / stderr {} of {} / {}]",
+            job.id,
+            st.reason.as_deref().unwrap_or("killed"),
+            st.exit_code.unwrap_or(137),
+            out.next,
+            err.next,
+            out.total,
+            err.total
+        ),
+    };
+    for (name, c) in [("stdout", &out), ("stderr", &err)] {
+        if c.skipped > 0 {
+            status.push_str(&format!(
+                " [{} bytes of {name} before offset {} had already been dropped: only the \
+                 newest bytes of each stream are kept]",
+                c.skipped, c.from
+            ));
+        }
+    }
+    ToolOutput::Result(json!({
+        "content": [{"type": "text", "text": streams_text(&stdout, &stderr, &status)}],
+        "structuredContent": s,
+        "isError": false,
+    }))
+}
+
+/// `exit_code`, `reason`, `started_at`, `ended_at`, `duration_ms` as far as known.
+fn end_fields(s: &mut Map<String, Value>, job: &Job, st: &crate::bgjobs::Status) {
+    s.insert("started_at".into(), json!(rfc3339_ms(job.started_at_ms)));
+    if st.state == State::Running {
+        return;
+    }
+    s.insert("exit_code".into(), json!(st.exit_code));
+    if let Some(reason) = &st.reason {
+        s.insert("reason".into(), json!(reason));
+    }
+    if let Some(ms) = st.ended_at_ms {
+        s.insert("ended_at".into(), json!(rfc3339_ms(ms)));
+    }
+    if let Some(ms) = st.duration_ms {
+        s.insert("duration_ms".into(), json!(ms));
+    }
+}
+
+/// `bash_list`: this scope's jobs, oldest first.
+pub fn list(args: Value, cx: CallContext, done: Completion) {
+    if let Err(msg) = object(&args) {
+        return done.complete(ToolOutput::InvalidParams(msg));
+    }
+    let jobs = cx.host.jobs.list(scope(&cx));
+    let mut lines = Vec::with_capacity(jobs.len() + 1);
+    let items: Vec<Value> = jobs
+        .iter()
+        .map(|job| {
+            let st = job.status();
+            let mut s = Map::new();
+            s.insert("job_id".into(), json!(job.id));
+            s.insert("command".into(), json!(job.command));
+            s.insert("state".into(), json!(st.state.as_str()));
+            s.insert("pid".into(), json!(st.pid));
+            s.insert("stdout_total".into(), json!(job.out.total()));
+            s.insert("stderr_total".into(), json!(job.err.total()));
+            end_fields(&mut s, job, &st);
+            let how = match (&st.state, &st.reason) {
+                (State::Exited, _) => format!("exited {}", st.exit_code.unwrap_or(-1)),
+                (State::Killed, Some(r)) => format!("killed ({r})"),
+                (state, _) => state.as_str().to_string(),
+            };
+            let first_line = job.command.lines().next().unwrap_or("");
+            lines.push(format!(
+                "{}  {how}  stdout {} B, stderr {} B  {first_line}",
+                job.id,
+                job.out.total(),
+                job.err.total()
+            ));
+            Value::Object(s)
+        })
+        .collect();
+    if lines.is_empty() {
+        lines.push("no jobs under this grant".into());
+    }
+    done.complete(ToolOutput::Result(json!({
+        "content": [{"type": "text", "text": lines.join("\n")}],
+        "structuredContent": {"jobs": items},
+        "isError": false,
+    })));
+}
+
+/// `bash_cancel`: TERM (then KILL after the grace) or KILL a running job.
+pub fn cancel(args: Value, cx: CallContext, done: Completion) {
+    let parsed = object(&args).and_then(|map| {
+        let signal = match map.get("signal") {
+            None | Some(Value::Null) => Stop::Term,
+            Some(Value::String(s)) if s == "TERM" => Stop::Term,
+            Some(Value::String(s)) if s == "KILL" => Stop::Kill,
+            Some(_) => return Err("signal must be \"TERM\" or \"KILL\"".to_string()),
+        };
+        Ok((job_id_field(map)?, signal))
+    });
+    let (id, signal) = match parsed {
+        Ok(p) => p,
+        Err(msg) => return done.complete(ToolOutput::InvalidParams(msg)),
+    };
+    let jobs = &cx.host.jobs;
+    let Some(job) = jobs.find(scope(&cx), &id) else {
+        return done.complete(unknown(&id));
+    };
+    let name = match signal {
+        Stop::Term => "TERM",
+        Stop::Kill => "KILL",
+    };
+    let text = if jobs.stop(&job, signal) {
+        match signal {
+            Stop::Term => format!(
+                "sent TERM to job {id}'s process group; KILL follows in {} if it is still \
+                 alive. bash_poll shows its end.",
+                secs_text(jobs.config().kill_grace)
+            ),
+            Stop::Kill => {
+                format!("sent KILL to job {id}'s process group. bash_poll shows its end.")
+            }
+        }
+    } else {
+        let st = job.status();
+        format!(
+            "job {id} had already ended ({}, exit {}); nothing was sent",
+            st.state.as_str(),
+            st.exit_code.unwrap_or(-1)
+        )
+    };
+    let st = job.status();
+    done.complete(ToolOutput::Result(json!({
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": {"job_id": id, "signal": name, "state": st.state.as_str()},
+        "isError": false,
+    })));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poll_arguments_are_checked_and_name_the_field() {
+        let ok = parse_poll(&json!({"job_id": "x"})).unwrap();
+        assert_eq!(
+            (
+                ok.stdout_offset,
+                ok.stderr_offset,
+                ok.max_bytes,
+                ok.wait_secs
+            ),
+            (0, 0, 65536, 0)
+        );
+        let ok =
+            parse_poll(&json!({"job_id": "x", "max_bytes": 1_048_576, "wait_secs": 100})).unwrap();
+        assert_eq!((ok.max_bytes, ok.wait_secs), (1_048_576, 100));
+        for (args, field) in [
+            (json!({}), "job_id is required"),
+            (json!({"job_id": 5}), "job_id must be a string"),
+            (json!({"job_id": null}), "job_id is required"),
+            (
+                json!({"job_id": "x", "stdout_offset": -1}),
+                "stdout_offset must be",
+            ),
+            (
+                json!({"job_id": "x", "stderr_offset": -5}),
+                "stderr_offset must be",
+            ),
+            (
+                json!({"job_id": "x", "stdout_offset": 1.5}),
+                "stdout_offset must be",
+            ),
+            (json!({"job_id": "x", "max_bytes": 0}), "max_bytes must be"),
+            (
+                json!({"job_id": "x", "max_bytes": 1_048_577}),
+                "max_bytes must be",
+            ),
+            (
+                json!({"job_id": "x", "wait_secs": 101}),
+                "wait_secs must be",
+            ),
+            (json!({"job_id": "x", "wait_secs": -1}), "wait_secs must be"),
+            (json!([1]), "arguments must be an object"),
+        ] {
+            let err = parse_poll(&args).unwrap_err();
+            assert!(err.starts_with(field), "{args}: {err}");
+        }
+    }
+
+    #[test]
+    fn specs_say_how_to_use_them() {
+        for needle in [
+            "bash_poll",
+            "wait_secs",
+            "120 s",
+            "grant",
+            "86400",
+            "bash_cancel",
+        ] {
+            assert!(START.description.contains(needle), "{needle}");
+        }
+        for needle in [
+            "absolute",
+            "stdout_next",
+            "skipped_bytes",
+            "wait_secs",
+            "max_bytes",
+        ] {
+            assert!(POLL.description.contains(needle), "{needle}");
+        }
+        assert_eq!(poll_schema()["properties"]["wait_secs"]["maximum"], 100);
+        assert_eq!(
+            poll_schema()["properties"]["max_bytes"]["maximum"],
+            1_048_576
+        );
+        assert_eq!(
+            start_schema()["properties"]["timeout_secs"]["maximum"],
+            86_400
+        );
+        assert_eq!(
+            cancel_schema()["properties"]["signal"]["enum"],
+            json!(["TERM", "KILL"])
+        );
+        assert_eq!(list_schema()["type"], "object");
+        assert_eq!(secs_text(Duration::from_secs(100)), "100 s");
+        assert_eq!(secs_text(Duration::from_millis(300)), "0.3 s");
+    }
+
+    #[test]
+    fn an_unknown_id_is_echoed_but_bounded() {
+        let long = "z".repeat(10_000);
+        match unknown(&long) {
+            ToolOutput::Result(v) => {
+                let text = v["content"][0]["text"].as_str().unwrap();
+                assert_eq!(text, format!("unknown job_id: {}", "z".repeat(64)));
+                assert_eq!(v["isError"], true);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
