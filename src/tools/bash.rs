@@ -26,7 +26,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use super::process::{End, RunResult, RunSpec};
-use super::{CallContext, CallLimits, ToolConfig, ToolSpec};
+use super::{CallContext, ToolConfig, ToolSpec};
 use crate::jobs::Completion;
 use crate::mcp::ToolOutput;
 
@@ -518,6 +518,7 @@ mod tests {
     use super::*;
     use crate::jobs::{JobCtl, Pool};
     use crate::secret::Secret;
+    use crate::tools::CallLimits;
     use std::io::BufRead;
     use std::sync::Arc;
 
