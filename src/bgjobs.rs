@@ -850,7 +850,6 @@ impl JobTable {
             self.remove(&oldest);
         }
         self.schedule(expires, Chore::ExpireJob(Arc::downgrade(job)));
-        self.ended.notify_all();
         if let Some(hooks) = self.hooks.get() {
             hooks.metrics.job_ended(state.as_str());
             hooks.audit.record(Record::Job {
@@ -874,6 +873,10 @@ impl JobTable {
             run.exit_code,
             reason.map(|r| format!(", {r}")).unwrap_or_default()
         );
+        // Last: shutdown waits on this, and the audit record must be queued by then. Under
+        // the lock, so a shutdown between its check and its wait cannot miss it.
+        let _inner = self.lock();
+        self.ended.notify_all();
     }
 
     /// Drop a job from the table and its files from disk.

@@ -1041,7 +1041,10 @@ fn jobs_are_audited_and_counted_in_metrics() {
         (Some("killed"), Some("cancelled"))
     );
     assert_eq!(ended["exit_code"], 137);
-    assert_eq!(ended["bytes"], 20, "the bytes of secret-command-text and its newline");
+    assert_eq!(
+        ended["bytes"], 20,
+        "the bytes of secret-command-text and its newline"
+    );
     assert!(ended["duration_ms"].is_u64());
     assert!(!audit.contains("secret-command-text"));
 }

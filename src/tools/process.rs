@@ -1,7 +1,7 @@
 //! The process watcher: one thread that waits on every child process a tool starts (its
 //! pipes, its exit, its timeout), so no pool worker ever blocks on a child. It also holds
 //! the long-polls of `bash_poll` (answered the moment a job's pipes bring output or its
-//! leader exits) and the few timers of jobs (retention, the KILL after a TERM).
+//! leader exits).
 //!
 //! A child is spawned by [`ProcessWatcher::spawn`] on the caller's thread (a pool worker),
 //! in a process group of its own, with stdin `/dev/null` and stdout/stderr piped. The
@@ -200,12 +200,9 @@ pub struct Wait {
     pub answer: Box<dyn FnOnce() + Send>,
 }
 
-type Timer = Box<dyn FnOnce() + Send>;
-
 enum Msg {
     Child(Box<Entry>),
     Wait(Wait),
-    Timer(Instant, Timer),
 }
 
 /// Waits on child processes for every tool call. Dropping it stops its thread after
@@ -257,7 +254,6 @@ impl ProcessWatcher {
                     next_id: 0,
                     scratch: vec![0; READ_CHUNK_BYTES],
                     waits: Vec::new(),
-                    timers: Vec::new(),
                 }
                 .run()
             })?;
@@ -309,12 +305,6 @@ impl ProcessWatcher {
         if let Err(Msg::Wait(wait)) = self.send(Msg::Wait(wait)) {
             (wait.answer)();
         }
-    }
-
-    /// Run `f` on the watcher thread at `at` (or at once if that has passed). Dropped
-    /// unrun if the watcher stops first. Keep it short, as `on_exit`.
-    pub fn at(&self, at: Instant, f: impl FnOnce() + Send + 'static) {
-        let _ = self.send(Msg::Timer(at, Box::new(f)));
     }
 
     fn try_spawn(&self, mut cmd: Command, spec: RunSpec) -> io::Result<Box<Entry>> {
@@ -589,12 +579,11 @@ struct Watcher {
     next_id: u64,
     scratch: Vec<u8>,
     waits: Vec<Wait>,
-    timers: Vec<(Instant, Timer)>,
 }
 
 impl Watcher {
-    /// How long to sleep: until the nearest kill deadline, inline limit, long-poll
-    /// deadline or timer.
+    /// How long to sleep: until the nearest kill deadline, inline limit or long-poll
+    /// deadline.
     fn timeout(&self) -> Option<Duration> {
         let now = Instant::now();
         let children = self.entries.values().flat_map(|e| {
@@ -602,10 +591,8 @@ impl Watcher {
             kill.into_iter().chain(e.convert_at)
         });
         let waits = self.waits.iter().map(|w| w.deadline);
-        let timers = self.timers.iter().map(|(at, _)| *at);
         children
             .chain(waits)
-            .chain(timers)
             .map(|at| at.saturating_duration_since(now) + DEADLINE_SLACK)
             .min()
     }
@@ -648,7 +635,6 @@ impl Watcher {
                 touched.extend(self.finish(id, None));
             }
             self.settle_waits(&touched);
-            self.run_timers();
             if stop {
                 break;
             }
@@ -668,7 +654,6 @@ impl Watcher {
                         self.waits.push(wait);
                     }
                 }
-                Ok(Msg::Timer(at, f)) => self.timers.push((at, f)),
                 Err(TryRecvError::Empty) => return true,
                 Err(TryRecvError::Disconnected) => return false,
             }
@@ -733,19 +718,6 @@ impl Watcher {
         }
     }
 
-    fn run_timers(&mut self) {
-        let now = Instant::now();
-        let mut i = 0;
-        while i < self.timers.len() {
-            if self.timers[i].0 <= now {
-                let (_, f) = self.timers.swap_remove(i);
-                f();
-            } else {
-                i += 1;
-            }
-        }
-    }
-
     /// The leader has exited (or `abort` says to stop watching): kill what is left of the
     /// group, drain the pipes, reap, report. Returns the job's key, if it was a job.
     fn finish(&mut self, id: u64, abort: Option<End>) -> Option<u64> {
@@ -807,7 +779,7 @@ impl Watcher {
     }
 
     /// Stop: kill and reap every child, including ones handed over but not yet accepted;
-    /// answer every long-poll; drop the timers.
+    /// answer every long-poll.
     fn abort_all(&mut self) {
         while let Ok(msg) = self.rx.try_recv() {
             match msg {
@@ -817,7 +789,6 @@ impl Watcher {
                     self.entries.insert(id, entry);
                 }
                 Msg::Wait(wait) => self.waits.push(wait),
-                Msg::Timer(..) => {}
             }
         }
         let ids: Vec<u64> = self.entries.keys().copied().collect();
@@ -827,7 +798,6 @@ impl Watcher {
         for wait in std::mem::take(&mut self.waits) {
             (wait.answer)();
         }
-        self.timers.clear();
     }
 }
 
@@ -953,5 +923,168 @@ mod tests {
         drop(w);
         gate_tx.send(()).unwrap();
         assert_eq!(rx.recv_timeout(WATCHDOG).unwrap(), End::Exited);
+    }
+
+    /// A sink that keeps what it is given and counts it.
+    #[derive(Default)]
+    struct TestSink {
+        bytes: std::sync::Mutex<Vec<u8>>,
+        total: std::sync::atomic::AtomicU64,
+    }
+
+    impl JobSink for TestSink {
+        fn write(&self, _: Which, bytes: &[u8]) {
+            self.bytes.lock().unwrap().extend_from_slice(bytes);
+            self.total
+                .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::SeqCst);
+        }
+        fn key(&self) -> u64 {
+            7
+        }
+    }
+
+    fn fifo(tag: &str) -> std::path::PathBuf {
+        let path = std::env::temp_dir().join(format!(
+            "handnode-fifo-{tag}-{}-{:?}",
+            std::process::id(),
+            Instant::now()
+        ));
+        assert!(Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap()
+            .success());
+        path
+    }
+
+    /// Open the FIFO for writing (it blocks until the child reads), under the watchdog.
+    fn release(path: &std::path::Path) {
+        let path = path.to_path_buf();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || tx.send(std::fs::write(path, b"go\n").is_ok()));
+        assert!(rx
+            .recv_timeout(WATCHDOG)
+            .expect("watchdog: nobody read the FIFO"));
+    }
+
+    #[test]
+    fn a_jobs_output_goes_to_its_sink_and_a_wait_answers_when_it_arrives() {
+        let w = ProcessWatcher::start().unwrap();
+        let sink = Arc::new(TestSink::default());
+        let gate = fifo("sink");
+        let mut cmd = Command::new("bash");
+        cmd.arg("-c")
+            .arg(format!("read l < '{}'; echo out", gate.display()));
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let spec = RunSpec {
+            sink: Some(Arc::clone(&sink) as Arc<dyn JobSink>),
+            ..RunSpec::oneshot(WATCHDOG, 0, JobCtl::new())
+        };
+        w.spawn(cmd, spec, move |r| tx.send(r.unwrap()).unwrap());
+        let (answered_tx, answered) = crossbeam_channel::bounded(1);
+        let seen = Arc::clone(&sink);
+        w.wait(Wait {
+            key: 7,
+            deadline: Instant::now() + WATCHDOG,
+            ctl: JobCtl::new(),
+            ready: Box::new(move || seen.total.load(std::sync::atomic::Ordering::SeqCst) > 0),
+            answer: Box::new(move || answered_tx.send(()).unwrap()),
+        });
+        assert!(answered.try_recv().is_err(), "nothing yet");
+        release(&gate);
+        answered.recv_timeout(WATCHDOG).expect("answered on output");
+        let r = rx.recv_timeout(WATCHDOG).unwrap();
+        assert_eq!(
+            (r.end, r.stdout.len()),
+            (End::Exited, 0),
+            "nothing kept in memory"
+        );
+        assert_eq!(sink.bytes.lock().unwrap().as_slice(), b"out\n");
+        let _ = std::fs::remove_file(gate);
+    }
+
+    #[test]
+    fn a_wait_answers_at_its_deadline_and_a_cancelled_one_never() {
+        let w = ProcessWatcher::start().unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let tx2 = tx.clone();
+        w.wait(Wait {
+            key: 1,
+            deadline: Instant::now() + Duration::from_millis(50),
+            ctl: JobCtl::new(),
+            ready: Box::new(|| false),
+            answer: Box::new(move || tx.send("deadline").unwrap()),
+        });
+        let ctl = JobCtl::new();
+        w.wait(Wait {
+            key: 1,
+            deadline: Instant::now() + WATCHDOG,
+            ctl: Arc::clone(&ctl),
+            ready: Box::new(|| false),
+            answer: Box::new(move || tx2.send("cancelled").unwrap()),
+        });
+        assert_eq!(rx.recv_timeout(WATCHDOG).unwrap(), "deadline");
+        ctl.cancel();
+        // Dropped unanswered: its sender goes with it, so the channel disconnects.
+        assert_eq!(
+            rx.recv_timeout(WATCHDOG),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+        );
+    }
+
+    #[test]
+    fn at_its_inline_limit_a_run_becomes_a_job_or_is_killed() {
+        let w = ProcessWatcher::start().unwrap();
+        let gate = fifo("inline");
+        let sink = Arc::new(TestSink::default());
+        let (call_tx, call_rx) = crossbeam_channel::unbounded();
+        let (job_tx, job_rx) = crossbeam_channel::bounded(1);
+        let job_ctl = JobCtl::new();
+        let call_ctl = JobCtl::new();
+        let mut cmd = Command::new("bash");
+        cmd.arg("-c").arg(format!(
+            "echo before; read l < '{}'; echo after",
+            gate.display()
+        ));
+        let (offered_tx, offered) = crossbeam_channel::bounded(1);
+        let mut spec = RunSpec::oneshot(WATCHDOG, 1024, Arc::clone(&call_ctl));
+        let (s, c) = (Arc::clone(&sink), Arc::clone(&job_ctl));
+        spec.inline = Some((
+            Duration::from_millis(200),
+            Box::new(move |so_far: SoFar<'_>| {
+                offered_tx
+                    .send((so_far.stdout.to_vec(), so_far.stdout_total))
+                    .unwrap();
+                Some(Continued {
+                    sink: s as Arc<dyn JobSink>,
+                    ctl: c,
+                    on_exit: Box::new(move |r| job_tx.send(r).unwrap()),
+                })
+            }),
+        ));
+        w.spawn(cmd, spec, move |r| call_tx.send(r.unwrap()).unwrap());
+        let (kept, total) = offered.recv_timeout(WATCHDOG).unwrap();
+        assert_eq!((kept.as_slice(), total), (&b"before\n"[..], 7));
+        // The call's cancel no longer reaches the group: it is the job's now.
+        call_ctl.cancel();
+        release(&gate);
+        let r = job_rx.recv_timeout(WATCHDOG).unwrap();
+        assert_eq!((r.end, r.exit_code), (End::Exited, 0));
+        assert_eq!(sink.bytes.lock().unwrap().as_slice(), b"after\n");
+        assert!(
+            call_rx.try_recv().is_err(),
+            "the call's own end is not reported"
+        );
+
+        // Refused: the group is killed.
+        let mut spec = RunSpec::oneshot(WATCHDOG, 1024, JobCtl::new());
+        spec.inline = Some((Duration::from_millis(50), Box::new(|_| None)));
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let mut cmd = Command::new("bash");
+        cmd.arg("-c").arg("sleep 300");
+        w.spawn(cmd, spec, move |r| tx.send(r.unwrap()).unwrap());
+        let r = rx.recv_timeout(WATCHDOG).unwrap();
+        assert_eq!((r.end, r.exit_code), (End::TimedOut, KILLED_EXIT_CODE));
+        let _ = std::fs::remove_file(gate);
     }
 }
