@@ -6,7 +6,9 @@
 #   2. reverse attach against a websocat stub pod whose every connection is played by a small
 #      bash driver (initialize → tools/list → sys_info → bash echo e2e): the pod closing with
 #      4010 ends the grant `revoked` after exactly one dial; closing with 1000 brings a redial,
-#      and DELETE /attach/{id} then ends it `cancelled`.
+#      and DELETE /attach/{id} then ends it `cancelled`. The first turn also runs a job:
+#      bash_start, bash_poll with wait_secs (answered when the job prints), bash_cancel, and a
+#      last poll that sees it killed.
 # websocat cannot refuse a handshake, so handshake statuses are covered by the in-process stub
 # pod of tests/attach.rs. Prints PASS/FAIL per step and "N passed, M failed"; exits non-zero
 # on any failure. Every wait is bounded; every process started here is killed on exit.
@@ -74,7 +76,7 @@ check "notifications/initialized → 202 with no body" \
 reply="$(http "${mcp_headers[@]}" "${sess[@]}" \
     -d '{"jsonrpc":"2.0","id":2,"method":"tools/list"}' "$daemon_url/mcp")"
 check_json "tools/list → the 5 local tools" "$(body_of "$reply")" \
-    '[.result.tools[].name] | sort == ["bash","key","mouse","screenshot","sys_info"]'
+    '[.result.tools[].name] | sort == ["bash","bash_cancel","bash_list","bash_poll","bash_start","key","mouse","screenshot","sys_info"]'
 check_json "every tool carries all four annotations as booleans" "$(body_of "$reply")" \
     '[.result.tools[].annotations | [.readOnlyHint, .destructiveHint, .idempotentHint, .openWorldHint] | map(type == "boolean") | all] | all'
 reply="$(http "${mcp_headers[@]}" "${sess[@]}" \
@@ -136,10 +138,12 @@ note() { printf '%s\n' "$*" >>"$out"; }
 note "uri ${WEBSOCAT_URI:-}"
 note "auth ${H_Authorization:-}"
 send() { printf '%s\n' "$1"; }
-# expect NAME JQ-FILTER: read one reply (bounded) and note whether the filter holds.
+# expect NAME JQ-FILTER: read one reply (bounded) into $last and note whether the filter holds.
+last=""
 expect() {
     local line
-    if ! IFS= read -r -t 10 line; then note "FAIL $1: no reply within 10 s"; return 1; fi
+    if ! IFS= read -r -t 15 line; then note "FAIL $1: no reply within 15 s"; return 1; fi
+    last="$line"
     if jq -e "$2" >/dev/null 2>&1 <<<"$line"; then note "PASS $1"; else note "FAIL $1: $line"; fi
 }
 send '{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"websocat-pod","version":"0"}}}'
@@ -147,11 +151,25 @@ expect "initialize" '.id == "init" and .result.serverInfo.name == "handnode" and
 send '{"jsonrpc":"2.0","method":"notifications/initialized"}'
 if [ "$n" -eq 1 ]; then
     send '{"jsonrpc":"2.0","id":2,"method":"tools/list"}'
-    expect "tools/list" '[.result.tools[].name] | sort == ["bash","key","mouse","screenshot","sys_info"]'
+    expect "tools/list" '[.result.tools[].name] | sort == ["bash","bash_cancel","bash_list","bash_poll","bash_start","key","mouse","screenshot","sys_info"]'
     send '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sys_info","arguments":{}}}'
     expect "tools/call sys_info" '.id == 3 and .result.isError != true and (.result.structuredContent.hostname | type == "string")'
     send '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo e2e"}}}'
     expect "tools/call bash echo e2e" '.id == 4 and .result.isError == false and .result.structuredContent.stdout == "e2e\n"'
+    # A job: its second line comes 0.3 s after the first, so the waiting poll is answered
+    # by the output, well before its 10 s.
+    send '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"bash_start","arguments":{"command":"echo started; sleep 0.3; echo job-line; exec sleep 1000"}}}'
+    expect "bash_start" '.id == 5 and .result.isError == false and .result.structuredContent.state == "running"'
+    job="$(jq -r '.result.structuredContent.job_id' <<<"$last" 2>/dev/null)"
+    send "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/call\",\"params\":{\"name\":\"bash_poll\",\"arguments\":{\"job_id\":\"$job\",\"stdout_offset\":8,\"wait_secs\":10}}}"
+    asked=$(date +%s%N)
+    expect "bash_poll wait_secs answers with the new line" '.id == 6 and .result.structuredContent.stdout == "job-line\n" and .result.structuredContent.state == "running"'
+    waited_ms=$(( ($(date +%s%N) - asked) / 1000000 ))
+    if [ "$waited_ms" -lt 5000 ]; then note "PASS bash_poll answered on output (${waited_ms} ms)"; else note "FAIL bash_poll waited ${waited_ms} ms"; fi
+    send "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"bash_cancel\",\"arguments\":{\"job_id\":\"$job\"}}}"
+    expect "bash_cancel" '.id == 7 and .result.isError == false and .result.structuredContent.signal == "TERM"'
+    send "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":{\"name\":\"bash_poll\",\"arguments\":{\"job_id\":\"$job\",\"stdout_offset\":17,\"wait_secs\":10}}}"
+    expect "bash_poll sees the job killed (cancelled)" '.id == 8 and .result.structuredContent.state == "killed" and .result.structuredContent.reason == "cancelled"'
     note "turn done"
     # Hold the socket until the script has looked at the grant, then leave: websocat closes
     # with its --close-status-code.
@@ -243,8 +261,8 @@ scenario() {
     check "$name: dialed /tools/attach/$name" conn_has "$pod_dir/conn1" "uri /tools/attach/$name"
     check "$name: dialed with Authorization: Bearer <the grant's secret>" \
         conn_has "$pod_dir/conn1" "auth Bearer $attach_secret"
-    check_json "$name: GET /attach/{id} → attached, 2 calls" "$(grant_json "$grant_id")" \
-        '.state == "attached" and .calls == 2'
+    check_json "$name: GET /attach/{id} → attached, 6 calls, no job running" "$(grant_json "$grant_id")" \
+        '.state == "attached" and .calls == 6 and .jobs == 0'
     touch "$pod_dir/go"
 }
 
@@ -286,6 +304,8 @@ check "SIGTERM → exit 0" test "$stop_status" = 0
 audit="$state/audit.jsonl"
 check "audit.jsonl records the tool calls under the grants" \
     test "$(grep -c '"tool_call"' "$audit" 2>/dev/null)" -ge 4
+check "audit.jsonl records each job's start and end" \
+    test "$(grep -c '"job_ended"' "$audit" 2>/dev/null)" -ge 2
 check "no attach secret or admin token in the log, audit or grants.json after revoke" \
     bash -c '! grep -qF -e "$1" -e "$2" "$3" "$4" "$5"' _ \
     "$attach_secret" "$attach_token" "$tmp/attach.log" "$audit" "$state/grants.json"

@@ -874,6 +874,44 @@ mod tests {
                 "ts_ms"
             ]
         );
+        let job = |ended: bool, command: Option<&str>| Record::Job {
+            ended,
+            grant_id: Some("0000000a-aaaa-4bbb-8ccc-dddddddddddd".into()),
+            principal: "you@example.com".into(),
+            session: Some("laptop".into()),
+            job_id: "0123456789abcdef".into(),
+            command: command.map(str::to_string),
+            state: ended.then_some("exited"),
+            reason: None,
+            exit_code: ended.then_some(0),
+            duration_ms: ended.then_some(12),
+            bytes: ended.then_some(34),
+        };
+        let mut started = keys(job(false, None));
+        started.sort();
+        assert_eq!(
+            started,
+            [
+                "grant_id",
+                "job_id",
+                "kind",
+                "principal",
+                "session",
+                "ts",
+                "ts_ms"
+            ]
+        );
+        let line: Value = serde_json::from_str(&job(false, Some("make")).to_line(0)).unwrap();
+        assert_eq!(
+            (line["kind"].as_str(), line["command"].as_str()),
+            (Some("job_started"), Some("make"))
+        );
+        let line: Value = serde_json::from_str(&job(true, None).to_line(0)).unwrap();
+        assert_eq!(line["kind"], "job_ended");
+        assert_eq!(
+            (line["state"].as_str(), line["bytes"].as_u64()),
+            (Some("exited"), Some(34))
+        );
         let line = created().to_line(1_796_040_000_123);
         assert!(!line.to_lowercase().contains("secret"), "{line}");
         assert!(line.contains("\"ts\":\"2026-11-30T12:00:00Z\""), "{line}");

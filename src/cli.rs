@@ -768,6 +768,7 @@ fn grants(args: &GrantsArgs, out: &mut dyn Write) -> Result<i32, Failure> {
         "SESSION",
         "EXPIRES IN",
         "CALLS",
+        "JOBS",
         "RUNTIME",
     ]
     .map(String::from)
@@ -782,6 +783,10 @@ fn grants(args: &GrantsArgs, out: &mut dyn Write) -> Result<i32, Failure> {
                 .and_then(Value::as_u64)
                 .map_or("-".into(), human_secs),
             g.get("calls")
+                .and_then(Value::as_u64)
+                .map_or("-".into(), |c| c.to_string()),
+            // Running jobs; a daemon that predates jobs sends none.
+            g.get("jobs")
                 .and_then(Value::as_u64)
                 .map_or("-".into(), |c| c.to_string()),
             str_field(g, "runtime").to_string(),
@@ -1283,7 +1288,7 @@ mod tests {
     fn grants_prints_a_table() {
         let list = format!(
             r#"{{"grants":[{},{}]}}"#,
-            grant_json("attached", ""),
+            grant_json("attached", r#","jobs":3"#),
             grant_json("ended", r#","ended":"cancelled""#)
         );
         let stub = Stub::start(vec![(200, list), (200, r#"{"grants":[]}"#.into())]);
@@ -1299,6 +1304,10 @@ mod tests {
         assert_eq!(lines.len(), 3, "{out}");
         assert!(lines[0].starts_with("ID") && lines[0].contains("STATE"));
         assert!(lines[1].contains("attached") && lines[1].contains("1h 0m"));
+        assert!(lines[0].contains("JOBS"), "{out}");
+        let jobs_at = lines[0].find("JOBS").unwrap();
+        assert_eq!(&lines[1][jobs_at..jobs_at + 1], "3", "{out}");
+        assert_eq!(&lines[2][jobs_at..jobs_at + 1], "-", "{out}");
         assert!(lines[2].contains("ended: cancelled"));
         assert_eq!(out2, "no grants\n");
     }

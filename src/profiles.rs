@@ -241,6 +241,14 @@ mod tests {
         }
         assert!(!Profile::Observe.allows_upstream("browser_anything_new"));
         assert!(!Profile::Observe.is_shell_equivalent());
+        // Reading a job is observe-class, but observe has no way to start one: §9 lists
+        // the job tools for owner and desktop only.
+        for tool in ["bash_start", "bash_poll", "bash_list", "bash_cancel"] {
+            assert!(!Profile::Observe.allows_local(tool), "{tool}");
+            assert!(Profile::Owner.allows_local(tool) && Profile::Desktop.allows_local(tool));
+        }
+        assert_eq!(class_of("bash_start"), Some(Class::Shell));
+        assert_eq!(class_of("bash_cancel"), Some(Class::Act));
     }
 
     #[test]

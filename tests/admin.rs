@@ -193,7 +193,7 @@ fn mcp_over_http_as_a_new_user_would_use_it() {
         json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}),
     );
     let tools = list["result"]["tools"].as_array().unwrap();
-    assert_eq!(tools.len(), 5);
+    assert_eq!(tools.len(), 9);
     for t in tools {
         for k in [
             "readOnlyHint",

@@ -81,7 +81,17 @@ fn desktop_tools_through_a_grant_on_x11() {
     let list = conn.request(json!(1), "tools/list", json!({}));
     assert_eq!(
         names(&list),
-        ["sys_info", "bash", "screenshot", "mouse", "key"]
+        [
+            "sys_info",
+            "bash",
+            "screenshot",
+            "mouse",
+            "key",
+            "bash_start",
+            "bash_poll",
+            "bash_list",
+            "bash_cancel"
+        ]
     );
 
     let shot = conn.call_tool(json!(2), "screenshot", json!({}));
@@ -160,7 +170,17 @@ fn browser_tools_through_a_grant() {
         c.display_backend = DisplayBackend::None;
     });
     let mut conn = attach_as(&d, &pod, "web", "desktop");
-    let local = ["sys_info", "bash", "screenshot", "mouse", "key"];
+    let local = [
+        "sys_info",
+        "bash",
+        "screenshot",
+        "mouse",
+        "key",
+        "bash_start",
+        "bash_poll",
+        "bash_list",
+        "bash_cancel",
+    ];
     let want: Vec<String> = local
         .iter()
         .map(|s| s.to_string())
