@@ -106,7 +106,7 @@ impl Opts {
                         "bench [--bin PATH] [--static-bin PATH] [--static-libc NAME] [--quick] \
                          [--only SECTION,...] [--placement NAME] [--server-cpu N]\n\
                          sections: memory, latency (= ping, sys_info, bash, pipelined, hol), \
-                         attach, redial, screenshot"
+                         attach, redial, screenshot, jobs"
                     );
                     std::process::exit(0);
                 }
@@ -1472,6 +1472,205 @@ fn bench_memory(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     r.put("rss_after_revoke_kib", d.rss_kib().0, "KiB", None);
 }
 
+/// Bytes the throughput job writes to its stdout (the issue's 256 MiB).
+const JOB_OUTPUT_BYTES: u64 = 256 << 20;
+
+/// A FIFO under `dir`, made with `mkfifo`.
+fn mkfifo(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    let ok = Command::new("mkfifo").arg(&path).status().expect("mkfifo");
+    assert!(ok.success(), "mkfifo {}", path.display());
+    path
+}
+
+/// The relay both wake figures run: bash echoing each line it reads from a FIFO.
+fn relay_script(fifo: &Path) -> String {
+    format!(
+        "exec 3<'{}'; while IFS= read -r l <&3; do echo \"$l\"; done",
+        fifo.display()
+    )
+}
+
+/// Open a FIFO for writing on a helper thread (it blocks until the reader opens it).
+fn open_writer(fifo: &Path) -> std::fs::File {
+    let path = fifo.to_path_buf();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::OpenOptions::new().write(true).open(path));
+    });
+    rx.recv_timeout(WATCHDOG)
+        .expect("watchdog: nobody opened the FIFO for reading")
+        .expect("open the FIFO")
+}
+
+/// Start a job; returns its id.
+fn start_job(conn: &mut PodConn, command: &str) -> String {
+    let r = conn.call_tool("bash_start", json!({ "command": command }));
+    r["structuredContent"]["job_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("bash_start: {}", clip(&r.to_string())))
+        .to_string()
+}
+
+/// Wait for a job's end with long-polls that read nothing (offsets past any output).
+fn wait_job_end(conn: &mut PodConn, job: &str) -> Value {
+    let far = 1u64 << 50;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let r = conn.call_tool(
+            "bash_poll",
+            json!({"job_id": job, "stdout_offset": far, "stderr_offset": far, "wait_secs": 100}),
+        );
+        if r["structuredContent"]["state"] != "running" {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "watchdog: job {job} never ended");
+    }
+}
+
+/// The job figures (issue 14): a waiting poll's wake beside a bare pipe's, a job's output
+/// rate beside the same command writing to a file, and the daemon's RSS while it runs.
+fn bench_jobs(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
+    let (grant, mut conn) = attach_ready(d, pod, "jobs", "owner");
+    let dir = d.dir.join("fifos");
+    std::fs::create_dir_all(&dir).unwrap();
+    let n = o.n(300);
+
+    // Floor: the same relay with its stdout piped straight to the bench.
+    let fifo = mkfifo(&dir, "floor");
+    let mut relay = Command::new("bash")
+        .args(["-c", &relay_script(&fifo)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the relay");
+    let mut writer = open_writer(&fifo);
+    let mut lines = BufReader::new(relay.stdout.take().unwrap());
+    let mut floor = Vec::with_capacity(n);
+    for i in 0..n + 20 {
+        let t = Instant::now();
+        writeln!(writer, "line {i}").unwrap();
+        let mut got = String::new();
+        lines.read_line(&mut got).unwrap();
+        if i >= 20 {
+            floor.push(ms(t.elapsed()));
+        }
+    }
+    drop(writer);
+    let _ = relay.wait();
+
+    // The figure: the relay as a job, each line awaited by a parked bash_poll.
+    let fifo = mkfifo(&dir, "job");
+    let job = start_job(&mut conn, &relay_script(&fifo));
+    let mut writer = open_writer(&fifo);
+    let mut offset = 0u64;
+    let mut wakes = Vec::with_capacity(n);
+    for i in 0..n + 20 {
+        let id = conn.next_id;
+        conn.next_id += 1;
+        let poll = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "bash_poll",
+            "arguments": {"job_id": job, "stdout_offset": offset, "wait_secs": 10}}});
+        send_text(&mut conn.ws, poll.to_string());
+        // Long enough for the poll to be parked on the watcher before the line is written.
+        std::thread::sleep(Duration::from_millis(5));
+        let t = Instant::now();
+        writeln!(writer, "line {i}").unwrap();
+        let reply = recv_text(&mut conn.ws, "job poll");
+        let elapsed = ms(t.elapsed());
+        assert_eq!(reply_id(&reply), id);
+        let v: Value = serde_json::from_str(&reply).unwrap();
+        offset = v["result"]["structuredContent"]["stdout_next"]
+            .as_u64()
+            .unwrap();
+        if i >= 20 {
+            wakes.push(elapsed);
+        }
+    }
+    drop(writer);
+    wait_job_end(&mut conn, &job);
+    let (p50, floor50) = (percentile(&wakes, 0.5), percentile(&floor, 0.5));
+    r.put("job_poll_wake_ms", p50, "ms", Some(floor50));
+    r.check(
+        "job_poll_wake_ms",
+        format!("p50 <= pipe wake + 1 ms = {:.2} ms", floor50 + 1.0),
+        Some(p50 <= floor50 + 1.0),
+    );
+
+    // Throughput and memory: 256 MiB to a job's stdout.
+    let command = format!("head -c {JOB_OUTPUT_BYTES} /dev/zero");
+    let warm = start_job(&mut conn, "head -c 1048576 /dev/zero");
+    wait_job_end(&mut conn, &warm);
+    std::thread::sleep(Duration::from_millis(300));
+    let (rss_before, _) = d.rss_kib();
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(rss_before as u64));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (peak, done, pid) = (peak.clone(), done.clone(), d.pid);
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Some(kib) = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                    .ok()
+                    .and_then(|s| {
+                        s.lines()
+                            .find_map(|l| l.strip_prefix("VmRSS:"))
+                            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                    })
+                {
+                    peak.fetch_max(kib, std::sync::atomic::Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    let blocks = if o.quick { 1 } else { 3 };
+    let (mut job_rates, mut file_rates) = (Vec::new(), Vec::new());
+    let floor_file = d.state_dir().join("bench-job-floor.bin");
+    let mb = JOB_OUTPUT_BYTES as f64 / (1 << 20) as f64;
+    for _ in 0..blocks {
+        let t = Instant::now();
+        let status = Command::new("bash")
+            .args(["-c", &format!("{command} > '{}'", floor_file.display())])
+            .stdin(Stdio::null())
+            .status()
+            .expect("the floor's head");
+        assert!(status.success());
+        file_rates.push(mb / t.elapsed().as_secs_f64());
+        let _ = std::fs::remove_file(&floor_file);
+
+        let t = Instant::now();
+        let job = start_job(&mut conn, &command);
+        let end = wait_job_end(&mut conn, &job);
+        job_rates.push(mb / t.elapsed().as_secs_f64());
+        let s = &end["structuredContent"];
+        assert_eq!(
+            s["stdout_total"],
+            JOB_OUTPUT_BYTES,
+            "{}",
+            clip(&end.to_string())
+        );
+        assert_eq!(s["exit_code"], 0);
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let _ = sampler.join();
+    let growth = peak.load(std::sync::atomic::Ordering::SeqCst) as f64 - rss_before;
+    let (rate, floor_rate) = (percentile(&job_rates, 0.5), percentile(&file_rates, 0.5));
+    r.put("job_output_mb_per_s", rate, "MB/s", Some(floor_rate));
+    r.check(
+        "job_output_mb_per_s",
+        format!(">= 50 % of a file write = {:.0} MB/s", floor_rate / 2.0),
+        Some(rate >= floor_rate / 2.0),
+    );
+    r.put("job_rss_growth_kib", growth, "KiB", Some(rss_before));
+    r.check(
+        "job_rss_growth_kib",
+        "<= 1024 KiB while 256 MiB stream".into(),
+        Some(growth <= 1024.0),
+    );
+    d.revoke(&grant);
+}
+
 fn bench_screenshot(
     r: &mut Report,
     o: &Opts,
@@ -1701,6 +1900,10 @@ fn main() {
     if o.runs("screenshot") {
         eprintln!("bench: screenshot");
         bench_screenshot(&mut r, &o, &d, &mut pod, grabber.as_ref());
+    }
+    if o.runs("jobs") {
+        eprintln!("bench: jobs");
+        bench_jobs(&mut r, &o, &d, &mut pod);
     }
     drop(d);
     r.table();

@@ -41,7 +41,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{RecvTimeoutError, Sender};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::audit::{Audit, Record};
 use crate::jobs::JobCtl;
@@ -162,10 +162,13 @@ fn now_ms() -> u64 {
 }
 
 /// This boot's id, which tells whether recorded pids can still be ours.
-fn boot_id() -> String {
-    fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+fn boot_id() -> &'static str {
+    static BOOT: OnceLock<String> = OnceLock::new();
+    BOOT.get_or_init(|| {
+        fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    })
 }
 
 /// The first `COMMAND_NOTE_BYTES` of a command, cut at a character boundary.
@@ -444,24 +447,43 @@ impl Job {
     /// Write the record with the current status (under the status lock, so the last
     /// writer always writes the latest state).
     fn persist(&self) {
+        #[derive(serde::Serialize)]
+        struct Stored<'a> {
+            v: u64,
+            id: &'a str,
+            scope: &'a str,
+            command: &'a str,
+            principal: &'a str,
+            session: Option<&'a str>,
+            started_at_ms: u64,
+            boot_id: &'static str,
+            pid: Option<i32>,
+            start_ticks: Option<u64>,
+            state: &'static str,
+            exit_code: Option<i32>,
+            reason: Option<&'a str>,
+            ended_at_ms: Option<u64>,
+            duration_ms: Option<u64>,
+        }
         let st = self.lock_status();
-        let record = json!({
-            "v": RECORD_VERSION,
-            "id": self.id,
-            "scope": self.scope,
-            "command": self.command,
-            "principal": self.principal,
-            "session": self.session,
-            "started_at_ms": self.started_at_ms,
-            "boot_id": boot_id(),
-            "pid": st.pid,
-            "start_ticks": st.start_ticks,
-            "state": st.state.as_str(),
-            "exit_code": st.exit_code,
-            "reason": st.reason,
-            "ended_at_ms": st.ended_at_ms,
-            "duration_ms": st.duration_ms,
-        });
+        let record = serde_json::to_string(&Stored {
+            v: RECORD_VERSION,
+            id: &self.id,
+            scope: &self.scope,
+            command: &self.command,
+            principal: &self.principal,
+            session: self.session.as_deref(),
+            started_at_ms: self.started_at_ms,
+            boot_id: boot_id(),
+            pid: st.pid,
+            start_ticks: st.start_ticks,
+            state: st.state.as_str(),
+            exit_code: st.exit_code,
+            reason: st.reason.as_deref(),
+            ended_at_ms: st.ended_at_ms,
+            duration_ms: st.duration_ms,
+        })
+        .expect("a job record always serializes");
         let tmp = self.path("json.tmp");
         let written = OpenOptions::new()
             .write(true)
@@ -469,7 +491,7 @@ impl Job {
             .truncate(true)
             .mode(FILE_MODE)
             .open(&tmp)
-            .and_then(|f| f.write_all_at(record.to_string().as_bytes(), 0))
+            .and_then(|f| f.write_all_at(record.as_bytes(), 0))
             .and_then(|_| fs::rename(&tmp, self.path("json")));
         if let Err(e) = written {
             log::warn!("job {}: could not write its record: {e}", self.id);
@@ -1175,7 +1197,7 @@ impl JobTable {
             ended_at_ms: opt_u64("ended_at_ms"),
             duration_ms: opt_u64("duration_ms"),
         };
-        let boot_matches = v["boot_id"].as_str() == Some(boot_id().as_str());
+        let boot_matches = v["boot_id"].as_str() == Some(boot_id());
         let job = Arc::new(Job {
             id: id.to_string(),
             scope: scope.to_string(),

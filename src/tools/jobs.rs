@@ -11,7 +11,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::{Map, Value};
 
 use super::bash::{command_field, cwd_field, env_field, int_field, object};
 use super::process::{Continued, RunSpec, SoFar, Wait};
@@ -165,6 +166,68 @@ fn secs_text(d: Duration) -> String {
     }
 }
 
+/// A `CallToolResult` with one text block and `structuredContent`, serialized straight
+/// from `structured` (cheaper in code than building a `Value`).
+fn reply<S: Serialize>(text: &str, structured: &S, is_error: bool) -> ToolOutput {
+    #[derive(Serialize)]
+    struct Block<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        text: &'a str,
+    }
+    #[derive(Serialize)]
+    struct Reply<'a, S> {
+        content: [Block<'a>; 1],
+        #[serde(rename = "structuredContent")]
+        structured: &'a S,
+        #[serde(rename = "isError")]
+        is_error: bool,
+    }
+    let json = serde_json::to_string(&Reply {
+        content: [Block { kind: "text", text }],
+        structured,
+        is_error,
+    })
+    .expect("a tool result always serializes");
+    ToolOutput::Encoded {
+        json: json.into(),
+        is_error,
+    }
+}
+
+/// What a job's answers say about its state and end, as far as known.
+#[derive(Serialize)]
+struct JobFacts<'a> {
+    job_id: &'a str,
+    state: &'static str,
+    pid: Option<i32>,
+    started_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exit_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ended_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duration_ms: Option<u64>,
+}
+
+impl<'a> JobFacts<'a> {
+    fn of(job: &'a Job, st: &'a crate::bgjobs::Status) -> Self {
+        let ended = st.state != State::Running;
+        JobFacts {
+            job_id: &job.id,
+            state: st.state.as_str(),
+            pid: st.pid,
+            started_at: rfc3339_ms(job.started_at_ms),
+            exit_code: st.exit_code.filter(|_| ended),
+            reason: st.reason.as_deref().filter(|_| ended),
+            ended_at: st.ended_at_ms.filter(|_| ended).map(rfc3339_ms),
+            duration_ms: st.duration_ms.filter(|_| ended),
+        }
+    }
+}
+
 /// `bash_start`: validate, reserve, spawn, answer with the job id.
 pub fn start(args: Value, cx: CallContext, done: Completion) {
     let parsed = object(&args).and_then(|map| {
@@ -248,16 +311,7 @@ fn started(job: &Job) -> ToolOutput {
         id = job.id,
         pid = st.pid.unwrap_or(0)
     );
-    ToolOutput::Result(json!({
-        "content": [{"type": "text", "text": text}],
-        "structuredContent": {
-            "job_id": job.id,
-            "pid": st.pid,
-            "state": "running",
-            "started_at": rfc3339_ms(job.started_at_ms),
-        },
-        "isError": false,
-    }))
+    reply(&text, &JobFacts::of(job, &st), false)
 }
 
 /// A `bash` call at its inline limit (on the watcher thread): make it a job of the call's
@@ -292,17 +346,28 @@ pub(crate) fn continue_as_job(
                      process group killed, exit 137]"
                 ),
             );
-            done.complete(ToolOutput::Result(json!({
-                "content": [{"type": "text", "text": text}],
-                "structuredContent": {
-                    "stdout": out, "stderr": err, "exit_code": 137, "timed_out": true,
-                    "cancelled": false,
-                    "stdout_truncated": so_far.stdout_truncated,
-                    "stderr_truncated": so_far.stderr_truncated,
-                    "duration_ms": so_far.elapsed.as_millis() as u64,
-                },
-                "isError": true,
-            })));
+            #[derive(Serialize)]
+            struct Killed<'a> {
+                stdout: &'a str,
+                stderr: &'a str,
+                exit_code: i32,
+                timed_out: bool,
+                cancelled: bool,
+                stdout_truncated: bool,
+                stderr_truncated: bool,
+                duration_ms: u64,
+            }
+            let killed = Killed {
+                stdout: &out,
+                stderr: &err,
+                exit_code: super::process::KILLED_EXIT_CODE,
+                timed_out: true,
+                cancelled: false,
+                stdout_truncated: so_far.stdout_truncated,
+                stderr_truncated: so_far.stderr_truncated,
+                duration_ms: so_far.elapsed.as_millis() as u64,
+            };
+            done.complete(reply(&text, &killed, true));
             return None;
         }
     };
@@ -336,23 +401,30 @@ pub(crate) fn continue_as_job(
         ));
     }
     let text = streams_text(&out, &err, &status);
-    done.complete(ToolOutput::Result(json!({
-        "content": [{"type": "text", "text": text}],
-        "structuredContent": {
-            "job_id": job.id,
-            "pid": pid,
-            "state": "running",
-            "started_at": rfc3339_ms(job.started_at_ms),
-            "stdout": out,
-            "stderr": err,
-            "stdout_next": so_far.stdout_total,
-            "stderr_next": so_far.stderr_total,
-            "stdout_truncated": so_far.stdout_truncated,
-            "stderr_truncated": so_far.stderr_truncated,
-            "duration_ms": so_far.elapsed.as_millis() as u64,
-        },
-        "isError": false,
-    })));
+    #[derive(Serialize)]
+    struct AsJob<'a> {
+        #[serde(flatten)]
+        job: JobFacts<'a>,
+        stdout: &'a str,
+        stderr: &'a str,
+        stdout_next: u64,
+        stderr_next: u64,
+        stdout_truncated: bool,
+        stderr_truncated: bool,
+        duration_ms: u64,
+    }
+    let st = job.status();
+    let as_job = AsJob {
+        job: JobFacts::of(&job, &st),
+        stdout: &out,
+        stderr: &err,
+        stdout_next: so_far.stdout_total,
+        stderr_next: so_far.stderr_total,
+        stdout_truncated: so_far.stdout_truncated,
+        stderr_truncated: so_far.stderr_truncated,
+        duration_ms: so_far.elapsed.as_millis() as u64,
+    };
+    done.complete(reply(&text, &as_job, false));
     Some(Continued {
         sink: Arc::clone(&job) as Arc<dyn super::process::JobSink>,
         ctl: Arc::clone(&job.ctl),
@@ -457,23 +529,37 @@ fn poll_result(job: &Job, stdout_offset: u64, stderr_offset: u64, max: usize) ->
     let err = job.err.read(stderr_offset, max);
     let stdout = String::from_utf8_lossy(&out.data);
     let stderr = String::from_utf8_lossy(&err.data);
-    let mut s = Map::new();
-    s.insert("job_id".into(), json!(job.id));
-    s.insert("state".into(), json!(st.state.as_str()));
-    s.insert("pid".into(), json!(st.pid));
-    s.insert("stdout".into(), json!(stdout));
-    s.insert("stderr".into(), json!(stderr));
-    for (name, c) in [("stdout", &out), ("stderr", &err)] {
-        s.insert(format!("{name}_next"), json!(c.next));
-        s.insert(format!("{name}_total"), json!(c.total));
+    #[derive(Serialize)]
+    struct Skipped {
+        stdout: u64,
+        stderr: u64,
     }
-    if out.skipped + err.skipped > 0 {
-        s.insert(
-            "skipped_bytes".into(),
-            json!({"stdout": out.skipped, "stderr": err.skipped}),
-        );
+    #[derive(Serialize)]
+    struct Poll<'a> {
+        #[serde(flatten)]
+        job: JobFacts<'a>,
+        stdout: &'a str,
+        stderr: &'a str,
+        stdout_next: u64,
+        stderr_next: u64,
+        stdout_total: u64,
+        stderr_total: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        skipped_bytes: Option<Skipped>,
     }
-    end_fields(&mut s, job, &st);
+    let answer = Poll {
+        job: JobFacts::of(job, &st),
+        stdout: &stdout,
+        stderr: &stderr,
+        stdout_next: out.next,
+        stderr_next: err.next,
+        stdout_total: out.total,
+        stderr_total: err.total,
+        skipped_bytes: (out.skipped + err.skipped > 0).then_some(Skipped {
+            stdout: out.skipped,
+            stderr: err.skipped,
+        }),
+    };
     let mut status = match st.state {
         State::Running => format!(
             "[job {} running; poll again with stdout_offset {} and stderr_offset {}]",
@@ -509,29 +595,7 @@ fn poll_result(job: &Job, stdout_offset: u64, stderr_offset: u64, max: usize) ->
             ));
         }
     }
-    ToolOutput::Result(json!({
-        "content": [{"type": "text", "text": streams_text(&stdout, &stderr, &status)}],
-        "structuredContent": s,
-        "isError": false,
-    }))
-}
-
-/// `exit_code`, `reason`, `started_at`, `ended_at`, `duration_ms` as far as known.
-fn end_fields(s: &mut Map<String, Value>, job: &Job, st: &crate::bgjobs::Status) {
-    s.insert("started_at".into(), json!(rfc3339_ms(job.started_at_ms)));
-    if st.state == State::Running {
-        return;
-    }
-    s.insert("exit_code".into(), json!(st.exit_code));
-    if let Some(reason) = &st.reason {
-        s.insert("reason".into(), json!(reason));
-    }
-    if let Some(ms) = st.ended_at_ms {
-        s.insert("ended_at".into(), json!(rfc3339_ms(ms)));
-    }
-    if let Some(ms) = st.duration_ms {
-        s.insert("duration_ms".into(), json!(ms));
-    }
+    reply(&streams_text(&stdout, &stderr, &status), &answer, false)
 }
 
 /// `bash_list`: this scope's jobs, oldest first.
@@ -540,19 +604,24 @@ pub fn list(args: Value, cx: CallContext, done: Completion) {
         return done.complete(ToolOutput::InvalidParams(msg));
     }
     let jobs = cx.host.jobs.list(scope(&cx));
+    #[derive(Serialize)]
+    struct Item<'a> {
+        #[serde(flatten)]
+        job: JobFacts<'a>,
+        command: &'a str,
+        stdout_total: u64,
+        stderr_total: u64,
+    }
+    #[derive(Serialize)]
+    struct List<'a> {
+        jobs: Vec<Item<'a>>,
+    }
+    let statuses: Vec<crate::bgjobs::Status> = jobs.iter().map(|j| j.status()).collect();
     let mut lines = Vec::with_capacity(jobs.len() + 1);
-    let items: Vec<Value> = jobs
+    let items = jobs
         .iter()
-        .map(|job| {
-            let st = job.status();
-            let mut s = Map::new();
-            s.insert("job_id".into(), json!(job.id));
-            s.insert("command".into(), json!(job.command));
-            s.insert("state".into(), json!(st.state.as_str()));
-            s.insert("pid".into(), json!(st.pid));
-            s.insert("stdout_total".into(), json!(job.out.total()));
-            s.insert("stderr_total".into(), json!(job.err.total()));
-            end_fields(&mut s, job, &st);
+        .zip(&statuses)
+        .map(|(job, st)| {
             let how = match (&st.state, &st.reason) {
                 (State::Exited, _) => format!("exited {}", st.exit_code.unwrap_or(-1)),
                 (State::Killed, Some(r)) => format!("killed ({r})"),
@@ -565,17 +634,18 @@ pub fn list(args: Value, cx: CallContext, done: Completion) {
                 job.out.total(),
                 job.err.total()
             ));
-            Value::Object(s)
+            Item {
+                job: JobFacts::of(job, st),
+                command: &job.command,
+                stdout_total: job.out.total(),
+                stderr_total: job.err.total(),
+            }
         })
         .collect();
     if lines.is_empty() {
         lines.push("no jobs under this grant".into());
     }
-    done.complete(ToolOutput::Result(json!({
-        "content": [{"type": "text", "text": lines.join("\n")}],
-        "structuredContent": {"jobs": items},
-        "isError": false,
-    })));
+    done.complete(reply(&lines.join("\n"), &List { jobs: items }, false));
 }
 
 /// `bash_cancel`: TERM (then KILL after the grace) or KILL a running job.
@@ -620,17 +690,25 @@ pub fn cancel(args: Value, cx: CallContext, done: Completion) {
             st.exit_code.unwrap_or(-1)
         )
     };
-    let st = job.status();
-    done.complete(ToolOutput::Result(json!({
-        "content": [{"type": "text", "text": text}],
-        "structuredContent": {"job_id": id, "signal": name, "state": st.state.as_str()},
-        "isError": false,
-    })));
+    #[derive(Serialize)]
+    struct Cancelled<'a> {
+        job_id: &'a str,
+        signal: &'static str,
+        state: &'static str,
+    }
+    let state = job.status().state.as_str();
+    let answer = Cancelled {
+        job_id: &id,
+        signal: name,
+        state,
+    };
+    done.complete(reply(&text, &answer, false));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn poll_arguments_are_checked_and_name_the_field() {
