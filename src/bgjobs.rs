@@ -31,7 +31,6 @@
 //! reason `daemon_restarted` and stays readable until its retention ends. Files without a
 //! valid record are removed.
 
-use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
@@ -1093,28 +1092,34 @@ impl JobTable {
         private_dir(&root)?;
         let mut loaded = Vec::new();
         let mut running = Vec::new();
-        for scope_entry in fs::read_dir(&root)? {
-            let scope_entry = scope_entry?;
+        for scope_entry in fs::read_dir(&root)?.flatten() {
             let name = scope_entry.file_name().to_string_lossy().to_string();
             let path = scope_entry.path();
-            if !is_scope(&name) || !scope_entry.file_type()?.is_dir() {
+            let is_dir = scope_entry.file_type().is_ok_and(|t| t.is_dir());
+            if !is_scope(&name) || !is_dir {
                 log::warn!("jobs: removing {} (not a job scope)", path.display());
                 let _ = fs::remove_dir_all(&path).or_else(|_| fs::remove_file(&path));
                 continue;
             }
             let _ = fs::set_permissions(&path, fs::Permissions::from_mode(DIR_MODE));
-            let mut ids: HashMap<String, ()> = HashMap::new();
-            for file in fs::read_dir(&path)? {
-                let file = file?;
+            let mut ids = std::collections::BTreeSet::new();
+            let Ok(files) = fs::read_dir(&path) else {
+                log::warn!(
+                    "jobs: cannot read {}; its jobs are not recovered",
+                    path.display()
+                );
+                continue;
+            };
+            for file in files.flatten() {
                 let fname = file.file_name().to_string_lossy().to_string();
                 let (id, ext) = fname.split_once('.').unwrap_or((&fname, ""));
                 if is_job_id(id) && matches!(ext, "out" | "err" | "json") {
-                    ids.insert(id.to_string(), ());
+                    ids.insert(id.to_string());
                 } else {
                     let _ = fs::remove_file(file.path());
                 }
             }
-            for id in ids.into_keys() {
+            for id in ids {
                 match self.load_one(&path, &name, &id) {
                     Some((job, recorded_running)) => {
                         if recorded_running {

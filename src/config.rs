@@ -1815,6 +1815,16 @@ mod tests {
                 "--ping-interval-ms must be less than --silence-limit-ms",
             ),
             (
+                vec!["--job-output-bytes", "1000", "--job-disk-bytes", "1999"],
+                vec![],
+                "--job-disk-bytes must hold at least one running job",
+            ),
+            (
+                vec!["--inline-wait-ms", "110001"],
+                vec![],
+                "--inline-wait-ms: expected a whole number in 1...110000",
+            ),
+            (
                 vec!["--token-file", "/nonexistent/token"],
                 vec![],
                 "token file /nonexistent/token: cannot read it",

@@ -646,6 +646,39 @@ fn the_owners_mcp_has_a_job_scope_of_its_own() {
 }
 
 #[test]
+fn bash_on_the_owners_mcp_continues_as_a_job_after_its_own_inline_limit() {
+    let d = daemon("jobmcpinline", |c| {
+        c.timing.mcp_inline_wait = Duration::from_millis(300)
+    });
+    let gate = Gate::new(&d.dir, "gate");
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash","arguments":{"command": format!("echo mcp; {}", gate.wait()), "timeout_secs": 3600}}}).to_string();
+    let (status, _, b) = d.raw(
+        "POST",
+        "/mcp",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json"),
+        ],
+        Some(body.as_bytes()),
+    );
+    assert_eq!(status, 200);
+    let r: Value = serde_json::from_slice(&b).unwrap();
+    let s = &r["result"]["structuredContent"];
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    assert_eq!(
+        (s["stdout"].as_str(), s["state"].as_str()),
+        (Some("mcp\n"), Some("running"))
+    );
+    let job = s["job_id"].as_str().unwrap();
+    assert!(d
+        .state_dir()
+        .join("jobs/owner")
+        .join(format!("{job}.out"))
+        .exists());
+    gate.open("x");
+}
+
+#[test]
 fn job_files_are_private_and_the_window_drops_the_oldest_bytes() {
     let pod = StubPod::start();
     let d = daemon("jobwindow", |c| c.limits.job_output_bytes = 1000);
