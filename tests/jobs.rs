@@ -333,6 +333,21 @@ fn a_finished_job_reports_its_exit_both_streams_and_an_offset_past_the_end() {
     let small = poll(&mut conn, "small", json!({"job_id": job, "max_bytes": 2}));
     assert_eq!(small["structuredContent"]["stdout"], "ou");
     assert_eq!(small["structuredContent"]["stdout_next"], 2);
+    // A character that max_bytes would cut is left whole for the next poll.
+    let job = start_job(&mut conn, "s2", "printf 'a\\342\\202\\254b'");
+    until_ended(&mut conn, &job);
+    let cut = poll(&mut conn, "cut", json!({"job_id": job, "max_bytes": 3}));
+    let s = &cut["structuredContent"];
+    assert_eq!(
+        (s["stdout"].as_str(), s["stdout_next"].as_u64()),
+        (Some("a"), Some(1))
+    );
+    let rest = poll(
+        &mut conn,
+        "rest",
+        json!({"job_id": job, "stdout_offset": 1}),
+    );
+    assert_eq!(rest["structuredContent"]["stdout"], "€b");
 }
 
 #[test]

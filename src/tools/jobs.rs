@@ -525,8 +525,19 @@ fn poll_result(job: &Job, stdout_offset: u64, stderr_offset: u64, max: usize) ->
     // The status first: output read after it is at least as new, so a job seen ended
     // has all its output in the chunks.
     let st = job.status();
-    let out = job.out.read(stdout_offset, max);
-    let err = job.err.read(stderr_offset, max);
+    let mut out = job.out.read(stdout_offset, max);
+    let mut err = job.err.read(stderr_offset, max);
+    for c in [&mut out, &mut err] {
+        // A character cut by max_bytes or by the writer's last chunk is left for the next
+        // poll rather than shown as U+FFFD twice; a stream that has ended keeps its tail.
+        if c.next < c.total || st.state == State::Running {
+            let keep = utf8_whole(&c.data);
+            if keep > 0 {
+                c.next -= (c.data.len() - keep) as u64;
+                c.data.truncate(keep);
+            }
+        }
+    }
     let stdout = String::from_utf8_lossy(&out.data);
     let stderr = String::from_utf8_lossy(&err.data);
     #[derive(Serialize)]
@@ -596,6 +607,25 @@ fn poll_result(job: &Job, stdout_offset: u64, stderr_offset: u64, max: usize) ->
         }
     }
     reply(&streams_text(&stdout, &stderr, &status), &answer, false)
+}
+
+/// The length of `data` without a UTF-8 sequence cut short at its end.
+fn utf8_whole(data: &[u8]) -> usize {
+    let n = data.len();
+    for back in 1..=n.min(4) {
+        let b = data[n - back];
+        if b & 0xC0 == 0x80 {
+            continue;
+        }
+        let need = match b {
+            0xF0.. => 4,
+            0xE0.. => 3,
+            0xC0.. => 2,
+            _ => 1,
+        };
+        return if need > back { n - back } else { n };
+    }
+    n
 }
 
 /// `bash_list`: this scope's jobs, oldest first.
@@ -795,6 +825,23 @@ mod tests {
         assert_eq!(list_schema()["type"], "object");
         assert_eq!(secs_text(Duration::from_secs(100)), "100 s");
         assert_eq!(secs_text(Duration::from_millis(300)), "0.3 s");
+    }
+
+    #[test]
+    fn a_cut_character_waits_for_the_next_poll() {
+        let euro = "€".as_bytes(); // three bytes
+        assert_eq!(utf8_whole(b"ab"), 2);
+        assert_eq!(utf8_whole(&[b'a', euro[0], euro[1]]), 1);
+        assert_eq!(utf8_whole(&[b'a', euro[0]]), 1);
+        assert_eq!(utf8_whole(&[b'a', euro[0], euro[1], euro[2]]), 4);
+        assert_eq!(utf8_whole(&[euro[0], euro[1]]), 0);
+        assert_eq!(utf8_whole("é😀".as_bytes()), 6);
+        assert_eq!(
+            utf8_whole(&[0xff]),
+            1,
+            "an invalid byte is not a cut character"
+        );
+        assert_eq!(utf8_whole(&[]), 0);
     }
 
     #[test]
