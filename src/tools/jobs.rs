@@ -618,6 +618,7 @@ fn utf8_whole(data: &[u8]) -> usize {
             continue;
         }
         let need = match b {
+            0xF8.. => 1, // never a lead byte
             0xF0.. => 4,
             0xE0.. => 3,
             0xC0.. => 2,
