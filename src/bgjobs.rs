@@ -63,6 +63,9 @@ pub const COMMAND_NOTE_BYTES: usize = 1024;
 /// Finished jobs kept per scope; past it the oldest is removed before its retention ends,
 /// so a pod that starts jobs in a loop cannot grow the table.
 pub const DEFAULT_KEPT_PER_SCOPE: usize = 256;
+/// Ended scopes remembered without jobs of their own (so a start queued before the end is
+/// still refused); past it the oldest are forgotten.
+const MAX_ENDED_SCOPES: usize = 1024;
 /// Longest shutdown waits for killed jobs to be reported ended (records, audit).
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 /// Size of a ring file's header (bytes): magic, window, start, total.
@@ -974,17 +977,21 @@ impl JobTable {
     /// A grant ended: kill every job it runs, refuse new ones, and remove all its files
     /// after `scope_retention`.
     pub fn end_scope(&self, scope: &str) {
-        let running: Vec<Arc<Job>> = {
+        let (running, any) = {
             let mut inner = self.lock();
             if !inner.ended_scopes.iter().any(|s| s == scope) {
                 inner.ended_scopes.push(scope.to_string());
             }
-            inner
-                .jobs
+            // A grant that never ran a job leaves only this marker (dropped oldest first).
+            let over = inner.ended_scopes.len().saturating_sub(MAX_ENDED_SCOPES);
+            inner.ended_scopes.drain(..over);
+            let mine: Vec<&Arc<Job>> = inner.jobs.iter().filter(|j| j.scope == scope).collect();
+            let running: Vec<Arc<Job>> = mine
                 .iter()
-                .filter(|j| j.scope == scope && j.is_running())
-                .cloned()
-                .collect()
+                .filter(|j| j.is_running())
+                .map(|j| Arc::clone(j))
+                .collect();
+            (running, !mine.is_empty())
         };
         for job in &running {
             self.kill(job, "grant_ended");
@@ -992,10 +999,13 @@ impl JobTable {
         if !running.is_empty() {
             log::info!("grant {scope} ended: killed its {} job(s)", running.len());
         }
-        self.schedule(
-            Instant::now() + self.cfg.scope_retention,
-            Chore::ExpireScope(scope.to_string()),
-        );
+        let has_dir = self.scope_dir(scope).is_some_and(|d| d.exists());
+        if any || has_dir {
+            self.schedule(
+                Instant::now() + self.cfg.scope_retention,
+                Chore::ExpireScope(scope.to_string()),
+            );
+        }
     }
 
     fn kill(&self, job: &Job, why: &'static str) {
@@ -1497,6 +1507,23 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(t.list(G1).is_empty());
+    }
+
+    #[test]
+    fn ended_scopes_without_jobs_are_remembered_up_to_their_bound() {
+        let tmp = TempDir::new("jobs");
+        let t = table(&tmp, |_| {});
+        let scope = |n: usize| format!("{n:08x}-aaaa-4bbb-8ccc-dddddddddddd");
+        for n in 0..=MAX_ENDED_SCOPES {
+            t.end_scope(&scope(n));
+        }
+        assert!(
+            t.janitor.get().is_none(),
+            "nothing to clean: no janitor thread"
+        );
+        assert!(admit(&t, &scope(MAX_ENDED_SCOPES)).is_err());
+        assert!(admit(&t, &scope(1)).is_err());
+        admit(&t, &scope(0)).expect("the oldest of bound + 1 was forgotten");
     }
 
     #[test]
