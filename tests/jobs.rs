@@ -536,7 +536,8 @@ fn replace_deadline_and_a_400x_close_end_the_grants_jobs() {
     assert_ne!(new["id"], old.as_str());
     assert_dies(grandchild);
     assert_dies(leader);
-    let _ = pod.next_session();
+    // Held open: a dropped socket would redial, and that dial could be taken for the next grant's.
+    let (_, _replacement) = pod.next_session();
     // The pod ends the grant (4010).
     let (_, mut conn) = d.attached(&pod, "podend", "owner");
     let (_, leader, grandchild) = job_with_grandchild(&mut conn, &gate);
