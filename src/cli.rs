@@ -195,7 +195,7 @@ const GRANT_FLAGS: &[Flag<OperatorDraft>] = &[
         name: "profile",
         env: false,
         default: "observe",
-        help: "Which tools the agent sees: owner, desktop or observe. Only observe keeps the agent out of this box's shell.",
+        help: "Which tools the agent sees: owner, desktop, observe or browser (a throwaway browser of the grant's own; needs the daemon's --browser-command). Only observe and browser keep the agent out of this box's shell.",
         kind: Kind::Text {
             metavar: "PROFILE",
             set: |d, v| {
@@ -954,7 +954,7 @@ mod tests {
             (vec!["--secret-file", "/nonexistent"], "cannot read it"),
             (
                 vec!["--secret-file", &secret, "--profile", "sandbox"],
-                "profile must be one of owner, desktop, observe",
+                "profile must be one of owner, desktop, observe, browser",
             ),
             (
                 vec!["--secret-file", &secret, "--ttl", "86401"],

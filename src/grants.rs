@@ -775,6 +775,14 @@ impl Registry {
                 warn!("dropped persisted grant {}: unknown profile", g.id);
                 continue;
             };
+            if profile == Profile::Browser && self.services.browsers.is_none() {
+                warn!(
+                    "dropped persisted grant {}: {}",
+                    g.id,
+                    crate::profiles::BROWSER_NEEDS_COMMAND
+                );
+                continue;
+            }
             let deadline = UNIX_EPOCH + Duration::from_secs(g.expires_at);
             let spec = GrantSpec {
                 id: g.id.clone(),
@@ -1003,6 +1011,9 @@ mod tests {
         assert_eq!(r.ttl_secs, 86400);
         assert_eq!(r.profile, Profile::Desktop);
         assert!(matches!(r.source, SecretSource::AdminCredential(_)));
+        let r = parse(r#"{"runtime":"ws://h","session":"s","profile":"browser","secret":"x"}"#)
+            .unwrap();
+        assert_eq!(r.profile, Profile::Browser);
         assert_eq!(
             parse(r#"{"runtime":"ws://h","session":"s","ttl_secs":1,"secret":"x"}"#)
                 .unwrap()

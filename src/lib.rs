@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod audit;
 pub mod auth;
+pub mod browser;
 pub mod calls;
 pub mod cli;
 pub mod config;
@@ -80,6 +81,8 @@ pub struct Daemon {
     fatal: crossbeam_channel::Receiver<Error>,
     audit_guard: Option<audit::AuditGuard>,
     sd_notify: bool,
+    /// Stopped after the grants, so no browser outlives the daemon.
+    browsers: Option<Arc<browser::Browsers>>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -115,7 +118,7 @@ impl Daemon {
         let metrics = Arc::new(metrics::Metrics::new());
         let mut scrub_values = Vec::new();
         scrub_values.extend(config.token.clone());
-        let host = tools::ToolHost::new(tools::ToolConfig {
+        let tool_config = tools::ToolConfig {
             scrub_env: vec![
                 "HANDNODE_TOKEN".into(),
                 "CREDENTIALS_DIRECTORY".into(),
@@ -129,8 +132,28 @@ impl Daemon {
             sys_info_ttl: config.timing.sys_info_ttl,
             display_helper_timeout: config.timing.display_helper_timeout,
             display_env: config.display_env.clone(),
-        })
-        .map_err(|e| Error::io("start the process watcher", e))?;
+        };
+        let browsers = match &config.browser_command {
+            Some(argv) => Some(Arc::new(browser::Browsers::start(
+                browser::BrowserOptions {
+                    argv: argv.clone(),
+                    max_browsers: config.limits.max_browsers,
+                    idle: config.timing.browser_idle,
+                    start_timeout: config.timing.browser_start_timeout,
+                    dir: config.browser_dir.clone().unwrap_or_else(|| {
+                        let env: std::collections::HashMap<String, String> =
+                            std::env::vars().collect();
+                        browser::default_dir(&env)
+                    }),
+                    env: tool_config.clone(),
+                    max_message_bytes: config.limits.max_outbound_bytes,
+                    probe: true,
+                },
+            )?)),
+            None => None,
+        };
+        let host = tools::ToolHost::new(tool_config)
+            .map_err(|e| Error::io("start the process watcher", e))?;
         let services = Arc::new(calls::Services {
             pool: jobs::Pool::new(config.workers, config.limits.job_queue),
             host,
@@ -143,6 +166,7 @@ impl Daemon {
                     Arc::clone(&tls),
                 )?) as Arc<dyn tools::UpstreamSource>)
             },
+            browsers: browsers.clone(),
         });
         let registry = grants::Registry::new(
             Arc::clone(&services),
@@ -192,6 +216,7 @@ impl Daemon {
             fatal,
             audit_guard: Some(audit_guard),
             sd_notify: config.sd_notify,
+            browsers,
         })
     }
 
@@ -227,6 +252,9 @@ impl Daemon {
     fn stop(&mut self) {
         self.admin.take();
         self.registry.shutdown();
+        if let Some(browsers) = self.browsers.take() {
+            browsers.shutdown();
+        }
         self.audit_guard.take();
     }
 }

@@ -41,7 +41,7 @@ pub struct StoredGrant {
     pub id: String,
     pub runtime: String,
     pub session: String,
-    /// `owner`, `desktop` or `observe`.
+    /// One of the names in `Profile::ALL`.
     pub profile: String,
     pub principal: String,
     /// Unix seconds.
@@ -304,7 +304,10 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
     }
     let profile = string_field(obj, "profile")?;
     if profile.parse::<Profile>().is_err() {
-        return Err("profile is not one of owner, desktop, observe".to_string());
+        return Err(format!(
+            "profile is not one of {}",
+            crate::profiles::PROFILE_ERROR.trim_start_matches("profile must be one of ")
+        ));
     }
     let principal = string_field(obj, "principal")?;
     let created_at = u64_field(obj, "created_at")?;
@@ -605,11 +608,11 @@ mod tests {
             ),
             (
                 with("profile", Value::from("sandbox")),
-                "profile is not one of owner, desktop, observe",
+                "profile is not one of owner, desktop, observe, browser",
             ),
             (
                 with("profile", Value::from("Owner")),
-                "profile is not one of owner, desktop, observe",
+                "profile is not one of owner, desktop, observe, browser",
             ),
             (
                 with("session", Value::from("Bad Session")),

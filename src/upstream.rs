@@ -1532,6 +1532,7 @@ mod tests {
         let catalog = ConnCatalog {
             grant: None,
             upstream: Some(&up),
+            browsers: None,
         };
         let local = Profile::Desktop.local_allow_list().len();
         assert_eq!(catalog.list(Profile::Desktop).len(), local + 2);
@@ -1780,6 +1781,7 @@ mod tests {
         let catalog = ConnCatalog {
             grant: None,
             upstream: Some(&up),
+            browsers: None,
         };
         let owner: Vec<Value> = catalog.list(Profile::Owner);
         let owner: Vec<&str> = owner.iter().map(|t| t["name"].as_str().unwrap()).collect();

@@ -248,6 +248,12 @@ pub trait UpstreamSource: Send + Sync + std::fmt::Debug {
     );
 }
 
+/// Said after the grant note in each browser-tier tool's description: the pod answers
+/// `initialize` itself, so the agent learns what this browser is from here.
+const BROWSER_TIER_NOTE: &str = " The browser_* tools drive a browser of this grant's own: \
+    started on the first call with an empty profile, kept across reconnects, discarded when \
+    the grant ends.";
+
 /// A tool object as `tools/list` shows it.
 pub fn tool_json(spec: &ToolSpec, note: Option<&str>) -> Value {
     let class = class_of(spec.name).expect("every local tool has a class");
@@ -264,11 +270,13 @@ pub fn tool_json(spec: &ToolSpec, note: Option<&str>) -> Value {
 }
 
 /// The catalogue one connection sees: local tools, then upstream tools, filtered by the
-/// connection's profile. A local name wins over an upstream one.
+/// connection's profile. A local name wins over an upstream one. Under `browser` it is
+/// the grant's own browser tools instead, and nothing else.
 #[derive(Debug)]
 pub struct ConnCatalog<'a> {
     pub grant: Option<&'a GrantNote>,
     pub upstream: Option<&'a dyn UpstreamSource>,
+    pub browsers: Option<&'a crate::browser::Browsers>,
 }
 
 impl ConnCatalog<'_> {
@@ -280,6 +288,22 @@ impl ConnCatalog<'_> {
 impl Catalog for ConnCatalog<'_> {
     fn list(&self, profile: Profile) -> Vec<Value> {
         let note = self.note(profile);
+        if profile == Profile::Browser {
+            let Some(browsers) = self.browsers else {
+                return Vec::new();
+            };
+            let mut tools = browsers.tools();
+            if let Some(note) = &note {
+                for tool in &mut tools {
+                    if let Some(Value::String(d)) = tool.get_mut("description") {
+                        d.push(' ');
+                        d.push_str(note);
+                        d.push_str(BROWSER_TIER_NOTE);
+                    }
+                }
+            }
+            return tools;
+        }
         let mut tools: Vec<Value> = local_specs()
             .iter()
             .filter(|s| profile.allows_local(s.name))
@@ -301,6 +325,23 @@ impl Catalog for ConnCatalog<'_> {
     }
 
     fn resolve(&self, profile: Profile, name: &str) -> Resolution {
+        if profile == Profile::Browser {
+            if self.browsers.is_some_and(|b| b.offers(name)) {
+                return Resolution::Visible(Route::Browser);
+            }
+            let known = spec(name).is_some()
+                || crate::profiles::browser_class_of(name).is_some()
+                || self.upstream.is_some_and(|up| {
+                    up.tools()
+                        .iter()
+                        .any(|(_, t)| t.get("name").and_then(Value::as_str) == Some(name))
+                });
+            return if known {
+                Resolution::Hidden
+            } else {
+                Resolution::Unknown
+            };
+        }
         if spec(name).is_some() {
             return if profile.allows_local(name) {
                 Resolution::Visible(Route::Local)
@@ -330,6 +371,15 @@ impl Catalog for ConnCatalog<'_> {
             text.push_str(&note);
             text.push(' ');
         }
+        if profile == Profile::Browser {
+            text.push_str(
+                "handnode lends this box's browser tier: the browser_* tools drive a browser \
+                 of this grant's own, started on the first call with an empty profile and \
+                 discarded when the grant ends. It reaches the box's network, not its files \
+                 or programs.",
+            );
+            return text;
+        }
         let names: Vec<&str> = profile.local_allow_list().to_vec();
         text.push_str(&format!(
             "handnode serves this Linux box's tools. Profile '{profile}' allows: {}{}. ",
@@ -337,7 +387,7 @@ impl Catalog for ConnCatalog<'_> {
             match profile {
                 Profile::Owner => " and every browser_* tool of the configured upstreams",
                 Profile::Desktop => " and the navigation/interaction browser_* tools",
-                Profile::Observe => "",
+                Profile::Observe | Profile::Browser => "",
             }
         ));
         text.push_str(
@@ -358,6 +408,7 @@ mod tests {
         let cat = ConnCatalog {
             grant: None,
             upstream: None,
+            browsers: None,
         };
         for profile in Profile::ALL {
             for tool in cat.list(profile) {
@@ -387,6 +438,7 @@ mod tests {
         let cat = ConnCatalog {
             grant: Some(&note),
             upstream: None,
+            browsers: None,
         };
         let tools = cat.list(Profile::Observe);
         assert!(tools[0]["description"]
