@@ -940,6 +940,12 @@ mod tests {
         assert!(args.wait && args.json);
         assert_eq!(args.client.url, "http://127.0.0.1:9000");
 
+        let Ok(Command::Grant(args)) = with(&["--secret-file", &secret, "--profile", "browser"])
+        else {
+            panic!("not a grant");
+        };
+        assert_eq!(args.profile, Some(Profile::Browser));
+
         let empty = tmp.write("empty", "\n").display().to_string();
         for (extra, want) in [
             (
