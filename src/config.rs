@@ -240,7 +240,7 @@ pub enum Command {
     /// Run the daemon (also what no subcommand means).
     Serve(Config),
     /// Report what works on this box.
-    Doctor { json: bool },
+    Doctor(DoctorArgs),
     /// Ask a running daemon to attach to a pod session.
     Grant(GrantArgs),
     /// List a running daemon's grants.
@@ -964,14 +964,37 @@ const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
     millis!("browser-start-timeout-ms", browser_start_timeout, "30000", "Longest a browser command may take to answer initialize."),
 ];
 
+/// What `handnode doctor` was asked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DoctorArgs {
+    pub json: bool,
+    /// `--browser-command` (or its env var), split: the browser tier to test-start.
+    pub browser_command: Option<Vec<String>>,
+}
+
 /// Flags of `doctor`.
-const DOCTOR_FLAGS: &[Flag<bool>] = &[Flag {
-    name: "json",
-    env: false,
-    default: "",
-    help: "Print the report as JSON.",
-    kind: Kind::Switch(|json| *json = true),
-}];
+const DOCTOR_FLAGS: &[Flag<DoctorArgs>] = &[
+    Flag {
+        name: "json",
+        env: false,
+        default: "",
+        help: "Print the report as JSON.",
+        kind: Kind::Switch(|d| d.json = true),
+    },
+    Flag {
+        name: "browser-command",
+        env: true,
+        default: "",
+        help: "The daemon's --browser-command: doctor checks that it and its chromium are there and test-starts it.",
+        kind: Kind::Text {
+            metavar: "COMMAND",
+            set: |d, v| {
+                d.browser_command = Some(crate::browser::argv::parse_command(&v)?);
+                Ok(())
+            },
+        },
+    },
+];
 
 impl Config {
     /// Production defaults; the dirs are filled in by `parse`.
@@ -1055,10 +1078,10 @@ pub fn parse(args: &[String], env: &HashMap<String, String>) -> Result<Command, 
     match sub {
         "serve" => parse_serve(rest, env).map(Command::Serve),
         "doctor" => {
-            let mut json = false;
-            let positional = apply_flags(&[DOCTOR_FLAGS], rest, env, &mut json)?;
+            let mut args = DoctorArgs::default();
+            let positional = apply_flags(&[DOCTOR_FLAGS], rest, env, &mut args)?;
             no_positional("doctor", &positional)?;
-            Ok(Command::Doctor { json })
+            Ok(Command::Doctor(args))
         }
         _ => crate::cli::parse(sub, rest, env),
     }
@@ -1078,7 +1101,7 @@ fn help_for(sub: &str) -> Result<String, Error> {
         "serve" => Ok(serve_help()),
         "doctor" => {
             let mut out = String::from(
-                "Usage: handnode doctor [--json]\n\nWhat works on this box, and what to install or set for the rest.\n\nFlags:\n",
+                "Usage: handnode doctor [--json] [--browser-command COMMAND]\n\nWhat works on this box, and what to install or set for the rest.\n\nFlags:\n",
             );
             render_flags(&mut out, &[DOCTOR_FLAGS]);
             Ok(out)
@@ -1730,6 +1753,24 @@ mod tests {
             ),
             (vec!["--upstream", "browser"], vec![], "expected NAME=URL"),
             (
+                vec!["--browser-command", "node 'cli.js"],
+                vec![],
+                "--browser-command has an unclosed ' quote",
+            ),
+            (
+                vec![],
+                vec![(
+                    "HANDNODE_BROWSER_COMMAND",
+                    "node cli.js --user-data-dir /home/me",
+                )],
+                "--browser-command must not pass --user-data-dir",
+            ),
+            (
+                vec!["--max-browsers", "0"],
+                vec![],
+                "--max-browsers: expected a whole number in 1...64",
+            ),
+            (
                 vec!["--upstream", "b=ftp://x"],
                 vec![],
                 "must be an http:// or https:// URL",
@@ -1905,13 +1946,35 @@ mod tests {
         ));
         assert!(matches!(
             parse(&strings(&["doctor", "--json"]), &env),
-            Ok(Command::Doctor { json: true })
+            Ok(Command::Doctor(DoctorArgs {
+                json: true,
+                browser_command: None
+            }))
         ));
         assert!(matches!(
             parse(&strings(&["doctor"]), &env),
-            Ok(Command::Doctor { json: false })
+            Ok(Command::Doctor(DoctorArgs { json: false, .. }))
         ));
         assert!(parse(&strings(&["doctor", "--listen", "x"]), &env).is_err());
+        let Ok(Command::Doctor(args)) = parse(
+            &strings(&["doctor", "--browser-command", "node 'a b.js' --headless"]),
+            &env,
+        ) else {
+            panic!("doctor --browser-command");
+        };
+        assert_eq!(
+            args.browser_command,
+            Some(strings(&["node", "a b.js", "--headless"]))
+        );
+        let mut with_env = env.clone();
+        with_env.insert(
+            "HANDNODE_BROWSER_COMMAND".into(),
+            "x --cdp-endpoint h".into(),
+        );
+        let err = parse(&strings(&["doctor"]), &with_env)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("must not pass --cdp-endpoint"), "{err}");
     }
 
     #[test]
