@@ -248,7 +248,7 @@ impl Browsers {
 
     /// Run a browser tool for `grant` in that grant's own browser (started now if it has
     /// none). Never blocks: `done` is completed by the supervisor thread, at the latest
-    /// `timeout` after the call reached the browser.
+    /// `timeout` from now, a browser start included.
     pub fn call(
         &self,
         grant: &str,
@@ -269,6 +269,7 @@ impl Browsers {
             arguments,
             ctl: Arc::clone(&ctl),
             timeout,
+            deadline: std::time::Instant::now() + timeout,
             done,
         };
         if let Err(crossbeam_channel::SendError(Msg::Call(call))) =

@@ -63,6 +63,8 @@ pub(super) struct Call {
     pub arguments: Value,
     pub ctl: Arc<JobCtl>,
     pub timeout: Duration,
+    /// When it is given up, counted from its arrival: a browser start is included.
+    pub deadline: Instant,
     pub done: Completion,
 }
 
@@ -70,7 +72,7 @@ pub(super) struct Call {
 enum Waiting {
     Initialize,
     List,
-    Call { call: Box<Call>, deadline: Instant },
+    Call(Box<Call>),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -204,7 +206,7 @@ impl Proc {
             + self
                 .waiting
                 .values()
-                .filter(|w| matches!(w, Waiting::Call { .. }))
+                .filter(|w| matches!(w, Waiting::Call(_)))
                 .count()
     }
 
@@ -381,11 +383,11 @@ impl Supervisor {
                 return;
             }
             let found = proc.waiting.iter().find_map(|(rpc_id, w)| match w {
-                Waiting::Call { call, .. } if call.key == key => Some(*rpc_id),
+                Waiting::Call(call) if call.key == key => Some(*rpc_id),
                 _ => None,
             });
             if let Some(rpc_id) = found {
-                if let Some(Waiting::Call { call, .. }) = proc.waiting.remove(&rpc_id) {
+                if let Some(Waiting::Call(call)) = proc.waiting.remove(&rpc_id) {
                     call.done.complete(ToolOutput::tool_error("cancelled"));
                 }
                 sent = Some((*id, rpc_id));
@@ -647,7 +649,7 @@ impl Supervisor {
             .queued
             .drain(..)
             .chain(proc.waiting.drain().filter_map(|(_, w)| match w {
-                Waiting::Call { call, .. } => Some(call),
+                Waiting::Call(call) => Some(call),
                 _ => None,
             }))
             .collect();
@@ -762,9 +764,12 @@ impl Supervisor {
                 consider(at);
             }
             for w in proc.waiting.values() {
-                if let Waiting::Call { deadline, .. } = w {
-                    consider(*deadline);
+                if let Waiting::Call(call) = w {
+                    consider(call.deadline);
                 }
+            }
+            for call in &proc.queued {
+                consider(call.deadline);
             }
             if proc.grant.is_some() && proc.phase == Phase::Ready && proc.calls_in_flight() == 0 {
                 consider(proc.last_used + self.options.idle);
@@ -794,10 +799,15 @@ impl Supervisor {
                 }
             }
             for (rpc_id, w) in &proc.waiting {
-                if let Waiting::Call { deadline, .. } = w {
-                    if *deadline <= now {
-                        timed_out.push((*id, *rpc_id));
+                if let Waiting::Call(call) = w {
+                    if call.deadline <= now {
+                        timed_out.push((*id, Some(*rpc_id), call.key));
                     }
+                }
+            }
+            for call in &proc.queued {
+                if call.deadline <= now {
+                    timed_out.push((*id, None, call.key));
                 }
             }
             if proc.grant.is_some()
@@ -808,11 +818,22 @@ impl Supervisor {
                 idle.push(*id);
             }
         }
-        for (id, rpc_id) in timed_out {
+        for (id, rpc_id, key) in timed_out {
             let Some(proc) = self.procs.get_mut(&id) else {
                 continue;
             };
-            if let Some(Waiting::Call { call, .. }) = proc.waiting.remove(&rpc_id) {
+            let call = match rpc_id {
+                Some(rpc_id) => match proc.waiting.remove(&rpc_id) {
+                    Some(Waiting::Call(call)) => Some(call),
+                    _ => None,
+                },
+                None => proc
+                    .queued
+                    .iter()
+                    .position(|c| c.key == key)
+                    .and_then(|pos| proc.queued.remove(pos)),
+            };
+            if let Some(call) = call {
                 proc.last_used = now;
                 let text = format!(
                     "the browser did not answer {} within {}, so the call was given up \
@@ -822,7 +843,9 @@ impl Supervisor {
                 );
                 call.done.complete(ToolOutput::tool_error(text));
             }
-            self.tell_cancelled(id, rpc_id, "handnode's time limit for the call passed");
+            if let Some(rpc_id) = rpc_id {
+                self.tell_cancelled(id, rpc_id, "handnode's time limit for the call passed");
+            }
         }
         for id in mute {
             self.fault(id, "it closed its standard output".into());
@@ -869,9 +892,7 @@ impl Supervisor {
             return;
         };
         proc.last_used = Instant::now();
-        let deadline = proc.last_used + call.timeout;
-        proc.waiting
-            .insert(rpc_id, Waiting::Call { call, deadline });
+        proc.waiting.insert(rpc_id, Waiting::Call(call));
     }
 
     fn tell_cancelled(&mut self, id: u64, rpc_id: u64, reason: &str) {
@@ -1113,7 +1134,7 @@ impl Supervisor {
                     self.destroy(id, Why::ProbeDone);
                 }
             }
-            Waiting::Call { call, .. } => {
+            Waiting::Call(call) => {
                 proc.last_used = Instant::now();
                 let output = match reply {
                     Ok(Value::Object(mut result)) => {

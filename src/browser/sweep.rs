@@ -222,15 +222,21 @@ pub fn remove_orphans(base: &Path, patience: Duration) -> usize {
     removed
 }
 
-/// Whether any live process is still marked with `dir` (for tests and diagnostics).
-pub fn any_alive(dir: &Path) -> bool {
+/// The live processes of the browser whose directory is `dir` (the marked ones and
+/// their sessions' other members), for tests, diagnostics and the benchmark.
+pub fn processes(dir: &Path) -> Vec<i32> {
     let tag = tag_entry(dir);
     let mut sessions = HashSet::new();
     let mut spare = HashSet::from([0, 1]);
     if let Ok(own) = rustix::process::getsid(None) {
         spare.insert(own.as_raw_nonzero().get());
     }
-    !scan(&tag, &mut sessions, &spare).is_empty()
+    scan(&tag, &mut sessions, &spare).into_keys().collect()
+}
+
+/// Whether any live process is still marked with `dir`.
+pub fn any_alive(dir: &Path) -> bool {
+    !processes(dir).is_empty()
 }
 
 #[cfg(test)]

@@ -520,3 +520,23 @@ fn a_crashed_daemons_leftovers_are_removed_at_start() {
     let _tier = Browsers::start(options(&base, "normal")).unwrap();
     assert!(!left.exists());
 }
+
+#[test]
+fn a_calls_limit_counts_the_browser_start_too() {
+    let t = tier("silent", |o| o.start_timeout = Duration::from_secs(30));
+    let out = t
+        .start_call(
+            "grant-l1",
+            "browser_navigate",
+            json!({}),
+            JobCtl::new(),
+            Duration::from_millis(200),
+        )
+        .recv_timeout(WATCHDOG)
+        .expect("the limit answers while the browser still starts");
+    let err = err_text(&out);
+    assert!(
+        err.contains("did not answer browser_navigate within 200 ms"),
+        "{err}"
+    );
+}
