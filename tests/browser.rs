@@ -493,3 +493,88 @@ fn the_browser_sees_no_handnode_secret() {
     assert!(env.contains(&format!("tag={}/", dir.0.display())), "{env}");
     let _ = std::fs::remove_dir_all(&state);
 }
+
+/// Every tool of the pinned Playwright MCP (with every `--caps`) has a class, and the
+/// table names no tool it does not have.
+#[test]
+fn every_tool_of_the_pinned_playwright_mcp_is_classified() {
+    if let Some(reason) = playwright::missing() {
+        eprintln!("SKIPPED every_tool_of_the_pinned_playwright_mcp_is_classified: {reason}");
+        return;
+    }
+    use std::io::{BufRead, BufReader, Write};
+    let argv = real_command();
+    let dir = ShortDir::new();
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let mut child = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .args(["--caps", "vision,pdf,devtools", "--output-dir"])
+        .arg(&dir.0)
+        .current_dir(&dir.0)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    let mut reply = |msg: Value, id: i64| -> Value {
+        writeln!(stdin, "{msg}").unwrap();
+        if id == 0 {
+            return Value::Null;
+        }
+        loop {
+            let v = rx
+                .recv_timeout(CALL_WATCHDOG)
+                .expect("watchdog: Playwright MCP did not answer");
+            if v["id"] == id {
+                return v;
+            }
+        }
+    };
+    reply(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"}}}),
+        1,
+    );
+    reply(
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        0,
+    );
+    let list = reply(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        2,
+    );
+    let mut names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{list}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    for name in &names {
+        assert!(browser_class_of(name).is_some(), "{name} has no class");
+    }
+    let mut table: Vec<&str> = handnode::profiles::BROWSER_TOOL_CLASSES
+        .iter()
+        .map(|(n, _, _)| *n)
+        .collect();
+    names.sort_unstable();
+    table.sort_unstable();
+    assert_eq!(
+        names, table,
+        "the class table and the pinned upstream differ"
+    );
+    // It launched no chromium (no tool was called): killing node is all there is.
+    let _ = child.kill();
+    let _ = child.wait();
+}
