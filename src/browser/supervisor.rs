@@ -35,8 +35,6 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 const READS_PER_WAKE: usize = 16;
 /// Most bytes drained from a pipe after its browser exited.
 const FINAL_DRAIN_BYTES: usize = 32 << 20;
-/// Bytes waiting to be written to one browser's stdin before further calls are refused.
-const MAX_OUTBOX_BYTES: usize = 32 << 20;
 /// A line buffer grown past this by a large reply is given back after the reply.
 const KEEP_LINE_CAPACITY: usize = 256 << 10;
 /// A browser that closed its stdout but has not exited this long after is killed. Its
@@ -316,6 +314,13 @@ impl Supervisor {
         for id in ids {
             self.destroy(id, Why::Shutdown);
         }
+        // Calls that came in behind the stop are answered, not dropped.
+        while let Ok(msg) = self.rx.try_recv() {
+            if let Msg::Call(call) = msg {
+                call.done
+                    .complete(ToolOutput::tool_error("handnode is shutting down"));
+            }
+        }
         if let Some(ack) = stop {
             let _ = ack.send(());
         }
@@ -363,7 +368,8 @@ impl Supervisor {
                  wait for some to finish"
             )));
         }
-        if proc.outbox.len() > MAX_OUTBOX_BYTES {
+        // Two messages' worth waiting for a browser that does not read: then it is stuck.
+        if proc.outbox.len() > 2 * self.options.max_message_bytes {
             return call.done.complete(ToolOutput::tool_error(
                 "this grant's browser is not reading its input; retry shortly",
             ));

@@ -540,3 +540,33 @@ fn a_calls_limit_counts_the_browser_start_too() {
         "{err}"
     );
 }
+
+#[test]
+fn a_browser_that_stops_reading_gets_no_more_than_two_messages_queued() {
+    let max = 4096;
+    let t = tier("deaf", |o| o.max_message_bytes = max);
+    // Ready, then deaf: what we write fills the pipe, then waits in handnode.
+    let big = "y".repeat(max - 200);
+    let mut pending = Vec::new();
+    let refused = loop {
+        assert!(pending.len() < MAX_CALLS_PER_BROWSER, "never refused");
+        let rx = t.start_call(
+            "grant-h1",
+            "browser_type",
+            json!({"text": big}),
+            JobCtl::new(),
+            CALL_LIMIT,
+        );
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(out) => break err_text(&out),
+            Err(_) => pending.push(rx),
+        }
+    };
+    assert!(refused.contains("is not reading its input"), "{refused}");
+    // The pipe takes 64 KiB before handnode holds anything, so at least that many went.
+    assert!(
+        pending.len() * max >= 64 << 10,
+        "refused after {} calls",
+        pending.len()
+    );
+}
