@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use log::{debug, info, warn};
 use serde_json::{json, Value};
-use tiny_http::{Header, Method, Request, Response, Server};
+use tiny_http::{Header, Request, Response, Server};
 
 use crate::audit::{Audit, Record};
 use crate::auth::{client_key, is_loopback, Decision, Policy, RequestFacts, Throttle, Verdict};
@@ -36,6 +36,75 @@ const MAX_HANDLER_THREADS: usize = 4;
 const MAX_MCP_WAITERS: usize = 64;
 /// Slack beyond the longest tool run before a `/mcp` waiter gives up on a result.
 const MCP_RESULT_SLACK: Duration = Duration::from_secs(15);
+
+/// Every route the admin API serves, as `(method, path)`; `{id}` stands for one path
+/// segment. `handle` dispatches through this table: a route missing here is never reached,
+/// a known path asked with another method gets `405` with an `Allow` header built from it,
+/// and `docs/protocol.md` must name every row (`tests/protocol_doc.rs`).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/healthz"),
+    ("HEAD", "/healthz"),
+    ("GET", "/readyz"),
+    ("HEAD", "/readyz"),
+    ("POST", "/attach"),
+    ("GET", "/attach"),
+    ("GET", "/attach/{id}"),
+    ("DELETE", "/attach/{id}"),
+    ("GET", "/metrics"),
+    ("POST", "/mcp"),
+    ("DELETE", "/mcp"),
+];
+
+/// Paths of [`ROUTES`] answered without authentication: the supervisor's probes.
+pub const PUBLIC_PATHS: &[&str] = &["/healthz", "/readyz"];
+
+/// What a request's method and path name in [`ROUTES`].
+#[derive(Debug, PartialEq, Eq)]
+enum Found<'a> {
+    /// The row's `(method, path)` and the `{id}` segment (empty when the path has none).
+    Route((&'static str, &'static str), &'a str),
+    /// A path of the table, asked with a method it does not list.
+    WrongMethod(&'static str),
+    NotFound,
+}
+
+/// `path` against one table path: `Some(id segment)` when it matches.
+fn match_path<'a>(pattern: &str, path: &'a str) -> Option<&'a str> {
+    let mut id = "";
+    let mut want = pattern.split('/');
+    let mut got = path.split('/');
+    loop {
+        match (want.next(), got.next()) {
+            (None, None) => return Some(id),
+            (Some("{id}"), Some(segment)) => id = segment,
+            (Some(w), Some(g)) if w == g => {}
+            _ => return None,
+        }
+    }
+}
+
+fn find_route<'a>(method: &str, path: &'a str) -> Found<'a> {
+    let mut known_path = None;
+    for &(m, p) in ROUTES {
+        if let Some(id) = match_path(p, path) {
+            if m == method {
+                return Found::Route((m, p), id);
+            }
+            known_path = Some(p);
+        }
+    }
+    known_path.map_or(Found::NotFound, Found::WrongMethod)
+}
+
+/// The `Allow` header value of a table path.
+fn allowed_methods(path: &str) -> String {
+    let methods: Vec<&str> = ROUTES
+        .iter()
+        .filter(|(_, p)| *p == path)
+        .map(|(m, _)| *m)
+        .collect();
+    methods.join(", ")
+}
 
 /// Bind the admin listener with the socket timeouts every accepted socket inherits
 /// (Linux copies `SO_RCVTIMEO`/`SO_SNDTIMEO` from the listener), since tiny_http sets none.
@@ -436,42 +505,51 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
         return respond(request, error_response(403, why));
     }
     let path = path_of(&request).to_string();
-    let method = request.method().clone();
-    match path.as_str() {
-        "/healthz" => {
-            return match method {
-                Method::Get | Method::Head => respond(
-                    request,
-                    Response::from_string("ok").with_header(header("Content-Type", "text/plain")),
-                ),
-                _ => respond(request, error_response(405, "method not allowed")),
-            }
+    let found = find_route(request.method().as_str(), &path);
+    let public = matches!(
+        found,
+        Found::Route((_, p), _) | Found::WrongMethod(p) if PUBLIC_PATHS.contains(&p)
+    );
+    // Every other route authenticates before its 404 or 405, so an unauthenticated
+    // caller cannot map the API.
+    let principal = if public {
+        String::new()
+    } else {
+        match authenticate(state, &request) {
+            Ok(p) => p,
+            Err((status, msg)) => return respond(request, error_response(status, msg)),
         }
-        "/readyz" => {
-            if !matches!(method, Method::Get | Method::Head) {
-                return respond(request, error_response(405, "method not allowed"));
-            }
+    };
+    let (route, id) = match found {
+        Found::Route(route, id) => (route, id),
+        Found::WrongMethod(p) => {
+            return respond(
+                request,
+                error_response(405, "method not allowed")
+                    .with_header(header("Allow", &allowed_methods(p))),
+            )
+        }
+        Found::NotFound => return respond(request, error_response(404, "not found")),
+    };
+    match route {
+        ("GET" | "HEAD", "/healthz") => respond(
+            request,
+            Response::from_string("ok").with_header(header("Content-Type", "text/plain")),
+        ),
+        ("GET" | "HEAD", "/readyz") => {
             if !state.ready.load(Ordering::SeqCst) {
                 return respond(request, json_response(503, &json!({"ready": false})));
             }
             let (grants, attached) = state.registry.counts();
-            return respond(
+            respond(
                 request,
                 json_response(
                     200,
                     &json!({"ready": true, "grants": grants, "attached": attached}),
                 ),
-            );
+            )
         }
-        _ => {}
-    }
-    let principal = match authenticate(state, &request) {
-        Ok(p) => p,
-        Err((status, msg)) => return respond(request, error_response(status, msg)),
-    };
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    match (segments.as_slice(), &method) {
-        (["attach"], Method::Post) => {
+        ("POST", "/attach") => {
             let body = match read_body(&mut request, state.limits.max_body_bytes) {
                 Ok(b) => b,
                 Err(resp) => return respond(request, resp),
@@ -493,16 +571,15 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
                 ),
             }
         }
-        (["attach"], Method::Get) => respond(
+        ("GET", "/attach") => respond(
             request,
             json_response(200, &json!({"grants": state.registry.list()})),
         ),
-        (["attach"], _) => respond(request, error_response(405, "method not allowed")),
-        (["attach", id], Method::Get) => match state.registry.get(id) {
+        ("GET", "/attach/{id}") => match state.registry.get(id) {
             Some(view) => respond(request, json_response(200, &view)),
             None => respond(request, error_response(404, "no such grant")),
         },
-        (["attach", id], Method::Delete) => {
+        ("DELETE", "/attach/{id}") => {
             if state.registry.revoke(id) {
                 respond(
                     request,
@@ -512,8 +589,7 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
                 respond(request, error_response(404, "no such grant"))
             }
         }
-        (["attach", _], _) => respond(request, error_response(405, "method not allowed")),
-        (["metrics"], Method::Get) => {
+        ("GET", "/metrics") => {
             let text = state.metrics.render(&state.registry.states());
             respond(
                 request,
@@ -521,9 +597,8 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
                     .with_header(header("Content-Type", "text/plain; version=0.0.4")),
             )
         }
-        (["metrics"], _) => respond(request, error_response(405, "method not allowed")),
-        (["mcp"], Method::Post) => mcp_post(state, request, principal),
-        (["mcp"], Method::Delete) => {
+        ("POST", "/mcp") => mcp_post(state, request, principal),
+        ("DELETE", "/mcp") => {
             let Some(id) = request_header(&request, "Mcp-Session-Id").map(str::to_string) else {
                 return respond(
                     request,
@@ -546,11 +621,11 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
                 None => respond(request, error_response(404, "unknown Mcp-Session-Id")),
             }
         }
-        (["mcp"], _) => respond(
-            request,
-            error_response(405, "method not allowed").with_header(header("Allow", "POST, DELETE")),
-        ),
-        _ => respond(request, error_response(404, "not found")),
+        (method, path) => {
+            // A row of ROUTES without an arm here: a bug, caught by tests/protocol_doc.rs.
+            warn!("admin: {method} {path} is in ROUTES but has no handler");
+            respond(request, error_response(500, "route has no handler"))
+        }
     }
 }
 
@@ -789,6 +864,44 @@ fn forget_call(state: &AdminState, session_id: &Option<String>, id: &Value, seq:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_resolve_through_the_route_table() {
+        let route = |m, p| Found::Route((m, p), "");
+        assert_eq!(find_route("GET", "/healthz"), route("GET", "/healthz"));
+        assert_eq!(find_route("HEAD", "/readyz"), route("HEAD", "/readyz"));
+        assert_eq!(
+            find_route("DELETE", "/attach/abc"),
+            Found::Route(("DELETE", "/attach/{id}"), "abc")
+        );
+        // An empty segment is still one segment: `GET /attach/` is an unknown grant.
+        assert_eq!(find_route("GET", "/attach/"), route("GET", "/attach/{id}"));
+        assert_eq!(find_route("PUT", "/attach"), Found::WrongMethod("/attach"));
+        assert_eq!(find_route("GET", "/mcp"), Found::WrongMethod("/mcp"));
+        assert_eq!(
+            find_route("POST", "/healthz"),
+            Found::WrongMethod("/healthz")
+        );
+        for unknown in [
+            "/",
+            "",
+            "/attach/a/b",
+            "/mcp/",
+            "/attachx",
+            "/ATTACH",
+            "//attach",
+        ] {
+            assert_eq!(find_route("GET", unknown), Found::NotFound, "{unknown:?}");
+        }
+        assert_eq!(allowed_methods("/mcp"), "POST, DELETE");
+        assert_eq!(allowed_methods("/healthz"), "GET, HEAD");
+        for (_, path) in ROUTES {
+            assert!(path.starts_with('/'), "{path}");
+        }
+        for path in PUBLIC_PATHS {
+            assert!(ROUTES.iter().any(|(_, p)| p == path), "{path}");
+        }
+    }
 
     #[test]
     fn hosts() {

@@ -82,15 +82,65 @@ pub enum Disposition {
     Stop(EndReason),
 }
 
-/// Close codes from the pod: four end the grant, everything else redials.
+/// Close codes from the pod that end the grant, and the reason it ends with; every other
+/// code redials. `docs/protocol.md` must name each (`tests/protocol_doc.rs`).
+pub const STOPPING_CLOSES: [(u16, EndReason); 4] = [
+    (4001, EndReason::GrantExpired),
+    (4002, EndReason::Replaced),
+    (4004, EndReason::SessionEnded),
+    (4010, EndReason::Revoked),
+];
+
+/// A close frame we send: its code and the reason text that goes with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OurClose {
+    pub code: u16,
+    pub reason: &'static str,
+}
+
+/// Revoked or replaced here: the grant ends and is never redialled.
+pub const CLOSE_ENDED: OurClose = OurClose {
+    code: 1000,
+    reason: "grant ended",
+};
+/// The grant's own deadline passed.
+pub const CLOSE_DEADLINE: OurClose = OurClose {
+    code: 1000,
+    reason: "grant deadline",
+};
+/// The daemon is stopping; the grant stays on disk and resumes at the next start.
+pub const CLOSE_SHUTDOWN: OurClose = OurClose {
+    code: 1001,
+    reason: "handnode shutting down",
+};
+/// The pod sent a text frame that is not UTF-8; we redial.
+pub const CLOSE_BAD_UTF8: OurClose = OurClose {
+    code: 1007,
+    reason: "invalid UTF-8 in a text frame",
+};
+/// The pod sent a message over the inbound cap; we redial.
+pub const CLOSE_TOO_LARGE: OurClose = OurClose {
+    code: 1009,
+    reason: "message too large",
+};
+/// Every close frame we send. `docs/protocol.md` must name each code.
+pub const SENT_CLOSES: [OurClose; 5] = [
+    CLOSE_ENDED,
+    CLOSE_DEADLINE,
+    CLOSE_SHUTDOWN,
+    CLOSE_BAD_UTF8,
+    CLOSE_TOO_LARGE,
+];
+
+/// Close codes from the pod: those of [`STOPPING_CLOSES`] end the grant, everything else
+/// redials.
 pub fn close_disposition(code: u16) -> Disposition {
-    match code {
-        4001 => Disposition::Stop(EndReason::GrantExpired),
-        4002 => Disposition::Stop(EndReason::Replaced),
-        4004 => Disposition::Stop(EndReason::SessionEnded),
-        4010 => Disposition::Stop(EndReason::Revoked),
-        _ => Disposition::Redial,
-    }
+    STOPPING_CLOSES
+        .iter()
+        .find(|(c, _)| *c == code)
+        .map_or(Disposition::Redial, |(_, reason)| {
+            Disposition::Stop(reason.clone())
+        })
 }
 
 /// Handshake statuses: 101, 2xx, 429 and 5xx are passing trouble; anything else means
@@ -761,15 +811,17 @@ impl GrantThread {
                         break None
                     }
                     Err(tungstenite::Error::Utf8(_)) => {
-                        self.close(&mut ws, CloseCode::Invalid, "invalid UTF-8 in a text frame");
-                        break Some(ConnEnd::Lost(
-                            "invalid UTF-8 in a text frame (closed 1007)".into(),
-                        ));
+                        self.close(&mut ws, CLOSE_BAD_UTF8);
+                        break Some(ConnEnd::Lost(format!(
+                            "invalid UTF-8 in a text frame (closed {})",
+                            CLOSE_BAD_UTF8.code
+                        )));
                     }
                     Err(tungstenite::Error::Capacity(e)) => {
-                        self.close(&mut ws, CloseCode::Size, "message too large");
+                        self.close(&mut ws, CLOSE_TOO_LARGE);
                         break Some(ConnEnd::Lost(format!(
-                            "inbound message too large: {e} (closed 1009)"
+                            "inbound message too large: {e} (closed {})",
+                            CLOSE_TOO_LARGE.code
                         )));
                     }
                     Err(
@@ -784,7 +836,7 @@ impl GrantThread {
             // Timers.
             let now = Instant::now();
             if SystemTime::now() >= self.spec.deadline {
-                self.close(&mut ws, CloseCode::Normal, "grant deadline");
+                self.close(&mut ws, CLOSE_DEADLINE);
                 break ConnEnd::Exit(Exit::End(EndReason::Deadline));
             }
             if now.duration_since(last_inbound) >= self.timing.silence_limit {
@@ -850,18 +902,18 @@ impl GrantThread {
     fn serve_commands(&mut self, ws: &mut WebSocket<ClientStream>) -> Option<ConnEnd> {
         let exit = self.take_commands().exit?;
         match exit {
-            Exit::End(_) => self.close(ws, CloseCode::Normal, "grant ended"),
-            Exit::Shutdown => self.close(ws, CloseCode::Away, "handnode shutting down"),
+            Exit::End(_) => self.close(ws, CLOSE_ENDED),
+            Exit::Shutdown => self.close(ws, CLOSE_SHUTDOWN),
         }
         Some(ConnEnd::Exit(exit))
     }
 
     /// Queue our close frame and push it out promptly; the pod must see it, but we do not
     /// wait for its reply.
-    fn close(&self, ws: &mut WebSocket<ClientStream>, code: CloseCode, reason: &'static str) {
+    fn close(&self, ws: &mut WebSocket<ClientStream>, close: OurClose) {
         let _ = ws.close(Some(CloseFrame {
-            code,
-            reason: reason.into(),
+            code: CloseCode::from(close.code),
+            reason: close.reason.into(),
         }));
         let until = Instant::now() + CLOSE_FLUSH_LIMIT;
         loop {
@@ -881,7 +933,7 @@ impl GrantThread {
                 _ => break,
             }
         }
-        self.events.closed(u16::from(code));
+        self.events.closed(close.code);
     }
 
     fn send_text(&self, ws: &mut WebSocket<ClientStream>, text: String) -> Result<(), ConnEnd> {
@@ -1089,6 +1141,26 @@ mod tests {
     }
 
     #[test]
+    fn the_closes_we_send_are_the_standard_codes() {
+        assert_eq!(CloseCode::from(CLOSE_ENDED.code), CloseCode::Normal);
+        assert_eq!(CloseCode::from(CLOSE_DEADLINE.code), CloseCode::Normal);
+        assert_eq!(CloseCode::from(CLOSE_SHUTDOWN.code), CloseCode::Away);
+        assert_eq!(CloseCode::from(CLOSE_BAD_UTF8.code), CloseCode::Invalid);
+        assert_eq!(CloseCode::from(CLOSE_TOO_LARGE.code), CloseCode::Size);
+        for (code, reason) in &STOPPING_CLOSES {
+            assert_eq!(close_disposition(*code), Disposition::Stop(reason.clone()));
+        }
+        // None of ours would end a grant if a pod echoed it back.
+        for close in SENT_CLOSES {
+            assert_eq!(
+                close_disposition(close.code),
+                Disposition::Redial,
+                "{close:?}"
+            );
+        }
+    }
+
+    #[test]
     fn end_reason_wire_names() {
         assert_eq!(
             EndReason::HandshakeRejected(401).as_string(),
@@ -1100,8 +1172,8 @@ mod tests {
         assert_eq!(EndReason::Cancelled.as_string(), "cancelled");
     }
 
-    /// The vectors of `tests/conformance/reverse_attach_vectors.json`, which must be
-    /// byte-identical to `../shared/conformance/` (checked in `tests/conformance.rs`).
+    /// The vectors of `tests/conformance/reverse_attach_vectors.json` (the repository's
+    /// copy of the conformance vectors; see `tests/conformance.rs`).
     #[test]
     fn reverse_attach_vectors() {
         let path = concat!(
@@ -1109,12 +1181,6 @@ mod tests {
             "/tests/conformance/reverse_attach_vectors.json"
         );
         let text = std::fs::read_to_string(path)
-            .or_else(|_| {
-                std::fs::read_to_string(concat!(
-                    env!("CARGO_MANIFEST_DIR"),
-                    "/../shared/conformance/reverse_attach_vectors.json"
-                ))
-            })
             .expect("reverse_attach_vectors.json vendored under tests/conformance");
         let v: Value = serde_json::from_str(&text).unwrap();
         let stop_name = |r: &EndReason| match r {
