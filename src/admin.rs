@@ -60,7 +60,7 @@ pub const PUBLIC_PATHS: &[&str] = &["/healthz", "/readyz"];
 
 /// What a request's method and path name in [`ROUTES`].
 #[derive(Debug, PartialEq, Eq)]
-enum Found<'a> {
+enum Lookup<'a> {
     /// The row's `(method, path)` and the `{id}` segment (empty when the path has none).
     Route((&'static str, &'static str), &'a str),
     /// A path of the table, asked with a method it does not list.
@@ -83,17 +83,17 @@ fn match_path<'a>(pattern: &str, path: &'a str) -> Option<&'a str> {
     }
 }
 
-fn find_route<'a>(method: &str, path: &'a str) -> Found<'a> {
+fn find_route<'a>(method: &str, path: &'a str) -> Lookup<'a> {
     let mut known_path = None;
     for &(m, p) in ROUTES {
         if let Some(id) = match_path(p, path) {
             if m == method {
-                return Found::Route((m, p), id);
+                return Lookup::Route((m, p), id);
             }
             known_path = Some(p);
         }
     }
-    known_path.map_or(Found::NotFound, Found::WrongMethod)
+    known_path.map_or(Lookup::NotFound, Lookup::WrongMethod)
 }
 
 /// The `Allow` header value of a table path.
@@ -508,7 +508,7 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
     let found = find_route(request.method().as_str(), &path);
     let public = matches!(
         found,
-        Found::Route((_, p), _) | Found::WrongMethod(p) if PUBLIC_PATHS.contains(&p)
+        Lookup::Route((_, p), _) | Lookup::WrongMethod(p) if PUBLIC_PATHS.contains(&p)
     );
     // Every other route authenticates before its 404 or 405, so an unauthenticated
     // caller cannot map the API.
@@ -521,15 +521,15 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
         }
     };
     let (route, id) = match found {
-        Found::Route(route, id) => (route, id),
-        Found::WrongMethod(p) => {
+        Lookup::Route(route, id) => (route, id),
+        Lookup::WrongMethod(p) => {
             return respond(
                 request,
                 error_response(405, "method not allowed")
                     .with_header(header("Allow", &allowed_methods(p))),
             )
         }
-        Found::NotFound => return respond(request, error_response(404, "not found")),
+        Lookup::NotFound => return respond(request, error_response(404, "not found")),
     };
     match route {
         ("GET" | "HEAD", "/healthz") => respond(
@@ -867,20 +867,20 @@ mod tests {
 
     #[test]
     fn requests_resolve_through_the_route_table() {
-        let route = |m, p| Found::Route((m, p), "");
+        let route = |m, p| Lookup::Route((m, p), "");
         assert_eq!(find_route("GET", "/healthz"), route("GET", "/healthz"));
         assert_eq!(find_route("HEAD", "/readyz"), route("HEAD", "/readyz"));
         assert_eq!(
             find_route("DELETE", "/attach/abc"),
-            Found::Route(("DELETE", "/attach/{id}"), "abc")
+            Lookup::Route(("DELETE", "/attach/{id}"), "abc")
         );
         // An empty segment is still one segment: `GET /attach/` is an unknown grant.
         assert_eq!(find_route("GET", "/attach/"), route("GET", "/attach/{id}"));
-        assert_eq!(find_route("PUT", "/attach"), Found::WrongMethod("/attach"));
-        assert_eq!(find_route("GET", "/mcp"), Found::WrongMethod("/mcp"));
+        assert_eq!(find_route("PUT", "/attach"), Lookup::WrongMethod("/attach"));
+        assert_eq!(find_route("GET", "/mcp"), Lookup::WrongMethod("/mcp"));
         assert_eq!(
             find_route("POST", "/healthz"),
-            Found::WrongMethod("/healthz")
+            Lookup::WrongMethod("/healthz")
         );
         for unknown in [
             "/",
@@ -891,7 +891,7 @@ mod tests {
             "/ATTACH",
             "//attach",
         ] {
-            assert_eq!(find_route("GET", unknown), Found::NotFound, "{unknown:?}");
+            assert_eq!(find_route("GET", unknown), Lookup::NotFound, "{unknown:?}");
         }
         assert_eq!(allowed_methods("/mcp"), "POST, DELETE");
         assert_eq!(allowed_methods("/healthz"), "GET, HEAD");
