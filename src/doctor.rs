@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use crate::config::{self, DisplayBackend};
-use crate::tools::display::{self, Backend, Probe, Tool};
+use crate::tools::display::{self, Backend, Probe};
 use crate::tools::ToolConfig;
 
 /// How a check came out.
@@ -273,10 +273,12 @@ pub fn display_checks(probe: &Probe, cfg: &ToolConfig) -> Vec<Check> {
         out.push(check("display", Status::Warn, note.clone(), None));
     }
     if probe.problem.is_none() {
-        for tool in Tool::ALL {
-            out.push(match probe.ready(tool) {
-                Ok(()) => check(tool.name(), Status::Ok, "works", None),
-                Err(why) => check(tool.name(), Status::Fail, why, None),
+        // One line per registered tool that needs the display; `bash` and `sys_info`
+        // need nothing doctor can fix from here.
+        for (tool, gui) in display::gui_tools() {
+            out.push(match probe.ready(gui) {
+                Ok(()) => check(tool.name, Status::Ok, "works", None),
+                Err(why) => check(tool.name, Status::Fail, why, None),
             });
         }
     }
@@ -474,6 +476,32 @@ mod tests {
         let v = to_json(&checks, display);
         assert!(v["checks"].as_array().unwrap().len() >= 3);
         assert!(v["display"]["tools"]["screenshot"]["works"].is_boolean());
+    }
+
+    #[test]
+    fn every_tool_that_needs_the_display_gets_a_line() {
+        let probe = Probe::working_x11();
+        let cfg = ToolConfig {
+            display_env: Some(Default::default()),
+            ..ToolConfig::default()
+        };
+        let lines = display_checks(&probe, &cfg);
+        let mut checked = 0;
+        for tool in crate::tools::TOOLS {
+            let line = lines.iter().find(|c| c.name == tool.name);
+            match tool.needs {
+                crate::tools::Needs::Display(_) => {
+                    let line = line.unwrap_or_else(|| panic!("doctor skips {}", tool.name));
+                    assert_eq!(line.status, Status::Ok, "{line:?}");
+                    checked += 1;
+                }
+                crate::tools::Needs::Nothing | crate::tools::Needs::Bash => {
+                    assert!(line.is_none(), "{line:?}")
+                }
+            }
+        }
+        assert_eq!(checked, display::gui_tools().count());
+        assert!(checked > 0);
     }
 
     #[test]

@@ -25,9 +25,10 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use super::process::{End, RunResult, RunSpec};
-use super::{CallContext, CallLimits, ToolConfig, ToolSpec};
+use super::{CallContext, CallLimits, Needs, Tool, ToolConfig};
 use crate::jobs::Completion;
 use crate::mcp::ToolOutput;
+use crate::profiles::{Class, Profile};
 
 pub use super::process::ProcessWatcher;
 
@@ -38,8 +39,10 @@ pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 64 << 10;
 /// The largest `max_output_bytes` a caller may ask for (bytes per stream).
 pub const MAX_OUTPUT_BYTES: u64 = 1 << 20;
 
-pub static SPEC: ToolSpec = ToolSpec {
+pub static TOOL: Tool = Tool {
     name: "bash",
+    class: Class::Shell,
+    class_reason: "runs any command the caller writes: it is the box's shell",
     description: "Run a bash command on this box and return its output. The command runs as \
 `bash -c <command>` (passed as one argument, never spliced into another shell string) in a \
 process group of its own, with stdin /dev/null and the handnode daemon's environment minus \
@@ -55,6 +58,10 @@ jobs it leaves behind (`cmd &`) are killed then; to leave a process running, det
 UTF-8, invalid bytes replaced. If handnode runs as root this is a root shell: sys_info says \
 which user it runs as.",
     input_schema: schema,
+    start,
+    inline: None,
+    needs: Needs::Bash,
+    profiles: &[Profile::Owner, Profile::Desktop],
 };
 
 fn schema() -> Value {
@@ -875,7 +882,7 @@ mod tests {
     #[test]
     fn description_states_the_limits() {
         for needle in ["110", "600", "137", "setsid", "1048576", "isError"] {
-            assert!(SPEC.description.contains(needle), "{needle}");
+            assert!(TOOL.description.contains(needle), "{needle}");
         }
         let s = schema();
         assert_eq!(s["required"], json!(["command"]));

@@ -18,10 +18,11 @@ use base64::Engine as _;
 use crossbeam_channel::{Sender, TrySendError};
 use serde_json::{json, Value};
 
-use super::{CallContext, ToolConfig, ToolHost, ToolSpec, TtlCache};
+use super::{CallContext, Needs, Tool, ToolConfig, ToolHost, TtlCache};
 use crate::config::DisplayBackend;
 use crate::jobs::{Completion, JobCtl};
 use crate::mcp::ToolOutput;
+use crate::profiles::{Class, Profile};
 use run::{Helper, RunError};
 
 /// Graphical calls waiting for the display thread before new ones are refused.
@@ -54,8 +55,10 @@ const MAX_MAX_BYTES: u64 = 11 << 20;
 const MIN_SCALE: f64 = 0.1;
 const MAX_SCALE: f64 = 2.0;
 
-pub static SCREENSHOT: ToolSpec = ToolSpec {
+pub static SCREENSHOT: Tool = Tool {
     name: "screenshot",
+    class: Class::Observe,
+    class_reason: "reads the screen's pixels and changes nothing",
     description: "Take a screenshot of a display of this box (X11 or wlroots Wayland). Returns \
         the image plus its size, the scale it was taken at and the display's coordinate space: \
         mouse takes x,y in that space (pixels of the unscaled display, origin top-left), so a \
@@ -63,23 +66,39 @@ pub static SCREENSHOT: ToolSpec = ToolSpec {
         The long edge is capped (default 1920 px); a result over max_bytes is refused with \
         advice. sys_info lists the displays.",
     input_schema: screenshot_schema,
+    start: screenshot,
+    inline: None,
+    needs: Needs::Display(Gui::Screenshot),
+    profiles: &[Profile::Owner, Profile::Desktop, Profile::Observe],
 };
-pub static MOUSE: ToolSpec = ToolSpec {
+pub static MOUSE: Tool = Tool {
     name: "mouse",
+    class: Class::Shell,
+    class_reason: "clicks anything on the desktop, a terminal included, so it reaches a shell",
     description: "Move, click, double-click, right-click, drag or scroll the pointer. x,y are \
         pixels of the unscaled screenshot of the display (origin top-left); screenshot reports \
         that coordinate space. A point off the screen is an error that names the screen size. \
         Scroll: positive dy scrolls the content down (wheel towards you), negative up; \
         positive dx scrolls right.",
     input_schema: mouse_schema,
+    start: mouse,
+    inline: None,
+    needs: Needs::Display(Gui::Mouse),
+    profiles: &[Profile::Owner, Profile::Desktop],
 };
-pub static KEY: ToolSpec = ToolSpec {
+pub static KEY: Tool = Tool {
     name: "key",
+    class: Class::Shell,
+    class_reason: "types into the focused window, a terminal included, so it reaches a shell",
     description: "Type text or press key combinations into the focused window. action=type \
         types `text` literally; action=press presses each chord of `keys` in order, e.g. \
         [\"ctrl+l\", \"Return\", \"super+shift+4\"] (modifiers ctrl, shift, alt, super; aliases \
         control, option, meta/win/cmd). An unknown key name is an error listing valid names.",
     input_schema: key_schema,
+    start: key,
+    inline: None,
+    needs: Needs::Display(Gui::Key),
+    profiles: &[Profile::Owner, Profile::Desktop],
 };
 
 fn screenshot_schema() -> Value {
@@ -264,23 +283,33 @@ fn install_hint(helper: &str) -> String {
     format!("{helper} is not installed (Debian/Ubuntu: apt install {package})")
 }
 
-/// The graphical tools.
+/// What a graphical tool asks of the display: [`Probe::ready`] answers for each. The
+/// tools themselves are registered in [`super::TOOLS`] with [`Needs::Display`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tool {
+pub enum Gui {
     Screenshot,
     Mouse,
     Key,
 }
 
-impl Tool {
-    pub const ALL: [Tool; 3] = [Tool::Screenshot, Tool::Mouse, Tool::Key];
+impl Gui {
+    /// Every variant, so a test can check each is registered exactly once.
+    pub const ALL: [Gui; 3] = [Gui::Screenshot, Gui::Mouse, Gui::Key];
+
+    /// The registered tool's name.
     pub fn name(self) -> &'static str {
-        match self {
-            Tool::Screenshot => "screenshot",
-            Tool::Mouse => "mouse",
-            Tool::Key => "key",
-        }
+        gui_tools()
+            .find(|(_, g)| *g == self)
+            .map_or("graphical tool", |(t, _)| t.name)
     }
+}
+
+/// The registered tools that need the display, in listing order, with what each needs.
+pub fn gui_tools() -> impl Iterator<Item = (&'static Tool, Gui)> {
+    super::TOOLS.iter().filter_map(|t| match t.needs {
+        Needs::Display(g) => Some((*t, g)),
+        Needs::Nothing | Needs::Bash => None,
+    })
 }
 
 /// What one probe found: the backend, its displays, helpers, and what is wrong.
@@ -335,16 +364,35 @@ impl Probe {
         )
     }
 
+    /// A probe that found an X display and every helper, so each graphical tool's
+    /// readiness is a fact of its own rather than the probe's one problem.
+    #[cfg(test)]
+    pub(crate) fn working_x11() -> Probe {
+        Probe {
+            requested: DisplayBackend::X11,
+            backend: Some(Backend::X11),
+            env: DisplayEnv::default(),
+            helpers: HELPERS
+                .iter()
+                .map(|(h, _)| (*h, Some(PathBuf::from("/nonexistent/bin").join(h))))
+                .collect(),
+            displays: Vec::new(),
+            problem: None,
+            globals: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
     /// Ok when `tool` can run here, else what is missing and how to fix it.
-    pub fn ready(&self, tool: Tool) -> Result<(), String> {
+    pub fn ready(&self, tool: Gui) -> Result<(), String> {
         if let Some(problem) = &self.problem {
             return Err(problem.clone());
         }
         match (self.backend, tool) {
             (None, _) => Err("no display backend".into()),
-            (Some(Backend::X11), Tool::Screenshot) => self.x11_grabber().map(drop),
-            (Some(Backend::X11), Tool::Mouse | Tool::Key) => self.need("xdotool").map(drop),
-            (Some(Backend::Wayland), Tool::Screenshot) => {
+            (Some(Backend::X11), Gui::Screenshot) => self.x11_grabber().map(drop),
+            (Some(Backend::X11), Gui::Mouse | Gui::Key) => self.need("xdotool").map(drop),
+            (Some(Backend::Wayland), Gui::Screenshot) => {
                 self.need("grim")?;
                 if !self.has_global(wayland::SCREENCOPY) {
                     return Err(format!(
@@ -356,14 +404,14 @@ impl Probe {
                 }
                 Ok(())
             }
-            (Some(Backend::Wayland), Tool::Mouse) => {
+            (Some(Backend::Wayland), Gui::Mouse) => {
                 if self.has_global(wayland::VIRTUAL_POINTER) {
                     Ok(())
                 } else {
                     Err(wayland::no_virtual_pointer())
                 }
             }
-            (Some(Backend::Wayland), Tool::Key) => {
+            (Some(Backend::Wayland), Gui::Key) => {
                 self.need("wtype")?;
                 if !self.has_global(wayland::VIRTUAL_KEYBOARD) {
                     return Err(format!(
@@ -428,14 +476,13 @@ impl Probe {
 
     /// The JSON `sys_info` and `doctor` show.
     pub fn to_json(&self) -> Value {
-        let tools: serde_json::Map<String, Value> = Tool::ALL
-            .iter()
-            .map(|t| {
-                let v = match self.ready(*t) {
+        let tools: serde_json::Map<String, Value> = gui_tools()
+            .map(|(t, g)| {
+                let v = match self.ready(g) {
                     Ok(()) => json!({"works": true}),
                     Err(why) => json!({"works": false, "why": why}),
                 };
-                (t.name().to_string(), v)
+                (t.name.to_string(), v)
             })
             .collect();
         let helpers: serde_json::Map<String, Value> = self
@@ -765,7 +812,7 @@ pub fn facts(host: &ToolHost) -> Value {
 fn dispatch(
     cx: CallContext,
     done: Completion,
-    tool: Tool,
+    tool: Gui,
     work: impl FnOnce(&Probe, &CallContext) -> ToolOutput + Send + 'static,
 ) {
     let host = cx.host.clone();
@@ -1176,7 +1223,7 @@ pub fn parse_key(args: &Value) -> ArgResult<KeyArgs> {
 
 // ───────────────────────────── tools ─────────────────────────────
 
-fn helper_error(tool: Tool, e: RunError) -> ToolOutput {
+fn helper_error(tool: Gui, e: RunError) -> ToolOutput {
     match e {
         RunError::Cancelled => ToolOutput::tool_error(format!("{} cancelled", tool.name())),
         RunError::Failed(why) => ToolOutput::tool_error(format!("{} failed: {why}", tool.name())),
@@ -1188,7 +1235,7 @@ pub fn screenshot(args: Value, cx: CallContext, done: Completion) {
         Ok(r) => r,
         Err(e) => return done.complete(ToolOutput::InvalidParams(e)),
     };
-    dispatch(cx, done, Tool::Screenshot, move |probe, cx| {
+    dispatch(cx, done, Gui::Screenshot, move |probe, cx| {
         take_screenshot(probe, cx, &req).unwrap_or_else(|e| e)
     });
 }
@@ -1237,7 +1284,7 @@ fn capture(probe: &Probe, cx: &CallContext, display: &Display) -> Result<Vec<u8>
         },
         &cx.ctl,
     )
-    .map_err(|e| helper_error(Tool::Screenshot, e))?;
+    .map_err(|e| helper_error(Gui::Screenshot, e))?;
     std::fs::read(&file).map_err(|e| {
         ToolOutput::tool_error(format!(
             "screenshot failed: the grabber wrote no image ({e})"
@@ -1371,7 +1418,7 @@ pub fn mouse(args: Value, cx: CallContext, done: Completion) {
         Ok(r) => r,
         Err(e) => return done.complete(ToolOutput::InvalidParams(e)),
     };
-    dispatch(cx, done, Tool::Mouse, move |probe, cx| {
+    dispatch(cx, done, Gui::Mouse, move |probe, cx| {
         move_mouse(probe, cx, &req).unwrap_or_else(|e| e)
     });
 }
@@ -1417,7 +1464,7 @@ fn move_mouse(probe: &Probe, cx: &CallContext, req: &MouseArgs) -> Result<ToolOu
                 },
                 &cx.ctl,
             )
-            .map_err(|e| helper_error(Tool::Mouse, e))?;
+            .map_err(|e| helper_error(Gui::Mouse, e))?;
         }
         _ => {
             let socket = probe.wayland_socket().map_err(ToolOutput::tool_error)?;
@@ -1493,7 +1540,7 @@ pub fn key(args: Value, cx: CallContext, done: Completion) {
             )));
         }
     }
-    dispatch(cx, done, Tool::Key, move |probe, cx| {
+    dispatch(cx, done, Gui::Key, move |probe, cx| {
         press_keys(probe, cx, &req, &chords).unwrap_or_else(|e| e)
     });
 }
@@ -1524,7 +1571,7 @@ fn press_keys(
             },
             &cx.ctl,
         )
-        .map_err(|e| helper_error(Tool::Key, e))
+        .map_err(|e| helper_error(Gui::Key, e))
     };
     let per_piece = keys_per_piece(req.delay_ms);
     let deadline = Instant::now() + Duration::from_secs(cx.limits.max_run_secs);

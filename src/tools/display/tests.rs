@@ -207,23 +207,23 @@ fn cfg_with(env: &[(&str, &str)], backend: DisplayBackend) -> ToolConfig {
 fn no_display_says_what_is_missing() {
     let p = probe_now(&cfg_with(&[("PATH", "/nonexistent")], DisplayBackend::Auto));
     assert_eq!(p.backend, None);
-    for tool in Tool::ALL {
+    for tool in Gui::ALL {
         let err = p.ready(tool).unwrap_err();
         assert!(err.contains("neither WAYLAND_DISPLAY nor DISPLAY"), "{err}");
     }
     let p = probe_now(&cfg_with(&[("DISPLAY", ":0")], DisplayBackend::None));
     assert!(p
-        .ready(Tool::Mouse)
+        .ready(Gui::Mouse)
         .unwrap_err()
         .contains("--display-backend none"));
     let p = probe_now(&cfg_with(&[], DisplayBackend::X11));
     assert!(p
-        .ready(Tool::Key)
+        .ready(Gui::Key)
         .unwrap_err()
         .contains("DISPLAY is not set"));
     let p = probe_now(&cfg_with(&[], DisplayBackend::Wayland));
     assert!(p
-        .ready(Tool::Key)
+        .ready(Gui::Key)
         .unwrap_err()
         .contains("WAYLAND_DISPLAY is not set"));
     let p = probe_now(&cfg_with(
@@ -231,7 +231,7 @@ fn no_display_says_what_is_missing() {
         DisplayBackend::Auto,
     ));
     assert!(p
-        .ready(Tool::Screenshot)
+        .ready(Gui::Screenshot)
         .unwrap_err()
         .contains("XDG_RUNTIME_DIR"));
     let p = probe_now(&cfg_with(
@@ -242,7 +242,7 @@ fn no_display_says_what_is_missing() {
         DisplayBackend::Auto,
     ));
     assert!(p
-        .ready(Tool::Screenshot)
+        .ready(Gui::Screenshot)
         .unwrap_err()
         .contains("/nonexistent/wayland-7 does not exist"));
 }
@@ -256,7 +256,7 @@ fn x11_without_helpers_names_the_packages() {
     ));
     assert_eq!(p.backend, Some(Backend::X11));
     assert!(p
-        .ready(Tool::Mouse)
+        .ready(Gui::Mouse)
         .unwrap_err()
         .contains("/tmp/.X11-unix/X987654"));
     // The same with a display that is not local: the probe cannot tell it is dead, so the
@@ -265,12 +265,12 @@ fn x11_without_helpers_names_the_packages() {
         &[("DISPLAY", "remote.invalid:0"), ("PATH", "/nonexistent")],
         DisplayBackend::X11,
     ));
-    let err = p.ready(Tool::Mouse).unwrap_err();
+    let err = p.ready(Gui::Mouse).unwrap_err();
     assert!(
         err.contains("xdotool is not installed (Debian/Ubuntu: apt install xdotool)"),
         "{err}"
     );
-    let err = p.ready(Tool::Screenshot).unwrap_err();
+    let err = p.ready(Gui::Screenshot).unwrap_err();
     assert!(
         err.contains("apt install scrot") && err.contains("imagemagick"),
         "{err}"
