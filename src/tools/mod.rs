@@ -5,10 +5,14 @@
 //! tests' expected lists are all derived from that list. Tool implementations live in the
 //! submodules.
 
+pub mod args;
 pub mod bash;
 pub mod display;
+pub mod env;
 pub mod process;
 pub mod sysinfo;
+#[cfg(test)]
+pub(crate) mod testutil;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -215,7 +219,7 @@ impl<T> TtlCache<T> {
 #[derive(Debug)]
 pub struct ToolHost {
     pub config: ToolConfig,
-    pub processes: bash::ProcessWatcher,
+    pub processes: process::ProcessWatcher,
     pub facts: sysinfo::StaticFacts,
     /// `sys_info`'s `/proc` reads, reused for `sys_info_ttl`.
     pub live: TtlCache<sysinfo::LiveFacts>,
@@ -228,7 +232,7 @@ pub struct ToolHost {
 impl ToolHost {
     pub fn new(config: ToolConfig) -> std::io::Result<Arc<Self>> {
         Ok(Arc::new(ToolHost {
-            processes: bash::ProcessWatcher::start()?,
+            processes: process::ProcessWatcher::start()?,
             facts: sysinfo::StaticFacts::gather(),
             live: TtlCache::default(),
             sys_info_answers: sysinfo::AnswerCache::default(),

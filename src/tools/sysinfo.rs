@@ -578,7 +578,7 @@ fn output(info: Value) -> ToolOutput {
 mod tests {
     use super::*;
     use crate::jobs::JobCtl;
-    use crate::tools::bash::testutil::{completion, cx, host, result, WATCHDOG};
+    use crate::tools::testutil::{completion, cx, host, result, WATCHDOG};
     use crate::tools::{CallLimits, GrantNote, TtlCache};
 
     const FIB_TRIE: &str = "\

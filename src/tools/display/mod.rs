@@ -3,9 +3,9 @@
 //! every graphical action in order so no pool worker waits on a helper, and the facts
 //! `sys_info` and `doctor` report.
 
+mod helper;
 mod image;
 pub mod keys;
-mod run;
 mod wayland;
 mod x11;
 
@@ -18,12 +18,14 @@ use base64::Engine as _;
 use crossbeam_channel::{Sender, TrySendError};
 use serde_json::{json, Value};
 
+use super::args::{self, Naming};
+use super::process::ProcessWatcher;
 use super::{CallContext, Needs, Tool, ToolConfig, ToolHost, TtlCache};
 use crate::config::DisplayBackend;
 use crate::jobs::{Completion, JobCtl};
 use crate::mcp::ToolOutput;
 use crate::profiles::{Class, Profile};
-use run::{Helper, RunError};
+use helper::{Helper, RunError};
 
 /// Graphical calls waiting for the display thread before new ones are refused.
 const DISPLAY_QUEUE: usize = 32;
@@ -448,30 +450,24 @@ impl Probe {
         })
     }
 
-    /// The environment helpers run with: the daemon's, minus secrets and `HANDNODE_*`,
-    /// with the display variables this probe used.
+    /// The environment helpers run with: the daemon's, cleaned by
+    /// [`super::env::child_env`], with the display variables this probe used (and a
+    /// default `PATH`) in place of the daemon's own. Variables that are not UTF-8 are left
+    /// out: helpers get their environment as text.
     pub fn child_env(&self, cfg: &ToolConfig) -> Vec<(String, String)> {
-        let mut out: Vec<(String, String)> = std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-            .filter(|(k, v)| {
-                !k.starts_with("HANDNODE_")
-                    && !DISPLAY_VARS.contains(&k.as_str())
-                    && !cfg.scrub_env.iter().any(|s| s == k)
-                    && !cfg
-                        .scrub_values
-                        .iter()
-                        .any(|s| !s.is_empty() && s.matches(v))
-            })
+        let mut set: Vec<(String, String)> = self
+            .env
+            .pairs()
+            .iter()
+            .filter_map(|(name, value)| Some((name.to_string(), value.as_ref()?.clone())))
             .collect();
-        for (name, value) in self.env.pairs() {
-            if let Some(value) = value {
-                out.push((name.to_string(), value.clone()));
-            }
-        }
         if self.env.path.is_none() {
-            out.push(("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()));
+            set.push(("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()));
         }
-        out
+        super::env::child_env(std::env::vars_os(), cfg, &DISPLAY_VARS, &set)
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect()
     }
 
     /// The JSON `sys_info` and `doctor` show.
@@ -543,7 +539,7 @@ const NO_DISPLAY: &str = "no display: neither WAYLAND_DISPLAY nor DISPLAY is set
 
 /// Look at the environment and the display servers now. Cheap: environment, socket
 /// existence, `PATH`, and one short query of the chosen display server.
-pub fn probe_now(cfg: &ToolConfig) -> Probe {
+pub fn probe_now(cfg: &ToolConfig, processes: &ProcessWatcher) -> Probe {
     let env = DisplayEnv::from_config(cfg);
     let helpers = HELPERS
         .iter()
@@ -579,7 +575,7 @@ pub fn probe_now(cfg: &ToolConfig) -> Probe {
             }
         },
         DisplayBackend::X11 => match &p.env.display {
-            Some(_) => probe_x11(&mut p, cfg),
+            Some(_) => probe_x11(&mut p, cfg, processes),
             None => {
                 p.problem = Some(
                     "--display-backend x11 but DISPLAY is not set in handnode's environment: \
@@ -603,11 +599,11 @@ pub fn probe_now(cfg: &ToolConfig) -> Probe {
                         "WAYLAND_DISPLAY is set but {} does not exist; using X11",
                         path.display()
                     ));
-                    probe_x11(&mut p, cfg)
+                    probe_x11(&mut p, cfg, processes)
                 }
                 (Some(Err(why)), true) => {
                     p.notes.push(format!("{why}; using X11"));
-                    probe_x11(&mut p, cfg)
+                    probe_x11(&mut p, cfg, processes)
                 }
                 (Some(Ok(path)), false) => {
                     p.backend = Some(Backend::Wayland);
@@ -621,7 +617,7 @@ pub fn probe_now(cfg: &ToolConfig) -> Probe {
                     p.backend = Some(Backend::Wayland);
                     p.problem = Some(why);
                 }
-                (None, true) => probe_x11(&mut p, cfg),
+                (None, true) => probe_x11(&mut p, cfg, processes),
                 (None, false) => p.problem = Some(NO_DISPLAY.into()),
             }
         }
@@ -654,13 +650,13 @@ fn probe_wayland(p: &mut Probe, timeout: Duration) {
     }
 }
 
-fn probe_x11(p: &mut Probe, cfg: &ToolConfig) {
+fn probe_x11(p: &mut Probe, cfg: &ToolConfig, processes: &ProcessWatcher) {
     p.backend = Some(Backend::X11);
     let display = p.env.display.clone().unwrap_or_default();
     let env = p.child_env(cfg);
     let ctl = JobCtl::new();
     let query = |program: &Path, args: &[&str]| {
-        run::run_ok(
+        helper::run_ok(
             &Helper {
                 program,
                 args: args.iter().map(|s| s.to_string()).collect(),
@@ -670,6 +666,7 @@ fn probe_x11(p: &mut Probe, cfg: &ToolConfig) {
                 cancel_kills: true,
             },
             &ctl,
+            processes,
         )
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .map_err(RunError::message)
@@ -742,8 +739,10 @@ impl DisplayState {
     }
 
     /// The current probe, reused for `display_probe_ttl`.
-    pub fn probe(&self, cfg: &ToolConfig) -> Arc<Probe> {
-        self.cache.get(cfg.display_probe_ttl, || probe_now(cfg)).0
+    pub fn probe(&self, cfg: &ToolConfig, processes: &ProcessWatcher) -> Arc<Probe> {
+        self.cache
+            .get(cfg.display_probe_ttl, || probe_now(cfg, processes))
+            .0
     }
 
     /// Queue a graphical action for the display thread, starting it on first use. Actions
@@ -783,12 +782,13 @@ impl DisplayState {
 pub fn query(
     probe: &Probe,
     cfg: &ToolConfig,
+    processes: &ProcessWatcher,
     program: &str,
     args: &[&str],
 ) -> Result<String, String> {
     let path = which(program, probe.env.path.as_deref()).ok_or_else(|| install_hint(program))?;
     let env = probe.child_env(cfg);
-    run::run_ok(
+    helper::run_ok(
         &Helper {
             program: &path,
             args: args.iter().map(|s| s.to_string()).collect(),
@@ -798,6 +798,7 @@ pub fn query(
             cancel_kills: true,
         },
         &JobCtl::new(),
+        processes,
     )
     .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
     .map_err(RunError::message)
@@ -805,7 +806,7 @@ pub fn query(
 
 /// Backend, displays and which graphical tools work (and why not), for `sys_info`.
 pub fn facts(host: &ToolHost) -> Value {
-    host.display.probe(&host.config).to_json()
+    host.display.probe(&host.config, &host.processes).to_json()
 }
 
 /// Run `work` on the display thread with a fresh probe; its output completes `done`.
@@ -826,7 +827,7 @@ fn dispatch(
             done.complete(ToolOutput::tool_error("cancelled before it started"));
             return;
         }
-        let probe = cx.host.display.probe(&cx.host.config);
+        let probe = cx.host.display.probe(&cx.host.config, &cx.host.processes);
         let out = match probe.ready(tool) {
             Ok(()) => work(&probe, &cx),
             Err(why) => ToolOutput::tool_error(format!("{} unavailable: {why}", tool.name())),
@@ -852,23 +853,20 @@ fn object(args: &Value) -> ArgResult<serde_json::Map<String, Value>> {
     }
 }
 
+/// The display tools name fields in backticks.
+const NAMING: Naming = Naming::Code;
+
 fn int(
     m: &serde_json::Map<String, Value>,
     key: &str,
     min: i64,
     max: i64,
 ) -> ArgResult<Option<i64>> {
-    match m.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_i64() {
-            Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
-            _ => Err(format!("`{key}` must be an integer from {min} to {max}")),
-        },
-    }
+    args::int(m, key, min..=max, NAMING, None)
 }
 
 fn req_int(m: &serde_json::Map<String, Value>, key: &str, min: i64, max: i64) -> ArgResult<i64> {
-    int(m, key, min, max)?.ok_or_else(|| format!("`{key}` is required"))
+    args::required_int(m, key, min..=max, NAMING)
 }
 
 fn string<'a>(m: &'a serde_json::Map<String, Value>, key: &str) -> ArgResult<Option<&'a str>> {
@@ -1243,7 +1241,7 @@ pub fn screenshot(args: Value, cx: CallContext, done: Completion) {
 fn capture(probe: &Probe, cx: &CallContext, display: &Display) -> Result<Vec<u8>, ToolOutput> {
     let cfg = &cx.host.config;
     let env = probe.child_env(cfg);
-    let dir = run::ScratchDir::new()
+    let dir = helper::ScratchDir::new()
         .map_err(|e| ToolOutput::tool_error(format!("screenshot failed: no scratch space: {e}")))?;
     let file = dir.path().join("shot.png");
     let file_arg = file.display().to_string();
@@ -1273,7 +1271,7 @@ fn capture(probe: &Probe, cx: &CallContext, display: &Display) -> Result<Vec<u8>
             (grim, args)
         }
     };
-    run::run_ok(
+    helper::run_ok(
         &Helper {
             program,
             args,
@@ -1283,6 +1281,7 @@ fn capture(probe: &Probe, cx: &CallContext, display: &Display) -> Result<Vec<u8>
             cancel_kills: true,
         },
         &cx.ctl,
+        &cx.host.processes,
     )
     .map_err(|e| helper_error(Gui::Screenshot, e))?;
     std::fs::read(&file).map_err(|e| {
@@ -1452,7 +1451,7 @@ fn move_mouse(probe: &Probe, cx: &CallContext, req: &MouseArgs) -> Result<ToolOu
             }
             let env = probe.child_env(cfg);
             let xdotool = probe.need("xdotool").map_err(ToolOutput::tool_error)?;
-            run::run_ok(
+            helper::run_ok(
                 &Helper {
                     program: xdotool,
                     args: x11::mouse_args(&req.action),
@@ -1463,6 +1462,7 @@ fn move_mouse(probe: &Probe, cx: &CallContext, req: &MouseArgs) -> Result<ToolOu
                     cancel_kills: false,
                 },
                 &cx.ctl,
+                &cx.host.processes,
             )
             .map_err(|e| helper_error(Gui::Mouse, e))?;
         }
@@ -1559,7 +1559,7 @@ fn press_keys(
         .map_err(ToolOutput::tool_error)?;
     let per_key = Duration::from_millis(u64::from(req.delay_ms) + u64::from(WTYPE_SETTLE_MS));
     let run = |args: Vec<String>, keystrokes: usize| {
-        run::run_ok(
+        helper::run_ok(
             &Helper {
                 program,
                 args,
@@ -1570,6 +1570,7 @@ fn press_keys(
                 cancel_kills: false,
             },
             &cx.ctl,
+            &cx.host.processes,
         )
         .map_err(|e| helper_error(Gui::Key, e))
     };

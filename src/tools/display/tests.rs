@@ -1,5 +1,10 @@
 use super::*;
 
+/// [`super::probe_now`] with a process watcher of the test's own.
+fn probe_now(cfg: &ToolConfig) -> Probe {
+    super::probe_now(cfg, &ProcessWatcher::start().unwrap())
+}
+
 #[test]
 fn screenshot_args_and_their_bounds() {
     let ok = parse_screenshot(
@@ -311,7 +316,7 @@ fn child_env_drops_secrets_and_handnode_vars() {
 
 #[test]
 fn which_finds_only_executables() {
-    let dir = run::ScratchDir::new().unwrap();
+    let dir = helper::ScratchDir::new().unwrap();
     let exe = dir.path().join("tool");
     std::fs::write(&exe, "#!/bin/sh\n").unwrap();
     let path = dir.path().display().to_string();
@@ -327,12 +332,13 @@ fn which_finds_only_executables() {
 #[test]
 fn probe_is_cached_for_the_ttl() {
     let state = DisplayState::default();
+    let w = ProcessWatcher::start().unwrap();
     let mut cfg = cfg_with(&[], DisplayBackend::None);
     cfg.display_probe_ttl = Duration::from_secs(3600);
-    let a = state.probe(&cfg);
-    assert!(Arc::ptr_eq(&a, &state.probe(&cfg)));
+    let a = state.probe(&cfg, &w);
+    assert!(Arc::ptr_eq(&a, &state.probe(&cfg, &w)));
     cfg.display_probe_ttl = Duration::ZERO;
-    assert!(!Arc::ptr_eq(&a, &state.probe(&cfg)));
+    assert!(!Arc::ptr_eq(&a, &state.probe(&cfg, &w)));
 }
 
 #[test]
