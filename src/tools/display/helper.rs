@@ -279,6 +279,31 @@ mod tests {
     }
 
     #[test]
+    fn stdout_is_kept_up_to_its_bound_and_refused_past_it() {
+        let env = env();
+        let w = w();
+        let at = sh(
+            &format!("head -c {STDOUT_MAX_BYTES} /dev/zero"),
+            &env,
+            Duration::from_secs(30),
+        );
+        assert_eq!(
+            run_ok(&at, &JobCtl::new(), &w).unwrap().stdout.len(),
+            STDOUT_MAX_BYTES
+        );
+        let over = sh(
+            &format!("head -c {} /dev/zero", STDOUT_MAX_BYTES + 1),
+            &env,
+            Duration::from_secs(30),
+        );
+        let err = run(&over, &JobCtl::new(), &w).unwrap_err().message();
+        assert_eq!(
+            err,
+            format!("sh printed more than {STDOUT_MAX_BYTES} bytes")
+        );
+    }
+
+    #[test]
     fn stdin_and_env_are_what_we_pass() {
         let env = vec![
             ("PATH".into(), "/usr/bin:/bin".into()),
