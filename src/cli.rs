@@ -61,7 +61,7 @@ const SUBCOMMANDS: &str = "serve, doctor, grant, grants, revoke, help";
 
 /// Turn argv (without the program name) and the environment into what to do.
 ///
-/// For `serve` this also finds the admin token ([`config::parse_serve`]). Errors are
+/// For `serve` this also finds the admin token (`config::parse_serve`). Errors are
 /// [`Error::Config`] with a message that says what to fix (exit 2).
 pub fn parse(args: &[String], env: &HashMap<String, String>) -> Result<Command, Error> {
     let (sub, rest) = match args.first().map(String::as_str) {
