@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use crate::config::{self, DisplayBackend};
-use crate::tools::display::{self, Backend, Probe, Tool};
+use crate::tools::display::{self, Backend, Probe};
+use crate::tools::process::ProcessWatcher;
 use crate::tools::ToolConfig;
 
 /// How a check came out.
@@ -246,7 +247,7 @@ fn backend_setting(env: &HashMap<String, String>) -> DisplayBackend {
 }
 
 /// Checks about the display, from one probe.
-pub fn display_checks(probe: &Probe, cfg: &ToolConfig) -> Vec<Check> {
+pub fn display_checks(probe: &Probe, cfg: &ToolConfig, processes: &ProcessWatcher) -> Vec<Check> {
     let mut out = Vec::new();
     match (&probe.problem, probe.backend) {
         (Some(problem), _) => out.push(check("display", Status::Fail, problem.clone(), None)),
@@ -273,15 +274,17 @@ pub fn display_checks(probe: &Probe, cfg: &ToolConfig) -> Vec<Check> {
         out.push(check("display", Status::Warn, note.clone(), None));
     }
     if probe.problem.is_none() {
-        for tool in Tool::ALL {
-            out.push(match probe.ready(tool) {
-                Ok(()) => check(tool.name(), Status::Ok, "works", None),
-                Err(why) => check(tool.name(), Status::Fail, why, None),
+        // One line per registered tool that needs the display; `bash` and `sys_info`
+        // need nothing doctor can fix from here.
+        for (tool, gui) in display::gui_tools() {
+            out.push(match probe.ready(gui) {
+                Ok(()) => check(tool.name, Status::Ok, "works", None),
+                Err(why) => check(tool.name, Status::Fail, why, None),
             });
         }
     }
     if probe.problem.is_none() && probe.backend == Some(Backend::X11) {
-        match display::query(probe, cfg, "xset", &["q"]) {
+        match display::query(probe, cfg, processes, "xset", &["q"]) {
             Ok(text) => out.extend(xset_blanking(&text)),
             Err(why) => out.push(check(
                 "screen blanking",
@@ -294,14 +297,19 @@ pub fn display_checks(probe: &Probe, cfg: &ToolConfig) -> Vec<Check> {
     out
 }
 
-/// Everything doctor checks, given the environment and whether we run as root.
-pub fn checks(env: &HashMap<String, String>, is_root: bool) -> (Vec<Check>, Value) {
+/// Everything doctor checks, given the environment and whether we run as root. Helpers
+/// (`xdotool`, `xset`, …) run through `processes`, as the daemon's do.
+pub fn checks(
+    env: &HashMap<String, String>,
+    is_root: bool,
+    processes: &ProcessWatcher,
+) -> (Vec<Check>, Value) {
     let cfg = ToolConfig {
         display_backend: backend_setting(env),
         ..ToolConfig::default()
     };
-    let probe = display::probe_now(&cfg);
-    let mut out = display_checks(&probe, &cfg);
+    let probe = display::probe_now(&cfg, processes);
+    let mut out = display_checks(&probe, &cfg, processes);
     out.extend(screen_guards(&running_commands()));
     out.push(match probe.helper("notify-send") {
         Some(_) => check(
@@ -377,7 +385,14 @@ pub fn main(json: bool) -> i32 {
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
     let is_root = rustix::process::geteuid().is_root();
-    let (checks, display) = checks(&env, is_root);
+    let processes = match ProcessWatcher::start() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("handnode doctor: cannot start the process watcher: {e}");
+            return 1;
+        }
+    };
+    let (checks, display) = checks(&env, is_root, &processes);
     if json {
         println!(
             "{}",
@@ -461,13 +476,14 @@ mod tests {
             display_env: Some(Default::default()),
             ..ToolConfig::default()
         };
-        let probe = display::probe_now(&cfg);
-        let c = display_checks(&probe, &cfg);
+        let processes = ProcessWatcher::start().unwrap();
+        let probe = display::probe_now(&cfg, &processes);
+        let c = display_checks(&probe, &cfg, &processes);
         assert_eq!(c[0].status, Status::Fail);
         assert!(c[0].detail.contains("neither WAYLAND_DISPLAY nor DISPLAY"));
         let text = render(&c);
         assert!(text.contains("[fail] display: no display"), "{text}");
-        let (checks, display) = checks(&e, true);
+        let (checks, display) = checks(&e, true, &processes);
         assert!(checks
             .iter()
             .any(|c| c.name == "user" && c.status == Status::Warn));
@@ -477,10 +493,38 @@ mod tests {
     }
 
     #[test]
+    fn every_tool_that_needs_the_display_gets_a_line() {
+        let probe = Probe::working_x11();
+        let cfg = ToolConfig {
+            display_env: Some(Default::default()),
+            ..ToolConfig::default()
+        };
+        let lines = display_checks(&probe, &cfg, &ProcessWatcher::start().unwrap());
+        let mut checked = 0;
+        for tool in crate::tools::TOOLS {
+            let line = lines.iter().find(|c| c.name == tool.name);
+            match tool.needs {
+                crate::tools::Needs::Display(_) => {
+                    let line = line.unwrap_or_else(|| panic!("doctor skips {}", tool.name));
+                    assert_eq!(line.status, Status::Ok, "{line:?}");
+                    checked += 1;
+                }
+                crate::tools::Needs::Nothing | crate::tools::Needs::Bash => {
+                    assert!(line.is_none(), "{line:?}")
+                }
+            }
+        }
+        assert_eq!(checked, display::gui_tools().count());
+        assert!(checked > 0);
+    }
+
+    #[test]
     fn allow_login_without_allow_host_is_flagged() {
+        let processes = ProcessWatcher::start().unwrap();
         let (c, _) = checks(
             &env(&[("HANDNODE_ALLOW_LOGIN", "a@b.c"), ("HOME", "/x")]),
             false,
+            &processes,
         );
         assert!(c
             .iter()
@@ -492,6 +536,7 @@ mod tests {
                 ("HOME", "/x"),
             ]),
             false,
+            &processes,
         );
         assert!(!c.iter().any(|c| c.name == "tailnet"));
     }

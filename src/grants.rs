@@ -18,7 +18,7 @@ use crate::audit::{Audit, LifecycleEvent, Record};
 use crate::calls::Services;
 use crate::config::{Limits, Timing};
 use crate::dial::{
-    self, CallEvent, Command, EndReason, GrantEvents, GrantSpec, GrantThread, State, Status,
+    CallEvent, Command, EndReason, GrantEvents, GrantSpec, GrantThread, State, Status,
 };
 use crate::error::Error;
 use crate::metrics::Metrics;
@@ -32,8 +32,6 @@ use crate::wake::{Poller, Waker};
 pub const MAX_TTL_SECS: u64 = 86_400;
 /// TTL when the request gives none (seconds).
 pub const DEFAULT_TTL_SECS: u64 = 3_600;
-/// Longest runtime URL we accept (bytes).
-pub const MAX_RUNTIME_URL_BYTES: usize = 2_048;
 
 pub const RUNTIME_ERROR: &str = "runtime must be a ws:// or wss:// URL";
 pub const SESSION_ERROR: &str = "session must match [a-z0-9-]{1,32}";
@@ -66,14 +64,6 @@ fn session_ok(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
-fn runtime_ok(s: &str) -> bool {
-    s.len() <= MAX_RUNTIME_URL_BYTES
-        && !s
-            .bytes()
-            .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
-        && dial::endpoint(s).is_ok()
-}
-
 impl AttachRequest {
     /// Validate a body. The error is the message for a `400`; nothing is changed on error.
     pub fn parse(body: &[u8]) -> Result<AttachRequest, String> {
@@ -96,7 +86,7 @@ impl AttachRequest {
             }
         }
         let runtime = match obj.get("runtime") {
-            Some(Value::String(s)) if runtime_ok(s) => s.clone(),
+            Some(Value::String(s)) if crate::url::is_runtime_url(s) => s.clone(),
             _ => return Err(RUNTIME_ERROR.into()),
         };
         let session = match obj.get("session") {
@@ -147,7 +137,7 @@ impl AttachRequest {
 /// host, explicit port, one trailing `/` removed) plus the session.
 pub fn target_key(runtime: &str, session: &str) -> String {
     let trimmed = runtime.strip_suffix('/').unwrap_or(runtime);
-    match dial::endpoint(trimmed) {
+    match crate::url::endpoint(trimmed) {
         Ok(ep) => {
             let scheme_len = if ep.tls { 6 } else { 5 };
             let after = &trimmed[scheme_len..];
@@ -919,7 +909,7 @@ mod tests {
             (
                 format!(
                     r#"{{"runtime":"ws://h/{}","session":"s","secret":"x"}}"#,
-                    "a".repeat(MAX_RUNTIME_URL_BYTES)
+                    "a".repeat(crate::url::MAX_RUNTIME_URL_BYTES)
                 ),
                 RUNTIME_ERROR,
             ),

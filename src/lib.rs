@@ -28,6 +28,7 @@ pub mod timefmt;
 pub mod tls;
 pub mod tools;
 pub mod upstream;
+pub mod url;
 pub mod wake;
 
 pub use config::Config;
@@ -95,7 +96,7 @@ use std::sync::Arc;
 impl Daemon {
     /// Validate, open the state, bind, resume persisted grants, serve, and report ready.
     pub fn start(config: Config) -> Result<Daemon, Error> {
-        let policy = auth::Policy::from_config(&config);
+        let policy = config.policy();
         policy.validate().map_err(Error::Config)?;
         let tls = tls::client_config(config.ca_file.as_deref())?;
         std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)

@@ -1,9 +1,10 @@
-//! The `handnode` binary: argv and env → `config::Command`, logging, signals, exit codes.
+//! The `handnode` binary: argv and env → `cli::Command`, logging, signals, exit codes.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
 
-use handnode::config::{self, Command};
+use handnode::cli::Command;
+use handnode::config;
 use handnode::{cli, doctor, Shutdown};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -83,7 +84,7 @@ fn main() -> ExitCode {
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
 
-    let command = match config::parse(&args, &env) {
+    let command = match cli::parse(&args, &env) {
         Ok(command) => command,
         Err(e) => {
             eprintln!("handnode: {e}");

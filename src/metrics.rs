@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::mcp::Outcome;
-use crate::profiles::{Profile, DESKTOP_BROWSER_TOOLS};
+use crate::profiles::DESKTOP_BROWSER_TOOLS;
 
 /// Grant states, in the order `/metrics` lists them.
 pub const GRANT_STATES: [&str; 5] = ["idle", "dialing", "attached", "redialing", "ended"];
@@ -44,7 +44,7 @@ struct ToolCalls {
 
 /// Tools that always get their own label: the local ones and the desktop browser list.
 fn is_known_tool(tool: &str) -> bool {
-    Profile::Owner.local_allow_list().contains(&tool) || DESKTOP_BROWSER_TOOLS.contains(&tool)
+    crate::tools::find(tool).is_some() || DESKTOP_BROWSER_TOOLS.contains(&tool)
 }
 
 impl Metrics {

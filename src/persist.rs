@@ -295,7 +295,7 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
         return Err("id is not a lowercase UUID".to_string());
     }
     let runtime = string_field(obj, "runtime")?;
-    if !is_ws_url(runtime) {
+    if !crate::url::is_runtime_url(runtime) {
         return Err("runtime is not a ws:// or wss:// URL with a host".to_string());
     }
     let session = string_field(obj, "session")?;
@@ -365,16 +365,6 @@ fn is_session(s: &str) -> bool {
     (1..=32).contains(&s.len())
         && s.bytes()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-}
-
-/// The admin API's own check (scheme in any case, a host, a valid port), so a grant it
-/// accepted always resumes and a hand-edited one that could never dial is dropped.
-fn is_ws_url(s: &str) -> bool {
-    s.len() <= crate::grants::MAX_RUNTIME_URL_BYTES
-        && !s
-            .bytes()
-            .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
-        && crate::dial::endpoint(s).is_ok()
 }
 
 /// Create `dir` (and parents) 0700, or narrow an existing one to 0700.

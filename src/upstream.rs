@@ -1533,7 +1533,7 @@ mod tests {
             grant: None,
             upstream: Some(&up),
         };
-        let local = Profile::Desktop.local_allow_list().len();
+        let local = crate::tools::names(Profile::Desktop).len();
         assert_eq!(catalog.list(Profile::Desktop).len(), local + 2);
 
         drop(stub);
@@ -1541,7 +1541,7 @@ mod tests {
         assert!(up.tools().is_empty());
         let listed: Vec<Value> = catalog.list(Profile::Desktop);
         let listed: Vec<&str> = listed.iter().map(|t| t["name"].as_str().unwrap()).collect();
-        assert_eq!(listed, Profile::Desktop.local_allow_list());
+        assert_eq!(listed, crate::tools::names(Profile::Desktop));
         assert_eq!(
             catalog.resolve(Profile::Desktop, "browser_navigate"),
             Resolution::Unknown

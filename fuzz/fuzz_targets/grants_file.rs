@@ -7,7 +7,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use handnode::profiles::Profile;
 use handnode::timefmt::rfc3339;
-use handnode::{dial, grants, persist};
+use handnode::{dial, grants, persist, url};
 use libfuzzer_sys::fuzz_target;
 use tungstenite::client::IntoClientRequest;
 
@@ -26,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
         let _ = rfc3339(g.expires_at);
         let _ = grants::target_key(&g.runtime, &g.session);
         let url = dial::attach_url(&g.runtime, &g.session);
-        dial::endpoint(&url).unwrap_or_else(|e| panic!("kept an undialable runtime: {e}"));
+        url::endpoint(&url).unwrap_or_else(|e| panic!("kept an undialable runtime: {e}"));
         url.as_str()
             .into_client_request()
             .unwrap_or_else(|e| panic!("kept an undialable runtime {url:?}: {e}"));
