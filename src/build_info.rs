@@ -44,7 +44,10 @@ mod tests {
         );
         assert!(TARGET.contains("-linux-"), "{TARGET}");
         assert_eq!(TARGET.contains("musl"), LIBC == "musl", "{TARGET} / {LIBC}");
-        assert_eq!(TARGET.ends_with("-gnu") || TARGET.contains("-gnueabi"), LIBC == "glibc");
+        assert_eq!(
+            TARGET.ends_with("-gnu") || TARGET.contains("-gnueabi"),
+            LIBC == "glibc"
+        );
         // musl targets link statically unless told otherwise; glibc only with +crt-static.
         if LIBC == "musl" {
             assert!(STATIC);
@@ -55,7 +58,10 @@ mod tests {
         assert_eq!(v["static"], STATIC);
         assert_eq!(
             describe(),
-            format!("{TARGET}, {LIBC}, {}", if STATIC { "static" } else { "dynamic" })
+            format!(
+                "{TARGET}, {LIBC}, {}",
+                if STATIC { "static" } else { "dynamic" }
+            )
         );
     }
 }

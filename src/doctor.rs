@@ -526,7 +526,8 @@ mod tests {
     #[test]
     fn build_is_reported_and_static_glibc_warns_about_nss_modules() {
         let describe = crate::build_info::describe();
-        let pi_os = "passwd: files\nhosts:          files mdns4_minimal [NOTFOUND=return] dns # x\n";
+        let pi_os =
+            "passwd: files\nhosts:          files mdns4_minimal [NOTFOUND=return] dns # x\n";
         for (libc, is_static) in [("musl", true), ("glibc", false)] {
             let c = build_check(libc, is_static, Some(pi_os));
             assert_eq!((c.name.as_str(), c.status), ("build", Status::Ok), "{c:?}");
@@ -538,7 +539,11 @@ mod tests {
         assert!(c.detail.contains("through mdns4_minimal, which"), "{c:?}");
         assert!(c.fix.as_deref().unwrap().contains("musl"));
         for plain in [Some("hosts: files dns\n"), Some("# hosts: mdns\n"), None] {
-            assert_eq!(build_check("glibc", true, plain).status, Status::Ok, "{plain:?}");
+            assert_eq!(
+                build_check("glibc", true, plain).status,
+                Status::Ok,
+                "{plain:?}"
+            );
         }
         let (checks, display) = checks(&env(&[("HOME", "/x")]), false);
         assert_eq!(checks[0].name, "build");
