@@ -32,13 +32,14 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 
 # The targets, declared once. Fields: triple, dist arch ("-": not a release artifact), libc,
 # what `file` must say (ELF class and machine), Debian packages, commands they provide, the C
-# compiler and archiver for ring (empty: the host's), the linker (empty: rustc's default).
+# compiler and archiver for ring (empty: the host's), the linker (empty: rustc's default), the
+# qemu-user program that runs it on x86_64 (empty: runs natively).
 targets_table() {
     cat <<'EOF'
-x86_64-unknown-linux-musl|x86_64|musl|ELF 64-bit LSB,x86-64|musl-tools|musl-gcc|musl-gcc||
-aarch64-unknown-linux-musl|aarch64|musl|ELF 64-bit LSB,ARM aarch64|gcc-aarch64-linux-gnu libc6-dev-arm64-cross|aarch64-linux-gnu-gcc|aarch64-linux-gnu-gcc|aarch64-linux-gnu-ar|aarch64-linux-gnu-gcc
-armv7-unknown-linux-gnueabihf|armv7|glibc|ELF 32-bit LSB,ARM, EABI5|gcc-arm-linux-gnueabihf libc6-dev-armhf-cross|arm-linux-gnueabihf-gcc|arm-linux-gnueabihf-gcc|arm-linux-gnueabihf-ar|arm-linux-gnueabihf-gcc
-x86_64-unknown-linux-gnu|-|glibc|ELF 64-bit LSB,x86-64|||||
+x86_64-unknown-linux-musl|x86_64|musl|ELF 64-bit LSB,x86-64|musl-tools|musl-gcc|musl-gcc|||
+aarch64-unknown-linux-musl|aarch64|musl|ELF 64-bit LSB,ARM aarch64|gcc-aarch64-linux-gnu libc6-dev-arm64-cross|aarch64-linux-gnu-gcc|aarch64-linux-gnu-gcc|aarch64-linux-gnu-ar|aarch64-linux-gnu-gcc|qemu-aarch64-static
+armv7-unknown-linux-gnueabihf|armv7|glibc|ELF 32-bit LSB,ARM, EABI5|gcc-arm-linux-gnueabihf libc6-dev-armhf-cross|arm-linux-gnueabihf-gcc|arm-linux-gnueabihf-gcc|arm-linux-gnueabihf-ar|arm-linux-gnueabihf-gcc|qemu-arm-static
+x86_64-unknown-linux-gnu|-|glibc|ELF 64-bit LSB,x86-64||||||
 EOF
 }
 # The release set, in build order.
@@ -48,7 +49,7 @@ release_triples=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl armv7-unkn
 row() {
     local line
     line=$(targets_table | grep "^$1|") || return 1
-    IFS='|' read -r t_triple t_arch t_libc t_file t_pkgs t_cmds t_cc t_ar t_linker <<<"$line"
+    IFS='|' read -r t_triple t_arch t_libc t_file t_pkgs t_cmds t_cc t_ar t_linker t_runner <<<"$line"
 }
 
 requested=()
@@ -63,9 +64,9 @@ while [ $# -gt 0 ]; do
         --libc) [ $# -ge 2 ] || die "--libc needs gnu or musl"; requested+=("x86_64-unknown-linux-$2"); shift 2 ;;
         --libc=*) requested+=("x86_64-unknown-linux-${1#--libc=}"); shift ;;
         --list)
-            printf '%-32s %-8s %-6s %s\n' TRIPLE ARCH LIBC "DEBIAN PACKAGES"
-            targets_table | while IFS='|' read -r tr ar lc _ pk _; do
-                printf '%-32s %-8s %-6s %s\n' "$tr" "$ar" "$lc" "${pk:--}"
+            printf '%-30s %-7s %-5s %-19s %s\n' TRIPLE ARCH LIBC QEMU "DEBIAN PACKAGES"
+            targets_table | while IFS='|' read -r tr ar lc _ pk _ _ _ _ qe; do
+                printf '%-30s %-7s %-5s %-19s %s\n' "$tr" "$ar" "$lc" "${qe:--}" "${pk:--}"
             done
             exit 0 ;;
         -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -184,10 +185,7 @@ check_file() {
 # run_check BIN : starts it (natively, or under qemu-user when installed), `--version`.
 run_check() {
     local runner=() out
-    case "$t_arch" in
-        aarch64) runner=(qemu-aarch64-static) ;;
-        armv7) runner=(qemu-arm-static) ;;
-    esac
+    [ -z "$t_runner" ] || runner=("$t_runner")
     if [ ${#runner[@]} -gt 0 ] && ! command -v "${runner[0]}" >/dev/null; then
         echo "runs: not tried (${runner[0]} is not installed: apt-get install qemu-user-static)"
         return 0
@@ -200,7 +198,7 @@ mib() { awk -v s="$1" 'BEGIN { printf "%.2f MiB", s / 1048576 }'; }
 
 command -v file >/dev/null || { note "apt-get install file"; as_root apt-get install -y -qq file >/dev/null 2>&1; } \
     || die "'file' is not installed and apt-get could not install it"
-mkdir -p "$dist" "$target_dir/tmp"
+mkdir -p "$target_dir/tmp"
 scratch=$(mktemp -d "$target_dir/tmp/build-static.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 
@@ -231,10 +229,12 @@ for triple in "${requested[@]}"; do
     secs=$(($(date +%s) - start))
     bin=$target_dir/$triple/release/handnode
     size=$(stat -c %s "$bin")
-    echo "built: $bin in ${secs} s"
+    echo "path: $bin"
+    echo "built in: ${secs} s"
     echo "size: $size bytes ($(mib "$size"))"
     if ! check_file "$bin" || ! run_check "$bin"; then not_built "$triple" "$why"; continue; fi
     if [ "$t_arch" != - ]; then
+        mkdir -p "$dist"
         out=$dist/handnode-$version-$t_arch
         cp "$bin" "$out.tmp"
         mv -f "$out.tmp" "$out"
@@ -243,16 +243,19 @@ for triple in "${requested[@]}"; do
     built+=("$triple")
 done
 
-# SHA256SUMS lists exactly this version's artifacts; other versions' are removed.
-for f in "$dist"/handnode-*; do
+# SHA256SUMS lists exactly this version's artifacts; other versions' are removed. A run of
+# non-release targets only leaves the dist dir alone.
+touches_dist=0
+for triple in "${requested[@]}"; do row "$triple"; [ "$t_arch" = - ] || touches_dist=1; done
+[ "$touches_dist" = 0 ] || for f in "$dist"/handnode-*; do
     [ -e "$f" ] || continue
     case "$(basename "$f")" in
         "handnode-$version-"*) ;;
         *) rm -f "$f"; note "removed $f (another version)" ;;
     esac
 done
-(
-    cd "$dist"
+[ "$touches_dist" = 0 ] || (
+    cd "$dist" 2>/dev/null || exit 0
     shopt -s nullglob
     files=("handnode-$version-"*)
     if [ ${#files[@]} -gt 0 ]; then
@@ -265,18 +268,18 @@ done
 echo "== sizes"
 host_bin=$target_dir/release/handnode
 if [ -x "$host_bin" ]; then
-    printf '%-44s %9s bytes  %s\n' "host build (dynamic glibc, release/handnode)" \
+    printf '%-52s %9s bytes  %s\n' "host build (dynamic glibc, release/handnode)" \
         "$(stat -c %s "$host_bin")" "$(mib "$(stat -c %s "$host_bin")")"
 else
-    printf '%-44s %s\n' "host build" "not built (cargo build --release)"
+    printf '%-52s %s\n' "host build" "not built (cargo build --release)"
 fi
 for triple in "${built[@]}"; do
     row "$triple"
-    b=$target_dir/$triple/release/handnode
-    [ "$t_arch" = - ] || b=$dist/handnode-$version-$t_arch
-    printf '%-44s %9s bytes  %s\n' "$(basename "$b") ($t_libc, static)" "$(stat -c %s "$b")" "$(mib "$(stat -c %s "$b")")"
+    b=$target_dir/$triple/release/handnode label="$triple/release/handnode"
+    [ "$t_arch" = - ] || { b=$dist/handnode-$version-$t_arch; label=$(basename "$b"); }
+    printf '%-52s %9s bytes  %s\n' "$label ($t_libc, static)" "$(stat -c %s "$b")" "$(mib "$(stat -c %s "$b")")"
 done
-if [ -f "$dist/SHA256SUMS" ]; then
+if [ "$touches_dist" = 1 ] && [ -f "$dist/SHA256SUMS" ]; then
     echo "== $dist/SHA256SUMS"
     cat "$dist/SHA256SUMS"
 fi
