@@ -45,11 +45,11 @@ EOF
 # The release set, in build order.
 release_triples=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl armv7-unknown-linux-gnueabihf)
 
-# row TRIPLE : sets t_* from the table; non-zero if the triple is not in it.
+# row TRIPLE : sets t_* (all but the triple) from the table; non-zero if the triple is not in it.
 row() {
     local line
     line=$(targets_table | grep "^$1|") || return 1
-    IFS='|' read -r t_triple t_arch t_libc t_file t_pkgs t_cmds t_cc t_ar t_linker t_runner <<<"$line"
+    IFS='|' read -r _ t_arch t_libc t_file t_pkgs t_cmds t_cc t_ar t_linker t_runner <<<"$line"
 }
 
 requested=()

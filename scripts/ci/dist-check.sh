@@ -104,7 +104,7 @@ unpack
 victim=$tmp/pi/target/dist/$(basename "$host_artifact")
 offset=$(($(stat -c %s "$victim") / 2))
 byte=$(od -An -tu1 -j "$offset" -N1 "$victim" | tr -d ' ')
-printf "$(printf '\\%03o' $(((byte + 1) % 256)))" | dd of="$victim" bs=1 seek="$offset" conv=notrunc status=none
+printf '%b' "\\$(printf '%03o' $(((byte + 1) % 256)))" | dd of="$victim" bs=1 seek="$offset" conv=notrunc status=none
 cmp -s "$victim" "$host_artifact" && fail "the tampered copy is identical to the artifact"
 before=$(snapshot)
 if out=$(pi_install 2>&1); then
