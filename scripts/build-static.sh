@@ -268,16 +268,16 @@ done
 echo "== sizes"
 host_bin=$target_dir/release/handnode
 if [ -x "$host_bin" ]; then
-    printf '%-52s %9s bytes  %s\n' "host build (dynamic glibc, release/handnode)" \
+    printf '%-58s %9s bytes  %s\n' "host build (dynamic glibc, release/handnode)" \
         "$(stat -c %s "$host_bin")" "$(mib "$(stat -c %s "$host_bin")")"
 else
-    printf '%-52s %s\n' "host build" "not built (cargo build --release)"
+    printf '%-58s %s\n' "host build" "not built (cargo build --release)"
 fi
 for triple in "${built[@]}"; do
     row "$triple"
     b=$target_dir/$triple/release/handnode label="$triple/release/handnode"
     [ "$t_arch" = - ] || { b=$dist/handnode-$version-$t_arch; label=$(basename "$b"); }
-    printf '%-52s %9s bytes  %s\n' "$label ($t_libc, static)" "$(stat -c %s "$b")" "$(mib "$(stat -c %s "$b")")"
+    printf '%-58s %9s bytes  %s\n' "$label ($t_libc, static)" "$(stat -c %s "$b")" "$(mib "$(stat -c %s "$b")")"
 done
 if [ "$touches_dist" = 1 ] && [ -f "$dist/SHA256SUMS" ]; then
     echo "== $dist/SHA256SUMS"

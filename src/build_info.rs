@@ -48,11 +48,11 @@ mod tests {
             TARGET.ends_with("-gnu") || TARGET.contains("-gnueabi"),
             LIBC == "glibc"
         );
+        let v = to_json();
         // musl targets link statically unless told otherwise; glibc only with +crt-static.
         if LIBC == "musl" {
-            assert!(STATIC);
+            assert_eq!(v["static"], true);
         }
-        let v = to_json();
         assert_eq!(v["target"], TARGET);
         assert_eq!(v["libc"], LIBC);
         assert_eq!(v["static"], STATIC);
