@@ -297,6 +297,46 @@ pub fn display_checks(probe: &Probe, cfg: &ToolConfig, processes: &ProcessWatche
     out
 }
 
+/// Which build this is, and, for static glibc, whether name resolution needs NSS modules
+/// that a static binary loads from the system's own glibc (docs/install.md).
+/// `nsswitch` is the text of `/etc/nsswitch.conf`, if there is one.
+pub fn build_check(libc: &str, is_static: bool, nsswitch: Option<&str>) -> Check {
+    let detail = crate::build_info::describe();
+    if libc != "glibc" || !is_static {
+        return check("build", Status::Ok, detail, None);
+    }
+    // `hosts: files mdns4_minimal [NOTFOUND=return] dns`: files and dns are built into a
+    // static glibc; any other module is dlopen()ed together with the system's libc.so.6.
+    let hosts = nsswitch.unwrap_or_default().lines().find_map(|l| {
+        let l = l.split('#').next().unwrap_or_default().trim();
+        l.strip_prefix("hosts:").map(str::to_string)
+    });
+    let modules: Vec<String> = hosts
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter(|m| !m.starts_with('[') && *m != "files" && *m != "dns")
+        .map(String::from)
+        .collect();
+    if modules.is_empty() {
+        return check("build", Status::Ok, detail, None);
+    }
+    check(
+        "build",
+        Status::Warn,
+        format!(
+            "{detail}: /etc/nsswitch.conf resolves hosts through {}, which a static glibc binary \
+             loads from the system's glibc at run time; with another glibc version those names \
+             (e.g. mDNS .local) may not resolve",
+            modules.join(", ")
+        ),
+        Some(
+            "give pods names DNS or /etc/hosts resolve, or use a musl build (aarch64, x86_64) \
+             or one built on this box (docs/install.md)"
+                .into(),
+        ),
+    )
+}
+
 /// Everything doctor checks, given the environment and whether we run as root. Helpers
 /// (`xdotool`, `xset`, …) run through `processes`, as the daemon's do.
 pub fn checks(
@@ -309,7 +349,13 @@ pub fn checks(
         ..ToolConfig::default()
     };
     let probe = display::probe_now(&cfg, processes);
-    let mut out = display_checks(&probe, &cfg, processes);
+    let nsswitch = std::fs::read_to_string("/etc/nsswitch.conf").ok();
+    let mut out = vec![build_check(
+        crate::build_info::LIBC,
+        crate::build_info::STATIC,
+        nsswitch.as_deref(),
+    )];
+    out.extend(display_checks(&probe, &cfg, processes));
     out.extend(screen_guards(&running_commands()));
     out.push(match probe.helper("notify-send") {
         Some(_) => check(
@@ -376,6 +422,7 @@ pub fn to_json(checks: &[Check], display: Value) -> Value {
         })).collect::<Vec<_>>(),
         "display": display,
         "version": env!("CARGO_PKG_VERSION"),
+        "build": crate::build_info::to_json(),
     })
 }
 
@@ -516,6 +563,41 @@ mod tests {
         }
         assert_eq!(checked, display::gui_tools().count());
         assert!(checked > 0);
+    }
+
+    #[test]
+    fn build_is_reported_and_static_glibc_warns_about_nss_modules() {
+        let describe = crate::build_info::describe();
+        let pi_os =
+            "passwd: files\nhosts:          files mdns4_minimal [NOTFOUND=return] dns # x\n";
+        for (libc, is_static) in [("musl", true), ("glibc", false)] {
+            let c = build_check(libc, is_static, Some(pi_os));
+            assert_eq!((c.name.as_str(), c.status), ("build", Status::Ok), "{c:?}");
+            assert_eq!(c.detail, describe);
+        }
+        let c = build_check("glibc", true, Some(pi_os));
+        assert_eq!(c.status, Status::Warn, "{c:?}");
+        assert!(c.detail.starts_with(&describe), "{c:?}");
+        assert!(c.detail.contains("through mdns4_minimal, which"), "{c:?}");
+        assert!(c.fix.as_deref().unwrap().contains("musl"));
+        for plain in [Some("hosts: files dns\n"), Some("# hosts: mdns\n"), None] {
+            assert_eq!(
+                build_check("glibc", true, plain).status,
+                Status::Ok,
+                "{plain:?}"
+            );
+        }
+        let (checks, display) = checks(
+            &env(&[("HOME", "/x")]),
+            false,
+            &ProcessWatcher::start().unwrap(),
+        );
+        assert_eq!(checks[0].name, "build");
+        assert!(checks[0].detail.starts_with(&describe));
+        let v = to_json(&checks, display);
+        assert_eq!(v["build"]["target"], crate::build_info::TARGET);
+        assert_eq!(v["build"]["libc"], crate::build_info::LIBC);
+        assert_eq!(v["build"]["static"], crate::build_info::STATIC);
     }
 
     #[test]

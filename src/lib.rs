@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod audit;
 pub mod auth;
+pub mod build_info;
 pub mod calls;
 pub mod cli;
 pub mod config;

@@ -410,6 +410,7 @@ fn collect_from(
         "agent": {
             "name": "handnode",
             "version": env!("CARGO_PKG_VERSION"),
+            "build": crate::build_info::to_json(),
             "pid": std::process::id(),
             "uid": facts.uid,
             "user": facts.user,
@@ -485,8 +486,10 @@ pub(crate) fn summary(info: &Value) -> String {
     }
     let agent = &info["agent"];
     out.push_str(&format!(
-        "\nagent: handnode {}, pid {}, running as {} (uid {})",
+        "\nagent: handnode {} ({}, {}), pid {}, running as {} (uid {})",
         s(&agent["version"]),
+        s(&agent["build"]["target"]),
+        s(&agent["build"]["libc"]),
         agent["pid"],
         agent["user"].as_str().unwrap_or("?"),
         agent["uid"]
@@ -786,6 +789,7 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
         assert_eq!(s["display"]["backend"], "none");
         assert_eq!(s["agent"]["name"], "handnode");
         assert_eq!(s["agent"]["pid"], std::process::id());
+        assert_eq!(s["agent"]["build"], crate::build_info::to_json());
         assert_eq!(s["profile"], "owner");
         assert_eq!(s["grant"], Value::Null);
         assert_eq!(s["max_run_secs"], 600);
@@ -818,6 +822,7 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
             "display: backend none",
             "no grant",
             "at most 600 s",
+            crate::build_info::TARGET,
             "screenshot: unavailable:",
         ] {
             assert!(text.contains(needle), "{needle} missing from:\n{text}");
