@@ -621,7 +621,9 @@ fn approvals_get(state: &Arc<AdminState>, request: Request) {
     };
     let seen = query_param(&request, "seen");
     let (list, etag) = state.approvals.list();
-    let changed = seen.as_deref().is_none_or(|s| !approvals::same_etag(s, &etag));
+    let changed = seen
+        .as_deref()
+        .is_none_or(|s| !approvals::same_etag(s, &etag));
     if wait == 0 || changed {
         return respond(request, approvals::list_response(list.to_string(), &etag));
     }

@@ -188,7 +188,10 @@ pub struct Gate {
 
 impl Gate {
     /// `remembered` names outside `approve` are dropped: remembering cannot widen a grant.
-    pub fn new(approve: BTreeSet<String>, remembered: impl IntoIterator<Item = String>) -> Arc<Gate> {
+    pub fn new(
+        approve: BTreeSet<String>,
+        remembered: impl IntoIterator<Item = String>,
+    ) -> Arc<Gate> {
         let remembered = remembered
             .into_iter()
             .filter(|t| approve.contains(t))
@@ -521,9 +524,7 @@ impl Approvals {
 
     /// The timeout a held call gets.
     pub fn timeout(&self) -> Duration {
-        self.config
-            .timeout
-            .min(crate::config::MAX_APPROVAL_TIMEOUT)
+        self.config.timeout.min(crate::config::MAX_APPROVAL_TIMEOUT)
     }
 
     /// Hold a call until a decision. `resolve` gets the verdict and the arguments back, once;
@@ -544,7 +545,10 @@ impl Approvals {
         let now = unix_now();
         let mut st = self.lock();
         let refusal = if st.stopped {
-            Some(format!("handnode is shutting down; {} did not run", held.tool))
+            Some(format!(
+                "handnode is shutting down; {} did not run",
+                held.tool
+            ))
         } else if st.pending.len() >= self.config.max_pending {
             Some(format!(
                 "too many calls are already waiting for approval ({}); {} did not run",
@@ -643,7 +647,10 @@ impl Approvals {
         if let Some(reason) = &decision.reason {
             view.insert("reason".into(), json!(reason));
         }
-        view.insert("remember".into(), json!(decision.allow && decision.remember));
+        view.insert(
+            "remember".into(),
+            json!(decision.allow && decision.remember),
+        );
         let verdict = if decision.allow {
             Verdict::Run
         } else {
@@ -725,6 +732,8 @@ impl Approvals {
             seen,
             deadline: Instant::now() + wait,
         });
+        self.metrics
+            .set_approval_waiters(st.waiters.len() + st.replying);
         drop(st);
         self.wake();
         None
@@ -781,15 +790,14 @@ impl Approvals {
                 .pending
                 .iter_mut()
                 .filter_map(|p| {
-                    std::mem::take(&mut p.wants_ask).then(|| (
-                        p.id.clone(),
-                        format!(
-                            "handnode: {} wants to run {}",
-                            p.held.session, p.held.tool
-                        ),
-                        summary(&p.held.tool, &p.held.arguments),
-                        p.deadline.saturating_duration_since(now),
-                    ))
+                    std::mem::take(&mut p.wants_ask).then(|| {
+                        (
+                            p.id.clone(),
+                            format!("handnode: {} wants to run {}", p.held.session, p.held.tool),
+                            summary(&p.held.tool, &p.held.arguments),
+                            p.deadline.saturating_duration_since(now),
+                        )
+                    })
                 })
                 .collect();
             let (body, etag) = list_of(&st);
@@ -867,7 +875,7 @@ impl Approvals {
         let reply = move || {
             let _ = request.respond(list_response(body, &etag));
             if let Some(hub) = me.upgrade() {
-                hub.lock().replying -= 1;
+                hub.replied();
             }
         };
         if let Err(e) = std::thread::Builder::new()
@@ -875,8 +883,15 @@ impl Approvals {
             .spawn(reply)
         {
             log::warn!("cannot start a thread to answer a long-poll: {e}");
-            self.lock().replying -= 1;
+            self.replied();
         }
+    }
+
+    fn replied(&self) {
+        let mut st = self.lock();
+        st.replying -= 1;
+        self.metrics
+            .set_approval_waiters(st.waiters.len() + st.replying);
     }
 
     fn stop(&self) {
@@ -946,15 +961,16 @@ impl GrantApprovals {
             gate: Arc::clone(&self.gate),
         };
         let services = Arc::clone(services);
-        self.hub.hold(held, move |verdict, arguments| match verdict {
-            Verdict::Run => services.start(route, name, arguments, cx, done),
-            Verdict::Refuse(text) => done.complete(ToolOutput::NotApproved(text)),
-            // Nobody reads this reply (the call is cancelled or its socket gone); answered
-            // anyway so the completion does not report an internal error.
-            Verdict::Withdrawn => done.complete(ToolOutput::NotApproved(
-                "withdrawn before a decision; it did not run".into(),
-            )),
-        });
+        self.hub
+            .hold(held, move |verdict, arguments| match verdict {
+                Verdict::Run => services.start(route, name, arguments, cx, done),
+                Verdict::Refuse(text) => done.complete(ToolOutput::NotApproved(text)),
+                // Nobody reads this reply (the call is cancelled or its socket gone); answered
+                // anyway so the completion does not report an internal error.
+                Verdict::Withdrawn => done.complete(ToolOutput::NotApproved(
+                    "withdrawn before a decision; it did not run".into(),
+                )),
+            });
     }
 
     /// The call of `ctl` was cancelled or lost: `true` if it was waiting for approval.
@@ -978,7 +994,12 @@ mod tests {
             parse(json!(["bash", "key", "bash"])),
             Ok(Some(Approve::Tools(vec!["bash".into(), "key".into()])))
         );
-        for bad in [json!("Shell"), json!(3), json!({"a": 1}), json!(["bash", 1])] {
+        for bad in [
+            json!("Shell"),
+            json!(3),
+            json!({"a": 1}),
+            json!(["bash", 1]),
+        ] {
             assert_eq!(parse(bad.clone()), Err(APPROVE_ERROR.into()), "{bad}");
         }
         let at_bound: Vec<String> = (0..MAX_APPROVE_NAMES).map(|i| format!("t{i}")).collect();
@@ -986,7 +1007,9 @@ mod tests {
         let over: Vec<String> = (0..=MAX_APPROVE_NAMES).map(|i| format!("t{i}")).collect();
         assert_eq!(
             parse(json!(over)),
-            Err(format!("approve lists at most {MAX_APPROVE_NAMES} tool names"))
+            Err(format!(
+                "approve lists at most {MAX_APPROVE_NAMES} tool names"
+            ))
         );
     }
 
@@ -1046,7 +1069,9 @@ mod tests {
             }
         );
         assert_eq!(
-            ok(r#"{"decision":"deny","reason":" not now "}"#).reason.as_deref(),
+            ok(r#"{"decision":"deny","reason":" not now "}"#)
+                .reason
+                .as_deref(),
             Some("not now")
         );
         assert_eq!(bad("[]"), "body must be a JSON object");
@@ -1090,7 +1115,12 @@ mod tests {
             summary("key", &json!({"action": "type", "text": "hi"})),
             r#"{"action":"type","text":"hi"}"#
         );
-        assert!(summary("bash", &json!({"command": "x".repeat(1000)})).chars().count() <= 201);
+        assert!(
+            summary("bash", &json!({"command": "x".repeat(1000)}))
+                .chars()
+                .count()
+                <= 201
+        );
         assert_eq!(seconds(Duration::from_secs(60)), "60 s");
         assert_eq!(seconds(Duration::from_millis(300)), "0.3 s");
         assert!(same_etag("\"ab\"", "\"ab\"") && same_etag("ab", "\"ab\""));

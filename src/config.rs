@@ -1028,8 +1028,7 @@ pub fn default_config_dir(env: &HashMap<String, String>) -> Option<PathBuf> {
 }
 
 /// The subcommands, for errors and help.
-const SUBCOMMANDS: &str =
-    "serve, doctor, grant, grants, revoke, approvals, approve, deny, help";
+const SUBCOMMANDS: &str = "serve, doctor, grant, grants, revoke, approvals, approve, deny, help";
 
 /// Turn argv (without the program name) and the environment into what to do.
 ///
@@ -1042,9 +1041,7 @@ pub fn parse(args: &[String], env: &HashMap<String, String>) -> Result<Command, 
         Some(
             word @ ("serve" | "doctor" | "grant" | "grants" | "revoke" | "approvals" | "approve"
             | "deny" | "help"),
-        ) => {
-            (word, &args[1..])
-        }
+        ) => (word, &args[1..]),
         Some(word) if !word.starts_with('-') => {
             return Err(Error::Config(format!(
                 "unknown subcommand '{word}'; expected one of {SUBCOMMANDS} (see handnode --help)"

@@ -838,7 +838,8 @@ impl GrantThread {
         for call in &cancelled {
             // A held call never ran: withdrawn with its socket.
             if self.approvals.withdraw(&call.ctl) {
-                self.events.tool_call(self.call_event(call, Outcome::NotApproved));
+                self.events
+                    .tool_call(self.call_event(call, Outcome::NotApproved));
             }
         }
         if !cancelled.is_empty() {
@@ -993,13 +994,8 @@ impl GrantThread {
                         session: &self.spec.session,
                         profile: self.spec.profile,
                     };
-                    self.approvals.start(
-                        &self.services,
-                        asker,
-                        (route, name, arguments),
-                        cx,
-                        done,
-                    );
+                    self.approvals
+                        .start(&self.services, asker, (route, name, arguments), cx, done);
                 }
                 Action::Cancel { id } => {
                     if let Some(call) = calls.cancel(&id) {

@@ -310,10 +310,10 @@ impl Entry {
         }
         v.insert("approved_for_grant".into(), json!(self.gate.remembered()));
         // Over the local tools for now: the browser tools get classes with issue 13.
-        let (shell, because) = crate::profiles::escalation(
-            self.profile.local_allow_list().iter().copied(),
-            |t| self.gate.needs_approval(t),
-        );
+        let (shell, because) =
+            crate::profiles::escalation(self.profile.local_allow_list().iter().copied(), |t| {
+                self.gate.needs_approval(t)
+            });
         v.insert("shell".into(), json!(shell.as_str()));
         if let Some(because) = because {
             v.insert("shell_because".into(), json!(because));

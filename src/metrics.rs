@@ -38,6 +38,7 @@ pub struct Metrics {
     /// Counts in the order of [`APPROVAL_DECISIONS`].
     approvals: [AtomicU64; 4],
     approvals_pending: AtomicU64,
+    approval_waiters: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -111,6 +112,11 @@ impl Metrics {
     /// Calls held for approval right now.
     pub fn set_approvals_pending(&self, n: usize) {
         self.approvals_pending.store(n as u64, Ordering::Relaxed);
+    }
+
+    /// `GET /approvals` long-polls parked right now.
+    pub fn set_approval_waiters(&self, n: usize) {
+        self.approval_waiters.store(n as u64, Ordering::Relaxed);
     }
 
     /// Bytes received on grant sockets.
@@ -262,6 +268,18 @@ impl Metrics {
             "handnode_approvals_pending",
             &[],
             self.approvals_pending.load(Ordering::Relaxed),
+        );
+        family(
+            &mut out,
+            "handnode_approval_waiters",
+            "gauge",
+            "GET /approvals long-polls held open now (their answer included).",
+        );
+        sample(
+            &mut out,
+            "handnode_approval_waiters",
+            &[],
+            self.approval_waiters.load(Ordering::Relaxed),
         );
         out
     }

@@ -72,8 +72,9 @@ impl Notifier {
         if !present {
             return None;
         }
-        let program = program
-            .or_else(|| crate::tools::display::which("notify-send", env.get("PATH").map(String::as_str)));
+        let program = program.or_else(|| {
+            crate::tools::display::which("notify-send", env.get("PATH").map(String::as_str))
+        });
         Some(Notifier {
             program,
             env: env.into_iter().collect(),

@@ -312,7 +312,9 @@ mod tests {
         assert_eq!(escalation(desktop(), all_shell), (Shell::Gated, None));
         // Approval of an observe tool changes nothing.
         assert_eq!(
-            escalation(Profile::Observe.local_allow_list().iter().copied(), |_| true),
+            escalation(Profile::Observe.local_allow_list().iter().copied(), |_| {
+                true
+            }),
             (Shell::No, None)
         );
     }
