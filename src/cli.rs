@@ -71,6 +71,8 @@ pub struct GrantArgs {
     /// `None`: the daemon's default (3600).
     pub ttl_secs: Option<u64>,
     pub credential: Credential,
+    /// `approve` (§10): tool names, or `["shell"]` for the word.
+    pub approve: Option<Vec<String>>,
     pub wait: bool,
     pub json: bool,
 }
@@ -128,6 +130,7 @@ pub(crate) struct OperatorDraft {
     watch: bool,
     remember: bool,
     reason: Option<String>,
+    approve: Option<Vec<String>>,
 }
 
 fn nonempty(value: String) -> Result<String, String> {
@@ -263,6 +266,28 @@ const GRANT_FLAGS: &[Flag<OperatorDraft>] = &[
             metavar: "PATH",
             set: |d, v| {
                 d.admin_credential_file = Some(nonempty(v)?.into());
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "approve",
+        env: false,
+        default: "",
+        help: "Tools whose every call waits for your yes (handnode approvals / approve / deny, or the desktop notification): a comma-separated list such as bash,key, or shell for every shell tool the grant can see.",
+        kind: Kind::Text {
+            metavar: "TOOLS|shell",
+            set: |d, v| {
+                let names: Vec<String> = v
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(String::from)
+                    .collect();
+                if names.is_empty() {
+                    return Err("expected tool names such as bash,key, or shell".into());
+                }
+                d.approve = Some(names);
                 Ok(())
             },
         },
@@ -469,6 +494,7 @@ pub(crate) fn parse(
                 profile: draft.profile,
                 ttl_secs: draft.ttl_secs,
                 credential,
+                approve: draft.approve.take(),
                 wait: draft.wait,
                 json: draft.json,
             }))
@@ -643,7 +669,7 @@ impl<'a> Client<'a> {
         let response = httpc::send(&request, timeout, tls).map_err(|e| unreachable(&e))?;
         let status = response.status;
         let etag = response
-            .header("ETag")
+            .header("etag")
             .map(|v| String::from_utf8_lossy(v).trim().to_string());
         let raw = response
             .read_body(MAX_REPLY_BYTES)
@@ -740,7 +766,7 @@ fn describe(grant: &Value) -> String {
         .get("expires_in_secs")
         .and_then(Value::as_u64)
         .map_or(String::new(), |s| format!(" (in {})", human_secs(s)));
-    format!(
+    let mut text = format!(
         "grant {}: {}\n  session {} at {}, profile {}, principal {}\n  expires {}{}\n",
         str_field(grant, "id"),
         state_line(grant),
@@ -750,7 +776,34 @@ fn describe(grant: &Value) -> String {
         str_field(grant, "principal"),
         str_field(grant, "expires_at"),
         expires_in,
-    )
+    );
+    let names = |v: Option<&Value>| match v {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Array(a)) if !a.is_empty() => Some(
+            a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        _ => None,
+    };
+    if let Some(approve) = names(grant.get("approve")) {
+        text.push_str(&format!("  each call waits for approval: {approve}\n"));
+    }
+    if let Some(remembered) = names(grant.get("approved_for_grant")) {
+        text.push_str(&format!(
+            "  allowed for the rest of the grant: {remembered}\n"
+        ));
+    }
+    if let Some(shell) = grant.get("shell").and_then(Value::as_str) {
+        let why = match (shell, grant.get("shell_because").and_then(Value::as_str)) {
+            ("yes", Some(because)) => format!("yes ({because})"),
+            ("gated", _) => "gated (every shell tool waits for approval)".to_string(),
+            (other, _) => other.to_string(),
+        };
+        text.push_str(&format!("  reaches the shell: {why}\n"));
+    }
+    text
 }
 
 fn print(out: &mut dyn Write, text: &str) -> Result<(), Failure> {
@@ -774,6 +827,11 @@ fn grant(args: &GrantArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<i
     }
     if let Some(ttl) = args.ttl_secs {
         body["ttl_secs"] = json!(ttl);
+    }
+    match args.approve.as_deref() {
+        Some([word]) if word == crate::approvals::SHELL_WORD => body["approve"] = json!(word),
+        Some(names) => body["approve"] = json!(names),
+        None => {}
     }
     match &args.credential {
         Credential::Secret(s) => body["secret"] = json!(s.expose()),
@@ -1320,12 +1378,17 @@ mod tests {
 
     impl Stub {
         fn start(replies: Vec<(u16, String)>) -> Self {
+            Stub::start_tagged(replies.into_iter().map(|(s, b)| (s, b, None)).collect())
+        }
+
+        /// Like `start`, each reply with an `ETag` when given.
+        fn start_tagged(replies: Vec<(u16, String, Option<&'static str>)>) -> Self {
             let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
             let url = format!("http://{}", server.server_addr().to_ip().unwrap());
             let seen = Arc::new(Mutex::new(Vec::new()));
             let log = Arc::clone(&seen);
             let thread = std::thread::spawn(move || {
-                for (status, body) in replies {
+                for (status, body, etag) in replies {
                     let Ok(Some(mut request)) = server.recv_timeout(Duration::from_secs(5)) else {
                         return;
                     };
@@ -1343,11 +1406,13 @@ mod tests {
                     });
                     let header =
                         tiny_http::Header::from_bytes("Content-Type", "application/json").unwrap();
-                    let _ = request.respond(
-                        tiny_http::Response::from_string(body)
-                            .with_status_code(status)
-                            .with_header(header),
-                    );
+                    let mut response = tiny_http::Response::from_string(body)
+                        .with_status_code(status)
+                        .with_header(header);
+                    if let Some(etag) = etag {
+                        response.add_header(tiny_http::Header::from_bytes("ETag", etag).unwrap());
+                    }
+                    let _ = request.respond(response);
                 }
             });
             Stub {
@@ -1386,6 +1451,7 @@ mod tests {
             profile: Some(Profile::Observe),
             ttl_secs: Some(600),
             credential: Credential::Secret(Secret::new("s3")),
+            approve: None,
             wait,
             json: false,
         })
@@ -1578,5 +1644,166 @@ mod tests {
             .map(|s| format!("{} {}", s.method, s.path))
             .collect();
         assert_eq!(paths, ["GET /attach", "DELETE /attach/g1"]);
+    }
+
+    #[test]
+    fn approval_subcommand_arguments() {
+        let tmp = TempDir::new("cli");
+        let env = env(&tmp);
+        let Ok(Command::Approvals(args)) = parse_args(&["approvals", "--watch"], &env) else {
+            panic!("not approvals");
+        };
+        assert!(args.watch && !args.json);
+        let id = "0b6c5a1e-8f7e-4c47-9d36-0e0f3a1b2c3d";
+        let Ok(Command::Decide(args)) = parse_args(&["approve", id, "--remember"], &env) else {
+            panic!("not approve");
+        };
+        assert_eq!(
+            (args.id.as_str(), args.allow, args.remember),
+            (id, true, true)
+        );
+        let Ok(Command::Decide(args)) = parse_args(&["deny", id, "--reason", "not now"], &env)
+        else {
+            panic!("not deny");
+        };
+        assert_eq!(
+            (args.allow, args.reason.as_deref()),
+            (false, Some("not now"))
+        );
+        let long = "r".repeat(crate::approvals::MAX_REASON_BYTES + 1);
+        let at = "r".repeat(crate::approvals::MAX_REASON_BYTES);
+        assert!(parse_args(&["deny", id, "--reason", &at], &env).is_ok());
+        for args in [
+            vec!["approve"],
+            vec!["approve", id, id],
+            vec!["approve", "../x"],
+            vec!["deny", id, "--remember"],
+            vec!["approve", id, "--reason", "x"],
+            vec!["deny", id, "--reason", &long],
+            vec!["approvals", "extra"],
+        ] {
+            assert!(parse_args(&args, &env).is_err(), "{args:?}");
+        }
+        let secret = tmp.write("secret", "s").display().to_string();
+        let grant = |approve: &str| {
+            let Ok(Command::Grant(g)) = parse_args(
+                &[
+                    "grant",
+                    "--runtime",
+                    "ws://h",
+                    "--session",
+                    "s",
+                    "--secret-file",
+                    &secret,
+                    "--approve",
+                    approve,
+                ],
+                &env,
+            ) else {
+                panic!("not a grant");
+            };
+            g.approve
+        };
+        assert_eq!(grant("bash, key"), Some(vec!["bash".into(), "key".into()]));
+        assert_eq!(grant("shell"), Some(vec!["shell".into()]));
+        assert!(parse_args(
+            &[
+                "grant",
+                "--runtime",
+                "ws://h",
+                "--session",
+                "s",
+                "--secret-file",
+                &secret,
+                "--approve",
+                " , "
+            ],
+            &env
+        )
+        .is_err());
+    }
+
+    fn approval_json(id: &str) -> String {
+        format!(
+            r#"{{"id":"{id}","grant_id":"g1","principal":"token","session":"laptop","profile":"desktop","tool":"bash","arguments":{{"command":"rm -rf /tmp/x"}},"created_at":"2026-11-30T12:00:00Z","expires_at":"2026-11-30T12:01:00Z","expires_in_secs":42}}"#
+        )
+    }
+
+    #[test]
+    fn approvals_lists_and_watch_follows_the_etag() {
+        let one = format!(r#"{{"approvals":[{}]}}"#, approval_json("a1"));
+        let stub = Stub::start_tagged(vec![
+            (200, r#"{"approvals":[]}"#.into(), Some("\"e0\"")),
+            (200, one.clone(), Some("\"e1\"")),
+            (200, one, Some("\"e1\"")),
+        ]);
+        let command = Command::Approvals(ApprovalsArgs {
+            client: stub.client(Some("tok")),
+            watch: true,
+            json: false,
+        });
+        // The stub stops answering after three replies: the watch then ends with exit 1.
+        let (code, out, err) = run_captured(&command);
+        let seen = stub.finish();
+        assert_eq!(code, EXIT_FAILURE, "{err}");
+        let paths: Vec<&str> = seen.iter().map(|s| s.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/approvals",
+                "/approvals?wait=25&seen=e0",
+                "/approvals?wait=25&seen=e1"
+            ]
+        );
+        assert!(
+            out.starts_with("no calls are waiting for approval\n--\nID"),
+            "{out}"
+        );
+        assert!(out.contains("a1") && out.contains("rm -rf /tmp/x") && out.contains("42s"));
+        assert_eq!(
+            out.matches("--\n").count(),
+            1,
+            "an unchanged set is not printed again: {out}"
+        );
+    }
+
+    #[test]
+    fn approve_and_deny_post_the_decision() {
+        let decided = approval_json("a1").replace(
+            r#""expires_in_secs":42"#,
+            r#""decision":"allow","decided_by":"token""#,
+        );
+        let stub = Stub::start(vec![
+            (200, decided),
+            (404, r#"{"error":"no such approval"}"#.into()),
+        ]);
+        let approve = Command::Decide(DecideArgs {
+            client: stub.client(Some("tok")),
+            id: "a1".into(),
+            allow: true,
+            remember: true,
+            reason: None,
+        });
+        let deny = Command::Decide(DecideArgs {
+            client: stub.client(Some("tok")),
+            id: "a2".into(),
+            allow: false,
+            remember: false,
+            reason: Some("not now".into()),
+        });
+        let (code, out, _) = run_captured(&approve);
+        let (code2, _, err2) = run_captured(&deny);
+        let seen = stub.finish();
+        assert_eq!((code, code2), (EXIT_OK, EXIT_FAILURE));
+        assert!(
+            out.starts_with("allowed a1 of bash (session laptop), by token"),
+            "{out}"
+        );
+        assert!(err2.contains("approval a2 is unknown, already decided, expired or withdrawn"));
+        assert_eq!(seen[0].path, "/approvals/a1");
+        let body: Value = serde_json::from_str(&seen[0].body).unwrap();
+        assert_eq!(body, json!({"decision": "allow", "remember": true}));
+        let body: Value = serde_json::from_str(&seen[1].body).unwrap();
+        assert_eq!(body, json!({"decision": "deny", "reason": "not now"}));
     }
 }
