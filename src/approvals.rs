@@ -216,6 +216,19 @@ impl Gate {
                 .insert(tool.to_string())
     }
 
+    /// The tools whose calls wait for a decision now, sorted (no allocation when none).
+    pub fn waiting_tools(&self) -> Vec<String> {
+        if self.approve.is_empty() {
+            return Vec::new();
+        }
+        let remembered = self.remembered_set();
+        self.approve
+            .iter()
+            .filter(|t| !remembered.contains(*t))
+            .cloned()
+            .collect()
+    }
+
     /// `approved_for_grant`, sorted.
     pub fn remembered(&self) -> Vec<String> {
         self.remembered_set().iter().cloned().collect()
