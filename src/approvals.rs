@@ -403,6 +403,9 @@ enum Msg {
 pub struct Approvals {
     state: Mutex<State>,
     tx: Sender<Msg>,
+    /// The timer thread, started on the first held call or long-poll: a daemon whose grants
+    /// gate nothing keeps no thread (and no stack) for it.
+    timer: Mutex<Timer>,
     config: HubConfig,
     audit: Audit,
     metrics: Arc<Metrics>,
@@ -415,19 +418,34 @@ impl std::fmt::Debug for Approvals {
     }
 }
 
+#[derive(Default)]
+struct Timer {
+    /// Until the thread starts.
+    rx: Option<Receiver<Msg>>,
+    join: Option<JoinHandle<()>>,
+}
+
 /// Owns the timer thread. Dropping it withdraws every held call, answers every parked
 /// long-poll, and joins the thread.
 #[derive(Debug)]
 pub struct ApprovalsGuard {
-    tx: Sender<Msg>,
-    join: Option<JoinHandle<()>>,
+    hub: Arc<Approvals>,
 }
 
 impl Drop for ApprovalsGuard {
     fn drop(&mut self) {
-        let _ = self.tx.send(Msg::Stop);
-        if let Some(join) = self.join.take() {
-            let _ = join.join();
+        let join = {
+            let mut timer = self.hub.timer.lock().unwrap_or_else(|e| e.into_inner());
+            // No thread will start from here on.
+            timer.rx = None;
+            timer.join.take()
+        };
+        match join {
+            Some(join) => {
+                let _ = self.hub.tx.send(Msg::Stop);
+                let _ = join.join();
+            }
+            None => self.hub.stop(),
         }
     }
 }
@@ -508,23 +526,39 @@ impl Approvals {
         let (tx, rx) = crossbeam_channel::unbounded();
         let hub = Arc::new_cyclic(|me| Approvals {
             state: Mutex::new(State::default()),
-            tx: tx.clone(),
+            tx,
+            timer: Mutex::new(Timer {
+                rx: Some(rx),
+                join: None,
+            }),
             config,
             audit,
             metrics,
             me: me.clone(),
         });
-        let timer = Arc::clone(&hub);
-        let join = std::thread::Builder::new()
+        let guard = ApprovalsGuard {
+            hub: Arc::clone(&hub),
+        };
+        Ok((hub, guard))
+    }
+
+    /// Start the timer thread unless it runs (or the hub is stopping). Never called with the
+    /// state lock held.
+    fn ensure_timer(&self) {
+        let mut timer = self.timer.lock().unwrap_or_else(|e| e.into_inner());
+        let (Some(rx), Some(me)) = (timer.rx.take(), self.me.upgrade()) else {
+            return;
+        };
+        match std::thread::Builder::new()
             .name("approvals".into())
-            .spawn(move || timer.run(rx))?;
-        Ok((
-            hub,
-            ApprovalsGuard {
-                tx,
-                join: Some(join),
-            },
-        ))
+            .spawn(move || me.run(rx))
+        {
+            Ok(join) => timer.join = Some(join),
+            // Held calls then wait for a decision without a timeout; say so loudly.
+            Err(e) => {
+                log::error!("cannot start the approvals thread (held calls will not expire): {e}")
+            }
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -532,6 +566,7 @@ impl Approvals {
     }
 
     fn wake(&self) {
+        self.ensure_timer();
         let _ = self.tx.send(Msg::Wake);
     }
 
@@ -988,7 +1023,8 @@ impl GrantApprovals {
 
     /// The call of `ctl` was cancelled or lost: `true` if it was waiting for approval.
     pub fn withdraw(&self, ctl: &Arc<JobCtl>) -> bool {
-        self.hub.withdraw(ctl)
+        // A grant that gates nothing never held a call: spare the hub's lock.
+        !self.gate.approve.is_empty() && self.hub.withdraw(ctl)
     }
 }
 
