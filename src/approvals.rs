@@ -656,49 +656,15 @@ impl Approvals {
             self.metrics.set_approvals_pending(st.pending.len());
             p
         };
-        self.wake();
         if let Some(ask) = &p.ask {
             ask.cancel();
         }
         let remembered = decision.allow && decision.remember && p.held.gate.remember(&p.held.tool);
         let waited = p.created.elapsed().as_secs_f64();
         let word = if decision.allow { "allow" } else { "deny" };
-        let mut record = p.record(ApprovalEvent::Decided);
-        if let Record::Approval {
-            decision: d,
-            decided_by,
-            reason,
-            ..
-        } = &mut record
-        {
-            *d = Some(word);
-            *decided_by = Some(by.to_string());
-            reason.clone_from(&decision.reason);
-        }
-        log::info!(
-            "approval {}: {word} by {by} after {waited:.1} s{}",
-            p.id,
-            if remembered {
-                "; later calls of this tool under the grant run without asking"
-            } else {
-                ""
-            }
-        );
-        self.audit.record(record);
-        self.metrics.approval_ended(word);
         // The arguments stay in the answer: it goes to the admin API only.
         let mut view = p.view();
-        view.remove("expires_in_secs");
-        view.insert("decision".into(), json!(word));
-        view.insert("decided_by".into(), json!(by));
-        view.insert("decided_at".into(), json!(rfc3339(unix_now())));
-        if let Some(reason) = &decision.reason {
-            view.insert("reason".into(), json!(reason));
-        }
-        view.insert(
-            "remember".into(),
-            json!(decision.allow && decision.remember),
-        );
+        let mut record = p.record(ApprovalEvent::Decided);
         let verdict = if decision.allow {
             Verdict::Run
         } else {
@@ -711,7 +677,42 @@ impl Approvals {
             Verdict::Refuse(text)
         };
         let grant_id = p.held.grant_id.clone();
+        let id = p.id.clone();
+        // First the call (its tool starts now), then the bookkeeping.
         (p.resolve)(verdict, p.held.arguments);
+        self.wake();
+        if let Record::Approval {
+            decision: d,
+            decided_by,
+            reason,
+            ..
+        } = &mut record
+        {
+            *d = Some(word);
+            *decided_by = Some(by.to_string());
+            reason.clone_from(&decision.reason);
+        }
+        log::info!(
+            "approval {id}: {word} by {by} after {waited:.1} s{}",
+            if remembered {
+                "; later calls of this tool under the grant run without asking"
+            } else {
+                ""
+            }
+        );
+        self.audit.record(record);
+        self.metrics.approval_ended(word);
+        view.remove("expires_in_secs");
+        view.insert("decision".into(), json!(word));
+        view.insert("decided_by".into(), json!(by));
+        view.insert("decided_at".into(), json!(rfc3339(unix_now())));
+        if let Some(reason) = &decision.reason {
+            view.insert("reason".into(), json!(reason));
+        }
+        view.insert(
+            "remember".into(),
+            json!(decision.allow && decision.remember),
+        );
         Some(Decided {
             view: Value::Object(view),
             grant_id,
