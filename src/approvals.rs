@@ -649,12 +649,12 @@ impl Approvals {
 
     /// Decide a held call. `None`: no such approval (unknown, decided, expired, withdrawn).
     pub fn decide(&self, id: &str, decision: Decision, by: &str) -> Option<Decided> {
-        let p = {
+        let (p, watched) = {
             let mut st = self.lock();
             let i = st.pending.iter().position(|p| p.id == id)?;
             let p = st.pending.remove(i);
             self.metrics.set_approvals_pending(st.pending.len());
-            p
+            (p, !st.waiters.is_empty())
         };
         if let Some(ask) = &p.ask {
             ask.cancel();
@@ -680,7 +680,11 @@ impl Approvals {
         let id = p.id.clone();
         // First the call (its tool starts now), then the bookkeeping.
         (p.resolve)(verdict, p.held.arguments);
-        self.wake();
+        // Only long-polls care that the set shrank (a later nearest expiry is harmless to
+        // the timer): waking the timer thread for nothing costs the call a context switch.
+        if watched {
+            self.wake();
+        }
         if let Record::Approval {
             decision: d,
             decided_by,
