@@ -442,11 +442,12 @@ fn one_grants_arguments_never_reach_another_grants_socket() {
     send_bash(&mut a, "a1", secret_arg);
     wait_pending(&d, 1);
     // Everything grant B's socket can ask, and a gated call of its own decided.
-    let mut seen_by_b = Vec::new();
-    seen_by_b.push(b.request(json!(1), "tools/list", json!({})));
-    seen_by_b.push(b.call_tool(json!(2), "sys_info", json!({})));
-    seen_by_b.push(b.request(json!(3), "resources/list", json!({})));
-    seen_by_b.push(b.request(json!(4), "approvals/list", json!({})));
+    let mut seen_by_b = vec![
+        b.request(json!(1), "tools/list", json!({})),
+        b.call_tool(json!(2), "sys_info", json!({})),
+        b.request(json!(3), "resources/list", json!({})),
+        b.request(json!(4), "approvals/list", json!({})),
+    ];
     send_bash(&mut b, "b1", "echo b");
     let pending = wait_pending(&d, 2);
     let b_id = pending.iter().find(|p| p["session"] == "grant-b").unwrap()["id"]
