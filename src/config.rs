@@ -66,7 +66,13 @@ pub struct Timing {
     pub sys_info_ttl: Duration,
     /// Longest one display helper (grim, xdotool, wtype, …) may run.
     pub display_helper_timeout: Duration,
+    /// How long a call held for approval waits for a decision (§10); at most
+    /// [`MAX_APPROVAL_TIMEOUT`] under a grant.
+    pub approval_timeout: Duration,
 }
+
+/// Longest a call under a grant may wait for approval: the pod gives up on a call at 120 s.
+pub const MAX_APPROVAL_TIMEOUT: Duration = Duration::from_secs(100);
 
 impl Default for Timing {
     fn default() -> Self {
@@ -89,6 +95,7 @@ impl Default for Timing {
             display_probe_ttl: Duration::from_secs(2),
             sys_info_ttl: Duration::from_secs(1),
             display_helper_timeout: Duration::from_secs(10),
+            approval_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -116,6 +123,14 @@ pub struct Limits {
     pub audit_rotate_bytes: u64,
     /// Rotated audit files kept.
     pub audit_keep: usize,
+    /// Calls held for approval at once, over all grants; past this a call is answered
+    /// `isError` and does not run.
+    pub approvals_pending: usize,
+    /// `GET /approvals?wait=N` long-polls parked at once; past this a `429`.
+    pub approval_waiters: usize,
+    /// Largest arguments (serialized JSON, bytes) a held call may carry: the person must be
+    /// able to read what they allow.
+    pub approval_args_bytes: usize,
 }
 
 impl Default for Limits {
@@ -131,6 +146,9 @@ impl Default for Limits {
             mcp_sessions: 256,
             audit_rotate_bytes: 10 << 20,
             audit_keep: 5,
+            approvals_pending: 256,
+            approval_waiters: 16,
+            approval_args_bytes: 64 << 10,
         }
     }
 }
@@ -161,6 +179,9 @@ pub struct Config {
     pub display_env: Option<std::collections::BTreeMap<String, String>>,
     pub max_screenshot_edge: u32,
     pub notify: bool,
+    /// Test override of the `notify-send` program (default: found on `PATH`). Not a flag.
+    #[doc(hidden)]
+    pub notify_program: Option<PathBuf>,
     /// Tell systemd (`NOTIFY_SOCKET`) when ready and when stopping.
     pub sd_notify: bool,
     pub timing: Timing,
@@ -189,6 +210,7 @@ impl Config {
             display_env: None,
             max_screenshot_edge: 1920,
             notify: false,
+            notify_program: None,
             sd_notify: false,
             timing: Timing::default(),
             limits: Limits::default(),
@@ -814,7 +836,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         name: "no-notify",
         env: true,
         default: "",
-        help: "Do not show desktop notifications when a grant attaches or ends.",
+        help: "Do not show desktop notifications (a grant attaches or ends; a call waits for approval with Allow/Deny buttons).",
         kind: Kind::Switch(|d| d.config.notify = false),
     },
     Flag {
@@ -872,6 +894,42 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
             set: |d, v| d.config.limits.job_queue = v as usize,
         },
     },
+    Flag {
+        name: "approval-timeout-ms",
+        env: true,
+        default: "60000",
+        help: "How long a call of a tool named in a grant's approve list waits for someone to allow it; then it is answered 'no one approved' and does not run. At most 100000 (the pod gives up on a call at 120 s).",
+        kind: Kind::Int {
+            metavar: "MS",
+            min: 1,
+            max: MAX_APPROVAL_TIMEOUT.as_millis() as u64,
+            set: |d, v| d.config.timing.approval_timeout = Duration::from_millis(v),
+        },
+    },
+    Flag {
+        name: "max-pending-approvals",
+        env: true,
+        default: "256",
+        help: "Calls waiting for approval at once, over all grants; one more is answered with a tool error and does not run.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 65_536,
+            set: |d, v| d.config.limits.approvals_pending = v as usize,
+        },
+    },
+    Flag {
+        name: "approval-waiters",
+        env: true,
+        default: "16",
+        help: "GET /approvals?wait=N long-polls held open at once; one more gets 429.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 1024,
+            set: |d, v| d.config.limits.approval_waiters = v as usize,
+        },
+    },
     millis!("backoff-base-ms", backoff_base, "1000", "First redial delay; doubles per failure."),
     millis!("backoff-cap-ms", backoff_cap, "30000", "Longest redial delay."),
     millis!("backoff-reset-ms", backoff_reset, "60000", "A connection attached this long resets the redial delay."),
@@ -922,6 +980,7 @@ impl Config {
             display_env: None,
             max_screenshot_edge: DEFAULT_MAX_SCREENSHOT_EDGE,
             notify: true,
+            notify_program: None,
             sd_notify: true,
             timing: Timing::default(),
             limits: Limits::default(),
@@ -967,6 +1026,9 @@ Usage:\n  \
   handnode grant --runtime URL --session S (--secret-file F | --admin-credential-file F) [...]\n  \
   handnode grants [--json]          list a running daemon's grants\n  \
   handnode revoke ID | --all        end a grant, or all of them\n  \
+  handnode approvals [--watch]      calls waiting for your approval\n  \
+  handnode approve ID [--remember]  let a waiting call run (--remember: and later ones of its tool)\n  \
+  handnode deny ID [--reason TEXT]  refuse a waiting call; it does not run\n  \
   handnode help SUBCOMMAND | --help | --version\n\n\
 Every flag can also be set by the env var shown (a flag beats its env var; repeatable flags\n\
 take a comma-separated list in env). The admin token is never a flag: it is read from\n\
@@ -1312,6 +1374,29 @@ mod tests {
 
     fn mode(path: &Path) -> u32 {
         std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn the_approval_timeout_is_at_most_100_s() {
+        let tmp = TempDir::new("config");
+        let env = env_in(&tmp, &[(TOKEN_ENV, "tok")]);
+        let c = serve(&["--approval-timeout-ms", "100000"], &env).unwrap();
+        assert_eq!(c.timing.approval_timeout, MAX_APPROVAL_TIMEOUT);
+        assert_eq!(Timing::default().approval_timeout, Duration::from_secs(60));
+        let err = serve(&["--approval-timeout-ms", "100001"], &env).unwrap_err();
+        assert!(
+            err.contains("--approval-timeout-ms") && err.contains("1...100000"),
+            "{err}"
+        );
+        let c = serve(
+            &["--approval-waiters", "3", "--max-pending-approvals", "7"],
+            &env,
+        )
+        .unwrap();
+        assert_eq!(
+            (c.limits.approval_waiters, c.limits.approvals_pending),
+            (3, 7)
+        );
     }
 
     #[test]

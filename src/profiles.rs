@@ -106,6 +106,28 @@ pub const DESKTOP_BROWSER_TOOLS: [&str; 15] = [
     "browser_resize",
 ];
 
+/// What a grant is, by the escalation check of contract §11: whether the agent can reach
+/// the box's shell without a person saying yes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shell {
+    /// A tool the grant can run without approval is `shell`-class.
+    Yes,
+    /// Every `shell`-class tool the grant can see needs approval (§10).
+    Gated,
+    /// The grant sees no `shell`-class tool.
+    No,
+}
+
+impl Shell {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Shell::Yes => "yes",
+            Shell::Gated => "gated",
+            Shell::No => "no",
+        }
+    }
+}
+
 impl Class {
     /// The single class → annotation table.
     pub fn annotations(self) -> Annotations {

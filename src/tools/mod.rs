@@ -86,6 +86,42 @@ pub fn find(name: &str) -> Option<&'static Tool> {
     TOOLS.iter().copied().find(|t| t.name == name)
 }
 
+/// A registered tool's class.
+pub fn class_of(name: &str) -> Option<Class> {
+    find(name).map(|t| t.class)
+}
+
+/// The escalation check (§11), the one place that says whether a grant is shell-equivalent:
+/// over the tools the grant can see and which of them need approval. Returns the verdict and,
+/// for `yes`, the first shell tool that runs unasked (`"<tool> is a shell tool"`). Tools
+/// without a class (upstream tools, until they are classified) count as not `shell`.
+pub fn escalation<'a>(
+    visible: impl IntoIterator<Item = &'a str>,
+    needs_approval: impl Fn(&str) -> bool,
+) -> (crate::profiles::Shell, Option<String>) {
+    let mut gated = false;
+    for tool in visible {
+        if class_of(tool) != Some(Class::Shell) {
+            continue;
+        }
+        if !needs_approval(tool) {
+            return (
+                crate::profiles::Shell::Yes,
+                Some(format!("{tool} is a shell tool")),
+            );
+        }
+        gated = true;
+    }
+    (
+        if gated {
+            crate::profiles::Shell::Gated
+        } else {
+            crate::profiles::Shell::No
+        },
+        None,
+    )
+}
+
 /// The tools `profile` allows, in listing order.
 pub fn allowed(profile: Profile) -> impl Iterator<Item = &'static Tool> {
     TOOLS.iter().copied().filter(move |t| t.allowed_in(profile))
@@ -110,17 +146,27 @@ pub struct GrantNote {
     pub session: String,
     /// Unix seconds.
     pub expires_at: u64,
+    /// Tools whose calls wait for a person's decision (§10), so the agent knows why such a
+    /// call takes a while and what its refusal means.
+    pub approve: Vec<String>,
 }
 
 impl GrantNote {
     pub fn describe(&self, profile: Profile) -> String {
-        format!(
+        let mut text = format!(
             "This box is lent to session '{}' under profile '{}' until {} (grant {}).",
             self.session,
             profile,
             crate::timefmt::rfc3339(self.expires_at),
             self.id
-        )
+        );
+        if !self.approve.is_empty() {
+            text.push_str(&format!(
+                " Each call of {} waits until the person who lent the box allows it (at most 100 s); a denied or unanswered call says so and did not run.",
+                self.approve.join(", ")
+            ));
+        }
+        text
     }
 }
 
@@ -534,6 +580,7 @@ mod tests {
             id: "g1".into(),
             session: "laptop".into(),
             expires_at: 0,
+            approve: vec!["bash".into()],
         };
         let cat = ConnCatalog {
             grant: Some(&note),
@@ -545,5 +592,47 @@ mod tests {
             .unwrap()
             .contains("profile 'observe' until 1970-01-01T00:00:00Z"));
         assert!(cat.instructions(Profile::Observe).contains("laptop"));
+        assert!(tools[0]["description"]
+            .as_str()
+            .unwrap()
+            .contains("Each call of bash waits until the person who lent the box allows it"));
+    }
+
+    #[test]
+    fn escalation_is_yes_gated_or_no() {
+        let none = |_: &str| false;
+        for profile in Profile::ALL {
+            let (shell, because) = escalation(names(profile), none);
+            if profile.is_shell_equivalent() {
+                assert_eq!(shell, crate::profiles::Shell::Yes, "{profile}");
+                assert_eq!(because.as_deref(), Some("bash is a shell tool"));
+            } else {
+                assert_eq!(
+                    (shell, because),
+                    (crate::profiles::Shell::No, None),
+                    "{profile}"
+                );
+            }
+        }
+        let desktop = || names(Profile::Desktop);
+        let bash_only = |t: &str| t == "bash";
+        assert_eq!(
+            escalation(desktop(), bash_only),
+            (
+                crate::profiles::Shell::Yes,
+                Some("mouse is a shell tool".into())
+            ),
+            "bash gated, mouse/key still reach the shell"
+        );
+        let all_shell = |t: &str| class_of(t) == Some(Class::Shell);
+        assert_eq!(
+            escalation(desktop(), all_shell),
+            (crate::profiles::Shell::Gated, None)
+        );
+        // Approval of an observe tool changes nothing.
+        assert_eq!(
+            escalation(names(Profile::Observe), |_| { true }),
+            (crate::profiles::Shell::No, None)
+        );
     }
 }
