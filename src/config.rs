@@ -687,7 +687,7 @@ const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         name: "allow-login",
         env: true,
         default: "",
-        help: "Tailnet login allowed to use the admin API, as `tailscale serve` sends it in Tailscale-User-Login. Pair it with --allow-host.",
+        help: "Tailnet login allowed to use the admin API, as `tailscale serve` sends it in Tailscale-User-Login. Pair it with --allow-host and with the admin token (tailnet login AND bearer): without a token any local process can send the header.",
         kind: Kind::List {
             metavar: "EMAIL",
             set: |d, v| {
@@ -1316,6 +1316,12 @@ pub fn warnings(config: &Config, is_root: bool) -> Vec<String> {
                 .to_string(),
         );
     }
+    if !config.allow_logins.is_empty() && config.token.is_none() {
+        out.push(
+            "--allow-login is set without an admin token: `tailscale serve` connects from loopback, so a local process sending the same Tailscale-User-Login header is indistinguishable from the tailnet and gets in as that login; configure a token too (--token-file or <config dir>/token) so every request needs the login AND the bearer"
+                .to_string(),
+        );
+    }
     if !config.allow_logins.is_empty() && !config.listen.ip().is_loopback() {
         out.push(format!(
             "--allow-login trusts the Tailscale-User-Login header, but --listen {} is not loopback: anyone who can reach that address can claim a login; listen on loopback behind `tailscale serve`",
@@ -1921,6 +1927,14 @@ mod tests {
         assert_eq!(warnings(&config, true).len(), 1);
         assert!(warnings(&config, true)[0].contains("root shell"));
         config.allow_logins = vec!["a@b".into()];
+        let w = warnings(&config, false);
+        assert!(
+            w.len() == 2
+                && w[0].contains("without any --allow-host")
+                && w[1].contains("without an admin token"),
+            "{w:?}"
+        );
+        config.token = Some(Secret::new("t"));
         let w = warnings(&config, false);
         assert!(
             w.len() == 1 && w[0].contains("without any --allow-host"),
