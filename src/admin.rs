@@ -22,6 +22,7 @@ use crate::config::{Limits, Timing};
 use crate::error::Error;
 use crate::grants::{AttachError, AttachRequest, Registry};
 use crate::jobs::Completion;
+use crate::label;
 use crate::mcp::{self, Action, Dispatcher, Outcome, ToolOutput};
 use crate::metrics::Metrics;
 use crate::profiles::Profile;
@@ -34,6 +35,8 @@ use crate::tools::{CallContext, CallLimits, ConnCatalog};
 const MAX_HANDLER_THREADS: usize = 4;
 /// `/mcp` tool calls waiting for their result at once; past this the call is refused.
 const MAX_MCP_WAITERS: usize = 64;
+/// Longest client-chosen text (a path, a claimed login) a log line carries (bytes).
+const MAX_LOGGED_BYTES: usize = 256;
 /// Slack beyond the longest tool run before a `/mcp` waiter gives up on a result.
 const MCP_RESULT_SLACK: Duration = Duration::from_secs(15);
 
@@ -356,15 +359,20 @@ fn authenticate(state: &AdminState, request: &Request) -> Result<String, (u16, &
             match verdict {
                 Verdict::Unauthorized => {
                     info!(
-                        "admin: denied {} {}: {reason}",
+                        "admin: denied {} {}: {}",
                         request.method(),
-                        path_of(request)
+                        shown_path(request),
+                        label::cut(&reason, MAX_LOGGED_BYTES)
                     );
                     Err((401, "unauthorized"))
                 }
                 Verdict::Throttled { .. } => {
                     state.metrics.throttled();
-                    debug!("admin: throttled {} {}", request.method(), path_of(request));
+                    debug!(
+                        "admin: throttled {} {}",
+                        request.method(),
+                        shown_path(request)
+                    );
                     Err((429, "too many failed authentications; wait and retry"))
                 }
             }
@@ -375,6 +383,11 @@ fn authenticate(state: &AdminState, request: &Request) -> Result<String, (u16, &
 fn path_of(request: &Request) -> &str {
     let url = request.url();
     url.split('?').next().unwrap_or(url)
+}
+
+/// The path as the log shows it: a client chooses it, up to a whole 8 KiB request line.
+fn shown_path(request: &Request) -> std::borrow::Cow<'_, str> {
+    label::cut(path_of(request), MAX_LOGGED_BYTES)
 }
 
 /// Read a JSON body under the cap. `Err` is the response to send.
@@ -418,7 +431,7 @@ fn read_body(
 fn respond(request: Request, response: Response<std::io::Cursor<Vec<u8>>>) {
     let status = response.status_code().0;
     let method = request.method().clone();
-    let path = path_of(&request).to_string();
+    let path = shown_path(&request).into_owned();
     if let Err(e) = request.respond(response) {
         debug!("admin: {method} {path}: could not send {status}: {e}");
     } else {
@@ -431,7 +444,7 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
         info!(
             "admin: refused {} {}: {why}",
             request.method(),
-            path_of(&request)
+            shown_path(&request)
         );
         return respond(request, error_response(403, why));
     }
@@ -577,10 +590,15 @@ fn apply_actions(
             },
             Action::Cancel { id } => {
                 if let Some(c) = calls.cancel(&id) {
-                    debug!("/mcp: cancelled call {id} ({})", c.tool);
+                    debug!(
+                        "/mcp: cancelled call {} ({})",
+                        label::cut(&id.to_string(), MAX_LOGGED_BYTES),
+                        c.tool
+                    );
                 }
             }
             Action::Refused { tool, outcome } => {
+                let tool = label::name(&tool).into_owned();
                 state.metrics.tool_call(&tool, outcome);
                 state.audit.record(Record::ToolCall {
                     grant_id: None,

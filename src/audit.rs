@@ -3,13 +3,16 @@
 //! lifecycle records acknowledged by a `202`, and rotation by size.
 //!
 //! Callers never wait for the disk unless they ask to ([`Audit::record_durable`]). Records
-//! carry only plain strings chosen by the caller; no field has a secret's type.
+//! carry only plain strings chosen by the caller; no field has a secret's type. Every record
+//! is cut to a bounded size before it is queued ([`Record::bounded`]): a peer chooses tool
+//! names and arguments, and an unbounded line would let it rotate the real records away.
 //!
 //! Plain records (every tool call) do not wake the writer each: they are queued in
 //! [`Pending`], and only the first one of a batch wakes it, which then waits out the fsync
 //! interval and writes and fsyncs the whole batch. A tool call's reply would otherwise pay
 //! for waking the writer on another CPU, which costs more than the call on an idle VM.
 
+use std::borrow::Cow;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -24,6 +27,7 @@ use serde_json::{Map, Value};
 
 use crate::config::{Limits, Timing};
 use crate::error::Error;
+use crate::label;
 use crate::mcp::Outcome;
 use crate::timefmt;
 
@@ -34,6 +38,17 @@ pub const FILE_MODE: u32 = 0o600;
 /// Most queued messages the writer takes into one batch, so a flood cannot postpone a
 /// durable request's fsync indefinitely.
 const MAX_BATCH: usize = 4096;
+
+/// Longest text field of a record once written as JSON (bytes): room for a 2 KiB runtime URL
+/// and any login header; a longer value is cut and marked (see [`Record::bounded`]).
+pub const MAX_FIELD_BYTES: usize = 4 << 10;
+/// Longest `args` of a record once written as JSON (bytes).
+pub const MAX_ARGS_BYTES: usize = 64 << 10;
+/// Text fields a record can have (lifecycle: grant id, principal, previous principal,
+/// profile, runtime, session, reason).
+const TEXT_FIELDS: usize = 7;
+/// Longest audit line (bytes): every field at its cap plus keys, timestamps and numbers.
+pub const MAX_LINE_BYTES: usize = MAX_ARGS_BYTES + TEXT_FIELDS * MAX_FIELD_BYTES + 512;
 
 /// What happened to a grant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +111,67 @@ impl Record {
         }
     }
 
+    /// This record with every field within its bound: a tool name becomes its
+    /// [`label::name`], a text field longer than [`MAX_FIELD_BYTES`] (as JSON) is cut and
+    /// ends `…[truncated: <n> bytes]`, and `args` longer than [`MAX_ARGS_BYTES`] become a
+    /// string of their JSON text cut the same way. So no record is ever dropped for its size,
+    /// and a hostile peer cannot make one line push the real records out through rotation.
+    pub fn bounded(self) -> Record {
+        let text = |s: String| match cut_json(&s, MAX_FIELD_BYTES) {
+            Some(cut) => cut,
+            None => s,
+        };
+        match self {
+            Record::Lifecycle {
+                event,
+                grant_id,
+                principal,
+                previous_principal,
+                profile,
+                runtime,
+                session,
+                ttl_secs,
+                reason,
+            } => Record::Lifecycle {
+                event,
+                grant_id: text(grant_id),
+                principal: text(principal),
+                previous_principal: previous_principal.map(text),
+                profile: text(profile),
+                runtime: text(runtime),
+                session: text(session),
+                ttl_secs,
+                reason: reason.map(text),
+            },
+            Record::ToolCall {
+                grant_id,
+                principal,
+                session,
+                tool,
+                outcome,
+                duration_ms,
+                args,
+            } => Record::ToolCall {
+                grant_id: grant_id.map(text),
+                principal: text(principal),
+                session: session.map(text),
+                tool: match label::name(&tool) {
+                    Cow::Borrowed(_) => tool,
+                    Cow::Owned(label) => label,
+                },
+                outcome,
+                duration_ms,
+                args: args.map(|args| {
+                    let json = args.to_string();
+                    match cut_json(&json, MAX_ARGS_BYTES) {
+                        Some(cut) => Value::String(cut),
+                        None => args,
+                    }
+                }),
+            },
+        }
+    }
+
     /// The JSON line (without its newline) for this record stamped at `ts_ms`.
     pub fn to_line(&self, ts_ms: u64) -> String {
         let mut m = Map::new();
@@ -153,6 +229,35 @@ impl Record {
         }
         Value::Object(m).to_string()
     }
+}
+
+/// Bytes `c` takes inside a JSON string as serde_json writes it.
+fn json_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
+/// `None` if `text` fits in `max` bytes as a JSON string body; else its longest prefix that
+/// fits together with the marker `…[truncated: <n> bytes]` (n = the whole text's length).
+fn cut_json(text: &str, max: usize) -> Option<String> {
+    if text.len() <= max / 6 || text.chars().map(json_len).sum::<usize>() <= max {
+        return None;
+    }
+    let marker = format!("…[truncated: {} bytes]", text.len());
+    let budget = max.saturating_sub(marker.len());
+    let mut used = 0;
+    let mut end = 0;
+    for (i, c) in text.char_indices() {
+        used += json_len(c);
+        if used > budget {
+            break;
+        }
+        end = i + c.len_utf8();
+    }
+    Some(format!("{}{marker}", &text[..end]))
 }
 
 type Reply = Sender<Result<(), String>>;
@@ -272,7 +377,7 @@ impl Audit {
                 .records
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            records.push((now_ms(), rec));
+            records.push((now_ms(), rec.bounded()));
             records.len() == 1
         };
         if first && tx.send(Msg::Kick).is_err() {
@@ -287,7 +392,8 @@ impl Audit {
         let Some(tx) = &self.tx else { return Ok(()) };
         let (reply_tx, reply_rx) = crossbeam_channel::bounded(1);
         self.wait(
-            tx.send(Msg::Durable(now_ms(), rec, reply_tx)).is_ok(),
+            tx.send(Msg::Durable(now_ms(), rec.bounded(), reply_tx))
+                .is_ok(),
             reply_rx,
         )
     }
@@ -833,6 +939,57 @@ mod tests {
         let line = created().to_line(1_796_040_000_123);
         assert!(!line.to_lowercase().contains("secret"), "{line}");
         assert!(line.contains("\"ts\":\"2026-11-30T12:00:00Z\""), "{line}");
+    }
+
+    #[test]
+    fn every_record_is_bounded_and_cut_fields_say_so() {
+        let tmp = TempDir::new("bounded");
+        let (audit, guard) = start(
+            &tmp.0,
+            &timing(Duration::from_secs(3600)),
+            &Limits::default(),
+        )
+        .unwrap();
+        let huge = Record::ToolCall {
+            grant_id: Some("g".into()),
+            principal: "\u{1}".repeat(64 << 10),
+            session: Some("s".repeat(MAX_FIELD_BYTES + 1)),
+            tool: "t".repeat(4 << 20),
+            outcome: Outcome::RpcError,
+            duration_ms: 0,
+            args: Some(serde_json::json!({"text": "\"".repeat(1 << 20)})),
+        };
+        audit.record(huge);
+        // At the bound exactly: nothing is cut.
+        let mut at_bound = created();
+        if let Record::Lifecycle { principal, .. } = &mut at_bound {
+            *principal = "p".repeat(MAX_FIELD_BYTES);
+        }
+        let a = audit.clone();
+        let kept = at_bound.clone();
+        within(move || a.record_durable(kept)).unwrap();
+        drop(guard);
+        let text = fs::read_to_string(tmp.0.join(FILE_NAME)).unwrap();
+        let raw: Vec<&str> = text.lines().collect();
+        assert_eq!(raw.len(), 2, "no record is dropped for its size");
+        assert!(raw[0].len() <= MAX_LINE_BYTES, "{} bytes", raw[0].len());
+        let got = lines(&tmp.0.join(FILE_NAME));
+        let tool = got[0]["tool"].as_str().unwrap();
+        assert!(tool.ends_with(", 4194304 bytes]"), "{tool}");
+        assert!(tool.len() <= label::max_len(label::MAX_NAME_BYTES));
+        for field in ["principal", "session"] {
+            let v = got[0][field].as_str().unwrap();
+            assert!(v.contains("…[truncated: "), "{field}: {v}");
+        }
+        assert!(got[0]["session"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("[truncated: {} bytes]", MAX_FIELD_BYTES + 1)));
+        let args = got[0]["args"].as_str().expect("cut args are a string");
+        assert!(args.starts_with("{\"text\":\"\\\""), "{}", &args[..20]);
+        assert!(args.ends_with("bytes]"));
+        assert_eq!(got[1]["principal"], "p".repeat(MAX_FIELD_BYTES));
+        assert_eq!(at_bound.clone().bounded(), at_bound);
     }
 
     #[test]

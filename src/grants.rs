@@ -406,12 +406,16 @@ impl GrantEvents for Events {
 
     fn tool_call(&self, ev: CallEvent) {
         if let Some(reg) = self.registry.upgrade() {
-            reg.metrics.tool_call(&ev.tool, ev.outcome);
+            // The pod chose this name (a refused one can be megabytes): label it once here,
+            // so the raw text goes no further and is hashed once.
+            let tool = crate::label::name(&ev.tool).into_owned();
+            drop(ev.tool);
+            reg.metrics.tool_call(&tool, ev.outcome);
             reg.audit.record(Record::ToolCall {
                 grant_id: Some(ev.grant_id),
                 principal: ev.principal,
                 session: Some(ev.session),
-                tool: ev.tool,
+                tool,
                 outcome: ev.outcome,
                 duration_ms: ev.duration.as_millis() as u64,
                 args: ev.arguments,
