@@ -97,3 +97,136 @@ fn four_mib_tool_names_neither_rotate_the_audit_away_nor_grow_metrics() {
     // The pod's socket still serves.
     assert_eq!(conn.ping(json!("after"))["result"], json!({}));
 }
+
+/// Send `raw` bytes as they are on one connection and read until the daemon closes it:
+/// every response on it, as `(status, body)`.
+fn raw_exchange(addr: std::net::SocketAddr, raw: &str) -> Vec<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WATCHDOG)).unwrap();
+    s.write_all(raw.as_bytes()).unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all)
+        .expect("watchdog: the daemon kept the connection open");
+    let mut out = Vec::new();
+    let mut rest = &all[..];
+    while !rest.is_empty() {
+        let mut response = handnode::httpc::read_head(rest).expect("an HTTP response");
+        let status = response.status;
+        let len: usize = response
+            .headers()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+            .map(|(_, v)| String::from_utf8_lossy(v).trim().parse().unwrap())
+            .expect("tiny_http sizes these bodies");
+        let head_len = all.len() - rest.len()
+            + rest
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .expect("end of head")
+            + 4;
+        let _ = &mut response;
+        let body = String::from_utf8_lossy(&all[head_len..head_len + len]).to_string();
+        out.push((status, body));
+        rest = &all[head_len + len..];
+    }
+    out
+}
+
+#[test]
+fn ambiguous_framing_and_duplicate_host_or_origin_get_400_and_change_nothing() {
+    let d = TestDaemon::new("hostile-framing");
+    let pod = StubPod::start();
+    let body = attach_body(&pod, "framing", "observe").to_string();
+    let auth = format!("Authorization: Bearer {}", d.token);
+    let host = format!("Host: {}", d.addr);
+    let attach = |extra: &str, content_lengths: &[usize]| {
+        let mut req = format!(
+            "POST /attach HTTP/1.1\r\n{host}\r\n{auth}\r\nContent-Type: application/json\r\n{extra}"
+        );
+        for n in content_lengths {
+            req.push_str(&format!("Content-Length: {n}\r\n"));
+        }
+        req.push_str("\r\n");
+        req.push_str(&body);
+        // A second request pipelined behind: never answered once framing is in doubt.
+        req.push_str(&format!("GET /healthz HTTP/1.1\r\n{host}\r\n\r\n"));
+        raw_exchange(d.addr, &req)
+    };
+    let n = body.len();
+    // (reason, extra headers, Content-Length values, whether the framing is in doubt so the
+    // connection must close: a duplicate Origin leaves the body's length known.)
+    let cases: Vec<(&str, String, Vec<usize>, bool)> = vec![
+        (
+            "conflicting Content-Length headers",
+            String::new(),
+            vec![n, n + 1],
+            true,
+        ),
+        (
+            "conflicting Content-Length headers",
+            String::new(),
+            vec![n - 1, n],
+            true,
+        ),
+        (
+            "Content-Length must be a number",
+            "Content-Length: +5\r\n".into(),
+            vec![n],
+            true,
+        ),
+        (
+            "Content-Length must be a number",
+            "Content-Length: 5, 5\r\n".into(),
+            vec![],
+            true,
+        ),
+        (
+            "Content-Length and Transfer-Encoding together",
+            "Transfer-Encoding: chunked\r\n".into(),
+            vec![n],
+            true,
+        ),
+        (
+            "more than one Host header",
+            "Host: evil.example\r\n".into(),
+            vec![n],
+            true,
+        ),
+        (
+            "more than one Origin header",
+            format!(
+                "Origin: http://{}\r\nOrigin: http://evil.example\r\n",
+                d.addr
+            ),
+            vec![n],
+            false,
+        ),
+    ];
+    for (why, extra, lengths, closes) in cases {
+        let responses = attach(&extra, &lengths);
+        let want = if closes { 1 } else { 2 };
+        assert_eq!(responses.len(), want, "{why}: {responses:?}");
+        assert_eq!(responses[0].0, 400, "{why}: {responses:?}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&responses[0].1).unwrap(),
+            json!({"error": why})
+        );
+    }
+    let (_, list) = d.call("GET", "/attach", None);
+    assert_eq!(
+        list["grants"],
+        json!([]),
+        "a refused request created a grant"
+    );
+    assert!(
+        pod.upgrades.try_recv().is_err(),
+        "a refused request dialled"
+    );
+
+    // Identical duplicates are one length (RFC 9112 §6.3 allows it): served, then the
+    // pipelined request after it too.
+    let responses = attach("", &[n, n]);
+    assert_eq!(responses.len(), 2, "{responses:?}");
+    assert_eq!(responses[0].0, 202, "{responses:?}");
+    assert_eq!(responses[1], (200, "ok".to_string()));
+}
