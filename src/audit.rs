@@ -480,6 +480,12 @@ impl Writer {
             fsynced: None,
         };
         w.open().map_err(|e| {
+            if crate::persist::is_refused(&e) {
+                return Error::Config(format!(
+                    "{}: {e}; move it out of the way so handnode can keep its audit log there",
+                    w.path().display()
+                ));
+            }
             Error::io(
                 format!(
                     "cannot open {} for appending (check the state dir's owner and mode)",
@@ -497,11 +503,10 @@ impl Writer {
 
     fn open(&mut self) -> io::Result<()> {
         let path = self.path();
-        let file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(FILE_MODE)
-            .open(&path)?;
+        let file = crate::persist::open_state_file(
+            OpenOptions::new().append(true).create(true).mode(FILE_MODE),
+            &path,
+        )?;
         let meta = file.metadata()?;
         if meta.permissions().mode() & 0o7777 & !FILE_MODE != 0 {
             file.set_permissions(fs::Permissions::from_mode(FILE_MODE))?;
@@ -1043,6 +1048,50 @@ mod tests {
         }
         assert_eq!(seen, (1003..1010).collect::<Vec<_>>());
         assert!(!tmp.0.join("audit.jsonl.3").exists());
+    }
+
+    #[test]
+    fn links_are_never_followed_live_or_in_rotation() {
+        let tmp = TempDir::new("links");
+        let target = tmp.path("target");
+        fs::write(&target, "precious\n").unwrap();
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o644)).unwrap();
+        let state = tmp.path("state");
+        fs::create_dir(&state).unwrap();
+        let unchanged = || {
+            assert_eq!(fs::read_to_string(&target).unwrap(), "precious\n");
+            assert_eq!(
+                fs::metadata(&target).unwrap().permissions().mode() & 0o777,
+                0o644
+            );
+        };
+        // The live file as a link: refused with a clear error, the target untouched.
+        std::os::unix::fs::symlink(&target, state.join(FILE_NAME)).unwrap();
+        let err = start(&state, &Timing::default(), &Limits::default()).unwrap_err();
+        assert!(err.to_string().contains("is a symbolic link"), "{err}");
+        assert_eq!(err.exit_code(), 2);
+        unchanged();
+        // Rotated names as links: rotation renames and removes them, never writes through.
+        fs::remove_file(state.join(FILE_NAME)).unwrap();
+        for n in 1..=2 {
+            std::os::unix::fs::symlink(&target, state.join(format!("{FILE_NAME}.{n}"))).unwrap();
+        }
+        let line_len = call(1000).to_line(now_ms()).len() as u64 + 1;
+        let limits = Limits {
+            audit_rotate_bytes: line_len + 1,
+            audit_keep: 2,
+            ..Limits::default()
+        };
+        let (audit, guard) = start(&state, &timing(Duration::from_millis(1)), &limits).unwrap();
+        for n in 1000..1004 {
+            audit.record(call(n));
+        }
+        drop(guard);
+        unchanged();
+        for name in [FILE_NAME, "audit.jsonl.1", "audit.jsonl.2"] {
+            let meta = fs::symlink_metadata(state.join(name)).unwrap();
+            assert!(meta.file_type().is_file(), "{name} is still a link");
+        }
     }
 
     #[test]

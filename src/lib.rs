@@ -99,14 +99,8 @@ impl Daemon {
         let policy = auth::Policy::from_config(&config);
         policy.validate().map_err(Error::Config)?;
         let tls = tls::client_config(config.ca_file.as_deref())?;
-        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
-            .create(&config.state_dir)
-            .map_err(|e| {
-                Error::Config(format!(
-                    "cannot create the state dir {}: {e} (set --state-dir)",
-                    config.state_dir.display()
-                ))
-            })?;
+        // Also with --no-persist: the audit log lives there.
+        persist::ensure_state_dir(&config.state_dir)?;
         let store = if config.persist {
             Some(persist::GrantStore::open(&config.state_dir)?)
         } else {

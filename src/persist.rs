@@ -99,7 +99,7 @@ impl GrantStore {
     /// is narrowed to 0700 and a warning logged. Leftover temp files of an interrupted
     /// save are removed, since they may hold secrets.
     pub fn open(state_dir: &Path) -> Result<GrantStore, Error> {
-        ensure_private_dir(state_dir)?;
+        ensure_state_dir(state_dir)?;
         remove_stale_temps(state_dir);
         Ok(GrantStore {
             dir: state_dir.to_path_buf(),
@@ -121,35 +121,42 @@ impl GrantStore {
     /// aside: the daemon must not start and later overwrite grants it could not read.
     pub fn load(&self, now_unix: u64) -> Result<LoadReport, Error> {
         let path = self.path();
-        let meta = match fs::symlink_metadata(&path) {
-            Ok(meta) => meta,
+        let mut file = match open_state_file(OpenOptions::new().read(true), &path) {
+            Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(LoadReport::default()),
-            Err(e) => return Err(Error::io(format!("cannot inspect {}", path.display()), e)),
+            Err(e) if is_refused(&e) => {
+                return Err(Error::Config(format!(
+                    "{}: {e}; move it out of the way so handnode can keep its grants there",
+                    path.display()
+                )))
+            }
+            Err(e) => return Err(Error::io(format!("cannot open {}", path.display()), e)),
         };
-        if !meta.file_type().is_file() {
-            return Err(Error::Config(format!(
-                "{} is not a regular file; move it out of the way so handnode can keep its grants there",
-                path.display()
-            )));
-        }
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io(format!("cannot inspect {}", path.display()), e))?;
         let mode = meta.permissions().mode() & 0o7777;
         if mode & !FILE_MODE != 0 {
-            fs::set_permissions(&path, fs::Permissions::from_mode(FILE_MODE)).map_err(|e| {
-                Error::io(
-                    format!(
-                        "cannot narrow {} to mode 0600 (it holds secrets)",
-                        path.display()
-                    ),
-                    e,
-                )
-            })?;
+            // On the open file: a path could have been swapped for a link since.
+            file.set_permissions(fs::Permissions::from_mode(FILE_MODE))
+                .map_err(|e| {
+                    Error::io(
+                        format!(
+                            "cannot narrow {} to mode 0600 (it holds secrets)",
+                            path.display()
+                        ),
+                        e,
+                    )
+                })?;
             log::warn!(
                 "{} had mode {mode:04o}; narrowed to 0600 because it holds attach secrets",
                 path.display()
             );
         }
-        let bytes =
-            fs::read(&path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        let mut bytes = Vec::new();
+        io::Read::read_to_end(&mut file, &mut bytes)
+            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        drop(file);
         let report = match parse(&bytes, now_unix) {
             Ok(report) => report,
             Err(why) => {
@@ -377,47 +384,110 @@ fn is_ws_url(s: &str) -> bool {
         && crate::dial::endpoint(s).is_ok()
 }
 
-/// Create `dir` (and parents) 0700, or narrow an existing one to 0700.
-fn ensure_private_dir(dir: &Path) -> Result<(), Error> {
-    match fs::metadata(dir) {
-        Ok(meta) if !meta.is_dir() => Err(Error::Config(format!(
+/// Open a file in the state dir without following a symbolic link at its name (`O_NOFOLLOW`;
+/// `O_NONBLOCK` so a FIFO planted there cannot hang the open), and only if it is a regular
+/// file. A refusal is an error [`is_refused`] recognises, saying why.
+pub(crate) fn open_state_file(options: &mut OpenOptions, path: &Path) -> io::Result<File> {
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
+    let file = match options.custom_flags(flags.bits() as i32).open(path) {
+        Ok(file) => file,
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                REFUSED_LINK.to_string(),
+            ))
+        }
+        Err(e) => return Err(e),
+    };
+    if !file.metadata()?.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            REFUSED_NOT_FILE.to_string(),
+        ));
+    }
+    Ok(file)
+}
+
+const REFUSED_LINK: &str = "is a symbolic link, and handnode never follows one in its state dir";
+const REFUSED_NOT_FILE: &str = "is not a regular file";
+
+/// Whether `e` is [`open_state_file`] refusing a link or a non-file.
+pub(crate) fn is_refused(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::InvalidInput
+        && matches!(e.get_ref().map(|inner| inner.to_string()), Some(m) if m == REFUSED_LINK || m == REFUSED_NOT_FILE)
+}
+
+/// Create the state dir (and parents) 0700, or check an existing one: it must be a real
+/// directory (not a symbolic link to one somewhere else) owned by the user running handnode;
+/// a wider mode is narrowed to 0700. Everything it holds is secret or audit, so a dir that
+/// someone else controls or points elsewhere is refused rather than used.
+pub fn ensure_state_dir(dir: &Path) -> Result<(), Error> {
+    check_state_dir(dir, rustix::process::geteuid().as_raw())
+}
+
+fn check_state_dir(dir: &Path, euid: u32) -> Result<(), Error> {
+    let meta = match fs::symlink_metadata(dir) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(DIR_MODE)
+                .create(dir)
+                .map_err(|e| {
+                    Error::Config(format!(
+                        "cannot create the state dir {}: {e} (check its parent is writable, or set --state-dir)",
+                        dir.display()
+                    ))
+                })?;
+            // What was created is checked like what was found (a link could race in).
+            fs::symlink_metadata(dir)
+                .map_err(|e| Error::io(format!("cannot inspect state dir {}", dir.display()), e))?
+        }
+        Err(e) => {
+            return Err(Error::io(
+                format!("cannot inspect state dir {}", dir.display()),
+                e,
+            ))
+        }
+    };
+    check_state_dir_meta(dir, &meta, euid)
+}
+
+fn check_state_dir_meta(dir: &Path, meta: &fs::Metadata, euid: u32) -> Result<(), Error> {
+    use std::os::unix::fs::MetadataExt;
+    if meta.file_type().is_symlink() {
+        return Err(Error::Config(format!(
+            "state dir {} is a symbolic link; handnode does not follow it: point --state-dir at the real directory",
+            dir.display()
+        )));
+    }
+    if !meta.is_dir() {
+        return Err(Error::Config(format!(
             "state dir {} exists but is not a directory; point the state dir elsewhere or remove it",
             dir.display()
-        ))),
-        Ok(meta) => {
-            let mode = meta.permissions().mode() & 0o7777;
-            if mode & !DIR_MODE != 0 {
-                fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE)).map_err(|e| {
-                    Error::io(
-                        format!("cannot narrow state dir {} to mode 0700", dir.display()),
-                        e,
-                    )
-                })?;
-                log::warn!(
-                    "state dir {} had mode {mode:04o}; narrowed to 0700 because it holds attach secrets",
-                    dir.display()
-                );
-            }
-            Ok(())
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::DirBuilder::new()
-            .recursive(true)
-            .mode(DIR_MODE)
-            .create(dir)
-            .map_err(|e| {
-                Error::io(
-                    format!(
-                        "cannot create state dir {} (check its parent is writable)",
-                        dir.display()
-                    ),
-                    e,
-                )
-            }),
-        Err(e) => Err(Error::io(
-            format!("cannot inspect state dir {}", dir.display()),
-            e,
-        )),
+        )));
     }
+    if meta.uid() != euid {
+        return Err(Error::Config(format!(
+            "state dir {} is owned by uid {}, not by the user running handnode (uid {euid}); point --state-dir at a directory of your own",
+            dir.display(),
+            meta.uid()
+        )));
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & !DIR_MODE != 0 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE)).map_err(|e| {
+            Error::io(
+                format!("cannot narrow state dir {} to mode 0700", dir.display()),
+                e,
+            )
+        })?;
+        log::warn!(
+            "state dir {} had mode {mode:04o}; narrowed to 0700 because it holds attach secrets",
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 fn remove_stale_temps(dir: &Path) {
@@ -439,12 +509,15 @@ fn remove_stale_temps(dir: &Path) {
 
 fn write_durably(path: &Path, body: &[u8]) -> Result<(), Error> {
     let ctx = |what: &str| format!("cannot {what} {}", path.display());
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(FILE_MODE)
-        .open(path)
-        .map_err(|e| Error::io(ctx("create"), e))?;
+    // `create_new` (O_EXCL) already fails on any existing name, a link included.
+    let mut file = open_state_file(
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(FILE_MODE),
+        path,
+    )
+    .map_err(|e| Error::io(ctx("create"), e))?;
     file.write_all(body)
         .map_err(|e| Error::io(ctx("write"), e))?;
     file.sync_all().map_err(|e| Error::io(ctx("fsync"), e))
@@ -545,6 +618,51 @@ mod tests {
         let err = GrantStore::open(&tmp.0).unwrap_err();
         assert!(err.to_string().contains("not a directory"), "{err}");
         fs::remove_file(&tmp.0).unwrap();
+    }
+
+    #[test]
+    fn a_state_dir_that_is_a_link_or_someone_elses_is_refused() {
+        let tmp = TempDir::new("dirs");
+        let real = tmp.path("real");
+        fs::create_dir(&real).unwrap();
+        let link = tmp.path("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let err = GrantStore::open(&link).unwrap_err();
+        assert!(err.to_string().contains("is a symbolic link"), "{err}");
+        assert_eq!(err.exit_code(), 2);
+        let euid = rustix::process::geteuid().as_raw();
+        let meta = fs::symlink_metadata(&real).unwrap();
+        assert!(check_state_dir_meta(&real, &meta, euid).is_ok());
+        let err = check_state_dir_meta(&real, &meta, euid.wrapping_add(1)).unwrap_err();
+        assert!(err.to_string().contains("is owned by uid"), "{err}");
+    }
+
+    #[test]
+    fn a_grants_file_that_is_a_link_is_refused_and_its_target_untouched() {
+        let tmp = TempDir::new("link");
+        let store = GrantStore::open(&tmp.0).unwrap();
+        let target = tmp.path("elsewhere.json");
+        let content = String::from_utf8(file_with(vec![entry_json(&grant(1, NOW + 60))])).unwrap();
+        fs::write(&target, &content).unwrap();
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o644)).unwrap();
+        std::os::unix::fs::symlink(&target, store.path()).unwrap();
+        let err = store.load(NOW).unwrap_err();
+        assert!(err.to_string().contains("is a symbolic link"), "{err}");
+        assert_eq!(err.exit_code(), 2);
+        assert_eq!(mode(&target), 0o644, "the link's target was chmodded");
+        assert_eq!(fs::read_to_string(&target).unwrap(), content);
+        // A FIFO planted there is refused too, without hanging the open.
+        fs::remove_file(store.path()).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            store.path(),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let err = store.load(NOW).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
     }
 
     #[test]

@@ -230,3 +230,38 @@ fn ambiguous_framing_and_duplicate_host_or_origin_get_400_and_change_nothing() {
     assert_eq!(responses[0].0, 202, "{responses:?}");
     assert_eq!(responses[1], (200, "ok".to_string()));
 }
+
+#[test]
+fn symlinked_state_files_are_refused_and_their_targets_unchanged() {
+    use std::os::unix::fs::PermissionsExt;
+    for name in ["grants.json", "audit.jsonl", ""] {
+        let dir = temp_dir("hostile-links");
+        let target = dir.join("target");
+        std::fs::create_dir_all(&target).unwrap();
+        let file = target.join("file");
+        std::fs::write(&file, "not yours\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let state = dir.join("state");
+        if name.is_empty() {
+            // The state dir itself is a link to a dir elsewhere.
+            std::os::unix::fs::symlink(&target, &state).unwrap();
+        } else {
+            std::fs::create_dir_all(&state).unwrap();
+            std::os::unix::fs::symlink(&file, state.join(name)).unwrap();
+        }
+        let what = if name.is_empty() { "state dir" } else { name };
+        let err = handnode::Daemon::start(test_config(&dir)).expect_err(what);
+        assert!(err.to_string().contains("symbolic link"), "{what}: {err}");
+        assert_eq!(err.exit_code(), 2, "{what}: refused as configuration");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "not yours\n");
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644, "{what}: the target's mode changed");
+        let entries: Vec<_> = std::fs::read_dir(&target).unwrap().collect();
+        assert_eq!(
+            entries.len(),
+            1,
+            "{what}: something was written through the link"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
