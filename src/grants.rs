@@ -810,6 +810,12 @@ impl Registry {
                 Err(e) => warn!("could not resume grant {}: {e}", g.id),
             }
         }
+        if !report.clamped.is_empty() {
+            // The file says the grants live longer than they will; make it say the truth.
+            if let Err(e) = self.persist(&inner) {
+                warn!("could not persist the clamped grants: {e}");
+            }
+        }
         Ok(resumed)
     }
 

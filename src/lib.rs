@@ -12,6 +12,7 @@ pub mod dial;
 pub mod doctor;
 pub mod error;
 pub mod grants;
+pub mod hardening;
 pub mod httpc;
 pub mod jobs;
 pub mod label;

@@ -61,6 +61,10 @@ pub struct LoadReport {
     pub dropped: Vec<(String, String)>,
     /// Where an unparseable `grants.json` was moved so nothing is silently lost.
     pub set_aside: Option<PathBuf>,
+    /// `(grant id, stored expires_at)` of grants whose deadline lay past now plus the TTL
+    /// cap ([`crate::grants::MAX_TTL_SECS`]): their `expires_at` in `grants` is now + the cap.
+    /// No grant the daemon made can get there; a hand-edited or forged file can.
+    pub clamped: Vec<(String, u64)>,
 }
 
 /// The grant store in one state dir. Saves are serialised by an internal lock, so two
@@ -170,6 +174,7 @@ impl GrantStore {
                     grants: Vec::new(),
                     dropped: vec![(FILE_NAME.to_string(), why)],
                     set_aside: Some(aside),
+                    clamped: Vec::new(),
                 }
             }
         };
@@ -177,6 +182,14 @@ impl GrantStore {
             if id != FILE_NAME {
                 log::warn!("stored grant {id} dropped: {reason}");
             }
+        }
+        for (id, stored) in &report.clamped {
+            log::warn!(
+                "stored grant {id} ran until {}, past the {} s cap on a grant's life; it now ends at {}",
+                crate::timefmt::rfc3339(*stored),
+                crate::grants::MAX_TTL_SECS,
+                crate::timefmt::rfc3339(now_unix.saturating_add(crate::grants::MAX_TTL_SECS))
+            );
         }
         Ok(report)
     }
@@ -280,11 +293,18 @@ pub fn parse(bytes: &[u8], now_unix: u64) -> Result<LoadReport, String> {
             .filter(|id| is_grant_id(id))
             .map(str::to_string)
             .unwrap_or_else(|| format!("#{index}"));
+        let cap = now_unix.saturating_add(crate::grants::MAX_TTL_SECS);
         match entry_to_grant(entry, now_unix) {
             Ok(grant) if report.grants.iter().any(|g| g.id == grant.id) => {
                 report.dropped.push((label, "duplicate id".to_string()));
             }
-            Ok(grant) => report.grants.push(grant),
+            Ok(mut grant) => {
+                if grant.expires_at > cap {
+                    report.clamped.push((grant.id.clone(), grant.expires_at));
+                    grant.expires_at = cap;
+                }
+                report.grants.push(grant)
+            }
             Err(reason) => report.dropped.push((label, reason)),
         }
     }
@@ -682,6 +702,25 @@ mod tests {
                 (grant(3, 0).id, "expired".to_string())
             ]
         );
+    }
+
+    #[test]
+    fn a_deadline_past_the_ttl_cap_is_clamped_to_it() {
+        let cap = NOW + crate::grants::MAX_TTL_SECS;
+        let ten_years = NOW + 10 * 365 * 86_400;
+        let bytes = file_with(vec![
+            entry_json(&grant(1, cap)),
+            entry_json(&grant(2, cap + 1)),
+            entry_json(&grant(3, ten_years)),
+        ]);
+        let report = parse(&bytes, NOW).unwrap();
+        let got: Vec<u64> = report.grants.iter().map(|g| g.expires_at).collect();
+        assert_eq!(got, [cap, cap, cap]);
+        assert_eq!(
+            report.clamped,
+            vec![(grant(2, 0).id, cap + 1), (grant(3, 0).id, ten_years)]
+        );
+        assert!(report.dropped.is_empty());
     }
 
     #[test]

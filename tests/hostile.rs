@@ -265,3 +265,38 @@ fn symlinked_state_files_are_refused_and_their_targets_unchanged() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+#[test]
+fn a_ten_year_stored_grant_comes_back_with_the_one_day_cap() {
+    use std::os::unix::fs::PermissionsExt;
+    let pod = StubPod::start();
+    let dir = temp_dir("hostile-clamp");
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let now = handnode::timefmt::now_unix();
+    let id = "0000000a-aaaa-4bbb-8ccc-dddddddddddd";
+    let file = json!({"version": 1, "grants": [{
+        "id": id, "runtime": pod.runtime(), "session": "decade", "profile": "observe",
+        "principal": "you@example.com", "created_at": now, "expires_at": now + 10 * 365 * 86_400,
+        "secret": "s3cret-attach",
+    }]});
+    let path = state.join("grants.json");
+    std::fs::write(&path, file.to_string()).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let d = TestDaemon::start(test_config(&dir), dir);
+    let g = d.grant(id);
+    let left = g["expires_in_secs"].as_u64().unwrap();
+    assert!(
+        (86_400 - 60..=86_400).contains(&left),
+        "resumed with {left} s left: {g}"
+    );
+    // The file was rewritten with the cap, so a restart cannot bring the decade back.
+    let stored: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let expires = stored["grants"][0]["expires_at"].as_u64().unwrap();
+    assert!(
+        expires <= handnode::timefmt::now_unix() + 86_400,
+        "{stored}"
+    );
+    assert!(expires >= now + 86_400 - 60, "{stored}");
+}

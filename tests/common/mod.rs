@@ -770,7 +770,15 @@ pub fn fds_and_threads(pid: Option<u32>) -> (usize, usize) {
         Some(p) => format!("/proc/{p}"),
         None => "/proc/self".to_string(),
     };
-    let count = |dir: &str| std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
+    // Never 0 for a directory that cannot be read: that would make every leak check pass.
+    // The real daemon is not dumpable (src/hardening.rs), so its fd dir needs root or
+    // CAP_SYS_PTRACE, as it does for any other process of its user.
+    let count =
+        |dir: &str| {
+            std::fs::read_dir(dir).map(|d| d.count()).unwrap_or_else(|e| {
+            panic!("cannot read {dir}: {e} (a non-dumpable daemon's needs root or CAP_SYS_PTRACE)")
+        })
+        };
     (count(&format!("{base}/fd")), count(&format!("{base}/task")))
 }
 
