@@ -20,21 +20,24 @@ use crate::auth::{client_key, is_loopback, Decision, Policy, RequestFacts, Throt
 use crate::calls::{Calls, Services};
 use crate::config::{Limits, Timing};
 use crate::error::Error;
-use crate::grants::{AttachError, AttachRequest, Registry};
+use crate::grants::{AttachError, AttachRequest, Registry, SecretSource};
 use crate::jobs::Completion;
 use crate::label;
+use crate::lanes::{Busy, Lane};
 use crate::mcp::{self, Action, Dispatcher, Outcome, ToolOutput};
 use crate::metrics::Metrics;
 use crate::profiles::Profile;
 use crate::tools::{CallContext, CallLimits, ConnCatalog};
 
 /// Most threads taking requests off tiny_http's queue. One waits when the API is idle;
-/// another is started when the last waiting one takes a request, so a slow request (a
-/// mint that waits for the pod) never leaves `/healthz` and revokes without a taker.
-/// Slow work on `/mcp` (a tool call) is handed to its own responder thread.
+/// another is started when the last waiting one takes a request. They only do quick work:
+/// whatever waits on someone else (a mint on its pod, a `/mcp` tool call on its tool) is
+/// handed to a thread of its [`Lane`], so `/healthz` and revokes always find a taker.
 const MAX_HANDLER_THREADS: usize = 4;
 /// `/mcp` tool calls waiting for their result at once; past this the call is refused.
 const MAX_MCP_WAITERS: usize = 64;
+/// Longest a `429` for a full lane asks the client to wait before retrying (seconds).
+const LANE_RETRY_AFTER_SECS: u64 = 1;
 /// Longest client-chosen text (a path, a claimed login) a log line carries (bytes).
 const MAX_LOGGED_BYTES: usize = 256;
 /// Slack beyond the longest tool run before a `/mcp` waiter gives up on a result.
@@ -78,7 +81,10 @@ pub struct AdminState {
     pub audit_args: bool,
     pub ready: AtomicBool,
     sessions: Mutex<HashMap<String, McpSession>>,
-    waiters: AtomicUsize,
+    /// Mints waiting for their pods (`--max-mints`).
+    mints: Arc<Lane>,
+    /// `/mcp` tool calls waiting for their results.
+    mcp_calls: Arc<Lane>,
 }
 
 impl AdminState {
@@ -112,11 +118,12 @@ impl AdminState {
                 .map(|h| h.to_ascii_lowercase())
                 .collect(),
             timing,
-            limits,
             audit_args,
             ready: AtomicBool::new(false),
             sessions: Mutex::new(HashMap::new()),
-            waiters: AtomicUsize::new(0),
+            mints: Lane::new("mint", "mints", limits.max_mints),
+            mcp_calls: Lane::new("mcp-call", "/mcp tool calls", MAX_MCP_WAITERS),
+            limits,
         }
     }
 }
@@ -506,17 +513,20 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
                 Ok(r) => r,
                 Err(msg) => return respond(request, error_response(400, &msg)),
             };
-            match state.registry.attach(req, &principal) {
-                Ok((view, _renewed)) => respond(request, json_response(202, &view)),
-                Err(AttachError::Mint(e)) => respond(request, error_response(502, &e.to_string())),
-                Err(AttachError::Internal(msg)) => {
-                    warn!("admin: POST /attach failed: {msg}");
-                    respond(request, error_response(500, &msg))
-                }
-                Err(AttachError::ShuttingDown) => respond(
-                    request,
-                    error_response(503, "handnode is shutting down; retry after it restarts"),
-                ),
+            if !matches!(req.source, SecretSource::AdminCredential(_)) {
+                return attach(state, request, req, &principal);
+            }
+            // A mint waits for the pod (up to --mint-timeout-ms, however slowly it answers):
+            // on a thread of the mint lane, never on one of the few handler threads.
+            let slot = match state.mints.try_acquire() {
+                Ok(slot) => slot,
+                Err(busy) => return respond(request, too_busy(&busy)),
+            };
+            let state2 = Arc::clone(state);
+            let spawned = slot.spawn(move || attach(&state2, request, req, &principal));
+            if let Err((e, _work)) = spawned {
+                warn!("admin: cannot start a mint thread: {e}");
+                // `_work` drops the request unanswered: tiny_http answers it 500.
             }
         }
         (["attach"], Method::Get) => respond(
@@ -578,6 +588,28 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
         ),
         _ => respond(request, error_response(404, "not found")),
     }
+}
+
+/// `POST /attach` once its body is valid: create or renew (minting first, if asked).
+fn attach(state: &AdminState, request: Request, req: AttachRequest, principal: &str) {
+    match state.registry.attach(req, principal) {
+        Ok((view, _renewed)) => respond(request, json_response(202, &view)),
+        Err(AttachError::Mint(e)) => respond(request, error_response(502, &e.to_string())),
+        Err(AttachError::Internal(msg)) => {
+            warn!("admin: POST /attach failed: {msg}");
+            respond(request, error_response(500, &msg))
+        }
+        Err(AttachError::ShuttingDown) => respond(
+            request,
+            error_response(503, "handnode is shutting down; retry after it restarts"),
+        ),
+    }
+}
+
+/// `429` for a full lane: what is full and when to retry.
+fn too_busy(busy: &Busy) -> Response<std::io::Cursor<Vec<u8>>> {
+    error_response(429, &busy.to_string())
+        .with_header(header("Retry-After", &LANE_RETRY_AFTER_SECS.to_string()))
 }
 
 /// Turn dispatcher actions into at most one reply and at most one call to start.
@@ -723,22 +755,18 @@ fn mcp_call(
     session_id: Option<String>,
     (id, name, route, arguments, seq, ctl): PendingCall,
 ) {
-    if state.waiters.fetch_add(1, Ordering::SeqCst) >= MAX_MCP_WAITERS {
-        state.waiters.fetch_sub(1, Ordering::SeqCst);
-        let text = mcp::error_reply(
-            &id,
-            mcp::SERVER_ERROR,
-            &format!(
-                "server busy: {MAX_MCP_WAITERS} /mcp tool calls already running; retry shortly"
-            ),
-        );
-        forget_call(state, &session_id, &id, seq);
-        return respond(
-            request,
-            Response::from_data(text.into_bytes())
-                .with_header(header("Content-Type", "application/json")),
-        );
-    }
+    let slot = match state.mcp_calls.try_acquire() {
+        Ok(slot) => slot,
+        Err(busy) => {
+            let text = mcp::error_reply(&id, mcp::SERVER_ERROR, &format!("server busy: {busy}"));
+            forget_call(state, &session_id, &id, seq);
+            return respond(
+                request,
+                Response::from_data(text.into_bytes())
+                    .with_header(header("Content-Type", "application/json")),
+            );
+        }
+    };
     let (tx, rx) = crossbeam_channel::bounded::<ToolOutput>(1);
     let done = Completion::new(move |out| {
         let _ = tx.send(out);
@@ -756,50 +784,47 @@ fn mcp_call(
         .services
         .start(route, name.clone(), arguments, cx, done);
     let state = Arc::clone(state);
-    let spawned = std::thread::Builder::new()
-        .name("mcp-call".into())
-        .spawn(move || {
-            let wait = Duration::from_secs(CallLimits::LOCAL_HTTP.max_run_secs) + MCP_RESULT_SLACK;
-            let output = rx.recv_timeout(wait).unwrap_or_else(|_| {
-                ctl.cancel();
-                ToolOutput::tool_error("the tool did not finish in time and was stopped")
-            });
-            let live = forget_call(&state, &session_id, &id, seq);
-            let cancelled = ctl.is_cancelled() && !live;
-            let (text, outcome) = mcp::tool_reply(&id, output, state.limits.max_outbound_bytes);
-            let outcome = if cancelled {
-                Outcome::ToolError
-            } else {
-                outcome
-            };
-            state.metrics.tool_call(&name, outcome);
-            state.audit.record(Record::ToolCall {
-                grant_id: None,
-                principal,
-                session: None,
-                tool: name,
-                outcome,
-                duration_ms: started.elapsed().as_millis() as u64,
-                args: audit_args,
-            });
-            state.waiters.fetch_sub(1, Ordering::SeqCst);
-            if cancelled {
-                // notifications/cancelled: no JSON-RPC reply; HTTP still needs an answer.
-                // 202 with no body, as for a notification: clients (the official TypeScript
-                // SDK among them) accept it for any message, while a 204 without a
-                // Content-Type is reported as an error.
-                return respond(
-                    request,
-                    Response::from_data(Vec::new()).with_status_code(202),
-                );
-            }
-            respond(
-                request,
-                Response::from_data(text.into_bytes())
-                    .with_header(header("Content-Type", "application/json")),
-            )
+    let spawned = slot.spawn(move || {
+        let wait = Duration::from_secs(CallLimits::LOCAL_HTTP.max_run_secs) + MCP_RESULT_SLACK;
+        let output = rx.recv_timeout(wait).unwrap_or_else(|_| {
+            ctl.cancel();
+            ToolOutput::tool_error("the tool did not finish in time and was stopped")
         });
-    if let Err(e) = spawned {
+        let live = forget_call(&state, &session_id, &id, seq);
+        let cancelled = ctl.is_cancelled() && !live;
+        let (text, outcome) = mcp::tool_reply(&id, output, state.limits.max_outbound_bytes);
+        let outcome = if cancelled {
+            Outcome::ToolError
+        } else {
+            outcome
+        };
+        state.metrics.tool_call(&name, outcome);
+        state.audit.record(Record::ToolCall {
+            grant_id: None,
+            principal,
+            session: None,
+            tool: name,
+            outcome,
+            duration_ms: started.elapsed().as_millis() as u64,
+            args: audit_args,
+        });
+        if cancelled {
+            // notifications/cancelled: no JSON-RPC reply; HTTP still needs an answer.
+            // 202 with no body, as for a notification: clients (the official TypeScript
+            // SDK among them) accept it for any message, while a 204 without a
+            // Content-Type is reported as an error.
+            return respond(
+                request,
+                Response::from_data(Vec::new()).with_status_code(202),
+            );
+        }
+        respond(
+            request,
+            Response::from_data(text.into_bytes())
+                .with_header(header("Content-Type", "application/json")),
+        )
+    });
+    if let Err((e, _work)) = spawned {
         warn!("/mcp: could not start a responder thread: {e}");
     }
 }

@@ -116,6 +116,9 @@ pub struct Limits {
     pub audit_rotate_bytes: u64,
     /// Rotated audit files kept.
     pub audit_keep: usize,
+    /// Mints (`POST /attach` with `admin_credential`) waiting for their pods at once; each
+    /// waits on a thread of its own, never on an admin handler. One more gets `429`.
+    pub max_mints: usize,
 }
 
 impl Default for Limits {
@@ -131,6 +134,7 @@ impl Default for Limits {
             mcp_sessions: 256,
             audit_rotate_bytes: 10 << 20,
             audit_keep: 5,
+            max_mints: 8,
         }
     }
 }
@@ -886,6 +890,18 @@ const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
             min: 1,
             max: 65_536,
             set: |d, v| d.config.limits.job_queue = v as usize,
+        },
+    },
+    Flag {
+        name: "max-mints",
+        env: true,
+        default: "8",
+        help: "Mints (POST /attach with admin_credential) that may wait for their pods at once; one more is answered 429. Mints never hold the admin API's own threads.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 1024,
+            set: |d, v| d.config.limits.max_mints = v as usize,
         },
     },
     millis!("backoff-base-ms", backoff_base, "1000", "First redial delay; doubles per failure."),

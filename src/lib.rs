@@ -16,6 +16,7 @@ pub mod hardening;
 pub mod httpc;
 pub mod jobs;
 pub mod label;
+pub mod lanes;
 pub mod mcp;
 pub mod metrics;
 pub mod mint;

@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
 use serde_json::{json, Value};
 use tungstenite::Message;
@@ -299,4 +301,83 @@ fn a_ten_year_stored_grant_comes_back_with_the_one_day_cap() {
         "{stored}"
     );
     assert!(expires >= now + 86_400 - 60, "{stored}");
+}
+
+#[test]
+fn dripping_mints_never_delay_healthz_or_a_revoke_and_the_one_past_the_bound_gets_429() {
+    // More than the admin API has handler threads (4): held on them, these would starve it.
+    const MAX_MINTS: usize = 5;
+    let d = TestDaemon::with("hostile-mints", |c| {
+        quiet_liveness(c);
+        c.limits.max_mints = MAX_MINTS;
+        // Longer than the test holds the mints: only the release below ends them.
+        c.timing.mint_timeout = Duration::from_secs(60);
+    });
+    let pod = StubPod::start();
+    let (id, mut conn) = d.attached(&pod, "live", "observe");
+    let (hold, held) = crossbeam_channel::bounded::<()>(0);
+    pod.script().mint_hold = Some(held);
+
+    let (done_tx, done) = crossbeam_channel::unbounded();
+    let mint_body = |session: &str| json!({"runtime": pod.runtime(), "session": session, "admin_credential": "pod-admin"});
+    for n in 0..MAX_MINTS {
+        let (addr, token, body) = (d.addr, d.token.clone(), mint_body(&format!("mint-{n}")));
+        let done_tx = done_tx.clone();
+        std::thread::spawn(move || {
+            let _ = done_tx.send(admin_call(addr, &token, "POST", "/attach", Some(&body)));
+        });
+    }
+    // Every mint is at the pod, dripping: the daemon's side of each is waiting on it.
+    for _ in 0..MAX_MINTS {
+        pod.mints
+            .recv_timeout(WATCHDOG)
+            .expect("watchdog: a mint never reached the pod");
+    }
+
+    // The admin API answers everything else meanwhile (each call has the watchdog).
+    let (status, _, body) = d.raw("GET", "/healthz", &[], None);
+    assert_eq!((status, body.as_slice()), (200, &b"ok"[..]));
+    assert_eq!(d.call("GET", "/readyz", None).0, 200);
+    let (status, list) = d.call("GET", "/attach", None);
+    assert_eq!(status, 200, "{list}");
+    let (status, _) = d.call("DELETE", &format!("/attach/{id}"), None);
+    assert_eq!(status, 204);
+    conn.set_read_timeout(WATCHDOG);
+    assert_eq!(conn.expect_close(), 1000, "the revoke closed the socket");
+    // …and a grant with a given secret needs no mint, so it is not queued behind them.
+    let (status, g) = d.call(
+        "POST",
+        "/attach",
+        Some(&attach_body(&pod, "given", "observe")),
+    );
+    assert_eq!(status, 202, "{g}");
+    assert!(
+        done.try_recv().is_err(),
+        "a mint finished before it was released, so nothing above ran while they waited"
+    );
+
+    // The bound + 1-th mint is refused at once and never reaches the pod.
+    let (status, err) = d.call("POST", "/attach", Some(&mint_body("one-too-many")));
+    assert_eq!(status, 429, "{err}");
+    let msg = err["error"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!("{MAX_MINTS} mints already waiting")),
+        "{msg}"
+    );
+    assert!(
+        pod.mints.try_recv().is_err(),
+        "the refused mint reached the pod"
+    );
+
+    drop(hold);
+    for _ in 0..MAX_MINTS {
+        let (status, g) = done
+            .recv_timeout(WATCHDOG)
+            .expect("watchdog: a released mint never finished");
+        assert_eq!(status, 202, "{g}");
+    }
+    // Their slots are free again.
+    pod.script().mint_hold = None;
+    let (status, g) = d.call("POST", "/attach", Some(&mint_body("after")));
+    assert_eq!(status, 202, "{g}");
 }
