@@ -19,6 +19,7 @@ use crate::audit::{Audit, Record};
 use crate::auth::{client_key, is_loopback, Decision, Policy, RequestFacts, Throttle, Verdict};
 use crate::calls::{Calls, Services};
 use crate::config::{Limits, Timing};
+use crate::containment::{self, Site};
 use crate::error::Error;
 use crate::grants::{AttachError, AttachRequest, Registry, SecretSource};
 use crate::jobs::Completion;
@@ -186,7 +187,16 @@ impl Handlers {
                 }
             }
             match request {
-                Ok(request) => handle(&self.state, request),
+                Ok(request) => {
+                    // A panic ends this one request: unwinding drops it unanswered, and the
+                    // vendored tiny_http answers a dropped request 500 {"error":"internal error"}.
+                    let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        handle(&self.state, request)
+                    }));
+                    if let Err(payload) = handled {
+                        containment::caught(Site::Admin, "an admin request", payload.as_ref());
+                    }
+                }
                 Err(e) => {
                     if !self.stopping.load(Ordering::SeqCst) {
                         let _ = self.fatal.send(Error::AcceptLoop(e.to_string()));
@@ -502,6 +512,10 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
         Ok(p) => p,
         Err((status, msg)) => return respond(request, error_response(status, msg)),
     };
+    #[cfg(test)]
+    if path == containment::hooks::ADMIN_PATH {
+        panic!("test hook: an admin handler panics");
+    }
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match (segments.as_slice(), &method) {
         (["attach"], Method::Post) => {

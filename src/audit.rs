@@ -26,6 +26,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::{Map, Value};
 
 use crate::config::{Limits, Timing};
+use crate::containment::{self, Site};
 use crate::error::Error;
 use crate::label;
 use crate::mcp::Outcome;
@@ -287,9 +288,19 @@ pub struct Audit {
 struct Pending {
     records: Mutex<Vec<(u64, Record)>>,
     closed: AtomicBool,
+    /// The guard asked the writer to stop: a writer restarted after a panic stops too (the
+    /// `Shutdown` message may have been lost with the batch it panicked in).
+    stopping: AtomicBool,
 }
 
 impl Pending {
+    fn is_empty(&self) -> bool {
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
     fn take(&self) -> Vec<(u64, Record)> {
         std::mem::take(&mut *self.records.lock().unwrap_or_else(|e| e.into_inner()))
     }
@@ -312,6 +323,7 @@ pub struct AuditGuard {
 
 impl Drop for AuditGuard {
     fn drop(&mut self) {
+        self.pending.stopping.store(true, Ordering::SeqCst);
         let _ = self.tx.send(Msg::Shutdown);
         if let Some(join) = self.join.take() {
             if join.join().is_err() {
@@ -339,7 +351,40 @@ fn start_with(writer: Writer) -> Result<(Audit, AuditGuard), Error> {
     let writer_pending = Arc::clone(&pending);
     let join = std::thread::Builder::new()
         .name("audit".into())
-        .spawn(move || writer.run(rx, &writer_pending))
+        .spawn(move || {
+            let mut writer = writer;
+            // A panic while writing restarts the writer with what it had: records already
+            // fsynced and acknowledged stay so; the batch it was in the middle of is lost,
+            // and any durable request in it is answered an error (never acknowledged).
+            loop {
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    writer.run(&rx, &writer_pending)
+                }));
+                match run {
+                    Ok(()) => return,
+                    Err(payload) => {
+                        containment::caught(Site::Audit, FILE_NAME, payload.as_ref());
+                        writer.recover();
+                        if writer_pending.stopping.load(Ordering::SeqCst) {
+                            let mut rest: Vec<Msg> = writer_pending
+                                .take()
+                                .into_iter()
+                                .map(|(ts, r)| Msg::Record(ts, r))
+                                .collect();
+                            rest.push(Msg::Shutdown);
+                            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                writer.handle(&mut rest)
+                            }))
+                            .is_err()
+                            {
+                                log::error!("the audit writer panicked again while stopping");
+                            }
+                            return;
+                        }
+                    }
+                }
+            }
+        })
         .map_err(|e| Error::io("cannot start the audit writer thread", e))?;
     Ok((
         Audit {
@@ -419,6 +464,12 @@ impl Audit {
         match reply.recv() {
             Ok(Ok(())) => Ok(()),
             Ok(Err(msg)) => Err(Error::io("audit", io::Error::other(msg))),
+            Err(_) if !self.pending.closed.load(Ordering::SeqCst) => Err(Error::io(
+                "audit",
+                io::Error::other(
+                    "the audit writer failed while writing this record and was restarted; the record is not acknowledged",
+                ),
+            )),
             Err(_) => {
                 self.writer_gone();
                 Err(gone())
@@ -520,10 +571,25 @@ impl Writer {
         Ok(())
     }
 
-    fn run(mut self, rx: Receiver<Msg>, pending: &Pending) {
+    /// After a panic in [`Writer::run`]: reopen the file (whatever was half done with the
+    /// old descriptor is dropped with it) and fsync what reached it before, on the next turn.
+    fn recover(&mut self) {
+        self.file = None;
+        match self.open() {
+            Ok(()) => self.dirty_since = Some(Instant::now()),
+            Err(e) => {
+                // `flush` reopens it before the next write.
+                log::error!("cannot reopen {} after a panic: {e}", self.path().display());
+                self.dirty_since = None;
+            }
+        }
+    }
+
+    fn run(&mut self, rx: &Receiver<Msg>, pending: &Pending) {
         let mut batch = Vec::new();
-        // When the oldest record in `pending` must be written and fsynced.
-        let mut pending_due: Option<Instant> = None;
+        // When the oldest record in `pending` must be written and fsynced. After a restart
+        // records may wait there whose wake-up was consumed by the run that panicked.
+        let mut pending_due: Option<Instant> = (!pending.is_empty()).then(Instant::now);
         loop {
             let deadline = match (self.dirty_since, pending_due) {
                 (Some(since), Some(due)) => Some((since + self.fsync_interval).min(due)),
@@ -609,6 +675,11 @@ impl Writer {
                     break;
                 }
             };
+            #[cfg(test)]
+            if matches!(&rec, Record::ToolCall { tool, .. } if tool == containment::hooks::AUDIT_TOOL)
+            {
+                panic!("test hook: the audit writer panics");
+            }
             let mut line = rec.to_line(ts).into_bytes();
             line.push(b'\n');
             if let Err(e) = self.append(&mut buf, &line) {
@@ -1135,6 +1206,67 @@ mod tests {
         within(move || a.sync()).unwrap();
         assert_eq!(lines(&tmp.0.join(FILE_NAME)).len(), 10_000);
         drop(guard);
+    }
+
+    fn panics_the_writer() -> Record {
+        let mut rec = call(0);
+        if let Record::ToolCall { tool, .. } = &mut rec {
+            *tool = containment::hooks::AUDIT_TOOL.into();
+        }
+        rec
+    }
+
+    #[test]
+    fn a_panic_restarts_the_writer_and_loses_no_acknowledged_record() {
+        let tmp = TempDir::new("panic");
+        // An hour-long interval: only durable requests write.
+        let (audit, guard) = start(
+            &tmp.0,
+            &timing(Duration::from_secs(3600)),
+            &Limits::default(),
+        )
+        .unwrap();
+        let before = containment::count(Site::Audit);
+        audit.record(call(1));
+        let a = audit.clone();
+        within(move || a.record_durable(created())).expect("acknowledged");
+        // The batch that panics: its durable request is told, never acknowledged.
+        audit.record(panics_the_writer());
+        let a = audit.clone();
+        let err = within(move || a.record_durable(created())).unwrap_err();
+        assert!(err.to_string().contains("restarted"), "{err}");
+        // Counted once the unwind (which answered the request above) reaches the catch.
+        crate::testutil::wait_for(
+            || containment::count(Site::Audit) > before,
+            "the audit panic to be counted",
+        );
+        // The restarted writer serves: plain records and durable ones.
+        audit.record(call(2));
+        let a = audit.clone();
+        within(move || a.record_durable(created())).expect("the restarted writer writes");
+        let got = lines(&tmp.0.join(FILE_NAME));
+        let kinds: Vec<(String, u64)> = got
+            .iter()
+            .map(|l| {
+                (
+                    l["kind"].as_str().unwrap().to_string(),
+                    l["duration_ms"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("tool_call".to_string(), 1),
+                ("lifecycle".to_string(), 0),
+                ("tool_call".to_string(), 2),
+                ("lifecycle".to_string(), 0)
+            ]
+        );
+        // A panic in the batch that holds the shutdown does not leave the guard waiting.
+        audit.record(panics_the_writer());
+        audit.record(call(3));
+        within(move || drop(guard));
     }
 
     #[test]

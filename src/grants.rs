@@ -17,6 +17,7 @@ use serde_json::{json, Map, Value};
 use crate::audit::{Audit, LifecycleEvent, Record};
 use crate::calls::Services;
 use crate::config::{Limits, Timing};
+use crate::containment::{self, Site};
 use crate::dial::{
     self, CallEvent, Command, EndReason, GrantEvents, GrantSpec, GrantThread, State, Status,
 };
@@ -410,6 +411,10 @@ impl GrantEvents for Events {
             // so the raw text goes no further and is hashed once.
             let tool = crate::label::name(&ev.tool).into_owned();
             drop(ev.tool);
+            #[cfg(test)]
+            if tool == containment::hooks::GRANT_TOOL {
+                panic!("test hook: the grant thread panics");
+            }
             reg.metrics.tool_call(&tool, ev.outcome);
             reg.audit.record(Record::ToolCall {
                 grant_id: Some(ev.grant_id),
@@ -493,6 +498,9 @@ impl Registry {
         let (tx, rx) = crossbeam_channel::unbounded();
         let status = Arc::new(Mutex::new(Status::default()));
         let name = format!("grant-{}", &spec.id[..8.min(spec.id.len())]);
+        let id = spec.id.clone();
+        let registry = self.me.clone();
+        let thread_status = Arc::clone(&status);
         let thread = GrantThread {
             spec,
             commands: rx,
@@ -509,7 +517,24 @@ impl Registry {
         };
         let join = std::thread::Builder::new()
             .name(name)
-            .spawn(move || thread.run())
+            .spawn(move || {
+                // A bug reached by one grant's input ends that grant, not the daemon: the
+                // unwind drops its socket and cancels its calls (their `Calls` drop), and
+                // here it is ended, persisted and audited like any other end.
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| thread.run()));
+                if let Err(payload) = run {
+                    containment::caught(Site::Grant, &id, payload.as_ref());
+                    {
+                        let mut st = thread_status.lock().unwrap_or_else(|e| e.into_inner());
+                        st.state = State::Ended;
+                        st.redial_at = None;
+                        st.ended.get_or_insert(EndReason::InternalError);
+                    }
+                    if let Some(reg) = registry.upgrade() {
+                        reg.thread_ended(&id, &EndReason::InternalError);
+                    }
+                }
+            })
             .map_err(|e| Error::io("start grant thread", e))?;
         Ok((
             GrantHandle {

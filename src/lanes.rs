@@ -7,6 +7,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::containment::{self, Site};
+
 /// One kind of waiting work and how much of it may wait at once.
 #[derive(Debug)]
 pub struct Lane {
@@ -94,7 +96,12 @@ impl Slot {
                 let _slot = self;
                 let work = theirs.lock().unwrap_or_else(|e| e.into_inner()).take();
                 if let Some(work) = work {
-                    work();
+                    // Lane work answers an admin request: a panic ends that request (500,
+                    // from tiny_http dropping it) and frees the slot, nothing else.
+                    let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+                    if let Err(payload) = done {
+                        containment::caught(Site::Admin, name, payload.as_ref());
+                    }
                 }
             });
         match spawned {

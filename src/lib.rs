@@ -8,6 +8,7 @@ pub mod auth;
 pub mod calls;
 pub mod cli;
 pub mod config;
+pub mod containment;
 pub mod dial;
 pub mod doctor;
 pub mod error;

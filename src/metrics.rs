@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::containment::{self, Site};
 use crate::label;
 use crate::mcp::Outcome;
 use crate::profiles::{Profile, DESKTOP_BROWSER_TOOLS};
@@ -214,6 +215,20 @@ impl Metrics {
             "Admin API requests refused by the failed-auth throttle (429).",
             &self.throttled,
         );
+        family(
+            &mut out,
+            "handnode_panics_total",
+            "counter",
+            "Panics (bugs) contained, by where: tool (the call ended with a tool error), grant (it ended internal_error), admin (the request got 500), audit (the writer restarted). Counted for the whole process.",
+        );
+        for site in Site::ALL {
+            sample(
+                &mut out,
+                "handnode_panics_total",
+                &[("site", site.as_str())],
+                containment::count(site),
+            );
+        }
         out
     }
 }
@@ -393,6 +408,9 @@ mod tests {
             assert_eq!(value(&samples, name, &[]), Some(0), "{name}");
         }
         let text = m.render::<&str>(&[]);
+        for site in ["tool", "grant", "admin", "audit"] {
+            assert!(value(&samples, "handnode_panics_total", &[("site", site)]).is_some());
+        }
         for family in [
             "handnode_closes_total",
             "handnode_tool_calls_total",
