@@ -31,8 +31,7 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest admin API answer the CLI reads (a full grant list is a few KiB).
 const MAX_REPLY_BYTES: u64 = 4 << 20;
-/// Longest grant (seconds), as the daemon enforces it.
-pub const MAX_TTL_SECS: u64 = 86_400;
+use crate::config::MAX_TTL_SECS;
 /// Longest grant id accepted on the command line (a UUID is 36).
 const MAX_ID_LEN: usize = 64;
 /// How long one `approvals --watch` long-poll waits for a change (seconds); under

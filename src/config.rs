@@ -131,6 +131,9 @@ pub struct Limits {
     /// Largest arguments (serialized JSON, bytes) a held call may carry: the person must be
     /// able to read what they allow.
     pub approval_args_bytes: usize,
+    /// Mints (`POST /attach` with `admin_credential`) waiting for their pods at once; each
+    /// waits on a thread of its own, never on an admin handler. One more gets `429`.
+    pub max_mints: usize,
 }
 
 impl Default for Limits {
@@ -149,6 +152,7 @@ impl Default for Limits {
             approvals_pending: 256,
             approval_waiters: 16,
             approval_args_bytes: 64 << 10,
+            max_mints: 8,
         }
     }
 }
@@ -240,6 +244,10 @@ pub const CREDENTIAL_NAME: &str = "handnode-token";
 pub const TOKEN_ENV: &str = "HANDNODE_TOKEN";
 /// Prefix of every env var that sets a flag.
 pub const ENV_PREFIX: &str = "HANDNODE_";
+/// Longest TTL a grant may have (seconds): one day. `POST /attach`, the CLI and the load
+/// of `grants.json` all hold grants to it.
+pub const MAX_TTL_SECS: u64 = 86_400;
+
 /// Longest value of a `--*-ms` timing flag (milliseconds): one day.
 const MAX_MS: u64 = 86_400_000;
 
@@ -693,7 +701,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         name: "allow-login",
         env: true,
         default: "",
-        help: "Tailnet login allowed to use the admin API, as `tailscale serve` sends it in Tailscale-User-Login. Pair it with --allow-host.",
+        help: "Tailnet login allowed to use the admin API, as `tailscale serve` sends it in Tailscale-User-Login. Pair it with --allow-host and with the admin token (tailnet login AND bearer): without a token any local process can send the header.",
         kind: Kind::List {
             metavar: "EMAIL",
             set: |d, v| {
@@ -928,6 +936,18 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
             min: 1,
             max: 1024,
             set: |d, v| d.config.limits.approval_waiters = v as usize,
+        },
+    },
+    Flag {
+        name: "max-mints",
+        env: true,
+        default: "8",
+        help: "Mints (POST /attach with admin_credential) that may wait for their pods at once; one more is answered 429. Mints never hold the admin API's own threads.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 1024,
+            set: |d, v| d.config.limits.max_mints = v as usize,
         },
     },
     millis!("backoff-base-ms", backoff_base, "1000", "First redial delay; doubles per failure."),
@@ -1265,6 +1285,12 @@ pub fn warnings(config: &Config, is_root: bool) -> Vec<String> {
     if !config.allow_logins.is_empty() && config.allow_hosts.is_empty() {
         out.push(
             "--allow-login is set without any --allow-host: behind `tailscale serve` requests arrive with Host: <box>.<tailnet>.ts.net and will get 403; add --allow-host <that name>"
+                .to_string(),
+        );
+    }
+    if !config.allow_logins.is_empty() && config.token.is_none() {
+        out.push(
+            "--allow-login is set without an admin token: `tailscale serve` connects from loopback, so a local process sending the same Tailscale-User-Login header is indistinguishable from the tailnet and gets in as that login; configure a token too (--token-file or <config dir>/token) so every request needs the login AND the bearer"
                 .to_string(),
         );
     }
@@ -1849,6 +1875,14 @@ mod tests {
         assert_eq!(warnings(&config, true).len(), 1);
         assert!(warnings(&config, true)[0].contains("root shell"));
         config.allow_logins = vec!["a@b".into()];
+        let w = warnings(&config, false);
+        assert!(
+            w.len() == 2
+                && w[0].contains("without any --allow-host")
+                && w[1].contains("without an admin token"),
+            "{w:?}"
+        );
+        config.token = Some(Secret::new("t"));
         let w = warnings(&config, false);
         assert!(
             w.len() == 1 && w[0].contains("without any --allow-host"),

@@ -59,6 +59,8 @@ pub enum EndReason {
     Cancelled,
     /// Our own TTL ran out.
     Deadline,
+    /// The grant thread panicked (a bug); caught where it was spawned.
+    InternalError,
 }
 
 impl EndReason {
@@ -71,6 +73,7 @@ impl EndReason {
             EndReason::HandshakeRejected(status) => format!("handshake_rejected_{status}"),
             EndReason::Cancelled => "cancelled".into(),
             EndReason::Deadline => "deadline".into(),
+            EndReason::InternalError => "internal_error".into(),
         }
     }
 }
@@ -1059,6 +1062,7 @@ mod tests {
         assert_eq!(EndReason::SessionEnded.as_string(), "session_ended");
         assert_eq!(EndReason::Deadline.as_string(), "deadline");
         assert_eq!(EndReason::Cancelled.as_string(), "cancelled");
+        assert_eq!(EndReason::InternalError.as_string(), "internal_error");
     }
 
     /// The vectors of `tests/conformance/reverse_attach_vectors.json` (the repository's

@@ -227,6 +227,36 @@ fn file_check(path: &Path, source: &str, must_exist: bool) -> Check {
     }
 }
 
+/// A login allow-list with no token: `tailscale serve` connects from loopback, so any local
+/// process that sends the same `Tailscale-User-Login` header is that login. The token is
+/// looked for exactly where `serve` looks (`config::resolve_token`).
+pub fn login_without_token(env: &HashMap<String, String>) -> Option<Check> {
+    if !list_env(env, "HANDNODE_ALLOW_LOGIN") {
+        return None;
+    }
+    let nonempty = |k: &str| env.get(k).filter(|v| !v.is_empty());
+    let token_file = nonempty("HANDNODE_TOKEN_FILE").map(PathBuf::from);
+    let config_dir = nonempty("HANDNODE_CONFIG_DIR")
+        .map(PathBuf::from)
+        .or_else(|| config::default_config_dir(env));
+    match config::resolve_token(token_file.as_deref(), env, config_dir.as_deref()) {
+        // A token that cannot be read is the "admin token" check's failure already.
+        Ok(Some(_)) | Err(_) => None,
+        Ok(None) => Some(check(
+            "tailnet",
+            Status::Warn,
+            "HANDNODE_ALLOW_LOGIN is set without an admin token: `tailscale serve` connects \
+             from loopback, so any local process that sends Tailscale-User-Login with that \
+             login gets in as the owner",
+            Some(
+                "configure a token as well (HANDNODE_TOKEN_FILE or <config dir>/token): \
+                 tailnet login AND bearer"
+                    .into(),
+            ),
+        )),
+    }
+}
+
 fn list_env(env: &HashMap<String, String>, key: &str) -> bool {
     env.get(key)
         .is_some_and(|v| v.split(',').any(|s| !s.trim().is_empty()))
@@ -382,6 +412,7 @@ pub fn checks(
         out.push(check("user", Status::Ok, "not root", None));
     }
     out.push(token_check(env));
+    out.extend(login_without_token(env));
     if list_env(env, "HANDNODE_ALLOW_LOGIN") && !list_env(env, "HANDNODE_ALLOW_HOST") {
         out.push(check(
             "tailnet",
@@ -601,6 +632,24 @@ mod tests {
     }
 
     #[test]
+    fn allow_login_without_a_token_is_flagged() {
+        let tmp = crate::testutil::TempDir::new("doctor-login");
+        let xdg = tmp.0.display().to_string();
+        let flagged = |extra: &[(&str, &str)]| {
+            let mut pairs = vec![("HANDNODE_ALLOW_LOGIN", "a@b.c"), ("XDG_CONFIG_HOME", &xdg)];
+            pairs.extend_from_slice(extra);
+            login_without_token(&env(&pairs))
+        };
+        let c = flagged(&[]).expect("no token anywhere: flagged");
+        assert_eq!((c.name.as_str(), c.status), ("tailnet", Status::Warn));
+        assert!(c.fix.unwrap().contains("AND bearer"));
+        assert!(flagged(&[("HANDNODE_TOKEN", "t0ken")]).is_none());
+        tmp.write("handnode/token", "t0ken");
+        assert!(flagged(&[]).is_none(), "the default token file counts");
+        assert!(login_without_token(&env(&[("XDG_CONFIG_HOME", &xdg)])).is_none());
+    }
+
+    #[test]
     fn allow_login_without_allow_host_is_flagged() {
         let processes = ProcessWatcher::start().unwrap();
         let (c, _) = checks(
@@ -608,9 +657,8 @@ mod tests {
             false,
             &processes,
         );
-        assert!(c
-            .iter()
-            .any(|c| c.name == "tailnet" && c.status == Status::Warn));
+        let about_host = |c: &Check| c.name == "tailnet" && c.detail.contains("ALLOW_HOST");
+        assert!(c.iter().any(|c| about_host(c) && c.status == Status::Warn));
         let (c, _) = checks(
             &env(&[
                 ("HANDNODE_ALLOW_LOGIN", "a@b.c"),
@@ -620,6 +668,6 @@ mod tests {
             false,
             &processes,
         );
-        assert!(!c.iter().any(|c| c.name == "tailnet"));
+        assert!(!c.iter().any(about_host));
     }
 }

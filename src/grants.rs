@@ -18,6 +18,7 @@ use crate::approvals::{visible_tools, Approvals, Approve, Gate, GrantApprovals};
 use crate::audit::{Audit, LifecycleEvent, Record};
 use crate::calls::Services;
 use crate::config::{Limits, Timing};
+use crate::containment::{self, Site};
 use crate::dial::{
     CallEvent, Command, EndReason, GrantEvents, GrantSpec, GrantThread, State, Status,
 };
@@ -30,8 +31,7 @@ use crate::secret::Secret;
 use crate::timefmt::{now_unix, rfc3339};
 use crate::wake::{Poller, Waker};
 
-/// Longest TTL a grant may ask for (seconds): one day.
-pub const MAX_TTL_SECS: u64 = 86_400;
+pub use crate::config::MAX_TTL_SECS;
 /// TTL when the request gives none (seconds).
 pub const DEFAULT_TTL_SECS: u64 = 3_600;
 
@@ -406,12 +406,20 @@ impl GrantEvents for Events {
 
     fn tool_call(&self, ev: CallEvent) {
         if let Some(reg) = self.registry.upgrade() {
-            reg.metrics.tool_call(&ev.tool, ev.outcome);
+            // The pod chose this name (a refused one can be megabytes): label it once here,
+            // so the raw text goes no further and is hashed once.
+            let tool = crate::label::name(&ev.tool).into_owned();
+            drop(ev.tool);
+            #[cfg(test)]
+            if tool == containment::hooks::GRANT_TOOL {
+                panic!("test hook: the grant thread panics");
+            }
+            reg.metrics.tool_call(&tool, ev.outcome);
             reg.audit.record(Record::ToolCall {
                 grant_id: Some(ev.grant_id),
                 principal: ev.principal,
                 session: Some(ev.session),
-                tool: ev.tool,
+                tool,
                 outcome: ev.outcome,
                 duration_ms: ev.duration.as_millis() as u64,
                 args: ev.arguments,
@@ -495,6 +503,9 @@ impl Registry {
         let (tx, rx) = crossbeam_channel::unbounded();
         let status = Arc::new(Mutex::new(Status::default()));
         let name = format!("grant-{}", &spec.id[..8.min(spec.id.len())]);
+        let id = spec.id.clone();
+        let registry = self.me.clone();
+        let thread_status = Arc::clone(&status);
         let thread = GrantThread {
             spec,
             commands: rx,
@@ -515,7 +526,24 @@ impl Registry {
         };
         let join = std::thread::Builder::new()
             .name(name)
-            .spawn(move || thread.run())
+            .spawn(move || {
+                // A bug reached by one grant's input ends that grant, not the daemon: the
+                // unwind drops its socket and cancels its calls (their `Calls` drop), and
+                // here it is ended, persisted and audited like any other end.
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| thread.run()));
+                if let Err(payload) = run {
+                    containment::caught(Site::Grant, &id, payload.as_ref());
+                    {
+                        let mut st = thread_status.lock().unwrap_or_else(|e| e.into_inner());
+                        st.state = State::Ended;
+                        st.redial_at = None;
+                        st.ended.get_or_insert(EndReason::InternalError);
+                    }
+                    if let Some(reg) = registry.upgrade() {
+                        reg.thread_ended(&id, &EndReason::InternalError);
+                    }
+                }
+            })
             .map_err(|e| Error::io("start grant thread", e))?;
         Ok((
             GrantHandle {
@@ -847,6 +875,12 @@ impl Registry {
                     resumed += 1;
                 }
                 Err(e) => warn!("could not resume grant {}: {e}", g.id),
+            }
+        }
+        if !report.clamped.is_empty() {
+            // The file says the grants live longer than they will; make it say the truth.
+            if let Err(e) = self.persist(&inner) {
+                warn!("could not persist the clamped grants: {e}");
             }
         }
         Ok(resumed)

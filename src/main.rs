@@ -69,6 +69,11 @@ fn exit(code: i32) -> ExitCode {
 
 fn main() -> ExitCode {
     init_logging();
+    // First, before any secret is read: every subcommand may hold one (a token, a pod
+    // credential from --admin-credential-file).
+    if let Err(e) = handnode::hardening::apply() {
+        log::warn!("could not disable core dumps and ptrace for this process: {e}");
+    }
     let mut args = Vec::new();
     for arg in std::env::args_os().skip(1) {
         match arg.into_string() {

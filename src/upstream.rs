@@ -347,7 +347,7 @@ fn refresh_loop(shared: &Shared, rx: Receiver<Refresh>) {
 fn call_loop(shared: &Shared, rx: Receiver<CallTask>) {
     for task in rx.iter() {
         // A panic must not take the thread down; the Completion's Drop reports it.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let CallTask {
                 name,
                 arguments,
@@ -368,6 +368,13 @@ fn call_loop(shared: &Shared, rx: Receiver<CallTask>) {
             // connection that asked drops the late reply.
             done.complete(shared.call_tool(&name, arguments));
         }));
+        if let Err(payload) = run {
+            crate::containment::caught(
+                crate::containment::Site::Tool,
+                "an upstream call",
+                payload.as_ref(),
+            );
+        }
     }
 }
 
