@@ -413,6 +413,9 @@ fn the_browser_profile_is_admitted_only_with_a_browser_command() {
     });
     let (id, mut conn) = d.attached(&pod, "s", "browser");
     assert_eq!(d.grant(&id)["profile"], "browser");
+    // The escalation check goes by the class table: no browser-tier tool is shell-class.
+    assert_eq!(d.grant(&id)["shell"], "no");
+    assert!(d.grant(&id).get("shell_because").is_none());
     let snap = ok(&call(&mut conn, "browser_snapshot", json!({})));
     assert!(snap.starts_with("page about:blank"), "{snap}");
     let grants: Value =
@@ -422,6 +425,23 @@ fn the_browser_profile_is_admitted_only_with_a_browser_command() {
         grants.to_string().contains(r#""profile":"browser""#),
         "persisted: {grants}"
     );
+    // `approve` sees the browser tools under the browser profile, and nothing else.
+    let mut body = common::attach_body(&pod, "gated", "browser");
+    body["approve"] = json!(["browser_navigate"]);
+    let (status, g) = d.call("POST", "/attach", Some(&body));
+    assert_eq!(status, 202, "{g}");
+    assert_eq!(g["approve"], json!(["browser_navigate"]));
+    assert_eq!(g["shell"], "no");
+    for refused in ["bash", "browser_evaluate", "browser_run_code_unsafe"] {
+        body["approve"] = json!([refused]);
+        body["session"] = json!("refused");
+        let (status, reply) = d.call("POST", "/attach", Some(&body));
+        assert_eq!(status, 400, "{refused}: {reply}");
+        assert_eq!(
+            reply["error"],
+            format!("approve names {refused}, which this grant cannot use")
+        );
+    }
 }
 
 #[test]

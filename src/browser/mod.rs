@@ -28,7 +28,6 @@
 //! browser; one message from a browser at most the outbound cap; the stderr kept per
 //! browser is its last [`STDERR_TAIL_LINES`] lines, each cut to [`STDERR_LINE_BYTES`].
 
-pub mod argv;
 mod supervisor;
 pub mod sweep;
 
@@ -61,7 +60,7 @@ pub const KILL_PATIENCE: Duration = Duration::from_secs(5);
 /// How the browser tier runs. Built from the configuration.
 #[derive(Clone, Debug)]
 pub struct BrowserOptions {
-    /// `--browser-command`, split (see [`argv`]).
+    /// `--browser-command`, split (see [`crate::browser_argv`]).
     pub argv: Vec<String>,
     /// Browsers running at once.
     pub max_browsers: usize,
@@ -310,6 +309,16 @@ impl Browsers {
         if thread.thread().id() != std::thread::current().id() {
             let _ = thread.join();
         }
+    }
+}
+
+impl crate::tools::BrowserTier for Browsers {
+    fn tools(&self) -> Vec<Value> {
+        Browsers::tools(self)
+    }
+
+    fn offers(&self, name: &str) -> bool {
+        Browsers::offers(self, name)
     }
 }
 

@@ -22,7 +22,7 @@ use crossbeam_channel::{Receiver, TryRecvError};
 use rustix::process::{Pid, PidfdFlags, Signal};
 use serde_json::{json, Value};
 
-use super::{argv, sweep, BrowserOptions, Learned, Msg, MAX_CALLS_PER_BROWSER};
+use super::{sweep, BrowserOptions, Learned, Msg, MAX_CALLS_PER_BROWSER};
 use super::{KILL_PATIENCE, STDERR_LINE_BYTES, STDERR_TAIL_LINES};
 use crate::jobs::{Completion, JobCtl};
 use crate::mcp::{ToolOutput, DEFAULT_PROTOCOL_VERSION, SERVER_ERROR};
@@ -484,7 +484,7 @@ impl Supervisor {
         let mut args: Vec<std::ffi::OsString> = argv[1..].iter().map(Into::into).collect();
         args.push("--output-dir".into());
         args.push(dir.join("output").into());
-        if !argv::is_isolated(argv) {
+        if !crate::browser_argv::is_isolated(argv) {
             args.push("--user-data-dir".into());
             args.push(dir.join("profile").into());
         }
@@ -520,9 +520,10 @@ impl Supervisor {
         cmd.args(&args)
             .current_dir(dir)
             .env_clear()
-            .envs(crate::tools::bash::child_env(
+            .envs(crate::tools::env::child_env(
                 std::env::vars_os(),
                 &self.options.env,
+                &[],
                 &extra,
             ))
             .process_group(0)
