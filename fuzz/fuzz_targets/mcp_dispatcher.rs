@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use handnode::jobs::{Completion, JobCtl};
 use handnode::mcp::{self, Action, Catalog, Dispatcher, Resolution, Route, ToolOutput};
-use handnode::profiles::{class_of, Profile};
+use handnode::profiles::{Class, Profile};
 use handnode::tools::{ConnCatalog, GrantNote, UpstreamSource};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
@@ -102,16 +102,22 @@ fn check(profile: Profile, catalog: &dyn Catalog, input: &[u8], actions: &[Actio
                 );
                 match route {
                     Route::Local => {
-                        assert!(profile.allows_local(name), "{profile} ran {name}");
-                        assert!(class_of(name).is_some());
+                        let tool = handnode::tools::find(name).expect("a local tool");
+                        assert!(tool.allowed_in(profile), "{profile} ran {name}");
                     }
                     Route::Upstream(_) => {
                         assert!(profile.allows_upstream(name), "{profile} ran {name}");
-                        assert!(class_of(name).is_none(), "a local name went upstream");
+                        assert!(
+                            handnode::tools::find(name).is_none(),
+                            "a local name went upstream"
+                        );
                     }
+                    // The fuzzed catalogue has no browser tier, so nothing routes there.
+                    Route::Browser => panic!("{profile} routed {name} to a browser tier"),
                 }
                 if profile == Profile::Observe {
-                    assert!(matches!(name.as_str(), "sys_info" | "screenshot"), "{name}");
+                    let class = handnode::tools::find(name).map(|t| t.class);
+                    assert_eq!(class, Some(Class::Observe), "{name}");
                 }
             }
             Action::Cancel { id } => {
@@ -146,11 +152,13 @@ fuzz_target!(|data: &[u8]| {
         id: "00000000-0000-4000-8000-000000000000".into(),
         session: "fuzz".into(),
         expires_at: 1_800_000_000,
+        approve: Vec::new(),
     };
     let upstream = FakeUpstream;
     let catalog = ConnCatalog {
         grant: (selector & 0x10 != 0).then_some(&note),
         upstream: (selector & 0x20 != 0).then_some(&upstream as &dyn UpstreamSource),
+        browsers: None,
     };
     let mut dispatcher = Dispatcher::new(profile);
     for message in rest.split(|&b| b == 0x1e) {

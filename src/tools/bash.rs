@@ -2,35 +2,34 @@
 //! timeout and cancellation; the waiting is done by the process watcher
 //! ([`super::process`]), never by the pool worker that starts the call.
 //!
-//! **Environment.** The child gets the daemon's environment minus every name in
-//! `ToolConfig::scrub_env`, every `HANDNODE_*` name, `CREDENTIALS_DIRECTORY`, and every
-//! variable whose value equals one of `ToolConfig::scrub_values` (the daemon's secrets).
-//! Then the caller's `env` is applied as given, *including* names that were scrubbed:
-//! scrubbing keeps the daemon's own secrets from being inherited, and a value the caller
-//! passes explicitly is the caller's own, so it cannot leak anything the caller does not
-//! already hold.
+//! **Environment.** The child gets the daemon's environment cleaned by
+//! [`super::env::child_env`] (no `HANDNODE_*`, `CREDENTIALS_DIRECTORY`, scrubbed names or
+//! secret values), then the caller's `env` applied as given, *including* names that were
+//! scrubbed: a value the caller passes explicitly is the caller's own.
 //!
 //! **Working directory.** `cwd` must name an existing directory (else a tool error). A
 //! relative `cwd`, and the default, are taken from the daemon user's `$HOME` when that is
-//! a directory, else from the daemon's own working directory.
+//! a directory, else from the daemon's own working directory ([`super::shell`] builds the
+//! command, for jobs too).
+//!
+//! **Past the inline limit.** A command still running at the call's inline limit is not
+//! killed: it is handed to [`super::jobs`] and continues as a job.
 //!
 //! **The command string.** It is passed to bash as one argv element (`bash -c <command>`);
 //! handnode never splices arguments into a shell string of its own.
 
-use std::ffi::{OsStr, OsString};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::process::{End, RunResult, RunSpec};
-use super::{CallContext, ToolConfig, ToolSpec};
+use super::shell::{command, command_field, cwd_field, env_field, int_field, object};
+use super::{CallContext, Needs, Tool};
 use crate::jobs::Completion;
 use crate::mcp::ToolOutput;
-
-pub use super::process::ProcessWatcher;
+use crate::profiles::{Class, Profile};
 
 /// `timeout_secs` when the caller gives none.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
@@ -41,8 +40,10 @@ pub const MAX_OUTPUT_BYTES: u64 = 1 << 20;
 /// The largest `timeout_secs` (one day): past the inline limit the command is a job.
 pub const MAX_TIMEOUT_SECS: u64 = 86_400;
 
-pub static SPEC: ToolSpec = ToolSpec {
+pub static TOOL: Tool = Tool {
     name: "bash",
+    class: Class::Shell,
+    class_reason: "runs any command the caller writes: it is the box's shell",
     description: "Run a bash command on this box and return its output. The command runs as \
 `bash -c <command>` (passed as one argument, never spliced into another shell string) in a \
 process group of its own, with stdin /dev/null and the handnode daemon's environment minus \
@@ -62,6 +63,10 @@ jobs it leaves behind (`cmd &`) are killed then; to leave a process running, det
 UTF-8, invalid bytes replaced. If handnode runs as root this is a root shell: sys_info says \
 which user it runs as.",
     input_schema: schema,
+    start,
+    inline: None,
+    needs: Needs::Bash,
+    profiles: &[Profile::Owner, Profile::Desktop],
 };
 
 fn schema() -> Value {
@@ -141,191 +146,6 @@ pub(crate) fn parse_args(args: &Value) -> Result<BashArgs, String> {
     })
 }
 
-/// The arguments as an object.
-pub(crate) fn object(args: &Value) -> Result<&Map<String, Value>, String> {
-    match args {
-        Value::Object(map) => Ok(map),
-        _ => Err("arguments must be an object".into()),
-    }
-}
-
-/// `command`: a non-empty string without NUL bytes.
-pub(crate) fn command_field(map: &Map<String, Value>) -> Result<String, String> {
-    match map.get("command") {
-        None | Some(Value::Null) => {
-            Err("command is required: the bash script to run, as a string".into())
-        }
-        Some(Value::String(s)) if s.is_empty() => Err("command must be a non-empty string".into()),
-        Some(Value::String(s)) if s.contains('\0') => {
-            Err("command must not contain NUL bytes".into())
-        }
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(_) => Err("command must be a string".into()),
-    }
-}
-
-/// `cwd`: an optional non-empty path without NUL bytes.
-pub(crate) fn cwd_field(map: &Map<String, Value>) -> Result<Option<String>, String> {
-    match map.get("cwd") {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if s.is_empty() || s.contains('\0') => {
-            Err("cwd must be a non-empty path without NUL bytes".into())
-        }
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err("cwd must be a string (a directory path)".into()),
-    }
-}
-
-/// `env`: an optional object of string values with valid names.
-pub(crate) fn env_field(map: &Map<String, Value>) -> Result<Vec<(String, String)>, String> {
-    match map.get("env") {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Object(vars)) => {
-            let mut env = Vec::with_capacity(vars.len());
-            for (name, value) in vars {
-                if name.is_empty() || name.contains('=') || name.contains('\0') {
-                    return Err(format!(
-                        "env: {name:?} is not a valid variable name (non-empty, no '=' or NUL)"
-                    ));
-                }
-                match value {
-                    Value::String(v) if v.contains('\0') => {
-                        return Err(format!("env.{name} must not contain NUL bytes"))
-                    }
-                    Value::String(v) => env.push((name.clone(), v.clone())),
-                    _ => return Err(format!("env.{name} must be a string")),
-                }
-            }
-            Ok(env)
-        }
-        Some(_) => Err("env must be an object of string values".into()),
-    }
-}
-
-/// An optional integer field in `range`.
-pub(crate) fn int_field(
-    map: &Map<String, Value>,
-    field: &str,
-    default: u64,
-    range: std::ops::RangeInclusive<u64>,
-    why: &str,
-) -> Result<u64, String> {
-    let out_of_range = || {
-        format!(
-            "{field} must be an integer in {}..={} ({why})",
-            range.start(),
-            range.end()
-        )
-    };
-    match map.get(field) {
-        None | Some(Value::Null) => Ok(default),
-        Some(Value::Number(n)) => match n.as_u64() {
-            Some(v) if range.contains(&v) => Ok(v),
-            Some(_) => Err(out_of_range()),
-            None if n.is_i64() => Err(out_of_range()),
-            None => Err(format!("{field} must be an integer, not {n}")),
-        },
-        Some(_) => Err(format!("{field} must be an integer")),
-    }
-}
-
-/// Whether an inherited variable name is withheld from children.
-fn scrubbed_name(name: &OsStr, cfg: &ToolConfig) -> bool {
-    // A name that is not UTF-8 cannot equal any configured name.
-    let Some(name) = name.to_str() else {
-        return false;
-    };
-    name.starts_with("HANDNODE_")
-        || name == "CREDENTIALS_DIRECTORY"
-        || cfg.scrub_env.iter().any(|s| s == name)
-}
-
-/// Whether an inherited value is one of the daemon's secrets.
-fn secret_value(value: &OsStr, cfg: &ToolConfig) -> bool {
-    let Some(value) = value.to_str() else {
-        return false;
-    };
-    cfg.scrub_values
-        .iter()
-        .any(|s| !s.is_empty() && s.matches(value))
-}
-
-/// A child's environment: `base` (the daemon's) minus the scrubbed names and secret
-/// values, then `extra` (the caller's) applied over it as given.
-pub(crate) fn child_env(
-    base: impl IntoIterator<Item = (OsString, OsString)>,
-    cfg: &ToolConfig,
-    extra: &[(String, String)],
-) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> = base
-        .into_iter()
-        .filter(|(name, value)| !scrubbed_name(name, cfg) && !secret_value(value, cfg))
-        .collect();
-    for (name, value) in extra {
-        env.retain(|(n, _)| n.as_os_str() != OsStr::new(name));
-        env.push((name.into(), value.into()));
-    }
-    env
-}
-
-/// `$HOME` when it is a directory.
-fn home_dir() -> Option<PathBuf> {
-    std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute() && p.is_dir())
-}
-
-/// The directory to run in (`None` = the daemon's own), or a tool error's text.
-fn resolve_cwd(cwd: Option<&str>) -> Result<Option<PathBuf>, String> {
-    let home = home_dir();
-    let Some(cwd) = cwd else {
-        return Ok(home);
-    };
-    let path = match &home {
-        Some(home) => home.join(cwd),
-        None => PathBuf::from(cwd),
-    };
-    match std::fs::metadata(&path) {
-        Ok(meta) if meta.is_dir() => Ok(Some(path)),
-        Ok(_) => Err(format!("cwd {} is not a directory", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Err(format!("cwd {} does not exist", path.display()))
-        }
-        Err(e) => Err(format!("cwd {} cannot be used: {e}", path.display())),
-    }
-}
-
-/// The `bash -c <command>` of a call or job: the daemon's bash, the scrubbed
-/// environment plus the caller's `env` plus the job marker, the working directory. The
-/// `Err` is a tool error's text.
-pub(crate) fn command(
-    cx: &CallContext,
-    script: &str,
-    cwd: Option<&str>,
-    env: &[(String, String)],
-    job_id: &str,
-) -> Result<(Command, PathBuf), String> {
-    let cwd = resolve_cwd(cwd)?;
-    // The bash found on the daemon's PATH at start, so a caller's PATH in `env` cannot
-    // change which program runs.
-    let program = cx
-        .host
-        .facts
-        .bash
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("bash"));
-    let mut cmd = Command::new(&program);
-    cmd.arg("-c")
-        .arg(script)
-        .env_clear()
-        .envs(child_env(std::env::vars_os(), &cx.host.config, env))
-        .env(crate::bgjobs::MARKER_ENV, job_id);
-    if let Some(cwd) = cwd {
-        cmd.current_dir(cwd);
-    }
-    Ok((cmd, program))
-}
-
 /// A one-shot call's completion, taken by whichever of its end and its conversion to a
 /// job comes first.
 type Slot = Arc<Mutex<Option<Completion>>>;
@@ -342,7 +162,7 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         Err(msg) => return done.complete(ToolOutput::InvalidParams(msg)),
     };
     // Allocated now: the marker variable must be in the environment from the start.
-    let job_id = crate::bgjobs::new_job_id();
+    let job_id = super::bgjobs::new_job_id();
     let (cmd, program) = match command(&cx, &args.command, args.cwd.as_deref(), &args.env, &job_id)
     {
         Ok(built) => built,
@@ -359,7 +179,7 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
     let inline_wait = cx.limits.inline_wait;
     if Duration::from_secs(timeout_secs) > inline_wait {
         let slot = Arc::clone(&slot);
-        let admit = crate::bgjobs::Admit {
+        let admit = super::bgjobs::Admit {
             id: Some(job_id),
             scope: super::jobs::scope(&cx).to_string(),
             principal: cx.principal.clone(),
@@ -463,62 +283,12 @@ pub(crate) fn render(run: &RunResult, timeout_secs: u64, cap: u64) -> ToolOutput
 }
 
 #[cfg(test)]
-pub(crate) mod testutil {
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use serde_json::Value;
-
-    use crate::jobs::{Completion, JobCtl};
-    use crate::mcp::ToolOutput;
-    use crate::profiles::Profile;
-    use crate::tools::{CallContext, CallLimits, ToolConfig, ToolHost};
-
-    /// Every blocking wait in these tests fails after this long instead of hanging.
-    pub const WATCHDOG: Duration = Duration::from_secs(30);
-
-    pub fn host() -> Arc<ToolHost> {
-        // An empty display environment: unit tests never reach a real display.
-        ToolHost::new(ToolConfig {
-            display_env: Some(Default::default()),
-            ..ToolConfig::default()
-        })
-        .unwrap()
-    }
-
-    pub fn cx(host: &Arc<ToolHost>, limits: CallLimits, ctl: Arc<JobCtl>) -> CallContext {
-        CallContext {
-            profile: Profile::Owner,
-            grant: None,
-            limits,
-            ctl,
-            host: Arc::clone(host),
-            principal: "test".into(),
-        }
-    }
-
-    /// A completion and the channel its output arrives on.
-    pub fn completion() -> (Completion, crossbeam_channel::Receiver<ToolOutput>) {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        (Completion::new(move |out| tx.send(out).unwrap()), rx)
-    }
-
-    /// The result object of an output that must be a `CallToolResult`.
-    pub fn result(out: ToolOutput) -> Value {
-        match out {
-            ToolOutput::Result(v) => v,
-            other => panic!("expected a result, got {other:?}"),
-        }
-    }
-}
-
-#[cfg(test)]
 mod tests {
-    use super::testutil::*;
     use super::*;
     use crate::jobs::{JobCtl, Pool};
     use crate::secret::Secret;
-    use crate::tools::CallLimits;
+    use crate::tools::testutil::*;
+    use crate::tools::{CallLimits, ToolConfig};
     use std::io::BufRead;
     use std::sync::Arc;
 
@@ -801,51 +571,6 @@ mod tests {
     }
 
     #[test]
-    fn child_env_scrubs_secrets_and_applies_the_callers_vars() {
-        use std::os::unix::ffi::OsStringExt;
-        let cfg = ToolConfig {
-            scrub_env: vec!["SCRUB_ME".into()],
-            scrub_values: vec![Secret::new("tok-123"), Secret::new("")],
-            ..ToolConfig::default()
-        };
-        let base = [
-            ("HANDNODE_TOKEN", "x"),
-            ("HANDNODE_ANYTHING", "y"),
-            ("CREDENTIALS_DIRECTORY", "/run/credentials/handnode"),
-            ("SCRUB_ME", "z"),
-            ("LEAKY", "tok-123"),
-            ("NEAR_MISS", "tok-1234"),
-            ("EMPTY", ""),
-            ("KEEP", "1"),
-            ("OVERRIDE", "old"),
-        ]
-        .map(|(k, v)| (OsString::from(k), OsString::from(v)));
-        let odd = (
-            OsString::from("BYTES"),
-            OsString::from_vec(vec![0xff, 0xfe]),
-        );
-        let extra = vec![
-            ("OVERRIDE".to_string(), "new".to_string()),
-            ("HANDNODE_MINE".to_string(), "caller's own".to_string()),
-        ];
-        let env = child_env(base.into_iter().chain([odd.clone()]), &cfg, &extra);
-        let names: Vec<&str> = env.iter().map(|(k, _)| k.to_str().unwrap()).collect();
-        assert_eq!(
-            names,
-            [
-                "NEAR_MISS",
-                "EMPTY",
-                "KEEP",
-                "BYTES",
-                "OVERRIDE",
-                "HANDNODE_MINE"
-            ]
-        );
-        assert!(env.contains(&odd));
-        assert!(env.contains(&("OVERRIDE".into(), "new".into())));
-    }
-
-    #[test]
     fn the_child_sees_only_the_built_environment() {
         // End to end without touching this process's environment: scrub one inherited
         // name and one inherited value, add a caller var, and read the environment the
@@ -964,7 +689,7 @@ mod tests {
             "job_id",
             "bash_poll",
         ] {
-            assert!(SPEC.description.contains(needle), "{needle}");
+            assert!(TOOL.description.contains(needle), "{needle}");
         }
         let s = schema();
         assert_eq!(s["required"], json!(["command"]));

@@ -1,6 +1,6 @@
 //! The job tools `bash_start`, `bash_poll`, `bash_list` and `bash_cancel` (contract §9):
 //! their specs and schemas, argument checks, and results; and the step that turns a `bash`
-//! call past its inline limit into a job. The jobs themselves live in [`crate::bgjobs`].
+//! call past its inline limit into a job. The jobs themselves live in [`super::bgjobs`].
 //!
 //! A job belongs to its scope: the grant it was started under (so a redial, a pod restart
 //! or a renew keeps it), or the owner's `/mcp`. Another scope's job id is answered exactly
@@ -14,12 +14,13 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::bash::{command_field, cwd_field, env_field, int_field, object};
+use super::bgjobs::{Admit, Job, JobTable, State, Stop, OWNER_SCOPE};
 use super::process::{Continued, RunSpec, SoFar, Wait};
-use super::{CallContext, ToolSpec};
-use crate::bgjobs::{Admit, Job, JobTable, State, Stop, OWNER_SCOPE};
+use super::shell::{command_field, cwd_field, env_field, int_field, object};
+use super::{CallContext, Needs, Tool};
 use crate::jobs::Completion;
 use crate::mcp::ToolOutput;
+use crate::profiles::{Class, Profile};
 
 /// `max_bytes` of `bash_poll` when the caller gives none (bytes per stream).
 pub const DEFAULT_POLL_BYTES: u64 = 64 << 10;
@@ -32,8 +33,10 @@ pub const MAX_JOB_TIMEOUT_SECS: u64 = 86_400;
 /// Longest job id echoed back in `unknown job_id: <id>` (characters).
 const MAX_ECHOED_ID_CHARS: usize = 64;
 
-pub static START: ToolSpec = ToolSpec {
+pub static START: Tool = Tool {
     name: "bash_start",
+    class: Class::Shell,
+    class_reason: "runs any command the caller writes, as a job: it is the box's shell",
     description: "Start a long-running bash command as a job and return at once with its \
 job_id: for builds, test suites, downloads, flashing, anything that may take longer than a \
 call (the pod gives up on a call at 120 s). The command runs like bash's (`bash -c`, its own \
@@ -46,10 +49,16 @@ redialled, if the pod restarts, or if the grant is renewed; it is killed when th
 until the grant ends; at most 86400). At most 16 jobs run at once per grant by default. The \
 result has job_id, pid, state (running) and started_at.",
     input_schema: start_schema,
+    start,
+    inline: None,
+    needs: Needs::Bash,
+    profiles: &[Profile::Owner, Profile::Desktop],
 };
 
-pub static POLL: ToolSpec = ToolSpec {
+pub static POLL: Tool = Tool {
     name: "bash_poll",
+    class: Class::Observe,
+    class_reason: "reads a job's output and state and changes nothing",
     description: "Read a job's output (from bash_start, or from a bash call that continued as a \
 job) and its state. Offsets are absolute byte offsets into each stream: pass the stdout_next and \
 stderr_next of the previous answer to get only what is new. Each stream returns at most \
@@ -62,24 +71,40 @@ kept. With wait_secs (0 to 100, default 0) the call waits until there is output 
 or the job ends, and answers at once when it does: a cheap way to follow a job. Text is UTF-8 \
 with invalid bytes replaced; offsets still count bytes.",
     input_schema: poll_schema,
+    start: poll,
+    inline: None,
+    needs: Needs::Bash,
+    profiles: &[Profile::Owner, Profile::Desktop],
 };
 
-pub static LIST: ToolSpec = ToolSpec {
+pub static LIST: Tool = Tool {
     name: "bash_list",
+    class: Class::Observe,
+    class_reason: "lists the jobs of the caller's own grant and changes nothing",
     description: "List this grant's jobs: running ones, and finished ones for 10 minutes after \
 they end (then their output is removed). Each has job_id, command (its first 1024 bytes), state, \
 pid, exit_code, reason, started_at, ended_at, stdout_total and stderr_total. Jobs of other \
 grants are never shown.",
     input_schema: list_schema,
+    start: list,
+    inline: None,
+    needs: Needs::Bash,
+    profiles: &[Profile::Owner, Profile::Desktop],
 };
 
-pub static CANCEL: ToolSpec = ToolSpec {
+pub static CANCEL: Tool = Tool {
     name: "bash_cancel",
+    class: Class::Act,
+    class_reason: "stops a job the caller started; it cannot start anything",
     description: "Stop a running job: signal TERM (the default) asks its whole process group to \
 stop and sends KILL 5 s later if it is still alive; KILL stops it at once. Answers at once; the \
 job's end (state killed, reason cancelled) shows in bash_poll and bash_list. Cancelling a job \
 that already ended changes nothing and says so.",
     input_schema: cancel_schema,
+    start: cancel,
+    inline: None,
+    needs: Needs::Bash,
+    profiles: &[Profile::Owner, Profile::Desktop],
 };
 
 fn start_schema() -> Value {
@@ -213,7 +238,7 @@ struct JobFacts<'a> {
 }
 
 impl<'a> JobFacts<'a> {
-    fn of(job: &'a Job, st: &'a crate::bgjobs::Status) -> Self {
+    fn of(job: &'a Job, st: &'a super::bgjobs::Status) -> Self {
         let ended = st.state != State::Running;
         JobFacts {
             job_id: &job.id,
@@ -249,9 +274,9 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         Err(msg) => return done.complete(ToolOutput::InvalidParams(msg)),
     };
     let jobs = Arc::clone(&cx.host.jobs);
-    let job_id = crate::bgjobs::new_job_id();
+    let job_id = super::bgjobs::new_job_id();
     // Checked before anything is reserved, so a bad cwd changes nothing.
-    let (cmd, _) = match super::bash::command(&cx, &script, cwd.as_deref(), &env, &job_id) {
+    let (cmd, _) = match super::shell::command(&cx, &script, cwd.as_deref(), &env, &job_id) {
         Ok(built) => built,
         Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
     };
@@ -288,6 +313,7 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         sink: Some(Arc::clone(&job) as Arc<dyn super::process::JobSink>),
         inline: None,
         on_spawn: Some(on_spawn),
+        stdin: None,
     };
     let on_exit = jobs.on_exit(Arc::clone(&job));
     cx.host.processes.spawn(cmd, spec, move |run| match run {
@@ -647,7 +673,7 @@ pub fn list(args: Value, cx: CallContext, done: Completion) {
     struct List<'a> {
         jobs: Vec<Item<'a>>,
     }
-    let statuses: Vec<crate::bgjobs::Status> = jobs.iter().map(|j| j.status()).collect();
+    let statuses: Vec<super::bgjobs::Status> = jobs.iter().map(|j| j.status()).collect();
     let mut lines = Vec::with_capacity(jobs.len() + 1);
     let items = jobs
         .iter()
@@ -740,6 +766,26 @@ pub fn cancel(args: Value, cx: CallContext, done: Completion) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_job_tools_are_owner_and_desktop_only_with_their_classes() {
+        // Reading a job is observe-class, but observe has no way to start one: §9 lists
+        // the job tools for owner and desktop only.
+        for tool in [&START, &POLL, &LIST, &CANCEL] {
+            assert_eq!(
+                crate::tools::find(tool.name).map(|t| t.name),
+                Some(tool.name)
+            );
+            assert!(!tool.allowed_in(Profile::Observe), "{}", tool.name);
+            assert!(!tool.allowed_in(Profile::Browser), "{}", tool.name);
+            assert!(tool.allowed_in(Profile::Owner) && tool.allowed_in(Profile::Desktop));
+            assert_eq!(tool.needs, Needs::Bash, "{}", tool.name);
+        }
+        assert_eq!(crate::tools::class_of("bash_start"), Some(Class::Shell));
+        assert_eq!(crate::tools::class_of("bash_poll"), Some(Class::Observe));
+        assert_eq!(crate::tools::class_of("bash_list"), Some(Class::Observe));
+        assert_eq!(crate::tools::class_of("bash_cancel"), Some(Class::Act));
+    }
 
     #[test]
     fn poll_arguments_are_checked_and_name_the_field() {

@@ -15,6 +15,10 @@
 //! meanwhile, so a read is never torn. The header is rewritten after every chunk, so after
 //! a crash the files still say how much was written.
 //!
+//! **Files.** Every job file is opened with [`open_state_file`] (`O_NOFOLLOW`, regular files
+//! only) and every job dir is checked to be a real directory: a link planted in the state
+//! dir is refused, never followed.
+//!
 //! **Records.** `<job>.json` (0600, in 0700 dirs, replaced by rename) holds the job's
 //! pid, the leader's start time (`/proc/<pid>/stat`), the boot id, its state and exit.
 //! They are not fsynced: they only have to survive the daemon being killed, which the
@@ -32,7 +36,7 @@
 //! valid record are removed.
 
 use std::fs::{self, File, OpenOptions};
-use std::io;
+use std::io::{self, Read};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -44,7 +48,7 @@ use serde_json::Value;
 
 use crate::audit::{Audit, Record};
 use crate::jobs::JobCtl;
-use crate::metrics::Metrics;
+use crate::statedir::open_state_file;
 use crate::tools::process::{End, JobSink, RunResult, Which};
 
 /// The job scope of the owner's `/mcp` (grant scopes are grant ids).
@@ -153,7 +157,7 @@ pub fn is_job_id(s: &str) -> bool {
 }
 
 fn is_scope(s: &str) -> bool {
-    s == OWNER_SCOPE || crate::persist::is_grant_id(s)
+    s == OWNER_SCOPE || crate::ids::is_id(s)
 }
 
 fn now_ms() -> u64 {
@@ -182,12 +186,21 @@ fn command_note(command: &str) -> String {
     command[..end].to_string()
 }
 
+/// Create `dir` 0700 (or narrow an existing one to it). A symbolic link or a non-directory
+/// at its name is refused, never followed: the jobs dir and its scope dirs live in the
+/// state dir, whose files are opened the same way ([`open_state_file`]).
 fn private_dir(dir: &Path) -> io::Result<()> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(DIR_MODE)
         .create(dir)?;
-    let meta = fs::metadata(dir)?;
+    let meta = fs::symlink_metadata(dir)?;
+    if !meta.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "is a symbolic link or not a directory, and handnode never follows one in its state dir",
+        ));
+    }
     if meta.permissions().mode() & 0o777 != DIR_MODE {
         fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE))?;
     }
@@ -224,12 +237,14 @@ pub struct StreamFile {
 
 impl StreamFile {
     fn create(path: &Path, window: u64, start: u64) -> io::Result<StreamFile> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(FILE_MODE)
-            .open(path)?;
+        let file = open_state_file(
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(FILE_MODE),
+            path,
+        )?;
         let f = StreamFile {
             file,
             window: window.max(1),
@@ -249,7 +264,7 @@ impl StreamFile {
 
     /// Open a ring file left by an earlier run (read only from now on).
     fn open(path: &Path) -> io::Result<StreamFile> {
-        let file = File::open(path)?;
+        let file = open_state_file(OpenOptions::new().read(true), path)?;
         let mut head = [0u8; HEADER_BYTES as usize];
         file.read_exact_at(&mut head, 0)?;
         let word = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().expect("8 bytes"));
@@ -487,14 +502,16 @@ impl Job {
         })
         .expect("a job record always serializes");
         let tmp = self.path("json.tmp");
-        let written = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(FILE_MODE)
-            .open(&tmp)
-            .and_then(|f| f.write_all_at(record.as_bytes(), 0))
-            .and_then(|_| fs::rename(&tmp, self.path("json")));
+        let written = open_state_file(
+            OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(FILE_MODE),
+            &tmp,
+        )
+        .and_then(|f| f.write_all_at(record.as_bytes(), 0))
+        .and_then(|_| fs::rename(&tmp, self.path("json")));
         if let Err(e) = written {
             log::warn!("job {}: could not write its record: {e}", self.id);
         }
@@ -543,7 +560,16 @@ pub enum Stop {
 /// Where job events are reported.
 struct Hooks {
     audit: Audit,
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn JobMeter>,
+}
+
+/// The job counters of `/metrics` (`crate::metrics::Metrics` implements it; a trait here so
+/// that the job table stays below `metrics`, which reads the tool registry).
+pub trait JobMeter: Send + Sync {
+    /// A job started (`bash_start`, or a `bash` call past its inline limit).
+    fn job_started(&self);
+    /// A job this process started ended in `state` (`exited` or `killed`).
+    fn job_ended(&self, state: &str);
 }
 
 enum Chore {
@@ -599,7 +625,7 @@ impl JobTable {
     }
 
     /// Report job starts and ends to the audit log and `/metrics` from now on.
-    pub fn report_to(&self, audit: Audit, metrics: Arc<Metrics>) {
+    pub fn report_to(&self, audit: Audit, metrics: Arc<dyn JobMeter>) {
         let _ = self.hooks.set(Hooks { audit, metrics });
     }
 
@@ -1190,7 +1216,13 @@ impl JobTable {
     /// One job's record and files, or `None` if they are not a valid job. The bool says
     /// whether the record says it was running.
     fn load_one(&self, dir: &Path, scope: &str, id: &str) -> Option<(Arc<Job>, bool)> {
-        let text = fs::read(dir.join(format!("{id}.json"))).ok()?;
+        let mut text = Vec::new();
+        open_state_file(
+            OpenOptions::new().read(true),
+            &dir.join(format!("{id}.json")),
+        )
+        .and_then(|mut f| f.read_to_end(&mut text))
+        .ok()?;
         let v: Value = serde_json::from_slice(&text).ok()?;
         if v["v"] != RECORD_VERSION || v["id"] != id || v["scope"] != scope {
             return None;
@@ -1426,6 +1458,7 @@ mod tests {
             stdout_truncated: false,
             stderr_truncated: false,
             exit_code: code,
+            status: None,
             end: End::Exited,
             duration: Duration::ZERO,
         });
@@ -1507,6 +1540,39 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(t.list(G1).is_empty());
+    }
+
+    #[test]
+    fn links_in_the_jobs_dir_are_refused_never_followed() {
+        let tmp = TempDir::new("jobs-links");
+        let elsewhere = TempDir::new("jobs-elsewhere");
+        // A scope dir that is a link: the start is refused, nothing is written through it.
+        std::fs::create_dir_all(tmp.path("jobs")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere.0, tmp.path("jobs").join(G1)).unwrap();
+        let t = table(&tmp, |_| {});
+        let err = admit(&t, G1).unwrap_err();
+        assert!(err.contains("symbolic link"), "{err}");
+        assert_eq!(std::fs::read_dir(&elsewhere.0).unwrap().count(), 0);
+        // A record that is a link is not read at recovery: the job's files are removed,
+        // what the link pointed at is left alone.
+        let job = admit(&t, G2).unwrap();
+        end(&t, &job, 0);
+        let record = tmp.path("jobs").join(G2).join(format!("{}.json", job.id));
+        let copy = elsewhere.path("record.json");
+        std::fs::copy(&record, &copy).unwrap();
+        std::fs::remove_file(&record).unwrap();
+        std::os::unix::fs::symlink(&copy, &record).unwrap();
+        let again = table(&tmp, |_| {});
+        assert_eq!(
+            again.recover().unwrap(),
+            0,
+            "the linked record was followed"
+        );
+        assert!(copy.exists());
+        assert!(
+            !tmp.path("jobs").join(G1).exists(),
+            "the linked scope is removed"
+        );
     }
 
     #[test]
