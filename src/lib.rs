@@ -14,6 +14,7 @@ pub mod error;
 pub mod grants;
 pub mod httpc;
 pub mod jobs;
+pub mod link;
 pub mod mcp;
 pub mod metrics;
 pub mod mint;
