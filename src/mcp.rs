@@ -358,6 +358,16 @@ mod raw {
         text: &'a str,
         names: &[&str; N],
     ) -> Option<[Option<&'a RawValue>; N]> {
+        let found = pick(text, names)?;
+        Some(std::array::from_fn(|i| found[i]))
+    }
+
+    /// Most members [`members`] picks at once (the envelope's).
+    const MAX_PICKED: usize = super::TOP_MEMBERS.len();
+
+    /// [`members`] without a copy per `N` of the visitor and the parser under it.
+    fn pick<'a>(text: &'a str, names: &[&str]) -> Option<[Option<&'a RawValue>; MAX_PICKED]> {
+        assert!(names.len() <= MAX_PICKED);
         let mut de = serde_json::Deserializer::from_str(text);
         de.deserialize_any(Pick(names)).ok().flatten()
     }
@@ -455,15 +465,15 @@ mod raw {
     }
 
     /// Picks the members `names` out of an object; anything else is "not an object".
-    struct Pick<'n, const N: usize>(&'n [&'n str; N]);
+    struct Pick<'n>(&'n [&'n str]);
 
-    impl<'de, const N: usize> Visitor<'de> for Pick<'_, N> {
-        type Value = Option<[Option<&'de RawValue>; N]>;
+    impl<'de> Visitor<'de> for Pick<'_> {
+        type Value = Option<[Option<&'de RawValue>; MAX_PICKED]>;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
             f.write_str("a JSON object")
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut found = [None; N];
+            let mut found = [None; MAX_PICKED];
             while let Some(key) = map.next_key_seed(KeyIndex(self.0))? {
                 match key {
                     Some(i) => found[i] = Some(map.next_value::<&'de RawValue>()?),
