@@ -3,7 +3,9 @@
 //!
 //! The thread owns its socket; nobody else touches it. It sleeps in one `Poller` on the
 //! socket and on its wake handle, so a tool result, a revoke or a renew wakes it at once,
-//! and its only timers are real deadlines (grant deadline, ping, silence, backoff).
+//! and its only timers are real deadlines (grant deadline, ping, silence, write stall,
+//! backoff). The framing is `link`'s; this thread decides when to read: not while more
+//! than `--write-buffer-bytes` of replies are owed to a pod that does not read them.
 
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -764,7 +766,7 @@ impl GrantThread {
             if let Some(since) = link.stuck_since() {
                 if now.duration_since(since) >= self.timing.write_stall {
                     let error = format!(
-                        "write stall: the pod read none of our output for {} ms ({} bytes owed); dropped",
+                        "write stall: our output waited {} ms for the pod to read it ({} bytes owed); dropped",
                         self.timing.write_stall.as_millis(),
                         link.queued_bytes()
                     );
