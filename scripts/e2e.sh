@@ -4,7 +4,8 @@
 #      logged; curl /mcp with it (initialize, tools/list, bash echo hi); a wrong token → 401;
 #      a foreign Host → 403; a restart reuses the token;
 #   2. reverse attach against a websocat stub pod whose every connection is played by a small
-#      bash driver (initialize → tools/list → sys_info → bash echo e2e): the pod closing with
+#      bash driver (initialize → tools/list → sys_info → bash echo e2e → a bash reply of
+#      ~400 KB, which goes out fragmented and must arrive whole): the pod closing with
 #      4010 ends the grant `revoked` after exactly one dial; closing with 1000 brings a redial,
 #      and DELETE /attach/{id} then ends it `cancelled`.
 # websocat cannot refuse a handshake, so handshake statuses are covered by the in-process stub
@@ -152,6 +153,10 @@ if [ "$n" -eq 1 ]; then
     expect "tools/call sys_info" '.id == 3 and .result.isError != true and (.result.structuredContent.hostname | type == "string")'
     send '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo e2e"}}}'
     expect "tools/call bash echo e2e" '.id == 4 and .result.isError == false and .result.structuredContent.stdout == "e2e\n"'
+    # A reply over 64 KiB goes out as a fragmented message (frames of at most 64 KiB): it
+    # must reach the pod as one whole message, here one line of about 400 KB.
+    send '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"bash","arguments":{"command":"printf %0200000d 0","max_output_bytes":262144}}}'
+    expect "a 400 KB reply (fragmented) arrives whole" '.id == 5 and .result.isError == false and (.result.structuredContent.stdout | length == 200000 and test("^0+$"))'
     note "turn done"
     # Hold the socket until the script has looked at the grant, then leave: websocat closes
     # with its --close-status-code.
@@ -174,7 +179,8 @@ start_pod() {
         port=$((20000 + RANDOM % 40000))
         # Skip ports something already answers on.
         (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
-        POD_DIR="$dir" "$websocat" --header-to-env Authorization -q -t -E -e \
+        # -B: messages up to 1 MiB (websocat's default is 64 KiB; a pod takes 16 MiB).
+        POD_DIR="$dir" "$websocat" --header-to-env Authorization -q -t -E -e -B 1048576 \
             --close-status-code "$code" --close-reason e2e \
             "ws-l:127.0.0.1:$port" "sh-c:$tmp/pod.sh" 2>"$dir/websocat.log" &
         pid=$!
@@ -243,8 +249,8 @@ scenario() {
     check "$name: dialed /tools/attach/$name" conn_has "$pod_dir/conn1" "uri /tools/attach/$name"
     check "$name: dialed with Authorization: Bearer <the grant's secret>" \
         conn_has "$pod_dir/conn1" "auth Bearer $attach_secret"
-    check_json "$name: GET /attach/{id} → attached, 2 calls" "$(grant_json "$grant_id")" \
-        '.state == "attached" and .calls == 2'
+    check_json "$name: GET /attach/{id} → attached, 3 calls" "$(grant_json "$grant_id")" \
+        '.state == "attached" and .calls == 3'
     touch "$pod_dir/go"
 }
 
