@@ -391,13 +391,18 @@ mod tests {
             assert!(text.is_char_boundary(end), "{end}");
             at = end;
         }
-        // A reply exactly one fragment long is one frame.
+        // A reply exactly one fragment long is one frame; one byte more is two.
         let mut l = link(usize::MAX);
         l.queue("x".repeat(FRAGMENT_BYTES));
+        l.queue("y".repeat(FRAGMENT_BYTES + 1));
         l.pump(true).unwrap();
         assert_eq!(
             frames(&l.socket().wire.clone()),
-            [(1, true, FRAGMENT_BYTES)]
+            [
+                (1, true, FRAGMENT_BYTES),
+                (1, false, FRAGMENT_BYTES),
+                (0, true, 1)
+            ]
         );
     }
 
