@@ -657,6 +657,11 @@ impl GrantThread {
         let mut last_inbound = Instant::now();
         let mut next_ping = last_inbound + self.timing.ping_interval;
         let mut attached_at: Option<Instant> = None;
+        let frame = FrameCx {
+            conn,
+            results: &results_tx,
+            waker: &waker,
+        };
         // What epoll watches the socket for: reads unless paused, writes while stuck.
         let mut interest = (true, false);
         let end = loop {
@@ -718,11 +723,6 @@ impl GrantThread {
                 match inbound {
                     Inbound::Data(bytes) => {
                         self.events.bytes(bytes.len() as u64, 0);
-                        let frame = FrameCx {
-                            conn,
-                            results: &results_tx,
-                            waker: &waker,
-                        };
                         self.handle_frame(&mut link, &mut dispatcher, &mut calls, &bytes, &frame);
                         drop(bytes);
                         if let Err(e) = link.pump(false) {
