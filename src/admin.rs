@@ -1,6 +1,6 @@
 //! The admin API (contract §1): tiny_http on `--listen`, the Host/Origin guard, the body
-//! cap, authentication and its throttle, the `/attach` routes, `/mcp` for the box's
-//! owner, `/metrics`, `/healthz` and `/readyz`.
+//! cap, authentication and its throttle, the `/attach` and `/approvals` routes, `/mcp` for
+//! the box's owner, `/metrics`, `/healthz` and `/readyz`.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -13,29 +13,108 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use log::{debug, info, warn};
 use serde_json::{json, Value};
-use tiny_http::{Header, Method, Request, Response, Server};
+use tiny_http::{Header, Request, Response, Server};
 
+use crate::approvals::{self, Approvals};
 use crate::audit::{Audit, Record};
 use crate::auth::{client_key, is_loopback, Decision, Policy, RequestFacts, Throttle, Verdict};
 use crate::calls::{Calls, Services};
 use crate::config::{Limits, Timing};
+use crate::containment::{self, Site};
 use crate::error::Error;
-use crate::grants::{AttachError, AttachRequest, Registry};
+use crate::grants::{AttachError, AttachRequest, Registry, SecretSource};
 use crate::jobs::Completion;
+use crate::label;
+use crate::lanes::{Busy, Lane};
 use crate::mcp::{self, Action, Dispatcher, Outcome, ToolOutput};
 use crate::metrics::Metrics;
 use crate::profiles::Profile;
 use crate::tools::{CallContext, CallLimits, ConnCatalog};
 
 /// Most threads taking requests off tiny_http's queue. One waits when the API is idle;
-/// another is started when the last waiting one takes a request, so a slow request (a
-/// mint that waits for the pod) never leaves `/healthz` and revokes without a taker.
-/// Slow work on `/mcp` (a tool call) is handed to its own responder thread.
+/// another is started when the last waiting one takes a request. They only do quick work:
+/// whatever waits on someone else (a mint on its pod, a `/mcp` tool call on its tool) is
+/// handed to a thread of its [`Lane`], so `/healthz` and revokes always find a taker.
 const MAX_HANDLER_THREADS: usize = 4;
 /// `/mcp` tool calls waiting for their result at once; past this the call is refused.
 const MAX_MCP_WAITERS: usize = 64;
+/// Longest a `429` for a full lane asks the client to wait before retrying (seconds).
+const LANE_RETRY_AFTER_SECS: u64 = 1;
+/// Longest client-chosen text (a path, a claimed login) a log line carries (bytes).
+const MAX_LOGGED_BYTES: usize = 256;
 /// Slack beyond the longest tool run before a `/mcp` waiter gives up on a result.
 const MCP_RESULT_SLACK: Duration = Duration::from_secs(15);
+
+/// Every route the admin API serves, as `(method, path)`; `{id}` stands for one path
+/// segment. `handle` dispatches through this table: a route missing here is never reached,
+/// a known path asked with another method gets `405` with an `Allow` header built from it,
+/// and `docs/protocol.md` must name every row (`tests/protocol_doc.rs`).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/healthz"),
+    ("HEAD", "/healthz"),
+    ("GET", "/readyz"),
+    ("HEAD", "/readyz"),
+    ("POST", "/attach"),
+    ("GET", "/attach"),
+    ("GET", "/attach/{id}"),
+    ("DELETE", "/attach/{id}"),
+    ("GET", "/approvals"),
+    ("POST", "/approvals/{id}"),
+    ("GET", "/metrics"),
+    ("POST", "/mcp"),
+    ("DELETE", "/mcp"),
+];
+
+/// Paths of [`ROUTES`] answered without authentication: the supervisor's probes.
+pub const PUBLIC_PATHS: &[&str] = &["/healthz", "/readyz"];
+
+/// What a request's method and path name in [`ROUTES`].
+#[derive(Debug, PartialEq, Eq)]
+enum Lookup<'a> {
+    /// The row's `(method, path)` and the `{id}` segment (empty when the path has none).
+    Route((&'static str, &'static str), &'a str),
+    /// A path of the table, asked with a method it does not list.
+    WrongMethod(&'static str),
+    NotFound,
+}
+
+/// `path` against one table path: `Some(id segment)` when it matches.
+fn match_path<'a>(pattern: &str, path: &'a str) -> Option<&'a str> {
+    let mut id = "";
+    let mut want = pattern.split('/');
+    let mut got = path.split('/');
+    loop {
+        match (want.next(), got.next()) {
+            (None, None) => return Some(id),
+            (Some("{id}"), Some(segment)) => id = segment,
+            (Some(w), Some(g)) if w == g => {}
+            _ => return None,
+        }
+    }
+}
+
+fn find_route<'a>(method: &str, path: &'a str) -> Lookup<'a> {
+    let mut known_path = None;
+    for &(m, p) in ROUTES {
+        if let Some(id) = match_path(p, path) {
+            if m == method {
+                return Lookup::Route((m, p), id);
+            }
+            known_path = Some(p);
+        }
+    }
+    known_path.map_or(Lookup::NotFound, Lookup::WrongMethod)
+}
+
+/// The `Allow` header value of a table path.
+fn allowed_methods(path: &str) -> String {
+    let methods: Vec<&str> = ROUTES
+        .iter()
+        .filter(|(_, p)| *p == path)
+        .map(|(m, _)| *m)
+        .collect();
+    methods.join(", ")
+}
 
 /// Bind the admin listener with the socket timeouts every accepted socket inherits
 /// (Linux copies `SO_RCVTIMEO`/`SO_SNDTIMEO` from the listener), since tiny_http sets none.
@@ -67,6 +146,7 @@ pub struct AdminState {
     pub throttle: Mutex<Throttle>,
     pub registry: Arc<Registry>,
     pub services: Arc<Services>,
+    pub approvals: Arc<Approvals>,
     pub metrics: Arc<Metrics>,
     pub audit: Audit,
     pub allow_hosts: Vec<String>,
@@ -75,7 +155,10 @@ pub struct AdminState {
     pub audit_args: bool,
     pub ready: AtomicBool,
     sessions: Mutex<HashMap<String, McpSession>>,
-    waiters: AtomicUsize,
+    /// Mints waiting for their pods (`--max-mints`).
+    mints: Arc<Lane>,
+    /// `/mcp` tool calls waiting for their results.
+    mcp_calls: Arc<Lane>,
 }
 
 impl AdminState {
@@ -84,6 +167,7 @@ impl AdminState {
         policy: Policy,
         registry: Arc<Registry>,
         services: Arc<Services>,
+        approvals: Arc<Approvals>,
         metrics: Arc<Metrics>,
         audit: Audit,
         allow_hosts: Vec<String>,
@@ -102,6 +186,7 @@ impl AdminState {
             throttle: Mutex::new(throttle),
             registry,
             services,
+            approvals,
             metrics,
             audit,
             allow_hosts: allow_hosts
@@ -109,11 +194,12 @@ impl AdminState {
                 .map(|h| h.to_ascii_lowercase())
                 .collect(),
             timing,
-            limits,
             audit_args,
             ready: AtomicBool::new(false),
             sessions: Mutex::new(HashMap::new()),
-            waiters: AtomicUsize::new(0),
+            mints: Lane::new("mint", "mints", limits.max_mints),
+            mcp_calls: Lane::new("mcp-call", "/mcp tool calls", MAX_MCP_WAITERS),
+            limits,
         }
     }
 }
@@ -176,7 +262,16 @@ impl Handlers {
                 }
             }
             match request {
-                Ok(request) => handle(&self.state, request),
+                Ok(request) => {
+                    // A panic ends this one request: unwinding drops it unanswered, and the
+                    // vendored tiny_http answers a dropped request 500 {"error":"internal error"}.
+                    let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        handle(&self.state, request)
+                    }));
+                    if let Err(payload) = handled {
+                        containment::caught(Site::Admin, "an admin request", payload.as_ref());
+                    }
+                }
                 Err(e) => {
                     if !self.stopping.load(Ordering::SeqCst) {
                         let _ = self.fatal.send(Error::AcceptLoop(e.to_string()));
@@ -308,16 +403,27 @@ pub fn host_allowed(host: &str, allow_hosts: &[String]) -> bool {
     allow_hosts.contains(&bare)
 }
 
-/// The DNS-rebinding guard: Host, and Origin when present, must be ours.
-fn guard(request: &Request, allow_hosts: &[String]) -> Result<(), &'static str> {
+/// The DNS-rebinding guard: Host, and Origin when present, must be ours (`403`). Two Origin
+/// headers are `400`: a check of the first would pass a hostile second one on to whoever
+/// reads the last. (Two Host headers never get here: tiny_http is patched to answer `400`.)
+fn guard(request: &Request, allow_hosts: &[String]) -> Result<(), (u16, &'static str)> {
+    let forbidden = |why| Err((403, why));
     match request_header(request, "Host") {
         Some(host) if host_allowed(host, allow_hosts) => {}
         Some(_) => {
-            return Err(
+            return forbidden(
                 "Host header must name a loopback address, localhost, or an --allow-host name",
             )
         }
-        None => return Err("a Host header is required"),
+        None => return forbidden("a Host header is required"),
+    }
+    let origins = request
+        .headers()
+        .iter()
+        .filter(|h| h.field.as_str().as_str().eq_ignore_ascii_case("Origin"))
+        .count();
+    if origins > 1 {
+        return Err((400, "more than one Origin header"));
     }
     if let Some(origin) = request_header(request, "Origin") {
         let authority = origin
@@ -325,7 +431,9 @@ fn guard(request: &Request, allow_hosts: &[String]) -> Result<(), &'static str> 
             .map(|(_, rest)| rest.split('/').next().unwrap_or(""))
             .unwrap_or("");
         if !host_allowed(authority, allow_hosts) {
-            return Err("Origin must name a loopback address, localhost, or an --allow-host name");
+            return forbidden(
+                "Origin must name a loopback address, localhost, or an --allow-host name",
+            );
         }
     }
     Ok(())
@@ -356,15 +464,20 @@ fn authenticate(state: &AdminState, request: &Request) -> Result<String, (u16, &
             match verdict {
                 Verdict::Unauthorized => {
                     info!(
-                        "admin: denied {} {}: {reason}",
+                        "admin: denied {} {}: {}",
                         request.method(),
-                        path_of(request)
+                        shown_path(request),
+                        label::cut(&reason, MAX_LOGGED_BYTES)
                     );
                     Err((401, "unauthorized"))
                 }
                 Verdict::Throttled { .. } => {
                     state.metrics.throttled();
-                    debug!("admin: throttled {} {}", request.method(), path_of(request));
+                    debug!(
+                        "admin: throttled {} {}",
+                        request.method(),
+                        shown_path(request)
+                    );
                     Err((429, "too many failed authentications; wait and retry"))
                 }
             }
@@ -375,6 +488,11 @@ fn authenticate(state: &AdminState, request: &Request) -> Result<String, (u16, &
 fn path_of(request: &Request) -> &str {
     let url = request.url();
     url.split('?').next().unwrap_or(url)
+}
+
+/// The path as the log shows it: a client chooses it, up to a whole 8 KiB request line.
+fn shown_path(request: &Request) -> std::borrow::Cow<'_, str> {
+    label::cut(path_of(request), MAX_LOGGED_BYTES)
 }
 
 /// Read a JSON body under the cap. `Err` is the response to send.
@@ -418,7 +536,7 @@ fn read_body(
 fn respond(request: Request, response: Response<std::io::Cursor<Vec<u8>>>) {
     let status = response.status_code().0;
     let method = request.method().clone();
-    let path = path_of(&request).to_string();
+    let path = shown_path(&request).into_owned();
     if let Err(e) = request.respond(response) {
         debug!("admin: {method} {path}: could not send {status}: {e}");
     } else {
@@ -427,51 +545,64 @@ fn respond(request: Request, response: Response<std::io::Cursor<Vec<u8>>>) {
 }
 
 fn handle(state: &Arc<AdminState>, mut request: Request) {
-    if let Err(why) = guard(&request, &state.allow_hosts) {
+    if let Err((status, why)) = guard(&request, &state.allow_hosts) {
         info!(
             "admin: refused {} {}: {why}",
             request.method(),
-            path_of(&request)
+            shown_path(&request)
         );
-        return respond(request, error_response(403, why));
+        return respond(request, error_response(status, why));
     }
     let path = path_of(&request).to_string();
-    let method = request.method().clone();
-    match path.as_str() {
-        "/healthz" => {
-            return match method {
-                Method::Get | Method::Head => respond(
-                    request,
-                    Response::from_string("ok").with_header(header("Content-Type", "text/plain")),
-                ),
-                _ => respond(request, error_response(405, "method not allowed")),
-            }
+    let found = find_route(request.method().as_str(), &path);
+    let public = matches!(
+        found,
+        Lookup::Route((_, p), _) | Lookup::WrongMethod(p) if PUBLIC_PATHS.contains(&p)
+    );
+    // Every other route authenticates before its 404 or 405, so an unauthenticated
+    // caller cannot map the API.
+    let principal = if public {
+        String::new()
+    } else {
+        match authenticate(state, &request) {
+            Ok(p) => p,
+            Err((status, msg)) => return respond(request, error_response(status, msg)),
         }
-        "/readyz" => {
-            if !matches!(method, Method::Get | Method::Head) {
-                return respond(request, error_response(405, "method not allowed"));
-            }
+    };
+    #[cfg(test)]
+    if path == containment::hooks::ADMIN_PATH {
+        panic!("test hook: an admin handler panics");
+    }
+    let (route, id) = match found {
+        Lookup::Route(route, id) => (route, id),
+        Lookup::WrongMethod(p) => {
+            return respond(
+                request,
+                error_response(405, "method not allowed")
+                    .with_header(header("Allow", &allowed_methods(p))),
+            )
+        }
+        Lookup::NotFound => return respond(request, error_response(404, "not found")),
+    };
+    match route {
+        ("GET" | "HEAD", "/healthz") => respond(
+            request,
+            Response::from_string("ok").with_header(header("Content-Type", "text/plain")),
+        ),
+        ("GET" | "HEAD", "/readyz") => {
             if !state.ready.load(Ordering::SeqCst) {
                 return respond(request, json_response(503, &json!({"ready": false})));
             }
             let (grants, attached) = state.registry.counts();
-            return respond(
+            respond(
                 request,
                 json_response(
                     200,
                     &json!({"ready": true, "grants": grants, "attached": attached}),
                 ),
-            );
+            )
         }
-        _ => {}
-    }
-    let principal = match authenticate(state, &request) {
-        Ok(p) => p,
-        Err((status, msg)) => return respond(request, error_response(status, msg)),
-    };
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    match (segments.as_slice(), &method) {
-        (["attach"], Method::Post) => {
+        ("POST", "/attach") => {
             let body = match read_body(&mut request, state.limits.max_body_bytes) {
                 Ok(b) => b,
                 Err(resp) => return respond(request, resp),
@@ -480,29 +611,31 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
                 Ok(r) => r,
                 Err(msg) => return respond(request, error_response(400, &msg)),
             };
-            match state.registry.attach(req, &principal) {
-                Ok((view, _renewed)) => respond(request, json_response(202, &view)),
-                Err(AttachError::Mint(e)) => respond(request, error_response(502, &e.to_string())),
-                Err(AttachError::Internal(msg)) => {
-                    warn!("admin: POST /attach failed: {msg}");
-                    respond(request, error_response(500, &msg))
-                }
-                Err(AttachError::ShuttingDown) => respond(
-                    request,
-                    error_response(503, "handnode is shutting down; retry after it restarts"),
-                ),
+            if !matches!(req.source, SecretSource::AdminCredential(_)) {
+                return attach(state, request, req, &principal);
+            }
+            // A mint waits for the pod (up to --mint-timeout-ms, however slowly it answers):
+            // on a thread of the mint lane, never on one of the few handler threads.
+            let slot = match state.mints.try_acquire() {
+                Ok(slot) => slot,
+                Err(busy) => return respond(request, too_busy(&busy)),
+            };
+            let state2 = Arc::clone(state);
+            let spawned = slot.spawn(move || attach(&state2, request, req, &principal));
+            if let Err((e, _work)) = spawned {
+                warn!("admin: cannot start a mint thread: {e}");
+                // `_work` drops the request unanswered: tiny_http answers it 500.
             }
         }
-        (["attach"], Method::Get) => respond(
+        ("GET", "/attach") => respond(
             request,
             json_response(200, &json!({"grants": state.registry.list()})),
         ),
-        (["attach"], _) => respond(request, error_response(405, "method not allowed")),
-        (["attach", id], Method::Get) => match state.registry.get(id) {
+        ("GET", "/attach/{id}") => match state.registry.get(id) {
             Some(view) => respond(request, json_response(200, &view)),
             None => respond(request, error_response(404, "no such grant")),
         },
-        (["attach", id], Method::Delete) => {
+        ("DELETE", "/attach/{id}") => {
             if state.registry.revoke(id) {
                 respond(
                     request,
@@ -512,8 +645,12 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
                 respond(request, error_response(404, "no such grant"))
             }
         }
-        (["attach", _], _) => respond(request, error_response(405, "method not allowed")),
-        (["metrics"], Method::Get) => {
+        ("GET", "/approvals") => approvals_get(state, request),
+        ("POST", "/approvals/{id}") => {
+            let id = id.to_string();
+            approvals_post(state, request, &id, &principal)
+        }
+        ("GET", "/metrics") => {
             let text = state.metrics.render(&state.registry.states());
             respond(
                 request,
@@ -521,9 +658,8 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
                     .with_header(header("Content-Type", "text/plain; version=0.0.4")),
             )
         }
-        (["metrics"], _) => respond(request, error_response(405, "method not allowed")),
-        (["mcp"], Method::Post) => mcp_post(state, request, principal),
-        (["mcp"], Method::Delete) => {
+        ("POST", "/mcp") => mcp_post(state, request, principal),
+        ("DELETE", "/mcp") => {
             let Some(id) = request_header(&request, "Mcp-Session-Id").map(str::to_string) else {
                 return respond(
                     request,
@@ -546,12 +682,130 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
                 None => respond(request, error_response(404, "unknown Mcp-Session-Id")),
             }
         }
-        (["mcp"], _) => respond(
-            request,
-            error_response(405, "method not allowed").with_header(header("Allow", "POST, DELETE")),
-        ),
-        _ => respond(request, error_response(404, "not found")),
+        (method, path) => {
+            // A row of ROUTES without an arm here: a bug, caught by tests/protocol_doc.rs.
+            warn!("admin: {method} {path} is in ROUTES but has no handler");
+            respond(request, error_response(500, "route has no handler"))
+        }
     }
+}
+
+/// The value of query parameter `name` (first occurrence, `%XX` and `+` decoded).
+fn query_param(request: &Request, name: &str) -> Option<String> {
+    let query = request.url().split_once('?')?.1;
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == name).then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+            (b'+', _) => out.push(b' '),
+            (b, _) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `GET /approvals`, and its long-poll `?wait=N&seen=<etag>` (§10): parked with the
+/// approvals thread, so a waiting phone holds no handler thread.
+fn approvals_get(state: &Arc<AdminState>, request: Request) {
+    let wait = match query_param(&request, "wait") {
+        None => 0,
+        Some(v) => match v.parse::<u64>() {
+            Ok(n) if n <= approvals::MAX_WAIT_SECS => n,
+            _ => {
+                return respond(
+                    request,
+                    error_response(
+                        400,
+                        &format!(
+                            "wait must be a whole number of seconds, 0...{}",
+                            approvals::MAX_WAIT_SECS
+                        ),
+                    ),
+                )
+            }
+        },
+    };
+    let seen = query_param(&request, "seen");
+    let (list, etag) = state.approvals.list();
+    let changed = seen
+        .as_deref()
+        .is_none_or(|s| !approvals::same_etag(s, &etag));
+    if wait == 0 || changed {
+        return respond(request, approvals::list_response(list.to_string(), &etag));
+    }
+    let seen = seen.unwrap_or_default();
+    if let Some(request) = state
+        .approvals
+        .park(request, seen, Duration::from_secs(wait))
+    {
+        let msg = format!(
+            "too many long-polls of /approvals are open ({}); retry shortly, or ask without wait",
+            state.approvals.max_waiters()
+        );
+        respond(request, error_response(429, &msg));
+    }
+}
+
+/// `POST /approvals/{id}`: allow or deny a held call.
+fn approvals_post(state: &Arc<AdminState>, mut request: Request, id: &str, principal: &str) {
+    let body = match read_body(&mut request, state.limits.max_body_bytes) {
+        Ok(b) => b,
+        Err(resp) => return respond(request, resp),
+    };
+    let decision = match approvals::Decision::parse(&body) {
+        Ok(d) => d,
+        Err(msg) => return respond(request, error_response(400, &msg)),
+    };
+    match state.approvals.decide(id, decision, principal) {
+        Some(decided) => {
+            if decided.remembered {
+                state.registry.remembered(&decided.grant_id);
+            }
+            respond(request, json_response(200, &decided.view))
+        }
+        None => respond(request, error_response(404, "no such approval")),
+    }
+}
+
+/// `POST /attach` once its body is valid: create or renew (minting first, if asked).
+fn attach(state: &AdminState, request: Request, req: AttachRequest, principal: &str) {
+    match state.registry.attach(req, principal) {
+        Ok((view, _renewed)) => respond(request, json_response(202, &view)),
+        Err(AttachError::Mint(e)) => respond(request, error_response(502, &e.to_string())),
+        Err(AttachError::BadRequest(msg)) => respond(request, error_response(400, &msg)),
+        Err(AttachError::Internal(msg)) => {
+            warn!("admin: POST /attach failed: {msg}");
+            respond(request, error_response(500, &msg))
+        }
+        Err(AttachError::ShuttingDown) => respond(
+            request,
+            error_response(503, "handnode is shutting down; retry after it restarts"),
+        ),
+    }
+}
+
+/// `429` for a full lane: what is full and when to retry.
+fn too_busy(busy: &Busy) -> Response<std::io::Cursor<Vec<u8>>> {
+    error_response(429, &busy.to_string())
+        .with_header(header("Retry-After", &LANE_RETRY_AFTER_SECS.to_string()))
 }
 
 /// Turn dispatcher actions into at most one reply and at most one call to start.
@@ -577,10 +831,15 @@ fn apply_actions(
             },
             Action::Cancel { id } => {
                 if let Some(c) = calls.cancel(&id) {
-                    debug!("/mcp: cancelled call {id} ({})", c.tool);
+                    debug!(
+                        "/mcp: cancelled call {} ({})",
+                        label::cut(&id.to_string(), MAX_LOGGED_BYTES),
+                        c.tool
+                    );
                 }
             }
             Action::Refused { tool, outcome } => {
+                let tool = label::name(&tool).into_owned();
                 state.metrics.tool_call(&tool, outcome);
                 state.audit.record(Record::ToolCall {
                     grant_id: None,
@@ -598,7 +857,7 @@ fn apply_actions(
 }
 
 fn new_session_id() -> String {
-    crate::grants::new_id()
+    crate::ids::new_id()
 }
 
 /// `POST /mcp`: one JSON-RPC message per request, JSON replies only.
@@ -692,22 +951,18 @@ fn mcp_call(
     session_id: Option<String>,
     (id, name, route, arguments, seq, ctl): PendingCall,
 ) {
-    if state.waiters.fetch_add(1, Ordering::SeqCst) >= MAX_MCP_WAITERS {
-        state.waiters.fetch_sub(1, Ordering::SeqCst);
-        let text = mcp::error_reply(
-            &id,
-            mcp::SERVER_ERROR,
-            &format!(
-                "server busy: {MAX_MCP_WAITERS} /mcp tool calls already running; retry shortly"
-            ),
-        );
-        forget_call(state, &session_id, &id, seq);
-        return respond(
-            request,
-            Response::from_data(text.into_bytes())
-                .with_header(header("Content-Type", "application/json")),
-        );
-    }
+    let slot = match state.mcp_calls.try_acquire() {
+        Ok(slot) => slot,
+        Err(busy) => {
+            let text = mcp::error_reply(&id, mcp::SERVER_ERROR, &format!("server busy: {busy}"));
+            forget_call(state, &session_id, &id, seq);
+            return respond(
+                request,
+                Response::from_data(text.into_bytes())
+                    .with_header(header("Content-Type", "application/json")),
+            );
+        }
+    };
     let (tx, rx) = crossbeam_channel::bounded::<ToolOutput>(1);
     let done = Completion::new(move |out| {
         let _ = tx.send(out);
@@ -725,50 +980,47 @@ fn mcp_call(
         .services
         .start(route, name.clone(), arguments, cx, done);
     let state = Arc::clone(state);
-    let spawned = std::thread::Builder::new()
-        .name("mcp-call".into())
-        .spawn(move || {
-            let wait = Duration::from_secs(CallLimits::LOCAL_HTTP.max_run_secs) + MCP_RESULT_SLACK;
-            let output = rx.recv_timeout(wait).unwrap_or_else(|_| {
-                ctl.cancel();
-                ToolOutput::tool_error("the tool did not finish in time and was stopped")
-            });
-            let live = forget_call(&state, &session_id, &id, seq);
-            let cancelled = ctl.is_cancelled() && !live;
-            let (text, outcome) = mcp::tool_reply(&id, output, state.limits.max_outbound_bytes);
-            let outcome = if cancelled {
-                Outcome::ToolError
-            } else {
-                outcome
-            };
-            state.metrics.tool_call(&name, outcome);
-            state.audit.record(Record::ToolCall {
-                grant_id: None,
-                principal,
-                session: None,
-                tool: name,
-                outcome,
-                duration_ms: started.elapsed().as_millis() as u64,
-                args: audit_args,
-            });
-            state.waiters.fetch_sub(1, Ordering::SeqCst);
-            if cancelled {
-                // notifications/cancelled: no JSON-RPC reply; HTTP still needs an answer.
-                // 202 with no body, as for a notification: clients (the official TypeScript
-                // SDK among them) accept it for any message, while a 204 without a
-                // Content-Type is reported as an error.
-                return respond(
-                    request,
-                    Response::from_data(Vec::new()).with_status_code(202),
-                );
-            }
-            respond(
-                request,
-                Response::from_data(text.into_bytes())
-                    .with_header(header("Content-Type", "application/json")),
-            )
+    let spawned = slot.spawn(move || {
+        let wait = Duration::from_secs(CallLimits::LOCAL_HTTP.max_run_secs) + MCP_RESULT_SLACK;
+        let output = rx.recv_timeout(wait).unwrap_or_else(|_| {
+            ctl.cancel();
+            ToolOutput::tool_error("the tool did not finish in time and was stopped")
         });
-    if let Err(e) = spawned {
+        let live = forget_call(&state, &session_id, &id, seq);
+        let cancelled = ctl.is_cancelled() && !live;
+        let (text, outcome) = mcp::tool_reply(&id, output, state.limits.max_outbound_bytes);
+        let outcome = if cancelled {
+            Outcome::ToolError
+        } else {
+            outcome
+        };
+        state.metrics.tool_call(&name, outcome);
+        state.audit.record(Record::ToolCall {
+            grant_id: None,
+            principal,
+            session: None,
+            tool: name,
+            outcome,
+            duration_ms: started.elapsed().as_millis() as u64,
+            args: audit_args,
+        });
+        if cancelled {
+            // notifications/cancelled: no JSON-RPC reply; HTTP still needs an answer.
+            // 202 with no body, as for a notification: clients (the official TypeScript
+            // SDK among them) accept it for any message, while a 204 without a
+            // Content-Type is reported as an error.
+            return respond(
+                request,
+                Response::from_data(Vec::new()).with_status_code(202),
+            );
+        }
+        respond(
+            request,
+            Response::from_data(text.into_bytes())
+                .with_header(header("Content-Type", "application/json")),
+        )
+    });
+    if let Err((e, _work)) = spawned {
         warn!("/mcp: could not start a responder thread: {e}");
     }
 }
@@ -789,6 +1041,44 @@ fn forget_call(state: &AdminState, session_id: &Option<String>, id: &Value, seq:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_resolve_through_the_route_table() {
+        let route = |m, p| Lookup::Route((m, p), "");
+        assert_eq!(find_route("GET", "/healthz"), route("GET", "/healthz"));
+        assert_eq!(find_route("HEAD", "/readyz"), route("HEAD", "/readyz"));
+        assert_eq!(
+            find_route("DELETE", "/attach/abc"),
+            Lookup::Route(("DELETE", "/attach/{id}"), "abc")
+        );
+        // An empty segment is still one segment: `GET /attach/` is an unknown grant.
+        assert_eq!(find_route("GET", "/attach/"), route("GET", "/attach/{id}"));
+        assert_eq!(find_route("PUT", "/attach"), Lookup::WrongMethod("/attach"));
+        assert_eq!(find_route("GET", "/mcp"), Lookup::WrongMethod("/mcp"));
+        assert_eq!(
+            find_route("POST", "/healthz"),
+            Lookup::WrongMethod("/healthz")
+        );
+        for unknown in [
+            "/",
+            "",
+            "/attach/a/b",
+            "/mcp/",
+            "/attachx",
+            "/ATTACH",
+            "//attach",
+        ] {
+            assert_eq!(find_route("GET", unknown), Lookup::NotFound, "{unknown:?}");
+        }
+        assert_eq!(allowed_methods("/mcp"), "POST, DELETE");
+        assert_eq!(allowed_methods("/healthz"), "GET, HEAD");
+        for (_, path) in ROUTES {
+            assert!(path.starts_with('/'), "{path}");
+        }
+        for path in PUBLIC_PATHS {
+            assert!(ROUTES.iter().any(|(_, p)| p == path), "{path}");
+        }
+    }
 
     #[test]
     fn hosts() {

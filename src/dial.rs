@@ -16,7 +16,6 @@ use log::{debug, info, warn};
 use serde_json::Value;
 use tungstenite::client::IntoClientRequest;
 use tungstenite::handshake::HandshakeError;
-use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::WebSocket;
 
 use crate::calls::{Calls, Services};
@@ -61,6 +60,8 @@ pub enum EndReason {
     Cancelled,
     /// Our own TTL ran out.
     Deadline,
+    /// The grant thread panicked (a bug); caught where it was spawned.
+    InternalError,
 }
 
 impl EndReason {
@@ -73,6 +74,7 @@ impl EndReason {
             EndReason::HandshakeRejected(status) => format!("handshake_rejected_{status}"),
             EndReason::Cancelled => "cancelled".into(),
             EndReason::Deadline => "deadline".into(),
+            EndReason::InternalError => "internal_error".into(),
         }
     }
 }
@@ -84,15 +86,51 @@ pub enum Disposition {
     Stop(EndReason),
 }
 
-/// Close codes from the pod: four end the grant, everything else redials.
+/// Close codes from the pod that end the grant, and the reason it ends with; every other
+/// code redials. `docs/protocol.md` must name each (`tests/protocol_doc.rs`).
+pub const STOPPING_CLOSES: [(u16, EndReason); 4] = [
+    (4001, EndReason::GrantExpired),
+    (4002, EndReason::Replaced),
+    (4004, EndReason::SessionEnded),
+    (4010, EndReason::Revoked),
+];
+
+/// The closes for the pod's framing violations are `link`'s, which detects them.
+pub use crate::link::{OurClose, CLOSE_BAD_UTF8, CLOSE_TOO_LARGE};
+
+/// Revoked or replaced here: the grant ends and is never redialled.
+pub const CLOSE_ENDED: OurClose = OurClose {
+    code: 1000,
+    reason: "grant ended",
+};
+/// The grant's own deadline passed.
+pub const CLOSE_DEADLINE: OurClose = OurClose {
+    code: 1000,
+    reason: "grant deadline",
+};
+/// The daemon is stopping; the grant stays on disk and resumes at the next start.
+pub const CLOSE_SHUTDOWN: OurClose = OurClose {
+    code: 1001,
+    reason: "handnode shutting down",
+};
+/// Every close frame we send. `docs/protocol.md` must name each code.
+pub const SENT_CLOSES: [OurClose; 5] = [
+    CLOSE_ENDED,
+    CLOSE_DEADLINE,
+    CLOSE_SHUTDOWN,
+    CLOSE_BAD_UTF8,
+    CLOSE_TOO_LARGE,
+];
+
+/// Close codes from the pod: those of [`STOPPING_CLOSES`] end the grant, everything else
+/// redials.
 pub fn close_disposition(code: u16) -> Disposition {
-    match code {
-        4001 => Disposition::Stop(EndReason::GrantExpired),
-        4002 => Disposition::Stop(EndReason::Replaced),
-        4004 => Disposition::Stop(EndReason::SessionEnded),
-        4010 => Disposition::Stop(EndReason::Revoked),
-        _ => Disposition::Redial,
-    }
+    STOPPING_CLOSES
+        .iter()
+        .find(|(c, _)| *c == code)
+        .map_or(Disposition::Redial, |(_, reason)| {
+            Disposition::Stop(reason.clone())
+        })
 }
 
 /// Handshake statuses: 101, 2xx, 429 and 5xx are passing trouble; anything else means
@@ -252,6 +290,8 @@ pub struct GrantThread {
     pub timing: Timing,
     pub limits: Limits,
     pub audit_args: bool,
+    /// Which calls wait for a person's decision, and where they wait (§10).
+    pub approvals: crate::approvals::GrantApprovals,
 }
 
 /// How one connection ended.
@@ -277,91 +317,6 @@ struct Taken {
 enum Exit {
     End(EndReason),
     Shutdown,
-}
-
-/// Scheme, host and port of a `ws://` / `wss://` URL.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Endpoint {
-    pub tls: bool,
-    pub host: String,
-    pub port: u16,
-}
-
-/// Parse the authority of a `ws`/`wss` URL (userinfo refused, IPv6 in brackets).
-pub fn endpoint(url: &str) -> Result<Endpoint, String> {
-    let (tls, rest) = if let Some(rest) = strip_prefix_ci(url, "wss://") {
-        (true, rest)
-    } else if let Some(rest) = strip_prefix_ci(url, "ws://") {
-        (false, rest)
-    } else {
-        return Err("not a ws:// or wss:// URL".into());
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let (host, port) = authority_parts(authority, if tls { 443 } else { 80 })?;
-    // The attach path is appended to the URL, so a query or fragment would swallow it.
-    if rest.contains(['?', '#']) {
-        return Err("a query or fragment is not allowed".into());
-    }
-    if url.parse::<tungstenite::http::Uri>().is_err() {
-        return Err("not a valid URL".into());
-    }
-    Ok(Endpoint { tls, host, port })
-}
-
-/// Host (lower-case, IPv6 without brackets) and port of a URL authority; userinfo refused.
-pub(crate) fn authority_parts(authority: &str, default_port: u16) -> Result<(String, u16), String> {
-    if authority.contains('@') {
-        return Err("credentials in the URL are not supported".into());
-    }
-    let (host, port) = if let Some(after) = authority.strip_prefix('[') {
-        let (host, tail) = after.split_once(']').ok_or("unclosed [ in host")?;
-        let port = match tail.strip_prefix(':') {
-            Some(p) => port_number(p)?,
-            None if tail.is_empty() => default_port,
-            None => return Err("junk after ]".into()),
-        };
-        (host.to_string(), port)
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h.to_string(), port_number(p)?),
-            None => (authority.to_string(), default_port),
-        }
-    };
-    if host.is_empty() {
-        return Err("no host".into());
-    }
-    if port == 0 {
-        return Err("port 0".into());
-    }
-    // A host the resolver and the WebSocket client both take: a DNS name or IPv4 address,
-    // or an IPv6 address in brackets. Anything else passed here once and then redialled
-    // forever ("invalid authority"), e.g. `pod.example::090` or `:1]`.
-    let host_ok = if authority.starts_with('[') {
-        host.parse::<std::net::Ipv6Addr>().is_ok()
-    } else {
-        host.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
-    };
-    if !host_ok {
-        return Err(format!("bad host {host:?}"));
-    }
-    Ok((host.to_ascii_lowercase(), port))
-}
-
-/// Decimal digits only: `u16::from_str` also takes `+80`, which no URL parser does.
-fn port_number(p: &str) -> Result<u16, String> {
-    if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("bad port {p:?}"));
-    }
-    p.parse().map_err(|_| format!("bad port {p:?}"))
-}
-
-pub(crate) fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
-    // `get`, not slicing: the cut may fall inside a multi-byte character (a panic before).
-    match (s.get(..prefix.len()), s.get(prefix.len()..)) {
-        (Some(head), Some(rest)) if head.eq_ignore_ascii_case(prefix) => Some(rest),
-        _ => None,
-    }
 }
 
 impl GrantThread {
@@ -545,7 +500,7 @@ impl GrantThread {
     /// WebSocket handshake on a non-blocking socket, so commands still wake us.
     fn connect(&mut self) -> Result<WebSocket<ClientStream>, ConnEnd> {
         let url = attach_url(&self.spec.runtime, &self.spec.session);
-        let ep = endpoint(&url).map_err(ConnEnd::Lost)?;
+        let ep = crate::url::endpoint(&url).map_err(ConnEnd::Lost)?;
         // URL schemes are case-insensitive and validation accepts `WS://`, but tungstenite
         // only takes a lowercase scheme: without this such a grant redials forever.
         let url = match url.split_once("://") {
@@ -734,12 +689,8 @@ impl GrantThread {
                         self.events.closed(code);
                         break Some(ConnEnd::Closed(code));
                     }
-                    Inbound::Violation {
-                        code,
-                        reason,
-                        error,
-                    } => {
-                        self.close(&mut link, code, reason);
+                    Inbound::Violation { close, error } => {
+                        self.close(&mut link, close);
                         break Some(ConnEnd::Lost(error));
                     }
                     Inbound::Lost(error) => break Some(ConnEnd::Lost(error)),
@@ -751,7 +702,7 @@ impl GrantThread {
             // Timers.
             let now = Instant::now();
             if SystemTime::now() >= self.spec.deadline {
-                self.close(&mut link, CloseCode::Normal, "grant deadline");
+                self.close(&mut link, CLOSE_DEADLINE);
                 break ConnEnd::Exit(Exit::End(EndReason::Deadline));
             }
             if self.paused(&link) {
@@ -816,6 +767,13 @@ impl GrantThread {
         };
         let _ = self.poller.delete(link.socket());
         let cancelled = calls.cancel_all();
+        for call in &cancelled {
+            // A held call never ran: withdrawn with its socket.
+            if self.approvals.withdraw(&call.ctl) {
+                self.events
+                    .tool_call(self.call_event(call, Outcome::NotApproved));
+            }
+        }
         if !cancelled.is_empty() {
             debug!(
                 "grant {}: connection lost with {} calls in flight; their process groups were killed",
@@ -835,19 +793,32 @@ impl GrantThread {
         link.queued_bytes() > self.limits.write_buffer_bytes
     }
 
+    /// The audit/metrics event of a call that ended without a reply.
+    fn call_event(&self, call: &crate::calls::InFlight, outcome: Outcome) -> CallEvent {
+        CallEvent {
+            grant_id: self.spec.id.clone(),
+            principal: self.spec.principal.clone(),
+            session: self.spec.session.clone(),
+            tool: call.tool.clone(),
+            outcome,
+            duration: call.started.elapsed(),
+            arguments: None,
+        }
+    }
+
     fn serve_commands(&mut self, link: &mut Link<ClientStream>) -> Option<ConnEnd> {
         let exit = self.take_commands().exit?;
         match exit {
-            Exit::End(_) => self.close(link, CloseCode::Normal, "grant ended"),
-            Exit::Shutdown => self.close(link, CloseCode::Away, "handnode shutting down"),
+            Exit::End(_) => self.close(link, CLOSE_ENDED),
+            Exit::Shutdown => self.close(link, CLOSE_SHUTDOWN),
         }
         Some(ConnEnd::Exit(exit))
     }
 
     /// Queue our close frame and push it out promptly; the pod must see it, but we do not
     /// wait for its reply. Replies still owed are abandoned.
-    fn close(&self, link: &mut Link<ClientStream>, code: CloseCode, reason: &'static str) {
-        let _ = link.close(code, reason);
+    fn close(&self, link: &mut Link<ClientStream>, close: OurClose) {
+        let _ = link.close(close);
         let until = Instant::now() + CLOSE_FLUSH_LIMIT;
         while link.stuck_since().is_some() && Instant::now() < until {
             // The send buffer is full; briefly wait for room rather than drop the frame.
@@ -864,7 +835,7 @@ impl GrantThread {
                 break;
             }
         }
-        self.events.closed(u16::from(code));
+        self.events.closed(close.code);
     }
 
     fn send_text(&self, link: &mut Link<ClientStream>, text: String) {
@@ -890,6 +861,7 @@ impl GrantThread {
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
+            approve: self.approvals.gate.waiting_tools(),
         };
         let actions = {
             let catalog = ConnCatalog {
@@ -944,19 +916,23 @@ impl GrantThread {
                         ctl,
                         host: Arc::clone(&self.services.host),
                     };
-                    self.services.start(route, name, arguments, cx, done);
+                    let asker = crate::approvals::Asker {
+                        grant_id: &self.spec.id,
+                        principal: &self.spec.principal,
+                        session: &self.spec.session,
+                        profile: self.spec.profile,
+                    };
+                    self.approvals
+                        .start(&self.services, asker, (route, name, arguments), cx, done);
                 }
                 Action::Cancel { id } => {
                     if let Some(call) = calls.cancel(&id) {
-                        self.events.tool_call(CallEvent {
-                            grant_id: self.spec.id.clone(),
-                            principal: self.spec.principal.clone(),
-                            session: self.spec.session.clone(),
-                            tool: call.tool,
-                            outcome: Outcome::ToolError,
-                            duration: call.started.elapsed(),
-                            arguments: None,
-                        });
+                        let outcome = if self.approvals.withdraw(&call.ctl) {
+                            Outcome::NotApproved
+                        } else {
+                            Outcome::ToolError
+                        };
+                        self.events.tool_call(self.call_event(&call, outcome));
                     }
                 }
                 Action::Refused { tool, outcome } => self.events.tool_call(CallEvent {
@@ -983,6 +959,7 @@ struct FrameCx<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tungstenite::protocol::frame::coding::CloseCode;
 
     #[test]
     fn attach_url_drops_one_trailing_slash() {
@@ -992,59 +969,6 @@ mod tests {
         );
         assert_eq!(attach_url("ws://h:9", "x"), "ws://h:9/tools/attach/x");
         assert_eq!(attach_url("ws://h:9//", "x"), "ws://h:9//tools/attach/x");
-    }
-
-    #[test]
-    fn endpoints() {
-        assert_eq!(
-            endpoint("ws://Host:9/x").unwrap(),
-            Endpoint {
-                tls: false,
-                host: "host".into(),
-                port: 9
-            }
-        );
-        assert_eq!(
-            endpoint("wss://pod.tail.ts.net").unwrap(),
-            Endpoint {
-                tls: true,
-                host: "pod.tail.ts.net".into(),
-                port: 443
-            }
-        );
-        assert_eq!(
-            endpoint("ws://[::1]:8090/").unwrap(),
-            Endpoint {
-                tls: false,
-                host: "::1".into(),
-                port: 8090
-            }
-        );
-        assert_eq!(endpoint("WS://h").unwrap().port, 80);
-        for bad in [
-            "http://h",
-            "ws://",
-            "ws://:80",
-            "ws://u:p@h",
-            "ws://h:x",
-            "ws://h:0",
-            "ws://[::1",
-            // Fuzz regressions: accepted once, then never dialable.
-            "wss://pod.example::090/",
-            "WSS://:1]:44343/x",
-            "wss://pod%ee.example/",
-            "ws://h:+80",
-            "ws://[not-v6]:80",
-            "ws://bücher.example",
-            "ws://h/base?x=1",
-            "ws://h/#frag",
-            "ws://h/a b",
-            "kSS:ۦz",
-            "wé://x",
-            "ws:/ۦ",
-        ] {
-            assert!(endpoint(bad).is_err(), "{bad}");
-        }
     }
 
     #[test]
@@ -1069,6 +993,26 @@ mod tests {
     }
 
     #[test]
+    fn the_closes_we_send_are_the_standard_codes() {
+        assert_eq!(CloseCode::from(CLOSE_ENDED.code), CloseCode::Normal);
+        assert_eq!(CloseCode::from(CLOSE_DEADLINE.code), CloseCode::Normal);
+        assert_eq!(CloseCode::from(CLOSE_SHUTDOWN.code), CloseCode::Away);
+        assert_eq!(CloseCode::from(CLOSE_BAD_UTF8.code), CloseCode::Invalid);
+        assert_eq!(CloseCode::from(CLOSE_TOO_LARGE.code), CloseCode::Size);
+        for (code, reason) in &STOPPING_CLOSES {
+            assert_eq!(close_disposition(*code), Disposition::Stop(reason.clone()));
+        }
+        // None of ours would end a grant if a pod echoed it back.
+        for close in SENT_CLOSES {
+            assert_eq!(
+                close_disposition(close.code),
+                Disposition::Redial,
+                "{close:?}"
+            );
+        }
+    }
+
+    #[test]
     fn end_reason_wire_names() {
         assert_eq!(
             EndReason::HandshakeRejected(401).as_string(),
@@ -1078,10 +1022,11 @@ mod tests {
         assert_eq!(EndReason::SessionEnded.as_string(), "session_ended");
         assert_eq!(EndReason::Deadline.as_string(), "deadline");
         assert_eq!(EndReason::Cancelled.as_string(), "cancelled");
+        assert_eq!(EndReason::InternalError.as_string(), "internal_error");
     }
 
-    /// The vectors of `tests/conformance/reverse_attach_vectors.json`, which must be
-    /// byte-identical to `../shared/conformance/` (checked in `tests/conformance.rs`).
+    /// The vectors of `tests/conformance/reverse_attach_vectors.json` (the repository's
+    /// copy of the conformance vectors; see `tests/conformance.rs`).
     #[test]
     fn reverse_attach_vectors() {
         let path = concat!(
@@ -1089,12 +1034,6 @@ mod tests {
             "/tests/conformance/reverse_attach_vectors.json"
         );
         let text = std::fs::read_to_string(path)
-            .or_else(|_| {
-                std::fs::read_to_string(concat!(
-                    env!("CARGO_MANIFEST_DIR"),
-                    "/../shared/conformance/reverse_attach_vectors.json"
-                ))
-            })
             .expect("reverse_attach_vectors.json vendored under tests/conformance");
         let v: Value = serde_json::from_str(&text).unwrap();
         let stop_name = |r: &EndReason| match r {

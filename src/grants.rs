@@ -14,13 +14,16 @@ use crossbeam_channel::Sender;
 use log::{debug, info, warn};
 use serde_json::{json, Map, Value};
 
+use crate::approvals::{visible_tools, Approvals, Approve, Gate, GrantApprovals};
 use crate::audit::{Audit, LifecycleEvent, Record};
 use crate::calls::Services;
 use crate::config::{Limits, Timing};
+use crate::containment::{self, Site};
 use crate::dial::{
-    self, CallEvent, Command, EndReason, GrantEvents, GrantSpec, GrantThread, State, Status,
+    CallEvent, Command, EndReason, GrantEvents, GrantSpec, GrantThread, State, Status,
 };
 use crate::error::Error;
+use crate::ids::new_id;
 use crate::metrics::Metrics;
 use crate::persist::{GrantStore, StoredGrant};
 use crate::profiles::{Profile, PROFILE_ERROR};
@@ -28,12 +31,9 @@ use crate::secret::Secret;
 use crate::timefmt::{now_unix, rfc3339};
 use crate::wake::{Poller, Waker};
 
-/// Longest TTL a grant may ask for (seconds): one day.
-pub const MAX_TTL_SECS: u64 = 86_400;
+pub use crate::config::MAX_TTL_SECS;
 /// TTL when the request gives none (seconds).
 pub const DEFAULT_TTL_SECS: u64 = 3_600;
-/// Longest runtime URL we accept (bytes).
-pub const MAX_RUNTIME_URL_BYTES: usize = 2_048;
 
 pub const RUNTIME_ERROR: &str = "runtime must be a ws:// or wss:// URL";
 pub const SESSION_ERROR: &str = "session must match [a-z0-9-]{1,32}";
@@ -58,20 +58,14 @@ pub struct AttachRequest {
     pub profile: Profile,
     pub ttl_secs: u64,
     pub source: SecretSource,
+    /// Tools whose every call waits for a person's decision (§10), as given.
+    pub approve: Option<Approve>,
 }
 
 fn session_ok(s: &str) -> bool {
     (1..=32).contains(&s.len())
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-}
-
-fn runtime_ok(s: &str) -> bool {
-    s.len() <= MAX_RUNTIME_URL_BYTES
-        && !s
-            .bytes()
-            .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
-        && dial::endpoint(s).is_ok()
 }
 
 impl AttachRequest {
@@ -89,6 +83,7 @@ impl AttachRequest {
                 "ttl_secs",
                 "secret",
                 "admin_credential",
+                "approve",
             ]
             .contains(&key.as_str())
             {
@@ -96,7 +91,7 @@ impl AttachRequest {
             }
         }
         let runtime = match obj.get("runtime") {
-            Some(Value::String(s)) if runtime_ok(s) => s.clone(),
+            Some(Value::String(s)) if crate::url::is_runtime_url(s) => s.clone(),
             _ => return Err(RUNTIME_ERROR.into()),
         };
         let session = match obj.get("session") {
@@ -133,12 +128,14 @@ impl AttachRequest {
             (None, Some(c)) => SecretSource::AdminCredential(c),
             _ => return Err(SECRET_CHOICE_ERROR.into()),
         };
+        let approve = Approve::from_json(obj.get("approve"))?;
         Ok(AttachRequest {
             runtime,
             session,
             profile,
             ttl_secs,
             source,
+            approve,
         })
     }
 }
@@ -147,7 +144,7 @@ impl AttachRequest {
 /// host, explicit port, one trailing `/` removed) plus the session.
 pub fn target_key(runtime: &str, session: &str) -> String {
     let trimmed = runtime.strip_suffix('/').unwrap_or(runtime);
-    match dial::endpoint(trimmed) {
+    match crate::url::endpoint(trimmed) {
         Ok(ep) => {
             let scheme_len = if ep.tls { 6 } else { 5 };
             let after = &trimmed[scheme_len..];
@@ -165,23 +162,6 @@ pub fn target_key(runtime: &str, session: &str) -> String {
         }
         Err(_) => format!("{trimmed} {session}"),
     }
-}
-
-/// A fresh lowercase UUID v4.
-pub fn new_id() -> String {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).expect("the OS random source works");
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
 }
 
 /// Owns one grant thread. Dropping it asks the thread to stop (close 1001, as on
@@ -221,6 +201,9 @@ struct Entry {
     created_at: u64,
     deadline: SystemTime,
     secret: Secret,
+    /// `approve` as given, and what it gates.
+    approve: Option<Approve>,
+    gate: Arc<Gate>,
     status: Arc<Mutex<Status>>,
     handle: Option<GrantHandle>,
     ended_at: Option<Instant>,
@@ -252,6 +235,8 @@ impl Entry {
             created_at: self.created_at,
             expires_at: self.expires_at(),
             secret: self.secret.clone(),
+            approve: self.approve.clone(),
+            approved_for_grant: self.gate.remembered(),
         }
     }
 
@@ -293,6 +278,18 @@ impl Entry {
         v.insert("calls".into(), json!(status.calls));
         if let Some(err) = &status.last_error {
             v.insert("last_error".into(), json!(err));
+        }
+        if let Some(approve) = &self.approve {
+            v.insert("approve".into(), approve.to_json());
+        }
+        v.insert("approved_for_grant".into(), json!(self.gate.remembered()));
+        // Over the local tools for now: the browser tools get classes with issue 13.
+        let (shell, because) = crate::tools::escalation(crate::tools::names(self.profile), |t| {
+            self.gate.needs_approval(t)
+        });
+        v.insert("shell".into(), json!(shell.as_str()));
+        if let Some(because) = because {
+            v.insert("shell_because".into(), json!(because));
         }
         Value::Object(v)
     }
@@ -359,6 +356,8 @@ pub enum AttachError {
     Internal(String),
     /// The daemon is shutting down: `503`.
     ShuttingDown,
+    /// The request names something this grant cannot have: `400` with this message.
+    BadRequest(String),
 }
 
 struct Inner {
@@ -383,6 +382,7 @@ pub struct Registry {
     audit: Audit,
     metrics: Arc<Metrics>,
     tls: Arc<rustls::ClientConfig>,
+    approvals: Arc<Approvals>,
     config: RegistryConfig,
     me: Weak<Registry>,
 }
@@ -406,12 +406,20 @@ impl GrantEvents for Events {
 
     fn tool_call(&self, ev: CallEvent) {
         if let Some(reg) = self.registry.upgrade() {
-            reg.metrics.tool_call(&ev.tool, ev.outcome);
+            // The pod chose this name (a refused one can be megabytes): label it once here,
+            // so the raw text goes no further and is hashed once.
+            let tool = crate::label::name(&ev.tool).into_owned();
+            drop(ev.tool);
+            #[cfg(test)]
+            if tool == containment::hooks::GRANT_TOOL {
+                panic!("test hook: the grant thread panics");
+            }
+            reg.metrics.tool_call(&tool, ev.outcome);
             reg.audit.record(Record::ToolCall {
                 grant_id: Some(ev.grant_id),
                 principal: ev.principal,
                 session: Some(ev.session),
-                tool: ev.tool,
+                tool,
                 outcome: ev.outcome,
                 duration_ms: ev.duration.as_millis() as u64,
                 args: ev.arguments,
@@ -462,6 +470,7 @@ impl Registry {
         audit: Audit,
         metrics: Arc<Metrics>,
         tls: Arc<rustls::ClientConfig>,
+        approvals: Arc<Approvals>,
         config: RegistryConfig,
     ) -> Arc<Registry> {
         Arc::new_cyclic(|me| Registry {
@@ -474,6 +483,7 @@ impl Registry {
             audit,
             metrics,
             tls,
+            approvals,
             config,
             me: me.clone(),
         })
@@ -483,12 +493,19 @@ impl Registry {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn spawn(&self, spec: GrantSpec) -> Result<(GrantHandle, Arc<Mutex<Status>>), Error> {
+    fn spawn(
+        &self,
+        spec: GrantSpec,
+        gate: &Arc<Gate>,
+    ) -> Result<(GrantHandle, Arc<Mutex<Status>>), Error> {
         let poller = Poller::new().map_err(|e| Error::io("create grant poller", e))?;
         let waker = poller.waker();
         let (tx, rx) = crossbeam_channel::unbounded();
         let status = Arc::new(Mutex::new(Status::default()));
         let name = format!("grant-{}", &spec.id[..8.min(spec.id.len())]);
+        let id = spec.id.clone();
+        let registry = self.me.clone();
+        let thread_status = Arc::clone(&status);
         let thread = GrantThread {
             spec,
             commands: rx,
@@ -502,10 +519,31 @@ impl Registry {
             timing: self.config.timing.clone(),
             limits: self.config.limits.clone(),
             audit_args: self.config.audit_args,
+            approvals: GrantApprovals {
+                hub: Arc::clone(&self.approvals),
+                gate: Arc::clone(gate),
+            },
         };
         let join = std::thread::Builder::new()
             .name(name)
-            .spawn(move || thread.run())
+            .spawn(move || {
+                // A bug reached by one grant's input ends that grant, not the daemon: the
+                // unwind drops its socket and cancels its calls (their `Calls` drop), and
+                // here it is ended, persisted and audited like any other end.
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| thread.run()));
+                if let Err(payload) = run {
+                    containment::caught(Site::Grant, &id, payload.as_ref());
+                    {
+                        let mut st = thread_status.lock().unwrap_or_else(|e| e.into_inner());
+                        st.state = State::Ended;
+                        st.redial_at = None;
+                        st.ended.get_or_insert(EndReason::InternalError);
+                    }
+                    if let Some(reg) = registry.upgrade() {
+                        reg.thread_ended(&id, &EndReason::InternalError);
+                    }
+                }
+            })
             .map_err(|e| Error::io("start grant thread", e))?;
         Ok((
             GrantHandle {
@@ -554,6 +592,12 @@ impl Registry {
         req: AttachRequest,
         principal: &str,
     ) -> Result<(Value, bool), AttachError> {
+        // Checked before any mint: a refused request changes nothing, at the pod neither.
+        let visible = visible_tools(req.profile, self.services.upstream.as_deref());
+        let gated = match &req.approve {
+            Some(approve) => approve.resolve(&visible).map_err(AttachError::BadRequest)?,
+            None => Default::default(),
+        };
         let now = SystemTime::now();
         let (secret, ttl) = match req.source {
             SecretSource::Given(secret) => (secret, req.ttl_secs),
@@ -589,7 +633,10 @@ impl Registry {
                 .iter()
                 .position(|e| e.target == target && e.is_live());
             match existing {
-                Some(i) if inner.entries[i].profile == req.profile => {
+                Some(i)
+                    if inner.entries[i].profile == req.profile
+                        && Approve::same(&inner.entries[i].approve, &req.approve) =>
+                {
                     let entry = &mut inner.entries[i];
                     let previous = std::mem::replace(&mut entry.principal, principal.to_string());
                     entry.secret = secret.clone();
@@ -625,6 +672,7 @@ impl Registry {
                         let record =
                             old.lifecycle(LifecycleEvent::Replaced, Some("replaced".into()), None);
                         self.audit.record(record);
+                        self.approvals.withdraw_grant(&old.id);
                     }
                     let id = new_id();
                     let spec = GrantSpec {
@@ -636,8 +684,9 @@ impl Registry {
                         secret: secret.clone(),
                         deadline,
                     };
+                    let gate = Gate::new(gated, []);
                     let (handle, status) = self
-                        .spawn(spec)
+                        .spawn(spec, &gate)
                         .map_err(|e| AttachError::Internal(e.to_string()))?;
                     let entry = Entry {
                         id: id.clone(),
@@ -649,6 +698,8 @@ impl Registry {
                         created_at: unix(now),
                         deadline,
                         secret,
+                        approve: req.approve,
+                        gate,
                         status,
                         handle: Some(handle),
                         ended_at: None,
@@ -688,6 +739,7 @@ impl Registry {
         };
         // The secret is dropped here, and from disk with the persist below.
         entry.end_here(EndReason::Cancelled);
+        self.approvals.withdraw_grant(id);
         let record = entry.lifecycle(LifecycleEvent::Revoked, Some("cancelled".into()), None);
         let who = (entry.session.clone(), entry.profile);
         info!("grant {id} revoked");
@@ -714,6 +766,15 @@ impl Registry {
             &format!("handnode: {session} is no longer lent ({profile})"),
             why,
         );
+    }
+
+    /// A decision with `remember` added to a grant's `approved_for_grant`: keep it on disk
+    /// (it lasts until the grant ends, restarts included).
+    pub fn remembered(&self, grant_id: &str) {
+        let inner = self.lock();
+        if let Err(e) = self.persist(&inner) {
+            warn!("grant {grant_id}: could not persist approved_for_grant: {e}");
+        }
     }
 
     /// `GET /attach/{id}`.
@@ -776,6 +837,14 @@ impl Registry {
                 continue;
             };
             let deadline = UNIX_EPOCH + Duration::from_secs(g.expires_at);
+            // Validated at load against the profile; upstream names cannot be checked before
+            // the upstreams answer, and gating a tool that is not there changes nothing.
+            let gated = g
+                .approve
+                .as_ref()
+                .map(|a| a.resolve_stored(profile))
+                .unwrap_or_default();
+            let gate = Gate::new(gated, g.approved_for_grant.clone());
             let spec = GrantSpec {
                 id: g.id.clone(),
                 runtime: g.runtime.clone(),
@@ -785,7 +854,7 @@ impl Registry {
                 secret: g.secret.clone(),
                 deadline,
             };
-            match self.spawn(spec) {
+            match self.spawn(spec, &gate) {
                 Ok((handle, status)) => {
                     inner.entries.push(Entry {
                         target: target_key(&g.runtime, &g.session),
@@ -797,6 +866,8 @@ impl Registry {
                         created_at: g.created_at,
                         deadline,
                         secret: g.secret,
+                        approve: g.approve,
+                        gate,
                         status,
                         handle: Some(handle),
                         ended_at: None,
@@ -804,6 +875,12 @@ impl Registry {
                     resumed += 1;
                 }
                 Err(e) => warn!("could not resume grant {}: {e}", g.id),
+            }
+        }
+        if !report.clamped.is_empty() {
+            // The file says the grants live longer than they will; make it say the truth.
+            if let Err(e) = self.persist(&inner) {
+                warn!("could not persist the clamped grants: {e}");
             }
         }
         Ok(resumed)
@@ -838,6 +915,7 @@ impl Registry {
             return;
         }
         entry.mark_ended();
+        self.approvals.withdraw_grant(grant_id);
         let event = match reason {
             EndReason::Deadline | EndReason::GrantExpired => LifecycleEvent::Expired,
             _ => LifecycleEvent::Ended,
@@ -919,7 +997,7 @@ mod tests {
             (
                 format!(
                     r#"{{"runtime":"ws://h/{}","session":"s","secret":"x"}}"#,
-                    "a".repeat(MAX_RUNTIME_URL_BYTES)
+                    "a".repeat(crate::url::MAX_RUNTIME_URL_BYTES)
                 ),
                 RUNTIME_ERROR,
             ),

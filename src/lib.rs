@@ -3,17 +3,24 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod approvals;
 pub mod audit;
 pub mod auth;
+pub mod build_info;
 pub mod calls;
 pub mod cli;
 pub mod config;
+pub mod containment;
 pub mod dial;
 pub mod doctor;
 pub mod error;
 pub mod grants;
+pub mod hardening;
 pub mod httpc;
+pub mod ids;
 pub mod jobs;
+pub mod label;
+pub mod lanes;
 pub mod link;
 pub mod mcp;
 pub mod metrics;
@@ -23,12 +30,14 @@ pub mod persist;
 pub mod profiles;
 pub mod sdnotify;
 pub mod secret;
+pub mod statedir;
 #[cfg(test)]
 mod testutil;
 pub mod timefmt;
 pub mod tls;
 pub mod tools;
 pub mod upstream;
+pub mod url;
 pub mod wake;
 
 pub use config::Config;
@@ -79,6 +88,7 @@ pub struct Daemon {
     admin: Option<admin::AdminServer>,
     registry: Arc<grants::Registry>,
     fatal: crossbeam_channel::Receiver<Error>,
+    approvals_guard: Option<approvals::ApprovalsGuard>,
     audit_guard: Option<audit::AuditGuard>,
     sd_notify: bool,
 }
@@ -96,17 +106,11 @@ use std::sync::Arc;
 impl Daemon {
     /// Validate, open the state, bind, resume persisted grants, serve, and report ready.
     pub fn start(config: Config) -> Result<Daemon, Error> {
-        let policy = auth::Policy::from_config(&config);
+        let policy = config.policy();
         policy.validate().map_err(Error::Config)?;
         let tls = tls::client_config(config.ca_file.as_deref())?;
-        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
-            .create(&config.state_dir)
-            .map_err(|e| {
-                Error::Config(format!(
-                    "cannot create the state dir {}: {e} (set --state-dir)",
-                    config.state_dir.display()
-                ))
-            })?;
+        // Also with --no-persist: the audit log lives there.
+        persist::ensure_state_dir(&config.state_dir)?;
         let store = if config.persist {
             Some(persist::GrantStore::open(&config.state_dir)?)
         } else {
@@ -145,12 +149,34 @@ impl Daemon {
                 )?) as Arc<dyn tools::UpstreamSource>)
             },
         });
+        let notifier = if config.notify {
+            notify::Notifier::for_display(
+                config.notify_program.clone(),
+                config.display_env.as_ref(),
+            )
+        } else {
+            None
+        };
+        let (approvals, approvals_guard) = approvals::Approvals::start(
+            approvals::HubConfig {
+                timeout: config.timing.approval_timeout,
+                max_pending: config.limits.approvals_pending,
+                max_waiters: config.limits.approval_waiters,
+                max_args_bytes: config.limits.approval_args_bytes,
+                audit_args: config.audit_args,
+                notifier,
+            },
+            audit.clone(),
+            Arc::clone(&metrics),
+        )
+        .map_err(|e| Error::io("start the approvals thread", e))?;
         let registry = grants::Registry::new(
             Arc::clone(&services),
             store,
             audit.clone(),
             Arc::clone(&metrics),
             tls,
+            Arc::clone(&approvals),
             grants::RegistryConfig {
                 timing: config.timing.clone(),
                 limits: config.limits.clone(),
@@ -163,6 +189,7 @@ impl Daemon {
             policy,
             Arc::clone(&registry),
             services,
+            approvals,
             metrics,
             audit,
             config.allow_hosts.clone(),
@@ -191,6 +218,7 @@ impl Daemon {
             admin: Some(admin),
             registry,
             fatal,
+            approvals_guard: Some(approvals_guard),
             audit_guard: Some(audit_guard),
             sd_notify: config.sd_notify,
         })
@@ -227,6 +255,9 @@ impl Daemon {
 
     fn stop(&mut self) {
         self.admin.take();
+        // Before the grants stop: parked long-polls are answered and held calls withdrawn
+        // (audited) now, not after every grant thread has been joined.
+        self.approvals_guard.take();
         self.registry.shutdown();
         self.audit_guard.take();
     }

@@ -32,6 +32,25 @@ pub fn ws_config(limits: &Limits) -> WebSocketConfig {
         .max_write_buffer_size(4 * FRAGMENT_BYTES)
 }
 
+/// A close frame we send: its code and the reason text that goes with it. `dial` holds
+/// the table of every one we send (`dial::SENT_CLOSES`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OurClose {
+    pub code: u16,
+    pub reason: &'static str,
+}
+
+/// The pod sent a text frame that is not UTF-8; we redial.
+pub const CLOSE_BAD_UTF8: OurClose = OurClose {
+    code: 1007,
+    reason: "invalid UTF-8 in a text frame",
+};
+/// The pod sent a message over the inbound cap; we redial.
+pub const CLOSE_TOO_LARGE: OurClose = OurClose {
+    code: 1009,
+    reason: "message too large",
+};
+
 /// What one read from the socket means.
 #[derive(Debug, PartialEq)]
 pub enum Inbound {
@@ -44,11 +63,7 @@ pub enum Inbound {
     /// The pod closed with this code (1005 when it gave none); our close reply is queued.
     Closed(u16),
     /// The pod broke a rule that has a close code: close with it, then drop the socket.
-    Violation {
-        code: CloseCode,
-        reason: &'static str,
-        error: String,
-    },
+    Violation { close: OurClose, error: String },
     /// The socket is unusable (network error, protocol error, closed).
     Lost(String),
 }
@@ -143,17 +158,13 @@ impl<S: Read + Write> Link<S> {
     }
 
     /// Queue our close frame and try to write it; queued replies are abandoned.
-    pub fn close(
-        &mut self,
-        code: CloseCode,
-        reason: &'static str,
-    ) -> Result<(), tungstenite::Error> {
+    pub fn close(&mut self, close: OurClose) -> Result<(), tungstenite::Error> {
         self.queue.clear();
         self.current = None;
         self.queued = 0;
         let frame = tungstenite::protocol::CloseFrame {
-            code,
-            reason: reason.into(),
+            code: CloseCode::from(close.code),
+            reason: close.reason.into(),
         };
         match self.ws.close(Some(frame)) {
             Ok(()) => {
@@ -197,14 +208,18 @@ impl<S: Read + Write> Link<S> {
             Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => Inbound::Control,
             Err(e) if is_would_block(&e) => Inbound::Idle,
             Err(tungstenite::Error::Utf8(e)) => Inbound::Violation {
-                code: CloseCode::Invalid,
-                reason: "invalid UTF-8 in a text frame",
-                error: format!("invalid UTF-8 in a text frame: {e} (closed 1007)"),
+                close: CLOSE_BAD_UTF8,
+                error: format!(
+                    "invalid UTF-8 in a text frame: {e} (closed {})",
+                    CLOSE_BAD_UTF8.code
+                ),
             },
             Err(tungstenite::Error::Capacity(e)) => Inbound::Violation {
-                code: CloseCode::Size,
-                reason: "message too large",
-                error: format!("inbound message too large: {e} (closed 1009)"),
+                close: CLOSE_TOO_LARGE,
+                error: format!(
+                    "inbound message too large: {e} (closed {})",
+                    CLOSE_TOO_LARGE.code
+                ),
             },
             Err(tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed) => {
                 Inbound::Lost("connection closed".into())

@@ -52,6 +52,8 @@ pub enum Outcome {
     ToolError,
     RpcError,
     Denied,
+    /// Held for approval (§10) and denied, expired or withdrawn: it did not run.
+    NotApproved,
 }
 
 impl Outcome {
@@ -61,6 +63,7 @@ impl Outcome {
             Outcome::ToolError => "tool_error",
             Outcome::RpcError => "rpc_error",
             Outcome::Denied => "denied",
+            Outcome::NotApproved => "not_approved",
         }
     }
 }
@@ -585,6 +588,9 @@ pub enum ToolOutput {
     InvalidParams(String),
     /// A JSON-RPC error other than bad params (overload, upstream protocol failure).
     RpcError { code: i64, message: String },
+    /// A call held for approval that did not run (denied, expired): an `isError` result
+    /// whose text says why, audited `not_approved`.
+    NotApproved(String),
 }
 
 impl ToolOutput {
@@ -610,6 +616,7 @@ impl ToolOutput {
             ToolOutput::Encoded { is_error: true, .. } => Outcome::ToolError,
             ToolOutput::Encoded { .. } => Outcome::Ok,
             ToolOutput::InvalidParams(_) | ToolOutput::RpcError { .. } => Outcome::RpcError,
+            ToolOutput::NotApproved(_) => Outcome::NotApproved,
         }
     }
 }
@@ -625,6 +632,10 @@ pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, 
             error_reply(id, INVALID_PARAMS, &format!("Invalid params: {msg}"))
         }
         ToolOutput::RpcError { code, message } => error_reply(id, code, &message),
+        ToolOutput::NotApproved(text) => result_reply(
+            id,
+            json!({"content": [{"type": "text", "text": text}], "isError": true}),
+        ),
     };
     if encoded.len() <= max_bytes {
         return (encoded, outcome);
@@ -640,19 +651,35 @@ pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, 
 mod tests {
     use super::*;
 
+    /// The fake catalogue's local tools, and whether `observe` sees each. The dispatcher
+    /// sits below `tools`, so its tests bring their own table instead of the registry.
+    const FAKE_TOOLS: [(&str, bool); 5] = [
+        ("sys_info", true),
+        ("bash", false),
+        ("screenshot", true),
+        ("mouse", false),
+        ("key", false),
+    ];
+
+    fn fake_allows(profile: Profile, name: &str) -> bool {
+        FAKE_TOOLS
+            .iter()
+            .any(|(n, observe)| *n == name && (*observe || profile != Profile::Observe))
+    }
+
     struct Fake;
     impl Catalog for Fake {
         fn list(&self, profile: Profile) -> Vec<Value> {
-            profile
-                .local_allow_list()
+            FAKE_TOOLS
                 .iter()
-                .map(|n| json!({"name": n}))
+                .filter(|(n, _)| fake_allows(profile, n))
+                .map(|(n, _)| json!({"name": n}))
                 .collect()
         }
         fn resolve(&self, profile: Profile, name: &str) -> Resolution {
-            if profile.allows_local(name) {
+            if fake_allows(profile, name) {
                 Resolution::Visible(Route::Local)
-            } else if crate::profiles::class_of(name).is_some() {
+            } else if FAKE_TOOLS.iter().any(|(n, _)| *n == name) {
                 Resolution::Hidden
             } else if name == "browser_navigate" && profile.allows_upstream(name) {
                 Resolution::Visible(Route::Upstream(0))
@@ -1023,7 +1050,10 @@ mod tests {
         let mut d = Dispatcher::new(Profile::Owner);
         let reply =
             single_reply(&d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#, &Fake));
-        assert_eq!(reply["result"]["tools"].as_array().unwrap().len(), 5);
+        assert_eq!(
+            reply["result"]["tools"].as_array().unwrap().len(),
+            FAKE_TOOLS.len()
+        );
         assert_eq!(d.negotiated_version(), None);
     }
 

@@ -1,8 +1,9 @@
-//! Profiles and tool classes: the one table that decides which tools an agent sees and
-//! which MCP annotations each local tool carries.
+//! Profiles and tool classes: the profile names, the class → annotation table, and which
+//! upstream (browser) tools each profile allows. Which *local* tools a profile allows is
+//! declared by each tool ([`crate::tools::Tool::profiles`]).
 //!
-//! Profiles are allow-lists. A tool not named here for a profile is absent from that
-//! profile, so a new tool is denied until someone adds it on purpose. Only `observe` is a
+//! Profiles are allow-lists. A tool not placed in a profile is absent from that profile,
+//! so a new tool is denied until someone places it on purpose. Only `observe` is a
 //! security boundary: `owner` and `desktop` reach the box's shell (directly through `bash`
 //! or through the GUI with `mouse`/`key`) and are declared shell-equivalent below.
 
@@ -17,8 +18,8 @@ pub enum Profile {
     Observe,
 }
 
-/// What a tool can do to the box.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a tool can do to the box. Local tools and upstream ones are classed alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Class {
     /// Reads only.
     Observe,
@@ -54,19 +55,6 @@ impl Profile {
     /// `shell` tool (checked by a boundary test).
     pub fn is_shell_equivalent(self) -> bool {
         matches!(self, Profile::Owner | Profile::Desktop)
-    }
-
-    /// The local tools this profile allows, in listing order.
-    pub fn local_allow_list(self) -> &'static [&'static str] {
-        match self {
-            Profile::Owner => &["sys_info", "bash", "screenshot", "mouse", "key"],
-            Profile::Desktop => &["sys_info", "bash", "screenshot", "mouse", "key"],
-            Profile::Observe => &["sys_info", "screenshot"],
-        }
-    }
-
-    pub fn allows_local(self, tool: &str) -> bool {
-        self.local_allow_list().contains(&tool)
     }
 
     /// Whether an upstream (browser) tool is visible under this profile.
@@ -118,20 +106,26 @@ pub const DESKTOP_BROWSER_TOOLS: [&str; 15] = [
     "browser_resize",
 ];
 
-/// Every local tool and its class. A served local tool missing here fails a test.
-pub const LOCAL_TOOL_CLASSES: [(&str, Class); 5] = [
-    ("sys_info", Class::Observe),
-    ("screenshot", Class::Observe),
-    ("bash", Class::Shell),
-    ("mouse", Class::Shell),
-    ("key", Class::Shell),
-];
+/// What a grant is, by the escalation check of contract §11: whether the agent can reach
+/// the box's shell without a person saying yes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shell {
+    /// A tool the grant can run without approval is `shell`-class.
+    Yes,
+    /// Every `shell`-class tool the grant can see needs approval (§10).
+    Gated,
+    /// The grant sees no `shell`-class tool.
+    No,
+}
 
-pub fn class_of(tool: &str) -> Option<Class> {
-    LOCAL_TOOL_CLASSES
-        .iter()
-        .find(|(name, _)| *name == tool)
-        .map(|(_, class)| *class)
+impl Shell {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Shell::Yes => "yes",
+            Shell::Gated => "gated",
+            Shell::No => "no",
+        }
+    }
 }
 
 impl Class {
@@ -176,42 +170,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_allowed_local_tool_has_a_class() {
-        for profile in Profile::ALL {
-            for tool in profile.local_allow_list() {
-                assert!(class_of(tool).is_some(), "{tool} in {profile} has no class");
-            }
-        }
-    }
-
-    #[test]
-    fn every_served_local_tool_has_a_class() {
-        for spec in crate::tools::local_specs() {
-            assert!(class_of(spec.name).is_some(), "{} has no class", spec.name);
-        }
-    }
-
-    #[test]
-    fn only_shell_equivalent_profiles_hold_shell_tools() {
-        for profile in Profile::ALL {
-            if profile.is_shell_equivalent() {
-                continue;
-            }
-            for tool in profile.local_allow_list() {
-                assert_ne!(
-                    class_of(tool),
-                    Some(Class::Shell),
-                    "{profile} allows {tool}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn observe_holds_only_observe_tools_and_no_upstream() {
-        for tool in Profile::Observe.local_allow_list() {
-            assert_eq!(class_of(tool), Some(Class::Observe), "{tool}");
-        }
+    fn observe_sees_no_upstream_tool() {
         for tool in DESKTOP_BROWSER_TOOLS {
             assert!(!Profile::Observe.allows_upstream(tool));
         }

@@ -199,13 +199,13 @@ fuzz_target!(|data: &[u8]| {
                 open = false;
                 break;
             }
-            Inbound::Violation { code, error, .. } => {
+            Inbound::Violation { close, error } => {
                 assert!(
-                    matches!(code, CloseCode::Invalid | CloseCode::Size),
-                    "{code:?}"
+                    matches!(CloseCode::from(close.code), CloseCode::Invalid | CloseCode::Size),
+                    "{close:?}"
                 );
-                assert!(error.contains(&format!("closed {}", u16::from(code))), "{error}");
-                link.close(code, "fuzz").expect("an in-memory socket never fails");
+                assert!(error.contains(&format!("closed {}", close.code)), "{error}");
+                link.close(close).expect("an in-memory socket never fails");
                 closed_by_us = true;
                 open = false;
                 break;
