@@ -106,7 +106,7 @@ impl Opts {
                         "bench [--bin PATH] [--static-bin PATH] [--static-libc NAME] [--quick] \
                          [--only SECTION,...] [--placement NAME] [--server-cpu N]\n\
                          sections: memory, latency (= ping, sys_info, bash, pipelined, hol), \
-                         approval, attach, redial, screenshot"
+                         approval, attach, redial, screenshot, browser"
                     );
                     std::process::exit(0);
                 }
@@ -459,6 +459,11 @@ fn random_hex(bytes: usize) -> String {
 
 impl DaemonProc {
     fn start(bin: &Path, dir: &Path, display: Option<&str>) -> DaemonProc {
+        DaemonProc::start_with(bin, dir, display, &[])
+    }
+
+    /// [`DaemonProc::start`] with more flags.
+    fn start_with(bin: &Path, dir: &Path, display: Option<&str>, extra: &[String]) -> DaemonProc {
         let port = free_port();
         let token = random_hex(16);
         std::fs::create_dir_all(dir).unwrap();
@@ -470,6 +475,7 @@ impl DaemonProc {
             .arg("--config-dir")
             .arg(dir.join("config"))
             .args(["--no-notify", "--no-sd-notify"])
+            .args(extra)
             .env("HANDNODE_TOKEN", &token)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -1626,6 +1632,241 @@ fn bench_screenshot(
     d.revoke(&grant);
 }
 
+// ---------------------------------------------------------------------------------------
+// The browser tier: a grant's first browser call (the browser starts) against starting the
+// same Playwright MCP command and navigating directly; the daemon's memory per browser grant.
+
+/// The pinned Playwright MCP on stdio with Debian's chromium, as the tests run it.
+fn browser_argv() -> Result<Vec<String>, String> {
+    let cli = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target/playwright-mcp/node_modules/@playwright/mcp/cli.js");
+    let chromium = "/usr/lib/chromium/chromium";
+    if !cli.is_file() {
+        return Err(format!(
+            "{} is missing (scripts/ci/playwright.sh)",
+            cli.display()
+        ));
+    }
+    if !Path::new(chromium).is_file() {
+        return Err(format!("{chromium} is missing (apt-get install chromium)"));
+    }
+    let mut argv: Vec<String> = vec![
+        "node".into(),
+        cli.display().to_string(),
+        "--headless".into(),
+        "--isolated".into(),
+        "--browser".into(),
+        "chromium".into(),
+        "--executable-path".into(),
+        chromium.into(),
+    ];
+    if rustix::process::geteuid().is_root() {
+        argv.push("--no-sandbox".into());
+    }
+    Ok(argv)
+}
+
+/// Where the first navigation of each measurement goes.
+const BROWSER_URL: &str = "about:blank";
+
+/// The floor: spawn the command, `initialize`, navigate, in a fresh directory; then kill
+/// every process of it. Milliseconds from spawn to the navigation's reply.
+fn browser_cold_start(argv: &[String], base: &Path, n: usize) -> f64 {
+    let dir = base.join(format!("floor-{n}"));
+    for sub in ["tmp", "out"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+    let started = Instant::now();
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .arg("--output-dir")
+        .arg(dir.join("out"))
+        .current_dir(&dir)
+        .env("TMPDIR", dir.join("tmp"))
+        .env(handnode::browser::sweep::TAG_VAR, &dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the browser command");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut send = |v: Value| {
+        stdin.write_all(format!("{v}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    };
+    let mut wait_for = |id: u64| loop {
+        let mut line = String::new();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "the browser command exited"
+        );
+        let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        if v["id"] == json!(id) {
+            assert!(v.get("error").is_none(), "{}", clip(&line));
+            return v;
+        }
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "bench", "version": "0"}}}),
+    );
+    wait_for(1);
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "browser_navigate", "arguments": {"url": BROWSER_URL}}}));
+    let reply = wait_for(2);
+    let took = ms(started.elapsed());
+    assert_ne!(reply["result"]["isError"], true, "{reply}");
+    handnode::browser::sweep::kill_browser_processes(&dir, Duration::from_secs(5));
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    took
+}
+
+/// `Pss` of a process in KiB (its share of shared pages), 0 when it is gone.
+fn pss_kib(pid: i32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("Pss:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+/// The directories the daemon's browsers live in right now.
+fn browser_dirs(base: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(base)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.join(handnode::browser::sweep::OWNER_FILE).is_file())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Wait until the daemon has no browser left under `base`.
+fn wait_no_browsers(base: &Path) {
+    let deadline = Instant::now() + WATCHDOG;
+    while !browser_dirs(base).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "watchdog: a browser outlived its grant"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn bench_browser(r: &mut Report, o: &Opts, dir: &Path) {
+    let argv = match browser_argv() {
+        Ok(argv) => argv,
+        Err(why) => {
+            r.note(
+                "browser_first_call_ms",
+                "ms",
+                format!("not measured: {why}"),
+            );
+            return;
+        }
+    };
+    // Short: chromium's socket lives under it.
+    let base = PathBuf::from(format!("/tmp/hnbench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let command = argv
+        .iter()
+        .map(|w| format!("'{w}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let extra = vec![
+        "--browser-command".to_string(),
+        command,
+        "--browser-dir".into(),
+        base.join("daemon").display().to_string(),
+    ];
+    let d = DaemonProc::start_with(&o.bin, &dir.join("browser"), None, &extra);
+    // The start-up probe has learned the tool list (and is gone) before anything is measured.
+    let log = dir.join("browser/daemon.log");
+    let deadline = Instant::now() + WATCHDOG;
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("tools a browser grant may use")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "watchdog: the browser probe never finished"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    wait_no_browsers(&base.join("daemon"));
+    let mut pod = Pod::start();
+
+    let n = if o.quick { 3 } else { 7 };
+    let (mut floor, mut first) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        floor.push(browser_cold_start(&argv, &base, i));
+        let session = format!("brw-{i}");
+        let (grant, mut conn) = attach_ready(&d, &mut pod, &session, "browser");
+        let t = Instant::now();
+        let result = conn.call_tool("browser_navigate", json!({"url": BROWSER_URL}));
+        first.push(ms(t.elapsed()));
+        assert_ne!(result["isError"], true, "{result}");
+        d.revoke(&grant);
+        wait_no_browsers(&base.join("daemon"));
+    }
+    let cold = percentile(&floor, 0.5);
+    let call = percentile(&first, 0.5);
+    r.put("browser_cold_start_ms", cold, "ms", None);
+    r.put("browser_first_call_ms", call, "ms", Some(cold));
+    r.check(
+        "browser_first_call_ms",
+        format!("<= cold start + 100 ms ({:.0})", cold + 100.0),
+        Some(call <= cold + 100.0),
+    );
+
+    // Memory: the daemon before and with two browser grants whose browsers run.
+    std::thread::sleep(Duration::from_millis(500));
+    let (before, _) = d.rss_kib();
+    let mut held = Vec::new();
+    for i in 0..2 {
+        let (grant, mut conn) = attach_ready(&d, &mut pod, &format!("brm-{i}"), "browser");
+        let result = conn.call_tool("browser_navigate", json!({"url": BROWSER_URL}));
+        assert_ne!(result["isError"], true, "{result}");
+        let snap = conn.call_tool("browser_snapshot", json!({}));
+        assert_ne!(snap["isError"], true, "{snap}");
+        held.push((grant, conn));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (after, _) = d.rss_kib();
+    let per = (after - before) / held.len() as f64;
+    let browsers: f64 = browser_dirs(&base.join("daemon"))
+        .iter()
+        .flat_map(|b| handnode::browser::sweep::processes(b))
+        .map(pss_kib)
+        .sum();
+    r.put("rss_per_browser_grant_kib", per, "KiB", None);
+    r.check(
+        "rss_per_browser_grant_kib",
+        "<= 1024 KiB (the daemon's own)".into(),
+        Some(per <= 1024.0),
+    );
+    r.put(
+        "browser_pss_per_grant_kib",
+        browsers / held.len() as f64,
+        "KiB",
+        None,
+    );
+    for (grant, _) in &held {
+        d.revoke(grant);
+    }
+    wait_no_browsers(&base.join("daemon"));
+    drop(d);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// Largest stripped dynamic release binary (bytes): 4 MiB, room for unwinding (issue 12).
 const MAX_DYNAMIC_BINARY_BYTES: u64 = 4 << 20;
 /// Largest stripped static release binary (bytes): 5 MiB.
@@ -1792,6 +2033,10 @@ fn main() {
         bench_screenshot(&mut r, &o, &d, &mut pod, grabber.as_ref());
     }
     drop(d);
+    if o.runs("browser") {
+        eprintln!("bench: browser tier");
+        bench_browser(&mut r, &o, &dir);
+    }
     r.table();
     println!("machine: {}", machine());
     println!("placement: {}", placement(&o));

@@ -611,6 +611,12 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
                 Ok(r) => r,
                 Err(msg) => return respond(request, error_response(400, &msg)),
             };
+            if req.profile == Profile::Browser && state.services.browsers.is_none() {
+                return respond(
+                    request,
+                    error_response(400, crate::profiles::BROWSER_NEEDS_COMMAND),
+                );
+            }
             if !matches!(req.source, SecretSource::AdminCredential(_)) {
                 return attach(state, request, req, &principal);
             }
@@ -870,6 +876,7 @@ fn mcp_post(state: &Arc<AdminState>, mut request: Request, principal: String) {
     let catalog = ConnCatalog {
         grant: None,
         upstream: state.services.upstream.as_deref(),
+        browsers: None,
     };
     let mut sessions = state.sessions.lock().unwrap_or_else(|e| e.into_inner());
     let mut new_session = None;

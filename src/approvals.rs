@@ -148,21 +148,23 @@ impl Approve {
     }
 }
 
-/// Whether `profile` can ever show `tool`: a local tool it lists, or a non-local name its
-/// upstream allow-list takes.
+/// Whether `profile` can ever show `tool`: a local tool it lists, a non-local name its
+/// upstream allow-list takes, or a browser-tier tool (the `browser` profile's own).
 pub fn fits_profile(tool: &str, profile: Profile) -> bool {
     if let Some(local) = crate::tools::find(tool) {
         local.allowed_in(profile)
     } else {
-        profile.allows_upstream(tool)
+        profile.allows_upstream(tool) || profile.allows_browser_tier(tool)
     }
 }
 
-/// The tools a grant under `profile` can see now: its local tools, then the upstream tools
-/// it allows that the upstreams list at this moment.
+/// The tools a grant under `profile` can see now: its local tools, the browser-tier tools
+/// of its class table (for `browser`; known without starting a browser), then the upstream
+/// tools it allows that the upstreams list at this moment.
 pub fn visible_tools(profile: Profile, upstream: Option<&dyn UpstreamSource>) -> Vec<String> {
     let mut names: Vec<String> = crate::tools::names(profile)
         .into_iter()
+        .chain(crate::profiles::browser_profile_tools().filter(|t| profile.allows_browser_tier(t)))
         .map(String::from)
         .collect();
     for (_, tool) in upstream.map(|u| u.tools()).unwrap_or_default() {
@@ -1091,6 +1093,32 @@ mod tests {
             &Some(Approve::Shell),
             &Some(Approve::Tools(vec!["bash".into()]))
         ));
+    }
+
+    #[test]
+    fn approve_sees_the_browser_tools_under_the_browser_profile() {
+        let browser = visible_tools(Profile::Browser, None);
+        assert_eq!(browser.len(), 36, "{browser:?}");
+        assert_eq!(
+            Approve::Tools(vec!["browser_navigate".into()]).resolve(&browser),
+            Ok(["browser_navigate".to_string()].into())
+        );
+        for refused in ["bash", "browser_evaluate", "browser_run_code_unsafe"] {
+            assert!(
+                Approve::Tools(vec![refused.into()])
+                    .resolve(&browser)
+                    .is_err(),
+                "{refused}"
+            );
+            assert!(!fits_profile(refused, Profile::Browser), "{refused}");
+        }
+        assert!(Approve::Shell.resolve(&browser).unwrap().is_empty());
+        assert!(Approve::Tools(vec!["browser_click".into()]).fits(Profile::Browser));
+        assert!(!Approve::Tools(vec!["browser_click".into()]).fits(Profile::Observe));
+        // The browser tier is the browser profile's alone.
+        for profile in [Profile::Owner, Profile::Desktop, Profile::Observe] {
+            assert!(!visible_tools(profile, None).contains(&"browser_click".to_string()));
+        }
     }
 
     #[test]

@@ -20,12 +20,15 @@ pub struct Services {
     pub pool: Pool,
     pub host: Arc<ToolHost>,
     pub upstream: Option<Arc<dyn UpstreamSource>>,
+    /// The throwaway browsers of `browser` grants (`--browser-command`).
+    pub browsers: Option<Arc<crate::browser::Browsers>>,
 }
 
 impl Services {
     /// Start a call on its route. Never blocks: a local tool that can answer from caches
     /// answers here (`tools::answer_inline`), other local tools go to the pool (a full
-    /// queue answers `done` with "busy"), upstream calls to the upstream's own thread.
+    /// queue answers `done` with "busy"), upstream calls to the upstream's own thread,
+    /// browser-tier calls to the browser supervisor.
     pub fn start(
         &self,
         route: Route,
@@ -68,6 +71,15 @@ impl Services {
                 Some(up) => up.call(index, &name, arguments, cx.ctl, done),
                 None => done.complete(ToolOutput::tool_error(
                     "no upstream is configured for this tool",
+                )),
+            },
+            Route::Browser => match (&self.browsers, &cx.grant) {
+                (Some(browsers), Some(grant)) => {
+                    let timeout = std::time::Duration::from_secs(cx.limits.max_run_secs);
+                    browsers.call(&grant.id, &name, arguments, cx.ctl, timeout, done)
+                }
+                _ => done.complete(crate::mcp::ToolOutput::tool_error(
+                    "no browser tier is configured for this call",
                 )),
             },
         }

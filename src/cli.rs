@@ -46,7 +46,7 @@ pub enum Command {
     /// Run the daemon (also what no subcommand means).
     Serve(crate::config::Config),
     /// Report what works on this box.
-    Doctor { json: bool },
+    Doctor(config::DoctorArgs),
     /// Ask a running daemon to attach to a pod session.
     Grant(GrantArgs),
     /// List a running daemon's grants.
@@ -98,10 +98,10 @@ pub fn parse(args: &[String], env: &HashMap<String, String>) -> Result<Command, 
             config::parse_serve(rest, env).map(Command::Serve)
         }
         "doctor" => {
-            let mut json = false;
-            let positional = apply_flags(&[config::DOCTOR_FLAGS], rest, env, &mut json)?;
+            let mut args = config::DoctorArgs::default();
+            let positional = apply_flags(&[config::DOCTOR_FLAGS], rest, env, &mut args)?;
             no_positional("doctor", &positional)?;
-            Ok(Command::Doctor { json })
+            Ok(Command::Doctor(args))
         }
         _ => parse_operator(sub, rest, env),
     }
@@ -112,7 +112,7 @@ fn help_for(sub: &str) -> Result<String, Error> {
         "serve" => Ok(config::serve_help()),
         "doctor" => {
             let mut out = String::from(
-                "Usage: handnode doctor [--json]\n\nWhat works on this box, and what to install or set for the rest.\n\nFlags:\n",
+                "Usage: handnode doctor [--json] [--browser-command COMMAND]\n\nWhat works on this box, and what to install or set for the rest.\n\nFlags:\n",
             );
             render_flags(&mut out, &[config::DOCTOR_FLAGS]);
             Ok(out)
@@ -346,7 +346,7 @@ const GRANT_FLAGS: &[Flag<OperatorDraft>] = &[
         name: "profile",
         env: false,
         default: "observe",
-        help: "Which tools the agent sees: owner, desktop or observe. Only observe keeps the agent out of this box's shell.",
+        help: "Which tools the agent sees: owner, desktop, observe or browser (a throwaway browser of the grant's own; needs the daemon's --browser-command). Only observe and browser keep the agent out of this box's shell.",
         kind: Kind::Text {
             metavar: "PROFILE",
             set: |d, v| {
@@ -1316,13 +1316,37 @@ mod tests {
         ));
         assert!(matches!(
             parse_args(&["doctor", "--json"], &env),
-            Ok(Command::Doctor { json: true })
+            Ok(Command::Doctor(config::DoctorArgs {
+                json: true,
+                browser_command: None
+            }))
         ));
         assert!(matches!(
             parse_args(&["doctor"], &env),
-            Ok(Command::Doctor { json: false })
+            Ok(Command::Doctor(config::DoctorArgs { json: false, .. }))
         ));
         assert!(parse_args(&["doctor", "--listen", "x"], &env).is_err());
+        let Ok(Command::Doctor(args)) = parse_args(
+            &["doctor", "--browser-command", "node 'a b.js' --headless"],
+            &env,
+        ) else {
+            panic!("doctor --browser-command");
+        };
+        assert_eq!(
+            args.browser_command,
+            Some(vec![
+                "node".to_string(),
+                "a b.js".to_string(),
+                "--headless".to_string()
+            ])
+        );
+        let mut with_env = env.clone();
+        with_env.insert(
+            "HANDNODE_BROWSER_COMMAND".into(),
+            "x --cdp-endpoint h".into(),
+        );
+        let err = parse_args(&["doctor"], &with_env).unwrap_err();
+        assert!(err.contains("must not pass --cdp-endpoint"), "{err}");
     }
 
     #[test]
@@ -1424,6 +1448,12 @@ mod tests {
         assert!(args.wait && args.json);
         assert_eq!(args.client.url, "http://127.0.0.1:9000");
 
+        let Ok(Command::Grant(args)) = with(&["--secret-file", &secret, "--profile", "browser"])
+        else {
+            panic!("not a grant");
+        };
+        assert_eq!(args.profile, Some(Profile::Browser));
+
         let empty = tmp.write("empty", "\n").display().to_string();
         for (extra, want) in [
             (
@@ -1438,7 +1468,7 @@ mod tests {
             (vec!["--secret-file", "/nonexistent"], "cannot read it"),
             (
                 vec!["--secret-file", &secret, "--profile", "sandbox"],
-                "profile must be one of owner, desktop, observe",
+                "profile must be one of owner, desktop, observe, browser",
             ),
             (
                 vec!["--secret-file", &secret, "--ttl", "86401"],

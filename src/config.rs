@@ -69,6 +69,10 @@ pub struct Timing {
     pub sys_info_ttl: Duration,
     /// Longest one display helper (grim, xdotool, wtype, …) may run.
     pub display_helper_timeout: Duration,
+    /// A grant's browser without a call for this long is stopped (its pages are gone).
+    pub browser_idle: Duration,
+    /// From starting a browser command to its answer to `initialize`.
+    pub browser_start_timeout: Duration,
     /// How long a call held for approval waits for a decision (§10); at most
     /// [`MAX_APPROVAL_TIMEOUT`] under a grant.
     pub approval_timeout: Duration,
@@ -99,6 +103,8 @@ impl Default for Timing {
             display_probe_ttl: Duration::from_secs(2),
             sys_info_ttl: Duration::from_secs(1),
             display_helper_timeout: Duration::from_secs(10),
+            browser_idle: Duration::from_secs(600),
+            browser_start_timeout: Duration::from_secs(30),
             approval_timeout: Duration::from_secs(60),
         }
     }
@@ -130,6 +136,8 @@ pub struct Limits {
     pub audit_rotate_bytes: u64,
     /// Rotated audit files kept.
     pub audit_keep: usize,
+    /// Throwaway browsers (one per `browser` grant) running at once.
+    pub max_browsers: usize,
     /// Calls held for approval at once, over all grants; past this a call is answered
     /// `isError` and does not run.
     pub approvals_pending: usize,
@@ -157,6 +165,7 @@ impl Default for Limits {
             mcp_sessions: 256,
             audit_rotate_bytes: 10 << 20,
             audit_keep: 5,
+            max_browsers: 2,
             approvals_pending: 256,
             approval_waiters: 16,
             approval_args_bytes: 64 << 10,
@@ -184,6 +193,11 @@ pub struct Config {
     pub ca_file: Option<PathBuf>,
     /// `(name, url)` of each upstream MCP server.
     pub upstreams: Vec<(String, String)>,
+    /// `--browser-command`, split into an argv: the Playwright MCP server (stdio) each
+    /// `browser` grant gets its own copy of. `None`: `browser` grants are refused.
+    pub browser_command: Option<Vec<String>>,
+    /// Where each browser gets its own directory; `None` = `browser::default_dir`.
+    pub browser_dir: Option<PathBuf>,
     pub display_backend: DisplayBackend,
     /// Test override of the display variables graphical tools see (`DISPLAY`,
     /// `WAYLAND_DISPLAY`, …); `None` = this process's environment. Not a flag.
@@ -218,6 +232,8 @@ impl Config {
             audit_args: false,
             ca_file: None,
             upstreams: Vec::new(),
+            browser_command: None,
+            browser_dir: None,
             display_backend: DisplayBackend::Auto,
             display_env: None,
             max_screenshot_edge: 1920,
@@ -824,6 +840,44 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         },
     },
     Flag {
+        name: "browser-command",
+        env: true,
+        default: "",
+        help: "A Playwright MCP server speaking MCP on stdio, e.g. \"node /opt/pw/node_modules/@playwright/mcp/cli.js --headless --isolated --browser chromium --executable-path /usr/lib/chromium/chromium\". Each `browser` grant runs its own copy, with a fresh profile, destroyed when the grant ends. Split into words without a shell: quote with '…' or \"…\", escape with \\.",
+        kind: Kind::Text {
+            metavar: "COMMAND",
+            set: |d, v| {
+                d.config.browser_command = Some(crate::browser_argv::parse_command(&v)?);
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "max-browsers",
+        env: true,
+        default: "2",
+        help: "Throwaway browsers (one per browser grant) running at once; a call past that is answered `no browser available`.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 64,
+            set: |d, v| d.config.limits.max_browsers = v as usize,
+        },
+    },
+    Flag {
+        name: "browser-dir",
+        env: true,
+        default: "$XDG_RUNTIME_DIR/handnode-browsers or /tmp/handnode-browsers-<uid>",
+        help: "Where each browser gets a directory of its own (profile, downloads, temp files), removed with the browser. Keep the path short: chromium puts a Unix socket inside.",
+        kind: Kind::Text {
+            metavar: "DIR",
+            set: |d, v| {
+                d.config.browser_dir = Some(path_value(v)?);
+                Ok(())
+            },
+        },
+    },
+    Flag {
         name: "display-backend",
         env: true,
         default: "auto",
@@ -989,16 +1043,41 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
     millis!("display-probe-ttl-ms", display_probe_ttl, "2000", "How long probed display facts are reused."),
     millis!("sys-info-ttl-ms", sys_info_ttl, "1000", "How long sys_info reuses what it read from /proc (memory, uptime, load, tailnet addresses)."),
     millis!("display-helper-timeout-ms", display_helper_timeout, "10000", "Longest one display helper (grim, xdotool, wtype) may run."),
+    millis!("browser-idle-ms", browser_idle, "600000", "A grant's browser without a call for this long is stopped; the next call starts a new one (and says the pages are gone)."),
+    millis!("browser-start-timeout-ms", browser_start_timeout, "30000", "Longest a browser command may take to answer initialize."),
 ];
 
+/// What `handnode doctor` was asked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DoctorArgs {
+    pub json: bool,
+    /// `--browser-command` (or its env var), split: the browser tier to test-start.
+    pub browser_command: Option<Vec<String>>,
+}
+
 /// Flags of `doctor`.
-pub(crate) const DOCTOR_FLAGS: &[Flag<bool>] = &[Flag {
-    name: "json",
-    env: false,
-    default: "",
-    help: "Print the report as JSON.",
-    kind: Kind::Switch(|json| *json = true),
-}];
+pub(crate) const DOCTOR_FLAGS: &[Flag<DoctorArgs>] = &[
+    Flag {
+        name: "json",
+        env: false,
+        default: "",
+        help: "Print the report as JSON.",
+        kind: Kind::Switch(|d| d.json = true),
+    },
+    Flag {
+        name: "browser-command",
+        env: true,
+        default: "",
+        help: "The daemon's --browser-command: doctor checks that it and its chromium are there and test-starts it.",
+        kind: Kind::Text {
+            metavar: "COMMAND",
+            set: |d, v| {
+                d.browser_command = Some(crate::browser_argv::parse_command(&v)?);
+                Ok(())
+            },
+        },
+    },
+];
 
 impl Config {
     /// Production defaults; the dirs are filled in by `parse`.
@@ -1017,6 +1096,8 @@ impl Config {
             audit_args: false,
             ca_file: None,
             upstreams: Vec::new(),
+            browser_command: None,
+            browser_dir: None,
             display_backend: DisplayBackend::Auto,
             display_env: None,
             max_screenshot_edge: DEFAULT_MAX_SCREENSHOT_EDGE,
@@ -1380,6 +1461,14 @@ pub fn log_effective(config: &Config) {
         on_off(config.notify),
         on_off(config.sd_notify),
     );
+    match &config.browser_command {
+        Some(argv) => log::info!(
+            "browser tier: {} browser(s) at most, each running {:?}",
+            config.limits.max_browsers,
+            argv
+        ),
+        None => log::info!("browser tier: off (no --browser-command)"),
+    }
     log::info!("timing: {:?}; limits: {:?}", config.timing, config.limits);
     let is_root = rustix::process::geteuid().is_root();
     for warning in warnings(config, is_root) {
@@ -1694,6 +1783,24 @@ mod tests {
                 "expected one of auto, x11, wayland, none",
             ),
             (vec!["--upstream", "browser"], vec![], "expected NAME=URL"),
+            (
+                vec!["--browser-command", "node 'cli.js"],
+                vec![],
+                "--browser-command has an unclosed ' quote",
+            ),
+            (
+                vec![],
+                vec![(
+                    "HANDNODE_BROWSER_COMMAND",
+                    "node cli.js --user-data-dir /home/me",
+                )],
+                "--browser-command must not pass --user-data-dir",
+            ),
+            (
+                vec!["--max-browsers", "0"],
+                vec![],
+                "--max-browsers: expected a whole number in 1...64",
+            ),
             (
                 vec!["--upstream", "b=ftp://x"],
                 vec![],

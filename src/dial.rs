@@ -395,6 +395,13 @@ impl GrantThread {
     }
 
     fn exit(self, exit: Exit) {
+        // A grant's browser lives as long as its thread: it survives redials, and goes
+        // when the grant ends and when the daemon stops (it is throwaway either way).
+        if self.spec.profile == Profile::Browser {
+            if let Some(browsers) = &self.services.browsers {
+                browsers.end_grant(&self.spec.id);
+            }
+        }
         match exit {
             Exit::Shutdown => debug!("grant {}: thread stopped for shutdown", self.spec.id),
             Exit::End(reason) => {
@@ -867,6 +874,11 @@ impl GrantThread {
             let catalog = ConnCatalog {
                 grant: Some(&note),
                 upstream: self.services.upstream.as_deref(),
+                browsers: self
+                    .services
+                    .browsers
+                    .as_deref()
+                    .map(|b| b as &dyn crate::tools::BrowserTier),
             };
             dispatcher.handle(bytes, &catalog)
         };

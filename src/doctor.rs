@@ -1,9 +1,11 @@
 //! `handnode doctor`: what works on this box, and what to install or set for the rest.
-//! Read-only: it probes and reports, and never creates a token or touches a display.
+//! Read-only: it probes and reports, and never creates a token or touches a display. The
+//! one thing it starts is the browser tier's test browser, which it destroys again.
 
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -457,8 +459,191 @@ pub fn to_json(checks: &[Check], display: Value) -> Value {
     })
 }
 
+/// Longest the browser tier's test start (start plus one navigation) may take.
+pub const BROWSER_TEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `path` names a regular file we may execute.
+fn executable(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Where `program` is run from: itself when it holds a `/`, else the first match on PATH.
+fn find_program(program: &str, env: &HashMap<String, String>) -> Option<PathBuf> {
+    if program.contains('/') {
+        return executable(Path::new(program)).then(|| PathBuf::from(program));
+    }
+    env.get("PATH")?
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(program))
+        .find(|p| executable(p))
+}
+
+/// What doctor says about the browser tier: the command and its script, chromium, and
+/// (when those are there) a test start, with `start` doing the starting.
+pub fn browser_checks(
+    argv: Option<&[String]>,
+    env: &HashMap<String, String>,
+    is_root: bool,
+    start: impl FnOnce(&[String]) -> Result<String, String>,
+) -> Vec<Check> {
+    let example =
+        "--browser-command \"node <prefix>/node_modules/@playwright/mcp/cli.js --headless \
+                   --isolated --browser chromium --executable-path /usr/lib/chromium/chromium\" \
+                   (scripts/ci/playwright.sh installs the pinned @playwright/mcp)";
+    let Some(argv) = argv else {
+        return vec![check(
+            "browser tier",
+            Status::Ok,
+            "off: no --browser-command, so `browser` grants are refused",
+            Some(format!(
+                "to lend a throwaway browser, give the daemon {example}"
+            )),
+        )];
+    };
+    let mut out = Vec::new();
+    let mut runnable = true;
+    match find_program(&argv[0], env) {
+        Some(path) => out.push(check(
+            "browser command",
+            Status::Ok,
+            format!("{} found at {}", argv[0], path.display()),
+            None,
+        )),
+        None => {
+            runnable = false;
+            out.push(check(
+                "browser command",
+                Status::Fail,
+                format!("{} is not an executable file or on PATH", argv[0]),
+                Some(format!(
+                    "install it (apt install nodejs for node) or fix {example}"
+                )),
+            ));
+        }
+    }
+    let script = argv
+        .get(1)
+        .filter(|a| a.ends_with(".js") || a.ends_with(".mjs"));
+    if let Some(script) = script {
+        if !Path::new(script).is_file() {
+            runnable = false;
+            out.push(check(
+                "browser command",
+                Status::Fail,
+                format!("its script {script} does not exist"),
+                Some(
+                    "run scripts/ci/playwright.sh, or point at your @playwright/mcp/cli.js".into(),
+                ),
+            ));
+        }
+    }
+    match crate::browser_argv::executable_path(argv) {
+        Some(chromium) if executable(Path::new(chromium)) => out.push(check(
+            "browser chromium",
+            Status::Ok,
+            format!("{chromium} is there"),
+            None,
+        )),
+        Some(chromium) => {
+            runnable = false;
+            out.push(check(
+                "browser chromium",
+                Status::Fail,
+                format!("--executable-path {chromium} is not an executable file"),
+                Some("apt install chromium (Debian's is /usr/lib/chromium/chromium)".into()),
+            ));
+        }
+        None => out.push(check(
+            "browser chromium",
+            Status::Warn,
+            "no --executable-path: Playwright looks for a browser it downloaded itself",
+            Some("add --browser chromium --executable-path /usr/lib/chromium/chromium (apt install chromium)".into()),
+        )),
+    }
+    if is_root && !argv.iter().any(|a| a == "--no-sandbox") {
+        out.push(check(
+            "browser sandbox",
+            Status::Warn,
+            "running as root: chromium's sandbox refuses to start as root",
+            Some(
+                "run handnode as an ordinary user, or add --no-sandbox to --browser-command".into(),
+            ),
+        ));
+    }
+    if !runnable {
+        out.push(check(
+            "browser start",
+            Status::Fail,
+            "not tried: the command cannot run as configured",
+            None,
+        ));
+        return out;
+    }
+    out.push(match start(argv) {
+        Ok(detail) => check("browser start", Status::Ok, detail, None),
+        Err(why) => check(
+            "browser start",
+            Status::Fail,
+            why,
+            Some("run the command by hand to see why; see README \"Lending a browser\"".into()),
+        ),
+    });
+    out
+}
+
+/// Start the browser tier under `base` (the daemon's `--browser-dir`: its own directory
+/// there is removed again), open `about:blank` in one browser, and stop it: what a
+/// `browser` grant's first call does.
+pub fn test_start(argv: &[String], base: &Path) -> Result<String, String> {
+    let options = crate::browser::BrowserOptions {
+        argv: argv.to_vec(),
+        max_browsers: 1,
+        idle: BROWSER_TEST_TIMEOUT,
+        start_timeout: crate::config::Timing::default().browser_start_timeout,
+        dir: base.to_path_buf(),
+        env: ToolConfig {
+            scrub_env: vec!["HANDNODE_TOKEN".into(), "CREDENTIALS_DIRECTORY".into()],
+            ..ToolConfig::default()
+        },
+        max_message_bytes: crate::config::Limits::default().max_outbound_bytes,
+        probe: false,
+    };
+    let browsers = crate::browser::Browsers::start(options).map_err(|e| e.to_string())?;
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let started = std::time::Instant::now();
+    browsers.call(
+        "doctor",
+        "browser_navigate",
+        json!({"url": "about:blank"}),
+        crate::jobs::JobCtl::new(),
+        BROWSER_TEST_TIMEOUT,
+        crate::jobs::Completion::new(move |out| {
+            let _ = tx.send(out);
+        }),
+    );
+    let outcome = rx.recv_timeout(BROWSER_TEST_TIMEOUT + Duration::from_secs(5));
+    let elapsed = started.elapsed();
+    browsers.shutdown();
+    match outcome {
+        Ok(crate::mcp::ToolOutput::Result(v)) if v["isError"] != true => Ok(format!(
+            "started and opened about:blank in {} ms",
+            elapsed.as_millis()
+        )),
+        Ok(crate::mcp::ToolOutput::Result(v)) => Err(v["content"][0]["text"]
+            .as_str()
+            .unwrap_or("the browser answered an error")
+            .to_string()),
+        Ok(other) => Err(format!("the browser answered {other:?}")),
+        Err(_) => Err(format!(
+            "no answer within {} s",
+            BROWSER_TEST_TIMEOUT.as_secs()
+        )),
+    }
+}
+
 /// Print the report (human text, or JSON with `json`) and return the process exit code.
-pub fn main(json: bool) -> i32 {
+pub fn main(args: &crate::config::DoctorArgs) -> i32 {
     let env: HashMap<String, String> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
@@ -470,8 +655,14 @@ pub fn main(json: bool) -> i32 {
             return 1;
         }
     };
-    let (checks, display) = checks(&env, is_root, &processes);
-    if json {
+    let (mut checks, display) = checks(&env, is_root, &processes);
+    checks.extend(browser_checks(
+        args.browser_command.as_deref(),
+        &env,
+        is_root,
+        |argv| test_start(argv, &crate::browser::default_dir(&env)),
+    ));
+    if args.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&to_json(&checks, display)).unwrap_or_default()
@@ -669,5 +860,94 @@ mod tests {
             &processes,
         );
         assert!(!c.iter().any(about_host));
+    }
+
+    fn words(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn fake(mode: &str) -> Vec<String> {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/fake-browser.sh"
+        );
+        words(&["bash", script, "--mode", mode])
+    }
+
+    #[test]
+    fn the_browser_tier_off_is_not_a_failure_and_says_how_to_turn_it_on() {
+        let out = browser_checks(None, &env(&[]), false, |_| panic!("nothing to start"));
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].status, Status::Ok);
+        assert!(out[0].fix.as_deref().unwrap().contains("--browser-command"));
+    }
+
+    #[test]
+    fn a_missing_command_or_chromium_fails_without_a_test_start() {
+        let path = env(&[("PATH", "/usr/bin:/bin")]);
+        let argv = words(&["no-such-browser-cmd", "x"]);
+        let out = browser_checks(Some(&argv), &path, false, |_| panic!("not started"));
+        assert_eq!(out[0].status, Status::Fail, "{out:?}");
+        assert!(out
+            .iter()
+            .any(|c| c.name == "browser start" && c.status == Status::Fail));
+
+        let argv = words(&[
+            "bash",
+            "/nonexistent/cli.js",
+            "--executable-path",
+            "/nonexistent/chromium",
+        ]);
+        let out = browser_checks(Some(&argv), &path, true, |_| panic!("not started"));
+        let failed: Vec<&str> = out
+            .iter()
+            .filter(|c| c.status == Status::Fail)
+            .map(|c| c.detail.as_str())
+            .collect();
+        assert!(
+            failed
+                .iter()
+                .any(|d| d.contains("/nonexistent/cli.js does not exist")),
+            "{failed:?}"
+        );
+        assert!(
+            failed
+                .iter()
+                .any(|d| d.contains("/nonexistent/chromium is not an executable")),
+            "{failed:?}"
+        );
+        assert!(
+            out.iter().any(|c| c.name == "browser sandbox"),
+            "root without --no-sandbox"
+        );
+    }
+
+    #[test]
+    fn the_test_start_reports_what_the_browser_said() {
+        let path = env(&[("PATH", &std::env::var("PATH").unwrap_or_default())]);
+        let base = crate::testutil::TempDir::new("doctor-browser");
+        let out = browser_checks(Some(&fake("normal")), &path, false, |argv| {
+            test_start(argv, &base.0)
+        });
+        let start = out.iter().find(|c| c.name == "browser start").unwrap();
+        assert_eq!(start.status, Status::Ok, "{out:?}");
+        assert!(start
+            .detail
+            .starts_with("started and opened about:blank in"));
+        let out = browser_checks(Some(&fake("fail-start")), &path, false, |argv| {
+            test_start(argv, &base.0)
+        });
+        let start = out.iter().find(|c| c.name == "browser start").unwrap();
+        assert_eq!(start.status, Status::Fail, "{out:?}");
+        assert!(
+            start.detail.contains("Executable doesn't exist"),
+            "{}",
+            start.detail
+        );
+        let left: Vec<_> = std::fs::read_dir(&base.0).unwrap().flatten().collect();
+        assert!(
+            left.is_empty(),
+            "the test browsers' dirs are removed: {left:?}"
+        );
     }
 }

@@ -283,8 +283,10 @@ impl Entry {
             v.insert("approve".into(), approve.to_json());
         }
         v.insert("approved_for_grant".into(), json!(self.gate.remembered()));
-        // Over the local tools for now: the browser tools get classes with issue 13.
-        let (shell, because) = crate::tools::escalation(crate::tools::names(self.profile), |t| {
+        // Over what the profile shows without asking an upstream: its local tools and, for
+        // `browser`, the browser tier's (classed by `profiles::BROWSER_TOOL_CLASSES`).
+        let visible = visible_tools(self.profile, None);
+        let (shell, because) = crate::tools::escalation(visible.iter().map(String::as_str), |t| {
             self.gate.needs_approval(t)
         });
         v.insert("shell".into(), json!(shell.as_str()));
@@ -836,6 +838,14 @@ impl Registry {
                 warn!("dropped persisted grant {}: unknown profile", g.id);
                 continue;
             };
+            if profile == Profile::Browser && self.services.browsers.is_none() {
+                warn!(
+                    "dropped persisted grant {}: {}",
+                    g.id,
+                    crate::profiles::BROWSER_NEEDS_COMMAND
+                );
+                continue;
+            }
             let deadline = UNIX_EPOCH + Duration::from_secs(g.expires_at);
             // Validated at load against the profile; upstream names cannot be checked before
             // the upstreams answer, and gating a tool that is not there changes nothing.
@@ -1081,6 +1091,9 @@ mod tests {
         assert_eq!(r.ttl_secs, 86400);
         assert_eq!(r.profile, Profile::Desktop);
         assert!(matches!(r.source, SecretSource::AdminCredential(_)));
+        let r = parse(r#"{"runtime":"ws://h","session":"s","profile":"browser","secret":"x"}"#)
+            .unwrap();
+        assert_eq!(r.profile, Profile::Browser);
         assert_eq!(
             parse(r#"{"runtime":"ws://h","session":"s","ttl_secs":1,"secret":"x"}"#)
                 .unwrap()

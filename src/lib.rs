@@ -6,6 +6,8 @@ pub mod admin;
 pub mod approvals;
 pub mod audit;
 pub mod auth;
+pub mod browser;
+pub mod browser_argv;
 pub mod build_info;
 pub mod calls;
 pub mod cli;
@@ -91,6 +93,8 @@ pub struct Daemon {
     approvals_guard: Option<approvals::ApprovalsGuard>,
     audit_guard: Option<audit::AuditGuard>,
     sd_notify: bool,
+    /// Stopped after the grants, so no browser outlives the daemon.
+    browsers: Option<Arc<browser::Browsers>>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -120,7 +124,7 @@ impl Daemon {
         let metrics = Arc::new(metrics::Metrics::new());
         let mut scrub_values = Vec::new();
         scrub_values.extend(config.token.clone());
-        let host = tools::ToolHost::new(tools::ToolConfig {
+        let tool_config = tools::ToolConfig {
             scrub_env: vec![
                 "HANDNODE_TOKEN".into(),
                 "CREDENTIALS_DIRECTORY".into(),
@@ -134,8 +138,28 @@ impl Daemon {
             sys_info_ttl: config.timing.sys_info_ttl,
             display_helper_timeout: config.timing.display_helper_timeout,
             display_env: config.display_env.clone(),
-        })
-        .map_err(|e| Error::io("start the process watcher", e))?;
+        };
+        let browsers = match &config.browser_command {
+            Some(argv) => Some(Arc::new(browser::Browsers::start(
+                browser::BrowserOptions {
+                    argv: argv.clone(),
+                    max_browsers: config.limits.max_browsers,
+                    idle: config.timing.browser_idle,
+                    start_timeout: config.timing.browser_start_timeout,
+                    dir: config.browser_dir.clone().unwrap_or_else(|| {
+                        let env: std::collections::HashMap<String, String> =
+                            std::env::vars().collect();
+                        browser::default_dir(&env)
+                    }),
+                    env: tool_config.clone(),
+                    max_message_bytes: config.limits.max_outbound_bytes,
+                    probe: true,
+                },
+            )?)),
+            None => None,
+        };
+        let host = tools::ToolHost::new(tool_config)
+            .map_err(|e| Error::io("start the process watcher", e))?;
         let services = Arc::new(calls::Services {
             pool: jobs::Pool::new(config.workers, config.limits.job_queue),
             host,
@@ -148,6 +172,7 @@ impl Daemon {
                     Arc::clone(&tls),
                 )?) as Arc<dyn tools::UpstreamSource>)
             },
+            browsers: browsers.clone(),
         });
         let notifier = if config.notify {
             notify::Notifier::for_display(
@@ -221,6 +246,7 @@ impl Daemon {
             approvals_guard: Some(approvals_guard),
             audit_guard: Some(audit_guard),
             sd_notify: config.sd_notify,
+            browsers,
         })
     }
 
@@ -259,6 +285,9 @@ impl Daemon {
         // (audited) now, not after every grant thread has been joined.
         self.approvals_guard.take();
         self.registry.shutdown();
+        if let Some(browsers) = self.browsers.take() {
+            browsers.shutdown();
+        }
         self.audit_guard.take();
     }
 }

@@ -105,7 +105,7 @@ fn main() -> ExitCode {
             println!("handnode {}", env!("CARGO_PKG_VERSION"));
             exit(0)
         }
-        Command::Doctor { json } => exit(doctor::main(json)),
+        Command::Doctor(args) => exit(doctor::main(&args)),
         Command::Serve(config) => serve(config),
         operator => exit(cli::main(&operator)),
     }

@@ -24,6 +24,8 @@ pub enum Route {
     Local,
     /// The index of the upstream in the configured list.
     Upstream(usize),
+    /// The grant's own throwaway browser (profile `browser`, §12).
+    Browser,
 }
 
 /// What the catalogue knows of a tool name under a profile.

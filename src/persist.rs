@@ -42,7 +42,7 @@ pub struct StoredGrant {
     pub id: String,
     pub runtime: String,
     pub session: String,
-    /// `owner`, `desktop` or `observe`.
+    /// One of the names in `Profile::ALL`.
     pub profile: String,
     pub principal: String,
     /// Unix seconds.
@@ -342,7 +342,10 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
     }
     let profile = string_field(obj, "profile")?;
     let Ok(parsed_profile) = profile.parse::<Profile>() else {
-        return Err("profile is not one of owner, desktop, observe".to_string());
+        return Err(format!(
+            "profile is not one of {}",
+            crate::profiles::PROFILE_ERROR.trim_start_matches("profile must be one of ")
+        ));
     };
     // Dropping the grant, not the list: a grant without its approvals would be wider.
     let approve = Approve::from_json(obj.get("approve"))
@@ -724,11 +727,11 @@ mod tests {
             ),
             (
                 with("profile", Value::from("sandbox")),
-                "profile is not one of owner, desktop, observe",
+                "profile is not one of owner, desktop, observe, browser",
             ),
             (
                 with("profile", Value::from("Owner")),
-                "profile is not one of owner, desktop, observe",
+                "profile is not one of owner, desktop, observe, browser",
             ),
             (
                 with("session", Value::from("Bad Session")),

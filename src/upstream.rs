@@ -1539,6 +1539,7 @@ mod tests {
         let catalog = ConnCatalog {
             grant: None,
             upstream: Some(&up),
+            browsers: None,
         };
         let local = crate::tools::names(Profile::Desktop).len();
         assert_eq!(catalog.list(Profile::Desktop).len(), local + 2);
@@ -1787,6 +1788,7 @@ mod tests {
         let catalog = ConnCatalog {
             grant: None,
             upstream: Some(&up),
+            browsers: None,
         };
         let owner: Vec<Value> = catalog.list(Profile::Owner);
         let owner: Vec<&str> = owner.iter().map(|t| t["name"].as_str().unwrap()).collect();

@@ -19,8 +19,8 @@ use handnode::mcp::{Action, Dispatcher};
 use handnode::profiles::Profile;
 use handnode::tools::ConnCatalog;
 use libfuzzer_sys::fuzz_target;
-use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::error::ProtocolError;
+use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::protocol::{Role, WebSocketConfig};
 use tungstenite::{Message, WebSocket};
 
@@ -166,6 +166,7 @@ fuzz_target!(|data: &[u8]| {
     let catalog = ConnCatalog {
         grant: None,
         upstream: None,
+        browsers: None,
     };
     let mut dispatcher = Dispatcher::new(profile);
     let mut queued: Vec<String> = Vec::new();
@@ -201,7 +202,10 @@ fuzz_target!(|data: &[u8]| {
             }
             Inbound::Violation { close, error } => {
                 assert!(
-                    matches!(CloseCode::from(close.code), CloseCode::Invalid | CloseCode::Size),
+                    matches!(
+                        CloseCode::from(close.code),
+                        CloseCode::Invalid | CloseCode::Size
+                    ),
                     "{close:?}"
                 );
                 assert!(error.contains(&format!("closed {}", close.code)), "{error}");
@@ -244,9 +248,7 @@ fuzz_target!(|data: &[u8]| {
             Ok(Message::Close(_)) => break,
             Ok(_) => {}
             // The end of what we wrote.
-            Err(tungstenite::Error::Protocol(ProtocolError::ResetWithoutClosingHandshake)) => {
-                break
-            }
+            Err(tungstenite::Error::Protocol(ProtocolError::ResetWithoutClosingHandshake)) => break,
             Err(e) => panic!("our output is not a valid WebSocket stream: {e}"),
         }
     }
@@ -255,6 +257,11 @@ fuzz_target!(|data: &[u8]| {
     }
     assert!(got.len() <= queued.len());
     for (i, (g, q)) in got.iter().zip(&queued).enumerate() {
-        assert!(g == q, "reply {i} differs ({} vs {} bytes)", g.len(), q.len());
+        assert!(
+            g == q,
+            "reply {i} differs ({} vs {} bytes)",
+            g.len(),
+            q.len()
+        );
     }
 });

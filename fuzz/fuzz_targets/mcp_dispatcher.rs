@@ -112,6 +112,8 @@ fn check(profile: Profile, catalog: &dyn Catalog, input: &[u8], actions: &[Actio
                             "a local name went upstream"
                         );
                     }
+                    // The fuzzed catalogue has no browser tier, so nothing routes there.
+                    Route::Browser => panic!("{profile} routed {name} to a browser tier"),
                 }
                 if profile == Profile::Observe {
                     let class = handnode::tools::find(name).map(|t| t.class);
@@ -150,11 +152,13 @@ fuzz_target!(|data: &[u8]| {
         id: "00000000-0000-4000-8000-000000000000".into(),
         session: "fuzz".into(),
         expires_at: 1_800_000_000,
+        approve: Vec::new(),
     };
     let upstream = FakeUpstream;
     let catalog = ConnCatalog {
         grant: (selector & 0x10 != 0).then_some(&note),
         upstream: (selector & 0x20 != 0).then_some(&upstream as &dyn UpstreamSource),
+        browsers: None,
     };
     let mut dispatcher = Dispatcher::new(profile);
     for message in rest.split(|&b| b == 0x1e) {

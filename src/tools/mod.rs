@@ -91,17 +91,24 @@ pub fn class_of(name: &str) -> Option<Class> {
     find(name).map(|t| t.class)
 }
 
+/// Any tool's class: a local tool's own, else a browser tool's (of an upstream or of the
+/// browser tier) from [`crate::profiles::BROWSER_TOOL_CLASSES`]. `None` for a name neither
+/// knows.
+pub fn class_of_any(name: &str) -> Option<Class> {
+    class_of(name).or_else(|| crate::profiles::browser_class_of(name))
+}
+
 /// The escalation check (§11), the one place that says whether a grant is shell-equivalent:
 /// over the tools the grant can see and which of them need approval. Returns the verdict and,
-/// for `yes`, the first shell tool that runs unasked (`"<tool> is a shell tool"`). Tools
-/// without a class (upstream tools, until they are classified) count as not `shell`.
+/// for `yes`, the first shell tool that runs unasked (`"<tool> is a shell tool"`). Classes
+/// come from [`class_of_any`]; a tool without one counts as not `shell`.
 pub fn escalation<'a>(
     visible: impl IntoIterator<Item = &'a str>,
     needs_approval: impl Fn(&str) -> bool,
 ) -> (crate::profiles::Shell, Option<String>) {
     let mut gated = false;
     for tool in visible {
-        if class_of(tool) != Some(Class::Shell) {
+        if class_of_any(tool) != Some(Class::Shell) {
             continue;
         }
         if !needs_approval(tool) {
@@ -333,6 +340,22 @@ pub trait UpstreamSource: Send + Sync + std::fmt::Debug {
     );
 }
 
+/// The browser tier (`crate::browser::Browsers`) as the catalogue sees it: the tools a
+/// `browser` grant lists and may call. A trait here so that `tools` stays below `browser`
+/// (which uses `tools`' environment cleaner). Implementations never block.
+pub trait BrowserTier: Send + Sync + std::fmt::Debug {
+    /// The tool objects a `browser` grant lists, in class-table order.
+    fn tools(&self) -> Vec<Value>;
+    /// Whether a `browser` grant may call `name` (it is listed).
+    fn offers(&self, name: &str) -> bool;
+}
+
+/// Said after the grant note in each browser-tier tool's description: the pod answers
+/// `initialize` itself, so the agent learns what this browser is from here.
+const BROWSER_TIER_NOTE: &str = " The browser_* tools drive a browser of this grant's own: \
+    started on the first call with an empty profile, kept across reconnects, discarded when \
+    the grant ends.";
+
 /// A tool object as `tools/list` shows it.
 pub fn tool_json(tool: &Tool, note: Option<&str>) -> Value {
     let description = match note {
@@ -348,11 +371,13 @@ pub fn tool_json(tool: &Tool, note: Option<&str>) -> Value {
 }
 
 /// The catalogue one connection sees: local tools, then upstream tools, filtered by the
-/// connection's profile. A local name wins over an upstream one.
+/// connection's profile. A local name wins over an upstream one. Under `browser` it is
+/// the grant's own browser tools instead, and nothing else.
 #[derive(Debug)]
 pub struct ConnCatalog<'a> {
     pub grant: Option<&'a GrantNote>,
     pub upstream: Option<&'a dyn UpstreamSource>,
+    pub browsers: Option<&'a dyn BrowserTier>,
 }
 
 impl ConnCatalog<'_> {
@@ -364,6 +389,22 @@ impl ConnCatalog<'_> {
 impl Catalog for ConnCatalog<'_> {
     fn list(&self, profile: Profile) -> Vec<Value> {
         let note = self.note(profile);
+        if profile == Profile::Browser {
+            let Some(browsers) = self.browsers else {
+                return Vec::new();
+            };
+            let mut tools = browsers.tools();
+            if let Some(note) = &note {
+                for tool in &mut tools {
+                    if let Some(Value::String(d)) = tool.get_mut("description") {
+                        d.push(' ');
+                        d.push_str(note);
+                        d.push_str(BROWSER_TIER_NOTE);
+                    }
+                }
+            }
+            return tools;
+        }
         let mut tools: Vec<Value> = allowed(profile)
             .map(|t| tool_json(t, note.as_deref()))
             .collect();
@@ -383,6 +424,23 @@ impl Catalog for ConnCatalog<'_> {
     }
 
     fn resolve(&self, profile: Profile, name: &str) -> Resolution {
+        if profile == Profile::Browser {
+            if self.browsers.is_some_and(|b| b.offers(name)) {
+                return Resolution::Visible(Route::Browser);
+            }
+            let known = find(name).is_some()
+                || crate::profiles::browser_class_of(name).is_some()
+                || self.upstream.is_some_and(|up| {
+                    up.tools()
+                        .iter()
+                        .any(|(_, t)| t.get("name").and_then(Value::as_str) == Some(name))
+                });
+            return if known {
+                Resolution::Hidden
+            } else {
+                Resolution::Unknown
+            };
+        }
         if let Some(tool) = find(name) {
             return if tool.allowed_in(profile) {
                 Resolution::Visible(Route::Local)
@@ -412,6 +470,15 @@ impl Catalog for ConnCatalog<'_> {
             text.push_str(&note);
             text.push(' ');
         }
+        if profile == Profile::Browser {
+            text.push_str(
+                "handnode lends this box's browser tier: the browser_* tools drive a browser \
+                 of this grant's own, started on the first call with an empty profile and \
+                 discarded when the grant ends. It reaches the box's network, not its files \
+                 or programs.",
+            );
+            return text;
+        }
         let names = names(profile);
         text.push_str(&format!(
             "handnode serves this Linux box's tools. Profile '{profile}' allows: {}{}. ",
@@ -419,7 +486,7 @@ impl Catalog for ConnCatalog<'_> {
             match profile {
                 Profile::Owner => " and every browser_* tool of the configured upstreams",
                 Profile::Desktop => " and the navigation/interaction browser_* tools",
-                Profile::Observe => "",
+                Profile::Observe | Profile::Browser => "",
             }
         ));
         text.push_str(
@@ -521,10 +588,17 @@ mod tests {
     }
 
     #[test]
+    fn the_browser_profile_holds_no_local_tool() {
+        assert!(names(Profile::Browser).is_empty());
+        assert!(!Profile::Browser.is_shell_equivalent());
+    }
+
+    #[test]
     fn unknown_and_hidden_tools_resolve_as_before() {
         let cat = ConnCatalog {
             grant: None,
             upstream: None,
+            browsers: None,
         };
         for tool in TOOLS {
             for profile in Profile::ALL {
@@ -549,6 +623,7 @@ mod tests {
         let cat = ConnCatalog {
             grant: None,
             upstream: None,
+            browsers: None,
         };
         for profile in Profile::ALL {
             for tool in cat.list(profile) {
@@ -585,6 +660,7 @@ mod tests {
         let cat = ConnCatalog {
             grant: Some(&note),
             upstream: None,
+            browsers: None,
         };
         let tools = cat.list(Profile::Observe);
         assert!(tools[0]["description"]
@@ -633,6 +709,26 @@ mod tests {
         assert_eq!(
             escalation(names(Profile::Observe), |_| { true }),
             (crate::profiles::Shell::No, None)
+        );
+        // Browser tools are classed by the class table: the browser profile's are never
+        // `shell`; an upstream's `shell`-class browser tool counts unless it is gated.
+        let browser: Vec<&str> = crate::profiles::browser_profile_tools().collect();
+        assert_eq!(browser.len(), 36);
+        assert_eq!(
+            escalation(browser, none),
+            (crate::profiles::Shell::No, None)
+        );
+        assert_eq!(
+            escalation(["browser_navigate", "browser_run_code_unsafe"], none),
+            (
+                crate::profiles::Shell::Yes,
+                Some("browser_run_code_unsafe is a shell tool".into())
+            )
+        );
+        assert_eq!(
+            escalation(["browser_run_code_unsafe"], |t| t
+                == "browser_run_code_unsafe"),
+            (crate::profiles::Shell::Gated, None)
         );
     }
 }

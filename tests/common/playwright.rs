@@ -240,6 +240,7 @@ impl<'a> Conn<'a> {
         ConnCatalog {
             grant: None,
             upstream: Some(self.upstream),
+            browsers: None,
         }
     }
 
@@ -299,6 +300,7 @@ impl<'a> Conn<'a> {
                 done,
             ),
             Route::Upstream(i) => self.upstream.call(i, name, arguments, ctl, done),
+            Route::Browser => panic!("{name}: no browser tier in this connection"),
         }
         rx.recv_timeout(CALL_WATCHDOG)
             .unwrap_or_else(|_| panic!("{name} did not complete within {CALL_WATCHDOG:?}"))
