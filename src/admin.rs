@@ -1,6 +1,6 @@
 //! The admin API (contract §1): tiny_http on `--listen`, the Host/Origin guard, the body
-//! cap, authentication and its throttle, the `/attach` routes, `/mcp` for the box's
-//! owner, `/metrics`, `/healthz` and `/readyz`.
+//! cap, authentication and its throttle, the `/attach` and `/approvals` routes, `/mcp` for
+//! the box's owner, `/metrics`, `/healthz` and `/readyz`.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -15,6 +15,7 @@ use log::{debug, info, warn};
 use serde_json::{json, Value};
 use tiny_http::{Header, Request, Response, Server};
 
+use crate::approvals::{self, Approvals};
 use crate::audit::{Audit, Record};
 use crate::auth::{client_key, is_loopback, Decision, Policy, RequestFacts, Throttle, Verdict};
 use crate::calls::{Calls, Services};
@@ -50,6 +51,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/attach"),
     ("GET", "/attach/{id}"),
     ("DELETE", "/attach/{id}"),
+    ("GET", "/approvals"),
+    ("POST", "/approvals/{id}"),
     ("GET", "/metrics"),
     ("POST", "/mcp"),
     ("DELETE", "/mcp"),
@@ -136,6 +139,7 @@ pub struct AdminState {
     pub throttle: Mutex<Throttle>,
     pub registry: Arc<Registry>,
     pub services: Arc<Services>,
+    pub approvals: Arc<Approvals>,
     pub metrics: Arc<Metrics>,
     pub audit: Audit,
     pub allow_hosts: Vec<String>,
@@ -153,6 +157,7 @@ impl AdminState {
         policy: Policy,
         registry: Arc<Registry>,
         services: Arc<Services>,
+        approvals: Arc<Approvals>,
         metrics: Arc<Metrics>,
         audit: Audit,
         allow_hosts: Vec<String>,
@@ -171,6 +176,7 @@ impl AdminState {
             throttle: Mutex::new(throttle),
             registry,
             services,
+            approvals,
             metrics,
             audit,
             allow_hosts: allow_hosts
@@ -561,6 +567,7 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
             match state.registry.attach(req, &principal) {
                 Ok((view, _renewed)) => respond(request, json_response(202, &view)),
                 Err(AttachError::Mint(e)) => respond(request, error_response(502, &e.to_string())),
+                Err(AttachError::BadRequest(msg)) => respond(request, error_response(400, &msg)),
                 Err(AttachError::Internal(msg)) => {
                     warn!("admin: POST /attach failed: {msg}");
                     respond(request, error_response(500, &msg))
@@ -588,6 +595,11 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
             } else {
                 respond(request, error_response(404, "no such grant"))
             }
+        }
+        ("GET", "/approvals") => approvals_get(state, request),
+        ("POST", "/approvals/{id}") => {
+            let id = id.to_string();
+            approvals_post(state, request, &id, &principal)
         }
         ("GET", "/metrics") => {
             let text = state.metrics.render(&state.registry.states());
@@ -626,6 +638,101 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
             warn!("admin: {method} {path} is in ROUTES but has no handler");
             respond(request, error_response(500, "route has no handler"))
         }
+    }
+}
+
+/// The value of query parameter `name` (first occurrence, `%XX` and `+` decoded).
+fn query_param(request: &Request, name: &str) -> Option<String> {
+    let query = request.url().split_once('?')?.1;
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == name).then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+            (b'+', _) => out.push(b' '),
+            (b, _) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `GET /approvals`, and its long-poll `?wait=N&seen=<etag>` (§10): parked with the
+/// approvals thread, so a waiting phone holds no handler thread.
+fn approvals_get(state: &Arc<AdminState>, request: Request) {
+    let wait = match query_param(&request, "wait") {
+        None => 0,
+        Some(v) => match v.parse::<u64>() {
+            Ok(n) if n <= approvals::MAX_WAIT_SECS => n,
+            _ => {
+                return respond(
+                    request,
+                    error_response(
+                        400,
+                        &format!(
+                            "wait must be a whole number of seconds, 0...{}",
+                            approvals::MAX_WAIT_SECS
+                        ),
+                    ),
+                )
+            }
+        },
+    };
+    let seen = query_param(&request, "seen");
+    let (list, etag) = state.approvals.list();
+    let changed = seen
+        .as_deref()
+        .is_none_or(|s| !approvals::same_etag(s, &etag));
+    if wait == 0 || changed {
+        return respond(request, approvals::list_response(list.to_string(), &etag));
+    }
+    let seen = seen.unwrap_or_default();
+    if let Some(request) = state
+        .approvals
+        .park(request, seen, Duration::from_secs(wait))
+    {
+        let msg = format!(
+            "too many long-polls of /approvals are open ({}); retry shortly, or ask without wait",
+            state.approvals.max_waiters()
+        );
+        respond(request, error_response(429, &msg));
+    }
+}
+
+/// `POST /approvals/{id}`: allow or deny a held call.
+fn approvals_post(state: &Arc<AdminState>, mut request: Request, id: &str, principal: &str) {
+    let body = match read_body(&mut request, state.limits.max_body_bytes) {
+        Ok(b) => b,
+        Err(resp) => return respond(request, resp),
+    };
+    let decision = match approvals::Decision::parse(&body) {
+        Ok(d) => d,
+        Err(msg) => return respond(request, error_response(400, &msg)),
+    };
+    match state.approvals.decide(id, decision, principal) {
+        Some(decided) => {
+            if decided.remembered {
+                state.registry.remembered(&decided.grant_id);
+            }
+            respond(request, json_response(200, &decided.view))
+        }
+        None => respond(request, error_response(404, "no such approval")),
     }
 }
 

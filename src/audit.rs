@@ -59,6 +59,26 @@ impl LifecycleEvent {
     }
 }
 
+/// What happened to a call held for approval (§10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApprovalEvent {
+    Requested,
+    Decided,
+    Expired,
+    Withdrawn,
+}
+
+impl ApprovalEvent {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalEvent::Requested => "approval_requested",
+            ApprovalEvent::Decided => "approval_decided",
+            ApprovalEvent::Expired => "approval_expired",
+            ApprovalEvent::Withdrawn => "approval_withdrawn",
+        }
+    }
+}
+
 /// One audit line. `None` fields are left out of the line.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Record {
@@ -86,6 +106,23 @@ pub enum Record {
         /// Only with `--audit-args`.
         args: Option<Value>,
     },
+    Approval {
+        event: ApprovalEvent,
+        approval_id: String,
+        grant_id: String,
+        /// The grant's principal (who lent the box), not the decider.
+        principal: String,
+        session: String,
+        tool: String,
+        /// `allow` or `deny`, on `approval_decided`.
+        decision: Option<&'static str>,
+        decided_by: Option<String>,
+        reason: Option<String>,
+        /// From the request to its end, in seconds (millisecond precision).
+        waited_secs: Option<f64>,
+        /// Only with `--audit-args`, on `approval_requested`.
+        args: Option<Value>,
+    },
 }
 
 impl Record {
@@ -93,6 +130,7 @@ impl Record {
         match self {
             Record::Lifecycle { .. } => "lifecycle",
             Record::ToolCall { .. } => "tool_call",
+            Record::Approval { .. } => "approval",
         }
     }
 
@@ -148,6 +186,35 @@ impl Record {
                 m.insert("tool".into(), tool.as_str().into());
                 m.insert("outcome".into(), outcome.as_str().into());
                 m.insert("duration_ms".into(), (*duration_ms).into());
+                opt(&mut m, "args", args.clone());
+            }
+            Record::Approval {
+                event,
+                approval_id,
+                grant_id,
+                principal,
+                session,
+                tool,
+                decision,
+                decided_by,
+                reason,
+                waited_secs,
+                args,
+            } => {
+                m.insert("event".into(), event.as_str().into());
+                m.insert("approval_id".into(), approval_id.as_str().into());
+                m.insert("grant_id".into(), grant_id.as_str().into());
+                m.insert("principal".into(), principal.as_str().into());
+                m.insert("session".into(), session.as_str().into());
+                m.insert("tool".into(), tool.as_str().into());
+                opt(&mut m, "decision", decision.map(Value::from));
+                opt(&mut m, "decided_by", decided_by.as_deref().map(Value::from));
+                opt(&mut m, "reason", reason.as_deref().map(Value::from));
+                opt(
+                    &mut m,
+                    "waited_secs",
+                    waited_secs.map(|s| Value::from((s * 1000.0).round() / 1000.0)),
+                );
                 opt(&mut m, "args", args.clone());
             }
         }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::auth::Policy;
-use crate::cli::{GrantArgs, GrantsArgs, RevokeArgs};
+use crate::cli::{ApprovalsArgs, DecideArgs, GrantArgs, GrantsArgs, RevokeArgs};
 use crate::error::Error;
 use crate::secret::Secret;
 
@@ -66,7 +66,13 @@ pub struct Timing {
     pub sys_info_ttl: Duration,
     /// Longest one display helper (grim, xdotool, wtype, …) may run.
     pub display_helper_timeout: Duration,
+    /// How long a call held for approval waits for a decision (§10); at most
+    /// [`MAX_APPROVAL_TIMEOUT`] under a grant.
+    pub approval_timeout: Duration,
 }
+
+/// Longest a call under a grant may wait for approval: the pod gives up on a call at 120 s.
+pub const MAX_APPROVAL_TIMEOUT: Duration = Duration::from_secs(100);
 
 impl Default for Timing {
     fn default() -> Self {
@@ -89,6 +95,7 @@ impl Default for Timing {
             display_probe_ttl: Duration::from_secs(2),
             sys_info_ttl: Duration::from_secs(1),
             display_helper_timeout: Duration::from_secs(10),
+            approval_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -116,6 +123,14 @@ pub struct Limits {
     pub audit_rotate_bytes: u64,
     /// Rotated audit files kept.
     pub audit_keep: usize,
+    /// Calls held for approval at once, over all grants; past this a call is answered
+    /// `isError` and does not run.
+    pub approvals_pending: usize,
+    /// `GET /approvals?wait=N` long-polls parked at once; past this a `429`.
+    pub approval_waiters: usize,
+    /// Largest arguments (serialized JSON, bytes) a held call may carry: the person must be
+    /// able to read what they allow.
+    pub approval_args_bytes: usize,
 }
 
 impl Default for Limits {
@@ -131,6 +146,9 @@ impl Default for Limits {
             mcp_sessions: 256,
             audit_rotate_bytes: 10 << 20,
             audit_keep: 5,
+            approvals_pending: 256,
+            approval_waiters: 16,
+            approval_args_bytes: 64 << 10,
         }
     }
 }
@@ -161,6 +179,9 @@ pub struct Config {
     pub display_env: Option<std::collections::BTreeMap<String, String>>,
     pub max_screenshot_edge: u32,
     pub notify: bool,
+    /// Test override of the `notify-send` program (default: found on `PATH`). Not a flag.
+    #[doc(hidden)]
+    pub notify_program: Option<PathBuf>,
     /// Tell systemd (`NOTIFY_SOCKET`) when ready and when stopping.
     pub sd_notify: bool,
     pub timing: Timing,
@@ -189,6 +210,7 @@ impl Config {
             display_env: None,
             max_screenshot_edge: 1920,
             notify: false,
+            notify_program: None,
             sd_notify: false,
             timing: Timing::default(),
             limits: Limits::default(),
@@ -231,6 +253,10 @@ pub enum Command {
     Grants(GrantsArgs),
     /// End one grant or all of them.
     Revoke(RevokeArgs),
+    /// List the calls waiting for approval (or follow them).
+    Approvals(ApprovalsArgs),
+    /// Allow or deny one waiting call.
+    Decide(DecideArgs),
     /// Print this text to stdout and exit 0.
     Help(String),
     /// Print `handnode <version>` and exit 0.
@@ -830,7 +856,7 @@ const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         name: "no-notify",
         env: true,
         default: "",
-        help: "Do not show desktop notifications when a grant attaches or ends.",
+        help: "Do not show desktop notifications (a grant attaches or ends; a call waits for approval with Allow/Deny buttons).",
         kind: Kind::Switch(|d| d.config.notify = false),
     },
     Flag {
@@ -888,6 +914,42 @@ const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
             set: |d, v| d.config.limits.job_queue = v as usize,
         },
     },
+    Flag {
+        name: "approval-timeout-ms",
+        env: true,
+        default: "60000",
+        help: "How long a call of a tool named in a grant's approve list waits for someone to allow it; then it is answered 'no one approved' and does not run. At most 100000 (the pod gives up on a call at 120 s).",
+        kind: Kind::Int {
+            metavar: "MS",
+            min: 1,
+            max: MAX_APPROVAL_TIMEOUT.as_millis() as u64,
+            set: |d, v| d.config.timing.approval_timeout = Duration::from_millis(v),
+        },
+    },
+    Flag {
+        name: "max-pending-approvals",
+        env: true,
+        default: "256",
+        help: "Calls waiting for approval at once, over all grants; one more is answered with a tool error and does not run.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 65_536,
+            set: |d, v| d.config.limits.approvals_pending = v as usize,
+        },
+    },
+    Flag {
+        name: "approval-waiters",
+        env: true,
+        default: "16",
+        help: "GET /approvals?wait=N long-polls held open at once; one more gets 429.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 1024,
+            set: |d, v| d.config.limits.approval_waiters = v as usize,
+        },
+    },
     millis!("backoff-base-ms", backoff_base, "1000", "First redial delay; doubles per failure."),
     millis!("backoff-cap-ms", backoff_cap, "30000", "Longest redial delay."),
     millis!("backoff-reset-ms", backoff_reset, "60000", "A connection attached this long resets the redial delay."),
@@ -938,6 +1000,7 @@ impl Config {
             display_env: None,
             max_screenshot_edge: DEFAULT_MAX_SCREENSHOT_EDGE,
             notify: true,
+            notify_program: None,
             sd_notify: true,
             timing: Timing::default(),
             limits: Limits::default(),
@@ -965,7 +1028,7 @@ pub fn default_config_dir(env: &HashMap<String, String>) -> Option<PathBuf> {
 }
 
 /// The subcommands, for errors and help.
-const SUBCOMMANDS: &str = "serve, doctor, grant, grants, revoke, help";
+const SUBCOMMANDS: &str = "serve, doctor, grant, grants, revoke, approvals, approve, deny, help";
 
 /// Turn argv (without the program name) and the environment into what to do.
 ///
@@ -975,9 +1038,10 @@ const SUBCOMMANDS: &str = "serve, doctor, grant, grants, revoke, help";
 /// [`Error::Config`] with a message that says what to fix (exit 2).
 pub fn parse(args: &[String], env: &HashMap<String, String>) -> Result<Command, Error> {
     let (sub, rest) = match args.first().map(String::as_str) {
-        Some(word @ ("serve" | "doctor" | "grant" | "grants" | "revoke" | "help")) => {
-            (word, &args[1..])
-        }
+        Some(
+            word @ ("serve" | "doctor" | "grant" | "grants" | "revoke" | "approvals" | "approve"
+            | "deny" | "help"),
+        ) => (word, &args[1..]),
         Some(word) if !word.starts_with('-') => {
             return Err(Error::Config(format!(
                 "unknown subcommand '{word}'; expected one of {SUBCOMMANDS} (see handnode --help)"
@@ -1025,7 +1089,9 @@ fn help_for(sub: &str) -> Result<String, Error> {
             render_flags(&mut out, &[DOCTOR_FLAGS]);
             Ok(out)
         }
-        "grant" | "grants" | "revoke" => Ok(crate::cli::help(sub)),
+        "grant" | "grants" | "revoke" | "approvals" | "approve" | "deny" => {
+            Ok(crate::cli::help(sub))
+        }
         other => Err(Error::Config(format!(
             "no help for '{other}'; subcommands are {SUBCOMMANDS}"
         ))),
@@ -1042,6 +1108,9 @@ Usage:\n  \
   handnode grant --runtime URL --session S (--secret-file F | --admin-credential-file F) [...]\n  \
   handnode grants [--json]          list a running daemon's grants\n  \
   handnode revoke ID | --all        end a grant, or all of them\n  \
+  handnode approvals [--watch]      calls waiting for your approval\n  \
+  handnode approve ID [--remember]  let a waiting call run (--remember: and later ones of its tool)\n  \
+  handnode deny ID [--reason TEXT]  refuse a waiting call; it does not run\n  \
   handnode help SUBCOMMAND | --help | --version\n\n\
 Every flag can also be set by the env var shown (a flag beats its env var; repeatable flags\n\
 take a comma-separated list in env). The admin token is never a flag: it is read from\n\

@@ -300,6 +300,8 @@ pub struct GrantThread {
     pub timing: Timing,
     pub limits: Limits,
     pub audit_args: bool,
+    /// Which calls wait for a person's decision, and where they wait (§10).
+    pub approvals: crate::approvals::GrantApprovals,
 }
 
 /// How one connection ended.
@@ -885,6 +887,13 @@ impl GrantThread {
         };
         let _ = self.poller.delete(ws.get_ref());
         let cancelled = calls.cancel_all();
+        for call in &cancelled {
+            // A held call never ran: withdrawn with its socket.
+            if self.approvals.withdraw(&call.ctl) {
+                self.events
+                    .tool_call(self.call_event(call, Outcome::NotApproved));
+            }
+        }
         if !cancelled.is_empty() {
             debug!(
                 "grant {}: connection lost with {} calls in flight; their process groups were killed",
@@ -897,6 +906,19 @@ impl GrantThread {
             self.events.attachment(&self.spec.id, false);
         }
         end
+    }
+
+    /// The audit/metrics event of a call that ended without a reply.
+    fn call_event(&self, call: &crate::calls::InFlight, outcome: Outcome) -> CallEvent {
+        CallEvent {
+            grant_id: self.spec.id.clone(),
+            principal: self.spec.principal.clone(),
+            session: self.spec.session.clone(),
+            tool: call.tool.clone(),
+            outcome,
+            duration: call.started.elapsed(),
+            arguments: None,
+        }
     }
 
     fn serve_commands(&mut self, ws: &mut WebSocket<ClientStream>) -> Option<ConnEnd> {
@@ -1018,19 +1040,23 @@ impl GrantThread {
                         ctl,
                         host: Arc::clone(&self.services.host),
                     };
-                    self.services.start(route, name, arguments, cx, done);
+                    let asker = crate::approvals::Asker {
+                        grant_id: &self.spec.id,
+                        principal: &self.spec.principal,
+                        session: &self.spec.session,
+                        profile: self.spec.profile,
+                    };
+                    self.approvals
+                        .start(&self.services, asker, (route, name, arguments), cx, done);
                 }
                 Action::Cancel { id } => {
                     if let Some(call) = calls.cancel(&id) {
-                        self.events.tool_call(CallEvent {
-                            grant_id: self.spec.id.clone(),
-                            principal: self.spec.principal.clone(),
-                            session: self.spec.session.clone(),
-                            tool: call.tool,
-                            outcome: Outcome::ToolError,
-                            duration: call.started.elapsed(),
-                            arguments: None,
-                        });
+                        let outcome = if self.approvals.withdraw(&call.ctl) {
+                            Outcome::NotApproved
+                        } else {
+                            Outcome::ToolError
+                        };
+                        self.events.tool_call(self.call_event(&call, outcome));
                     }
                 }
                 Action::Refused { tool, outcome } => self.events.tool_call(CallEvent {

@@ -14,6 +14,7 @@ use crossbeam_channel::Sender;
 use log::{debug, info, warn};
 use serde_json::{json, Map, Value};
 
+use crate::approvals::{visible_tools, Approvals, Approve, Gate, GrantApprovals};
 use crate::audit::{Audit, LifecycleEvent, Record};
 use crate::calls::Services;
 use crate::config::{Limits, Timing};
@@ -58,6 +59,8 @@ pub struct AttachRequest {
     pub profile: Profile,
     pub ttl_secs: u64,
     pub source: SecretSource,
+    /// Tools whose every call waits for a person's decision (§10), as given.
+    pub approve: Option<Approve>,
 }
 
 fn session_ok(s: &str) -> bool {
@@ -89,6 +92,7 @@ impl AttachRequest {
                 "ttl_secs",
                 "secret",
                 "admin_credential",
+                "approve",
             ]
             .contains(&key.as_str())
             {
@@ -133,12 +137,14 @@ impl AttachRequest {
             (None, Some(c)) => SecretSource::AdminCredential(c),
             _ => return Err(SECRET_CHOICE_ERROR.into()),
         };
+        let approve = Approve::from_json(obj.get("approve"))?;
         Ok(AttachRequest {
             runtime,
             session,
             profile,
             ttl_secs,
             source,
+            approve,
         })
     }
 }
@@ -221,6 +227,9 @@ struct Entry {
     created_at: u64,
     deadline: SystemTime,
     secret: Secret,
+    /// `approve` as given, and what it gates.
+    approve: Option<Approve>,
+    gate: Arc<Gate>,
     status: Arc<Mutex<Status>>,
     handle: Option<GrantHandle>,
     ended_at: Option<Instant>,
@@ -252,6 +261,8 @@ impl Entry {
             created_at: self.created_at,
             expires_at: self.expires_at(),
             secret: self.secret.clone(),
+            approve: self.approve.clone(),
+            approved_for_grant: self.gate.remembered(),
         }
     }
 
@@ -293,6 +304,19 @@ impl Entry {
         v.insert("calls".into(), json!(status.calls));
         if let Some(err) = &status.last_error {
             v.insert("last_error".into(), json!(err));
+        }
+        if let Some(approve) = &self.approve {
+            v.insert("approve".into(), approve.to_json());
+        }
+        v.insert("approved_for_grant".into(), json!(self.gate.remembered()));
+        // Over the local tools for now: the browser tools get classes with issue 13.
+        let (shell, because) =
+            crate::profiles::escalation(self.profile.local_allow_list().iter().copied(), |t| {
+                self.gate.needs_approval(t)
+            });
+        v.insert("shell".into(), json!(shell.as_str()));
+        if let Some(because) = because {
+            v.insert("shell_because".into(), json!(because));
         }
         Value::Object(v)
     }
@@ -359,6 +383,8 @@ pub enum AttachError {
     Internal(String),
     /// The daemon is shutting down: `503`.
     ShuttingDown,
+    /// The request names something this grant cannot have: `400` with this message.
+    BadRequest(String),
 }
 
 struct Inner {
@@ -383,6 +409,7 @@ pub struct Registry {
     audit: Audit,
     metrics: Arc<Metrics>,
     tls: Arc<rustls::ClientConfig>,
+    approvals: Arc<Approvals>,
     config: RegistryConfig,
     me: Weak<Registry>,
 }
@@ -462,6 +489,7 @@ impl Registry {
         audit: Audit,
         metrics: Arc<Metrics>,
         tls: Arc<rustls::ClientConfig>,
+        approvals: Arc<Approvals>,
         config: RegistryConfig,
     ) -> Arc<Registry> {
         Arc::new_cyclic(|me| Registry {
@@ -474,6 +502,7 @@ impl Registry {
             audit,
             metrics,
             tls,
+            approvals,
             config,
             me: me.clone(),
         })
@@ -483,7 +512,11 @@ impl Registry {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn spawn(&self, spec: GrantSpec) -> Result<(GrantHandle, Arc<Mutex<Status>>), Error> {
+    fn spawn(
+        &self,
+        spec: GrantSpec,
+        gate: &Arc<Gate>,
+    ) -> Result<(GrantHandle, Arc<Mutex<Status>>), Error> {
         let poller = Poller::new().map_err(|e| Error::io("create grant poller", e))?;
         let waker = poller.waker();
         let (tx, rx) = crossbeam_channel::unbounded();
@@ -502,6 +535,10 @@ impl Registry {
             timing: self.config.timing.clone(),
             limits: self.config.limits.clone(),
             audit_args: self.config.audit_args,
+            approvals: GrantApprovals {
+                hub: Arc::clone(&self.approvals),
+                gate: Arc::clone(gate),
+            },
         };
         let join = std::thread::Builder::new()
             .name(name)
@@ -554,6 +591,12 @@ impl Registry {
         req: AttachRequest,
         principal: &str,
     ) -> Result<(Value, bool), AttachError> {
+        // Checked before any mint: a refused request changes nothing, at the pod neither.
+        let visible = visible_tools(req.profile, self.services.upstream.as_deref());
+        let gated = match &req.approve {
+            Some(approve) => approve.resolve(&visible).map_err(AttachError::BadRequest)?,
+            None => Default::default(),
+        };
         let now = SystemTime::now();
         let (secret, ttl) = match req.source {
             SecretSource::Given(secret) => (secret, req.ttl_secs),
@@ -589,7 +632,10 @@ impl Registry {
                 .iter()
                 .position(|e| e.target == target && e.is_live());
             match existing {
-                Some(i) if inner.entries[i].profile == req.profile => {
+                Some(i)
+                    if inner.entries[i].profile == req.profile
+                        && Approve::same(&inner.entries[i].approve, &req.approve) =>
+                {
                     let entry = &mut inner.entries[i];
                     let previous = std::mem::replace(&mut entry.principal, principal.to_string());
                     entry.secret = secret.clone();
@@ -625,6 +671,7 @@ impl Registry {
                         let record =
                             old.lifecycle(LifecycleEvent::Replaced, Some("replaced".into()), None);
                         self.audit.record(record);
+                        self.approvals.withdraw_grant(&old.id);
                     }
                     let id = new_id();
                     let spec = GrantSpec {
@@ -636,8 +683,9 @@ impl Registry {
                         secret: secret.clone(),
                         deadline,
                     };
+                    let gate = Gate::new(gated, []);
                     let (handle, status) = self
-                        .spawn(spec)
+                        .spawn(spec, &gate)
                         .map_err(|e| AttachError::Internal(e.to_string()))?;
                     let entry = Entry {
                         id: id.clone(),
@@ -649,6 +697,8 @@ impl Registry {
                         created_at: unix(now),
                         deadline,
                         secret,
+                        approve: req.approve,
+                        gate,
                         status,
                         handle: Some(handle),
                         ended_at: None,
@@ -688,6 +738,7 @@ impl Registry {
         };
         // The secret is dropped here, and from disk with the persist below.
         entry.end_here(EndReason::Cancelled);
+        self.approvals.withdraw_grant(id);
         let record = entry.lifecycle(LifecycleEvent::Revoked, Some("cancelled".into()), None);
         let who = (entry.session.clone(), entry.profile);
         info!("grant {id} revoked");
@@ -714,6 +765,15 @@ impl Registry {
             &format!("handnode: {session} is no longer lent ({profile})"),
             why,
         );
+    }
+
+    /// A decision with `remember` added to a grant's `approved_for_grant`: keep it on disk
+    /// (it lasts until the grant ends, restarts included).
+    pub fn remembered(&self, grant_id: &str) {
+        let inner = self.lock();
+        if let Err(e) = self.persist(&inner) {
+            warn!("grant {grant_id}: could not persist approved_for_grant: {e}");
+        }
     }
 
     /// `GET /attach/{id}`.
@@ -776,6 +836,14 @@ impl Registry {
                 continue;
             };
             let deadline = UNIX_EPOCH + Duration::from_secs(g.expires_at);
+            // Validated at load against the profile; upstream names cannot be checked before
+            // the upstreams answer, and gating a tool that is not there changes nothing.
+            let gated = g
+                .approve
+                .as_ref()
+                .map(|a| a.resolve_stored(profile))
+                .unwrap_or_default();
+            let gate = Gate::new(gated, g.approved_for_grant.clone());
             let spec = GrantSpec {
                 id: g.id.clone(),
                 runtime: g.runtime.clone(),
@@ -785,7 +853,7 @@ impl Registry {
                 secret: g.secret.clone(),
                 deadline,
             };
-            match self.spawn(spec) {
+            match self.spawn(spec, &gate) {
                 Ok((handle, status)) => {
                     inner.entries.push(Entry {
                         target: target_key(&g.runtime, &g.session),
@@ -797,6 +865,8 @@ impl Registry {
                         created_at: g.created_at,
                         deadline,
                         secret: g.secret,
+                        approve: g.approve,
+                        gate,
                         status,
                         handle: Some(handle),
                         ended_at: None,
@@ -838,6 +908,7 @@ impl Registry {
             return;
         }
         entry.mark_ended();
+        self.approvals.withdraw_grant(grant_id);
         let event = match reason {
             EndReason::Deadline | EndReason::GrantExpired => LifecycleEvent::Expired,
             _ => LifecycleEvent::Ended,

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod approvals;
 pub mod audit;
 pub mod auth;
 pub mod calls;
@@ -78,6 +79,7 @@ pub struct Daemon {
     admin: Option<admin::AdminServer>,
     registry: Arc<grants::Registry>,
     fatal: crossbeam_channel::Receiver<Error>,
+    approvals_guard: Option<approvals::ApprovalsGuard>,
     audit_guard: Option<audit::AuditGuard>,
     sd_notify: bool,
 }
@@ -144,12 +146,34 @@ impl Daemon {
                 )?) as Arc<dyn tools::UpstreamSource>)
             },
         });
+        let notifier = if config.notify {
+            notify::Notifier::for_display(
+                config.notify_program.clone(),
+                config.display_env.as_ref(),
+            )
+        } else {
+            None
+        };
+        let (approvals, approvals_guard) = approvals::Approvals::start(
+            approvals::HubConfig {
+                timeout: config.timing.approval_timeout,
+                max_pending: config.limits.approvals_pending,
+                max_waiters: config.limits.approval_waiters,
+                max_args_bytes: config.limits.approval_args_bytes,
+                audit_args: config.audit_args,
+                notifier,
+            },
+            audit.clone(),
+            Arc::clone(&metrics),
+        )
+        .map_err(|e| Error::io("start the approvals thread", e))?;
         let registry = grants::Registry::new(
             Arc::clone(&services),
             store,
             audit.clone(),
             Arc::clone(&metrics),
             tls,
+            Arc::clone(&approvals),
             grants::RegistryConfig {
                 timing: config.timing.clone(),
                 limits: config.limits.clone(),
@@ -162,6 +186,7 @@ impl Daemon {
             policy,
             Arc::clone(&registry),
             services,
+            approvals,
             metrics,
             audit,
             config.allow_hosts.clone(),
@@ -190,6 +215,7 @@ impl Daemon {
             admin: Some(admin),
             registry,
             fatal,
+            approvals_guard: Some(approvals_guard),
             audit_guard: Some(audit_guard),
             sd_notify: config.sd_notify,
         })
@@ -226,6 +252,9 @@ impl Daemon {
 
     fn stop(&mut self) {
         self.admin.take();
+        // Before the grants stop: parked long-polls are answered and held calls withdrawn
+        // (audited) now, not after every grant thread has been joined.
+        self.approvals_guard.take();
         self.registry.shutdown();
         self.audit_guard.take();
     }

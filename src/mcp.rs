@@ -51,6 +51,8 @@ pub enum Outcome {
     ToolError,
     RpcError,
     Denied,
+    /// Held for approval (§10) and denied, expired or withdrawn: it did not run.
+    NotApproved,
 }
 
 impl Outcome {
@@ -60,6 +62,7 @@ impl Outcome {
             Outcome::ToolError => "tool_error",
             Outcome::RpcError => "rpc_error",
             Outcome::Denied => "denied",
+            Outcome::NotApproved => "not_approved",
         }
     }
 }
@@ -354,6 +357,9 @@ pub enum ToolOutput {
     InvalidParams(String),
     /// A JSON-RPC error other than bad params (overload, upstream protocol failure).
     RpcError { code: i64, message: String },
+    /// A call held for approval that did not run (denied, expired): an `isError` result
+    /// whose text says why, audited `not_approved`.
+    NotApproved(String),
 }
 
 impl ToolOutput {
@@ -379,6 +385,7 @@ impl ToolOutput {
             ToolOutput::Encoded { is_error: true, .. } => Outcome::ToolError,
             ToolOutput::Encoded { .. } => Outcome::Ok,
             ToolOutput::InvalidParams(_) | ToolOutput::RpcError { .. } => Outcome::RpcError,
+            ToolOutput::NotApproved(_) => Outcome::NotApproved,
         }
     }
 }
@@ -394,6 +401,10 @@ pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, 
             error_reply(id, INVALID_PARAMS, &format!("Invalid params: {msg}"))
         }
         ToolOutput::RpcError { code, message } => error_reply(id, code, &message),
+        ToolOutput::NotApproved(text) => result_reply(
+            id,
+            json!({"content": [{"type": "text", "text": text}], "isError": true}),
+        ),
     };
     if encoded.len() <= max_bytes {
         return (encoded, outcome);

@@ -19,6 +19,8 @@ pub const MAX_EXTRA_TOOL_LABELS: usize = 64;
 pub const MAX_CLOSE_CODE_LABELS: usize = 64;
 /// The label value that absorbs everything past a bound.
 pub const OTHER: &str = "other";
+/// How a held call's approval ended (§10), in the order `/metrics` lists them.
+pub const APPROVAL_DECISIONS: [&str; 4] = ["allow", "deny", "expired", "withdrawn"];
 
 /// Process-wide counters. Share through an `Arc`; every method takes `&self`.
 #[derive(Debug, Default)]
@@ -32,6 +34,11 @@ pub struct Metrics {
     /// Close code (or `other`) → count.
     closes: Mutex<BTreeMap<String, u64>>,
     tool_calls: Mutex<ToolCalls>,
+    approvals_requested: AtomicU64,
+    /// Counts in the order of [`APPROVAL_DECISIONS`].
+    approvals: [AtomicU64; 4],
+    approvals_pending: AtomicU64,
+    approval_waiters: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -88,6 +95,28 @@ impl Metrics {
             OTHER.to_string()
         };
         *calls.counts.entry((label, outcome)).or_insert(0) += 1;
+    }
+
+    /// A call was held for approval.
+    pub fn approval_requested(&self) {
+        self.approvals_requested.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A held call's approval ended this way (one of [`APPROVAL_DECISIONS`]).
+    pub fn approval_ended(&self, decision: &str) {
+        if let Some(i) = APPROVAL_DECISIONS.iter().position(|d| *d == decision) {
+            self.approvals[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Calls held for approval right now.
+    pub fn set_approvals_pending(&self, n: usize) {
+        self.approvals_pending.store(n as u64, Ordering::Relaxed);
+    }
+
+    /// `GET /approvals` long-polls parked right now.
+    pub fn set_approval_waiters(&self, n: usize) {
+        self.approval_waiters.store(n as u64, Ordering::Relaxed);
     }
 
     /// Bytes received on grant sockets.
@@ -171,7 +200,7 @@ impl Metrics {
             &mut out,
             "handnode_tool_calls_total",
             "counter",
-            "Tool calls by tool and outcome (ok, tool_error, rpc_error, denied).",
+            "Tool calls by tool and outcome (ok, tool_error, rpc_error, denied, not_approved).",
         );
         let calls = self.tool_calls.lock().unwrap_or_else(|p| p.into_inner());
         for ((tool, outcome), n) in calls.counts.iter() {
@@ -207,6 +236,50 @@ impl Metrics {
             "handnode_auth_throttled_total",
             "Admin API requests refused by the failed-auth throttle (429).",
             &self.throttled,
+        );
+        counter(
+            &mut out,
+            "handnode_approvals_requested_total",
+            "Tool calls held for approval.",
+            &self.approvals_requested,
+        );
+        family(
+            &mut out,
+            "handnode_approvals_total",
+            "counter",
+            "Held calls by how their approval ended (allow, deny, expired, withdrawn).",
+        );
+        for (decision, n) in APPROVAL_DECISIONS.iter().zip(&self.approvals) {
+            sample(
+                &mut out,
+                "handnode_approvals_total",
+                &[("decision", decision)],
+                n.load(Ordering::Relaxed),
+            );
+        }
+        family(
+            &mut out,
+            "handnode_approvals_pending",
+            "gauge",
+            "Tool calls waiting for approval now.",
+        );
+        sample(
+            &mut out,
+            "handnode_approvals_pending",
+            &[],
+            self.approvals_pending.load(Ordering::Relaxed),
+        );
+        family(
+            &mut out,
+            "handnode_approval_waiters",
+            "gauge",
+            "GET /approvals long-polls held open now (their answer included).",
+        );
+        sample(
+            &mut out,
+            "handnode_approval_waiters",
+            &[],
+            self.approval_waiters.load(Ordering::Relaxed),
         );
         out
     }

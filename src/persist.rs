@@ -16,6 +16,7 @@ use std::sync::Mutex;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::approvals::{fits_profile, Approve};
 use crate::error::Error;
 use crate::profiles::Profile;
 use crate::secret::Secret;
@@ -49,6 +50,10 @@ pub struct StoredGrant {
     /// Unix seconds; the grant is dead at this instant (`expires_at <= now`).
     pub expires_at: u64,
     pub secret: Secret,
+    /// `approve` as given at `POST /attach` (§10); `None` when nothing needs approval.
+    pub approve: Option<Approve>,
+    /// Tools allowed with `remember` until the grant ends.
+    pub approved_for_grant: Vec<String>,
 }
 
 /// What [`GrantStore::load`] (or [`parse`]) found.
@@ -92,6 +97,10 @@ struct WireGrant<'a> {
     created_at: u64,
     expires_at: u64,
     secret: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approve: Option<Value>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    approved_for_grant: &'a [String],
 }
 
 impl GrantStore {
@@ -231,6 +240,8 @@ fn encode(grants: &[StoredGrant]) -> Vec<u8> {
                 created_at: g.created_at,
                 expires_at: g.expires_at,
                 secret: g.secret.expose(),
+                approve: g.approve.as_ref().map(Approve::to_json),
+                approved_for_grant: &g.approved_for_grant,
             })
             .collect(),
     };
@@ -303,9 +314,28 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
         return Err("session does not match [a-z0-9-]{1,32}".to_string());
     }
     let profile = string_field(obj, "profile")?;
-    if profile.parse::<Profile>().is_err() {
+    let Ok(parsed_profile) = profile.parse::<Profile>() else {
         return Err("profile is not one of owner, desktop, observe".to_string());
+    };
+    // Dropping the grant, not the list: a grant without its approvals would be wider.
+    let approve = Approve::from_json(obj.get("approve"))
+        .map_err(|_| "approve is not a list of tool names or \"shell\"".to_string())?;
+    if approve.as_ref().is_some_and(|a| !a.fits(parsed_profile)) {
+        return Err("approve names a tool this profile cannot use".to_string());
     }
+    let approved_for_grant = match obj.get("approved_for_grant") {
+        None => Vec::new(),
+        Some(Value::Array(items)) if items.len() <= crate::approvals::MAX_APPROVE_NAMES => items
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .filter(|t| fits_profile(t, parsed_profile))
+                    .map(str::to_string)
+            })
+            .collect::<Option<Vec<String>>>()
+            .ok_or_else(|| "approved_for_grant names a tool this profile cannot use".to_string())?,
+        Some(_) => return Err("approved_for_grant is not a list of tool names".to_string()),
+    };
     let principal = string_field(obj, "principal")?;
     let created_at = u64_field(obj, "created_at")?;
     let expires_at = u64_field(obj, "expires_at")?;
@@ -332,6 +362,8 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
         runtime: runtime.to_string(),
         session: session.to_string(),
         profile: profile.to_string(),
+        approve,
+        approved_for_grant,
         principal: principal.to_string(),
         created_at,
         expires_at,
@@ -476,6 +508,8 @@ mod tests {
             created_at: NOW - 10,
             expires_at,
             secret: Secret::new(format!("sekrit-value-{n}")),
+            approve: None,
+            approved_for_grant: Vec::new(),
         }
     }
 
@@ -513,6 +547,49 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from(FILE_NAME)]);
+    }
+
+    #[test]
+    fn approvals_round_trip_and_a_list_the_profile_cannot_use_drops_the_grant() {
+        let tmp = TempDir::fresh("approve");
+        let store = GrantStore::open(&tmp.0).unwrap();
+        let mut listed = grant(1, NOW + 100);
+        listed.profile = "desktop".into();
+        listed.approve = Some(Approve::Tools(vec!["bash".into(), "key".into()]));
+        listed.approved_for_grant = vec!["key".into()];
+        let mut shell = grant(2, NOW + 100);
+        shell.profile = "owner".into();
+        shell.approve = Some(Approve::Shell);
+        store.save(&[listed.clone(), shell.clone()]).unwrap();
+        let report = store.load(NOW).unwrap();
+        assert_eq!(report.grants, vec![listed.clone(), shell]);
+        let entries = |f: &dyn Fn(&mut Value)| {
+            let mut e = entry_json(&grant(3, NOW + 100));
+            f(&mut e);
+            file_with(vec![e])
+        };
+        for (tweak, why) in [
+            (
+                (|e: &mut Value| e["approve"] = serde_json::json!(["bash"])) as fn(&mut Value),
+                "approve names a tool this profile cannot use",
+            ),
+            (
+                |e: &mut Value| e["approve"] = serde_json::json!(7),
+                "approve is not a list of tool names or \"shell\"",
+            ),
+            (
+                |e: &mut Value| e["approved_for_grant"] = serde_json::json!(["bash"]),
+                "approved_for_grant names a tool this profile cannot use",
+            ),
+            (
+                |e: &mut Value| e["approved_for_grant"] = serde_json::json!("bash"),
+                "approved_for_grant is not a list of tool names",
+            ),
+        ] {
+            let report = parse(&entries(&tweak), NOW).unwrap();
+            assert!(report.grants.is_empty(), "{why}");
+            assert_eq!(report.dropped[0].1, why);
+        }
     }
 
     #[test]

@@ -134,6 +134,49 @@ pub fn class_of(tool: &str) -> Option<Class> {
         .map(|(_, class)| *class)
 }
 
+/// What a grant is, by the escalation check of contract §11: whether the agent can reach
+/// the box's shell without a person saying yes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shell {
+    /// A tool the grant can run without approval is `shell`-class.
+    Yes,
+    /// Every `shell`-class tool the grant can see needs approval (§10).
+    Gated,
+    /// The grant sees no `shell`-class tool.
+    No,
+}
+
+impl Shell {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Shell::Yes => "yes",
+            Shell::Gated => "gated",
+            Shell::No => "no",
+        }
+    }
+}
+
+/// The escalation check (§11), the one place that says whether a grant is shell-equivalent:
+/// over the tools the grant can see and which of them need approval. Returns the verdict and,
+/// for `yes`, the first shell tool that runs unasked (`"<tool> is a shell tool"`). Tools
+/// without a class (upstream tools, until they are classified) count as not `shell`.
+pub fn escalation<'a>(
+    visible: impl IntoIterator<Item = &'a str>,
+    needs_approval: impl Fn(&str) -> bool,
+) -> (Shell, Option<String>) {
+    let mut gated = false;
+    for tool in visible {
+        if class_of(tool) != Some(Class::Shell) {
+            continue;
+        }
+        if !needs_approval(tool) {
+            return (Shell::Yes, Some(format!("{tool} is a shell tool")));
+        }
+        gated = true;
+    }
+    (if gated { Shell::Gated } else { Shell::No }, None)
+}
+
 impl Class {
     /// The single class → annotation table.
     pub fn annotations(self) -> Annotations {
@@ -244,6 +287,36 @@ mod tests {
         for p in Profile::ALL {
             assert_eq!(p.as_str().parse::<Profile>(), Ok(p));
         }
+    }
+
+    #[test]
+    fn escalation_is_yes_gated_or_no() {
+        let none = |_: &str| false;
+        for profile in Profile::ALL {
+            let (shell, because) = escalation(profile.local_allow_list().iter().copied(), none);
+            if profile.is_shell_equivalent() {
+                assert_eq!(shell, Shell::Yes, "{profile}");
+                assert_eq!(because.as_deref(), Some("bash is a shell tool"));
+            } else {
+                assert_eq!((shell, because), (Shell::No, None), "{profile}");
+            }
+        }
+        let desktop = || Profile::Desktop.local_allow_list().iter().copied();
+        let bash_only = |t: &str| t == "bash";
+        assert_eq!(
+            escalation(desktop(), bash_only),
+            (Shell::Yes, Some("mouse is a shell tool".into())),
+            "bash gated, mouse/key still reach the shell"
+        );
+        let all_shell = |t: &str| class_of(t) == Some(Class::Shell);
+        assert_eq!(escalation(desktop(), all_shell), (Shell::Gated, None));
+        // Approval of an observe tool changes nothing.
+        assert_eq!(
+            escalation(Profile::Observe.local_allow_list().iter().copied(), |_| {
+                true
+            }),
+            (Shell::No, None)
+        );
     }
 
     #[test]
