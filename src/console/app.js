@@ -212,7 +212,9 @@
   function route() {
     if (!state.signedIn) return;
     const want = location.hash.replace(/^#/, '');
-    state.view = VIEWS.includes(want) ? want : 'grants';
+    const view = VIEWS.includes(want) ? want : 'grants';
+    if (view !== state.view) banner('');
+    state.view = view;
     for (const v of VIEWS) $('view-' + v).hidden = v !== state.view;
     $('view-login').hidden = true;
     for (const t of document.querySelectorAll('.tab')) {
@@ -468,6 +470,7 @@
       const r = await api('POST', '/attach', body);
       c.renewSecret.value = '';
       c.renewForm.hidden = true;
+      banner('');
       c.note.textContent = r.data && r.data.id === g.id
         ? `Renewed until ${clock(r.data.expires_at)}.`
         : 'handnode replaced this grant with a new one (its lists differed).';
@@ -547,6 +550,11 @@
     if (box && box.hidden) lendForm.querySelector('[data-error-for="form"]').textContent = message;
   }
 
+  /** Fields we sent that the grant JSON does not echo: a handnode too old for them. */
+  function ignoredFields(sent, grant) {
+    return ['allow', 'deny', 'approve'].filter((k) => sent[k] !== undefined && grant && grant[k] === undefined);
+  }
+
   lendForm.addEventListener('submit', async (ev) => {
     ev.preventDefault();
     const button = $('lend-submit');
@@ -570,8 +578,14 @@
     try {
       const r = await api('POST', '/attach', body);
       $('lend-credential').value = '';
-      banner(`Lent to ${r.data.session} (${r.data.profile}) until ${clock(r.data.expires_at)}.`);
       location.hash = '#grants';
+      route();
+      const ignored = ignoredFields(body, r.data);
+      if (ignored.length) {
+        banner(`Lent to ${r.data.session}, but this handnode ignored ${ignored.join(' and ')} (it predates ${ignored.length > 1 ? 'them' : 'it'}): the grant is what the ${r.data.profile} profile alone gives. Revoke it if that is not what you meant.`, true);
+      } else {
+        banner(`Lent to ${r.data.session} (${r.data.profile}) until ${clock(r.data.expires_at)}.`);
+      }
       refreshGrants();
     } catch (e) {
       fieldError(fieldOf(e.status, e.message), e.message);
@@ -637,7 +651,7 @@
     c.root.append(el('div', { class: 'card-head' }, c.tool, c.left));
     c.sub = el('div', { class: 'sub' });
     c.args = el('pre', { class: 'args' });
-    c.reason = el('input', { type: 'text', autocomplete: 'off', placeholder: 'Reason (optional, told to the agent on Deny)', 'aria-label': 'Reason' });
+    c.reason = el('input', { type: 'text', autocomplete: 'off', placeholder: 'Reason for a Deny (optional)', 'aria-label': 'Reason' });
     c.allow = el('button', { type: 'button', class: 'primary', text: 'Allow', 'data-action': 'allow' });
     c.deny = el('button', { type: 'button', class: 'danger', text: 'Deny', 'data-action': 'deny' });
     c.remember = el('button', { type: 'button', text: 'Allow for this grant', 'data-action': 'remember' });
