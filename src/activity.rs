@@ -118,19 +118,19 @@ pub fn read(dir: &Path, query: &Query, with_args: bool, bounds: Bounds) -> io::R
         let mut lines = BackLines::new(file, meta.len(), bounds);
         loop {
             let line = match lines.next_line(&mut budget)? {
-                Step::Line(line) => line,
+                Step::Line(range) => lines.line(range),
                 Step::Start => break,
                 Step::OutOfBudget => {
                     more = true;
                     break 'files;
                 }
             };
-            if !contains(&line, kind_mark)
-                || grant_mark.as_ref().is_some_and(|m| !contains(&line, m))
+            // The grant first: it rules out most lines of a busy log.
+            if grant_mark.as_ref().is_some_and(|m| !contains(line, m)) || !contains(line, kind_mark)
             {
                 continue;
             }
-            let Some(mut record) = record(&line, query.grant.as_deref(), with_args) else {
+            let Some(mut record) = record(line, query.grant.as_deref(), with_args) else {
                 continue;
             };
             let mut size = json_len(&record);
@@ -181,11 +181,12 @@ fn json_len(record: &Map<String, Value>) -> usize {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+    memchr::memmem::find(haystack, needle).is_some()
 }
 
 enum Step {
-    Line(Vec<u8>),
+    /// A line: `BackLines::line` of this range.
+    Line(std::ops::Range<usize>),
     /// The file's first line has been given.
     Start,
     /// The scan bound is spent.
@@ -198,8 +199,10 @@ struct BackLines {
     file: File,
     /// Offset of `buf`'s first byte in the file.
     pos: u64,
-    /// Bytes `[pos, …)` not yet given out: whole lines after a partial first one.
+    /// `buf[..end]` is not given out yet: whole lines after a partial first one. A line
+    /// given out is a range of `buf` past `end`, valid until the next call.
     buf: Vec<u8>,
+    end: usize,
     /// The segment after the next newline found (scanning leftwards) is no line: the
     /// unterminated tail at first, or the start of a line too long to keep.
     discard: bool,
@@ -212,23 +215,28 @@ impl BackLines {
             file,
             pos: len,
             buf: Vec::new(),
+            end: 0,
             discard: true,
             bounds,
         }
     }
 
+    fn line(&self, range: std::ops::Range<usize>) -> &[u8] {
+        &self.buf[range]
+    }
+
     fn next_line(&mut self, budget: &mut u64) -> io::Result<Step> {
         loop {
-            if let Some(i) = self.buf.iter().rposition(|&b| b == b'\n') {
-                let line = self.buf.split_off(i + 1);
-                self.buf.pop();
+            if let Some(i) = memchr::memrchr(b'\n', &self.buf[..self.end]) {
+                let line = i + 1..self.end;
+                self.end = i;
                 if std::mem::take(&mut self.discard) || line.is_empty() {
                     continue;
                 }
                 return Ok(Step::Line(line));
             }
             if self.pos == 0 {
-                let line = std::mem::take(&mut self.buf);
+                let line = 0..std::mem::take(&mut self.end);
                 if std::mem::take(&mut self.discard) || line.is_empty() {
                     return Ok(Step::Start);
                 }
@@ -244,13 +252,16 @@ impl BackLines {
             self.file.read_exact(&mut chunk)?;
             *budget -= step;
             self.pos = start;
-            if self.buf.len() + chunk.len() > self.bounds.line_bytes && !chunk.contains(&b'\n') {
+            if self.end + chunk.len() > self.bounds.line_bytes
+                && memchr::memchr(b'\n', &chunk).is_none()
+            {
                 // A line longer than we keep: drop what we hold of it and its start too.
-                self.buf.clear();
+                self.end = 0;
                 self.discard = true;
                 continue;
             }
-            chunk.extend_from_slice(&self.buf);
+            chunk.extend_from_slice(&self.buf[..self.end]);
+            self.end = chunk.len();
             self.buf = chunk;
         }
     }
