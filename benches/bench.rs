@@ -106,7 +106,7 @@ impl Opts {
                         "bench [--bin PATH] [--static-bin PATH] [--static-libc NAME] [--quick] \
                          [--only SECTION,...] [--placement NAME] [--server-cpu N]\n\
                          sections: memory, latency (= ping, sys_info, bash, pipelined, hol), \
-                         attach, redial, screenshot, audit"
+                         approval, attach, redial, screenshot, audit"
                     );
                     std::process::exit(0);
                 }
@@ -1350,6 +1350,81 @@ fn bench_hol(r: &mut Report, o: &Opts, conn: &mut PodConn) {
     );
 }
 
+/// The `ETag` of a response read whole (head and body as text).
+fn etag_of(raw: &str) -> String {
+    raw.split("\r\n\r\n")
+        .next()
+        .unwrap_or("")
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("etag")
+                .then(|| v.trim().trim_matches('"').to_string())
+        })
+        .expect("GET /approvals has an ETag")
+}
+
+/// Issue 15: from `POST /approvals/{id}` with `allow` to the pod holding the reply of the held
+/// `bash true`, beside `bash -c true` spawned here in the same run.
+fn bench_approval(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
+    let body = json!({"runtime": pod.runtime(), "session": "approve", "profile": "owner",
+                      "ttl_secs": 3600, "secret": POD_SECRET, "approve": ["bash"]});
+    let (status, v) = d.http("POST", "/attach", Some(&body));
+    assert_eq!(status, 202, "POST /attach: {v}");
+    let grant = v["id"].as_str().expect("grant id").to_string();
+    let mut a = pod.arrival("approve");
+    a.conn.initialize();
+    let conn = &mut a.conn;
+    let mut raw = String::new();
+    let _ = d
+        .send_request("GET", "/approvals", None)
+        .read_to_string(&mut raw);
+    let empty = etag_of(&raw);
+    let mut one = || -> f64 {
+        let id = conn.next_id;
+        conn.next_id += 1;
+        send_text(&mut conn.ws, bash_req(id, "true", json!({})));
+        // The long-poll answers as soon as the held call appears.
+        let (status, v) = d.http("GET", &format!("/approvals?wait=10&seen={empty}"), None);
+        assert_eq!(status, 200, "GET /approvals: {v}");
+        let approval = v["approvals"][0]["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no held call: {v}"))
+            .to_string();
+        let t = Instant::now();
+        let post = d.send_request(
+            "POST",
+            &format!("/approvals/{approval}"),
+            Some(&json!({"decision": "allow"})),
+        );
+        let reply = recv_text(&mut conn.ws, "the allowed bash true");
+        let took = ms(t.elapsed());
+        assert_eq!(reply_id(&reply), id);
+        assert!(reply.contains("\"isError\":false"), "{}", clip(&reply));
+        let (status, v) = DaemonProc::read_response(post);
+        assert_eq!(status, 200, "POST /approvals: {v}");
+        took
+    };
+    for _ in 0..o.n(10) {
+        one();
+    }
+    let block = (o.n(200) / BLOCKS).max(1);
+    let (floor, samples) = interleave(
+        BLOCKS,
+        || (0..block).map(|_| spawn_true()).collect(),
+        || (0..block).map(|_| one()).collect(),
+    );
+    let (p50, spawn) = (percentile(&samples, 0.5), percentile(&floor, 0.5));
+    r.put("approval_ms_p50", p50, "ms", Some(spawn));
+    r.put("approval_ms_p99", percentile(&samples, 0.99), "ms", None);
+    r.check(
+        "approval_ms_p50",
+        format!("<= spawn_true + 2 ms = {:.2} ms", spawn + 2.0),
+        Some(p50 <= spawn + 2.0),
+    );
+    d.revoke(&grant);
+}
+
 fn bench_attach_revoke(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     let mut attach = Vec::new();
     let mut revoke = Vec::new();
@@ -1783,6 +1858,10 @@ fn main() {
     if o.runs("latency") {
         eprintln!("bench: latency (daemon pid {})", d.pid);
         bench_latency(&mut r, &o, &d, &mut pod, &mut echo);
+    }
+    if o.runs("approval") {
+        eprintln!("bench: approval");
+        bench_approval(&mut r, &o, &d, &mut pod);
     }
     if o.runs("attach") {
         eprintln!("bench: attach/revoke");

@@ -6,7 +6,10 @@
 #   2. reverse attach against a websocat stub pod whose every connection is played by a small
 #      bash driver (initialize → tools/list → sys_info → bash echo e2e): the pod closing with
 #      4010 ends the grant `revoked` after exactly one dial; closing with 1000 brings a redial,
-#      and DELETE /attach/{id} then ends it `cancelled`.
+#      and DELETE /attach/{id} then ends it `cancelled`;
+#   3. approvals (issue 15): a grant with "approve":["bash"]; the pod's bash calls wait until the
+#      CLI decides: `handnode approve` lets one run, `handnode deny --reason` refuses the other,
+#      whose command (a touch) never runs.
 # websocat cannot refuse a handshake, so handshake statuses are covered by the in-process stub
 # pod of tests/attach.rs. Prints PASS/FAIL per step and "N passed, M failed"; exits non-zero
 # on any failure. Every wait is bounded; every process started here is killed on exit.
@@ -166,9 +169,10 @@ note "closed by handnode"
 POD
 chmod +x "$tmp/pod.sh"
 
-# start_pod DIR CLOSE_CODE : a websocat pod on a free port; sets pod_port.
+# start_pod DIR CLOSE_CODE [DRIVER] : a websocat pod on a free port playing DRIVER (default
+# pod.sh) on every connection; sets pod_port.
 start_pod() {
-    local dir="$1" code="$2" port pid
+    local dir="$1" code="$2" driver="${3:-$tmp/pod.sh}" port pid
     mkdir -p "$dir"
     for _ in $(seq 20); do
         port=$((20000 + RANDOM % 40000))
@@ -176,7 +180,7 @@ start_pod() {
         (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
         POD_DIR="$dir" "$websocat" --header-to-env Authorization -q -t -E -e \
             --close-status-code "$code" --close-reason e2e \
-            "ws-l:127.0.0.1:$port" "sh-c:$tmp/pod.sh" 2>"$dir/websocat.log" &
+            "ws-l:127.0.0.1:$port" "sh-c:$driver" 2>"$dir/websocat.log" &
         pid=$!
         started_pids+=("$pid")
         # Listening, and it is our websocat that answers (it exits if the bind fails).
@@ -272,6 +276,87 @@ if scenario e2e-redial 1000; then
         grant_is "$grant_id" '.state == "ended" and .ended == "cancelled"'
     sleep 1
     check "e2e-redial: no dial after the revoke" test "$(cat "$pod_dir/count")" = 2
+fi
+
+# The pod side of the approvals scenario: two bash calls that wait for a person. Each reply
+# may take as long as the script needs to decide (bounded at 30 s).
+cat >"$tmp/pod-approve.sh" <<'POD'
+#!/usr/bin/env bash
+set -u
+dir="$POD_DIR"
+n=$(( $(cat "$dir/count" 2>/dev/null || echo 0) + 1 ))
+echo "$n" >"$dir/count"
+out="$dir/conn$n"
+note() { printf '%s\n' "$*" >>"$out"; }
+send() { printf '%s\n' "$1"; }
+expect() {
+    local line
+    if ! IFS= read -r -t 30 line; then note "FAIL $1: no reply within 30 s"; return 1; fi
+    if jq -e "$2" >/dev/null 2>&1 <<<"$line"; then note "PASS $1"; else note "FAIL $1: $line"; fi
+}
+send '{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"websocat-pod","version":"0"}}}'
+expect "initialize" '.id == "init"'
+if [ "$n" -eq 1 ]; then
+    send '{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo approved-e2e"}}}'
+    expect "the approved bash ran and answered" '.id == 10 and .result.isError == false and .result.structuredContent.stdout == "approved-e2e\n"'
+    send "{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"tools/call\",\"params\":{\"name\":\"bash\",\"arguments\":{\"command\":\"touch $dir/denied-ran\"}}}"
+    expect "the denied bash is answered isError, denied" '.id == 11 and .result.isError == true and (.result.content[0].text | test("^denied by token: not on this box; it did not run$"))'
+    note "turn done"
+fi
+while IFS= read -r -t 30 _; do :; done
+POD
+chmod +x "$tmp/pod-approve.sh"
+
+echo "== approvals: an approved and a denied bash, decided with the CLI"
+cli=(timeout 20 env -i "PATH=$PATH" "HANDNODE_TOKEN=$attach_token" "$bin")
+# The id of the one waiting call whose command is $1, or nothing.
+waiting_id() {
+    "${cli[@]}" approvals --json --url "$daemon_url" 2>/dev/null \
+        | jq -r --arg c "$1" '.approvals[] | select(.arguments.command == $c) | .id' 2>/dev/null
+}
+has_waiting() { [ -n "$(waiting_id "$1")" ]; }
+pod_dir="$tmp/pod-e2e-approve"
+if start_pod "$pod_dir" 1000 "$tmp/pod-approve.sh"; then
+    reply="$(http "${admin[@]}" -d "{\"runtime\":\"ws://127.0.0.1:$pod_port\",\"session\":\"e2e-approve\",\"profile\":\"desktop\",\"approve\":[\"bash\"],\"secret\":\"$attach_secret\",\"ttl_secs\":600}" \
+        "$daemon_url/attach")"
+    check "approvals: POST /attach with approve → 202" test "$(status_of "$reply")" = 202
+    check_json "approvals: the grant JSON shows approve, and that mouse/key still reach the shell" \
+        "$(body_of "$reply")" '.approve == ["bash"] and .shell == "yes" and .shell_because == "mouse is a shell tool" and .approved_for_grant == []'
+    approve_grant="$(body_of "$reply" | jq -r .id 2>/dev/null)"
+    if wait_until 20 has_waiting "echo approved-e2e"; then
+        pass "approvals: handnode approvals lists the first bash call, its command in full"
+        listing="$("${cli[@]}" approvals --url "$daemon_url" 2>&1)"
+        check "approvals: the table shows the tool and the command" \
+            bash -c 'grep -q "bash" <<<"$1" && grep -qF "echo approved-e2e" <<<"$1"' _ "$listing"
+        out="$("${cli[@]}" approve "$(waiting_id "echo approved-e2e")" --url "$daemon_url" 2>&1)"
+        check "approvals: handnode approve → allowed" grep -q "^allowed " <<<"$out"
+    else
+        fail "approvals: the first bash call waits for approval"
+    fi
+    if wait_until 20 has_waiting "touch $pod_dir/denied-ran"; then
+        out="$("${cli[@]}" deny "$(waiting_id "touch $pod_dir/denied-ran")" --reason "not on this box" --url "$daemon_url" 2>&1)"
+        check "approvals: handnode deny --reason → denied" grep -q "^denied " <<<"$out"
+    else
+        fail "approvals: the second bash call waits for approval"
+    fi
+    if wait_until 40 conn_has "$pod_dir/conn1" "turn done"; then
+        report_conn "$pod_dir/conn1" "approvals pod"
+    else
+        fail "approvals: the pod's turn finished" "$(cat "$pod_dir/conn1" 2>/dev/null)"
+    fi
+    check "approvals: the denied command never ran" test ! -e "$pod_dir/denied-ran"
+    out="$("${cli[@]}" approve "no-such-approval" --url "$daemon_url" 2>&1)"
+    check "approvals: deciding an unknown id exits 1 and says so" \
+        bash -c '[ "$1" = 1 ] && grep -q "unknown, already decided" <<<"$2"' _ "$(
+            "${cli[@]}" approve no-such-approval --url "$daemon_url" >/dev/null 2>&1; echo $?)" "$out"
+    decided() { [ "$(grep -c '"approval_decided"' "$state/audit.jsonl" 2>/dev/null)" -ge 2 ]; }
+    check "approvals: audit.jsonl records both decisions" wait_until 10 decided
+    check "approvals: audit.jsonl records the denied call as not_approved" \
+        grep -q '"outcome":"not_approved"' "$state/audit.jsonl"
+    reply="$(http -X DELETE "${admin[@]}" "$daemon_url/attach/$approve_grant")"
+    check "approvals: DELETE the grant → 204" test "$(status_of "$reply")" = 204
+else
+    fail "approvals: websocat pod listens"
 fi
 
 echo "== what the daemon recorded"

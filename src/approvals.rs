@@ -216,6 +216,19 @@ impl Gate {
                 .insert(tool.to_string())
     }
 
+    /// The tools whose calls wait for a decision now, sorted (no allocation when none).
+    pub fn waiting_tools(&self) -> Vec<String> {
+        if self.approve.is_empty() {
+            return Vec::new();
+        }
+        let remembered = self.remembered_set();
+        self.approve
+            .iter()
+            .filter(|t| !remembered.contains(*t))
+            .cloned()
+            .collect()
+    }
+
     /// `approved_for_grant`, sorted.
     pub fn remembered(&self) -> Vec<String> {
         self.remembered_set().iter().cloned().collect()
@@ -390,6 +403,9 @@ enum Msg {
 pub struct Approvals {
     state: Mutex<State>,
     tx: Sender<Msg>,
+    /// The timer thread, started on the first held call or long-poll: a daemon whose grants
+    /// gate nothing keeps no thread (and no stack) for it.
+    timer: Mutex<Timer>,
     config: HubConfig,
     audit: Audit,
     metrics: Arc<Metrics>,
@@ -402,19 +418,34 @@ impl std::fmt::Debug for Approvals {
     }
 }
 
+#[derive(Default)]
+struct Timer {
+    /// Until the thread starts.
+    rx: Option<Receiver<Msg>>,
+    join: Option<JoinHandle<()>>,
+}
+
 /// Owns the timer thread. Dropping it withdraws every held call, answers every parked
 /// long-poll, and joins the thread.
 #[derive(Debug)]
 pub struct ApprovalsGuard {
-    tx: Sender<Msg>,
-    join: Option<JoinHandle<()>>,
+    hub: Arc<Approvals>,
 }
 
 impl Drop for ApprovalsGuard {
     fn drop(&mut self) {
-        let _ = self.tx.send(Msg::Stop);
-        if let Some(join) = self.join.take() {
-            let _ = join.join();
+        let join = {
+            let mut timer = self.hub.timer.lock().unwrap_or_else(|e| e.into_inner());
+            // No thread will start from here on.
+            timer.rx = None;
+            timer.join.take()
+        };
+        match join {
+            Some(join) => {
+                let _ = self.hub.tx.send(Msg::Stop);
+                let _ = join.join();
+            }
+            None => self.hub.stop(),
         }
     }
 }
@@ -495,23 +526,39 @@ impl Approvals {
         let (tx, rx) = crossbeam_channel::unbounded();
         let hub = Arc::new_cyclic(|me| Approvals {
             state: Mutex::new(State::default()),
-            tx: tx.clone(),
+            tx,
+            timer: Mutex::new(Timer {
+                rx: Some(rx),
+                join: None,
+            }),
             config,
             audit,
             metrics,
             me: me.clone(),
         });
-        let timer = Arc::clone(&hub);
-        let join = std::thread::Builder::new()
+        let guard = ApprovalsGuard {
+            hub: Arc::clone(&hub),
+        };
+        Ok((hub, guard))
+    }
+
+    /// Start the timer thread unless it runs (or the hub is stopping). Never called with the
+    /// state lock held.
+    fn ensure_timer(&self) {
+        let mut timer = self.timer.lock().unwrap_or_else(|e| e.into_inner());
+        let (Some(rx), Some(me)) = (timer.rx.take(), self.me.upgrade()) else {
+            return;
+        };
+        match std::thread::Builder::new()
             .name("approvals".into())
-            .spawn(move || timer.run(rx))?;
-        Ok((
-            hub,
-            ApprovalsGuard {
-                tx,
-                join: Some(join),
-            },
-        ))
+            .spawn(move || me.run(rx))
+        {
+            Ok(join) => timer.join = Some(join),
+            // Held calls then wait for a decision without a timeout; say so loudly.
+            Err(e) => {
+                log::error!("cannot start the approvals thread (held calls will not expire): {e}")
+            }
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -519,6 +566,7 @@ impl Approvals {
     }
 
     fn wake(&self) {
+        self.ensure_timer();
         let _ = self.tx.send(Msg::Wake);
     }
 
@@ -601,56 +649,22 @@ impl Approvals {
 
     /// Decide a held call. `None`: no such approval (unknown, decided, expired, withdrawn).
     pub fn decide(&self, id: &str, decision: Decision, by: &str) -> Option<Decided> {
-        let p = {
+        let (p, watched) = {
             let mut st = self.lock();
             let i = st.pending.iter().position(|p| p.id == id)?;
             let p = st.pending.remove(i);
             self.metrics.set_approvals_pending(st.pending.len());
-            p
+            (p, !st.waiters.is_empty())
         };
-        self.wake();
         if let Some(ask) = &p.ask {
             ask.cancel();
         }
         let remembered = decision.allow && decision.remember && p.held.gate.remember(&p.held.tool);
         let waited = p.created.elapsed().as_secs_f64();
         let word = if decision.allow { "allow" } else { "deny" };
-        let mut record = p.record(ApprovalEvent::Decided);
-        if let Record::Approval {
-            decision: d,
-            decided_by,
-            reason,
-            ..
-        } = &mut record
-        {
-            *d = Some(word);
-            *decided_by = Some(by.to_string());
-            reason.clone_from(&decision.reason);
-        }
-        log::info!(
-            "approval {}: {word} by {by} after {waited:.1} s{}",
-            p.id,
-            if remembered {
-                "; later calls of this tool under the grant run without asking"
-            } else {
-                ""
-            }
-        );
-        self.audit.record(record);
-        self.metrics.approval_ended(word);
         // The arguments stay in the answer: it goes to the admin API only.
         let mut view = p.view();
-        view.remove("expires_in_secs");
-        view.insert("decision".into(), json!(word));
-        view.insert("decided_by".into(), json!(by));
-        view.insert("decided_at".into(), json!(rfc3339(unix_now())));
-        if let Some(reason) = &decision.reason {
-            view.insert("reason".into(), json!(reason));
-        }
-        view.insert(
-            "remember".into(),
-            json!(decision.allow && decision.remember),
-        );
+        let mut record = p.record(ApprovalEvent::Decided);
         let verdict = if decision.allow {
             Verdict::Run
         } else {
@@ -663,7 +677,46 @@ impl Approvals {
             Verdict::Refuse(text)
         };
         let grant_id = p.held.grant_id.clone();
+        let id = p.id.clone();
+        // First the call (its tool starts now), then the bookkeeping.
         (p.resolve)(verdict, p.held.arguments);
+        // Only long-polls care that the set shrank (a later nearest expiry is harmless to
+        // the timer): waking the timer thread for nothing costs the call a context switch.
+        if watched {
+            self.wake();
+        }
+        if let Record::Approval {
+            decision: d,
+            decided_by,
+            reason,
+            ..
+        } = &mut record
+        {
+            *d = Some(word);
+            *decided_by = Some(by.to_string());
+            reason.clone_from(&decision.reason);
+        }
+        log::info!(
+            "approval {id}: {word} by {by} after {waited:.1} s{}",
+            if remembered {
+                "; later calls of this tool under the grant run without asking"
+            } else {
+                ""
+            }
+        );
+        self.audit.record(record);
+        self.metrics.approval_ended(word);
+        view.remove("expires_in_secs");
+        view.insert("decision".into(), json!(word));
+        view.insert("decided_by".into(), json!(by));
+        view.insert("decided_at".into(), json!(rfc3339(unix_now())));
+        if let Some(reason) = &decision.reason {
+            view.insert("reason".into(), json!(reason));
+        }
+        view.insert(
+            "remember".into(),
+            json!(decision.allow && decision.remember),
+        );
         Some(Decided {
             view: Value::Object(view),
             grant_id,
@@ -975,7 +1028,8 @@ impl GrantApprovals {
 
     /// The call of `ctl` was cancelled or lost: `true` if it was waiting for approval.
     pub fn withdraw(&self, ctl: &Arc<JobCtl>) -> bool {
-        self.hub.withdraw(ctl)
+        // A grant that gates nothing never held a call: spare the hub's lock.
+        !self.gate.approve.is_empty() && self.hub.withdraw(ctl)
     }
 }
 

@@ -1492,6 +1492,29 @@ mod tests {
     }
 
     #[test]
+    fn the_approval_timeout_is_at_most_100_s() {
+        let tmp = TempDir::new("config");
+        let env = env_in(&tmp, &[(TOKEN_ENV, "tok")]);
+        let c = serve(&["--approval-timeout-ms", "100000"], &env).unwrap();
+        assert_eq!(c.timing.approval_timeout, MAX_APPROVAL_TIMEOUT);
+        assert_eq!(Timing::default().approval_timeout, Duration::from_secs(60));
+        let err = serve(&["--approval-timeout-ms", "100001"], &env).unwrap_err();
+        assert!(
+            err.contains("--approval-timeout-ms") && err.contains("1...100000"),
+            "{err}"
+        );
+        let c = serve(
+            &["--approval-waiters", "3", "--max-pending-approvals", "7"],
+            &env,
+        )
+        .unwrap();
+        assert_eq!(
+            (c.limits.approval_waiters, c.limits.approvals_pending),
+            (3, 7)
+        );
+    }
+
+    #[test]
     fn defaults_follow_the_contract() {
         let tmp = TempDir::new("config");
         let env = env_in(&tmp, &[(TOKEN_ENV, "tok")]);

@@ -987,6 +987,7 @@ impl GrantThread {
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
+            approve: self.approvals.gate.waiting_tools(),
         };
         let actions = {
             let catalog = ConnCatalog {

@@ -442,11 +442,12 @@ fn one_grants_arguments_never_reach_another_grants_socket() {
     send_bash(&mut a, "a1", secret_arg);
     wait_pending(&d, 1);
     // Everything grant B's socket can ask, and a gated call of its own decided.
-    let mut seen_by_b = Vec::new();
-    seen_by_b.push(b.request(json!(1), "tools/list", json!({})));
-    seen_by_b.push(b.call_tool(json!(2), "sys_info", json!({})));
-    seen_by_b.push(b.request(json!(3), "resources/list", json!({})));
-    seen_by_b.push(b.request(json!(4), "approvals/list", json!({})));
+    let mut seen_by_b = vec![
+        b.request(json!(1), "tools/list", json!({})),
+        b.call_tool(json!(2), "sys_info", json!({})),
+        b.request(json!(3), "resources/list", json!({})),
+        b.request(json!(4), "approvals/list", json!({})),
+    ];
     send_bash(&mut b, "b1", "echo b");
     let pending = wait_pending(&d, 2);
     let b_id = pending.iter().find(|p| p["session"] == "grant-b").unwrap()["id"]
@@ -557,6 +558,40 @@ fn bad_input_is_a_400_that_names_the_field_and_changes_nothing() {
     assert!(!file.exists());
     assert_eq!(decide(&d, &id, json!({"decision": "deny"})).0, 200);
     assert_eq!(decide(&d, "not-an-id", json!({"decision": "deny"})).0, 404);
+}
+
+#[test]
+fn held_calls_and_their_arguments_are_bounded() {
+    let pod = StubPod::start();
+    let d = TestDaemon::with("appr-bounds", |c| {
+        quiet_liveness(c);
+        c.limits.approvals_pending = 1;
+        c.limits.approval_args_bytes = 100;
+    });
+    let (_, mut conn) = d.attached_with(&pod, desktop_with(&pod, "laptop", json!(["bash"])));
+    // {"command":"…"} is 14 bytes besides the command: 86 characters make exactly 100.
+    let at_bound = format!("echo {}", "a".repeat(81));
+    assert_eq!(json!({"command": at_bound}).to_string().len(), 100);
+    send_bash(&mut conn, "held", &at_bound);
+    let id = wait_pending(&d, 1)[0]["id"].as_str().unwrap().to_string();
+    let r = conn.call_tool(json!("second"), "bash", json!({"command": "echo x"}));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(
+        text_of(&r),
+        "too many calls are already waiting for approval (1); bash did not run"
+    );
+    assert_eq!(decide(&d, &id, json!({"decision": "deny"})).0, 200);
+    assert_eq!(conn.recv()["id"], "held");
+    let over = format!("echo {}", "a".repeat(82));
+    let r = conn.call_tool(json!("big"), "bash", json!({"command": over}));
+    assert_eq!(
+        text_of(&r),
+        "bash needs approval, but its arguments (101 bytes) are more than a person can review here (100 bytes); it did not run"
+    );
+    assert!(
+        approvals(&d, "").1.is_empty(),
+        "refused calls are never pending"
+    );
 }
 
 #[test]

@@ -64,17 +64,27 @@ pub struct GrantNote {
     pub session: String,
     /// Unix seconds.
     pub expires_at: u64,
+    /// Tools whose calls wait for a person's decision (§10), so the agent knows why such a
+    /// call takes a while and what its refusal means.
+    pub approve: Vec<String>,
 }
 
 impl GrantNote {
     pub fn describe(&self, profile: Profile) -> String {
-        format!(
+        let mut text = format!(
             "This box is lent to session '{}' under profile '{}' until {} (grant {}).",
             self.session,
             profile,
             crate::timefmt::rfc3339(self.expires_at),
             self.id
-        )
+        );
+        if !self.approve.is_empty() {
+            text.push_str(&format!(
+                " Each call of {} waits until the person who lent the box allows it (at most 100 s); a denied or unanswered call says so and did not run.",
+                self.approve.join(", ")
+            ));
+        }
+        text
     }
 }
 
@@ -383,6 +393,7 @@ mod tests {
             id: "g1".into(),
             session: "laptop".into(),
             expires_at: 0,
+            approve: vec!["bash".into()],
         };
         let cat = ConnCatalog {
             grant: Some(&note),
@@ -394,5 +405,9 @@ mod tests {
             .unwrap()
             .contains("profile 'observe' until 1970-01-01T00:00:00Z"));
         assert!(cat.instructions(Profile::Observe).contains("laptop"));
+        assert!(tools[0]["description"]
+            .as_str()
+            .unwrap()
+            .contains("Each call of bash waits until the person who lent the box allows it"));
     }
 }

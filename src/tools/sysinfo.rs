@@ -818,6 +818,7 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
             id: "g-1".into(),
             session: "laptop".into(),
             expires_at: crate::timefmt::now_unix() + 3600,
+            approve: Vec::new(),
         });
         let r = sys_info(cx);
         let s = &r["structuredContent"];

@@ -804,7 +804,7 @@ pub fn thread_names(pid: Option<u32>) -> Vec<String> {
 }
 
 /// Prefixes of the names the daemon gives its own threads.
-pub const DAEMON_THREAD_PREFIXES: [&str; 7] = [
+pub const DAEMON_THREAD_PREFIXES: [&str; 9] = [
     "worker-",
     "grant",
     "audit",
@@ -812,6 +812,8 @@ pub const DAEMON_THREAD_PREFIXES: [&str; 7] = [
     "admin-",
     "mcp-call",
     "upstream",
+    "approvals",
+    "notify-ask",
 ];
 
 /// This process's threads that the daemon named (see [`DAEMON_THREAD_PREFIXES`]).
