@@ -1,3 +1,3 @@
 fn main() {
-    print!("{}", handnode::config::help_table_markdown());
+    print!("{}", handnode::cli::help_table_markdown());
 }

@@ -14,7 +14,8 @@
 # pod of tests/attach.rs. Prints PASS/FAIL per step and "N passed, M failed"; exits non-zero
 # on any failure. Every wait is bounded; every process started here is killed on exit.
 #
-# Env: HANDNODE_BIN (default: build target/release/handnode), E2E_KEEP=1 keeps the temp dir.
+# Env: HANDNODE_BIN (default: build target/release/handnode), HANDNODE_RUNNER (run it through
+# this, e.g. qemu-aarch64-static), E2E_KEEP=1 keeps the temp dir.
 set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -44,13 +45,14 @@ echo "== first start: generated token file, /mcp with curl"
 first="$tmp/first"
 mkdir -p "$first"
 if start_daemon "$first/log" "${base_env[@]}" "XDG_CONFIG_HOME=$first/config" \
-    "XDG_STATE_HOME=$first/state" "$bin" --listen 127.0.0.1:0 --no-notify --no-sd-notify; then
+    "XDG_STATE_HOME=$first/state" "${binc[@]}" --listen 127.0.0.1:0 --no-notify --no-sd-notify; then
     pass "daemon starts with no auth configured and logs its address ($daemon_url)"
 else
     fail "daemon starts with no auth configured"
     summary
     exit 1
 fi
+check "GET /healthz → 200 ok" test "$(http "$daemon_url/healthz")" = "$(printf 'ok\n200')"
 token_file="$first/config/handnode/token"
 check "token file created at \$XDG_CONFIG_HOME/handnode/token" test -s "$token_file"
 check "token file has mode 0600" test "$(stat -c %a "$token_file" 2>/dev/null)" = 600
@@ -112,7 +114,7 @@ stop_pid "$daemon_pid"
 check "SIGTERM → exit 0" test "$stop_status" = 0
 
 if start_daemon "$first/log2" "${base_env[@]}" "XDG_CONFIG_HOME=$first/config" \
-    "XDG_STATE_HOME=$first/state" "$bin" --listen 127.0.0.1:0 --no-notify --no-sd-notify; then
+    "XDG_STATE_HOME=$first/state" "${binc[@]}" --listen 127.0.0.1:0 --no-notify --no-sd-notify; then
     check "a restart keeps the token file" test "$(tr -d '[:space:]' <"$token_file")" = "$token"
     reply="$(http "${mcp_headers[@]}" -d "$init" "$daemon_url/mcp")"
     check "the same token works after a restart" test "$(status_of "$reply")" = 200
@@ -211,7 +213,7 @@ attach_token="e2e-admin-token-$RANDOM$RANDOM"
 attach_secret="e2e-attach-secret-$RANDOM$RANDOM"
 state="$tmp/attach-state"
 if ! start_daemon "$tmp/attach.log" "${base_env[@]}" "HANDNODE_TOKEN=$attach_token" \
-    "$bin" --listen 127.0.0.1:0 --state-dir "$state" --config-dir "$tmp/attach-config" \
+    "${binc[@]}" --listen 127.0.0.1:0 --state-dir "$state" --config-dir "$tmp/attach-config" \
     --no-notify --no-sd-notify --backoff-base-ms 100 --backoff-cap-ms 200; then
     fail "daemon starts with HANDNODE_TOKEN"
     summary
@@ -363,7 +365,7 @@ echo "== what the daemon recorded"
 metrics="$(body_of "$(http "${admin[@]}" "$daemon_url/metrics")")"
 check "metrics count a close with 4010" grep -qE '^handnode_closes_total\{code="4010"\} [1-9]' <<<"$metrics"
 check "metrics count a close with 1000" grep -qE '^handnode_closes_total\{code="1000"\} [1-9]' <<<"$metrics"
-listing="$(timeout 20 env -i "PATH=$PATH" "HANDNODE_TOKEN=$attach_token" "$bin" grants --json --url "$daemon_url" 2>&1)"
+listing="$(timeout 20 env -i "PATH=$PATH" "HANDNODE_TOKEN=$attach_token" "${binc[@]}" grants --json --url "$daemon_url" 2>&1)"
 check_json "handnode grants --json lists both ended grants" "$listing" \
     '[.grants[] | select(.state == "ended")] | length >= 2'
 stop_pid "$daemon_pid"

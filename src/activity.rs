@@ -3,7 +3,7 @@
 //! Reads backwards in chunks, so the newest calls cost the same however long the file is;
 //! the bytes read, the line kept and the reply are each bounded.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -12,6 +12,7 @@ use serde_json::{json, Map, Value};
 
 use crate::audit::FILE_NAME;
 use crate::persist::is_grant_id;
+use crate::statedir::open_state_file;
 
 /// Records an answer carries when `limit` is not given.
 pub const DEFAULT_LIMIT: usize = 50;
@@ -103,7 +104,7 @@ pub fn read(dir: &Path, query: &Query, with_args: bool, bounds: Bounds) -> io::R
         } else {
             dir.join(format!("{FILE_NAME}.{n}"))
         };
-        let file = match File::open(&path) {
+        let file = match open_state_file(OpenOptions::new().read(true), &path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => break,
             Err(e) => return Err(e),
@@ -336,6 +337,15 @@ mod tests {
             let q = format!("grant={bad}");
             assert_eq!(Query::parse(&q).unwrap_err(), GRANT_ERROR, "{q}");
         }
+    }
+
+    #[test]
+    fn a_link_at_an_audit_name_is_refused_not_followed() {
+        let dir = TempDir::new("activity-link");
+        dir.write("elsewhere", &format!("{}\n", call(GRANT_A, "bash", 1)));
+        std::os::unix::fs::symlink(dir.0.join("elsewhere"), dir.0.join(FILE_NAME)).unwrap();
+        let e = read(&dir.0, &query(Some(GRANT_A), 50), false, TINY).unwrap_err();
+        assert!(crate::statedir::is_refused(&e), "{e}");
     }
 
     #[test]

@@ -23,21 +23,28 @@ use crate::auth::{client_key, is_loopback, Decision, Policy, RequestFacts, Throt
 use crate::calls::{Calls, Services};
 use crate::config::{Limits, Timing};
 use crate::console;
+use crate::containment::{self, Site};
 use crate::error::Error;
-use crate::grants::{AttachError, AttachRequest, Registry};
+use crate::grants::{AttachError, AttachRequest, Registry, SecretSource};
 use crate::jobs::Completion;
+use crate::label;
+use crate::lanes::{Busy, Lane};
 use crate::mcp::{self, Action, Dispatcher, Outcome, ToolOutput};
 use crate::metrics::Metrics;
 use crate::profiles::Profile;
 use crate::tools::{CallContext, CallLimits, ConnCatalog};
 
 /// Most threads taking requests off tiny_http's queue. One waits when the API is idle;
-/// another is started when the last waiting one takes a request, so a slow request (a
-/// mint that waits for the pod) never leaves `/healthz` and revokes without a taker.
-/// Slow work on `/mcp` (a tool call) is handed to its own responder thread.
+/// another is started when the last waiting one takes a request. They only do quick work:
+/// whatever waits on someone else (a mint on its pod, a `/mcp` tool call on its tool) is
+/// handed to a thread of its [`Lane`], so `/healthz` and revokes always find a taker.
 const MAX_HANDLER_THREADS: usize = 4;
 /// `/mcp` tool calls waiting for their result at once; past this the call is refused.
 const MAX_MCP_WAITERS: usize = 64;
+/// Longest a `429` for a full lane asks the client to wait before retrying (seconds).
+const LANE_RETRY_AFTER_SECS: u64 = 1;
+/// Longest client-chosen text (a path, a claimed login) a log line carries (bytes).
+const MAX_LOGGED_BYTES: usize = 256;
 /// Slack beyond the longest tool run before a `/mcp` waiter gives up on a result.
 const MCP_RESULT_SLACK: Duration = Duration::from_secs(15);
 
@@ -155,7 +162,10 @@ pub struct AdminState {
     pub audit_args: bool,
     pub ready: AtomicBool,
     sessions: Mutex<HashMap<String, McpSession>>,
-    waiters: AtomicUsize,
+    /// Mints waiting for their pods (`--max-mints`).
+    mints: Arc<Lane>,
+    /// `/mcp` tool calls waiting for their results.
+    mcp_calls: Arc<Lane>,
 }
 
 impl AdminState {
@@ -191,11 +201,12 @@ impl AdminState {
                 .map(|h| h.to_ascii_lowercase())
                 .collect(),
             timing,
-            limits,
             audit_args,
             ready: AtomicBool::new(false),
             sessions: Mutex::new(HashMap::new()),
-            waiters: AtomicUsize::new(0),
+            mints: Lane::new("mint", "mints", limits.max_mints),
+            mcp_calls: Lane::new("mcp-call", "/mcp tool calls", MAX_MCP_WAITERS),
+            limits,
         }
     }
 }
@@ -258,7 +269,16 @@ impl Handlers {
                 }
             }
             match request {
-                Ok(request) => handle(&self.state, request),
+                Ok(request) => {
+                    // A panic ends this one request: unwinding drops it unanswered, and the
+                    // vendored tiny_http answers a dropped request 500 {"error":"internal error"}.
+                    let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        handle(&self.state, request)
+                    }));
+                    if let Err(payload) = handled {
+                        containment::caught(Site::Admin, "an admin request", payload.as_ref());
+                    }
+                }
                 Err(e) => {
                     if !self.stopping.load(Ordering::SeqCst) {
                         let _ = self.fatal.send(Error::AcceptLoop(e.to_string()));
@@ -390,16 +410,27 @@ pub fn host_allowed(host: &str, allow_hosts: &[String]) -> bool {
     allow_hosts.contains(&bare)
 }
 
-/// The DNS-rebinding guard: Host, and Origin when present, must be ours.
-fn guard(request: &Request, allow_hosts: &[String]) -> Result<(), &'static str> {
+/// The DNS-rebinding guard: Host, and Origin when present, must be ours (`403`). Two Origin
+/// headers are `400`: a check of the first would pass a hostile second one on to whoever
+/// reads the last. (Two Host headers never get here: tiny_http is patched to answer `400`.)
+fn guard(request: &Request, allow_hosts: &[String]) -> Result<(), (u16, &'static str)> {
+    let forbidden = |why| Err((403, why));
     match request_header(request, "Host") {
         Some(host) if host_allowed(host, allow_hosts) => {}
         Some(_) => {
-            return Err(
+            return forbidden(
                 "Host header must name a loopback address, localhost, or an --allow-host name",
             )
         }
-        None => return Err("a Host header is required"),
+        None => return forbidden("a Host header is required"),
+    }
+    let origins = request
+        .headers()
+        .iter()
+        .filter(|h| h.field.as_str().as_str().eq_ignore_ascii_case("Origin"))
+        .count();
+    if origins > 1 {
+        return Err((400, "more than one Origin header"));
     }
     if let Some(origin) = request_header(request, "Origin") {
         let authority = origin
@@ -407,7 +438,9 @@ fn guard(request: &Request, allow_hosts: &[String]) -> Result<(), &'static str> 
             .map(|(_, rest)| rest.split('/').next().unwrap_or(""))
             .unwrap_or("");
         if !host_allowed(authority, allow_hosts) {
-            return Err("Origin must name a loopback address, localhost, or an --allow-host name");
+            return forbidden(
+                "Origin must name a loopback address, localhost, or an --allow-host name",
+            );
         }
     }
     Ok(())
@@ -438,15 +471,20 @@ fn authenticate(state: &AdminState, request: &Request) -> Result<String, (u16, &
             match verdict {
                 Verdict::Unauthorized => {
                     info!(
-                        "admin: denied {} {}: {reason}",
+                        "admin: denied {} {}: {}",
                         request.method(),
-                        path_of(request)
+                        shown_path(request),
+                        label::cut(&reason, MAX_LOGGED_BYTES)
                     );
                     Err((401, "unauthorized"))
                 }
                 Verdict::Throttled { .. } => {
                     state.metrics.throttled();
-                    debug!("admin: throttled {} {}", request.method(), path_of(request));
+                    debug!(
+                        "admin: throttled {} {}",
+                        request.method(),
+                        shown_path(request)
+                    );
                     Err((429, "too many failed authentications; wait and retry"))
                 }
             }
@@ -457,6 +495,11 @@ fn authenticate(state: &AdminState, request: &Request) -> Result<String, (u16, &
 fn path_of(request: &Request) -> &str {
     let url = request.url();
     url.split('?').next().unwrap_or(url)
+}
+
+/// The path as the log shows it: a client chooses it, up to a whole 8 KiB request line.
+fn shown_path(request: &Request) -> std::borrow::Cow<'_, str> {
+    label::cut(path_of(request), MAX_LOGGED_BYTES)
 }
 
 /// Read a JSON body under the cap. `Err` is the response to send.
@@ -500,7 +543,7 @@ fn read_body(
 fn respond(request: Request, response: Response<std::io::Cursor<Vec<u8>>>) {
     let status = response.status_code().0;
     let method = request.method().clone();
-    let path = path_of(&request).to_string();
+    let path = shown_path(&request).into_owned();
     if let Err(e) = request.respond(response) {
         debug!("admin: {method} {path}: could not send {status}: {e}");
     } else {
@@ -509,13 +552,13 @@ fn respond(request: Request, response: Response<std::io::Cursor<Vec<u8>>>) {
 }
 
 fn handle(state: &Arc<AdminState>, mut request: Request) {
-    if let Err(why) = guard(&request, &state.allow_hosts) {
+    if let Err((status, why)) = guard(&request, &state.allow_hosts) {
         info!(
             "admin: refused {} {}: {why}",
             request.method(),
-            path_of(&request)
+            shown_path(&request)
         );
-        return respond(request, error_response(403, why));
+        return respond(request, error_response(status, why));
     }
     let path = path_of(&request).to_string();
     let found = find_route(request.method().as_str(), &path);
@@ -533,6 +576,10 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
             Err((status, msg)) => return respond(request, error_response(status, msg)),
         }
     };
+    #[cfg(test)]
+    if path == containment::hooks::ADMIN_PATH {
+        panic!("test hook: an admin handler panics");
+    }
     let (route, id) = match found {
         Lookup::Route(route, id) => (route, id),
         Lookup::WrongMethod(p) => {
@@ -571,18 +618,20 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
                 Ok(r) => r,
                 Err(msg) => return respond(request, error_response(400, &msg)),
             };
-            match state.registry.attach(req, &principal) {
-                Ok((view, _renewed)) => respond(request, json_response(202, &view)),
-                Err(AttachError::Mint(e)) => respond(request, error_response(502, &e.to_string())),
-                Err(AttachError::BadRequest(msg)) => respond(request, error_response(400, &msg)),
-                Err(AttachError::Internal(msg)) => {
-                    warn!("admin: POST /attach failed: {msg}");
-                    respond(request, error_response(500, &msg))
-                }
-                Err(AttachError::ShuttingDown) => respond(
-                    request,
-                    error_response(503, "handnode is shutting down; retry after it restarts"),
-                ),
+            if !matches!(req.source, SecretSource::AdminCredential(_)) {
+                return attach(state, request, req, &principal);
+            }
+            // A mint waits for the pod (up to --mint-timeout-ms, however slowly it answers):
+            // on a thread of the mint lane, never on one of the few handler threads.
+            let slot = match state.mints.try_acquire() {
+                Ok(slot) => slot,
+                Err(busy) => return respond(request, too_busy(&busy)),
+            };
+            let state2 = Arc::clone(state);
+            let spawned = slot.spawn(move || attach(&state2, request, req, &principal));
+            if let Err((e, _work)) = spawned {
+                warn!("admin: cannot start a mint thread: {e}");
+                // `_work` drops the request unanswered: tiny_http answers it 500.
             }
         }
         ("GET", "/attach") => respond(
@@ -772,6 +821,29 @@ fn approvals_post(state: &Arc<AdminState>, mut request: Request, id: &str, princ
     }
 }
 
+/// `POST /attach` once its body is valid: create or renew (minting first, if asked).
+fn attach(state: &AdminState, request: Request, req: AttachRequest, principal: &str) {
+    match state.registry.attach(req, principal) {
+        Ok((view, _renewed)) => respond(request, json_response(202, &view)),
+        Err(AttachError::Mint(e)) => respond(request, error_response(502, &e.to_string())),
+        Err(AttachError::BadRequest(msg)) => respond(request, error_response(400, &msg)),
+        Err(AttachError::Internal(msg)) => {
+            warn!("admin: POST /attach failed: {msg}");
+            respond(request, error_response(500, &msg))
+        }
+        Err(AttachError::ShuttingDown) => respond(
+            request,
+            error_response(503, "handnode is shutting down; retry after it restarts"),
+        ),
+    }
+}
+
+/// `429` for a full lane: what is full and when to retry.
+fn too_busy(busy: &Busy) -> Response<std::io::Cursor<Vec<u8>>> {
+    error_response(429, &busy.to_string())
+        .with_header(header("Retry-After", &LANE_RETRY_AFTER_SECS.to_string()))
+}
+
 /// Turn dispatcher actions into at most one reply and at most one call to start.
 fn apply_actions(
     state: &AdminState,
@@ -795,10 +867,15 @@ fn apply_actions(
             },
             Action::Cancel { id } => {
                 if let Some(c) = calls.cancel(&id) {
-                    debug!("/mcp: cancelled call {id} ({})", c.tool);
+                    debug!(
+                        "/mcp: cancelled call {} ({})",
+                        label::cut(&id.to_string(), MAX_LOGGED_BYTES),
+                        c.tool
+                    );
                 }
             }
             Action::Refused { tool, outcome } => {
+                let tool = label::name(&tool).into_owned();
                 state.metrics.tool_call(&tool, outcome);
                 state.audit.record(Record::ToolCall {
                     grant_id: None,
@@ -816,7 +893,7 @@ fn apply_actions(
 }
 
 fn new_session_id() -> String {
-    crate::grants::new_id()
+    crate::ids::new_id()
 }
 
 /// `POST /mcp`: one JSON-RPC message per request, JSON replies only.
@@ -910,22 +987,18 @@ fn mcp_call(
     session_id: Option<String>,
     (id, name, route, arguments, seq, ctl): PendingCall,
 ) {
-    if state.waiters.fetch_add(1, Ordering::SeqCst) >= MAX_MCP_WAITERS {
-        state.waiters.fetch_sub(1, Ordering::SeqCst);
-        let text = mcp::error_reply(
-            &id,
-            mcp::SERVER_ERROR,
-            &format!(
-                "server busy: {MAX_MCP_WAITERS} /mcp tool calls already running; retry shortly"
-            ),
-        );
-        forget_call(state, &session_id, &id, seq);
-        return respond(
-            request,
-            Response::from_data(text.into_bytes())
-                .with_header(header("Content-Type", "application/json")),
-        );
-    }
+    let slot = match state.mcp_calls.try_acquire() {
+        Ok(slot) => slot,
+        Err(busy) => {
+            let text = mcp::error_reply(&id, mcp::SERVER_ERROR, &format!("server busy: {busy}"));
+            forget_call(state, &session_id, &id, seq);
+            return respond(
+                request,
+                Response::from_data(text.into_bytes())
+                    .with_header(header("Content-Type", "application/json")),
+            );
+        }
+    };
     let (tx, rx) = crossbeam_channel::bounded::<ToolOutput>(1);
     let done = Completion::new(move |out| {
         let _ = tx.send(out);
@@ -943,50 +1016,47 @@ fn mcp_call(
         .services
         .start(route, name.clone(), arguments, cx, done);
     let state = Arc::clone(state);
-    let spawned = std::thread::Builder::new()
-        .name("mcp-call".into())
-        .spawn(move || {
-            let wait = Duration::from_secs(CallLimits::LOCAL_HTTP.max_run_secs) + MCP_RESULT_SLACK;
-            let output = rx.recv_timeout(wait).unwrap_or_else(|_| {
-                ctl.cancel();
-                ToolOutput::tool_error("the tool did not finish in time and was stopped")
-            });
-            let live = forget_call(&state, &session_id, &id, seq);
-            let cancelled = ctl.is_cancelled() && !live;
-            let (text, outcome) = mcp::tool_reply(&id, output, state.limits.max_outbound_bytes);
-            let outcome = if cancelled {
-                Outcome::ToolError
-            } else {
-                outcome
-            };
-            state.metrics.tool_call(&name, outcome);
-            state.audit.record(Record::ToolCall {
-                grant_id: None,
-                principal,
-                session: None,
-                tool: name,
-                outcome,
-                duration_ms: started.elapsed().as_millis() as u64,
-                args: audit_args,
-            });
-            state.waiters.fetch_sub(1, Ordering::SeqCst);
-            if cancelled {
-                // notifications/cancelled: no JSON-RPC reply; HTTP still needs an answer.
-                // 202 with no body, as for a notification: clients (the official TypeScript
-                // SDK among them) accept it for any message, while a 204 without a
-                // Content-Type is reported as an error.
-                return respond(
-                    request,
-                    Response::from_data(Vec::new()).with_status_code(202),
-                );
-            }
-            respond(
-                request,
-                Response::from_data(text.into_bytes())
-                    .with_header(header("Content-Type", "application/json")),
-            )
+    let spawned = slot.spawn(move || {
+        let wait = Duration::from_secs(CallLimits::LOCAL_HTTP.max_run_secs) + MCP_RESULT_SLACK;
+        let output = rx.recv_timeout(wait).unwrap_or_else(|_| {
+            ctl.cancel();
+            ToolOutput::tool_error("the tool did not finish in time and was stopped")
         });
-    if let Err(e) = spawned {
+        let live = forget_call(&state, &session_id, &id, seq);
+        let cancelled = ctl.is_cancelled() && !live;
+        let (text, outcome) = mcp::tool_reply(&id, output, state.limits.max_outbound_bytes);
+        let outcome = if cancelled {
+            Outcome::ToolError
+        } else {
+            outcome
+        };
+        state.metrics.tool_call(&name, outcome);
+        state.audit.record(Record::ToolCall {
+            grant_id: None,
+            principal,
+            session: None,
+            tool: name,
+            outcome,
+            duration_ms: started.elapsed().as_millis() as u64,
+            args: audit_args,
+        });
+        if cancelled {
+            // notifications/cancelled: no JSON-RPC reply; HTTP still needs an answer.
+            // 202 with no body, as for a notification: clients (the official TypeScript
+            // SDK among them) accept it for any message, while a 204 without a
+            // Content-Type is reported as an error.
+            return respond(
+                request,
+                Response::from_data(Vec::new()).with_status_code(202),
+            );
+        }
+        respond(
+            request,
+            Response::from_data(text.into_bytes())
+                .with_header(header("Content-Type", "application/json")),
+        )
+    });
+    if let Err((e, _work)) = spawned {
         warn!("/mcp: could not start a responder thread: {e}");
     }
 }

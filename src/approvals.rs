@@ -24,8 +24,9 @@ use crate::jobs::{Completion, JobCtl};
 use crate::mcp::{Route, ToolOutput};
 use crate::metrics::Metrics;
 use crate::notify::{Ask, Choice, Notifier};
-use crate::profiles::{class_of, Class, Profile};
+use crate::profiles::{Class, Profile};
 use crate::timefmt::rfc3339;
+use crate::tools::class_of;
 use crate::tools::{CallContext, UpstreamSource};
 
 /// The word that, instead of a list, means every `shell`-class tool the grant can see.
@@ -103,9 +104,8 @@ impl Approve {
     /// profile; the upstreams' lists are not known yet, so names are taken as stored).
     pub fn resolve_stored(&self, profile: Profile) -> BTreeSet<String> {
         match self {
-            Approve::Shell => profile
-                .local_allow_list()
-                .iter()
+            Approve::Shell => crate::tools::names(profile)
+                .into_iter()
                 .filter(|t| class_of(t) == Some(Class::Shell))
                 .map(|t| t.to_string())
                 .collect(),
@@ -151,8 +151,8 @@ impl Approve {
 /// Whether `profile` can ever show `tool`: a local tool it lists, or a non-local name its
 /// upstream allow-list takes.
 pub fn fits_profile(tool: &str, profile: Profile) -> bool {
-    if crate::tools::spec(tool).is_some() {
-        profile.allows_local(tool)
+    if let Some(local) = crate::tools::find(tool) {
+        local.allowed_in(profile)
     } else {
         profile.allows_upstream(tool)
     }
@@ -161,14 +161,13 @@ pub fn fits_profile(tool: &str, profile: Profile) -> bool {
 /// The tools a grant under `profile` can see now: its local tools, then the upstream tools
 /// it allows that the upstreams list at this moment.
 pub fn visible_tools(profile: Profile, upstream: Option<&dyn UpstreamSource>) -> Vec<String> {
-    let mut names: Vec<String> = profile
-        .local_allow_list()
-        .iter()
-        .map(|s| s.to_string())
+    let mut names: Vec<String> = crate::tools::names(profile)
+        .into_iter()
+        .map(String::from)
         .collect();
     for (_, tool) in upstream.map(|u| u.tools()).unwrap_or_default() {
         if let Some(name) = tool.get("name").and_then(Value::as_str) {
-            let local = crate::tools::spec(name).is_some();
+            let local = crate::tools::find(name).is_some();
             if !local && profile.allows_upstream(name) && !names.iter().any(|n| n == name) {
                 names.push(name.to_string());
             }
@@ -612,7 +611,7 @@ impl Approvals {
         let created = Instant::now();
         let args = self.config.audit_args.then(|| held.arguments.clone());
         let pending = Pending {
-            id: crate::grants::new_id(),
+            id: crate::ids::new_id(),
             held,
             created_at: now,
             expires_at: now + timeout.as_secs_f64().ceil() as u64,

@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use crate::config::Config;
 use crate::secret::Secret;
 
 /// Longest client key the throttle stores (bytes); header values beyond it are cut so a
@@ -105,14 +104,6 @@ impl Policy {
                 .collect(),
             insecure_local,
         }
-    }
-
-    pub fn from_config(config: &Config) -> Self {
-        Policy::new(
-            config.token.clone(),
-            &config.allow_logins,
-            config.insecure_local,
-        )
     }
 
     /// An admin API nobody can use is a configuration mistake, not a locked door.
@@ -261,15 +252,6 @@ impl Throttle {
             capacity: capacity.max(1),
             table: HashMap::new(),
         }
-    }
-
-    pub fn from_config(config: &Config) -> Self {
-        Throttle::new(
-            config.limits.throttle_failures,
-            config.timing.throttle_window,
-            config.timing.throttle_lockout,
-            config.limits.throttle_table,
-        )
     }
 
     /// How long `key` stays locked out, if it is locked now.

@@ -9,8 +9,9 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+use crate::containment::{self, Site};
 use crate::jobs::{Completion, JobCtl, Pool};
-use crate::mcp::{Route, SERVER_ERROR};
+use crate::mcp::{Route, ToolOutput, SERVER_ERROR};
 use crate::tools::{self, CallContext, ToolHost, UpstreamSource};
 
 /// Everything a connection needs to run tool calls. One per daemon.
@@ -35,17 +36,37 @@ impl Services {
     ) {
         match route {
             Route::Local => {
-                if let Some(output) = tools::answer_inline(&name, &cx) {
-                    return done.complete(output);
+                // The inline answer runs on the caller's thread (a grant thread, an admin
+                // handler): a panic in it must end this call, not that thread.
+                let inline = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    #[cfg(test)]
+                    crate::containment::hooks::tool(&arguments, crate::containment::hooks::INLINE);
+                    tools::answer_inline(&name, &cx)
+                }));
+                match inline {
+                    Ok(Some(output)) => return done.complete(output),
+                    Ok(None) => {}
+                    Err(payload) => {
+                        containment::caught(Site::Tool, &name, payload.as_ref());
+                        return done
+                            .complete(ToolOutput::tool_error(containment::TOOL_PANIC_MESSAGE));
+                    }
                 }
                 let _ = self.pool.submit_call(
-                    move |done| tools::start_local(&name, arguments, cx, done),
+                    move |done| {
+                        #[cfg(test)]
+                        crate::containment::hooks::tool(
+                            &arguments,
+                            crate::containment::hooks::WORKER,
+                        );
+                        tools::start_local(&name, arguments, cx, done)
+                    },
                     done,
                 );
             }
             Route::Upstream(index) => match &self.upstream {
                 Some(up) => up.call(index, &name, arguments, cx.ctl, done),
-                None => done.complete(crate::mcp::ToolOutput::tool_error(
+                None => done.complete(ToolOutput::tool_error(
                     "no upstream is configured for this tool",
                 )),
             },

@@ -1,8 +1,11 @@
-//! Operator subcommands `grant`, `grants`, `revoke`, and `approvals`, `approve`, `deny` for
-//! calls waiting for approval (§10): their arguments, and the calls they make to a running
-//! daemon's admin API. Secrets come from files, never from argv.
+//! The command line: argv and env → [`Command`] (the subcommand dispatch and `--help`),
+//! and the operator subcommands `grant`, `grants`, `revoke`, and `approvals`, `approve`,
+//! `deny` for calls waiting for approval: their arguments, and the calls they make to a
+//! running daemon's admin API. Secrets come from files, never from argv. `serve`'s and
+//! `doctor`'s own flags are parsed by `config`.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,8 +14,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::config::{
-    apply_flags, default_config_dir, markdown_flags, no_positional, read_secret_file, render_flags,
-    resolve_token, Command, Flag, Kind,
+    self, apply_flags, default_config_dir, markdown_flags, no_positional, read_secret_file,
+    render_flags, resolve_token, Flag, Kind, CREDENTIAL_NAME, ENV_PREFIX, TOKEN_ENV,
+    TOKEN_FILE_NAME,
 };
 use crate::error::Error;
 use crate::httpc::{self, Request, Target};
@@ -27,13 +31,133 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest admin API answer the CLI reads (a full grant list is a few KiB).
 const MAX_REPLY_BYTES: u64 = 4 << 20;
-/// Longest grant (seconds), as the daemon enforces it.
-pub const MAX_TTL_SECS: u64 = 86_400;
+use crate::config::MAX_TTL_SECS;
 /// Longest grant id accepted on the command line (a UUID is 36).
 const MAX_ID_LEN: usize = 64;
 /// How long one `approvals --watch` long-poll waits for a change (seconds); under
 /// [`REQUEST_TIMEOUT`], so a quiet daemon is not mistaken for a dead one.
 pub const WATCH_WAIT_SECS: u64 = 25;
+
+/// What the process was asked to do.
+// Built once per process; boxing `Config` would only add noise at every use.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Command {
+    /// Run the daemon (also what no subcommand means).
+    Serve(crate::config::Config),
+    /// Report what works on this box.
+    Doctor { json: bool },
+    /// Ask a running daemon to attach to a pod session.
+    Grant(GrantArgs),
+    /// List a running daemon's grants.
+    Grants(GrantsArgs),
+    /// End one grant or all of them.
+    Revoke(RevokeArgs),
+    /// List the calls waiting for approval (or follow them).
+    Approvals(ApprovalsArgs),
+    /// Allow or deny one waiting call.
+    Decide(DecideArgs),
+    /// Print this text to stdout and exit 0.
+    Help(String),
+    /// Print `handnode <version>` and exit 0.
+    Version,
+}
+
+/// The subcommands, for errors and help.
+const SUBCOMMANDS: &str = "serve, doctor, grant, grants, revoke, approvals, approve, deny, help";
+
+/// Turn argv (without the program name) and the environment into what to do.
+///
+/// For `serve` this also finds the admin token (`config::parse_serve`). Errors are
+/// [`Error::Config`] with a message that says what to fix (exit 2).
+pub fn parse(args: &[String], env: &HashMap<String, String>) -> Result<Command, Error> {
+    let (sub, rest) = match args.first().map(String::as_str) {
+        Some(
+            word @ ("serve" | "doctor" | "grant" | "grants" | "revoke" | "approvals" | "approve"
+            | "deny" | "help"),
+        ) => (word, &args[1..]),
+        Some(word) if !word.starts_with('-') => {
+            return Err(Error::Config(format!(
+                "unknown subcommand '{word}'; expected one of {SUBCOMMANDS} (see handnode --help)"
+            )))
+        }
+        _ => ("serve", args),
+    };
+    if sub == "help" {
+        return help_for(rest.first().map_or("serve", String::as_str)).map(Command::Help);
+    }
+    if rest.iter().any(|a| a == "--help" || a == "-h") {
+        return help_for(sub).map(Command::Help);
+    }
+    if rest.iter().any(|a| a == "--version" || a == "-V") {
+        return Ok(Command::Version);
+    }
+    match sub {
+        "serve" => {
+            warn_unknown_env(env);
+            config::parse_serve(rest, env).map(Command::Serve)
+        }
+        "doctor" => {
+            let mut json = false;
+            let positional = apply_flags(&[config::DOCTOR_FLAGS], rest, env, &mut json)?;
+            no_positional("doctor", &positional)?;
+            Ok(Command::Doctor { json })
+        }
+        _ => parse_operator(sub, rest, env),
+    }
+}
+
+fn help_for(sub: &str) -> Result<String, Error> {
+    match sub {
+        "serve" => Ok(config::serve_help()),
+        "doctor" => {
+            let mut out = String::from(
+                "Usage: handnode doctor [--json]\n\nWhat works on this box, and what to install or set for the rest.\n\nFlags:\n",
+            );
+            render_flags(&mut out, &[config::DOCTOR_FLAGS]);
+            Ok(out)
+        }
+        "grant" | "grants" | "revoke" | "approvals" | "approve" | "deny" => Ok(help(sub)),
+        other => Err(Error::Config(format!(
+            "no help for '{other}'; subcommands are {SUBCOMMANDS}"
+        ))),
+    }
+}
+
+/// The README's flag reference: one Markdown table for `serve`, one for the operator
+/// subcommands, generated from the same tables as parsing and `--help`.
+pub fn help_table_markdown() -> String {
+    let mut out = String::from("Flags of `handnode serve` (no subcommand):\n\n");
+    markdown_flags(&mut out, &[config::SERVE_FLAGS]);
+    let _ = write!(
+        out,
+        "\nThe admin token is never a flag: `--token-file`, env `{TOKEN_ENV}`, \
+`$CREDENTIALS_DIRECTORY/{CREDENTIAL_NAME}`, `<config dir>/{TOKEN_FILE_NAME}`, in that order.\n\n"
+    );
+    markdown(&mut out);
+    out
+}
+
+/// Env vars every subcommand reads besides the flag tables.
+const OTHER_KNOWN_ENV: [&str; 1] = [TOKEN_ENV];
+
+/// A `HANDNODE_*` variable no table knows is most likely a typo of one that does.
+fn warn_unknown_env(env: &HashMap<String, String>) {
+    let known: Vec<String> = config::SERVE_FLAGS
+        .iter()
+        .map(Flag::env_name)
+        .chain(env_names())
+        .chain(OTHER_KNOWN_ENV.iter().map(|s| s.to_string()))
+        .collect();
+    let mut unknown: Vec<&String> = env
+        .keys()
+        .filter(|k| k.starts_with(ENV_PREFIX) && !known.contains(k))
+        .collect();
+    unknown.sort();
+    for var in unknown {
+        log::warn!("ignoring unknown env var {var} (see handnode --help for the names)");
+    }
+}
 
 /// Exit codes of the operator subcommands.
 pub const EXIT_OK: i32 = 0;
@@ -357,7 +481,7 @@ fn tables(sub: &str) -> &'static [&'static [Flag<OperatorDraft>]] {
 }
 
 /// Env vars the operator subcommands read, so `serve` does not call them unknown.
-pub(crate) fn env_names() -> impl Iterator<Item = String> {
+fn env_names() -> impl Iterator<Item = String> {
     CLIENT_FLAGS.iter().filter(|f| f.env).map(Flag::env_name)
 }
 
@@ -455,7 +579,7 @@ fn client_args(
 }
 
 /// Parse `grant`, `grants` or `revoke` arguments (after the subcommand word).
-pub(crate) fn parse(
+fn parse_operator(
     sub: &str,
     args: &[String],
     env: &HashMap<String, String>,
@@ -548,7 +672,7 @@ pub(crate) fn parse(
 }
 
 /// `handnode grant|grants|revoke --help`.
-pub(crate) fn help(sub: &str) -> String {
+fn help(sub: &str) -> String {
     let head = match sub {
         "grant" => "Usage: handnode grant --runtime URL --session NAME (--secret-file PATH | --admin-credential-file PATH)\n                      [--profile PROFILE] [--ttl DURATION] [--wait] [--json] [--url URL]\n\nAsk the running daemon to lend this box to a pod session. Exit 0 ok, 1 daemon unreachable or\nrefused, 2 bad usage, 3 the grant ended while --wait waited.\n",
         "grants" => "Usage: handnode grants [--json] [--url URL]\n\nList the daemon's grants: live ones and those ended in the last 10 minutes.\n",
@@ -563,7 +687,7 @@ pub(crate) fn help(sub: &str) -> String {
 }
 
 /// The operator flags as a Markdown table, for the README.
-pub(crate) fn markdown(out: &mut String) {
+fn markdown(out: &mut String) {
     out.push_str("Flags of `handnode grant`, `grants`, `revoke`, `approvals`, `approve` and `deny` (`--all` is revoke's, `--json` grant's, grants' and approvals', `--watch` approvals', `--remember` approve's, `--reason` deny's):\n\n");
     markdown_flags(
         out,
@@ -1127,8 +1251,8 @@ fn decide(args: &DecideArgs, out: &mut dyn Write) -> Result<i32, Failure> {
 
 #[cfg(test)]
 mod tests {
+    use super::parse as parse_command;
     use super::*;
-    use crate::config::parse as parse_command;
     use std::sync::{Arc, Mutex};
 
     use crate::testutil::TempDir;
@@ -1147,6 +1271,73 @@ mod tests {
             Error::Config(msg) => msg,
             other => panic!("not a config error: {other:?}"),
         })
+    }
+
+    #[test]
+    fn help_lists_every_flag_and_env_var() {
+        let tmp = TempDir::new("cli");
+        let env = env(&tmp);
+        for args in [vec!["--help"], vec!["serve", "-h"], vec!["help"]] {
+            let Ok(Command::Help(text)) = parse_args(&args, &env) else {
+                panic!("{args:?} is not help");
+            };
+            for flag in config::SERVE_FLAGS {
+                assert!(text.contains(&format!("--{}", flag.name)), "{}", flag.name);
+                assert!(text.contains(&flag.env_name()), "{}", flag.name);
+            }
+        }
+        let audit = config::SERVE_FLAGS
+            .iter()
+            .find(|f| f.name == "audit-args")
+            .unwrap();
+        assert!(audit.help.contains("typed text, passwords included"));
+        let markdown = help_table_markdown();
+        for flag in config::SERVE_FLAGS {
+            assert!(
+                markdown.contains(&format!("| `--{}", flag.name)),
+                "{}",
+                flag.name
+            );
+        }
+        assert!(markdown.contains("`--runtime URL`") && markdown.contains("`HANDNODE_URL`"));
+        for args in [
+            vec!["doctor", "--help"],
+            vec!["help", "grant"],
+            vec!["revoke", "-h"],
+        ] {
+            assert!(
+                matches!(parse_args(&args, &env), Ok(Command::Help(_))),
+                "{args:?}"
+            );
+        }
+        assert!(matches!(
+            parse_args(&["--version"], &env),
+            Ok(Command::Version)
+        ));
+        assert!(matches!(
+            parse_args(&["doctor", "--json"], &env),
+            Ok(Command::Doctor { json: true })
+        ));
+        assert!(matches!(
+            parse_args(&["doctor"], &env),
+            Ok(Command::Doctor { json: false })
+        ));
+        assert!(parse_args(&["doctor", "--listen", "x"], &env).is_err());
+    }
+
+    #[test]
+    fn subcommand_errors_say_what_to_fix() {
+        let tmp = TempDir::new("cli");
+        let env = env(&tmp);
+        for (args, want) in [
+            (vec!["extra"], "unknown subcommand 'extra'"),
+            (vec!["serve", "extra"], "unexpected argument 'extra'"),
+        ] {
+            match parse_args(&args, &env) {
+                Err(msg) => assert!(msg.contains(want), "{args:?}: {msg:?} lacks {want:?}"),
+                Ok(_) => panic!("{args:?} was accepted"),
+            }
+        }
     }
 
     #[test]

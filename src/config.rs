@@ -1,6 +1,7 @@
 //! Daemon configuration: every setting, its default, and every timing constant, so tests
 //! can turn production-sized timers down. Parsing from flags and `HANDNODE_*` env lives
-//! here too (one table drives both and `--help`), as does finding the admin token.
+//! here too (one table drives both and `--help`), as does finding the admin token. The
+//! subcommand dispatch and the operator subcommands' arguments live in `cli`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -11,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::auth::Policy;
-use crate::cli::{ApprovalsArgs, DecideArgs, GrantArgs, GrantsArgs, RevokeArgs};
 use crate::error::Error;
 use crate::secret::Secret;
 
@@ -131,6 +131,9 @@ pub struct Limits {
     /// Largest arguments (serialized JSON, bytes) a held call may carry: the person must be
     /// able to read what they allow.
     pub approval_args_bytes: usize,
+    /// Mints (`POST /attach` with `admin_credential`) waiting for their pods at once; each
+    /// waits on a thread of its own, never on an admin handler. One more gets `429`.
+    pub max_mints: usize,
 }
 
 impl Default for Limits {
@@ -149,6 +152,7 @@ impl Default for Limits {
             approvals_pending: 256,
             approval_waiters: 16,
             approval_args_bytes: 64 << 10,
+            max_mints: 8,
         }
     }
 }
@@ -216,6 +220,11 @@ impl Config {
             limits: Limits::default(),
         }
     }
+
+    /// The admin API's authentication settings of this configuration.
+    pub fn policy(&self) -> Policy {
+        Policy::new(self.token.clone(), &self.allow_logins, self.insecure_local)
+    }
 }
 
 /// The admin API address when `--listen` is not given.
@@ -235,33 +244,12 @@ pub const CREDENTIAL_NAME: &str = "handnode-token";
 pub const TOKEN_ENV: &str = "HANDNODE_TOKEN";
 /// Prefix of every env var that sets a flag.
 pub const ENV_PREFIX: &str = "HANDNODE_";
+/// Longest TTL a grant may have (seconds): one day. `POST /attach`, the CLI and the load
+/// of `grants.json` all hold grants to it.
+pub const MAX_TTL_SECS: u64 = 86_400;
+
 /// Longest value of a `--*-ms` timing flag (milliseconds): one day.
 const MAX_MS: u64 = 86_400_000;
-
-/// What the process was asked to do.
-// Built once per process; boxing `Config` would only add noise at every use.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum Command {
-    /// Run the daemon (also what no subcommand means).
-    Serve(Config),
-    /// Report what works on this box.
-    Doctor { json: bool },
-    /// Ask a running daemon to attach to a pod session.
-    Grant(GrantArgs),
-    /// List a running daemon's grants.
-    Grants(GrantsArgs),
-    /// End one grant or all of them.
-    Revoke(RevokeArgs),
-    /// List the calls waiting for approval (or follow them).
-    Approvals(ApprovalsArgs),
-    /// Allow or deny one waiting call.
-    Decide(DecideArgs),
-    /// Print this text to stdout and exit 0.
-    Help(String),
-    /// Print `handnode <version>` and exit 0.
-    Version,
-}
 
 /// How a flag takes its value, and where the value goes in the draft `T` being built.
 pub(crate) enum Kind<T> {
@@ -548,7 +536,7 @@ pub(crate) fn markdown_flags<T>(out: &mut String, tables: &[&[Flag<T>]]) {
 }
 
 /// `serve` settings gathered from flags and env before dirs and the token are resolved.
-struct ServeDraft {
+pub(crate) struct ServeDraft {
     config: Config,
     token_file: Option<PathBuf>,
     state_dir: Option<PathBuf>,
@@ -682,7 +670,7 @@ macro_rules! millis {
 }
 
 /// Every flag of `serve`, in `--help` order.
-const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
+pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
     Flag {
         name: "listen",
         env: true,
@@ -713,7 +701,7 @@ const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         name: "allow-login",
         env: true,
         default: "",
-        help: "Tailnet login allowed to use the admin API, as `tailscale serve` sends it in Tailscale-User-Login. Pair it with --allow-host.",
+        help: "Tailnet login allowed to use the admin API, as `tailscale serve` sends it in Tailscale-User-Login. Pair it with --allow-host and with the admin token (tailnet login AND bearer): without a token any local process can send the header.",
         kind: Kind::List {
             metavar: "EMAIL",
             set: |d, v| {
@@ -950,6 +938,18 @@ const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
             set: |d, v| d.config.limits.approval_waiters = v as usize,
         },
     },
+    Flag {
+        name: "max-mints",
+        env: true,
+        default: "8",
+        help: "Mints (POST /attach with admin_credential) that may wait for their pods at once; one more is answered 429. Mints never hold the admin API's own threads.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 1024,
+            set: |d, v| d.config.limits.max_mints = v as usize,
+        },
+    },
     millis!("backoff-base-ms", backoff_base, "1000", "First redial delay; doubles per failure."),
     millis!("backoff-cap-ms", backoff_cap, "30000", "Longest redial delay."),
     millis!("backoff-reset-ms", backoff_reset, "60000", "A connection attached this long resets the redial delay."),
@@ -971,7 +971,7 @@ const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
 ];
 
 /// Flags of `doctor`.
-const DOCTOR_FLAGS: &[Flag<bool>] = &[Flag {
+pub(crate) const DOCTOR_FLAGS: &[Flag<bool>] = &[Flag {
     name: "json",
     env: false,
     default: "",
@@ -1027,49 +1027,6 @@ pub fn default_config_dir(env: &HashMap<String, String>) -> Option<PathBuf> {
         .map(|d| d.join("handnode"))
 }
 
-/// The subcommands, for errors and help.
-const SUBCOMMANDS: &str = "serve, doctor, grant, grants, revoke, approvals, approve, deny, help";
-
-/// Turn argv (without the program name) and the environment into what to do.
-///
-/// For `serve` this also finds the admin token (see [`resolve_token`]); when no
-/// authentication is configured at all it first generates a token file at
-/// `<config dir>/token` (0600, dir 0700) and logs its path, never the token. Errors are
-/// [`Error::Config`] with a message that says what to fix (exit 2).
-pub fn parse(args: &[String], env: &HashMap<String, String>) -> Result<Command, Error> {
-    let (sub, rest) = match args.first().map(String::as_str) {
-        Some(
-            word @ ("serve" | "doctor" | "grant" | "grants" | "revoke" | "approvals" | "approve"
-            | "deny" | "help"),
-        ) => (word, &args[1..]),
-        Some(word) if !word.starts_with('-') => {
-            return Err(Error::Config(format!(
-                "unknown subcommand '{word}'; expected one of {SUBCOMMANDS} (see handnode --help)"
-            )))
-        }
-        _ => ("serve", args),
-    };
-    if sub == "help" {
-        return help_for(rest.first().map_or("serve", String::as_str)).map(Command::Help);
-    }
-    if rest.iter().any(|a| a == "--help" || a == "-h") {
-        return help_for(sub).map(Command::Help);
-    }
-    if rest.iter().any(|a| a == "--version" || a == "-V") {
-        return Ok(Command::Version);
-    }
-    match sub {
-        "serve" => parse_serve(rest, env).map(Command::Serve),
-        "doctor" => {
-            let mut json = false;
-            let positional = apply_flags(&[DOCTOR_FLAGS], rest, env, &mut json)?;
-            no_positional("doctor", &positional)?;
-            Ok(Command::Doctor { json })
-        }
-        _ => crate::cli::parse(sub, rest, env),
-    }
-}
-
 pub(crate) fn no_positional(sub: &str, positional: &[String]) -> Result<(), Error> {
     match positional.first() {
         Some(extra) => Err(Error::Config(format!(
@@ -1079,27 +1036,8 @@ pub(crate) fn no_positional(sub: &str, positional: &[String]) -> Result<(), Erro
     }
 }
 
-fn help_for(sub: &str) -> Result<String, Error> {
-    match sub {
-        "serve" => Ok(serve_help()),
-        "doctor" => {
-            let mut out = String::from(
-                "Usage: handnode doctor [--json]\n\nWhat works on this box, and what to install or set for the rest.\n\nFlags:\n",
-            );
-            render_flags(&mut out, &[DOCTOR_FLAGS]);
-            Ok(out)
-        }
-        "grant" | "grants" | "revoke" | "approvals" | "approve" | "deny" => {
-            Ok(crate::cli::help(sub))
-        }
-        other => Err(Error::Config(format!(
-            "no help for '{other}'; subcommands are {SUBCOMMANDS}"
-        ))),
-    }
-}
-
 /// `handnode --help`: the subcommands and every `serve` flag.
-fn serve_help() -> String {
+pub(crate) fn serve_help() -> String {
     let mut out = format!(
         "handnode {} — lend this box's tools to one coding-agent session, time-boxed and revocable\n\n\
 Usage:\n  \
@@ -1123,21 +1061,10 @@ to <config dir>/{TOKEN_FILE_NAME}.\n\nFlags of serve:\n",
     out
 }
 
-/// The README's flag reference: one Markdown table for `serve`, one for the operator
-/// subcommands, generated from the same tables as parsing and `--help`.
-pub fn help_table_markdown() -> String {
-    let mut out = String::from("Flags of `handnode serve` (no subcommand):\n\n");
-    markdown_flags(&mut out, &[SERVE_FLAGS]);
-    let _ = write!(
-        out,
-        "\nThe admin token is never a flag: `--token-file`, env `{TOKEN_ENV}`, \
-`$CREDENTIALS_DIRECTORY/{CREDENTIAL_NAME}`, `<config dir>/{TOKEN_FILE_NAME}`, in that order.\n\n"
-    );
-    crate::cli::markdown(&mut out);
-    out
-}
-
-fn parse_serve(args: &[String], env: &HashMap<String, String>) -> Result<Config, Error> {
+/// `serve`'s flags and env into a validated [`Config`]. Also finds the admin token (see
+/// [`resolve_token`]); when no authentication is configured at all it first generates a
+/// token file at `<config dir>/token` (0600, dir 0700) and logs its path, never the token.
+pub(crate) fn parse_serve(args: &[String], env: &HashMap<String, String>) -> Result<Config, Error> {
     let mut draft = ServeDraft {
         config: Config::defaults(),
         token_file: None,
@@ -1146,7 +1073,6 @@ fn parse_serve(args: &[String], env: &HashMap<String, String>) -> Result<Config,
     };
     let positional = apply_flags(&[SERVE_FLAGS], args, env, &mut draft)?;
     no_positional("serve", &positional)?;
-    warn_unknown_env(env);
 
     let mut config = draft.config;
     config.state_dir = draft
@@ -1197,31 +1123,8 @@ fn parse_serve(args: &[String], env: &HashMap<String, String>) -> Result<Config,
         config.token = Some(t.secret);
         config.token_source = Some(t.source);
     }
-    Policy::from_config(&config)
-        .validate()
-        .map_err(Error::Config)?;
+    config.policy().validate().map_err(Error::Config)?;
     Ok(config)
-}
-
-/// Env vars every subcommand reads besides the flag tables.
-const OTHER_KNOWN_ENV: [&str; 1] = [TOKEN_ENV];
-
-/// A `HANDNODE_*` variable no table knows is most likely a typo of one that does.
-fn warn_unknown_env(env: &HashMap<String, String>) {
-    let known: Vec<String> = SERVE_FLAGS
-        .iter()
-        .map(Flag::env_name)
-        .chain(crate::cli::env_names())
-        .chain(OTHER_KNOWN_ENV.iter().map(|s| s.to_string()))
-        .collect();
-    let mut unknown: Vec<&String> = env
-        .keys()
-        .filter(|k| k.starts_with(ENV_PREFIX) && !known.contains(k))
-        .collect();
-    unknown.sort();
-    for var in unknown {
-        log::warn!("ignoring unknown env var {var} (see handnode --help for the names)");
-    }
 }
 
 /// The admin token and where it came from (the source is logged, the value never).
@@ -1385,6 +1288,12 @@ pub fn warnings(config: &Config, is_root: bool) -> Vec<String> {
                 .to_string(),
         );
     }
+    if !config.allow_logins.is_empty() && config.token.is_none() {
+        out.push(
+            "--allow-login is set without an admin token: `tailscale serve` connects from loopback, so a local process sending the same Tailscale-User-Login header is indistinguishable from the tailnet and gets in as that login; configure a token too (--token-file or <config dir>/token) so every request needs the login AND the bearer"
+                .to_string(),
+        );
+    }
     if !config.allow_logins.is_empty() && !config.listen.ip().is_loopback() {
         out.push(format!(
             "--allow-login trusts the Tailscale-User-Login header, but --listen {} is not loopback: anyone who can reach that address can claim a login; listen on loopback behind `tailscale serve`",
@@ -1478,10 +1387,12 @@ mod tests {
         env
     }
 
+    /// `serve`'s arguments, with or without the subcommand word that `cli::parse`
+    /// dispatches on.
     fn serve(args: &[&str], env: &HashMap<String, String>) -> Result<Config, String> {
-        match parse(&strings(args), env) {
-            Ok(Command::Serve(config)) => Ok(config),
-            Ok(other) => panic!("expected serve, got {other:?}"),
+        let args = args.strip_prefix(&["serve"]).unwrap_or(args);
+        match parse_serve(&strings(args), env) {
+            Ok(config) => Ok(config),
             Err(Error::Config(msg)) => Err(msg),
             Err(other) => panic!("expected a config error, got {other:?}"),
         }
@@ -1717,7 +1628,7 @@ mod tests {
             (vec!["--bogus"], vec![], "unknown flag --bogus"),
             (vec!["--bogus=1"], vec![], "unknown flag --bogus"),
             (vec!["-x"], vec![], "unknown flag -x"),
-            (vec!["extra"], vec![], "unknown subcommand 'extra'"),
+            (vec!["extra"], vec![], "unexpected argument 'extra'"),
             (
                 vec!["serve", "extra"],
                 vec![],
@@ -1892,55 +1803,6 @@ mod tests {
     }
 
     #[test]
-    fn help_lists_every_flag_and_env_var() {
-        let tmp = TempDir::new("config");
-        let env = env_in(&tmp, &[]);
-        for args in [vec!["--help"], vec!["serve", "-h"], vec!["help"]] {
-            let Ok(Command::Help(text)) = parse(&strings(&args), &env) else {
-                panic!("{args:?} is not help");
-            };
-            for flag in SERVE_FLAGS {
-                assert!(text.contains(&format!("--{}", flag.name)), "{}", flag.name);
-                assert!(text.contains(&flag.env_name()), "{}", flag.name);
-            }
-        }
-        let audit = SERVE_FLAGS.iter().find(|f| f.name == "audit-args").unwrap();
-        assert!(audit.help.contains("typed text, passwords included"));
-        let markdown = help_table_markdown();
-        for flag in SERVE_FLAGS {
-            assert!(
-                markdown.contains(&format!("| `--{}", flag.name)),
-                "{}",
-                flag.name
-            );
-        }
-        assert!(markdown.contains("`--runtime URL`") && markdown.contains("`HANDNODE_URL`"));
-        for args in [
-            vec!["doctor", "--help"],
-            vec!["help", "grant"],
-            vec!["revoke", "-h"],
-        ] {
-            assert!(
-                matches!(parse(&strings(&args), &env), Ok(Command::Help(_))),
-                "{args:?}"
-            );
-        }
-        assert!(matches!(
-            parse(&strings(&["--version"]), &env),
-            Ok(Command::Version)
-        ));
-        assert!(matches!(
-            parse(&strings(&["doctor", "--json"]), &env),
-            Ok(Command::Doctor { json: true })
-        ));
-        assert!(matches!(
-            parse(&strings(&["doctor"]), &env),
-            Ok(Command::Doctor { json: false })
-        ));
-        assert!(parse(&strings(&["doctor", "--listen", "x"]), &env).is_err());
-    }
-
-    #[test]
     fn token_sources_are_tried_in_order() {
         let tmp = TempDir::new("config");
         let flag_file = tmp.write("flag-token", "  from-flag\n");
@@ -2013,6 +1875,14 @@ mod tests {
         assert_eq!(warnings(&config, true).len(), 1);
         assert!(warnings(&config, true)[0].contains("root shell"));
         config.allow_logins = vec!["a@b".into()];
+        let w = warnings(&config, false);
+        assert!(
+            w.len() == 2
+                && w[0].contains("without any --allow-host")
+                && w[1].contains("without an admin token"),
+            "{w:?}"
+        );
+        config.token = Some(Secret::new("t"));
         let w = warnings(&config, false);
         assert!(
             w.len() == 1 && w[0].contains("without any --allow-host"),

@@ -59,6 +59,8 @@ pub enum EndReason {
     Cancelled,
     /// Our own TTL ran out.
     Deadline,
+    /// The grant thread panicked (a bug); caught where it was spawned.
+    InternalError,
 }
 
 impl EndReason {
@@ -71,6 +73,7 @@ impl EndReason {
             EndReason::HandshakeRejected(status) => format!("handshake_rejected_{status}"),
             EndReason::Cancelled => "cancelled".into(),
             EndReason::Deadline => "deadline".into(),
+            EndReason::InternalError => "internal_error".into(),
         }
     }
 }
@@ -329,91 +332,6 @@ enum Exit {
     Shutdown,
 }
 
-/// Scheme, host and port of a `ws://` / `wss://` URL.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Endpoint {
-    pub tls: bool,
-    pub host: String,
-    pub port: u16,
-}
-
-/// Parse the authority of a `ws`/`wss` URL (userinfo refused, IPv6 in brackets).
-pub fn endpoint(url: &str) -> Result<Endpoint, String> {
-    let (tls, rest) = if let Some(rest) = strip_prefix_ci(url, "wss://") {
-        (true, rest)
-    } else if let Some(rest) = strip_prefix_ci(url, "ws://") {
-        (false, rest)
-    } else {
-        return Err("not a ws:// or wss:// URL".into());
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let (host, port) = authority_parts(authority, if tls { 443 } else { 80 })?;
-    // The attach path is appended to the URL, so a query or fragment would swallow it.
-    if rest.contains(['?', '#']) {
-        return Err("a query or fragment is not allowed".into());
-    }
-    if url.parse::<tungstenite::http::Uri>().is_err() {
-        return Err("not a valid URL".into());
-    }
-    Ok(Endpoint { tls, host, port })
-}
-
-/// Host (lower-case, IPv6 without brackets) and port of a URL authority; userinfo refused.
-pub(crate) fn authority_parts(authority: &str, default_port: u16) -> Result<(String, u16), String> {
-    if authority.contains('@') {
-        return Err("credentials in the URL are not supported".into());
-    }
-    let (host, port) = if let Some(after) = authority.strip_prefix('[') {
-        let (host, tail) = after.split_once(']').ok_or("unclosed [ in host")?;
-        let port = match tail.strip_prefix(':') {
-            Some(p) => port_number(p)?,
-            None if tail.is_empty() => default_port,
-            None => return Err("junk after ]".into()),
-        };
-        (host.to_string(), port)
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h.to_string(), port_number(p)?),
-            None => (authority.to_string(), default_port),
-        }
-    };
-    if host.is_empty() {
-        return Err("no host".into());
-    }
-    if port == 0 {
-        return Err("port 0".into());
-    }
-    // A host the resolver and the WebSocket client both take: a DNS name or IPv4 address,
-    // or an IPv6 address in brackets. Anything else passed here once and then redialled
-    // forever ("invalid authority"), e.g. `pod.example::090` or `:1]`.
-    let host_ok = if authority.starts_with('[') {
-        host.parse::<std::net::Ipv6Addr>().is_ok()
-    } else {
-        host.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
-    };
-    if !host_ok {
-        return Err(format!("bad host {host:?}"));
-    }
-    Ok((host.to_ascii_lowercase(), port))
-}
-
-/// Decimal digits only: `u16::from_str` also takes `+80`, which no URL parser does.
-fn port_number(p: &str) -> Result<u16, String> {
-    if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("bad port {p:?}"));
-    }
-    p.parse().map_err(|_| format!("bad port {p:?}"))
-}
-
-pub(crate) fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
-    // `get`, not slicing: the cut may fall inside a multi-byte character (a panic before).
-    match (s.get(..prefix.len()), s.get(prefix.len()..)) {
-        (Some(head), Some(rest)) if head.eq_ignore_ascii_case(prefix) => Some(rest),
-        _ => None,
-    }
-}
-
 impl GrantThread {
     /// Run until the grant ends or the daemon shuts down.
     pub fn run(mut self) {
@@ -602,7 +520,7 @@ impl GrantThread {
     /// WebSocket handshake on a non-blocking socket, so commands still wake us.
     fn connect(&mut self) -> Result<WebSocket<ClientStream>, ConnEnd> {
         let url = attach_url(&self.spec.runtime, &self.spec.session);
-        let ep = endpoint(&url).map_err(ConnEnd::Lost)?;
+        let ep = crate::url::endpoint(&url).map_err(ConnEnd::Lost)?;
         // URL schemes are case-insensitive and validation accepts `WS://`, but tungstenite
         // only takes a lowercase scheme: without this such a grant redials forever.
         let url = match url.split_once("://") {
@@ -1094,59 +1012,6 @@ mod tests {
     }
 
     #[test]
-    fn endpoints() {
-        assert_eq!(
-            endpoint("ws://Host:9/x").unwrap(),
-            Endpoint {
-                tls: false,
-                host: "host".into(),
-                port: 9
-            }
-        );
-        assert_eq!(
-            endpoint("wss://pod.tail.ts.net").unwrap(),
-            Endpoint {
-                tls: true,
-                host: "pod.tail.ts.net".into(),
-                port: 443
-            }
-        );
-        assert_eq!(
-            endpoint("ws://[::1]:8090/").unwrap(),
-            Endpoint {
-                tls: false,
-                host: "::1".into(),
-                port: 8090
-            }
-        );
-        assert_eq!(endpoint("WS://h").unwrap().port, 80);
-        for bad in [
-            "http://h",
-            "ws://",
-            "ws://:80",
-            "ws://u:p@h",
-            "ws://h:x",
-            "ws://h:0",
-            "ws://[::1",
-            // Fuzz regressions: accepted once, then never dialable.
-            "wss://pod.example::090/",
-            "WSS://:1]:44343/x",
-            "wss://pod%ee.example/",
-            "ws://h:+80",
-            "ws://[not-v6]:80",
-            "ws://bücher.example",
-            "ws://h/base?x=1",
-            "ws://h/#frag",
-            "ws://h/a b",
-            "kSS:ۦz",
-            "wé://x",
-            "ws:/ۦ",
-        ] {
-            assert!(endpoint(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
     fn backoff_doubles_caps_and_jitters() {
         let t = Timing::default();
         assert_eq!(backoff_delay(&t, 0, 1.0), Duration::from_secs(1));
@@ -1197,6 +1062,7 @@ mod tests {
         assert_eq!(EndReason::SessionEnded.as_string(), "session_ended");
         assert_eq!(EndReason::Deadline.as_string(), "deadline");
         assert_eq!(EndReason::Cancelled.as_string(), "cancelled");
+        assert_eq!(EndReason::InternalError.as_string(), "internal_error");
     }
 
     /// The vectors of `tests/conformance/reverse_attach_vectors.json` (the repository's

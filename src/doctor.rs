@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use crate::config::{self, DisplayBackend};
-use crate::tools::display::{self, Backend, Probe, Tool};
+use crate::tools::display::{self, Backend, Probe};
+use crate::tools::process::ProcessWatcher;
 use crate::tools::ToolConfig;
 
 /// How a check came out.
@@ -226,6 +227,36 @@ fn file_check(path: &Path, source: &str, must_exist: bool) -> Check {
     }
 }
 
+/// A login allow-list with no token: `tailscale serve` connects from loopback, so any local
+/// process that sends the same `Tailscale-User-Login` header is that login. The token is
+/// looked for exactly where `serve` looks (`config::resolve_token`).
+pub fn login_without_token(env: &HashMap<String, String>) -> Option<Check> {
+    if !list_env(env, "HANDNODE_ALLOW_LOGIN") {
+        return None;
+    }
+    let nonempty = |k: &str| env.get(k).filter(|v| !v.is_empty());
+    let token_file = nonempty("HANDNODE_TOKEN_FILE").map(PathBuf::from);
+    let config_dir = nonempty("HANDNODE_CONFIG_DIR")
+        .map(PathBuf::from)
+        .or_else(|| config::default_config_dir(env));
+    match config::resolve_token(token_file.as_deref(), env, config_dir.as_deref()) {
+        // A token that cannot be read is the "admin token" check's failure already.
+        Ok(Some(_)) | Err(_) => None,
+        Ok(None) => Some(check(
+            "tailnet",
+            Status::Warn,
+            "HANDNODE_ALLOW_LOGIN is set without an admin token: `tailscale serve` connects \
+             from loopback, so any local process that sends Tailscale-User-Login with that \
+             login gets in as the owner",
+            Some(
+                "configure a token as well (HANDNODE_TOKEN_FILE or <config dir>/token): \
+                 tailnet login AND bearer"
+                    .into(),
+            ),
+        )),
+    }
+}
+
 fn list_env(env: &HashMap<String, String>, key: &str) -> bool {
     env.get(key)
         .is_some_and(|v| v.split(',').any(|s| !s.trim().is_empty()))
@@ -246,7 +277,7 @@ fn backend_setting(env: &HashMap<String, String>) -> DisplayBackend {
 }
 
 /// Checks about the display, from one probe.
-pub fn display_checks(probe: &Probe, cfg: &ToolConfig) -> Vec<Check> {
+pub fn display_checks(probe: &Probe, cfg: &ToolConfig, processes: &ProcessWatcher) -> Vec<Check> {
     let mut out = Vec::new();
     match (&probe.problem, probe.backend) {
         (Some(problem), _) => out.push(check("display", Status::Fail, problem.clone(), None)),
@@ -273,15 +304,17 @@ pub fn display_checks(probe: &Probe, cfg: &ToolConfig) -> Vec<Check> {
         out.push(check("display", Status::Warn, note.clone(), None));
     }
     if probe.problem.is_none() {
-        for tool in Tool::ALL {
-            out.push(match probe.ready(tool) {
-                Ok(()) => check(tool.name(), Status::Ok, "works", None),
-                Err(why) => check(tool.name(), Status::Fail, why, None),
+        // One line per registered tool that needs the display; `bash` and `sys_info`
+        // need nothing doctor can fix from here.
+        for (tool, gui) in display::gui_tools() {
+            out.push(match probe.ready(gui) {
+                Ok(()) => check(tool.name, Status::Ok, "works", None),
+                Err(why) => check(tool.name, Status::Fail, why, None),
             });
         }
     }
     if probe.problem.is_none() && probe.backend == Some(Backend::X11) {
-        match display::query(probe, cfg, "xset", &["q"]) {
+        match display::query(probe, cfg, processes, "xset", &["q"]) {
             Ok(text) => out.extend(xset_blanking(&text)),
             Err(why) => out.push(check(
                 "screen blanking",
@@ -294,14 +327,65 @@ pub fn display_checks(probe: &Probe, cfg: &ToolConfig) -> Vec<Check> {
     out
 }
 
-/// Everything doctor checks, given the environment and whether we run as root.
-pub fn checks(env: &HashMap<String, String>, is_root: bool) -> (Vec<Check>, Value) {
+/// Which build this is, and, for static glibc, whether name resolution needs NSS modules
+/// that a static binary loads from the system's own glibc (docs/install.md).
+/// `nsswitch` is the text of `/etc/nsswitch.conf`, if there is one.
+pub fn build_check(libc: &str, is_static: bool, nsswitch: Option<&str>) -> Check {
+    let detail = crate::build_info::describe();
+    if libc != "glibc" || !is_static {
+        return check("build", Status::Ok, detail, None);
+    }
+    // `hosts: files mdns4_minimal [NOTFOUND=return] dns`: files and dns are built into a
+    // static glibc; any other module is dlopen()ed together with the system's libc.so.6.
+    let hosts = nsswitch.unwrap_or_default().lines().find_map(|l| {
+        let l = l.split('#').next().unwrap_or_default().trim();
+        l.strip_prefix("hosts:").map(str::to_string)
+    });
+    let modules: Vec<String> = hosts
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter(|m| !m.starts_with('[') && *m != "files" && *m != "dns")
+        .map(String::from)
+        .collect();
+    if modules.is_empty() {
+        return check("build", Status::Ok, detail, None);
+    }
+    check(
+        "build",
+        Status::Warn,
+        format!(
+            "{detail}: /etc/nsswitch.conf resolves hosts through {}, which a static glibc binary \
+             loads from the system's glibc at run time; with another glibc version those names \
+             (e.g. mDNS .local) may not resolve",
+            modules.join(", ")
+        ),
+        Some(
+            "give pods names DNS or /etc/hosts resolve, or use a musl build (aarch64, x86_64) \
+             or one built on this box (docs/install.md)"
+                .into(),
+        ),
+    )
+}
+
+/// Everything doctor checks, given the environment and whether we run as root. Helpers
+/// (`xdotool`, `xset`, …) run through `processes`, as the daemon's do.
+pub fn checks(
+    env: &HashMap<String, String>,
+    is_root: bool,
+    processes: &ProcessWatcher,
+) -> (Vec<Check>, Value) {
     let cfg = ToolConfig {
         display_backend: backend_setting(env),
         ..ToolConfig::default()
     };
-    let probe = display::probe_now(&cfg);
-    let mut out = display_checks(&probe, &cfg);
+    let probe = display::probe_now(&cfg, processes);
+    let nsswitch = std::fs::read_to_string("/etc/nsswitch.conf").ok();
+    let mut out = vec![build_check(
+        crate::build_info::LIBC,
+        crate::build_info::STATIC,
+        nsswitch.as_deref(),
+    )];
+    out.extend(display_checks(&probe, &cfg, processes));
     out.extend(screen_guards(&running_commands()));
     out.push(match probe.helper("notify-send") {
         Some(_) => check(
@@ -328,6 +412,7 @@ pub fn checks(env: &HashMap<String, String>, is_root: bool) -> (Vec<Check>, Valu
         out.push(check("user", Status::Ok, "not root", None));
     }
     out.push(token_check(env));
+    out.extend(login_without_token(env));
     if list_env(env, "HANDNODE_ALLOW_LOGIN") && !list_env(env, "HANDNODE_ALLOW_HOST") {
         out.push(check(
             "tailnet",
@@ -368,6 +453,7 @@ pub fn to_json(checks: &[Check], display: Value) -> Value {
         })).collect::<Vec<_>>(),
         "display": display,
         "version": env!("CARGO_PKG_VERSION"),
+        "build": crate::build_info::to_json(),
     })
 }
 
@@ -377,7 +463,14 @@ pub fn main(json: bool) -> i32 {
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
     let is_root = rustix::process::geteuid().is_root();
-    let (checks, display) = checks(&env, is_root);
+    let processes = match ProcessWatcher::start() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("handnode doctor: cannot start the process watcher: {e}");
+            return 1;
+        }
+    };
+    let (checks, display) = checks(&env, is_root, &processes);
     if json {
         println!(
             "{}",
@@ -461,13 +554,14 @@ mod tests {
             display_env: Some(Default::default()),
             ..ToolConfig::default()
         };
-        let probe = display::probe_now(&cfg);
-        let c = display_checks(&probe, &cfg);
+        let processes = ProcessWatcher::start().unwrap();
+        let probe = display::probe_now(&cfg, &processes);
+        let c = display_checks(&probe, &cfg, &processes);
         assert_eq!(c[0].status, Status::Fail);
         assert!(c[0].detail.contains("neither WAYLAND_DISPLAY nor DISPLAY"));
         let text = render(&c);
         assert!(text.contains("[fail] display: no display"), "{text}");
-        let (checks, display) = checks(&e, true);
+        let (checks, display) = checks(&e, true, &processes);
         assert!(checks
             .iter()
             .any(|c| c.name == "user" && c.status == Status::Warn));
@@ -477,14 +571,94 @@ mod tests {
     }
 
     #[test]
+    fn every_tool_that_needs_the_display_gets_a_line() {
+        let probe = Probe::working_x11();
+        let cfg = ToolConfig {
+            display_env: Some(Default::default()),
+            ..ToolConfig::default()
+        };
+        let lines = display_checks(&probe, &cfg, &ProcessWatcher::start().unwrap());
+        let mut checked = 0;
+        for tool in crate::tools::TOOLS {
+            let line = lines.iter().find(|c| c.name == tool.name);
+            match tool.needs {
+                crate::tools::Needs::Display(_) => {
+                    let line = line.unwrap_or_else(|| panic!("doctor skips {}", tool.name));
+                    assert_eq!(line.status, Status::Ok, "{line:?}");
+                    checked += 1;
+                }
+                crate::tools::Needs::Nothing | crate::tools::Needs::Bash => {
+                    assert!(line.is_none(), "{line:?}")
+                }
+            }
+        }
+        assert_eq!(checked, display::gui_tools().count());
+        assert!(checked > 0);
+    }
+
+    #[test]
+    fn build_is_reported_and_static_glibc_warns_about_nss_modules() {
+        let describe = crate::build_info::describe();
+        let pi_os =
+            "passwd: files\nhosts:          files mdns4_minimal [NOTFOUND=return] dns # x\n";
+        for (libc, is_static) in [("musl", true), ("glibc", false)] {
+            let c = build_check(libc, is_static, Some(pi_os));
+            assert_eq!((c.name.as_str(), c.status), ("build", Status::Ok), "{c:?}");
+            assert_eq!(c.detail, describe);
+        }
+        let c = build_check("glibc", true, Some(pi_os));
+        assert_eq!(c.status, Status::Warn, "{c:?}");
+        assert!(c.detail.starts_with(&describe), "{c:?}");
+        assert!(c.detail.contains("through mdns4_minimal, which"), "{c:?}");
+        assert!(c.fix.as_deref().unwrap().contains("musl"));
+        for plain in [Some("hosts: files dns\n"), Some("# hosts: mdns\n"), None] {
+            assert_eq!(
+                build_check("glibc", true, plain).status,
+                Status::Ok,
+                "{plain:?}"
+            );
+        }
+        let (checks, display) = checks(
+            &env(&[("HOME", "/x")]),
+            false,
+            &ProcessWatcher::start().unwrap(),
+        );
+        assert_eq!(checks[0].name, "build");
+        assert!(checks[0].detail.starts_with(&describe));
+        let v = to_json(&checks, display);
+        assert_eq!(v["build"]["target"], crate::build_info::TARGET);
+        assert_eq!(v["build"]["libc"], crate::build_info::LIBC);
+        assert_eq!(v["build"]["static"], crate::build_info::STATIC);
+    }
+
+    #[test]
+    fn allow_login_without_a_token_is_flagged() {
+        let tmp = crate::testutil::TempDir::new("doctor-login");
+        let xdg = tmp.0.display().to_string();
+        let flagged = |extra: &[(&str, &str)]| {
+            let mut pairs = vec![("HANDNODE_ALLOW_LOGIN", "a@b.c"), ("XDG_CONFIG_HOME", &xdg)];
+            pairs.extend_from_slice(extra);
+            login_without_token(&env(&pairs))
+        };
+        let c = flagged(&[]).expect("no token anywhere: flagged");
+        assert_eq!((c.name.as_str(), c.status), ("tailnet", Status::Warn));
+        assert!(c.fix.unwrap().contains("AND bearer"));
+        assert!(flagged(&[("HANDNODE_TOKEN", "t0ken")]).is_none());
+        tmp.write("handnode/token", "t0ken");
+        assert!(flagged(&[]).is_none(), "the default token file counts");
+        assert!(login_without_token(&env(&[("XDG_CONFIG_HOME", &xdg)])).is_none());
+    }
+
+    #[test]
     fn allow_login_without_allow_host_is_flagged() {
+        let processes = ProcessWatcher::start().unwrap();
         let (c, _) = checks(
             &env(&[("HANDNODE_ALLOW_LOGIN", "a@b.c"), ("HOME", "/x")]),
             false,
+            &processes,
         );
-        assert!(c
-            .iter()
-            .any(|c| c.name == "tailnet" && c.status == Status::Warn));
+        let about_host = |c: &Check| c.name == "tailnet" && c.detail.contains("ALLOW_HOST");
+        assert!(c.iter().any(|c| about_host(c) && c.status == Status::Warn));
         let (c, _) = checks(
             &env(&[
                 ("HANDNODE_ALLOW_LOGIN", "a@b.c"),
@@ -492,7 +666,8 @@ mod tests {
                 ("HOME", "/x"),
             ]),
             false,
+            &processes,
         );
-        assert!(!c.iter().any(|c| c.name == "tailnet"));
+        assert!(!c.iter().any(about_host));
     }
 }

@@ -18,10 +18,12 @@ use crate::approvals::{visible_tools, Approvals, Approve, Gate, GrantApprovals};
 use crate::audit::{Audit, LifecycleEvent, Record};
 use crate::calls::Services;
 use crate::config::{Limits, Timing};
+use crate::containment::{self, Site};
 use crate::dial::{
-    self, CallEvent, Command, EndReason, GrantEvents, GrantSpec, GrantThread, State, Status,
+    CallEvent, Command, EndReason, GrantEvents, GrantSpec, GrantThread, State, Status,
 };
 use crate::error::Error;
+use crate::ids::new_id;
 use crate::metrics::Metrics;
 use crate::persist::{GrantStore, StoredGrant};
 use crate::profiles::{Profile, PROFILE_ERROR};
@@ -29,12 +31,9 @@ use crate::secret::Secret;
 use crate::timefmt::{now_unix, rfc3339};
 use crate::wake::{Poller, Waker};
 
-/// Longest TTL a grant may ask for (seconds): one day.
-pub const MAX_TTL_SECS: u64 = 86_400;
+pub use crate::config::MAX_TTL_SECS;
 /// TTL when the request gives none (seconds).
 pub const DEFAULT_TTL_SECS: u64 = 3_600;
-/// Longest runtime URL we accept (bytes).
-pub const MAX_RUNTIME_URL_BYTES: usize = 2_048;
 
 pub const RUNTIME_ERROR: &str = "runtime must be a ws:// or wss:// URL";
 pub const SESSION_ERROR: &str = "session must match [a-z0-9-]{1,32}";
@@ -69,14 +68,6 @@ fn session_ok(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
-fn runtime_ok(s: &str) -> bool {
-    s.len() <= MAX_RUNTIME_URL_BYTES
-        && !s
-            .bytes()
-            .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
-        && dial::endpoint(s).is_ok()
-}
-
 impl AttachRequest {
     /// Validate a body. The error is the message for a `400`; nothing is changed on error.
     pub fn parse(body: &[u8]) -> Result<AttachRequest, String> {
@@ -100,7 +91,7 @@ impl AttachRequest {
             }
         }
         let runtime = match obj.get("runtime") {
-            Some(Value::String(s)) if runtime_ok(s) => s.clone(),
+            Some(Value::String(s)) if crate::url::is_runtime_url(s) => s.clone(),
             _ => return Err(RUNTIME_ERROR.into()),
         };
         let session = match obj.get("session") {
@@ -153,7 +144,7 @@ impl AttachRequest {
 /// host, explicit port, one trailing `/` removed) plus the session.
 pub fn target_key(runtime: &str, session: &str) -> String {
     let trimmed = runtime.strip_suffix('/').unwrap_or(runtime);
-    match dial::endpoint(trimmed) {
+    match crate::url::endpoint(trimmed) {
         Ok(ep) => {
             let scheme_len = if ep.tls { 6 } else { 5 };
             let after = &trimmed[scheme_len..];
@@ -171,23 +162,6 @@ pub fn target_key(runtime: &str, session: &str) -> String {
         }
         Err(_) => format!("{trimmed} {session}"),
     }
-}
-
-/// A fresh lowercase UUID v4.
-pub fn new_id() -> String {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).expect("the OS random source works");
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
 }
 
 /// Owns one grant thread. Dropping it asks the thread to stop (close 1001, as on
@@ -310,10 +284,9 @@ impl Entry {
         }
         v.insert("approved_for_grant".into(), json!(self.gate.remembered()));
         // Over the local tools for now: the browser tools get classes with issue 13.
-        let (shell, because) =
-            crate::profiles::escalation(self.profile.local_allow_list().iter().copied(), |t| {
-                self.gate.needs_approval(t)
-            });
+        let (shell, because) = crate::tools::escalation(crate::tools::names(self.profile), |t| {
+            self.gate.needs_approval(t)
+        });
         v.insert("shell".into(), json!(shell.as_str()));
         if let Some(because) = because {
             v.insert("shell_because".into(), json!(because));
@@ -433,12 +406,20 @@ impl GrantEvents for Events {
 
     fn tool_call(&self, ev: CallEvent) {
         if let Some(reg) = self.registry.upgrade() {
-            reg.metrics.tool_call(&ev.tool, ev.outcome);
+            // The pod chose this name (a refused one can be megabytes): label it once here,
+            // so the raw text goes no further and is hashed once.
+            let tool = crate::label::name(&ev.tool).into_owned();
+            drop(ev.tool);
+            #[cfg(test)]
+            if tool == containment::hooks::GRANT_TOOL {
+                panic!("test hook: the grant thread panics");
+            }
+            reg.metrics.tool_call(&tool, ev.outcome);
             reg.audit.record(Record::ToolCall {
                 grant_id: Some(ev.grant_id),
                 principal: ev.principal,
                 session: Some(ev.session),
-                tool: ev.tool,
+                tool,
                 outcome: ev.outcome,
                 duration_ms: ev.duration.as_millis() as u64,
                 args: ev.arguments,
@@ -522,6 +503,9 @@ impl Registry {
         let (tx, rx) = crossbeam_channel::unbounded();
         let status = Arc::new(Mutex::new(Status::default()));
         let name = format!("grant-{}", &spec.id[..8.min(spec.id.len())]);
+        let id = spec.id.clone();
+        let registry = self.me.clone();
+        let thread_status = Arc::clone(&status);
         let thread = GrantThread {
             spec,
             commands: rx,
@@ -542,7 +526,24 @@ impl Registry {
         };
         let join = std::thread::Builder::new()
             .name(name)
-            .spawn(move || thread.run())
+            .spawn(move || {
+                // A bug reached by one grant's input ends that grant, not the daemon: the
+                // unwind drops its socket and cancels its calls (their `Calls` drop), and
+                // here it is ended, persisted and audited like any other end.
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| thread.run()));
+                if let Err(payload) = run {
+                    containment::caught(Site::Grant, &id, payload.as_ref());
+                    {
+                        let mut st = thread_status.lock().unwrap_or_else(|e| e.into_inner());
+                        st.state = State::Ended;
+                        st.redial_at = None;
+                        st.ended.get_or_insert(EndReason::InternalError);
+                    }
+                    if let Some(reg) = registry.upgrade() {
+                        reg.thread_ended(&id, &EndReason::InternalError);
+                    }
+                }
+            })
             .map_err(|e| Error::io("start grant thread", e))?;
         Ok((
             GrantHandle {
@@ -876,6 +877,12 @@ impl Registry {
                 Err(e) => warn!("could not resume grant {}: {e}", g.id),
             }
         }
+        if !report.clamped.is_empty() {
+            // The file says the grants live longer than they will; make it say the truth.
+            if let Err(e) = self.persist(&inner) {
+                warn!("could not persist the clamped grants: {e}");
+            }
+        }
         Ok(resumed)
     }
 
@@ -990,7 +997,7 @@ mod tests {
             (
                 format!(
                     r#"{{"runtime":"ws://h/{}","session":"s","secret":"x"}}"#,
-                    "a".repeat(MAX_RUNTIME_URL_BYTES)
+                    "a".repeat(crate::url::MAX_RUNTIME_URL_BYTES)
                 ),
                 RUNTIME_ERROR,
             ),

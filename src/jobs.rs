@@ -61,7 +61,7 @@ impl JobCtl {
 type Deliver = Box<dyn FnOnce(ToolOutput) + Send>;
 
 /// Delivers one tool call's output exactly once. Dropped without `complete` (a panic in a
-/// tool, a lost handle) it delivers an internal error, so no caller waits forever.
+/// tool, a lost handle) it delivers a tool error saying so, so no caller waits forever.
 pub struct Completion {
     deliver: Option<Deliver>,
 }
@@ -83,10 +83,9 @@ impl Completion {
 impl Drop for Completion {
     fn drop(&mut self) {
         if let Some(deliver) = self.deliver.take() {
-            deliver(ToolOutput::RpcError {
-                code: SERVER_ERROR,
-                message: "internal error: the tool ended without a result".into(),
-            });
+            deliver(ToolOutput::tool_error(
+                crate::containment::TOOL_PANIC_MESSAGE,
+            ));
         }
     }
 }
@@ -181,8 +180,16 @@ impl Pool {
                 idle.fetch_sub(1, Ordering::SeqCst);
                 let Ok(task) = task else { return };
                 // A panicking tool must not take the worker down with it; its
-                // Completion's Drop reports the failure.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.run()));
+                // Completion's Drop reports the failure to the caller.
+                if let Err(payload) =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.run()))
+                {
+                    crate::containment::caught(
+                        crate::containment::Site::Tool,
+                        "a task on a pool worker",
+                        payload.as_ref(),
+                    );
+                }
             });
         match spawned {
             Ok(handle) => workers.push(handle),
@@ -253,13 +260,13 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn completion_dropped_delivers_internal_error() {
+    fn completion_dropped_delivers_a_tool_error() {
         let (tx, rx) = crossbeam_channel::bounded(1);
         drop(Completion::new(move |out| tx.send(out).unwrap()));
-        match rx.recv_timeout(Duration::from_secs(5)).unwrap() {
-            ToolOutput::RpcError { code, .. } => assert_eq!(code, SERVER_ERROR),
-            other => panic!("{other:?}"),
-        }
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+            ToolOutput::tool_error(crate::containment::TOOL_PANIC_MESSAGE)
+        );
     }
 
     #[test]

@@ -7,16 +7,22 @@ pub mod admin;
 pub mod approvals;
 pub mod audit;
 pub mod auth;
+pub mod build_info;
 pub mod calls;
 pub mod cli;
 pub mod config;
 pub mod console;
+pub mod containment;
 pub mod dial;
 pub mod doctor;
 pub mod error;
 pub mod grants;
+pub mod hardening;
 pub mod httpc;
+pub mod ids;
 pub mod jobs;
+pub mod label;
+pub mod lanes;
 pub mod mcp;
 pub mod metrics;
 pub mod mint;
@@ -25,12 +31,14 @@ pub mod persist;
 pub mod profiles;
 pub mod sdnotify;
 pub mod secret;
+pub mod statedir;
 #[cfg(test)]
 mod testutil;
 pub mod timefmt;
 pub mod tls;
 pub mod tools;
 pub mod upstream;
+pub mod url;
 pub mod wake;
 
 pub use config::Config;
@@ -99,17 +107,11 @@ use std::sync::Arc;
 impl Daemon {
     /// Validate, open the state, bind, resume persisted grants, serve, and report ready.
     pub fn start(config: Config) -> Result<Daemon, Error> {
-        let policy = auth::Policy::from_config(&config);
+        let policy = config.policy();
         policy.validate().map_err(Error::Config)?;
         let tls = tls::client_config(config.ca_file.as_deref())?;
-        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
-            .create(&config.state_dir)
-            .map_err(|e| {
-                Error::Config(format!(
-                    "cannot create the state dir {}: {e} (set --state-dir)",
-                    config.state_dir.display()
-                ))
-            })?;
+        // Also with --no-persist: the audit log lives there.
+        persist::ensure_state_dir(&config.state_dir)?;
         let store = if config.persist {
             Some(persist::GrantStore::open(&config.state_dir)?)
         } else {

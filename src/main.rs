@@ -1,9 +1,10 @@
-//! The `handnode` binary: argv and env → `config::Command`, logging, signals, exit codes.
+//! The `handnode` binary: argv and env → `cli::Command`, logging, signals, exit codes.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
 
-use handnode::config::{self, Command};
+use handnode::cli::Command;
+use handnode::config;
 use handnode::{cli, doctor, Shutdown};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -68,6 +69,11 @@ fn exit(code: i32) -> ExitCode {
 
 fn main() -> ExitCode {
     init_logging();
+    // First, before any secret is read: every subcommand may hold one (a token, a pod
+    // credential from --admin-credential-file).
+    if let Err(e) = handnode::hardening::apply() {
+        log::warn!("could not disable core dumps and ptrace for this process: {e}");
+    }
     let mut args = Vec::new();
     for arg in std::env::args_os().skip(1) {
         match arg.into_string() {
@@ -83,7 +89,7 @@ fn main() -> ExitCode {
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
 
-    let command = match config::parse(&args, &env) {
+    let command = match cli::parse(&args, &env) {
         Ok(command) => command,
         Err(e) => {
             eprintln!("handnode: {e}");

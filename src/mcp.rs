@@ -420,19 +420,35 @@ pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, 
 mod tests {
     use super::*;
 
+    /// The fake catalogue's local tools, and whether `observe` sees each. The dispatcher
+    /// sits below `tools`, so its tests bring their own table instead of the registry.
+    const FAKE_TOOLS: [(&str, bool); 5] = [
+        ("sys_info", true),
+        ("bash", false),
+        ("screenshot", true),
+        ("mouse", false),
+        ("key", false),
+    ];
+
+    fn fake_allows(profile: Profile, name: &str) -> bool {
+        FAKE_TOOLS
+            .iter()
+            .any(|(n, observe)| *n == name && (*observe || profile != Profile::Observe))
+    }
+
     struct Fake;
     impl Catalog for Fake {
         fn list(&self, profile: Profile) -> Vec<Value> {
-            profile
-                .local_allow_list()
+            FAKE_TOOLS
                 .iter()
-                .map(|n| json!({"name": n}))
+                .filter(|(n, _)| fake_allows(profile, n))
+                .map(|(n, _)| json!({"name": n}))
                 .collect()
         }
         fn resolve(&self, profile: Profile, name: &str) -> Resolution {
-            if profile.allows_local(name) {
+            if fake_allows(profile, name) {
                 Resolution::Visible(Route::Local)
-            } else if crate::profiles::class_of(name).is_some() {
+            } else if FAKE_TOOLS.iter().any(|(n, _)| *n == name) {
                 Resolution::Hidden
             } else if name == "browser_navigate" && profile.allows_upstream(name) {
                 Resolution::Visible(Route::Upstream(0))
@@ -803,7 +819,10 @@ mod tests {
         let mut d = Dispatcher::new(Profile::Owner);
         let reply =
             single_reply(&d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#, &Fake));
-        assert_eq!(reply["result"]["tools"].as_array().unwrap().len(), 5);
+        assert_eq!(
+            reply["result"]["tools"].as_array().unwrap().len(),
+            FAKE_TOOLS.len()
+        );
         assert_eq!(d.negotiated_version(), None);
     }
 

@@ -1,14 +1,17 @@
 //! Counters for `GET /metrics` and their Prometheus text (exposition format 0.0.4).
 //! Owns every metric name, its help text, and the bounds on label values: a hostile pod or
-//! agent chooses close codes and tool names, so distinct values are capped.
+//! agent chooses close codes and tool names, so distinct values are capped, and tool names
+//! are cut to a bounded label: the whole text stays small whatever the traffic.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::containment::{self, Site};
+use crate::label;
 use crate::mcp::Outcome;
-use crate::profiles::{Profile, DESKTOP_BROWSER_TOOLS};
+use crate::profiles::DESKTOP_BROWSER_TOOLS;
 
 /// Grant states, in the order `/metrics` lists them.
 pub const GRANT_STATES: [&str; 5] = ["idle", "dialing", "attached", "redialing", "ended"];
@@ -51,7 +54,7 @@ struct ToolCalls {
 
 /// Tools that always get their own label: the local ones and the desktop browser list.
 fn is_known_tool(tool: &str) -> bool {
-    Profile::Owner.local_allow_list().contains(&tool) || DESKTOP_BROWSER_TOOLS.contains(&tool)
+    crate::tools::find(tool).is_some() || DESKTOP_BROWSER_TOOLS.contains(&tool)
 }
 
 impl Metrics {
@@ -82,7 +85,11 @@ impl Metrics {
     }
 
     /// A `tools/call` finished (or was refused) with this outcome.
+    /// The name is cut to a [`label::name`] first, so a label's length is bounded as well
+    /// as their number.
     pub fn tool_call(&self, tool: &str, outcome: Outcome) {
+        let tool = label::name(tool);
+        let tool = tool.as_ref();
         let mut calls = self.tool_calls.lock().unwrap_or_else(|p| p.into_inner());
         let outcome = outcome.as_str();
         let seen = calls.counts.keys().any(|(t, _)| t == tool);
@@ -281,6 +288,20 @@ impl Metrics {
             &[],
             self.approval_waiters.load(Ordering::Relaxed),
         );
+        family(
+            &mut out,
+            "handnode_panics_total",
+            "counter",
+            "Panics (bugs) contained, by where: tool (the call ended with a tool error), grant (it ended internal_error), admin (the request got 500), audit (the writer restarted). Counted for the whole process.",
+        );
+        for site in Site::ALL {
+            sample(
+                &mut out,
+                "handnode_panics_total",
+                &[("site", site.as_str())],
+                containment::count(site),
+            );
+        }
         out
     }
 }
@@ -460,6 +481,9 @@ mod tests {
             assert_eq!(value(&samples, name, &[]), Some(0), "{name}");
         }
         let text = m.render::<&str>(&[]);
+        for site in ["tool", "grant", "admin", "audit"] {
+            assert!(value(&samples, "handnode_panics_total", &[("site", site)]).is_some());
+        }
         for family in [
             "handnode_closes_total",
             "handnode_tool_calls_total",
@@ -547,13 +571,16 @@ mod tests {
         m.tool_call(nasty, Outcome::Denied);
         let text = m.render(&[(nasty, "attached")]);
         let s = parse(&text);
-        // The hostile name round-trips as a label and injects no sample.
+        // The hostile name comes back as its label (the line feed escaped) and injects no
+        // sample; quotes and backslashes survive the label and are escaped by the format.
         assert_eq!(value(&s, "handnode_dials_total", &[]), Some(0));
+        let label = label::name(nasty);
+        assert!(label.starts_with("evil\"} 1\\u{a}handnode"), "{label}");
         assert_eq!(
             value(
                 &s,
                 "handnode_tool_calls_total",
-                &[("tool", nasty), ("outcome", "denied")]
+                &[("tool", &label), ("outcome", "denied")]
             ),
             Some(1)
         );
@@ -609,6 +636,37 @@ mod tests {
                 &[("tool", "browser_click"), ("outcome", "ok")]
             ),
             Some(1)
+        );
+    }
+
+    #[test]
+    fn a_flood_of_distinct_long_names_keeps_the_text_small() {
+        let m = Metrics::new();
+        for i in 0..1_000 {
+            let name = format!("{i}{}", "\u{1b}x".repeat(4096));
+            m.tool_call(&name, Outcome::RpcError);
+            m.tool_call(&name, Outcome::Denied);
+        }
+        let text = m.render::<&str>(&[]);
+        assert!(text.len() < 64 << 10, "{} bytes", text.len());
+        let s = parse(&text);
+        for (name, labels, _) in &s {
+            if name == "handnode_tool_calls_total" {
+                let tool = &labels[0].1;
+                assert!(
+                    tool.len() <= label::max_len(label::MAX_NAME_BYTES),
+                    "{tool}"
+                );
+                assert!(!tool.contains('\u{1b}'), "{tool:?}");
+            }
+        }
+        assert_eq!(
+            value(
+                &s,
+                "handnode_tool_calls_total",
+                &[("tool", "other"), ("outcome", "denied")]
+            ),
+            Some(1_000 - MAX_EXTRA_TOOL_LABELS as u64)
         );
     }
 

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::dial::strip_prefix_ci;
 use crate::error::Error;
 use crate::httpc::{self, Request, Target};
 use crate::secret::Secret;
+use crate::url::strip_prefix_ci;
 
 /// Largest mint response we read; a secret and a TTL fit in far less.
 const MAX_RESPONSE_BYTES: u64 = 64 << 10;

@@ -8,7 +8,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -20,13 +20,13 @@ use crate::approvals::{fits_profile, Approve};
 use crate::error::Error;
 use crate::profiles::Profile;
 use crate::secret::Secret;
+pub use crate::statedir::{ensure_state_dir, DIR_MODE};
+use crate::statedir::{is_refused, open_state_file};
 
 /// Name of the grant store inside the state dir.
 pub const FILE_NAME: &str = "grants.json";
 /// The only file format version this build reads and writes.
 pub const FORMAT_VERSION: u64 = 1;
-/// Mode of the state dir: only the daemon's user may list or enter it.
-pub const DIR_MODE: u32 = 0o700;
 /// Mode of `grants.json` (and its temp file): it holds attach secrets.
 pub const FILE_MODE: u32 = 0o600;
 /// Latest `expires_at` a stored grant may have (Unix seconds, 9999-12-31T23:59:59Z); later
@@ -66,6 +66,10 @@ pub struct LoadReport {
     pub dropped: Vec<(String, String)>,
     /// Where an unparseable `grants.json` was moved so nothing is silently lost.
     pub set_aside: Option<PathBuf>,
+    /// `(grant id, stored expires_at)` of grants whose deadline lay past now plus the TTL
+    /// cap ([`crate::config::MAX_TTL_SECS`]): their `expires_at` in `grants` is now + the cap.
+    /// No grant the daemon made can get there; a hand-edited or forged file can.
+    pub clamped: Vec<(String, u64)>,
 }
 
 /// The grant store in one state dir. Saves are serialised by an internal lock, so two
@@ -108,7 +112,7 @@ impl GrantStore {
     /// is narrowed to 0700 and a warning logged. Leftover temp files of an interrupted
     /// save are removed, since they may hold secrets.
     pub fn open(state_dir: &Path) -> Result<GrantStore, Error> {
-        ensure_private_dir(state_dir)?;
+        ensure_state_dir(state_dir)?;
         remove_stale_temps(state_dir);
         Ok(GrantStore {
             dir: state_dir.to_path_buf(),
@@ -130,35 +134,42 @@ impl GrantStore {
     /// aside: the daemon must not start and later overwrite grants it could not read.
     pub fn load(&self, now_unix: u64) -> Result<LoadReport, Error> {
         let path = self.path();
-        let meta = match fs::symlink_metadata(&path) {
-            Ok(meta) => meta,
+        let mut file = match open_state_file(OpenOptions::new().read(true), &path) {
+            Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(LoadReport::default()),
-            Err(e) => return Err(Error::io(format!("cannot inspect {}", path.display()), e)),
+            Err(e) if is_refused(&e) => {
+                return Err(Error::Config(format!(
+                    "{}: {e}; move it out of the way so handnode can keep its grants there",
+                    path.display()
+                )))
+            }
+            Err(e) => return Err(Error::io(format!("cannot open {}", path.display()), e)),
         };
-        if !meta.file_type().is_file() {
-            return Err(Error::Config(format!(
-                "{} is not a regular file; move it out of the way so handnode can keep its grants there",
-                path.display()
-            )));
-        }
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io(format!("cannot inspect {}", path.display()), e))?;
         let mode = meta.permissions().mode() & 0o7777;
         if mode & !FILE_MODE != 0 {
-            fs::set_permissions(&path, fs::Permissions::from_mode(FILE_MODE)).map_err(|e| {
-                Error::io(
-                    format!(
-                        "cannot narrow {} to mode 0600 (it holds secrets)",
-                        path.display()
-                    ),
-                    e,
-                )
-            })?;
+            // On the open file: a path could have been swapped for a link since.
+            file.set_permissions(fs::Permissions::from_mode(FILE_MODE))
+                .map_err(|e| {
+                    Error::io(
+                        format!(
+                            "cannot narrow {} to mode 0600 (it holds secrets)",
+                            path.display()
+                        ),
+                        e,
+                    )
+                })?;
             log::warn!(
                 "{} had mode {mode:04o}; narrowed to 0600 because it holds attach secrets",
                 path.display()
             );
         }
-        let bytes =
-            fs::read(&path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        let mut bytes = Vec::new();
+        io::Read::read_to_end(&mut file, &mut bytes)
+            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        drop(file);
         let report = match parse(&bytes, now_unix) {
             Ok(report) => report,
             Err(why) => {
@@ -172,6 +183,7 @@ impl GrantStore {
                     grants: Vec::new(),
                     dropped: vec![(FILE_NAME.to_string(), why)],
                     set_aside: Some(aside),
+                    clamped: Vec::new(),
                 }
             }
         };
@@ -179,6 +191,14 @@ impl GrantStore {
             if id != FILE_NAME {
                 log::warn!("stored grant {id} dropped: {reason}");
             }
+        }
+        for (id, stored) in &report.clamped {
+            log::warn!(
+                "stored grant {id} ran until {}, past the {} s cap on a grant's life; it now ends at {}",
+                crate::timefmt::rfc3339(*stored),
+                crate::config::MAX_TTL_SECS,
+                crate::timefmt::rfc3339(now_unix.saturating_add(crate::config::MAX_TTL_SECS))
+            );
         }
         Ok(report)
     }
@@ -284,11 +304,18 @@ pub fn parse(bytes: &[u8], now_unix: u64) -> Result<LoadReport, String> {
             .filter(|id| is_grant_id(id))
             .map(str::to_string)
             .unwrap_or_else(|| format!("#{index}"));
+        let cap = now_unix.saturating_add(crate::config::MAX_TTL_SECS);
         match entry_to_grant(entry, now_unix) {
             Ok(grant) if report.grants.iter().any(|g| g.id == grant.id) => {
                 report.dropped.push((label, "duplicate id".to_string()));
             }
-            Ok(grant) => report.grants.push(grant),
+            Ok(mut grant) => {
+                if grant.expires_at > cap {
+                    report.clamped.push((grant.id.clone(), grant.expires_at));
+                    grant.expires_at = cap;
+                }
+                report.grants.push(grant)
+            }
             Err(reason) => report.dropped.push((label, reason)),
         }
     }
@@ -306,7 +333,7 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
         return Err("id is not a lowercase UUID".to_string());
     }
     let runtime = string_field(obj, "runtime")?;
-    if !is_ws_url(runtime) {
+    if !crate::url::is_runtime_url(runtime) {
         return Err("runtime is not a ws:// or wss:// URL with a host".to_string());
     }
     let session = string_field(obj, "session")?;
@@ -399,59 +426,6 @@ fn is_session(s: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
 }
 
-/// The admin API's own check (scheme in any case, a host, a valid port), so a grant it
-/// accepted always resumes and a hand-edited one that could never dial is dropped.
-fn is_ws_url(s: &str) -> bool {
-    s.len() <= crate::grants::MAX_RUNTIME_URL_BYTES
-        && !s
-            .bytes()
-            .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
-        && crate::dial::endpoint(s).is_ok()
-}
-
-/// Create `dir` (and parents) 0700, or narrow an existing one to 0700.
-fn ensure_private_dir(dir: &Path) -> Result<(), Error> {
-    match fs::metadata(dir) {
-        Ok(meta) if !meta.is_dir() => Err(Error::Config(format!(
-            "state dir {} exists but is not a directory; point the state dir elsewhere or remove it",
-            dir.display()
-        ))),
-        Ok(meta) => {
-            let mode = meta.permissions().mode() & 0o7777;
-            if mode & !DIR_MODE != 0 {
-                fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE)).map_err(|e| {
-                    Error::io(
-                        format!("cannot narrow state dir {} to mode 0700", dir.display()),
-                        e,
-                    )
-                })?;
-                log::warn!(
-                    "state dir {} had mode {mode:04o}; narrowed to 0700 because it holds attach secrets",
-                    dir.display()
-                );
-            }
-            Ok(())
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::DirBuilder::new()
-            .recursive(true)
-            .mode(DIR_MODE)
-            .create(dir)
-            .map_err(|e| {
-                Error::io(
-                    format!(
-                        "cannot create state dir {} (check its parent is writable)",
-                        dir.display()
-                    ),
-                    e,
-                )
-            }),
-        Err(e) => Err(Error::io(
-            format!("cannot inspect state dir {}", dir.display()),
-            e,
-        )),
-    }
-}
-
 fn remove_stale_temps(dir: &Path) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
@@ -471,12 +445,15 @@ fn remove_stale_temps(dir: &Path) {
 
 fn write_durably(path: &Path, body: &[u8]) -> Result<(), Error> {
     let ctx = |what: &str| format!("cannot {what} {}", path.display());
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(FILE_MODE)
-        .open(path)
-        .map_err(|e| Error::io(ctx("create"), e))?;
+    // `create_new` (O_EXCL) already fails on any existing name, a link included.
+    let mut file = open_state_file(
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(FILE_MODE),
+        path,
+    )
+    .map_err(|e| Error::io(ctx("create"), e))?;
     file.write_all(body)
         .map_err(|e| Error::io(ctx("write"), e))?;
     file.sync_all().map_err(|e| Error::io(ctx("fsync"), e))
@@ -625,6 +602,52 @@ mod tests {
     }
 
     #[test]
+    fn a_state_dir_that_is_a_link_or_someone_elses_is_refused() {
+        let tmp = TempDir::new("dirs");
+        let real = tmp.path("real");
+        fs::create_dir(&real).unwrap();
+        let link = tmp.path("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let err = GrantStore::open(&link).unwrap_err();
+        assert!(err.to_string().contains("is a symbolic link"), "{err}");
+        assert_eq!(err.exit_code(), 2);
+        let euid = rustix::process::geteuid().as_raw();
+        let meta = fs::symlink_metadata(&real).unwrap();
+        assert!(crate::statedir::check_state_dir_meta(&real, &meta, euid).is_ok());
+        let err =
+            crate::statedir::check_state_dir_meta(&real, &meta, euid.wrapping_add(1)).unwrap_err();
+        assert!(err.to_string().contains("is owned by uid"), "{err}");
+    }
+
+    #[test]
+    fn a_grants_file_that_is_a_link_is_refused_and_its_target_untouched() {
+        let tmp = TempDir::new("link");
+        let store = GrantStore::open(&tmp.0).unwrap();
+        let target = tmp.path("elsewhere.json");
+        let content = String::from_utf8(file_with(vec![entry_json(&grant(1, NOW + 60))])).unwrap();
+        fs::write(&target, &content).unwrap();
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o644)).unwrap();
+        std::os::unix::fs::symlink(&target, store.path()).unwrap();
+        let err = store.load(NOW).unwrap_err();
+        assert!(err.to_string().contains("is a symbolic link"), "{err}");
+        assert_eq!(err.exit_code(), 2);
+        assert_eq!(mode(&target), 0o644, "the link's target was chmodded");
+        assert_eq!(fs::read_to_string(&target).unwrap(), content);
+        // A FIFO planted there is refused too, without hanging the open.
+        fs::remove_file(store.path()).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            store.path(),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let err = store.load(NOW).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+    }
+
+    #[test]
     fn expiry_bound() {
         let bytes = file_with(vec![
             entry_json(&grant(1, NOW)),
@@ -641,6 +664,25 @@ mod tests {
                 (grant(3, 0).id, "expired".to_string())
             ]
         );
+    }
+
+    #[test]
+    fn a_deadline_past_the_ttl_cap_is_clamped_to_it() {
+        let cap = NOW + crate::config::MAX_TTL_SECS;
+        let ten_years = NOW + 10 * 365 * 86_400;
+        let bytes = file_with(vec![
+            entry_json(&grant(1, cap)),
+            entry_json(&grant(2, cap + 1)),
+            entry_json(&grant(3, ten_years)),
+        ]);
+        let report = parse(&bytes, NOW).unwrap();
+        let got: Vec<u64> = report.grants.iter().map(|g| g.expires_at).collect();
+        assert_eq!(got, [cap, cap, cap]);
+        assert_eq!(
+            report.clamped,
+            vec![(grant(2, 0).id, cap + 1), (grant(3, 0).id, ten_years)]
+        );
+        assert!(report.dropped.is_empty());
     }
 
     #[test]

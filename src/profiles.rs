@@ -1,8 +1,9 @@
-//! Profiles and tool classes: the one table that decides which tools an agent sees and
-//! which MCP annotations each local tool carries.
+//! Profiles and tool classes: the profile names, the class → annotation table, and which
+//! upstream (browser) tools each profile allows. Which *local* tools a profile allows is
+//! declared by each tool ([`crate::tools::Tool::profiles`]).
 //!
-//! Profiles are allow-lists. A tool not named here for a profile is absent from that
-//! profile, so a new tool is denied until someone adds it on purpose. Only `observe` is a
+//! Profiles are allow-lists. A tool not placed in a profile is absent from that profile,
+//! so a new tool is denied until someone places it on purpose. Only `observe` is a
 //! security boundary: `owner` and `desktop` reach the box's shell (directly through `bash`
 //! or through the GUI with `mouse`/`key`) and are declared shell-equivalent below.
 
@@ -17,8 +18,8 @@ pub enum Profile {
     Observe,
 }
 
-/// What a tool can do to the box.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a tool can do to the box. Local tools and upstream ones are classed alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Class {
     /// Reads only.
     Observe,
@@ -54,19 +55,6 @@ impl Profile {
     /// `shell` tool (checked by a boundary test).
     pub fn is_shell_equivalent(self) -> bool {
         matches!(self, Profile::Owner | Profile::Desktop)
-    }
-
-    /// The local tools this profile allows, in listing order.
-    pub fn local_allow_list(self) -> &'static [&'static str] {
-        match self {
-            Profile::Owner => &["sys_info", "bash", "screenshot", "mouse", "key"],
-            Profile::Desktop => &["sys_info", "bash", "screenshot", "mouse", "key"],
-            Profile::Observe => &["sys_info", "screenshot"],
-        }
-    }
-
-    pub fn allows_local(self, tool: &str) -> bool {
-        self.local_allow_list().contains(&tool)
     }
 
     /// Whether an upstream (browser) tool is visible under this profile.
@@ -118,22 +106,6 @@ pub const DESKTOP_BROWSER_TOOLS: [&str; 15] = [
     "browser_resize",
 ];
 
-/// Every local tool and its class. A served local tool missing here fails a test.
-pub const LOCAL_TOOL_CLASSES: [(&str, Class); 5] = [
-    ("sys_info", Class::Observe),
-    ("screenshot", Class::Observe),
-    ("bash", Class::Shell),
-    ("mouse", Class::Shell),
-    ("key", Class::Shell),
-];
-
-pub fn class_of(tool: &str) -> Option<Class> {
-    LOCAL_TOOL_CLASSES
-        .iter()
-        .find(|(name, _)| *name == tool)
-        .map(|(_, class)| *class)
-}
-
 /// What a grant is, by the escalation check of contract §11: whether the agent can reach
 /// the box's shell without a person saying yes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,27 +126,6 @@ impl Shell {
             Shell::No => "no",
         }
     }
-}
-
-/// The escalation check (§11), the one place that says whether a grant is shell-equivalent:
-/// over the tools the grant can see and which of them need approval. Returns the verdict and,
-/// for `yes`, the first shell tool that runs unasked (`"<tool> is a shell tool"`). Tools
-/// without a class (upstream tools, until they are classified) count as not `shell`.
-pub fn escalation<'a>(
-    visible: impl IntoIterator<Item = &'a str>,
-    needs_approval: impl Fn(&str) -> bool,
-) -> (Shell, Option<String>) {
-    let mut gated = false;
-    for tool in visible {
-        if class_of(tool) != Some(Class::Shell) {
-            continue;
-        }
-        if !needs_approval(tool) {
-            return (Shell::Yes, Some(format!("{tool} is a shell tool")));
-        }
-        gated = true;
-    }
-    (if gated { Shell::Gated } else { Shell::No }, None)
 }
 
 impl Class {
@@ -219,42 +170,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_allowed_local_tool_has_a_class() {
-        for profile in Profile::ALL {
-            for tool in profile.local_allow_list() {
-                assert!(class_of(tool).is_some(), "{tool} in {profile} has no class");
-            }
-        }
-    }
-
-    #[test]
-    fn every_served_local_tool_has_a_class() {
-        for spec in crate::tools::local_specs() {
-            assert!(class_of(spec.name).is_some(), "{} has no class", spec.name);
-        }
-    }
-
-    #[test]
-    fn only_shell_equivalent_profiles_hold_shell_tools() {
-        for profile in Profile::ALL {
-            if profile.is_shell_equivalent() {
-                continue;
-            }
-            for tool in profile.local_allow_list() {
-                assert_ne!(
-                    class_of(tool),
-                    Some(Class::Shell),
-                    "{profile} allows {tool}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn observe_holds_only_observe_tools_and_no_upstream() {
-        for tool in Profile::Observe.local_allow_list() {
-            assert_eq!(class_of(tool), Some(Class::Observe), "{tool}");
-        }
+    fn observe_sees_no_upstream_tool() {
         for tool in DESKTOP_BROWSER_TOOLS {
             assert!(!Profile::Observe.allows_upstream(tool));
         }
@@ -287,36 +203,6 @@ mod tests {
         for p in Profile::ALL {
             assert_eq!(p.as_str().parse::<Profile>(), Ok(p));
         }
-    }
-
-    #[test]
-    fn escalation_is_yes_gated_or_no() {
-        let none = |_: &str| false;
-        for profile in Profile::ALL {
-            let (shell, because) = escalation(profile.local_allow_list().iter().copied(), none);
-            if profile.is_shell_equivalent() {
-                assert_eq!(shell, Shell::Yes, "{profile}");
-                assert_eq!(because.as_deref(), Some("bash is a shell tool"));
-            } else {
-                assert_eq!((shell, because), (Shell::No, None), "{profile}");
-            }
-        }
-        let desktop = || Profile::Desktop.local_allow_list().iter().copied();
-        let bash_only = |t: &str| t == "bash";
-        assert_eq!(
-            escalation(desktop(), bash_only),
-            (Shell::Yes, Some("mouse is a shell tool".into())),
-            "bash gated, mouse/key still reach the shell"
-        );
-        let all_shell = |t: &str| class_of(t) == Some(Class::Shell);
-        assert_eq!(escalation(desktop(), all_shell), (Shell::Gated, None));
-        // Approval of an observe tool changes nothing.
-        assert_eq!(
-            escalation(Profile::Observe.local_allow_list().iter().copied(), |_| {
-                true
-            }),
-            (Shell::No, None)
-        );
     }
 
     #[test]

@@ -347,7 +347,7 @@ fn refresh_loop(shared: &Shared, rx: Receiver<Refresh>) {
 fn call_loop(shared: &Shared, rx: Receiver<CallTask>) {
     for task in rx.iter() {
         // A panic must not take the thread down; the Completion's Drop reports it.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let CallTask {
                 name,
                 arguments,
@@ -368,6 +368,13 @@ fn call_loop(shared: &Shared, rx: Receiver<CallTask>) {
             // connection that asked drops the late reply.
             done.complete(shared.call_tool(&name, arguments));
         }));
+        if let Err(payload) = run {
+            crate::containment::caught(
+                crate::containment::Site::Tool,
+                "an upstream call",
+                payload.as_ref(),
+            );
+        }
     }
 }
 
@@ -1533,7 +1540,7 @@ mod tests {
             grant: None,
             upstream: Some(&up),
         };
-        let local = Profile::Desktop.local_allow_list().len();
+        let local = crate::tools::names(Profile::Desktop).len();
         assert_eq!(catalog.list(Profile::Desktop).len(), local + 2);
 
         drop(stub);
@@ -1541,7 +1548,7 @@ mod tests {
         assert!(up.tools().is_empty());
         let listed: Vec<Value> = catalog.list(Profile::Desktop);
         let listed: Vec<&str> = listed.iter().map(|t| t["name"].as_str().unwrap()).collect();
-        assert_eq!(listed, Profile::Desktop.local_allow_list());
+        assert_eq!(listed, crate::tools::names(Profile::Desktop));
         assert_eq!(
             catalog.resolve(Profile::Desktop, "browser_navigate"),
             Resolution::Unknown

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use common::*;
 use handnode::config::DisplayBackend;
+use handnode::profiles::Profile;
+use handnode::tools;
 use serde_json::{json, Value};
 
 fn attach_as(d: &TestDaemon, pod: &StubPod, session: &str, profile: &str) -> PodConn {
@@ -79,10 +81,7 @@ fn desktop_tools_through_a_grant_on_x11() {
 
     let mut conn = attach_as(&d, &pod, "desk", "desktop");
     let list = conn.request(json!(1), "tools/list", json!({}));
-    assert_eq!(
-        names(&list),
-        ["sys_info", "bash", "screenshot", "mouse", "key"]
-    );
+    assert_eq!(names(&list), tools::names(Profile::Desktop));
 
     let shot = conn.call_tool(json!(2), "screenshot", json!({}));
     let r = result(&shot);
@@ -125,11 +124,15 @@ fn desktop_tools_through_a_grant_on_x11() {
     // Under observe only the screenshot remains of the graphical tools.
     let mut obs = attach_as(&d, &pod, "look", "observe");
     let list = obs.request(json!(1), "tools/list", json!({}));
-    assert_eq!(names(&list), ["sys_info", "screenshot"]);
+    assert_eq!(names(&list), tools::names(Profile::Observe));
     let shot = obs.call_tool(json!(2), "screenshot", json!({"scale": 0.5}));
     let (png, _) = displays::image(result(&shot));
     assert_eq!(displays::png_size(&png), (size.0 / 2, size.1 / 2));
-    for (i, tool) in ["mouse", "key", "bash"].iter().enumerate() {
+    let hidden = tools::TOOLS
+        .iter()
+        .map(|t| t.name)
+        .filter(|n| !tools::names(Profile::Observe).contains(n));
+    for (i, tool) in hidden.enumerate() {
         let r = obs.call_tool(
             json!(10 + i),
             tool,
@@ -160,7 +163,7 @@ fn browser_tools_through_a_grant() {
         c.display_backend = DisplayBackend::None;
     });
     let mut conn = attach_as(&d, &pod, "web", "desktop");
-    let local = ["sys_info", "bash", "screenshot", "mouse", "key"];
+    let local = tools::names(Profile::Desktop);
     let want: Vec<String> = local
         .iter()
         .map(|s| s.to_string())
@@ -216,7 +219,7 @@ fn browser_tools_through_a_grant() {
     let list = names(&obs.request(json!(1), "tools/list", json!({})));
     assert_eq!(
         list,
-        ["sys_info", "screenshot"],
+        tools::names(Profile::Observe),
         "no browser tool under observe"
     );
 

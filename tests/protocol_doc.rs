@@ -1,7 +1,7 @@
 //! `docs/protocol.md` stays true to the code, and the docs stay inside the repository.
 //!
 //! The names are read from the code's own tables (`admin::ROUTES`, `dial::SENT_CLOSES` and
-//! `STOPPING_CLOSES`, `Profile::ALL`, `tools::local_specs()`, `DESKTOP_BROWSER_TOOLS`, the
+//! `STOPPING_CLOSES`, `Profile::ALL`, `tools::TOOLS`, `DESKTOP_BROWSER_TOOLS`, the
 //! `POST /attach` error constants), never from a list kept here, so a route, close code,
 //! profile or tool added to the code fails this test until the doc describes it.
 
@@ -15,7 +15,7 @@ use std::path::{Component, Path, PathBuf};
 use common::{TestDaemon, WATCHDOG};
 use handnode::admin::ROUTES;
 use handnode::dial::{SENT_CLOSES, STOPPING_CLOSES};
-use handnode::profiles::{class_of, Class, Profile, DESKTOP_BROWSER_TOOLS};
+use handnode::profiles::{Class, Profile, DESKTOP_BROWSER_TOOLS};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -179,20 +179,19 @@ fn every_profile_and_local_tool_is_in_the_tools_table() {
         .into_iter()
         .map(|r| (r[0].clone(), r[1..].to_vec()))
         .collect();
-    let served = handnode::tools::local_specs();
+    let served = handnode::tools::TOOLS;
     assert!(!served.is_empty());
     for spec in served {
         let name = format!("`{}`", spec.name);
         let row = documented
             .get(&name)
             .unwrap_or_else(|| panic!("docs/protocol.md's tools table lacks {name}"));
-        let class = class_of(spec.name).expect("every local tool has a class");
-        assert_eq!(row[0], class_name(class), "class of {name}");
+        assert_eq!(row[0], class_name(spec.class), "class of {name}");
         for (i, profile) in Profile::ALL.iter().enumerate() {
             let marked = row.get(i + 1).is_some_and(|c| *c == "✓");
             assert_eq!(
                 marked,
-                profile.allows_local(spec.name),
+                spec.allowed_in(*profile),
                 "docs/protocol.md says {name} is {}in {profile}",
                 if marked { "" } else { "not " }
             );

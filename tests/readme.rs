@@ -30,10 +30,10 @@ fn readme_flag_table_matches_help() {
         + "<!-- flags:begin -->".len();
     let end = readme.find("<!-- flags:end -->").expect("flags:end marker");
     let table = readme[start..end].trim();
-    let want = handnode::config::help_table_markdown();
+    let want = handnode::cli::help_table_markdown();
     assert_eq!(
         table,
         want.trim(),
-        "README flag table is stale: regenerate it with `cargo run -- help-markdown > /tmp/t` or copy config::help_table_markdown()"
+        "README flag table is stale: regenerate it with `cargo run -- help-markdown > /tmp/t` or copy cli::help_table_markdown()"
     );
 }

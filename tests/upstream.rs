@@ -32,8 +32,7 @@ fn options() -> UpstreamOptions {
 }
 
 fn local(profile: Profile) -> Vec<String> {
-    profile
-        .local_allow_list()
+    handnode::tools::names(profile)
         .iter()
         .map(|s| s.to_string())
         .collect()

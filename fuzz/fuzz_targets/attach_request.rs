@@ -4,7 +4,7 @@
 #![no_main]
 
 use handnode::grants::{self, AttachRequest, SecretSource};
-use handnode::{dial, mint, persist};
+use handnode::{dial, mint, persist, url};
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 use tungstenite::client::IntoClientRequest;
@@ -19,10 +19,10 @@ fuzz_target!(|data: &[u8]| {
         .bytes()
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'));
     assert!((1..=grants::MAX_TTL_SECS).contains(&req.ttl_secs));
-    assert!(dial::endpoint(&req.runtime).is_ok());
+    assert!(url::endpoint(&req.runtime).is_ok());
     let _ = grants::target_key(&req.runtime, &req.session);
     let url = dial::attach_url(&req.runtime, &req.session);
-    assert!(dial::endpoint(&url).is_ok(), "{url}");
+    assert!(url::endpoint(&url).is_ok(), "{url}");
     url.as_str()
         .into_client_request()
         .unwrap_or_else(|e| panic!("an accepted runtime makes an undialable URL {url:?}: {e}"));

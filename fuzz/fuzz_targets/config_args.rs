@@ -1,4 +1,4 @@
-//! Command-line and environment parsing (`config::parse`, which also covers the operator
+//! Command-line and environment parsing (`cli::parse`, which also covers the operator
 //! subcommands). Input: argv words separated by NUL. The token comes from the
 //! environment so no token file is ever generated, and flags naming files are skipped so
 //! the fuzzer never reads from a pipe or a device.
@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use handnode::config;
+use handnode::cli;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -32,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
     ]
     .into_iter()
     .collect();
-    match config::parse(&args, &env) {
+    match cli::parse(&args, &env) {
         Ok(_) => {}
         Err(e) => {
             assert!(!e.to_string().is_empty());

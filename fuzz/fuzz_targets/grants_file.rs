@@ -7,7 +7,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use handnode::profiles::Profile;
 use handnode::timefmt::rfc3339;
-use handnode::{dial, grants, persist};
+use handnode::{dial, grants, persist, url};
 use libfuzzer_sys::fuzz_target;
 use tungstenite::client::IntoClientRequest;
 
@@ -20,13 +20,15 @@ fuzz_target!(|data: &[u8]| {
         assert!(persist::is_grant_id(&g.id));
         let _profile: Profile = g.profile.parse().expect("kept grants have a known profile");
         assert!(g.expires_at > now);
+        // A stored deadline past the TTL cap comes back clamped to it.
+        assert!(g.expires_at <= now + grants::MAX_TTL_SECS);
         // What resume does with the timestamps.
         let _deadline = UNIX_EPOCH + Duration::from_secs(g.expires_at);
         let _ = rfc3339(g.created_at);
         let _ = rfc3339(g.expires_at);
         let _ = grants::target_key(&g.runtime, &g.session);
         let url = dial::attach_url(&g.runtime, &g.session);
-        dial::endpoint(&url).unwrap_or_else(|e| panic!("kept an undialable runtime: {e}"));
+        url::endpoint(&url).unwrap_or_else(|e| panic!("kept an undialable runtime: {e}"));
         url.as_str()
             .into_client_request()
             .unwrap_or_else(|e| panic!("kept an undialable runtime {url:?}: {e}"));

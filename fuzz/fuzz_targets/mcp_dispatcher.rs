@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use handnode::jobs::{Completion, JobCtl};
 use handnode::mcp::{self, Action, Catalog, Dispatcher, Resolution, Route, ToolOutput};
-use handnode::profiles::{class_of, Profile};
+use handnode::profiles::{Class, Profile};
 use handnode::tools::{ConnCatalog, GrantNote, UpstreamSource};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
@@ -102,16 +102,20 @@ fn check(profile: Profile, catalog: &dyn Catalog, input: &[u8], actions: &[Actio
                 );
                 match route {
                     Route::Local => {
-                        assert!(profile.allows_local(name), "{profile} ran {name}");
-                        assert!(class_of(name).is_some());
+                        let tool = handnode::tools::find(name).expect("a local tool");
+                        assert!(tool.allowed_in(profile), "{profile} ran {name}");
                     }
                     Route::Upstream(_) => {
                         assert!(profile.allows_upstream(name), "{profile} ran {name}");
-                        assert!(class_of(name).is_none(), "a local name went upstream");
+                        assert!(
+                            handnode::tools::find(name).is_none(),
+                            "a local name went upstream"
+                        );
                     }
                 }
                 if profile == Profile::Observe {
-                    assert!(matches!(name.as_str(), "sys_info" | "screenshot"), "{name}");
+                    let class = handnode::tools::find(name).map(|t| t.class);
+                    assert_eq!(class, Some(Class::Observe), "{name}");
                 }
             }
             Action::Cancel { id } => {

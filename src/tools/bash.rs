@@ -2,13 +2,10 @@
 //! timeout and cancellation; the waiting is done by the process watcher
 //! ([`super::process`]), never by the pool worker that starts the call.
 //!
-//! **Environment.** The child gets the daemon's environment minus every name in
-//! `ToolConfig::scrub_env`, every `HANDNODE_*` name, `CREDENTIALS_DIRECTORY`, and every
-//! variable whose value equals one of `ToolConfig::scrub_values` (the daemon's secrets).
-//! Then the caller's `env` is applied as given, *including* names that were scrubbed:
-//! scrubbing keeps the daemon's own secrets from being inherited, and a value the caller
-//! passes explicitly is the caller's own, so it cannot leak anything the caller does not
-//! already hold.
+//! **Environment.** The child gets the daemon's environment cleaned by
+//! [`super::env::child_env`] (no `HANDNODE_*`, `CREDENTIALS_DIRECTORY`, scrubbed names or
+//! secret values), then the caller's `env` applied as given, *including* names that were
+//! scrubbed: a value the caller passes explicitly is the caller's own.
 //!
 //! **Working directory.** `cwd` must name an existing directory (else a tool error). A
 //! relative `cwd`, and the default, are taken from the daemon user's `$HOME` when that is
@@ -17,19 +14,18 @@
 //! **The command string.** It is passed to bash as one argv element (`bash -c <command>`);
 //! handnode never splices arguments into a shell string of its own.
 
-use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
+use super::args::{self, Naming};
 use super::process::{End, RunResult, RunSpec};
-use super::{CallContext, CallLimits, ToolConfig, ToolSpec};
+use super::{CallContext, CallLimits, Needs, Tool};
 use crate::jobs::Completion;
 use crate::mcp::ToolOutput;
-
-pub use super::process::ProcessWatcher;
+use crate::profiles::{Class, Profile};
 
 /// `timeout_secs` when the caller gives none.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
@@ -38,8 +34,10 @@ pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 64 << 10;
 /// The largest `max_output_bytes` a caller may ask for (bytes per stream).
 pub const MAX_OUTPUT_BYTES: u64 = 1 << 20;
 
-pub static SPEC: ToolSpec = ToolSpec {
+pub static TOOL: Tool = Tool {
     name: "bash",
+    class: Class::Shell,
+    class_reason: "runs any command the caller writes: it is the box's shell",
     description: "Run a bash command on this box and return its output. The command runs as \
 `bash -c <command>` (passed as one argument, never spliced into another shell string) in a \
 process group of its own, with stdin /dev/null and the handnode daemon's environment minus \
@@ -55,6 +53,10 @@ jobs it leaves behind (`cmd &`) are killed then; to leave a process running, det
 UTF-8, invalid bytes replaced. If handnode runs as root this is a root shell: sys_info says \
 which user it runs as.",
     input_schema: schema,
+    start,
+    inline: None,
+    needs: Needs::Bash,
+    profiles: &[Profile::Owner, Profile::Desktop],
 };
 
 fn schema() -> Value {
@@ -139,20 +141,15 @@ pub(crate) fn parse_args(args: &Value, limits: CallLimits) -> Result<BashArgs, S
     } else {
         "the longest a call may run here"
     };
-    let timeout_secs = bounded_int(
-        map,
-        "timeout_secs",
-        DEFAULT_TIMEOUT_SECS,
-        limits.max_run_secs,
-        run_bound,
-    )?;
-    let max_output_bytes = bounded_int(
+    let timeout_secs = positive(map, "timeout_secs", limits.max_run_secs, run_bound)?
+        .unwrap_or(DEFAULT_TIMEOUT_SECS);
+    let max_output_bytes = positive(
         map,
         "max_output_bytes",
-        DEFAULT_MAX_OUTPUT_BYTES,
         MAX_OUTPUT_BYTES,
         "bytes kept per stream",
-    )?;
+    )?
+    .unwrap_or(DEFAULT_MAX_OUTPUT_BYTES);
     let env = match map.get("env") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Object(vars)) => {
@@ -184,64 +181,15 @@ pub(crate) fn parse_args(args: &Value, limits: CallLimits) -> Result<BashArgs, S
     })
 }
 
-/// An optional integer field in `1..=max`.
-fn bounded_int(
+/// An optional integer field in `1..=max`, in bash's naming.
+fn positive(
     map: &Map<String, Value>,
     field: &str,
-    default: u64,
     max: u64,
     why: &str,
-) -> Result<u64, String> {
-    let range = || format!("{field} must be an integer in 1..={max} ({why})");
-    match map.get(field) {
-        None | Some(Value::Null) => Ok(default),
-        Some(Value::Number(n)) => match n.as_u64() {
-            Some(v) if (1..=max).contains(&v) => Ok(v),
-            Some(_) => Err(range()),
-            None if n.is_i64() => Err(range()),
-            None => Err(format!("{field} must be an integer, not {n}")),
-        },
-        Some(_) => Err(format!("{field} must be an integer")),
-    }
-}
-
-/// Whether an inherited variable name is withheld from children.
-fn scrubbed_name(name: &OsStr, cfg: &ToolConfig) -> bool {
-    // A name that is not UTF-8 cannot equal any configured name.
-    let Some(name) = name.to_str() else {
-        return false;
-    };
-    name.starts_with("HANDNODE_")
-        || name == "CREDENTIALS_DIRECTORY"
-        || cfg.scrub_env.iter().any(|s| s == name)
-}
-
-/// Whether an inherited value is one of the daemon's secrets.
-fn secret_value(value: &OsStr, cfg: &ToolConfig) -> bool {
-    let Some(value) = value.to_str() else {
-        return false;
-    };
-    cfg.scrub_values
-        .iter()
-        .any(|s| !s.is_empty() && s.matches(value))
-}
-
-/// A child's environment: `base` (the daemon's) minus the scrubbed names and secret
-/// values, then `extra` (the caller's) applied over it as given.
-pub(crate) fn child_env(
-    base: impl IntoIterator<Item = (OsString, OsString)>,
-    cfg: &ToolConfig,
-    extra: &[(String, String)],
-) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> = base
-        .into_iter()
-        .filter(|(name, value)| !scrubbed_name(name, cfg) && !secret_value(value, cfg))
-        .collect();
-    for (name, value) in extra {
-        env.retain(|(n, _)| n.as_os_str() != OsStr::new(name));
-        env.push((name.into(), value.into()));
-    }
-    env
+) -> Result<Option<u64>, String> {
+    let max = i64::try_from(max).unwrap_or(i64::MAX);
+    Ok(args::int(map, field, 1..=max, Naming::Plain, Some(why))?.map(|v| v as u64))
 }
 
 /// `$HOME` when it is a directory.
@@ -290,11 +238,15 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         .clone()
         .unwrap_or_else(|| PathBuf::from("bash"));
     let mut cmd = Command::new(&program);
-    cmd.arg("-c").arg(&args.command).env_clear().envs(child_env(
-        std::env::vars_os(),
-        &cx.host.config,
-        &args.env,
-    ));
+    cmd.arg("-c")
+        .arg(&args.command)
+        .env_clear()
+        .envs(super::env::child_env(
+            std::env::vars_os(),
+            &cx.host.config,
+            &[],
+            &args.env,
+        ));
     if let Some(cwd) = cwd {
         cmd.current_dir(cwd);
     }
@@ -304,6 +256,7 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         timeout: Duration::from_secs(timeout_secs),
         max_output_bytes: cap as usize,
         ctl: cx.ctl.clone(),
+        stdin: None,
     };
     cx.host.processes.spawn(cmd, spec, move |run| match run {
         Ok(run) => done.complete(render(&run, timeout_secs, cap)),
@@ -388,60 +341,12 @@ pub(crate) fn render(run: &RunResult, timeout_secs: u64, cap: u64) -> ToolOutput
 }
 
 #[cfg(test)]
-pub(crate) mod testutil {
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use serde_json::Value;
-
-    use crate::jobs::{Completion, JobCtl};
-    use crate::mcp::ToolOutput;
-    use crate::profiles::Profile;
-    use crate::tools::{CallContext, CallLimits, ToolConfig, ToolHost};
-
-    /// Every blocking wait in these tests fails after this long instead of hanging.
-    pub const WATCHDOG: Duration = Duration::from_secs(30);
-
-    pub fn host() -> Arc<ToolHost> {
-        // An empty display environment: unit tests never reach a real display.
-        ToolHost::new(ToolConfig {
-            display_env: Some(Default::default()),
-            ..ToolConfig::default()
-        })
-        .unwrap()
-    }
-
-    pub fn cx(host: &Arc<ToolHost>, limits: CallLimits, ctl: Arc<JobCtl>) -> CallContext {
-        CallContext {
-            profile: Profile::Owner,
-            grant: None,
-            limits,
-            ctl,
-            host: Arc::clone(host),
-        }
-    }
-
-    /// A completion and the channel its output arrives on.
-    pub fn completion() -> (Completion, crossbeam_channel::Receiver<ToolOutput>) {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        (Completion::new(move |out| tx.send(out).unwrap()), rx)
-    }
-
-    /// The result object of an output that must be a `CallToolResult`.
-    pub fn result(out: ToolOutput) -> Value {
-        match out {
-            ToolOutput::Result(v) => v,
-            other => panic!("expected a result, got {other:?}"),
-        }
-    }
-}
-
-#[cfg(test)]
 mod tests {
-    use super::testutil::*;
     use super::*;
     use crate::jobs::{JobCtl, Pool};
     use crate::secret::Secret;
+    use crate::tools::testutil::*;
+    use crate::tools::ToolConfig;
     use std::io::BufRead;
     use std::sync::Arc;
 
@@ -723,51 +628,6 @@ mod tests {
     }
 
     #[test]
-    fn child_env_scrubs_secrets_and_applies_the_callers_vars() {
-        use std::os::unix::ffi::OsStringExt;
-        let cfg = ToolConfig {
-            scrub_env: vec!["SCRUB_ME".into()],
-            scrub_values: vec![Secret::new("tok-123"), Secret::new("")],
-            ..ToolConfig::default()
-        };
-        let base = [
-            ("HANDNODE_TOKEN", "x"),
-            ("HANDNODE_ANYTHING", "y"),
-            ("CREDENTIALS_DIRECTORY", "/run/credentials/handnode"),
-            ("SCRUB_ME", "z"),
-            ("LEAKY", "tok-123"),
-            ("NEAR_MISS", "tok-1234"),
-            ("EMPTY", ""),
-            ("KEEP", "1"),
-            ("OVERRIDE", "old"),
-        ]
-        .map(|(k, v)| (OsString::from(k), OsString::from(v)));
-        let odd = (
-            OsString::from("BYTES"),
-            OsString::from_vec(vec![0xff, 0xfe]),
-        );
-        let extra = vec![
-            ("OVERRIDE".to_string(), "new".to_string()),
-            ("HANDNODE_MINE".to_string(), "caller's own".to_string()),
-        ];
-        let env = child_env(base.into_iter().chain([odd.clone()]), &cfg, &extra);
-        let names: Vec<&str> = env.iter().map(|(k, _)| k.to_str().unwrap()).collect();
-        assert_eq!(
-            names,
-            [
-                "NEAR_MISS",
-                "EMPTY",
-                "KEEP",
-                "BYTES",
-                "OVERRIDE",
-                "HANDNODE_MINE"
-            ]
-        );
-        assert!(env.contains(&odd));
-        assert!(env.contains(&("OVERRIDE".into(), "new".into())));
-    }
-
-    #[test]
     fn the_child_sees_only_the_built_environment() {
         // End to end without touching this process's environment: scrub one inherited
         // name and one inherited value, add a caller var, and read the environment the
@@ -875,7 +735,7 @@ mod tests {
     #[test]
     fn description_states_the_limits() {
         for needle in ["110", "600", "137", "setsid", "1048576", "isError"] {
-            assert!(SPEC.description.contains(needle), "{needle}");
+            assert!(TOOL.description.contains(needle), "{needle}");
         }
         let s = schema();
         assert_eq!(s["required"], json!(["command"]));

@@ -1,11 +1,18 @@
-//! The local tool registry: each tool's spec (name, description, input schema), the
-//! catalogue a connection sees under its profile, and the entry point a worker calls to
-//! start a tool. Tool implementations live in the submodules.
+//! The local tool registry: every local tool is one [`Tool`] descriptor (name, class and
+//! why, description, input schema, how it starts, which readiness facts it needs, which
+//! profiles it is placed in) registered once in [`TOOLS`]. The catalogue a connection sees,
+//! the profiles' allow-lists, the annotations, `sys_info`'s tool status, `doctor` and the
+//! tests' expected lists are all derived from that list. Tool implementations live in the
+//! submodules.
 
+pub mod args;
 pub mod bash;
 pub mod display;
+pub mod env;
 pub mod process;
 pub mod sysinfo;
+#[cfg(test)]
+pub(crate) mod testutil;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,46 +21,121 @@ use serde_json::{json, Value};
 
 use crate::jobs::{Completion, JobCtl};
 use crate::mcp::{Catalog, Resolution, Route, ToolOutput};
-use crate::profiles::{class_of, Profile};
+use crate::profiles::{Annotations, Class, Profile};
 
-/// A local tool's static description.
+/// Every local tool, in listing order. A tool that is not here does not exist; adding a
+/// tool is its module plus one line here.
+pub static TOOLS: &[&Tool] = &[
+    &sysinfo::TOOL,
+    &bash::TOOL,
+    &display::SCREENSHOT,
+    &display::MOUSE,
+    &display::KEY,
+];
+
+/// One local tool, declared once in its own module and registered in [`TOOLS`].
 #[derive(Debug)]
-pub struct ToolSpec {
+pub struct Tool {
     pub name: &'static str,
+    /// What the tool can do to the box; decides its annotations and which profiles may
+    /// hold it (only a shell-equivalent profile may hold a `shell` tool).
+    pub class: Class,
+    /// One line saying why the tool has that class.
+    pub class_reason: &'static str,
     pub description: &'static str,
     pub input_schema: fn() -> Value,
+    /// Starts a call on a pool worker; must return quickly (see [`start_local`]).
+    pub start: fn(Value, CallContext, Completion),
+    /// An answer the caller's own thread may give at once from caches (see
+    /// [`answer_inline`]); `None` for tools that always go to the pool.
+    pub inline: Option<fn(&CallContext) -> Option<ToolOutput>>,
+    /// Which readiness facts `sys_info` and `doctor` report for it.
+    pub needs: Needs,
+    /// The profiles that allow it. Profiles are allow-lists: a profile not named here
+    /// does not see the tool, and a call to it is answered as for an unknown tool.
+    pub profiles: &'static [Profile],
+}
+
+/// What a tool needs from the box to work: the readiness fact `sys_info` reports as
+/// `works`/`why` for it, and `doctor` checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needs {
+    /// Always works.
+    Nothing,
+    /// A `bash` on the daemon's `PATH` and child processes that can be watched
+    /// ([`sysinfo::StaticFacts::bash_status`]).
+    Bash,
+    /// The display backend's readiness for this graphical tool ([`display::Probe::ready`]).
+    Display(display::Gui),
+}
+
+impl Tool {
+    /// Whether `profile` allows this tool.
+    pub fn allowed_in(&self, profile: Profile) -> bool {
+        self.profiles.contains(&profile)
+    }
+
+    /// The MCP annotations, from the class.
+    pub fn annotations(&self) -> Annotations {
+        self.class.annotations()
+    }
+}
+
+/// The registered tool called `name`.
+pub fn find(name: &str) -> Option<&'static Tool> {
+    TOOLS.iter().copied().find(|t| t.name == name)
+}
+
+/// A registered tool's class.
+pub fn class_of(name: &str) -> Option<Class> {
+    find(name).map(|t| t.class)
+}
+
+/// The escalation check (§11), the one place that says whether a grant is shell-equivalent:
+/// over the tools the grant can see and which of them need approval. Returns the verdict and,
+/// for `yes`, the first shell tool that runs unasked (`"<tool> is a shell tool"`). Tools
+/// without a class (upstream tools, until they are classified) count as not `shell`.
+pub fn escalation<'a>(
+    visible: impl IntoIterator<Item = &'a str>,
+    needs_approval: impl Fn(&str) -> bool,
+) -> (crate::profiles::Shell, Option<String>) {
+    let mut gated = false;
+    for tool in visible {
+        if class_of(tool) != Some(Class::Shell) {
+            continue;
+        }
+        if !needs_approval(tool) {
+            return (
+                crate::profiles::Shell::Yes,
+                Some(format!("{tool} is a shell tool")),
+            );
+        }
+        gated = true;
+    }
+    (
+        if gated {
+            crate::profiles::Shell::Gated
+        } else {
+            crate::profiles::Shell::No
+        },
+        None,
+    )
+}
+
+/// The tools `profile` allows, in listing order.
+pub fn allowed(profile: Profile) -> impl Iterator<Item = &'static Tool> {
+    TOOLS.iter().copied().filter(move |t| t.allowed_in(profile))
+}
+
+/// The names of the tools `profile` allows, in listing order.
+pub fn names(profile: Profile) -> Vec<&'static str> {
+    allowed(profile).map(|t| t.name).collect()
 }
 
 /// A built-in input schema from its JSON text. Text rather than `json!`: the macro built
 /// each schema with ~10 KiB of code.
 pub(crate) fn schema(text: &str) -> Value {
     serde_json::from_str(text).expect("a built-in schema is valid JSON")
-}
-
-/// Every local tool, in listing order. A tool that is not here does not exist.
-pub fn local_specs() -> &'static [ToolSpec] {
-    static SPECS: [&ToolSpec; 5] = [
-        &sysinfo::SPEC,
-        &bash::SPEC,
-        &display::SCREENSHOT,
-        &display::MOUSE,
-        &display::KEY,
-    ];
-    static FLAT: std::sync::OnceLock<Vec<ToolSpec>> = std::sync::OnceLock::new();
-    FLAT.get_or_init(|| {
-        SPECS
-            .iter()
-            .map(|s| ToolSpec {
-                name: s.name,
-                description: s.description,
-                input_schema: s.input_schema,
-            })
-            .collect()
-    })
-}
-
-pub fn spec(name: &str) -> Option<&'static ToolSpec> {
-    local_specs().iter().find(|s| s.name == name)
 }
 
 /// What the agent must know about the grant it works under. The pod answers the agent's
@@ -183,7 +265,7 @@ impl<T> TtlCache<T> {
 #[derive(Debug)]
 pub struct ToolHost {
     pub config: ToolConfig,
-    pub processes: bash::ProcessWatcher,
+    pub processes: process::ProcessWatcher,
     pub facts: sysinfo::StaticFacts,
     /// `sys_info`'s `/proc` reads, reused for `sys_info_ttl`.
     pub live: TtlCache<sysinfo::LiveFacts>,
@@ -196,7 +278,7 @@ pub struct ToolHost {
 impl ToolHost {
     pub fn new(config: ToolConfig) -> std::io::Result<Arc<Self>> {
         Ok(Arc::new(ToolHost {
-            processes: bash::ProcessWatcher::start()?,
+            processes: process::ProcessWatcher::start()?,
             facts: sysinfo::StaticFacts::gather(),
             live: TtlCache::default(),
             sys_info_answers: sysinfo::AnswerCache::default(),
@@ -219,10 +301,7 @@ pub struct CallContext {
 /// A local tool's answer when it can be given at once on the caller's thread (cheap, from
 /// caches, never waiting), else `None` and the call goes to the pool.
 pub fn answer_inline(name: &str, cx: &CallContext) -> Option<ToolOutput> {
-    match name {
-        "sys_info" => sysinfo::from_cache(cx),
-        _ => None,
-    }
+    (find(name)?.inline?)(cx)
 }
 
 /// Start a local tool. Runs on a pool worker and must return quickly: a tool that waits
@@ -232,13 +311,9 @@ pub fn start_local(name: &str, args: Value, cx: CallContext, done: Completion) {
         done.complete(ToolOutput::tool_error("cancelled before it started"));
         return;
     }
-    match name {
-        "sys_info" => sysinfo::start(args, cx, done),
-        "bash" => bash::start(args, cx, done),
-        "screenshot" => display::screenshot(args, cx, done),
-        "mouse" => display::mouse(args, cx, done),
-        "key" => display::key(args, cx, done),
-        other => done.complete(ToolOutput::InvalidParams(format!("unknown tool: {other}"))),
+    match find(name) {
+        Some(tool) => (tool.start)(args, cx, done),
+        None => done.complete(ToolOutput::InvalidParams(format!("unknown tool: {name}"))),
     }
 }
 
@@ -259,17 +334,16 @@ pub trait UpstreamSource: Send + Sync + std::fmt::Debug {
 }
 
 /// A tool object as `tools/list` shows it.
-pub fn tool_json(spec: &ToolSpec, note: Option<&str>) -> Value {
-    let class = class_of(spec.name).expect("every local tool has a class");
+pub fn tool_json(tool: &Tool, note: Option<&str>) -> Value {
     let description = match note {
-        Some(note) => format!("{} {}", spec.description, note),
-        None => spec.description.to_string(),
+        Some(note) => format!("{} {}", tool.description, note),
+        None => tool.description.to_string(),
     };
     json!({
-        "name": spec.name,
+        "name": tool.name,
         "description": description,
-        "inputSchema": (spec.input_schema)(),
-        "annotations": class.annotations().to_json(),
+        "inputSchema": (tool.input_schema)(),
+        "annotations": tool.annotations().to_json(),
     })
 }
 
@@ -290,14 +364,12 @@ impl ConnCatalog<'_> {
 impl Catalog for ConnCatalog<'_> {
     fn list(&self, profile: Profile) -> Vec<Value> {
         let note = self.note(profile);
-        let mut tools: Vec<Value> = local_specs()
-            .iter()
-            .filter(|s| profile.allows_local(s.name))
-            .map(|s| tool_json(s, note.as_deref()))
+        let mut tools: Vec<Value> = allowed(profile)
+            .map(|t| tool_json(t, note.as_deref()))
             .collect();
         if let Some(up) = self.upstream {
             let mut seen: std::collections::HashSet<String> =
-                local_specs().iter().map(|s| s.name.to_string()).collect();
+                TOOLS.iter().map(|t| t.name.to_string()).collect();
             for (_, tool) in up.tools() {
                 let Some(name) = tool.get("name").and_then(Value::as_str) else {
                     continue;
@@ -311,8 +383,8 @@ impl Catalog for ConnCatalog<'_> {
     }
 
     fn resolve(&self, profile: Profile, name: &str) -> Resolution {
-        if spec(name).is_some() {
-            return if profile.allows_local(name) {
+        if let Some(tool) = find(name) {
+            return if tool.allowed_in(profile) {
                 Resolution::Visible(Route::Local)
             } else {
                 Resolution::Hidden
@@ -340,7 +412,7 @@ impl Catalog for ConnCatalog<'_> {
             text.push_str(&note);
             text.push(' ');
         }
-        let names: Vec<&str> = profile.local_allow_list().to_vec();
+        let names = names(profile);
         text.push_str(&format!(
             "handnode serves this Linux box's tools. Profile '{profile}' allows: {}{}. ",
             names.join(", "),
@@ -364,6 +436,115 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_tool_is_registered_once_with_a_class_reason_and_a_profile() {
+        let mut seen = std::collections::HashSet::new();
+        for tool in TOOLS {
+            assert!(seen.insert(tool.name), "{} is registered twice", tool.name);
+            assert!(
+                !tool.name.is_empty() && !tool.name.starts_with("browser_"),
+                "{:?}: local names never take the upstream prefix",
+                tool.name
+            );
+            assert!(
+                !tool.class_reason.trim().is_empty() && !tool.class_reason.contains('\n'),
+                "{} needs a one-line reason for its class",
+                tool.name
+            );
+            assert!(
+                !tool.profiles.is_empty(),
+                "{} is placed in no profile: nobody could call it",
+                tool.name
+            );
+            let placed: std::collections::HashSet<_> = tool.profiles.iter().collect();
+            assert_eq!(placed.len(), tool.profiles.len(), "{}", tool.name);
+            assert!(!tool.description.is_empty(), "{}", tool.name);
+            assert_eq!((tool.input_schema)()["type"], "object", "{}", tool.name);
+            assert_eq!(find(tool.name).map(|t| t.name), Some(tool.name));
+        }
+        assert!(find("no_such_tool").is_none());
+    }
+
+    #[test]
+    fn every_tool_has_a_readiness_fact_in_sys_info() {
+        let facts = sysinfo::StaticFacts::gather();
+        let display = display::Probe::working_x11().to_json();
+        for profile in Profile::ALL {
+            let status = sysinfo::tool_status(profile, &facts, &display);
+            let reported: Vec<&str> = status.iter().filter_map(|t| t["name"].as_str()).collect();
+            assert_eq!(reported, names(profile), "{profile}");
+            for t in &status {
+                assert!(t["works"].is_boolean(), "{t}");
+                assert!(
+                    t["works"] == true || t["why"].is_string(),
+                    "{t}: a tool that does not work says why"
+                );
+                assert_ne!(t["why"], "no display facts for this tool", "{t}");
+            }
+        }
+        for tool in TOOLS {
+            match tool.needs {
+                Needs::Display(gui) => {
+                    assert_eq!(gui.name(), tool.name);
+                    assert!(
+                        display["tools"][tool.name]["works"].is_boolean(),
+                        "{}",
+                        tool.name
+                    );
+                }
+                Needs::Nothing | Needs::Bash => {}
+            }
+        }
+        for gui in display::Gui::ALL {
+            let users = display::gui_tools().filter(|(_, g)| *g == gui).count();
+            assert_eq!(users, 1, "{gui:?} must belong to exactly one tool");
+        }
+    }
+
+    #[test]
+    fn only_shell_equivalent_profiles_hold_shell_tools() {
+        for profile in Profile::ALL {
+            if profile.is_shell_equivalent() {
+                continue;
+            }
+            for tool in allowed(profile) {
+                assert_ne!(tool.class, Class::Shell, "{profile} allows {}", tool.name);
+            }
+        }
+    }
+
+    #[test]
+    fn observe_holds_only_observe_tools() {
+        for tool in allowed(Profile::Observe) {
+            assert_eq!(tool.class, Class::Observe, "{}", tool.name);
+        }
+        assert!(!Profile::Observe.is_shell_equivalent());
+    }
+
+    #[test]
+    fn unknown_and_hidden_tools_resolve_as_before() {
+        let cat = ConnCatalog {
+            grant: None,
+            upstream: None,
+        };
+        for tool in TOOLS {
+            for profile in Profile::ALL {
+                let want = if tool.allowed_in(profile) {
+                    Resolution::Visible(Route::Local)
+                } else {
+                    Resolution::Hidden
+                };
+                assert_eq!(
+                    cat.resolve(profile, tool.name),
+                    want,
+                    "{profile} {}",
+                    tool.name
+                );
+            }
+        }
+        assert_eq!(cat.resolve(Profile::Owner, "nope"), Resolution::Unknown);
+    }
+
+    #[test]
     fn every_listed_tool_carries_all_four_annotations() {
         let cat = ConnCatalog {
             grant: None,
@@ -383,8 +564,14 @@ mod tests {
                 assert!(tool["inputSchema"]["type"] == "object", "{}", tool["name"]);
             }
         }
-        assert_eq!(cat.list(Profile::Owner).len(), 5);
-        assert_eq!(cat.list(Profile::Observe).len(), 2);
+        for profile in Profile::ALL {
+            let listed: Vec<Value> = cat
+                .list(profile)
+                .iter()
+                .map(|t| t["name"].clone())
+                .collect();
+            assert_eq!(listed, names(profile), "{profile}");
+        }
     }
 
     #[test]
@@ -409,5 +596,43 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("Each call of bash waits until the person who lent the box allows it"));
+    }
+
+    #[test]
+    fn escalation_is_yes_gated_or_no() {
+        let none = |_: &str| false;
+        for profile in Profile::ALL {
+            let (shell, because) = escalation(names(profile), none);
+            if profile.is_shell_equivalent() {
+                assert_eq!(shell, crate::profiles::Shell::Yes, "{profile}");
+                assert_eq!(because.as_deref(), Some("bash is a shell tool"));
+            } else {
+                assert_eq!(
+                    (shell, because),
+                    (crate::profiles::Shell::No, None),
+                    "{profile}"
+                );
+            }
+        }
+        let desktop = || names(Profile::Desktop);
+        let bash_only = |t: &str| t == "bash";
+        assert_eq!(
+            escalation(desktop(), bash_only),
+            (
+                crate::profiles::Shell::Yes,
+                Some("mouse is a shell tool".into())
+            ),
+            "bash gated, mouse/key still reach the shell"
+        );
+        let all_shell = |t: &str| class_of(t) == Some(Class::Shell);
+        assert_eq!(
+            escalation(desktop(), all_shell),
+            (crate::profiles::Shell::Gated, None)
+        );
+        // Approval of an observe tool changes nothing.
+        assert_eq!(
+            escalation(names(Profile::Observe), |_| { true }),
+            (crate::profiles::Shell::No, None)
+        );
     }
 }

@@ -1,13 +1,16 @@
 //! The process watcher: one thread that waits on every child process a tool starts (its
-//! pipes, its exit, its timeout), so no pool worker ever blocks on a child.
+//! pipes, its exit, its timeout), so no pool worker ever blocks on a child. It is the one
+//! way handnode runs a tool's child: `bash` hands a child over and returns
+//! ([`ProcessWatcher::spawn`]); the display thread and `doctor`, which may wait, use
+//! [`ProcessWatcher::run`].
 //!
 //! A child is spawned by [`ProcessWatcher::spawn`] on the caller's thread (a pool worker),
-//! in a process group of its own, with stdin `/dev/null` and stdout/stderr piped. The
-//! worker registers the group with the call's [`JobCtl`] (so cancelling the call kills
-//! it), hands the child to the watcher thread and returns at once. The watcher sleeps in
-//! one epoll set on every child's pipes and on a pidfd per child (readable = exited),
-//! woken by its [`Waker`] when a child is handed over and otherwise only by readiness or
-//! the nearest child deadline. No interval polling.
+//! in a process group of its own, with stdin `/dev/null` (or a file the caller gives) and
+//! stdout/stderr piped. The worker registers the group with the call's [`JobCtl`] (so
+//! cancelling the call kills it), hands the child to the watcher thread and returns at
+//! once. The watcher sleeps in one epoll set on every child's pipes and on a pidfd per
+//! child (readable = exited), woken by its [`Waker`] when a child is handed over and
+//! otherwise only by readiness or the nearest child deadline. No interval polling.
 //!
 //! **When a run ends.** A run ends when the group *leader* (the process we spawned)
 //! exits. Whatever the leader wrote is already in the pipes and is drained; then the rest
@@ -27,10 +30,11 @@
 //! never signal somebody else's group.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -60,14 +64,16 @@ const FINAL_DRAIN_BYTES: usize = 4 << 20;
 const DEADLINE_SLACK: Duration = Duration::from_millis(1);
 
 /// How one run is bounded.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct RunSpec {
     /// The group is killed this long after the spawn.
     pub timeout: Duration,
     /// Bytes kept per stream; the rest is read and discarded.
     pub max_output_bytes: usize,
-    /// The call this run belongs to.
+    /// The call this run belongs to: cancelling it kills the group.
     pub ctl: Arc<JobCtl>,
+    /// Read as the child's stdin; `None` is `/dev/null`.
+    pub stdin: Option<File>,
 }
 
 /// Why a run ended.
@@ -93,6 +99,8 @@ pub struct RunResult {
     pub stderr_truncated: bool,
     /// The leader's exit code; 128 + n when killed by signal n; 137 whenever we killed it.
     pub exit_code: i32,
+    /// The leader's wait status as reaped, when it was.
+    pub status: Option<ExitStatus>,
     pub end: End,
     /// From spawn to the moment the end was observed.
     pub duration: Duration,
@@ -140,8 +148,9 @@ impl ProcessWatcher {
         })
     }
 
-    /// Spawn `cmd` in a new process group (stdin `/dev/null`, stdout/stderr piped; any
-    /// stdio set on `cmd` is replaced), tie the group to `spec.ctl`, and watch it.
+    /// Spawn `cmd` in a new process group (stdin `spec.stdin` or `/dev/null`, stdout and
+    /// stderr piped; any stdio set on `cmd` is replaced), tie the group to `spec.ctl`, and
+    /// watch it.
     /// Returns as soon as the child runs. `on_exit` is called exactly once: with `Err`
     /// right here if the child could not be started or watched (nothing is left
     /// running), else with the result on the watcher thread after the leader was reaped.
@@ -171,9 +180,23 @@ impl ProcessWatcher {
         }
     }
 
+    /// [`spawn`](Self::spawn) for a thread that may wait (the display thread, `doctor`):
+    /// the result once the run ended, `Err` if the child could not be started or watched.
+    /// Never call it on a pool worker, a grant thread or inside an `on_exit`.
+    pub fn run(&self, cmd: Command, spec: RunSpec) -> io::Result<RunResult> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.spawn(cmd, spec, move |r| {
+            let _ = tx.send(r);
+        });
+        // `on_exit` runs exactly once; a dropped sender means the watcher thread died.
+        rx.recv()
+            .unwrap_or_else(|_| Err(io::Error::other("the process watcher stopped")))
+    }
+
     fn try_spawn(&self, mut cmd: Command, spec: RunSpec) -> io::Result<Entry> {
+        let stdin = spec.stdin.map_or_else(Stdio::null, Stdio::from);
         cmd.process_group(0)
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let started = Instant::now();
@@ -226,6 +249,7 @@ fn report_aborted(on_exit: OnExit) {
         stdout_truncated: false,
         stderr_truncated: false,
         exit_code: KILLED_EXIT_CODE,
+        status: None,
         end: End::Aborted,
         duration: Duration::ZERO,
     });
@@ -485,6 +509,7 @@ impl Watcher {
             stdout_truncated: entry.out.truncated,
             stderr_truncated: entry.err.truncated,
             exit_code,
+            status,
             end,
             duration: entry.started.elapsed(),
         };
@@ -529,6 +554,7 @@ mod tests {
                 timeout,
                 max_output_bytes: cap,
                 ctl,
+                stdin: None,
             },
             move |r| tx.send(r.unwrap()).unwrap(),
         );
@@ -610,6 +636,7 @@ mod tests {
                 timeout: WATCHDOG,
                 max_output_bytes: 1,
                 ctl: JobCtl::new(),
+                stdin: None,
             },
             move |r| tx.send(r.map(|_| ())).unwrap(),
         );
@@ -632,6 +659,7 @@ mod tests {
                 timeout: WATCHDOG,
                 max_output_bytes: 1,
                 ctl: JobCtl::new(),
+                stdin: None,
             },
             move |r| {
                 // Wait until the test dropped its handle, so this one is the last.

@@ -13,18 +13,24 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::display::Probe;
-use super::{CallContext, GrantNote, ToolSpec};
+use super::{CallContext, GrantNote, Needs, Tool};
 use crate::jobs::Completion;
 use crate::mcp::ToolOutput;
-use crate::profiles::Profile;
+use crate::profiles::{Class, Profile};
 
-pub static SPEC: ToolSpec = ToolSpec {
+pub static TOOL: Tool = Tool {
     name: "sys_info",
+    class: Class::Observe,
+    class_reason: "reads facts about the box and changes nothing",
     description: "Describe this box: hostname, OS, kernel, architecture, CPUs, memory, \
 uptime, tailnet addresses, the display backend and displays with their sizes, which tools \
 work here (and why not), the user handnode runs as, and the grant you are working under \
 (profile, expiry) with the longest a call may run. Read-only; takes no arguments.",
     input_schema: schema,
+    start,
+    inline: Some(from_cache),
+    needs: Needs::Nothing,
+    profiles: &[Profile::Owner, Profile::Desktop, Profile::Observe],
 };
 
 fn schema() -> Value {
@@ -242,16 +248,16 @@ pub(crate) fn tailnet_addresses() -> Vec<String> {
     out
 }
 
-/// `{name, works, why?}` for every local tool the caller's profile allows.
-fn tool_status(profile: Profile, facts: &StaticFacts, display: &Value) -> Vec<Value> {
-    profile
-        .local_allow_list()
-        .iter()
-        .map(|name| {
-            let status = match *name {
-                "sys_info" => Ok(()),
-                "bash" => facts.bash_status(),
-                other => match display["tools"].get(other) {
+/// `{name, works, why?}` for every local tool the caller's profile allows, from the fact
+/// each tool [`Needs`].
+pub(crate) fn tool_status(profile: Profile, facts: &StaticFacts, display: &Value) -> Vec<Value> {
+    super::allowed(profile)
+        .map(|tool| {
+            let name = tool.name;
+            let status = match tool.needs {
+                Needs::Nothing => Ok(()),
+                Needs::Bash => facts.bash_status(),
+                Needs::Display(_) => match display["tools"].get(name) {
                     Some(t) if t["works"] == true => Ok(()),
                     Some(t) => Err(t["why"]
                         .as_str()
@@ -404,6 +410,7 @@ fn collect_from(
         "agent": {
             "name": "handnode",
             "version": env!("CARGO_PKG_VERSION"),
+            "build": crate::build_info::to_json(),
             "pid": std::process::id(),
             "uid": facts.uid,
             "user": facts.user,
@@ -479,8 +486,10 @@ pub(crate) fn summary(info: &Value) -> String {
     }
     let agent = &info["agent"];
     out.push_str(&format!(
-        "\nagent: handnode {}, pid {}, running as {} (uid {})",
+        "\nagent: handnode {} ({}, {}), pid {}, running as {} (uid {})",
         s(&agent["version"]),
+        s(&agent["build"]["target"]),
+        s(&agent["build"]["libc"]),
         agent["pid"],
         agent["user"].as_str().unwrap_or("?"),
         agent["uid"]
@@ -572,7 +581,7 @@ fn output(info: Value) -> ToolOutput {
 mod tests {
     use super::*;
     use crate::jobs::JobCtl;
-    use crate::tools::bash::testutil::{completion, cx, host, result, WATCHDOG};
+    use crate::tools::testutil::{completion, cx, host, result, WATCHDOG};
     use crate::tools::{CallLimits, GrantNote, TtlCache};
 
     const FIB_TRIE: &str = "\
@@ -780,6 +789,7 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
         assert_eq!(s["display"]["backend"], "none");
         assert_eq!(s["agent"]["name"], "handnode");
         assert_eq!(s["agent"]["pid"], std::process::id());
+        assert_eq!(s["agent"]["build"], crate::build_info::to_json());
         assert_eq!(s["profile"], "owner");
         assert_eq!(s["grant"], Value::Null);
         assert_eq!(s["max_run_secs"], 600);
@@ -789,10 +799,19 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
             .iter()
             .map(|t| t["name"].as_str().unwrap())
             .collect();
-        assert_eq!(tools, ["sys_info", "bash", "screenshot", "mouse", "key"]);
-        assert_eq!(s["tools"][1]["works"], true);
-        assert_eq!(s["tools"][2]["works"], false);
-        assert!(s["tools"][2]["why"].is_string());
+        assert_eq!(tools, crate::tools::names(Profile::Owner));
+        let status = |name: &str| {
+            s["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["name"] == name)
+                .unwrap_or_else(|| panic!("{name} has no status"))
+                .clone()
+        };
+        assert_eq!(status("bash")["works"], true);
+        assert_eq!(status("screenshot")["works"], false);
+        assert!(status("screenshot")["why"].is_string());
         let text = r["content"][0]["text"].as_str().unwrap();
         for needle in [
             host.facts.hostname.as_str(),
@@ -803,6 +822,7 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
             "display: backend none",
             "no grant",
             "at most 600 s",
+            crate::build_info::TARGET,
             "screenshot: unavailable:",
         ] {
             assert!(text.contains(needle), "{needle} missing from:\n{text}");
@@ -832,7 +852,7 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
             .iter()
             .map(|t| t["name"].as_str().unwrap())
             .collect();
-        assert_eq!(tools, ["sys_info", "screenshot"]);
+        assert_eq!(tools, crate::tools::names(Profile::Observe));
         let text = r["content"][0]["text"].as_str().unwrap();
         assert!(
             text.contains("grant: profile observe, session laptop"),

@@ -3,9 +3,9 @@
 //! every graphical action in order so no pool worker waits on a helper, and the facts
 //! `sys_info` and `doctor` report.
 
+mod helper;
 mod image;
 pub mod keys;
-mod run;
 mod wayland;
 mod x11;
 
@@ -18,11 +18,14 @@ use base64::Engine as _;
 use crossbeam_channel::{Sender, TrySendError};
 use serde_json::{json, Value};
 
-use super::{CallContext, ToolConfig, ToolHost, ToolSpec, TtlCache};
+use super::args::{self, Naming};
+use super::process::ProcessWatcher;
+use super::{CallContext, Needs, Tool, ToolConfig, ToolHost, TtlCache};
 use crate::config::DisplayBackend;
 use crate::jobs::{Completion, JobCtl};
 use crate::mcp::ToolOutput;
-use run::{Helper, RunError};
+use crate::profiles::{Class, Profile};
+use helper::{Helper, RunError};
 
 /// Graphical calls waiting for the display thread before new ones are refused.
 const DISPLAY_QUEUE: usize = 32;
@@ -54,8 +57,10 @@ const MAX_MAX_BYTES: u64 = 11 << 20;
 const MIN_SCALE: f64 = 0.1;
 const MAX_SCALE: f64 = 2.0;
 
-pub static SCREENSHOT: ToolSpec = ToolSpec {
+pub static SCREENSHOT: Tool = Tool {
     name: "screenshot",
+    class: Class::Observe,
+    class_reason: "reads the screen's pixels and changes nothing",
     description: "Take a screenshot of a display of this box (X11 or wlroots Wayland). Returns \
         the image plus its size, the scale it was taken at and the display's coordinate space: \
         mouse takes x,y in that space (pixels of the unscaled display, origin top-left), so a \
@@ -63,23 +68,39 @@ pub static SCREENSHOT: ToolSpec = ToolSpec {
         The long edge is capped (default 1920 px); a result over max_bytes is refused with \
         advice. sys_info lists the displays.",
     input_schema: screenshot_schema,
+    start: screenshot,
+    inline: None,
+    needs: Needs::Display(Gui::Screenshot),
+    profiles: &[Profile::Owner, Profile::Desktop, Profile::Observe],
 };
-pub static MOUSE: ToolSpec = ToolSpec {
+pub static MOUSE: Tool = Tool {
     name: "mouse",
+    class: Class::Shell,
+    class_reason: "clicks anything on the desktop, a terminal included, so it reaches a shell",
     description: "Move, click, double-click, right-click, drag or scroll the pointer. x,y are \
         pixels of the unscaled screenshot of the display (origin top-left); screenshot reports \
         that coordinate space. A point off the screen is an error that names the screen size. \
         Scroll: positive dy scrolls the content down (wheel towards you), negative up; \
         positive dx scrolls right.",
     input_schema: mouse_schema,
+    start: mouse,
+    inline: None,
+    needs: Needs::Display(Gui::Mouse),
+    profiles: &[Profile::Owner, Profile::Desktop],
 };
-pub static KEY: ToolSpec = ToolSpec {
+pub static KEY: Tool = Tool {
     name: "key",
+    class: Class::Shell,
+    class_reason: "types into the focused window, a terminal included, so it reaches a shell",
     description: "Type text or press key combinations into the focused window. action=type \
         types `text` literally; action=press presses each chord of `keys` in order, e.g. \
         [\"ctrl+l\", \"Return\", \"super+shift+4\"] (modifiers ctrl, shift, alt, super; aliases \
         control, option, meta/win/cmd). An unknown key name is an error listing valid names.",
     input_schema: key_schema,
+    start: key,
+    inline: None,
+    needs: Needs::Display(Gui::Key),
+    profiles: &[Profile::Owner, Profile::Desktop],
 };
 
 fn screenshot_schema() -> Value {
@@ -264,23 +285,33 @@ fn install_hint(helper: &str) -> String {
     format!("{helper} is not installed (Debian/Ubuntu: apt install {package})")
 }
 
-/// The graphical tools.
+/// What a graphical tool asks of the display: [`Probe::ready`] answers for each. The
+/// tools themselves are registered in [`super::TOOLS`] with [`Needs::Display`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tool {
+pub enum Gui {
     Screenshot,
     Mouse,
     Key,
 }
 
-impl Tool {
-    pub const ALL: [Tool; 3] = [Tool::Screenshot, Tool::Mouse, Tool::Key];
+impl Gui {
+    /// Every variant, so a test can check each is registered exactly once.
+    pub const ALL: [Gui; 3] = [Gui::Screenshot, Gui::Mouse, Gui::Key];
+
+    /// The registered tool's name.
     pub fn name(self) -> &'static str {
-        match self {
-            Tool::Screenshot => "screenshot",
-            Tool::Mouse => "mouse",
-            Tool::Key => "key",
-        }
+        gui_tools()
+            .find(|(_, g)| *g == self)
+            .map_or("graphical tool", |(t, _)| t.name)
     }
+}
+
+/// The registered tools that need the display, in listing order, with what each needs.
+pub fn gui_tools() -> impl Iterator<Item = (&'static Tool, Gui)> {
+    super::TOOLS.iter().filter_map(|t| match t.needs {
+        Needs::Display(g) => Some((*t, g)),
+        Needs::Nothing | Needs::Bash => None,
+    })
 }
 
 /// What one probe found: the backend, its displays, helpers, and what is wrong.
@@ -335,16 +366,35 @@ impl Probe {
         )
     }
 
+    /// A probe that found an X display and every helper, so each graphical tool's
+    /// readiness is a fact of its own rather than the probe's one problem.
+    #[cfg(test)]
+    pub(crate) fn working_x11() -> Probe {
+        Probe {
+            requested: DisplayBackend::X11,
+            backend: Some(Backend::X11),
+            env: DisplayEnv::default(),
+            helpers: HELPERS
+                .iter()
+                .map(|(h, _)| (*h, Some(PathBuf::from("/nonexistent/bin").join(h))))
+                .collect(),
+            displays: Vec::new(),
+            problem: None,
+            globals: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
     /// Ok when `tool` can run here, else what is missing and how to fix it.
-    pub fn ready(&self, tool: Tool) -> Result<(), String> {
+    pub fn ready(&self, tool: Gui) -> Result<(), String> {
         if let Some(problem) = &self.problem {
             return Err(problem.clone());
         }
         match (self.backend, tool) {
             (None, _) => Err("no display backend".into()),
-            (Some(Backend::X11), Tool::Screenshot) => self.x11_grabber().map(drop),
-            (Some(Backend::X11), Tool::Mouse | Tool::Key) => self.need("xdotool").map(drop),
-            (Some(Backend::Wayland), Tool::Screenshot) => {
+            (Some(Backend::X11), Gui::Screenshot) => self.x11_grabber().map(drop),
+            (Some(Backend::X11), Gui::Mouse | Gui::Key) => self.need("xdotool").map(drop),
+            (Some(Backend::Wayland), Gui::Screenshot) => {
                 self.need("grim")?;
                 if !self.has_global(wayland::SCREENCOPY) {
                     return Err(format!(
@@ -356,14 +406,14 @@ impl Probe {
                 }
                 Ok(())
             }
-            (Some(Backend::Wayland), Tool::Mouse) => {
+            (Some(Backend::Wayland), Gui::Mouse) => {
                 if self.has_global(wayland::VIRTUAL_POINTER) {
                     Ok(())
                 } else {
                     Err(wayland::no_virtual_pointer())
                 }
             }
-            (Some(Backend::Wayland), Tool::Key) => {
+            (Some(Backend::Wayland), Gui::Key) => {
                 self.need("wtype")?;
                 if !self.has_global(wayland::VIRTUAL_KEYBOARD) {
                     return Err(format!(
@@ -400,42 +450,35 @@ impl Probe {
         })
     }
 
-    /// The environment helpers run with: the daemon's, minus secrets and `HANDNODE_*`,
-    /// with the display variables this probe used.
+    /// The environment helpers run with: the daemon's, cleaned by
+    /// [`super::env::child_env`], with the display variables this probe used (and a
+    /// default `PATH`) in place of the daemon's own. Variables that are not UTF-8 are left
+    /// out: helpers get their environment as text.
     pub fn child_env(&self, cfg: &ToolConfig) -> Vec<(String, String)> {
-        let mut out: Vec<(String, String)> = std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-            .filter(|(k, v)| {
-                !k.starts_with("HANDNODE_")
-                    && !DISPLAY_VARS.contains(&k.as_str())
-                    && !cfg.scrub_env.iter().any(|s| s == k)
-                    && !cfg
-                        .scrub_values
-                        .iter()
-                        .any(|s| !s.is_empty() && s.matches(v))
-            })
+        let mut set: Vec<(String, String)> = self
+            .env
+            .pairs()
+            .iter()
+            .filter_map(|(name, value)| Some((name.to_string(), value.as_ref()?.clone())))
             .collect();
-        for (name, value) in self.env.pairs() {
-            if let Some(value) = value {
-                out.push((name.to_string(), value.clone()));
-            }
-        }
         if self.env.path.is_none() {
-            out.push(("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()));
+            set.push(("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()));
         }
-        out
+        super::env::child_env(std::env::vars_os(), cfg, &DISPLAY_VARS, &set)
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect()
     }
 
     /// The JSON `sys_info` and `doctor` show.
     pub fn to_json(&self) -> Value {
-        let tools: serde_json::Map<String, Value> = Tool::ALL
-            .iter()
-            .map(|t| {
-                let v = match self.ready(*t) {
+        let tools: serde_json::Map<String, Value> = gui_tools()
+            .map(|(t, g)| {
+                let v = match self.ready(g) {
                     Ok(()) => json!({"works": true}),
                     Err(why) => json!({"works": false, "why": why}),
                 };
-                (t.name().to_string(), v)
+                (t.name.to_string(), v)
             })
             .collect();
         let helpers: serde_json::Map<String, Value> = self
@@ -496,7 +539,7 @@ const NO_DISPLAY: &str = "no display: neither WAYLAND_DISPLAY nor DISPLAY is set
 
 /// Look at the environment and the display servers now. Cheap: environment, socket
 /// existence, `PATH`, and one short query of the chosen display server.
-pub fn probe_now(cfg: &ToolConfig) -> Probe {
+pub fn probe_now(cfg: &ToolConfig, processes: &ProcessWatcher) -> Probe {
     let env = DisplayEnv::from_config(cfg);
     let helpers = HELPERS
         .iter()
@@ -532,7 +575,7 @@ pub fn probe_now(cfg: &ToolConfig) -> Probe {
             }
         },
         DisplayBackend::X11 => match &p.env.display {
-            Some(_) => probe_x11(&mut p, cfg),
+            Some(_) => probe_x11(&mut p, cfg, processes),
             None => {
                 p.problem = Some(
                     "--display-backend x11 but DISPLAY is not set in handnode's environment: \
@@ -556,11 +599,11 @@ pub fn probe_now(cfg: &ToolConfig) -> Probe {
                         "WAYLAND_DISPLAY is set but {} does not exist; using X11",
                         path.display()
                     ));
-                    probe_x11(&mut p, cfg)
+                    probe_x11(&mut p, cfg, processes)
                 }
                 (Some(Err(why)), true) => {
                     p.notes.push(format!("{why}; using X11"));
-                    probe_x11(&mut p, cfg)
+                    probe_x11(&mut p, cfg, processes)
                 }
                 (Some(Ok(path)), false) => {
                     p.backend = Some(Backend::Wayland);
@@ -574,7 +617,7 @@ pub fn probe_now(cfg: &ToolConfig) -> Probe {
                     p.backend = Some(Backend::Wayland);
                     p.problem = Some(why);
                 }
-                (None, true) => probe_x11(&mut p, cfg),
+                (None, true) => probe_x11(&mut p, cfg, processes),
                 (None, false) => p.problem = Some(NO_DISPLAY.into()),
             }
         }
@@ -607,13 +650,13 @@ fn probe_wayland(p: &mut Probe, timeout: Duration) {
     }
 }
 
-fn probe_x11(p: &mut Probe, cfg: &ToolConfig) {
+fn probe_x11(p: &mut Probe, cfg: &ToolConfig, processes: &ProcessWatcher) {
     p.backend = Some(Backend::X11);
     let display = p.env.display.clone().unwrap_or_default();
     let env = p.child_env(cfg);
     let ctl = JobCtl::new();
     let query = |program: &Path, args: &[&str]| {
-        run::run_ok(
+        helper::run_ok(
             &Helper {
                 program,
                 args: args.iter().map(|s| s.to_string()).collect(),
@@ -623,6 +666,7 @@ fn probe_x11(p: &mut Probe, cfg: &ToolConfig) {
                 cancel_kills: true,
             },
             &ctl,
+            processes,
         )
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .map_err(RunError::message)
@@ -695,8 +739,10 @@ impl DisplayState {
     }
 
     /// The current probe, reused for `display_probe_ttl`.
-    pub fn probe(&self, cfg: &ToolConfig) -> Arc<Probe> {
-        self.cache.get(cfg.display_probe_ttl, || probe_now(cfg)).0
+    pub fn probe(&self, cfg: &ToolConfig, processes: &ProcessWatcher) -> Arc<Probe> {
+        self.cache
+            .get(cfg.display_probe_ttl, || probe_now(cfg, processes))
+            .0
     }
 
     /// Queue a graphical action for the display thread, starting it on first use. Actions
@@ -709,8 +755,16 @@ impl DisplayState {
                 .name("display".into())
                 .spawn(move || {
                     for job in rx.iter() {
-                        // A panic is reported by the job's Completion drop.
-                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                        // A panic is reported to the caller by the job's Completion drop.
+                        if let Err(payload) =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
+                        {
+                            crate::containment::caught(
+                                crate::containment::Site::Tool,
+                                "a graphical call",
+                                payload.as_ref(),
+                            );
+                        }
                     }
                 })
                 .map_err(|e| format!("cannot start the display thread: {e}"))?;
@@ -736,12 +790,13 @@ impl DisplayState {
 pub fn query(
     probe: &Probe,
     cfg: &ToolConfig,
+    processes: &ProcessWatcher,
     program: &str,
     args: &[&str],
 ) -> Result<String, String> {
     let path = which(program, probe.env.path.as_deref()).ok_or_else(|| install_hint(program))?;
     let env = probe.child_env(cfg);
-    run::run_ok(
+    helper::run_ok(
         &Helper {
             program: &path,
             args: args.iter().map(|s| s.to_string()).collect(),
@@ -751,6 +806,7 @@ pub fn query(
             cancel_kills: true,
         },
         &JobCtl::new(),
+        processes,
     )
     .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
     .map_err(RunError::message)
@@ -758,14 +814,14 @@ pub fn query(
 
 /// Backend, displays and which graphical tools work (and why not), for `sys_info`.
 pub fn facts(host: &ToolHost) -> Value {
-    host.display.probe(&host.config).to_json()
+    host.display.probe(&host.config, &host.processes).to_json()
 }
 
 /// Run `work` on the display thread with a fresh probe; its output completes `done`.
 fn dispatch(
     cx: CallContext,
     done: Completion,
-    tool: Tool,
+    tool: Gui,
     work: impl FnOnce(&Probe, &CallContext) -> ToolOutput + Send + 'static,
 ) {
     let host = cx.host.clone();
@@ -779,7 +835,7 @@ fn dispatch(
             done.complete(ToolOutput::tool_error("cancelled before it started"));
             return;
         }
-        let probe = cx.host.display.probe(&cx.host.config);
+        let probe = cx.host.display.probe(&cx.host.config, &cx.host.processes);
         let out = match probe.ready(tool) {
             Ok(()) => work(&probe, &cx),
             Err(why) => ToolOutput::tool_error(format!("{} unavailable: {why}", tool.name())),
@@ -805,23 +861,20 @@ fn object(args: &Value) -> ArgResult<serde_json::Map<String, Value>> {
     }
 }
 
+/// The display tools name fields in backticks.
+const NAMING: Naming = Naming::Code;
+
 fn int(
     m: &serde_json::Map<String, Value>,
     key: &str,
     min: i64,
     max: i64,
 ) -> ArgResult<Option<i64>> {
-    match m.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_i64() {
-            Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
-            _ => Err(format!("`{key}` must be an integer from {min} to {max}")),
-        },
-    }
+    args::int(m, key, min..=max, NAMING, None)
 }
 
 fn req_int(m: &serde_json::Map<String, Value>, key: &str, min: i64, max: i64) -> ArgResult<i64> {
-    int(m, key, min, max)?.ok_or_else(|| format!("`{key}` is required"))
+    args::required_int(m, key, min..=max, NAMING)
 }
 
 fn string<'a>(m: &'a serde_json::Map<String, Value>, key: &str) -> ArgResult<Option<&'a str>> {
@@ -1176,7 +1229,7 @@ pub fn parse_key(args: &Value) -> ArgResult<KeyArgs> {
 
 // ───────────────────────────── tools ─────────────────────────────
 
-fn helper_error(tool: Tool, e: RunError) -> ToolOutput {
+fn helper_error(tool: Gui, e: RunError) -> ToolOutput {
     match e {
         RunError::Cancelled => ToolOutput::tool_error(format!("{} cancelled", tool.name())),
         RunError::Failed(why) => ToolOutput::tool_error(format!("{} failed: {why}", tool.name())),
@@ -1188,7 +1241,7 @@ pub fn screenshot(args: Value, cx: CallContext, done: Completion) {
         Ok(r) => r,
         Err(e) => return done.complete(ToolOutput::InvalidParams(e)),
     };
-    dispatch(cx, done, Tool::Screenshot, move |probe, cx| {
+    dispatch(cx, done, Gui::Screenshot, move |probe, cx| {
         take_screenshot(probe, cx, &req).unwrap_or_else(|e| e)
     });
 }
@@ -1196,7 +1249,7 @@ pub fn screenshot(args: Value, cx: CallContext, done: Completion) {
 fn capture(probe: &Probe, cx: &CallContext, display: &Display) -> Result<Vec<u8>, ToolOutput> {
     let cfg = &cx.host.config;
     let env = probe.child_env(cfg);
-    let dir = run::ScratchDir::new()
+    let dir = helper::ScratchDir::new()
         .map_err(|e| ToolOutput::tool_error(format!("screenshot failed: no scratch space: {e}")))?;
     let file = dir.path().join("shot.png");
     let file_arg = file.display().to_string();
@@ -1226,7 +1279,7 @@ fn capture(probe: &Probe, cx: &CallContext, display: &Display) -> Result<Vec<u8>
             (grim, args)
         }
     };
-    run::run_ok(
+    helper::run_ok(
         &Helper {
             program,
             args,
@@ -1236,8 +1289,9 @@ fn capture(probe: &Probe, cx: &CallContext, display: &Display) -> Result<Vec<u8>
             cancel_kills: true,
         },
         &cx.ctl,
+        &cx.host.processes,
     )
-    .map_err(|e| helper_error(Tool::Screenshot, e))?;
+    .map_err(|e| helper_error(Gui::Screenshot, e))?;
     std::fs::read(&file).map_err(|e| {
         ToolOutput::tool_error(format!(
             "screenshot failed: the grabber wrote no image ({e})"
@@ -1371,7 +1425,7 @@ pub fn mouse(args: Value, cx: CallContext, done: Completion) {
         Ok(r) => r,
         Err(e) => return done.complete(ToolOutput::InvalidParams(e)),
     };
-    dispatch(cx, done, Tool::Mouse, move |probe, cx| {
+    dispatch(cx, done, Gui::Mouse, move |probe, cx| {
         move_mouse(probe, cx, &req).unwrap_or_else(|e| e)
     });
 }
@@ -1405,7 +1459,7 @@ fn move_mouse(probe: &Probe, cx: &CallContext, req: &MouseArgs) -> Result<ToolOu
             }
             let env = probe.child_env(cfg);
             let xdotool = probe.need("xdotool").map_err(ToolOutput::tool_error)?;
-            run::run_ok(
+            helper::run_ok(
                 &Helper {
                     program: xdotool,
                     args: x11::mouse_args(&req.action),
@@ -1416,8 +1470,9 @@ fn move_mouse(probe: &Probe, cx: &CallContext, req: &MouseArgs) -> Result<ToolOu
                     cancel_kills: false,
                 },
                 &cx.ctl,
+                &cx.host.processes,
             )
-            .map_err(|e| helper_error(Tool::Mouse, e))?;
+            .map_err(|e| helper_error(Gui::Mouse, e))?;
         }
         _ => {
             let socket = probe.wayland_socket().map_err(ToolOutput::tool_error)?;
@@ -1493,7 +1548,7 @@ pub fn key(args: Value, cx: CallContext, done: Completion) {
             )));
         }
     }
-    dispatch(cx, done, Tool::Key, move |probe, cx| {
+    dispatch(cx, done, Gui::Key, move |probe, cx| {
         press_keys(probe, cx, &req, &chords).unwrap_or_else(|e| e)
     });
 }
@@ -1512,7 +1567,7 @@ fn press_keys(
         .map_err(ToolOutput::tool_error)?;
     let per_key = Duration::from_millis(u64::from(req.delay_ms) + u64::from(WTYPE_SETTLE_MS));
     let run = |args: Vec<String>, keystrokes: usize| {
-        run::run_ok(
+        helper::run_ok(
             &Helper {
                 program,
                 args,
@@ -1523,8 +1578,9 @@ fn press_keys(
                 cancel_kills: false,
             },
             &cx.ctl,
+            &cx.host.processes,
         )
-        .map_err(|e| helper_error(Tool::Key, e))
+        .map_err(|e| helper_error(Gui::Key, e))
     };
     let per_piece = keys_per_piece(req.delay_ms);
     let deadline = Instant::now() + Duration::from_secs(cx.limits.max_run_secs);

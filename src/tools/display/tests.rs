@@ -1,5 +1,10 @@
 use super::*;
 
+/// [`super::probe_now`] with a process watcher of the test's own.
+fn probe_now(cfg: &ToolConfig) -> Probe {
+    super::probe_now(cfg, &ProcessWatcher::start().unwrap())
+}
+
 #[test]
 fn screenshot_args_and_their_bounds() {
     let ok = parse_screenshot(
@@ -207,23 +212,23 @@ fn cfg_with(env: &[(&str, &str)], backend: DisplayBackend) -> ToolConfig {
 fn no_display_says_what_is_missing() {
     let p = probe_now(&cfg_with(&[("PATH", "/nonexistent")], DisplayBackend::Auto));
     assert_eq!(p.backend, None);
-    for tool in Tool::ALL {
+    for tool in Gui::ALL {
         let err = p.ready(tool).unwrap_err();
         assert!(err.contains("neither WAYLAND_DISPLAY nor DISPLAY"), "{err}");
     }
     let p = probe_now(&cfg_with(&[("DISPLAY", ":0")], DisplayBackend::None));
     assert!(p
-        .ready(Tool::Mouse)
+        .ready(Gui::Mouse)
         .unwrap_err()
         .contains("--display-backend none"));
     let p = probe_now(&cfg_with(&[], DisplayBackend::X11));
     assert!(p
-        .ready(Tool::Key)
+        .ready(Gui::Key)
         .unwrap_err()
         .contains("DISPLAY is not set"));
     let p = probe_now(&cfg_with(&[], DisplayBackend::Wayland));
     assert!(p
-        .ready(Tool::Key)
+        .ready(Gui::Key)
         .unwrap_err()
         .contains("WAYLAND_DISPLAY is not set"));
     let p = probe_now(&cfg_with(
@@ -231,7 +236,7 @@ fn no_display_says_what_is_missing() {
         DisplayBackend::Auto,
     ));
     assert!(p
-        .ready(Tool::Screenshot)
+        .ready(Gui::Screenshot)
         .unwrap_err()
         .contains("XDG_RUNTIME_DIR"));
     let p = probe_now(&cfg_with(
@@ -242,7 +247,7 @@ fn no_display_says_what_is_missing() {
         DisplayBackend::Auto,
     ));
     assert!(p
-        .ready(Tool::Screenshot)
+        .ready(Gui::Screenshot)
         .unwrap_err()
         .contains("/nonexistent/wayland-7 does not exist"));
 }
@@ -256,7 +261,7 @@ fn x11_without_helpers_names_the_packages() {
     ));
     assert_eq!(p.backend, Some(Backend::X11));
     assert!(p
-        .ready(Tool::Mouse)
+        .ready(Gui::Mouse)
         .unwrap_err()
         .contains("/tmp/.X11-unix/X987654"));
     // The same with a display that is not local: the probe cannot tell it is dead, so the
@@ -265,12 +270,12 @@ fn x11_without_helpers_names_the_packages() {
         &[("DISPLAY", "remote.invalid:0"), ("PATH", "/nonexistent")],
         DisplayBackend::X11,
     ));
-    let err = p.ready(Tool::Mouse).unwrap_err();
+    let err = p.ready(Gui::Mouse).unwrap_err();
     assert!(
         err.contains("xdotool is not installed (Debian/Ubuntu: apt install xdotool)"),
         "{err}"
     );
-    let err = p.ready(Tool::Screenshot).unwrap_err();
+    let err = p.ready(Gui::Screenshot).unwrap_err();
     assert!(
         err.contains("apt install scrot") && err.contains("imagemagick"),
         "{err}"
@@ -311,7 +316,7 @@ fn child_env_drops_secrets_and_handnode_vars() {
 
 #[test]
 fn which_finds_only_executables() {
-    let dir = run::ScratchDir::new().unwrap();
+    let dir = helper::ScratchDir::new().unwrap();
     let exe = dir.path().join("tool");
     std::fs::write(&exe, "#!/bin/sh\n").unwrap();
     let path = dir.path().display().to_string();
@@ -327,12 +332,13 @@ fn which_finds_only_executables() {
 #[test]
 fn probe_is_cached_for_the_ttl() {
     let state = DisplayState::default();
+    let w = ProcessWatcher::start().unwrap();
     let mut cfg = cfg_with(&[], DisplayBackend::None);
     cfg.display_probe_ttl = Duration::from_secs(3600);
-    let a = state.probe(&cfg);
-    assert!(Arc::ptr_eq(&a, &state.probe(&cfg)));
+    let a = state.probe(&cfg, &w);
+    assert!(Arc::ptr_eq(&a, &state.probe(&cfg, &w)));
     cfg.display_probe_ttl = Duration::ZERO;
-    assert!(!Arc::ptr_eq(&a, &state.probe(&cfg)));
+    assert!(!Arc::ptr_eq(&a, &state.probe(&cfg, &w)));
 }
 
 #[test]

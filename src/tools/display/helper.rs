@@ -1,24 +1,27 @@
-//! Running display helpers (`xdotool`, `grim`, `wtype`, …) for one call: argv only, in
-//! their own process group tied to the call's `JobCtl` (a cancel kills them), with a
-//! timeout, and output collected through unlinked scratch files so a large screenshot
-//! can never deadlock a pipe. Runs on the display thread, never on a pool worker.
+//! One display helper call (`xdotool`, `grim`, `wtype`, …): its argv, environment, stdin,
+//! timeout and how a cancel applies, run to completion by the process watcher
+//! ([`crate::tools::process`]) in its own process group tied to the call's `JobCtl`, and
+//! the error text people read. Runs on the display thread (or `doctor`), which may wait;
+//! never on a pool worker.
 
 use std::ffi::OsStr;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
-
-use rustix::event::{poll, PollFd, PollFlags, Timespec};
-use rustix::process::{Pid, PidfdFlags, Signal};
+use std::process::{Command, ExitStatus};
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::jobs::JobCtl;
+use crate::tools::process::{End, ProcessWatcher, RunSpec};
 
 /// Most of a helper's stderr kept for an error message (bytes).
 const STDERR_KEEP_BYTES: usize = 2048;
+/// Most of a helper's stdout kept (bytes): far above what a query prints (`xdpyinfo` is a
+/// few KiB); screenshots go through a file, not stdout.
+const STDOUT_MAX_BYTES: usize = 4 << 20;
 
 /// What a helper left behind.
 #[derive(Debug)]
@@ -123,29 +126,17 @@ impl Drop for ScratchDir {
     }
 }
 
-fn read_all(mut file: File) -> std::io::Result<Vec<u8>> {
-    file.seek(SeekFrom::Start(0))?;
-    let mut out = Vec::new();
-    file.read_to_end(&mut out)?;
-    Ok(out)
-}
-
-fn timespec(d: Duration) -> Timespec {
-    Timespec {
-        tv_sec: d.as_secs().try_into().unwrap_or(i64::MAX),
-        tv_nsec: d.subsec_nanos().into(),
-    }
-}
-
 /// Run `helper` to completion. A non-zero exit is not an error here; see [`run_ok`].
-pub fn run(helper: &Helper<'_>, ctl: &JobCtl) -> Result<Output, RunError> {
+pub fn run(
+    helper: &Helper<'_>,
+    ctl: &Arc<JobCtl>,
+    processes: &ProcessWatcher,
+) -> Result<Output, RunError> {
     let name = program_name(helper.program);
     let failed = |what: &str, e: std::io::Error| RunError::Failed(format!("{what} {name}: {e}"));
     if helper.cancel_kills && ctl.is_cancelled() {
         return Err(RunError::Cancelled);
     }
-    let stdout = scratch_file().map_err(|e| failed("cannot make scratch space for", e))?;
-    let stderr = scratch_file().map_err(|e| failed("cannot make scratch space for", e))?;
     let stdin = match helper.stdin {
         Some(data) => {
             let mut file =
@@ -153,99 +144,64 @@ pub fn run(helper: &Helper<'_>, ctl: &JobCtl) -> Result<Output, RunError> {
             file.write_all(data)
                 .and_then(|()| file.seek(SeekFrom::Start(0)).map(drop))
                 .map_err(|e| failed("cannot prepare input for", e))?;
-            Stdio::from(file)
+            Some(file)
         }
-        None => Stdio::null(),
+        None => None,
     };
     let mut command = Command::new(helper.program);
     command
         .args(helper.args.iter().map(OsStr::new))
         .env_clear()
         .envs(helper.env.iter().map(|(k, v)| (k, v)))
-        .stdin(stdin)
-        .stdout(Stdio::from(
-            stdout.try_clone().map_err(|e| failed("cannot start", e))?,
-        ))
-        .stderr(Stdio::from(
-            stderr.try_clone().map_err(|e| failed("cannot start", e))?,
-        ))
-        .current_dir("/")
-        .process_group(0);
-    let mut child = command.spawn().map_err(|e| failed("cannot start", e))?;
-    let pid = Pid::from_raw(child.id() as i32).expect("a child's pid is positive");
-    let killed_by_cancel = helper.cancel_kills && !ctl.register_group(pid);
-    let status = wait(&mut child, pid, helper.timeout, killed_by_cancel);
-    if helper.cancel_kills {
-        ctl.unregister_group(pid);
-    }
-    let status = match status {
-        Ok(status) => status,
-        Err(Waited::TimedOut) => {
+        .current_dir("/");
+    // An input helper is not tied to the call: killed between press and release, a key
+    // would stay held (see `Helper::cancel_kills`).
+    let run_ctl = if helper.cancel_kills {
+        Arc::clone(ctl)
+    } else {
+        JobCtl::new()
+    };
+    let spec = RunSpec {
+        timeout: helper.timeout,
+        max_output_bytes: STDOUT_MAX_BYTES,
+        ctl: run_ctl,
+        stdin,
+    };
+    let run = processes
+        .run(command, spec)
+        .map_err(|e| failed("cannot start", e))?;
+    match run.end {
+        End::Exited => {}
+        End::Cancelled => return Err(RunError::Cancelled),
+        End::TimedOut => {
             return Err(RunError::Failed(format!(
                 "{name} did not finish within {} s and was killed",
                 helper.timeout.as_secs_f64()
             )))
         }
-        Err(Waited::Io(e)) => return Err(failed("cannot wait for", e)),
-    };
+        End::Aborted => {
+            return Err(RunError::Failed(format!(
+                "handnode stopped watching {name} (shutting down)"
+            )))
+        }
+    }
     if helper.cancel_kills && ctl.is_cancelled() {
         return Err(RunError::Cancelled);
     }
-    let stdout = read_all(stdout).map_err(|e| failed("cannot read the output of", e))?;
-    let mut stderr = read_all(stderr).map_err(|e| failed("cannot read the output of", e))?;
+    if run.stdout_truncated {
+        return Err(RunError::Failed(format!(
+            "{name} printed more than {STDOUT_MAX_BYTES} bytes"
+        )));
+    }
+    let mut stderr = run.stderr;
     stderr.truncate(STDERR_KEEP_BYTES);
     Ok(Output {
-        status,
-        stdout,
+        status: run
+            .status
+            .unwrap_or_else(|| ExitStatus::from_raw((run.exit_code & 0xff) << 8)),
+        stdout: run.stdout,
         stderr: String::from_utf8_lossy(&stderr).trim().to_string(),
     })
-}
-
-enum Waited {
-    TimedOut,
-    Io(std::io::Error),
-}
-
-/// Wait on the child's pidfd until it exits or `timeout` passes (then kill its group).
-fn wait(
-    child: &mut std::process::Child,
-    pid: Pid,
-    timeout: Duration,
-    already_killed: bool,
-) -> Result<ExitStatus, Waited> {
-    let kill_and_reap = |child: &mut std::process::Child| {
-        let _ = rustix::process::kill_process_group(pid, Signal::KILL);
-        let _ = child.wait();
-    };
-    if already_killed {
-        // Cancelled before it was registered: register_group killed the group.
-        return child.wait().map_err(Waited::Io);
-    }
-    let pidfd = match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
-        Ok(fd) => fd,
-        Err(e) => {
-            kill_and_reap(child);
-            return Err(Waited::Io(e.into()));
-        }
-    };
-    let deadline = Instant::now() + timeout;
-    loop {
-        let now = Instant::now();
-        if now >= deadline {
-            kill_and_reap(child);
-            return Err(Waited::TimedOut);
-        }
-        let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
-        match poll(&mut fds, Some(&timespec(deadline - now))) {
-            Ok(0) => continue,
-            Ok(_) => return child.wait().map_err(Waited::Io),
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => {
-                kill_and_reap(child);
-                return Err(Waited::Io(e.into()));
-            }
-        }
-    }
 }
 
 /// Describe an exit status for a person.
@@ -258,8 +214,12 @@ pub fn describe_status(status: ExitStatus) -> String {
 }
 
 /// Run and insist on exit 0; the error names the helper and quotes its stderr.
-pub fn run_ok(helper: &Helper<'_>, ctl: &JobCtl) -> Result<Output, RunError> {
-    let out = run(helper, ctl)?;
+pub fn run_ok(
+    helper: &Helper<'_>,
+    ctl: &Arc<JobCtl>,
+    processes: &ProcessWatcher,
+) -> Result<Output, RunError> {
+    let out = run(helper, ctl, processes)?;
     if out.status.success() {
         return Ok(out);
     }
@@ -278,6 +238,13 @@ pub fn run_ok(helper: &Helper<'_>, ctl: &JobCtl) -> Result<Output, RunError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
+    use std::time::Instant;
+
+    /// A process watcher of the test's own.
+    fn w() -> ProcessWatcher {
+        ProcessWatcher::start().unwrap()
+    }
 
     fn env() -> Vec<(String, String)> {
         vec![("PATH".into(), "/usr/bin:/bin".into())]
@@ -303,12 +270,37 @@ mod tests {
             &env,
             Duration::from_secs(30),
         );
-        let out = run(&h, &JobCtl::new()).unwrap();
+        let out = run(&h, &JobCtl::new(), &w()).unwrap();
         assert_eq!(out.stdout.len(), 1 << 20);
         assert_eq!(out.stderr, "oops");
         assert_eq!(out.status.code(), Some(3));
-        let err = run_ok(&h, &JobCtl::new()).unwrap_err().message();
+        let err = run_ok(&h, &JobCtl::new(), &w()).unwrap_err().message();
         assert_eq!(err, "sh failed (exit 3): oops");
+    }
+
+    #[test]
+    fn stdout_is_kept_up_to_its_bound_and_refused_past_it() {
+        let env = env();
+        let w = w();
+        let at = sh(
+            &format!("head -c {STDOUT_MAX_BYTES} /dev/zero"),
+            &env,
+            Duration::from_secs(30),
+        );
+        assert_eq!(
+            run_ok(&at, &JobCtl::new(), &w).unwrap().stdout.len(),
+            STDOUT_MAX_BYTES
+        );
+        let over = sh(
+            &format!("head -c {} /dev/zero", STDOUT_MAX_BYTES + 1),
+            &env,
+            Duration::from_secs(30),
+        );
+        let err = run(&over, &JobCtl::new(), &w).unwrap_err().message();
+        assert_eq!(
+            err,
+            format!("sh printed more than {STDOUT_MAX_BYTES} bytes")
+        );
     }
 
     #[test]
@@ -319,7 +311,7 @@ mod tests {
         ];
         let mut h = sh("cat; env | sort", &env, Duration::from_secs(30));
         h.stdin = Some(b"typed\n");
-        let out = run_ok(&h, &JobCtl::new()).unwrap();
+        let out = run_ok(&h, &JobCtl::new(), &w()).unwrap();
         let text = String::from_utf8(out.stdout).unwrap();
         assert!(text.starts_with("typed\n"), "{text}");
         assert!(text.contains("ONLY_THIS=yes"));
@@ -350,7 +342,7 @@ mod tests {
         // The background sleep is in the helper's group; the timeout must take it too.
         let script = format!("sleep 30 & echo $! > {}; wait", pidfile.display());
         let h = sh(&script, &env, Duration::from_millis(300));
-        let err = run(&h, &JobCtl::new()).unwrap_err().message();
+        let err = run(&h, &JobCtl::new(), &w()).unwrap_err().message();
         assert!(err.contains("did not finish within 0.3 s"), "{err}");
         let pid = std::fs::read_to_string(&pidfile).unwrap();
         let pid = pid.trim();
@@ -394,7 +386,7 @@ mod tests {
             Duration::from_secs(60),
         );
         let started = Instant::now();
-        assert_eq!(run(&h, &ctl).unwrap_err(), RunError::Cancelled);
+        assert_eq!(run(&h, &ctl, &w()).unwrap_err(), RunError::Cancelled);
         canceller.join().unwrap();
         // Generous watchdog: far below the helper's 30 s sleep.
         assert!(started.elapsed() < Duration::from_secs(20));
@@ -407,10 +399,10 @@ mod tests {
         ctl.cancel();
         let mut h = sh("echo typed", &env, Duration::from_secs(30));
         h.cancel_kills = false;
-        let out = run_ok(&h, &ctl).unwrap();
+        let out = run_ok(&h, &ctl, &w()).unwrap();
         assert_eq!(out.stdout, b"typed\n");
         h.cancel_kills = true;
-        assert_eq!(run(&h, &ctl).unwrap_err(), RunError::Cancelled);
+        assert_eq!(run(&h, &ctl, &w()).unwrap_err(), RunError::Cancelled);
     }
 
     #[test]
@@ -424,7 +416,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             cancel_kills: true,
         };
-        let err = run(&h, &JobCtl::new()).unwrap_err().message();
+        let err = run(&h, &JobCtl::new(), &w()).unwrap_err().message();
         assert!(err.starts_with("cannot start xdotool"), "{err}");
     }
 
