@@ -106,7 +106,7 @@ impl Opts {
                         "bench [--bin PATH] [--static-bin PATH] [--static-libc NAME] [--quick] \
                          [--only SECTION,...] [--placement NAME] [--server-cpu N]\n\
                          sections: memory, latency (= ping, sys_info, bash, pipelined, hol), \
-                         approval, attach, redial, screenshot, browser, jobs"
+                         approval, attach, redial, screenshot, browser, audit, jobs"
                     );
                     std::process::exit(0);
                 }
@@ -2066,6 +2066,100 @@ fn bench_browser(r: &mut Report, o: &Opts, dir: &Path) {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// Bytes of other grants' calls before the measured grant's in the long audit file: under
+/// the 10 MiB rotation size, so the daemon's own records do not rotate it away.
+const AUDIT_FILLER_BYTES: usize = 9 << 20;
+/// The measured grant's calls at the end of the audit file, and the `limit` asked for.
+const AUDIT_TAIL_CALLS: usize = 50;
+
+fn audit_line(grant: &str, n: usize) -> String {
+    json!({"ts": "2026-11-30T12:00:00Z", "ts_ms": n, "kind": "tool_call", "grant_id": grant,
+           "principal": "bench", "session": "bench", "tool": "sys_info", "outcome": "ok",
+           "duration_ms": 0})
+    .to_string()
+}
+
+/// A daemon whose state dir starts with an audit file of `filler` bytes of another grant's
+/// calls followed by [`AUDIT_TAIL_CALLS`] of `grant`'s.
+fn audit_daemon(o: &Opts, dir: &Path, grant: &str, filler: usize) -> DaemonProc {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let state = dir.join("state");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&state)
+        .unwrap();
+    let mut text = String::with_capacity(filler + AUDIT_TAIL_CALLS * 256);
+    let other = "00000000-0000-4000-8000-000000000000";
+    let mut n = 0;
+    while text.len() < filler {
+        text.push_str(&audit_line(other, n));
+        text.push('\n');
+        n += 1;
+    }
+    for _ in 0..AUDIT_TAIL_CALLS {
+        text.push_str(&audit_line(grant, n));
+        text.push('\n');
+        n += 1;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(state.join("audit.jsonl"))
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .unwrap();
+    DaemonProc::start(&o.bin, dir, None)
+}
+
+/// Latencies (us) of `GET path`, after a warm-up, each checked to be a `200`.
+fn get_latencies(d: &DaemonProc, path: &str, n: usize) -> Vec<f64> {
+    let one = || {
+        let t = Instant::now();
+        let (status, v) = d.http("GET", path, None);
+        assert_eq!(status, 200, "GET {path}: {v}");
+        us(t.elapsed())
+    };
+    for _ in 0..n / 10 + 1 {
+        one();
+    }
+    (0..n).map(|_| one()).collect()
+}
+
+/// `GET /audit` (the console's Activity view) reads the audit file backwards, so a grant's
+/// newest calls cost the same whether the file holds only them or 9 MiB of older records
+/// (the floor is the same request on the short file); a grant with no calls in it reads the
+/// whole file, bounded by the 16 MiB scan.
+fn bench_audit(r: &mut Report, o: &Opts, dir: &Path) {
+    let grant = "0b7e1c2a-5d1f-4c3e-9a47-2f0c8d6e1b90";
+    let absent = "1c8f2d3b-6e2a-4d4f-8b58-3a1d9e7f2ca1";
+    let tail = format!("/audit?grant={grant}&limit={AUDIT_TAIL_CALLS}");
+    let n = o.n(300);
+    let short = audit_daemon(o, &dir.join("audit-short"), grant, 0);
+    let floor = percentile(&get_latencies(&short, &tail, n), 0.5);
+    drop(short);
+    let long = audit_daemon(o, &dir.join("audit-long"), grant, AUDIT_FILLER_BYTES);
+    let (_, v) = long.http("GET", &tail, None);
+    assert_eq!(
+        v["calls"].as_array().map(Vec::len),
+        Some(AUDIT_TAIL_CALLS),
+        "GET {tail}: {v}"
+    );
+    let p50 = percentile(&get_latencies(&long, &tail, n), 0.5);
+    let whole = percentile(
+        &get_latencies(&long, &format!("/audit?grant={absent}"), o.n(50)),
+        0.5,
+    );
+    r.put("audit_tail_9mib_p50", p50, "us", Some(floor));
+    r.put("audit_absent_9mib_p50", whole, "us", None);
+    r.check(
+        "audit_tail_9mib_p50",
+        format!("<= 1.5 x the same on a short file = {:.0} us", 1.5 * floor),
+        Some(p50 <= 1.5 * floor),
+    );
+}
+
 /// Largest stripped dynamic release binary (bytes): 4 MiB, room for unwinding (issue 12).
 const MAX_DYNAMIC_BINARY_BYTES: u64 = 4 << 20;
 /// Largest stripped static release binary (bytes): 5 MiB.
@@ -2239,6 +2333,10 @@ fn main() {
     if o.runs("browser") {
         eprintln!("bench: browser tier");
         bench_browser(&mut r, &o, &dir);
+    }
+    if o.runs("audit") {
+        eprintln!("bench: audit");
+        bench_audit(&mut r, &o, &dir);
     }
     r.table();
     println!("machine: {}", machine());

@@ -4,7 +4,8 @@
 #      logged; curl /mcp with it (initialize, tools/list, bash echo hi); a wrong token → 401;
 #      a foreign Host → 403; a restart reuses the token;
 #   2. reverse attach against a websocat stub pod whose every connection is played by a small
-#      bash driver (initialize → tools/list → sys_info → bash echo e2e): the pod closing with
+#      bash driver (initialize → tools/list → sys_info → bash echo e2e → a bash reply of
+#      ~400 KB, which goes out fragmented and must arrive whole): the pod closing with
 #      4010 ends the grant `revoked` after exactly one dial; closing with 1000 brings a redial,
 #      and DELETE /attach/{id} then ends it `cancelled`. The first turn also runs a job:
 #      bash_start, bash_poll with wait_secs (answered when the job prints), bash_cancel, and a
@@ -161,20 +162,24 @@ if [ "$n" -eq 1 ]; then
     expect "tools/call sys_info" '.id == 3 and .result.isError != true and (.result.structuredContent.hostname | type == "string")'
     send '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo e2e"}}}'
     expect "tools/call bash echo e2e" '.id == 4 and .result.isError == false and .result.structuredContent.stdout == "e2e\n"'
+    # A reply over 64 KiB goes out as a fragmented message (frames of at most 64 KiB): it
+    # must reach the pod as one whole message, here one line of about 400 KB.
+    send '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"bash","arguments":{"command":"printf %0200000d 0","max_output_bytes":262144}}}'
+    expect "a 400 KB reply (fragmented) arrives whole" '.id == 5 and .result.isError == false and (.result.structuredContent.stdout | length == 200000 and test("^0+$"))'
     # A job: its second line comes 0.3 s after the first, so the waiting poll is answered
     # by the output, well before its 10 s.
-    send '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"bash_start","arguments":{"command":"echo started; sleep 0.3; echo job-line; exec sleep 1000"}}}'
-    expect "bash_start" '.id == 5 and .result.isError == false and .result.structuredContent.state == "running"'
+    send '{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"bash_start","arguments":{"command":"echo started; sleep 0.3; echo job-line; exec sleep 1000"}}}'
+    expect "bash_start" '.id == 6 and .result.isError == false and .result.structuredContent.state == "running"'
     job="$(jq -r '.result.structuredContent.job_id' <<<"$last" 2>/dev/null)"
-    send "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/call\",\"params\":{\"name\":\"bash_poll\",\"arguments\":{\"job_id\":\"$job\",\"stdout_offset\":8,\"wait_secs\":10}}}"
+    send "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"bash_poll\",\"arguments\":{\"job_id\":\"$job\",\"stdout_offset\":8,\"wait_secs\":10}}}"
     asked=$(date +%s%N)
-    expect "bash_poll wait_secs answers with the new line" '.id == 6 and .result.structuredContent.stdout == "job-line\n" and .result.structuredContent.state == "running"'
+    expect "bash_poll wait_secs answers with the new line" '.id == 7 and .result.structuredContent.stdout == "job-line\n" and .result.structuredContent.state == "running"'
     waited_ms=$(( ($(date +%s%N) - asked) / 1000000 ))
     if [ "$waited_ms" -lt 5000 ]; then note "PASS bash_poll answered on output (${waited_ms} ms)"; else note "FAIL bash_poll waited ${waited_ms} ms"; fi
-    send "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"bash_cancel\",\"arguments\":{\"job_id\":\"$job\"}}}"
-    expect "bash_cancel" '.id == 7 and .result.isError == false and .result.structuredContent.signal == "TERM"'
-    send "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":{\"name\":\"bash_poll\",\"arguments\":{\"job_id\":\"$job\",\"stdout_offset\":17,\"wait_secs\":10}}}"
-    expect "bash_poll sees the job killed (cancelled)" '.id == 8 and .result.structuredContent.state == "killed" and .result.structuredContent.reason == "cancelled"'
+    send "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":{\"name\":\"bash_cancel\",\"arguments\":{\"job_id\":\"$job\"}}}"
+    expect "bash_cancel" '.id == 8 and .result.isError == false and .result.structuredContent.signal == "TERM"'
+    send "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{\"name\":\"bash_poll\",\"arguments\":{\"job_id\":\"$job\",\"stdout_offset\":17,\"wait_secs\":10}}}"
+    expect "bash_poll sees the job killed (cancelled)" '.id == 9 and .result.structuredContent.state == "killed" and .result.structuredContent.reason == "cancelled"'
     note "turn done"
     # Hold the socket until the script has looked at the grant, then leave: websocat closes
     # with its --close-status-code.
@@ -198,7 +203,8 @@ start_pod() {
         port=$((20000 + RANDOM % 40000))
         # Skip ports something already answers on.
         (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
-        POD_DIR="$dir" "$websocat" --header-to-env Authorization -q -t -E -e \
+        # -B: messages up to 1 MiB (websocat's default is 64 KiB; a pod takes 16 MiB).
+        POD_DIR="$dir" "$websocat" --header-to-env Authorization -q -t -E -e -B 1048576 \
             --close-status-code "$code" --close-reason e2e \
             "ws-l:127.0.0.1:$port" "sh-c:$driver" 2>"$dir/websocat.log" &
         pid=$!
@@ -267,8 +273,8 @@ scenario() {
     check "$name: dialed /tools/attach/$name" conn_has "$pod_dir/conn1" "uri /tools/attach/$name"
     check "$name: dialed with Authorization: Bearer <the grant's secret>" \
         conn_has "$pod_dir/conn1" "auth Bearer $attach_secret"
-    check_json "$name: GET /attach/{id} → attached, 6 calls, no job running" "$(grant_json "$grant_id")" \
-        '.state == "attached" and .calls == 6 and .jobs == 0'
+    check_json "$name: GET /attach/{id} → attached, 7 calls, no job running" "$(grant_json "$grant_id")" \
+        '.state == "attached" and .calls == 7 and .jobs == 0'
     touch "$pod_dir/go"
 }
 

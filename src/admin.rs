@@ -1,6 +1,7 @@
 //! The admin API (contract §1): tiny_http on `--listen`, the Host/Origin guard, the body
 //! cap, authentication and its throttle, the `/attach` and `/approvals` routes, `/mcp` for
-//! the box's owner, `/metrics`, `/healthz` and `/readyz`.
+//! the box's owner, `/metrics`, `/healthz` and `/readyz`, and the console's routes (the
+//! page and assets of `console`, `GET /audit` read back by `activity`).
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -15,11 +16,13 @@ use log::{debug, info, warn};
 use serde_json::{json, Value};
 use tiny_http::{Header, Request, Response, Server};
 
+use crate::activity;
 use crate::approvals::{self, Approvals};
 use crate::audit::{Audit, Record};
 use crate::auth::{client_key, is_loopback, Decision, Policy, RequestFacts, Throttle, Verdict};
 use crate::calls::{Calls, Services};
 use crate::config::{Limits, Timing};
+use crate::console;
 use crate::containment::{self, Site};
 use crate::error::Error;
 use crate::grants::{AttachError, AttachRequest, Registry, SecretSource};
@@ -58,6 +61,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/attach"),
     ("GET", "/attach/{id}"),
     ("DELETE", "/attach/{id}"),
+    ("GET", "/"),
+    ("GET", "/console/{id}"),
+    ("GET", "/audit"),
     ("GET", "/approvals"),
     ("POST", "/approvals/{id}"),
     ("GET", "/metrics"),
@@ -65,8 +71,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/mcp"),
 ];
 
-/// Paths of [`ROUTES`] answered without authentication: the supervisor's probes.
-pub const PUBLIC_PATHS: &[&str] = &["/healthz", "/readyz"];
+/// Paths of [`ROUTES`] answered without authentication: the supervisor's probes, and the
+/// console's page and assets (a fresh page has no token yet; its API calls authenticate).
+pub const PUBLIC_PATHS: &[&str] = &["/healthz", "/readyz", "/", "/console/{id}"];
 
 /// What a request's method and path name in [`ROUTES`].
 #[derive(Debug, PartialEq, Eq)]
@@ -651,6 +658,12 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
                 respond(request, error_response(404, "no such grant"))
             }
         }
+        ("GET", "/") => respond(request, console::response(&console::PAGE)),
+        ("GET", "/console/{id}") => match console::asset(id) {
+            Some(asset) => respond(request, console::response(asset)),
+            None => respond(request, error_response(404, "no such console file")),
+        },
+        ("GET", "/audit") => audit_get(state, request),
         ("GET", "/approvals") => approvals_get(state, request),
         ("POST", "/approvals/{id}") => {
             let id = id.to_string();
@@ -726,6 +739,29 @@ fn percent_decode(text: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `GET /audit?grant=<id>&limit=N`: a grant's tool calls, newest first, read back from the
+/// audit files (`activity`); arguments only while `--audit-args` is on.
+fn audit_get(state: &AdminState, request: Request) {
+    let query = request.url().split_once('?').map_or("", |(_, q)| q);
+    let query = match activity::Query::parse(query) {
+        Ok(q) => q,
+        Err(msg) => return respond(request, error_response(400, &msg)),
+    };
+    let Some(dir) = state.audit.dir() else {
+        return respond(
+            request,
+            json_response(200, &json!({"calls": [], "more": false})),
+        );
+    };
+    match activity::read(dir, &query, state.audit_args, activity::Bounds::SERVED) {
+        Ok(answer) => respond(request, json_response(200, &answer)),
+        Err(e) => {
+            warn!("admin: GET /audit: cannot read the audit files: {e}");
+            respond(request, error_response(500, "cannot read the audit files"))
+        }
+    }
 }
 
 /// `GET /approvals`, and its long-poll `?wait=N&seen=<etag>` (§10): parked with the
@@ -1062,6 +1098,11 @@ mod tests {
         let route = |m, p| Lookup::Route((m, p), "");
         assert_eq!(find_route("GET", "/healthz"), route("GET", "/healthz"));
         assert_eq!(find_route("HEAD", "/readyz"), route("HEAD", "/readyz"));
+        assert_eq!(find_route("GET", "/"), route("GET", "/"));
+        assert_eq!(
+            find_route("GET", "/console/app.js"),
+            Lookup::Route(("GET", "/console/{id}"), "app.js")
+        );
         assert_eq!(
             find_route("DELETE", "/attach/abc"),
             Lookup::Route(("DELETE", "/attach/{id}"), "abc")
@@ -1075,7 +1116,6 @@ mod tests {
             Lookup::WrongMethod("/healthz")
         );
         for unknown in [
-            "/",
             "",
             "/attach/a/b",
             "/mcp/",

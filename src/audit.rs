@@ -448,6 +448,8 @@ pub struct Audit {
     tx: Option<Sender<Msg>>,
     pending: Arc<Pending>,
     dead_logged: Arc<AtomicBool>,
+    /// The directory of the audit files, for readers (`GET /audit`); `None` when discarding.
+    dir: Option<Arc<PathBuf>>,
 }
 
 /// Plain records waiting for the writer, oldest first, and whether the writer has stopped.
@@ -516,6 +518,7 @@ fn start_with(writer: Writer) -> Result<(Audit, AuditGuard), Error> {
     let (tx, rx) = crossbeam_channel::unbounded();
     let pending = Arc::new(Pending::default());
     let writer_pending = Arc::clone(&pending);
+    let dir = Arc::new(writer.dir.clone());
     let join = std::thread::Builder::new()
         .name("audit".into())
         .spawn(move || {
@@ -558,6 +561,7 @@ fn start_with(writer: Writer) -> Result<(Audit, AuditGuard), Error> {
             tx: Some(tx.clone()),
             pending: Arc::clone(&pending),
             dead_logged: Arc::new(AtomicBool::new(false)),
+            dir: Some(dir),
         },
         AuditGuard {
             tx,
@@ -574,7 +578,13 @@ impl Audit {
             tx: None,
             pending: Arc::default(),
             dead_logged: Arc::new(AtomicBool::new(false)),
+            dir: None,
         }
+    }
+
+    /// The directory holding [`FILE_NAME`] and its rotated copies; `None` when discarding.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref().map(PathBuf::as_path)
     }
 
     /// Queue `rec`; returns at once. Written and fsynced within one fsync interval.
@@ -1078,6 +1088,7 @@ mod tests {
             tx: Some(tx),
             pending: Arc::default(),
             dead_logged: Arc::new(AtomicBool::new(false)),
+            dir: None,
         };
         for n in 0..100 {
             audit.record(call(n));

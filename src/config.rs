@@ -39,6 +39,9 @@ pub struct Timing {
     pub ping_interval: Duration,
     /// No inbound frame for this long and the socket is dead.
     pub silence_limit: Duration,
+    /// The pod does not take our pending output (at most one 64 KiB fragment and a few
+    /// small frames) within this long and the socket is dropped (redial).
+    pub write_stall: Duration,
     /// TCP connect to the pod.
     pub connect_timeout: Duration,
     /// TLS + WebSocket upgrade, after connect.
@@ -97,6 +100,7 @@ impl Default for Timing {
             backoff_reset: Duration::from_secs(60),
             ping_interval: Duration::from_secs(20),
             silence_limit: Duration::from_secs(60),
+            write_stall: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(15),
             mint_timeout: Duration::from_secs(15),
@@ -137,6 +141,9 @@ pub struct Limits {
     pub max_outbound_bytes: usize,
     /// Requests in flight per grant connection.
     pub max_in_flight: usize,
+    /// Replies owed on a grant socket (bytes) past which it is not read until the pod
+    /// takes some.
+    pub write_buffer_bytes: usize,
     /// Tool calls queued for the worker pool before callers are told it is busy.
     pub job_queue: usize,
     /// `Mcp-Session-Id` sessions kept (least recently used evicted).
@@ -177,6 +184,7 @@ impl Default for Limits {
             max_inbound_bytes: 16 << 20,
             max_outbound_bytes: (16 << 20) - (64 << 10),
             max_in_flight: 64,
+            write_buffer_bytes: 4 << 20,
             job_queue: 256,
             mcp_sessions: 256,
             audit_rotate_bytes: 10 << 20,
@@ -973,6 +981,18 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         },
     },
     Flag {
+        name: "write-buffer-bytes",
+        env: true,
+        default: "4194304",
+        help: "Replies owed on a grant socket (bytes) past which it is not read until the pod reads.",
+        kind: Kind::Int {
+            metavar: "BYTES",
+            min: 65_536,
+            max: 1 << 30,
+            set: |d, v| d.config.limits.write_buffer_bytes = v as usize,
+        },
+    },
+    Flag {
         name: "job-queue",
         env: true,
         default: "256",
@@ -1037,6 +1057,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
     millis!("backoff-reset-ms", backoff_reset, "60000", "A connection attached this long resets the redial delay."),
     millis!("ping-interval-ms", ping_interval, "20000", "How often we ping an attached pod."),
     millis!("silence-limit-ms", silence_limit, "60000", "No frame from the pod for this long and the socket is dead (redial)."),
+    millis!("write-stall-ms", write_stall, "30000", "A pod that does not take our pending output (at most 64 KiB) within this long is dropped (redial)."),
     millis!("connect-timeout-ms", connect_timeout, "10000", "TCP connect to the pod."),
     millis!("handshake-timeout-ms", handshake_timeout, "15000", "TLS and WebSocket upgrade with the pod, after connect."),
     millis!("mint-timeout-ms", mint_timeout, "15000", "Minting an attach secret at the pod."),
@@ -1725,6 +1746,13 @@ mod tests {
             (vec!["--max-in-flight", "2", "--job-queue", "7"], |c| {
                 assert_eq!((c.limits.max_in_flight, c.limits.job_queue), (2, 7))
             }),
+            (
+                vec!["--write-buffer-bytes", "65536", "--write-stall-ms", "250"],
+                |c| {
+                    assert_eq!(c.limits.write_buffer_bytes, 65_536);
+                    assert_eq!(c.timing.write_stall, Duration::from_millis(250));
+                },
+            ),
             (
                 vec!["--backoff-base-ms", "5", "--backoff-cap-ms", "40"],
                 |c| {

@@ -2,6 +2,7 @@
 //! revocable, by dialling into the agent's pod and serving MCP over that socket.
 #![forbid(unsafe_code)]
 
+pub mod activity;
 pub mod admin;
 pub mod approvals;
 pub mod audit;
@@ -12,6 +13,7 @@ pub mod build_info;
 pub mod calls;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod containment;
 pub mod dial;
 pub mod doctor;
@@ -23,6 +25,7 @@ pub mod ids;
 pub mod jobs;
 pub mod label;
 pub mod lanes;
+pub mod link;
 pub mod mcp;
 pub mod metrics;
 pub mod mint;
