@@ -334,7 +334,7 @@ POD
 chmod +x "$tmp/pod-approve.sh"
 
 echo "== approvals: an approved and a denied bash, decided with the CLI"
-cli=(timeout 20 env -i "PATH=$PATH" "HANDNODE_TOKEN=$attach_token" "$bin")
+cli=(timeout 20 env -i "PATH=$PATH" "HANDNODE_TOKEN=$attach_token" "${binc[@]}")
 # The id of the one waiting call whose command is $1, or nothing.
 waiting_id() {
     "${cli[@]}" approvals --json --url "$daemon_url" 2>/dev/null \
