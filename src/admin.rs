@@ -24,7 +24,7 @@ use crate::grants::{AttachError, AttachRequest, Registry};
 use crate::jobs::Completion;
 use crate::mcp::{self, Action, Dispatcher, Outcome, ToolOutput};
 use crate::metrics::Metrics;
-use crate::profiles::Profile;
+use crate::tools::policy::ToolPolicy;
 use crate::tools::{CallContext, CallLimits, ConnCatalog};
 
 /// Most threads taking requests off tiny_http's queue. One waits when the API is idle;
@@ -683,9 +683,11 @@ fn mcp_post(state: &Arc<AdminState>, mut request: Request, principal: String) {
         Err(resp) => return respond(request, resp),
     };
     let session_id = request_header(&request, "Mcp-Session-Id").map(str::to_string);
+    let owner = ToolPolicy::owner();
     let catalog = ConnCatalog {
         grant: None,
         upstream: state.services.upstream.as_deref(),
+        policy: &owner,
     };
     let mut sessions = state.sessions.lock().unwrap_or_else(|e| e.into_inner());
     let mut new_session = None;
@@ -704,7 +706,7 @@ fn mcp_post(state: &Arc<AdminState>, mut request: Request, principal: String) {
         }
         None => {
             let mut session = McpSession {
-                dispatcher: Dispatcher::new(Profile::Owner),
+                dispatcher: Dispatcher::new(),
                 calls: Calls::new(state.limits.max_in_flight),
                 last_used: Instant::now(),
             };
@@ -789,7 +791,7 @@ fn mcp_call(
     });
     let audit_args = state.audit_args.then(|| arguments.clone());
     let cx = CallContext {
-        profile: Profile::Owner,
+        policy: ToolPolicy::owner(),
         grant: None,
         limits: CallLimits::LOCAL_HTTP,
         ctl: Arc::clone(&ctl),

@@ -22,9 +22,9 @@ use crate::calls::{Calls, Services};
 use crate::config::{Limits, Timing};
 use crate::jobs::Completion;
 use crate::mcp::{self, Action, Dispatcher, Outcome};
-use crate::profiles::Profile;
 use crate::secret::Secret;
 use crate::tls::{connect_first, ClientStream, ConnectError, SetupError};
+use crate::tools::policy::ToolPolicy;
 use crate::tools::{CallContext, CallLimits, ConnCatalog, GrantNote};
 use crate::wake::{Poller, Waker};
 
@@ -47,7 +47,8 @@ pub fn attach_url(runtime: &str, session: &str) -> String {
 pub enum EndReason {
     /// The pod closed 4001.
     GrantExpired,
-    /// The pod closed 4002, or a renew with a different profile replaced this grant.
+    /// The pod closed 4002, or a `POST /attach` with a different profile or lists replaced
+    /// this grant.
     Replaced,
     /// The pod closed 4004.
     SessionEnded,
@@ -222,7 +223,7 @@ impl Default for Status {
 /// Messages to a grant thread. The sender always wakes the thread afterwards.
 #[derive(Debug)]
 pub enum Command {
-    /// Same target and profile asked again: new secret for future dials, new deadline,
+    /// Same target, profile and lists asked again: new secret for future dials, new deadline,
     /// new principal; dial now if waiting to redial.
     Renew {
         secret: Secret,
@@ -282,7 +283,8 @@ pub struct GrantSpec {
     pub id: String,
     pub runtime: String,
     pub session: String,
-    pub profile: Profile,
+    /// What the grant may use; never changes in place (a different one is a replace).
+    pub policy: Arc<ToolPolicy>,
     pub principal: String,
     pub secret: Secret,
     pub deadline: SystemTime,
@@ -622,7 +624,7 @@ impl GrantThread {
         let (results_tx, results_rx) = crossbeam_channel::unbounded::<Finished>();
         let waker = self.poller.waker();
         let mut calls = Calls::new(self.limits.max_in_flight);
-        let mut dispatcher = Dispatcher::new(self.spec.profile);
+        let mut dispatcher = Dispatcher::new();
         let mut last_inbound = Instant::now();
         let mut next_ping = last_inbound + self.timing.ping_interval;
         let mut attached_at: Option<Instant> = None;
@@ -885,6 +887,7 @@ impl GrantThread {
             let catalog = ConnCatalog {
                 grant: Some(&note),
                 upstream: self.services.upstream.as_deref(),
+                policy: &self.spec.policy,
             };
             dispatcher.handle(bytes, &catalog)
         };
@@ -927,7 +930,7 @@ impl GrantThread {
                         wake.wake();
                     });
                     let cx = CallContext {
-                        profile: self.spec.profile,
+                        policy: Arc::clone(&self.spec.policy),
                         grant: Some(note.clone()),
                         limits: CallLimits::GRANT,
                         ctl,

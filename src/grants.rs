@@ -23,9 +23,10 @@ use crate::dial::{
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::persist::{GrantStore, StoredGrant};
-use crate::profiles::{Profile, PROFILE_ERROR};
+use crate::profiles::{profile_error, Profile};
 use crate::secret::Secret;
 use crate::timefmt::{now_unix, rfc3339};
+use crate::tools::policy::{ToolLists, ToolPolicy};
 use crate::wake::{Poller, Waker};
 
 /// Longest TTL a grant may ask for (seconds): one day.
@@ -53,7 +54,8 @@ pub enum SecretSource {
 pub struct AttachRequest {
     pub runtime: String,
     pub session: String,
-    pub profile: Profile,
+    /// The profile with its `allow`/`deny` lists, resolved.
+    pub policy: ToolPolicy,
     pub ttl_secs: u64,
     pub source: SecretSource,
 }
@@ -76,6 +78,8 @@ impl AttachRequest {
                 "runtime",
                 "session",
                 "profile",
+                "allow",
+                "deny",
                 "ttl_secs",
                 "secret",
                 "admin_credential",
@@ -96,8 +100,25 @@ impl AttachRequest {
         let profile = match obj.get("profile") {
             None => Profile::Observe,
             Some(Value::String(s)) => s.parse().map_err(|e: &str| e.to_string())?,
-            Some(_) => return Err(PROFILE_ERROR.into()),
+            Some(_) => return Err(profile_error().into()),
         };
+        let list = |name: &str| -> Result<Vec<String>, String> {
+            let wrong = || format!("{name} must be a list of tool names");
+            match obj.get(name) {
+                None | Some(Value::Null) => Ok(Vec::new()),
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .map(|v| v.as_str().map(str::to_string).ok_or_else(wrong))
+                    .collect(),
+                Some(_) => Err(wrong()),
+            }
+        };
+        let lists = ToolLists {
+            allow: list("allow")?,
+            deny: list("deny")?,
+            approve: Vec::new(),
+        };
+        let policy = ToolPolicy::new(profile, lists)?;
         let ttl_secs = match obj.get("ttl_secs") {
             None => DEFAULT_TTL_SECS,
             Some(v) => match v.as_u64() {
@@ -126,7 +147,7 @@ impl AttachRequest {
         Ok(AttachRequest {
             runtime,
             session,
-            profile,
+            policy,
             ttl_secs,
             source,
         })
@@ -206,7 +227,7 @@ struct Entry {
     runtime: String,
     session: String,
     target: String,
-    profile: Profile,
+    policy: Arc<ToolPolicy>,
     principal: String,
     created_at: u64,
     deadline: SystemTime,
@@ -232,12 +253,19 @@ impl Entry {
         unix(self.deadline)
     }
 
+    fn profile(&self) -> Profile {
+        self.policy.profile()
+    }
+
     fn stored(&self) -> StoredGrant {
         StoredGrant {
             id: self.id.clone(),
             runtime: self.runtime.clone(),
             session: self.session.clone(),
-            profile: self.profile.as_str().to_string(),
+            profile: self.profile().as_str().to_string(),
+            allow: self.policy.lists().allow.clone(),
+            deny: self.policy.lists().deny.clone(),
+            tools: self.policy.tools().iter().map(|t| t.to_string()).collect(),
             principal: self.principal.clone(),
             created_at: self.created_at,
             expires_at: self.expires_at(),
@@ -253,7 +281,17 @@ impl Entry {
         v.insert("id".into(), json!(self.id));
         v.insert("runtime".into(), json!(self.runtime));
         v.insert("session".into(), json!(self.session));
-        v.insert("profile".into(), json!(self.profile.as_str()));
+        v.insert("profile".into(), json!(self.profile().as_str()));
+        let lists = self.policy.lists();
+        v.insert("tools".into(), json!(self.policy.tools()));
+        v.insert("allow".into(), json!(lists.allow));
+        v.insert("deny".into(), json!(lists.deny));
+        v.insert("approve".into(), json!(lists.approve));
+        let escalation = self.policy.escalation();
+        v.insert("shell".into(), json!(escalation.shell.as_str()));
+        if let Some(because) = escalation.because {
+            v.insert("shell_because".into(), json!(because));
+        }
         v.insert("principal".into(), json!(self.principal));
         v.insert("created_at".into(), json!(rfc3339(self.created_at)));
         v.insert("expires_at".into(), json!(rfc3339(self.expires_at())));
@@ -320,7 +358,7 @@ impl Entry {
             grant_id: self.id.clone(),
             principal: self.principal.clone(),
             previous_principal: previous,
-            profile: self.profile.as_str().to_string(),
+            profile: self.profile().as_str().to_string(),
             runtime: self.runtime.clone(),
             session: self.session.clone(),
             ttl_secs: Some(
@@ -536,6 +574,12 @@ impl Registry {
         dropped
     }
 
+    /// Whether a request for a target with a live grant renews it (same profile and the
+    /// same lists) rather than replacing it. A grant's tools never change in place.
+    fn renews(live: &ToolPolicy, asked: &ToolPolicy) -> bool {
+        live.profile() == asked.profile() && live.lists().same_as(asked.lists())
+    }
+
     /// Create, renew or replace a grant (contract §3). Blocks for the mint, if any, and
     /// for the fsync of the grant and its audit record; returns the grant JSON and
     /// whether it was a renewal.
@@ -579,7 +623,7 @@ impl Registry {
                 .iter()
                 .position(|e| e.target == target && e.is_live());
             match existing {
-                Some(i) if inner.entries[i].profile == req.profile => {
+                Some(i) if Self::renews(&inner.entries[i].policy, &req.policy) => {
                     let entry = &mut inner.entries[i];
                     let previous = std::mem::replace(&mut entry.principal, principal.to_string());
                     entry.secret = secret.clone();
@@ -609,19 +653,28 @@ impl Registry {
                         let old = &mut inner.entries[i];
                         old.end_here(EndReason::Replaced);
                         info!(
-                            "grant {} replaced (profile {} -> {})",
-                            old.id, old.profile, req.profile
+                            "grant {} replaced (profile {} -> {}; tool lists {})",
+                            old.id,
+                            old.profile(),
+                            req.policy.profile(),
+                            if old.policy.lists().same_as(req.policy.lists()) {
+                                "unchanged"
+                            } else {
+                                "changed"
+                            }
                         );
                         let record =
                             old.lifecycle(LifecycleEvent::Replaced, Some("replaced".into()), None);
                         self.audit.record(record);
                     }
                     let id = new_id();
+                    let profile = req.policy.profile();
+                    let policy = Arc::new(req.policy);
                     let spec = GrantSpec {
                         id: id.clone(),
                         runtime: req.runtime.clone(),
                         session: req.session.clone(),
-                        profile: req.profile,
+                        policy: Arc::clone(&policy),
                         principal: principal.to_string(),
                         secret: secret.clone(),
                         deadline,
@@ -634,7 +687,7 @@ impl Registry {
                         runtime: req.runtime,
                         session: req.session,
                         target,
-                        profile: req.profile,
+                        policy,
                         principal: principal.to_string(),
                         created_at: unix(now),
                         deadline,
@@ -658,9 +711,9 @@ impl Registry {
                     }
                     let view = inner.entries.last().expect("just pushed").view();
                     info!(
-                        "grant {id} created for session {} ({}) by {principal}, ttl {ttl}s",
+                        "grant {id} created for session {} ({profile}, shell {}) by {principal}, ttl {ttl}s",
                         view["session"].as_str().unwrap_or(""),
-                        req.profile
+                        view["shell"].as_str().unwrap_or("")
                     );
                     Ok((view, false))
                 }
@@ -679,7 +732,7 @@ impl Registry {
         // The secret is dropped here, and from disk with the persist below.
         entry.end_here(EndReason::Cancelled);
         let record = entry.lifecycle(LifecycleEvent::Revoked, Some("cancelled".into()), None);
-        let who = (entry.session.clone(), entry.profile);
+        let who = (entry.session.clone(), entry.profile());
         info!("grant {id} revoked");
         self.record_end(inner, id, record, who, "revoked here");
         true
@@ -761,16 +814,26 @@ impl Registry {
         let mut inner = self.lock();
         let mut resumed = 0;
         for g in report.grants {
-            let Ok(profile) = g.profile.parse::<Profile>() else {
-                warn!("dropped persisted grant {}: unknown profile", g.id);
-                continue;
+            let lists = ToolLists {
+                allow: g.allow.clone(),
+                deny: g.deny.clone(),
+                approve: Vec::new(),
+            };
+            let policy = match ToolPolicy::resume(&g.profile, lists, &g.tools) {
+                Ok(policy) => Arc::new(policy),
+                Err(why) => {
+                    // Never widened, never narrowed: a grant whose lists no longer mean
+                    // what was granted is dropped, and whoever lent it must lend again.
+                    warn!("dropped persisted grant {}: {why}", g.id);
+                    continue;
+                }
             };
             let deadline = UNIX_EPOCH + Duration::from_secs(g.expires_at);
             let spec = GrantSpec {
                 id: g.id.clone(),
                 runtime: g.runtime.clone(),
                 session: g.session.clone(),
-                profile,
+                policy: Arc::clone(&policy),
                 principal: g.principal.clone(),
                 secret: g.secret.clone(),
                 deadline,
@@ -782,7 +845,7 @@ impl Registry {
                         id: g.id,
                         runtime: g.runtime,
                         session: g.session,
-                        profile,
+                        policy,
                         principal: g.principal,
                         created_at: g.created_at,
                         deadline,
@@ -833,7 +896,7 @@ impl Registry {
             _ => LifecycleEvent::Ended,
         };
         let record = entry.lifecycle(event, Some(reason.as_string()), None);
-        let who = (entry.session.clone(), entry.profile);
+        let who = (entry.session.clone(), entry.profile());
         let why = format!("grant ended: {}", reason.as_string());
         self.record_end(inner, grant_id, record, who, &why);
     }
@@ -847,7 +910,7 @@ impl Registry {
                 .entries
                 .iter()
                 .find(|e| e.id == grant_id && e.ended_at.is_none())
-                .map(|e| (e.session.clone(), e.profile, e.expires_at()))
+                .map(|e| (e.session.clone(), e.profile(), e.expires_at()))
         };
         if let Some((session, profile, expires)) = found {
             if attached {
@@ -939,15 +1002,51 @@ mod tests {
             ),
             (
                 format!(r#"{{{ok},"profile":"sandbox","secret":"x"}}"#),
-                PROFILE_ERROR,
+                profile_error(),
             ),
             (
                 format!(r#"{{{ok},"profile":"Owner","secret":"x"}}"#),
-                PROFILE_ERROR,
+                profile_error(),
             ),
             (
                 format!(r#"{{{ok},"profile":3,"secret":"x"}}"#),
-                PROFILE_ERROR,
+                profile_error(),
+            ),
+            (
+                format!(r#"{{{ok},"profile":"custom","secret":"x"}}"#),
+                crate::tools::policy::CUSTOM_NEEDS_ALLOW_ERROR,
+            ),
+            (
+                format!(r#"{{{ok},"profile":"custom","allow":[],"secret":"x"}}"#),
+                crate::tools::policy::CUSTOM_NEEDS_ALLOW_ERROR,
+            ),
+            (
+                format!(r#"{{{ok},"allow":["sys_info"],"secret":"x"}}"#),
+                crate::tools::policy::ALLOW_NEEDS_CUSTOM_ERROR,
+            ),
+            (
+                format!(r#"{{{ok},"profile":"custom","allow":"sys_info","secret":"x"}}"#),
+                "allow must be a list of tool names",
+            ),
+            (
+                format!(r#"{{{ok},"profile":"custom","allow":["sys_info",3],"secret":"x"}}"#),
+                "allow must be a list of tool names",
+            ),
+            (
+                format!(r#"{{{ok},"deny":{{"bash":true}},"secret":"x"}}"#),
+                "deny must be a list of tool names",
+            ),
+            (
+                format!(r#"{{{ok},"profile":"custom","allow":["sys_info","rm"],"secret":"x"}}"#),
+                "unknown tool in allow: rm",
+            ),
+            (
+                format!(r#"{{{ok},"profile":"desktop","deny":["browser_nope*"],"secret":"x"}}"#),
+                "unknown tool in deny: browser_nope*",
+            ),
+            (
+                format!(r#"{{{ok},"deny":["sys_info","screenshot"],"secret":"x"}}"#),
+                crate::tools::policy::NO_TOOLS_ERROR,
             ),
             (format!(r#"{{{ok},"ttl_secs":0,"secret":"x"}}"#), TTL_ERROR),
             (
@@ -986,12 +1085,13 @@ mod tests {
     #[test]
     fn defaults_and_bounds_accepted() {
         let r = parse(r#"{"runtime":"ws://127.0.0.1:1","session":"abc-1","secret":"x","future_field":{"a":1}}"#).unwrap();
-        assert_eq!(r.profile, Profile::Observe);
+        assert_eq!(r.policy.profile(), Profile::Observe);
+        assert!(r.policy.lists().is_empty());
         assert_eq!(r.ttl_secs, 3600);
         assert!(matches!(r.source, SecretSource::Given(_)));
         let r = parse(&format!(r#"{{"runtime":"wss://h/","session":"{}","ttl_secs":86400,"admin_credential":"c","profile":"desktop"}}"#, "a".repeat(32))).unwrap();
         assert_eq!(r.ttl_secs, 86400);
-        assert_eq!(r.profile, Profile::Desktop);
+        assert_eq!(r.policy.profile(), Profile::Desktop);
         assert!(matches!(r.source, SecretSource::AdminCredential(_)));
         assert_eq!(
             parse(r#"{"runtime":"ws://h","session":"s","ttl_secs":1,"secret":"x"}"#)
@@ -1003,6 +1103,15 @@ mod tests {
             !format!("{r:?}").contains("\"c\""),
             "credential never in Debug"
         );
+        let r = parse(r#"{"runtime":"ws://h","session":"s","secret":"x","profile":"custom","allow":["sys_info","browser_*"],"deny":["browser_evaluate"],"approve":["ignored until approvals are served"]}"#).unwrap();
+        assert_eq!(r.policy.profile(), Profile::Custom);
+        assert_eq!(r.policy.lists().allow, ["sys_info", "browser_*"]);
+        assert_eq!(r.policy.lists().deny, ["browser_evaluate"]);
+        assert!(r.policy.lists().approve.is_empty());
+        assert!(!r.policy.allows("browser_evaluate"));
+        assert!(r.policy.allows("browser_snapshot"));
+        let r = parse(r#"{"runtime":"ws://h","session":"s","secret":"x","allow":null,"deny":["bash"],"profile":"owner"}"#).unwrap();
+        assert!(!r.policy.allows("bash") && r.policy.allows("key"));
     }
 
     #[test]

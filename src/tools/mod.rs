@@ -9,6 +9,7 @@ pub mod args;
 pub mod bash;
 pub mod display;
 pub mod env;
+pub mod policy;
 pub mod process;
 pub mod sysinfo;
 #[cfg(test)]
@@ -22,6 +23,7 @@ use serde_json::{json, Value};
 use crate::jobs::{Completion, JobCtl};
 use crate::mcp::{Catalog, Resolution, Route, ToolOutput};
 use crate::profiles::{Annotations, Class, Profile};
+use policy::ToolPolicy;
 
 /// Every local tool, in listing order. A tool that is not here does not exist; adding a
 /// tool is its module plus one line here.
@@ -113,14 +115,21 @@ pub struct GrantNote {
 }
 
 impl GrantNote {
-    pub fn describe(&self, profile: Profile) -> String {
-        format!(
+    /// One paragraph for tool descriptions: the grant, and when it has lists of its own
+    /// (`allow`/`deny`), what it may use.
+    pub fn describe(&self, policy: &ToolPolicy) -> String {
+        let mut text = format!(
             "This box is lent to session '{}' under profile '{}' until {} (grant {}).",
             self.session,
-            profile,
+            policy.profile(),
             crate::timefmt::rfc3339(self.expires_at),
             self.id
-        )
+        );
+        if !policy.lists().is_empty() {
+            text.push(' ');
+            text.push_str(&policy.summary());
+        }
+        text
     }
 }
 
@@ -245,7 +254,8 @@ impl ToolHost {
 /// Everything one tool call runs with.
 #[derive(Clone, Debug)]
 pub struct CallContext {
-    pub profile: Profile,
+    /// What the connection may use; fixed for a grant's life.
+    pub policy: Arc<ToolPolicy>,
     pub grant: Option<GrantNote>,
     pub limits: CallLimits,
     pub ctl: Arc<JobCtl>,
@@ -302,23 +312,26 @@ pub fn tool_json(tool: &Tool, note: Option<&str>) -> Value {
 }
 
 /// The catalogue one connection sees: local tools, then upstream tools, filtered by the
-/// connection's profile. A local name wins over an upstream one.
+/// connection's policy. A local name wins over an upstream one.
 #[derive(Debug)]
 pub struct ConnCatalog<'a> {
     pub grant: Option<&'a GrantNote>,
     pub upstream: Option<&'a dyn UpstreamSource>,
+    pub policy: &'a ToolPolicy,
 }
 
 impl ConnCatalog<'_> {
-    fn note(&self, profile: Profile) -> Option<String> {
-        self.grant.map(|g| g.describe(profile))
+    fn note(&self) -> Option<String> {
+        self.grant.map(|g| g.describe(self.policy))
     }
 }
 
 impl Catalog for ConnCatalog<'_> {
-    fn list(&self, profile: Profile) -> Vec<Value> {
-        let note = self.note(profile);
-        let mut tools: Vec<Value> = allowed(profile)
+    fn list(&self) -> Vec<Value> {
+        let note = self.note();
+        let mut tools: Vec<Value> = TOOLS
+            .iter()
+            .filter(|t| self.policy.allows(t.name))
             .map(|t| tool_json(t, note.as_deref()))
             .collect();
         if let Some(up) = self.upstream {
@@ -328,7 +341,7 @@ impl Catalog for ConnCatalog<'_> {
                 let Some(name) = tool.get("name").and_then(Value::as_str) else {
                     continue;
                 };
-                if profile.allows_upstream(name) && seen.insert(name.to_string()) {
+                if self.policy.allows(name) && seen.insert(name.to_string()) {
                     tools.push(tool);
                 }
             }
@@ -336,13 +349,16 @@ impl Catalog for ConnCatalog<'_> {
         tools
     }
 
-    fn resolve(&self, profile: Profile, name: &str) -> Resolution {
-        if let Some(tool) = find(name) {
-            return if tool.allowed_in(profile) {
-                Resolution::Visible(Route::Local)
+    fn resolve(&self, name: &str) -> Resolution {
+        let visible = |route| {
+            if self.policy.allows(name) {
+                Resolution::Visible(route)
             } else {
                 Resolution::Hidden
-            };
+            }
+        };
+        if find(name).is_some() {
+            return visible(Route::Local);
         }
         if let Some(up) = self.upstream {
             if let Some((index, _)) = up
@@ -350,31 +366,22 @@ impl Catalog for ConnCatalog<'_> {
                 .into_iter()
                 .find(|(_, t)| t.get("name").and_then(Value::as_str) == Some(name))
             {
-                return if profile.allows_upstream(name) {
-                    Resolution::Visible(Route::Upstream(index))
-                } else {
-                    Resolution::Hidden
-                };
+                return visible(Route::Upstream(index));
             }
         }
         Resolution::Unknown
     }
 
-    fn instructions(&self, profile: Profile) -> String {
+    fn instructions(&self) -> String {
         let mut text = String::new();
-        if let Some(note) = self.note(profile) {
+        if let Some(note) = self.note() {
             text.push_str(&note);
             text.push(' ');
         }
-        let names = names(profile);
+        let profile = self.policy.profile();
         text.push_str(&format!(
-            "handnode serves this Linux box's tools. Profile '{profile}' allows: {}{}. ",
-            names.join(", "),
-            match profile {
-                Profile::Owner => " and every browser_* tool of the configured upstreams",
-                Profile::Desktop => " and the navigation/interaction browser_* tools",
-                Profile::Observe => "",
-            }
+            "handnode serves this Linux box's tools. Profile '{profile}': {} ",
+            self.policy.summary()
         ));
         text.push_str(
             "Screen coordinates for mouse are pixels of the unscaled screenshot of the chosen \
@@ -418,14 +425,41 @@ mod tests {
         assert!(find("no_such_tool").is_none());
     }
 
+    /// Every fixed profile's policy (custom has no list of its own).
+    fn fixed() -> Vec<ToolPolicy> {
+        Profile::ALL
+            .into_iter()
+            .filter_map(ToolPolicy::fixed)
+            .collect()
+    }
+
+    fn custom(allow: &[&str], deny: &[&str]) -> ToolPolicy {
+        let lists = policy::ToolLists {
+            allow: allow.iter().map(|s| s.to_string()).collect(),
+            deny: deny.iter().map(|s| s.to_string()).collect(),
+            approve: Vec::new(),
+        };
+        ToolPolicy::new(Profile::Custom, lists).unwrap()
+    }
+
+    fn local_names(policy: &ToolPolicy) -> Vec<&'static str> {
+        TOOLS
+            .iter()
+            .filter(|t| policy.allows(t.name))
+            .map(|t| t.name)
+            .collect()
+    }
+
     #[test]
     fn every_tool_has_a_readiness_fact_in_sys_info() {
         let facts = sysinfo::StaticFacts::gather();
         let display = display::Probe::working_x11().to_json();
-        for profile in Profile::ALL {
-            let status = sysinfo::tool_status(profile, &facts, &display);
+        let mut policies = fixed();
+        policies.push(custom(&["screenshot", "bash"], &[]));
+        for policy in &policies {
+            let status = sysinfo::tool_status(policy, &facts, &display);
             let reported: Vec<&str> = status.iter().filter_map(|t| t["name"].as_str()).collect();
-            assert_eq!(reported, names(profile), "{profile}");
+            assert_eq!(reported, local_names(policy), "{policy:?}");
             for t in &status {
                 assert!(t["works"].is_boolean(), "{t}");
                 assert!(
@@ -434,6 +468,10 @@ mod tests {
                 );
                 assert_ne!(t["why"], "no display facts for this tool", "{t}");
             }
+        }
+        for profile in Profile::ALL.into_iter().filter(|p| !p.is_custom()) {
+            let policy = ToolPolicy::fixed(profile).unwrap();
+            assert_eq!(local_names(&policy), names(profile), "{profile}");
         }
         for tool in TOOLS {
             match tool.needs {
@@ -474,38 +512,106 @@ mod tests {
         assert!(!Profile::Observe.is_shell_equivalent());
     }
 
+    /// An upstream offering a classified browser tool, one desktop may not use, a local
+    /// name, and one without a class.
+    #[derive(Debug)]
+    struct FakeUpstream;
+
+    const UNCLASSIFIED_TOOL: &str = "browser_not_in_any_table";
+
+    impl UpstreamSource for FakeUpstream {
+        fn tools(&self) -> Vec<(usize, Value)> {
+            [
+                "browser_snapshot",
+                "browser_evaluate",
+                "bash",
+                UNCLASSIFIED_TOOL,
+            ]
+            .iter()
+            .map(|n| (0, json!({"name": n, "inputSchema": {"type": "object"}})))
+            .collect()
+        }
+
+        fn call(&self, _: usize, _: &str, _: Value, _: Arc<JobCtl>, _: Completion) {
+            unreachable!("the catalogue never runs tools")
+        }
+    }
+
     #[test]
     fn unknown_and_hidden_tools_resolve_as_before() {
-        let cat = ConnCatalog {
-            grant: None,
-            upstream: None,
-        };
-        for tool in TOOLS {
-            for profile in Profile::ALL {
-                let want = if tool.allowed_in(profile) {
+        for policy in fixed() {
+            let cat = ConnCatalog {
+                grant: None,
+                upstream: None,
+                policy: &policy,
+            };
+            for tool in TOOLS {
+                let want = if tool.allowed_in(policy.profile()) {
                     Resolution::Visible(Route::Local)
                 } else {
                     Resolution::Hidden
                 };
-                assert_eq!(
-                    cat.resolve(profile, tool.name),
-                    want,
-                    "{profile} {}",
-                    tool.name
-                );
+                assert_eq!(cat.resolve(tool.name), want, "{policy:?} {}", tool.name);
             }
+            assert_eq!(cat.resolve("nope"), Resolution::Unknown);
         }
-        assert_eq!(cat.resolve(Profile::Owner, "nope"), Resolution::Unknown);
+    }
+
+    #[test]
+    fn a_custom_catalogue_lists_and_resolves_exactly_its_tools() {
+        let up = FakeUpstream;
+        let policy = custom(&["screenshot", "browser_*"], &["browser_evaluate"]);
+        let cat = ConnCatalog {
+            grant: None,
+            upstream: Some(&up),
+            policy: &policy,
+        };
+        let listed: Vec<Value> = cat.list().iter().map(|t| t["name"].clone()).collect();
+        assert_eq!(listed, ["screenshot", "browser_snapshot"]);
+        assert_eq!(cat.resolve("screenshot"), Resolution::Visible(Route::Local));
+        assert_eq!(
+            cat.resolve("browser_snapshot"),
+            Resolution::Visible(Route::Upstream(0))
+        );
+        for hidden in ["bash", "sys_info", "browser_evaluate", UNCLASSIFIED_TOOL] {
+            assert_eq!(cat.resolve(hidden), Resolution::Hidden, "{hidden}");
+        }
+        // The unclassified tool: owner only, whatever the pattern.
+        for policy in fixed() {
+            let cat = ConnCatalog {
+                grant: None,
+                upstream: Some(&up),
+                policy: &policy,
+            };
+            let owner = policy.profile() == Profile::Owner;
+            let listed = cat.list();
+            assert_eq!(
+                listed.iter().any(|t| t["name"] == UNCLASSIFIED_TOOL),
+                owner,
+                "{policy:?}"
+            );
+            assert_eq!(
+                cat.resolve(UNCLASSIFIED_TOOL) != Resolution::Hidden,
+                owner,
+                "{policy:?}"
+            );
+            assert_eq!(
+                listed.iter().filter(|t| t["name"] == "bash").count(),
+                usize::from(policy.allows("bash")),
+                "a local name wins and is listed once"
+            );
+        }
     }
 
     #[test]
     fn every_listed_tool_carries_all_four_annotations() {
-        let cat = ConnCatalog {
-            grant: None,
-            upstream: None,
-        };
-        for profile in Profile::ALL {
-            for tool in cat.list(profile) {
+        for policy in fixed() {
+            let cat = ConnCatalog {
+                grant: None,
+                upstream: None,
+                policy: &policy,
+            };
+            for tool in cat.list() {
                 let ann = &tool["annotations"];
                 for key in [
                     "readOnlyHint",
@@ -517,14 +623,8 @@ mod tests {
                 }
                 assert!(tool["inputSchema"]["type"] == "object", "{}", tool["name"]);
             }
-        }
-        for profile in Profile::ALL {
-            let listed: Vec<Value> = cat
-                .list(profile)
-                .iter()
-                .map(|t| t["name"].clone())
-                .collect();
-            assert_eq!(listed, names(profile), "{profile}");
+            let listed: Vec<Value> = cat.list().iter().map(|t| t["name"].clone()).collect();
+            assert_eq!(listed, names(policy.profile()), "{policy:?}");
         }
     }
 
@@ -535,15 +635,34 @@ mod tests {
             session: "laptop".into(),
             expires_at: 0,
         };
+        let observe = ToolPolicy::fixed(Profile::Observe).unwrap();
         let cat = ConnCatalog {
             grant: Some(&note),
             upstream: None,
+            policy: &observe,
         };
-        let tools = cat.list(Profile::Observe);
-        assert!(tools[0]["description"]
-            .as_str()
-            .unwrap()
-            .contains("profile 'observe' until 1970-01-01T00:00:00Z"));
-        assert!(cat.instructions(Profile::Observe).contains("laptop"));
+        let tools = cat.list();
+        let description = tools[0]["description"].as_str().unwrap();
+        assert!(description.contains("profile 'observe' until 1970-01-01T00:00:00Z"));
+        assert!(!description.contains("It may use"), "no lists, no list");
+        assert!(cat.instructions().contains("laptop"));
+        // Under a custom grant every description says what the agent may use.
+        let policy = custom(&["sys_info", "browser_snapshot"], &[]);
+        let cat = ConnCatalog {
+            grant: Some(&note),
+            upstream: None,
+            policy: &policy,
+        };
+        let tools = cat.list();
+        assert_eq!(tools.len(), 1);
+        let description = tools[0]["description"].as_str().unwrap();
+        assert!(
+            description.contains("profile 'custom'")
+                && description.contains("It may use: sys_info, browser_snapshot"),
+            "{description}"
+        );
+        assert!(cat
+            .instructions()
+            .contains("It may use: sys_info, browser_snapshot"));
     }
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 use handnode::jobs::{Completion, JobCtl};
 use handnode::mcp::{tool_reply, Action, Dispatcher, Route, ToolOutput};
 use handnode::profiles::Profile;
+use handnode::tools::policy::ToolPolicy;
 use handnode::tools::{
     self, CallContext, CallLimits, ConnCatalog, ToolConfig, ToolHost, UpstreamSource,
 };
@@ -213,6 +214,7 @@ impl Drop for Playwright {
 /// catalogue; tool calls run locally or on the upstream, each under a watchdog.
 pub struct Conn<'a> {
     pub dispatcher: Dispatcher,
+    pub policy: Arc<ToolPolicy>,
     pub upstream: &'a dyn UpstreamSource,
     pub host: Arc<ToolHost>,
     next_id: u64,
@@ -220,8 +222,17 @@ pub struct Conn<'a> {
 
 impl<'a> Conn<'a> {
     pub fn open(profile: Profile, upstream: &'a dyn UpstreamSource) -> Conn<'a> {
+        Conn::with_policy(
+            ToolPolicy::fixed(profile).expect("a fixed profile"),
+            upstream,
+        )
+    }
+
+    /// A connection under any policy: a custom grant's lists too.
+    pub fn with_policy(policy: ToolPolicy, upstream: &'a dyn UpstreamSource) -> Conn<'a> {
         let mut conn = Conn {
-            dispatcher: Dispatcher::new(profile),
+            dispatcher: Dispatcher::new(),
+            policy: Arc::new(policy),
             upstream,
             host: ToolHost::new(ToolConfig::default()).expect("tool host"),
             next_id: 0,
@@ -236,16 +247,20 @@ impl<'a> Conn<'a> {
         conn
     }
 
-    fn catalog(&self) -> ConnCatalog<'a> {
+    /// The catalogue for one message, over a handle of the policy (the dispatcher is
+    /// borrowed mutably beside it).
+    fn catalog<'b>(upstream: &'b dyn UpstreamSource, policy: &'b ToolPolicy) -> ConnCatalog<'b> {
         ConnCatalog {
             grant: None,
-            upstream: Some(self.upstream),
+            upstream: Some(upstream),
+            policy,
         }
     }
 
     pub fn notify(&mut self, method: &str) {
         let msg = json!({"jsonrpc": "2.0", "method": method}).to_string();
-        let catalog = self.catalog();
+        let policy = Arc::clone(&self.policy);
+        let catalog = Self::catalog(self.upstream, &policy);
         let actions = self.dispatcher.handle(msg.as_bytes(), &catalog);
         assert!(
             actions.iter().all(|a| !matches!(a, Action::Reply(_))),
@@ -258,7 +273,8 @@ impl<'a> Conn<'a> {
         self.next_id += 1;
         let id = json!(self.next_id);
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let catalog = self.catalog();
+        let policy = Arc::clone(&self.policy);
+        let catalog = Self::catalog(self.upstream, &policy);
         let actions = self.dispatcher.handle(msg.to_string().as_bytes(), &catalog);
         for action in actions {
             match action {
@@ -290,7 +306,7 @@ impl<'a> Conn<'a> {
                 name,
                 arguments,
                 CallContext {
-                    profile: self.dispatcher.profile(),
+                    policy: Arc::clone(&self.policy),
                     grant: None,
                     limits: CallLimits::GRANT,
                     ctl,
