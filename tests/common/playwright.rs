@@ -143,16 +143,32 @@ impl Drop for PageServer {
 pub struct Playwright {
     pub port: u16,
     dir: TempDir,
+    /// `--caps` it runs with (`PLAYWRIGHT_MCP_CAPS`); empty for none.
+    caps: String,
 }
 
 impl Playwright {
     pub fn start() -> Playwright {
+        Playwright::with_caps("")
+    }
+
+    /// Started with `--caps caps` (e.g. `vision,pdf,devtools`): the extra tool groups.
+    pub fn with_caps(caps: &str) -> Playwright {
         let pw = Playwright {
             port: free_port(),
             dir: TempDir::new("playwright"),
+            caps: caps.to_string(),
         };
         pw.run("start");
         pw
+    }
+
+    /// The installed `@playwright/mcp` version, from its package.json.
+    pub fn installed_version() -> Option<String> {
+        let path = prefix().join("node_modules/@playwright/mcp/package.json");
+        let text = std::fs::read_to_string(path).ok()?;
+        let json: Value = serde_json::from_str(&text).ok()?;
+        json["version"].as_str().map(str::to_string)
     }
 
     pub fn url(&self) -> String {
@@ -180,6 +196,7 @@ impl Playwright {
             .arg(self.port.to_string())
             .env("HANDNODE_UPSTREAM_DIR", &self.dir.0)
             .env("PLAYWRIGHT_MCP_PREFIX", prefix())
+            .env("PLAYWRIGHT_MCP_CAPS", &self.caps)
             .env("UPSTREAM_START_TIMEOUT", START_TIMEOUT_SECS.to_string())
             .env("UPSTREAM_STOP_TIMEOUT", "10");
         let (tx, rx) = crossbeam_channel::bounded(1);
