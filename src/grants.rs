@@ -822,8 +822,9 @@ impl Registry {
             let policy = match ToolPolicy::resume(&g.profile, lists, &g.tools) {
                 Ok(policy) => Arc::new(policy),
                 Err(why) => {
-                    // Never widened, never narrowed: a grant whose lists no longer mean
-                    // what was granted is dropped, and whoever lent it must lend again.
+                    // Never widened: a grant whose lists no longer resolve, or a custom
+                    // grant whose list would now mean other tools, is dropped, and
+                    // whoever lent it must lend again.
                     warn!("dropped persisted grant {}: {why}", g.id);
                     continue;
                 }

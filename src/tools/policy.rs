@@ -326,10 +326,8 @@ impl ToolPolicy {
 
     /// Whether a tool of this name may be listed and called.
     pub fn allows(&self, name: &str) -> bool {
-        match classify(name) {
-            Some(entry) => self.tools.contains(&entry.name),
-            None => self.sees_unclassified(),
-        }
+        // The effective list first: it is short, and most lookups are for tools in it.
+        self.tools.contains(&name) || (self.sees_unclassified() && classify(name).is_none())
     }
 
     /// The escalation check of this policy's tools and approve list.
