@@ -109,8 +109,8 @@ struct Shared {
 #[derive(Default)]
 struct Cache {
     tools: Vec<Value>,
-    /// Tools this upstream offered that have no class, in the order first seen: each was
-    /// logged once then (only `owner` sees them).
+    /// Tools this upstream offered that have no class, in the order first seen, each cut
+    /// to `MAX_TOOL_NAME_BYTES`: each was logged once then (only `owner` sees them).
     unclassified: Vec<String>,
     /// More than [`MAX_UNCLASSIFIED_LOGGED`] were offered, and that was logged.
     unclassified_overflowed: bool,
@@ -398,7 +398,20 @@ fn note_unclassified(
         .iter()
         .filter_map(|t| t.get("name").and_then(Value::as_str));
     for name in names {
-        if crate::tools::policy::classify(name).is_some() || seen.iter().any(|s| s == name) {
+        if crate::tools::policy::classify(name).is_some() {
+            continue;
+        }
+        // Remembered as shown: at most MAX_TOOL_NAME_BYTES of a name the upstream chose.
+        let mut shown = name.to_string();
+        if shown.len() > crate::profiles::MAX_TOOL_NAME_BYTES {
+            let mut end = crate::profiles::MAX_TOOL_NAME_BYTES;
+            while !shown.is_char_boundary(end) {
+                end -= 1;
+            }
+            shown.truncate(end);
+            shown.push('…');
+        }
+        if seen.contains(&shown) {
             continue;
         }
         if seen.len() >= MAX_UNCLASSIFIED_LOGGED {
@@ -411,20 +424,11 @@ fn note_unclassified(
             }
             return;
         }
-        let mut shown = name.to_string();
-        if shown.len() > crate::profiles::MAX_TOOL_NAME_BYTES {
-            let mut end = crate::profiles::MAX_TOOL_NAME_BYTES;
-            while !shown.is_char_boundary(end) {
-                end -= 1;
-            }
-            shown.truncate(end);
-            shown.push('…');
-        }
         log::warn!(
             "upstream '{upstream}' offers {shown:?}, which has no class: only owner grants \
              see it, and no allow/deny list can name it"
         );
-        seen.push(name.to_string());
+        seen.push(shown);
     }
 }
 
@@ -1855,6 +1859,17 @@ mod tests {
         assert_eq!(seen.len(), MAX_UNCLASSIFIED_LOGGED);
         assert!(overflowed);
         assert_eq!(seen[0], "browser_new_0");
+        // A name past the bound is remembered cut to it, once.
+        let (mut seen, mut overflowed) = (Vec::new(), false);
+        let huge = [json!({"name": "x".repeat(1 << 20)})];
+        for _ in 0..2 {
+            note_unclassified("u", (&mut seen, &mut overflowed), &huge);
+        }
+        assert_eq!(seen.len(), 1);
+        assert_eq!(
+            seen[0],
+            format!("{}…", "x".repeat(crate::profiles::MAX_TOOL_NAME_BYTES))
+        );
     }
 
     #[test]
