@@ -16,7 +16,12 @@
 //!   used only when the glibc we link against defines `GLIBC_ABI_DT_RELR` (a binary built
 //!   on an older system keeps running there).
 //!
-//! `HANDNODE_PLAIN_LINK=1` turns both off.
+//! `HANDNODE_PLAIN_LINK=1` turns both off. Both apply only when building for the host and
+//! the host is `x86_64-unknown-linux-gnu`: a cross build (the Pi artifacts of
+//! `scripts/build-static.sh`) links with a GNU cross `ld` that knows neither.
+//!
+//! It also passes the target triple to the crate as `HANDNODE_TARGET` (`src/build_info.rs`),
+//! for any target and profile.
 
 use std::process::Command;
 
@@ -25,13 +30,15 @@ fn main() {
     println!("cargo:rerun-if-changed=link/startup.order");
     println!("cargo:rerun-if-env-changed=HANDNODE_PLAIN_LINK");
     let env = |k: &str| std::env::var(k).unwrap_or_default();
+    println!("cargo:rustc-env=HANDNODE_TARGET={}", env("TARGET"));
     if env("HANDNODE_PLAIN_LINK") == "1" || env("PROFILE") != "release" {
         return;
     }
-    let linux_gnu_x86_64 = env("CARGO_CFG_TARGET_ARCH") == "x86_64"
+    let host_linux_gnu_x86_64 = env("TARGET") == env("HOST")
+        && env("CARGO_CFG_TARGET_ARCH") == "x86_64"
         && env("CARGO_CFG_TARGET_OS") == "linux"
         && env("CARGO_CFG_TARGET_ENV") == "gnu";
-    if !linux_gnu_x86_64 {
+    if !host_linux_gnu_x86_64 {
         return;
     }
     // A linker chosen by the user (config `linker`, `-C linker=…`, another flavour) may be

@@ -8,13 +8,20 @@ failed=0
 started_pids=()
 
 # release_binary ROOT : sets bin to $HANDNODE_BIN, or when that is unset builds ROOT with
-# `cargo build --release` and uses its handnode. Says FAIL and returns non-zero if the build
-# fails.
+# `cargo build --release` and uses its handnode. Sets binc to the command that runs it: bin
+# itself, or under $HANDNODE_RUNNER (e.g. qemu-aarch64-static, for a Pi binary on x86_64).
+# Says FAIL and returns non-zero if the build fails or the runner is missing.
 release_binary() {
     bin="${HANDNODE_BIN:-}"
     if [ -z "$bin" ]; then
         (cd "$1" && cargo build --release --quiet) || { echo "FAIL: cargo build --release"; return 1; }
         bin="$1/target/release/handnode"
+    fi
+    binc=("$bin")
+    if [ -n "${HANDNODE_RUNNER:-}" ]; then
+        command -v "$HANDNODE_RUNNER" >/dev/null \
+            || { echo "FAIL: HANDNODE_RUNNER=$HANDNODE_RUNNER is not installed"; return 1; }
+        binc=("$(command -v "$HANDNODE_RUNNER")" "$bin")
     fi
 }
 

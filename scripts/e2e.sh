@@ -4,14 +4,19 @@
 #      logged; curl /mcp with it (initialize, tools/list, bash echo hi); a wrong token → 401;
 #      a foreign Host → 403; a restart reuses the token;
 #   2. reverse attach against a websocat stub pod whose every connection is played by a small
-#      bash driver (initialize → tools/list → sys_info → bash echo e2e): the pod closing with
+#      bash driver (initialize → tools/list → sys_info → bash echo e2e → a bash reply of
+#      ~400 KB, which goes out fragmented and must arrive whole): the pod closing with
 #      4010 ends the grant `revoked` after exactly one dial; closing with 1000 brings a redial,
-#      and DELETE /attach/{id} then ends it `cancelled`.
+#      and DELETE /attach/{id} then ends it `cancelled`;
+#   3. approvals (issue 15): a grant with "approve":["bash"]; the pod's bash calls wait until the
+#      CLI decides: `handnode approve` lets one run, `handnode deny --reason` refuses the other,
+#      whose command (a touch) never runs.
 # websocat cannot refuse a handshake, so handshake statuses are covered by the in-process stub
 # pod of tests/attach.rs. Prints PASS/FAIL per step and "N passed, M failed"; exits non-zero
 # on any failure. Every wait is bounded; every process started here is killed on exit.
 #
-# Env: HANDNODE_BIN (default: build target/release/handnode), E2E_KEEP=1 keeps the temp dir.
+# Env: HANDNODE_BIN (default: build target/release/handnode), HANDNODE_RUNNER (run it through
+# this, e.g. qemu-aarch64-static), E2E_KEEP=1 keeps the temp dir.
 set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -41,13 +46,14 @@ echo "== first start: generated token file, /mcp with curl"
 first="$tmp/first"
 mkdir -p "$first"
 if start_daemon "$first/log" "${base_env[@]}" "XDG_CONFIG_HOME=$first/config" \
-    "XDG_STATE_HOME=$first/state" "$bin" --listen 127.0.0.1:0 --no-notify --no-sd-notify; then
+    "XDG_STATE_HOME=$first/state" "${binc[@]}" --listen 127.0.0.1:0 --no-notify --no-sd-notify; then
     pass "daemon starts with no auth configured and logs its address ($daemon_url)"
 else
     fail "daemon starts with no auth configured"
     summary
     exit 1
 fi
+check "GET /healthz → 200 ok" test "$(http "$daemon_url/healthz")" = "$(printf 'ok\n200')"
 token_file="$first/config/handnode/token"
 check "token file created at \$XDG_CONFIG_HOME/handnode/token" test -s "$token_file"
 check "token file has mode 0600" test "$(stat -c %a "$token_file" 2>/dev/null)" = 600
@@ -109,7 +115,7 @@ stop_pid "$daemon_pid"
 check "SIGTERM → exit 0" test "$stop_status" = 0
 
 if start_daemon "$first/log2" "${base_env[@]}" "XDG_CONFIG_HOME=$first/config" \
-    "XDG_STATE_HOME=$first/state" "$bin" --listen 127.0.0.1:0 --no-notify --no-sd-notify; then
+    "XDG_STATE_HOME=$first/state" "${binc[@]}" --listen 127.0.0.1:0 --no-notify --no-sd-notify; then
     check "a restart keeps the token file" test "$(tr -d '[:space:]' <"$token_file")" = "$token"
     reply="$(http "${mcp_headers[@]}" -d "$init" "$daemon_url/mcp")"
     check "the same token works after a restart" test "$(status_of "$reply")" = 200
@@ -152,6 +158,10 @@ if [ "$n" -eq 1 ]; then
     expect "tools/call sys_info" '.id == 3 and .result.isError != true and (.result.structuredContent.hostname | type == "string")'
     send '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo e2e"}}}'
     expect "tools/call bash echo e2e" '.id == 4 and .result.isError == false and .result.structuredContent.stdout == "e2e\n"'
+    # A reply over 64 KiB goes out as a fragmented message (frames of at most 64 KiB): it
+    # must reach the pod as one whole message, here one line of about 400 KB.
+    send '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"bash","arguments":{"command":"printf %0200000d 0","max_output_bytes":262144}}}'
+    expect "a 400 KB reply (fragmented) arrives whole" '.id == 5 and .result.isError == false and (.result.structuredContent.stdout | length == 200000 and test("^0+$"))'
     note "turn done"
     # Hold the socket until the script has looked at the grant, then leave: websocat closes
     # with its --close-status-code.
@@ -166,17 +176,19 @@ note "closed by handnode"
 POD
 chmod +x "$tmp/pod.sh"
 
-# start_pod DIR CLOSE_CODE : a websocat pod on a free port; sets pod_port.
+# start_pod DIR CLOSE_CODE [DRIVER] : a websocat pod on a free port playing DRIVER (default
+# pod.sh) on every connection; sets pod_port.
 start_pod() {
-    local dir="$1" code="$2" port pid
+    local dir="$1" code="$2" driver="${3:-$tmp/pod.sh}" port pid
     mkdir -p "$dir"
     for _ in $(seq 20); do
         port=$((20000 + RANDOM % 40000))
         # Skip ports something already answers on.
         (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
-        POD_DIR="$dir" "$websocat" --header-to-env Authorization -q -t -E -e \
+        # -B: messages up to 1 MiB (websocat's default is 64 KiB; a pod takes 16 MiB).
+        POD_DIR="$dir" "$websocat" --header-to-env Authorization -q -t -E -e -B 1048576 \
             --close-status-code "$code" --close-reason e2e \
-            "ws-l:127.0.0.1:$port" "sh-c:$tmp/pod.sh" 2>"$dir/websocat.log" &
+            "ws-l:127.0.0.1:$port" "sh-c:$driver" 2>"$dir/websocat.log" &
         pid=$!
         started_pids+=("$pid")
         # Listening, and it is our websocat that answers (it exits if the bind fails).
@@ -207,7 +219,7 @@ attach_token="e2e-admin-token-$RANDOM$RANDOM"
 attach_secret="e2e-attach-secret-$RANDOM$RANDOM"
 state="$tmp/attach-state"
 if ! start_daemon "$tmp/attach.log" "${base_env[@]}" "HANDNODE_TOKEN=$attach_token" \
-    "$bin" --listen 127.0.0.1:0 --state-dir "$state" --config-dir "$tmp/attach-config" \
+    "${binc[@]}" --listen 127.0.0.1:0 --state-dir "$state" --config-dir "$tmp/attach-config" \
     --no-notify --no-sd-notify --backoff-base-ms 100 --backoff-cap-ms 200; then
     fail "daemon starts with HANDNODE_TOKEN"
     summary
@@ -243,8 +255,8 @@ scenario() {
     check "$name: dialed /tools/attach/$name" conn_has "$pod_dir/conn1" "uri /tools/attach/$name"
     check "$name: dialed with Authorization: Bearer <the grant's secret>" \
         conn_has "$pod_dir/conn1" "auth Bearer $attach_secret"
-    check_json "$name: GET /attach/{id} → attached, 2 calls" "$(grant_json "$grant_id")" \
-        '.state == "attached" and .calls == 2'
+    check_json "$name: GET /attach/{id} → attached, 3 calls" "$(grant_json "$grant_id")" \
+        '.state == "attached" and .calls == 3'
     touch "$pod_dir/go"
 }
 
@@ -274,11 +286,92 @@ if scenario e2e-redial 1000; then
     check "e2e-redial: no dial after the revoke" test "$(cat "$pod_dir/count")" = 2
 fi
 
+# The pod side of the approvals scenario: two bash calls that wait for a person. Each reply
+# may take as long as the script needs to decide (bounded at 30 s).
+cat >"$tmp/pod-approve.sh" <<'POD'
+#!/usr/bin/env bash
+set -u
+dir="$POD_DIR"
+n=$(( $(cat "$dir/count" 2>/dev/null || echo 0) + 1 ))
+echo "$n" >"$dir/count"
+out="$dir/conn$n"
+note() { printf '%s\n' "$*" >>"$out"; }
+send() { printf '%s\n' "$1"; }
+expect() {
+    local line
+    if ! IFS= read -r -t 30 line; then note "FAIL $1: no reply within 30 s"; return 1; fi
+    if jq -e "$2" >/dev/null 2>&1 <<<"$line"; then note "PASS $1"; else note "FAIL $1: $line"; fi
+}
+send '{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"websocat-pod","version":"0"}}}'
+expect "initialize" '.id == "init"'
+if [ "$n" -eq 1 ]; then
+    send '{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo approved-e2e"}}}'
+    expect "the approved bash ran and answered" '.id == 10 and .result.isError == false and .result.structuredContent.stdout == "approved-e2e\n"'
+    send "{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"tools/call\",\"params\":{\"name\":\"bash\",\"arguments\":{\"command\":\"touch $dir/denied-ran\"}}}"
+    expect "the denied bash is answered isError, denied" '.id == 11 and .result.isError == true and (.result.content[0].text | test("^denied by token: not on this box; it did not run$"))'
+    note "turn done"
+fi
+while IFS= read -r -t 30 _; do :; done
+POD
+chmod +x "$tmp/pod-approve.sh"
+
+echo "== approvals: an approved and a denied bash, decided with the CLI"
+cli=(timeout 20 env -i "PATH=$PATH" "HANDNODE_TOKEN=$attach_token" "$bin")
+# The id of the one waiting call whose command is $1, or nothing.
+waiting_id() {
+    "${cli[@]}" approvals --json --url "$daemon_url" 2>/dev/null \
+        | jq -r --arg c "$1" '.approvals[] | select(.arguments.command == $c) | .id' 2>/dev/null
+}
+has_waiting() { [ -n "$(waiting_id "$1")" ]; }
+pod_dir="$tmp/pod-e2e-approve"
+if start_pod "$pod_dir" 1000 "$tmp/pod-approve.sh"; then
+    reply="$(http "${admin[@]}" -d "{\"runtime\":\"ws://127.0.0.1:$pod_port\",\"session\":\"e2e-approve\",\"profile\":\"desktop\",\"approve\":[\"bash\"],\"secret\":\"$attach_secret\",\"ttl_secs\":600}" \
+        "$daemon_url/attach")"
+    check "approvals: POST /attach with approve → 202" test "$(status_of "$reply")" = 202
+    check_json "approvals: the grant JSON shows approve, and that mouse/key still reach the shell" \
+        "$(body_of "$reply")" '.approve == ["bash"] and .shell == "yes" and .shell_because == "mouse is a shell tool" and .approved_for_grant == []'
+    approve_grant="$(body_of "$reply" | jq -r .id 2>/dev/null)"
+    if wait_until 20 has_waiting "echo approved-e2e"; then
+        pass "approvals: handnode approvals lists the first bash call, its command in full"
+        listing="$("${cli[@]}" approvals --url "$daemon_url" 2>&1)"
+        check "approvals: the table shows the tool and the command" \
+            bash -c 'grep -q "bash" <<<"$1" && grep -qF "echo approved-e2e" <<<"$1"' _ "$listing"
+        out="$("${cli[@]}" approve "$(waiting_id "echo approved-e2e")" --url "$daemon_url" 2>&1)"
+        check "approvals: handnode approve → allowed" grep -q "^allowed " <<<"$out"
+    else
+        fail "approvals: the first bash call waits for approval"
+    fi
+    if wait_until 20 has_waiting "touch $pod_dir/denied-ran"; then
+        out="$("${cli[@]}" deny "$(waiting_id "touch $pod_dir/denied-ran")" --reason "not on this box" --url "$daemon_url" 2>&1)"
+        check "approvals: handnode deny --reason → denied" grep -q "^denied " <<<"$out"
+    else
+        fail "approvals: the second bash call waits for approval"
+    fi
+    if wait_until 40 conn_has "$pod_dir/conn1" "turn done"; then
+        report_conn "$pod_dir/conn1" "approvals pod"
+    else
+        fail "approvals: the pod's turn finished" "$(cat "$pod_dir/conn1" 2>/dev/null)"
+    fi
+    check "approvals: the denied command never ran" test ! -e "$pod_dir/denied-ran"
+    out="$("${cli[@]}" approve "no-such-approval" --url "$daemon_url" 2>&1)"
+    check "approvals: deciding an unknown id exits 1 and says so" \
+        bash -c '[ "$1" = 1 ] && grep -q "unknown, already decided" <<<"$2"' _ "$(
+            "${cli[@]}" approve no-such-approval --url "$daemon_url" >/dev/null 2>&1; echo $?)" "$out"
+    decided() { [ "$(grep -c '"approval_decided"' "$state/audit.jsonl" 2>/dev/null)" -ge 2 ]; }
+    check "approvals: audit.jsonl records both decisions" wait_until 10 decided
+    check "approvals: audit.jsonl records the denied call as not_approved" \
+        grep -q '"outcome":"not_approved"' "$state/audit.jsonl"
+    reply="$(http -X DELETE "${admin[@]}" "$daemon_url/attach/$approve_grant")"
+    check "approvals: DELETE the grant → 204" test "$(status_of "$reply")" = 204
+else
+    fail "approvals: websocat pod listens"
+fi
+
 echo "== what the daemon recorded"
 metrics="$(body_of "$(http "${admin[@]}" "$daemon_url/metrics")")"
 check "metrics count a close with 4010" grep -qE '^handnode_closes_total\{code="4010"\} [1-9]' <<<"$metrics"
 check "metrics count a close with 1000" grep -qE '^handnode_closes_total\{code="1000"\} [1-9]' <<<"$metrics"
-listing="$(timeout 20 env -i "PATH=$PATH" "HANDNODE_TOKEN=$attach_token" "$bin" grants --json --url "$daemon_url" 2>&1)"
+listing="$(timeout 20 env -i "PATH=$PATH" "HANDNODE_TOKEN=$attach_token" "${binc[@]}" grants --json --url "$daemon_url" 2>&1)"
 check_json "handnode grants --json lists both ended grants" "$listing" \
     '[.grants[] | select(.state == "ended")] | length >= 2'
 stop_pid "$daemon_pid"

@@ -2,7 +2,7 @@
 # Install handnode for the current user: the binary, the systemd user unit(s) and an admin
 # token file. Run it again at any time: it changes only what differs and says so.
 #
-#   scripts/install.sh [--prefix DIR] [--binary PATH]
+#   scripts/install.sh [--prefix DIR] [--binary PATH | --from-dist DIR]
 #   scripts/install.sh [--prefix DIR] --uninstall [--purge]
 #
 #   (no --prefix)   binary  ~/.local/bin/handnode
@@ -14,6 +14,9 @@
 #                           created only if missing, never printed; where handnode and its
 #                           operator commands look by default
 #   --binary PATH   install this binary instead of building one (cargo build --release)
+#   --from-dist DIR install the artifact of DIR (scripts/build-static.sh's target/dist, copied
+#                   over) for this machine's `uname -m`: x86_64, aarch64/arm64, armv7l. Its
+#                   SHA256SUMS line is checked first; a mismatch or no artifact changes nothing
 #   --uninstall     remove what this script installed (it keeps a list); the token, grants
 #                   and audit log stay unless --purge is given too
 #
@@ -26,6 +29,7 @@ say() { echo "install: $*"; }
 
 prefix=
 binary=
+from_dist=
 uninstall=0
 purge=0
 while [ $# -gt 0 ]; do
@@ -34,14 +38,18 @@ while [ $# -gt 0 ]; do
         --prefix=*) prefix=${1#--prefix=}; shift ;;
         --binary) [ $# -ge 2 ] || die "--binary needs a path"; binary=$2; shift 2 ;;
         --binary=*) binary=${1#--binary=}; shift ;;
+        --from-dist) [ $# -ge 2 ] || die "--from-dist needs a directory"; from_dist=$2; shift 2 ;;
+        --from-dist=*) from_dist=${1#--from-dist=}; shift ;;
         --uninstall) uninstall=1; shift ;;
         --purge) purge=1; shift ;;
-        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument '$1' (see scripts/install.sh --help)" ;;
     esac
 done
 [ "$purge" = 0 ] || [ "$uninstall" = 1 ] || die "--purge only goes with --uninstall"
 [ -z "$binary" ] || [ "$uninstall" = 0 ] || die "--binary makes no sense with --uninstall"
+[ -z "$from_dist" ] || [ "$uninstall" = 0 ] || die "--from-dist makes no sense with --uninstall"
+[ -z "$from_dist" ] || [ -z "$binary" ] || die "--binary and --from-dist both name the binary; give one"
 [ -n "${HOME:-}" ] || die "HOME is not set"
 
 # Paths end up in a unit file and in sed expressions: refuse characters that would need
@@ -132,8 +140,46 @@ if [ "$uninstall" = 1 ]; then
     exit 0
 fi
 
-# The binary: given, or built here.
-if [ -z "$binary" ]; then
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# The binary: from a dist dir, given, or built here. A dist artifact is copied first and the
+# copy is checked, so the bytes installed are the bytes whose checksum matched.
+if [ -n "$from_dist" ]; then
+    [ -d "$from_dist" ] || die "--from-dist: $from_dist is not a directory"
+    machine=$(uname -m)
+    case "$machine" in
+        x86_64 | amd64) arch=x86_64 ;;
+        aarch64 | arm64) arch=aarch64 ;;
+        armv7l | armv8l) arch=armv7 ;;
+        armv6l) die "this is an ARMv6 board (Pi 1, Zero, Zero W): no artifact runs here; \
+build on the board with scripts/install.sh (docs/install.md); nothing was changed" ;;
+        *) die "no handnode artifact is built for this machine ($machine); build here with \
+scripts/install.sh; nothing was changed" ;;
+    esac
+    sums=$from_dist/SHA256SUMS
+    [ -f "$sums" ] || die "$sums is missing: without checksums nothing from $from_dist is installed; \
+copy SHA256SUMS along with the artifact; nothing was changed"
+    # Entries as sha256sum writes them: HASH, two spaces (or space-star), the file name.
+    mapfile -t entries < <(grep -E "^[0-9a-f]{64} [ *]handnode-[^/[:space:]]+-$arch\$" "$sums" || true)
+    case ${#entries[@]} in
+        1) ;;
+        0) die "$sums lists no artifact for $arch (uname -m: $machine); it lists: \
+$(sed -E 's/^[0-9a-f]{64} [ *]//' "$sums" | tr '\n' ' ')— build one with scripts/build-static.sh --all; nothing was changed" ;;
+        *) die "$sums lists several artifacts for $arch: \
+$(printf '%s\n' "${entries[@]}" | sed -E 's/^[0-9a-f]{64} [ *]//' | tr '\n' ' ')— keep one version; nothing was changed" ;;
+    esac
+    want=${entries[0]:0:64}
+    name=${entries[0]:66}
+    [ -f "$from_dist/$name" ] || die "$from_dist/$name is missing (SHA256SUMS lists it for $arch); nothing was changed"
+    cp "$from_dist/$name" "$work/handnode"
+    got=$(sha256sum <"$work/handnode" | cut -c1-64)
+    [ "$got" = "$want" ] || die "$from_dist/$name does not match its SHA256SUMS entry (sha256 $got, \
+listed $want): a damaged or tampered copy; nothing was changed"
+    chmod 755 "$work/handnode"
+    say "verified   $name (sha256 $want, for $machine)"
+    binary=$work/handnode
+elif [ -z "$binary" ]; then
     [ -f "$repo/Cargo.toml" ] || die "no --binary given and $repo is not a handnode checkout to build from"
     command -v cargo >/dev/null || die "no --binary given and cargo is not installed (https://rustup.rs, or pass --binary PATH)"
     say "building the release binary (cargo build --release) ..."
@@ -147,9 +193,6 @@ fi
 if [ -z "$prefix" ] && [ "$(id -u)" = 0 ]; then
     say "note: running as root installs for root's own user manager; run as the user whose box is lent"
 fi
-
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 
 put "$binary" "$installed_bin" 755
 

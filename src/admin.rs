@@ -1,6 +1,7 @@
 //! The admin API (contract §1): tiny_http on `--listen`, the Host/Origin guard, the body
-//! cap, authentication and its throttle, the `/attach` routes, `/mcp` for the box's
-//! owner, `/metrics`, `/healthz` and `/readyz`.
+//! cap, authentication and its throttle, the `/attach` and `/approvals` routes, `/mcp` for
+//! the box's owner, `/metrics`, `/healthz` and `/readyz`, and the console's routes (the
+//! page and assets of `console`, `GET /audit` read back by `activity`).
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -15,25 +16,35 @@ use log::{debug, info, warn};
 use serde_json::{json, Value};
 use tiny_http::{Header, Request, Response, Server};
 
+use crate::activity;
+use crate::approvals::{self, Approvals};
 use crate::audit::{Audit, Record};
 use crate::auth::{client_key, is_loopback, Decision, Policy, RequestFacts, Throttle, Verdict};
 use crate::calls::{Calls, Services};
 use crate::config::{Limits, Timing};
+use crate::console;
+use crate::containment::{self, Site};
 use crate::error::Error;
-use crate::grants::{AttachError, AttachRequest, Registry};
+use crate::grants::{AttachError, AttachRequest, Registry, SecretSource};
 use crate::jobs::Completion;
+use crate::label;
+use crate::lanes::{Busy, Lane};
 use crate::mcp::{self, Action, Dispatcher, Outcome, ToolOutput};
 use crate::metrics::Metrics;
 use crate::tools::policy::ToolPolicy;
 use crate::tools::{CallContext, CallLimits, ConnCatalog};
 
 /// Most threads taking requests off tiny_http's queue. One waits when the API is idle;
-/// another is started when the last waiting one takes a request, so a slow request (a
-/// mint that waits for the pod) never leaves `/healthz` and revokes without a taker.
-/// Slow work on `/mcp` (a tool call) is handed to its own responder thread.
+/// another is started when the last waiting one takes a request. They only do quick work:
+/// whatever waits on someone else (a mint on its pod, a `/mcp` tool call on its tool) is
+/// handed to a thread of its [`Lane`], so `/healthz` and revokes always find a taker.
 const MAX_HANDLER_THREADS: usize = 4;
 /// `/mcp` tool calls waiting for their result at once; past this the call is refused.
 const MAX_MCP_WAITERS: usize = 64;
+/// Longest a `429` for a full lane asks the client to wait before retrying (seconds).
+const LANE_RETRY_AFTER_SECS: u64 = 1;
+/// Longest client-chosen text (a path, a claimed login) a log line carries (bytes).
+const MAX_LOGGED_BYTES: usize = 256;
 /// Slack beyond the longest tool run before a `/mcp` waiter gives up on a result.
 const MCP_RESULT_SLACK: Duration = Duration::from_secs(15);
 
@@ -50,13 +61,19 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/attach"),
     ("GET", "/attach/{id}"),
     ("DELETE", "/attach/{id}"),
+    ("GET", "/"),
+    ("GET", "/console/{id}"),
+    ("GET", "/audit"),
+    ("GET", "/approvals"),
+    ("POST", "/approvals/{id}"),
     ("GET", "/metrics"),
     ("POST", "/mcp"),
     ("DELETE", "/mcp"),
 ];
 
-/// Paths of [`ROUTES`] answered without authentication: the supervisor's probes.
-pub const PUBLIC_PATHS: &[&str] = &["/healthz", "/readyz"];
+/// Paths of [`ROUTES`] answered without authentication: the supervisor's probes, and the
+/// console's page and assets (a fresh page has no token yet; its API calls authenticate).
+pub const PUBLIC_PATHS: &[&str] = &["/healthz", "/readyz", "/", "/console/{id}"];
 
 /// What a request's method and path name in [`ROUTES`].
 #[derive(Debug, PartialEq, Eq)]
@@ -136,6 +153,7 @@ pub struct AdminState {
     pub throttle: Mutex<Throttle>,
     pub registry: Arc<Registry>,
     pub services: Arc<Services>,
+    pub approvals: Arc<Approvals>,
     pub metrics: Arc<Metrics>,
     pub audit: Audit,
     pub allow_hosts: Vec<String>,
@@ -144,7 +162,10 @@ pub struct AdminState {
     pub audit_args: bool,
     pub ready: AtomicBool,
     sessions: Mutex<HashMap<String, McpSession>>,
-    waiters: AtomicUsize,
+    /// Mints waiting for their pods (`--max-mints`).
+    mints: Arc<Lane>,
+    /// `/mcp` tool calls waiting for their results.
+    mcp_calls: Arc<Lane>,
 }
 
 impl AdminState {
@@ -153,6 +174,7 @@ impl AdminState {
         policy: Policy,
         registry: Arc<Registry>,
         services: Arc<Services>,
+        approvals: Arc<Approvals>,
         metrics: Arc<Metrics>,
         audit: Audit,
         allow_hosts: Vec<String>,
@@ -171,6 +193,7 @@ impl AdminState {
             throttle: Mutex::new(throttle),
             registry,
             services,
+            approvals,
             metrics,
             audit,
             allow_hosts: allow_hosts
@@ -178,11 +201,12 @@ impl AdminState {
                 .map(|h| h.to_ascii_lowercase())
                 .collect(),
             timing,
-            limits,
             audit_args,
             ready: AtomicBool::new(false),
             sessions: Mutex::new(HashMap::new()),
-            waiters: AtomicUsize::new(0),
+            mints: Lane::new("mint", "mints", limits.max_mints),
+            mcp_calls: Lane::new("mcp-call", "/mcp tool calls", MAX_MCP_WAITERS),
+            limits,
         }
     }
 }
@@ -245,7 +269,16 @@ impl Handlers {
                 }
             }
             match request {
-                Ok(request) => handle(&self.state, request),
+                Ok(request) => {
+                    // A panic ends this one request: unwinding drops it unanswered, and the
+                    // vendored tiny_http answers a dropped request 500 {"error":"internal error"}.
+                    let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        handle(&self.state, request)
+                    }));
+                    if let Err(payload) = handled {
+                        containment::caught(Site::Admin, "an admin request", payload.as_ref());
+                    }
+                }
                 Err(e) => {
                     if !self.stopping.load(Ordering::SeqCst) {
                         let _ = self.fatal.send(Error::AcceptLoop(e.to_string()));
@@ -377,16 +410,27 @@ pub fn host_allowed(host: &str, allow_hosts: &[String]) -> bool {
     allow_hosts.contains(&bare)
 }
 
-/// The DNS-rebinding guard: Host, and Origin when present, must be ours.
-fn guard(request: &Request, allow_hosts: &[String]) -> Result<(), &'static str> {
+/// The DNS-rebinding guard: Host, and Origin when present, must be ours (`403`). Two Origin
+/// headers are `400`: a check of the first would pass a hostile second one on to whoever
+/// reads the last. (Two Host headers never get here: tiny_http is patched to answer `400`.)
+fn guard(request: &Request, allow_hosts: &[String]) -> Result<(), (u16, &'static str)> {
+    let forbidden = |why| Err((403, why));
     match request_header(request, "Host") {
         Some(host) if host_allowed(host, allow_hosts) => {}
         Some(_) => {
-            return Err(
+            return forbidden(
                 "Host header must name a loopback address, localhost, or an --allow-host name",
             )
         }
-        None => return Err("a Host header is required"),
+        None => return forbidden("a Host header is required"),
+    }
+    let origins = request
+        .headers()
+        .iter()
+        .filter(|h| h.field.as_str().as_str().eq_ignore_ascii_case("Origin"))
+        .count();
+    if origins > 1 {
+        return Err((400, "more than one Origin header"));
     }
     if let Some(origin) = request_header(request, "Origin") {
         let authority = origin
@@ -394,7 +438,9 @@ fn guard(request: &Request, allow_hosts: &[String]) -> Result<(), &'static str> 
             .map(|(_, rest)| rest.split('/').next().unwrap_or(""))
             .unwrap_or("");
         if !host_allowed(authority, allow_hosts) {
-            return Err("Origin must name a loopback address, localhost, or an --allow-host name");
+            return forbidden(
+                "Origin must name a loopback address, localhost, or an --allow-host name",
+            );
         }
     }
     Ok(())
@@ -425,15 +471,20 @@ fn authenticate(state: &AdminState, request: &Request) -> Result<String, (u16, &
             match verdict {
                 Verdict::Unauthorized => {
                     info!(
-                        "admin: denied {} {}: {reason}",
+                        "admin: denied {} {}: {}",
                         request.method(),
-                        path_of(request)
+                        shown_path(request),
+                        label::cut(&reason, MAX_LOGGED_BYTES)
                     );
                     Err((401, "unauthorized"))
                 }
                 Verdict::Throttled { .. } => {
                     state.metrics.throttled();
-                    debug!("admin: throttled {} {}", request.method(), path_of(request));
+                    debug!(
+                        "admin: throttled {} {}",
+                        request.method(),
+                        shown_path(request)
+                    );
                     Err((429, "too many failed authentications; wait and retry"))
                 }
             }
@@ -444,6 +495,11 @@ fn authenticate(state: &AdminState, request: &Request) -> Result<String, (u16, &
 fn path_of(request: &Request) -> &str {
     let url = request.url();
     url.split('?').next().unwrap_or(url)
+}
+
+/// The path as the log shows it: a client chooses it, up to a whole 8 KiB request line.
+fn shown_path(request: &Request) -> std::borrow::Cow<'_, str> {
+    label::cut(path_of(request), MAX_LOGGED_BYTES)
 }
 
 /// Read a JSON body under the cap. `Err` is the response to send.
@@ -487,7 +543,7 @@ fn read_body(
 fn respond(request: Request, response: Response<std::io::Cursor<Vec<u8>>>) {
     let status = response.status_code().0;
     let method = request.method().clone();
-    let path = path_of(&request).to_string();
+    let path = shown_path(&request).into_owned();
     if let Err(e) = request.respond(response) {
         debug!("admin: {method} {path}: could not send {status}: {e}");
     } else {
@@ -496,13 +552,13 @@ fn respond(request: Request, response: Response<std::io::Cursor<Vec<u8>>>) {
 }
 
 fn handle(state: &Arc<AdminState>, mut request: Request) {
-    if let Err(why) = guard(&request, &state.allow_hosts) {
+    if let Err((status, why)) = guard(&request, &state.allow_hosts) {
         info!(
             "admin: refused {} {}: {why}",
             request.method(),
-            path_of(&request)
+            shown_path(&request)
         );
-        return respond(request, error_response(403, why));
+        return respond(request, error_response(status, why));
     }
     let path = path_of(&request).to_string();
     let found = find_route(request.method().as_str(), &path);
@@ -520,6 +576,10 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
             Err((status, msg)) => return respond(request, error_response(status, msg)),
         }
     };
+    #[cfg(test)]
+    if path == containment::hooks::ADMIN_PATH {
+        panic!("test hook: an admin handler panics");
+    }
     let (route, id) = match found {
         Lookup::Route(route, id) => (route, id),
         Lookup::WrongMethod(p) => {
@@ -558,17 +618,28 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
                 Ok(r) => r,
                 Err(msg) => return respond(request, error_response(400, &msg)),
             };
-            match state.registry.attach(req, &principal) {
-                Ok((view, _renewed)) => respond(request, json_response(202, &view)),
-                Err(AttachError::Mint(e)) => respond(request, error_response(502, &e.to_string())),
-                Err(AttachError::Internal(msg)) => {
-                    warn!("admin: POST /attach failed: {msg}");
-                    respond(request, error_response(500, &msg))
-                }
-                Err(AttachError::ShuttingDown) => respond(
+            if req.policy.profile() == crate::profiles::Profile::Browser
+                && state.services.browsers.is_none()
+            {
+                return respond(
                     request,
-                    error_response(503, "handnode is shutting down; retry after it restarts"),
-                ),
+                    error_response(400, crate::profiles::BROWSER_NEEDS_COMMAND),
+                );
+            }
+            if !matches!(req.source, SecretSource::AdminCredential(_)) {
+                return attach(state, request, req, &principal);
+            }
+            // A mint waits for the pod (up to --mint-timeout-ms, however slowly it answers):
+            // on a thread of the mint lane, never on one of the few handler threads.
+            let slot = match state.mints.try_acquire() {
+                Ok(slot) => slot,
+                Err(busy) => return respond(request, too_busy(&busy)),
+            };
+            let state2 = Arc::clone(state);
+            let spawned = slot.spawn(move || attach(&state2, request, req, &principal));
+            if let Err((e, _work)) = spawned {
+                warn!("admin: cannot start a mint thread: {e}");
+                // `_work` drops the request unanswered: tiny_http answers it 500.
             }
         }
         ("GET", "/attach") => respond(
@@ -588,6 +659,17 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
             } else {
                 respond(request, error_response(404, "no such grant"))
             }
+        }
+        ("GET", "/") => respond(request, console::response(&console::PAGE)),
+        ("GET", "/console/{id}") => match console::asset(id) {
+            Some(asset) => respond(request, console::response(asset)),
+            None => respond(request, error_response(404, "no such console file")),
+        },
+        ("GET", "/audit") => audit_get(state, request),
+        ("GET", "/approvals") => approvals_get(state, request),
+        ("POST", "/approvals/{id}") => {
+            let id = id.to_string();
+            approvals_post(state, request, &id, &principal)
         }
         ("GET", "/metrics") => {
             let text = state.metrics.render(&state.registry.states());
@@ -629,6 +711,147 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
     }
 }
 
+/// The value of query parameter `name` (first occurrence, `%XX` and `+` decoded).
+fn query_param(request: &Request, name: &str) -> Option<String> {
+    let query = request.url().split_once('?')?.1;
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == name).then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+            (b'+', _) => out.push(b' '),
+            (b, _) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `GET /audit?grant=<id>&limit=N`: a grant's tool calls, newest first, read back from the
+/// audit files (`activity`); arguments only while `--audit-args` is on.
+fn audit_get(state: &AdminState, request: Request) {
+    let query = request.url().split_once('?').map_or("", |(_, q)| q);
+    let query = match activity::Query::parse(query) {
+        Ok(q) => q,
+        Err(msg) => return respond(request, error_response(400, &msg)),
+    };
+    let Some(dir) = state.audit.dir() else {
+        return respond(
+            request,
+            json_response(200, &json!({"calls": [], "more": false})),
+        );
+    };
+    match activity::read(dir, &query, state.audit_args, activity::Bounds::SERVED) {
+        Ok(answer) => respond(request, json_response(200, &answer)),
+        Err(e) => {
+            warn!("admin: GET /audit: cannot read the audit files: {e}");
+            respond(request, error_response(500, "cannot read the audit files"))
+        }
+    }
+}
+
+/// `GET /approvals`, and its long-poll `?wait=N&seen=<etag>` (§10): parked with the
+/// approvals thread, so a waiting phone holds no handler thread.
+fn approvals_get(state: &Arc<AdminState>, request: Request) {
+    let wait = match query_param(&request, "wait") {
+        None => 0,
+        Some(v) => match v.parse::<u64>() {
+            Ok(n) if n <= approvals::MAX_WAIT_SECS => n,
+            _ => {
+                return respond(
+                    request,
+                    error_response(
+                        400,
+                        &format!(
+                            "wait must be a whole number of seconds, 0...{}",
+                            approvals::MAX_WAIT_SECS
+                        ),
+                    ),
+                )
+            }
+        },
+    };
+    let seen = query_param(&request, "seen");
+    let (list, etag) = state.approvals.list();
+    let changed = seen
+        .as_deref()
+        .is_none_or(|s| !approvals::same_etag(s, &etag));
+    if wait == 0 || changed {
+        return respond(request, approvals::list_response(list.to_string(), &etag));
+    }
+    let seen = seen.unwrap_or_default();
+    if let Some(request) = state
+        .approvals
+        .park(request, seen, Duration::from_secs(wait))
+    {
+        let msg = format!(
+            "too many long-polls of /approvals are open ({}); retry shortly, or ask without wait",
+            state.approvals.max_waiters()
+        );
+        respond(request, error_response(429, &msg));
+    }
+}
+
+/// `POST /approvals/{id}`: allow or deny a held call.
+fn approvals_post(state: &Arc<AdminState>, mut request: Request, id: &str, principal: &str) {
+    let body = match read_body(&mut request, state.limits.max_body_bytes) {
+        Ok(b) => b,
+        Err(resp) => return respond(request, resp),
+    };
+    let decision = match approvals::Decision::parse(&body) {
+        Ok(d) => d,
+        Err(msg) => return respond(request, error_response(400, &msg)),
+    };
+    match state.approvals.decide(id, decision, principal) {
+        Some(decided) => {
+            if decided.remembered {
+                state.registry.remembered(&decided.grant_id);
+            }
+            respond(request, json_response(200, &decided.view))
+        }
+        None => respond(request, error_response(404, "no such approval")),
+    }
+}
+
+/// `POST /attach` once its body is valid: create or renew (minting first, if asked).
+fn attach(state: &AdminState, request: Request, req: AttachRequest, principal: &str) {
+    match state.registry.attach(req, principal) {
+        Ok((view, _renewed)) => respond(request, json_response(202, &view)),
+        Err(AttachError::Mint(e)) => respond(request, error_response(502, &e.to_string())),
+        Err(AttachError::BadRequest(msg)) => respond(request, error_response(400, &msg)),
+        Err(AttachError::Internal(msg)) => {
+            warn!("admin: POST /attach failed: {msg}");
+            respond(request, error_response(500, &msg))
+        }
+        Err(AttachError::ShuttingDown) => respond(
+            request,
+            error_response(503, "handnode is shutting down; retry after it restarts"),
+        ),
+    }
+}
+
+/// `429` for a full lane: what is full and when to retry.
+fn too_busy(busy: &Busy) -> Response<std::io::Cursor<Vec<u8>>> {
+    error_response(429, &busy.to_string())
+        .with_header(header("Retry-After", &LANE_RETRY_AFTER_SECS.to_string()))
+}
+
 /// Turn dispatcher actions into at most one reply and at most one call to start.
 fn apply_actions(
     state: &AdminState,
@@ -652,10 +875,15 @@ fn apply_actions(
             },
             Action::Cancel { id } => {
                 if let Some(c) = calls.cancel(&id) {
-                    debug!("/mcp: cancelled call {id} ({})", c.tool);
+                    debug!(
+                        "/mcp: cancelled call {} ({})",
+                        label::cut(&id.to_string(), MAX_LOGGED_BYTES),
+                        c.tool
+                    );
                 }
             }
             Action::Refused { tool, outcome } => {
+                let tool = label::name(&tool).into_owned();
                 state.metrics.tool_call(&tool, outcome);
                 state.audit.record(Record::ToolCall {
                     grant_id: None,
@@ -673,7 +901,7 @@ fn apply_actions(
 }
 
 fn new_session_id() -> String {
-    crate::grants::new_id()
+    crate::ids::new_id()
 }
 
 /// `POST /mcp`: one JSON-RPC message per request, JSON replies only.
@@ -688,6 +916,7 @@ fn mcp_post(state: &Arc<AdminState>, mut request: Request, principal: String) {
         grant: None,
         upstream: state.services.upstream.as_deref(),
         policy: &owner,
+        browsers: None,
     };
     let mut sessions = state.sessions.lock().unwrap_or_else(|e| e.into_inner());
     let mut new_session = None;
@@ -769,22 +998,18 @@ fn mcp_call(
     session_id: Option<String>,
     (id, name, route, arguments, seq, ctl): PendingCall,
 ) {
-    if state.waiters.fetch_add(1, Ordering::SeqCst) >= MAX_MCP_WAITERS {
-        state.waiters.fetch_sub(1, Ordering::SeqCst);
-        let text = mcp::error_reply(
-            &id,
-            mcp::SERVER_ERROR,
-            &format!(
-                "server busy: {MAX_MCP_WAITERS} /mcp tool calls already running; retry shortly"
-            ),
-        );
-        forget_call(state, &session_id, &id, seq);
-        return respond(
-            request,
-            Response::from_data(text.into_bytes())
-                .with_header(header("Content-Type", "application/json")),
-        );
-    }
+    let slot = match state.mcp_calls.try_acquire() {
+        Ok(slot) => slot,
+        Err(busy) => {
+            let text = mcp::error_reply(&id, mcp::SERVER_ERROR, &format!("server busy: {busy}"));
+            forget_call(state, &session_id, &id, seq);
+            return respond(
+                request,
+                Response::from_data(text.into_bytes())
+                    .with_header(header("Content-Type", "application/json")),
+            );
+        }
+    };
     let (tx, rx) = crossbeam_channel::bounded::<ToolOutput>(1);
     let done = Completion::new(move |out| {
         let _ = tx.send(out);
@@ -802,50 +1027,47 @@ fn mcp_call(
         .services
         .start(route, name.clone(), arguments, cx, done);
     let state = Arc::clone(state);
-    let spawned = std::thread::Builder::new()
-        .name("mcp-call".into())
-        .spawn(move || {
-            let wait = Duration::from_secs(CallLimits::LOCAL_HTTP.max_run_secs) + MCP_RESULT_SLACK;
-            let output = rx.recv_timeout(wait).unwrap_or_else(|_| {
-                ctl.cancel();
-                ToolOutput::tool_error("the tool did not finish in time and was stopped")
-            });
-            let live = forget_call(&state, &session_id, &id, seq);
-            let cancelled = ctl.is_cancelled() && !live;
-            let (text, outcome) = mcp::tool_reply(&id, output, state.limits.max_outbound_bytes);
-            let outcome = if cancelled {
-                Outcome::ToolError
-            } else {
-                outcome
-            };
-            state.metrics.tool_call(&name, outcome);
-            state.audit.record(Record::ToolCall {
-                grant_id: None,
-                principal,
-                session: None,
-                tool: name,
-                outcome,
-                duration_ms: started.elapsed().as_millis() as u64,
-                args: audit_args,
-            });
-            state.waiters.fetch_sub(1, Ordering::SeqCst);
-            if cancelled {
-                // notifications/cancelled: no JSON-RPC reply; HTTP still needs an answer.
-                // 202 with no body, as for a notification: clients (the official TypeScript
-                // SDK among them) accept it for any message, while a 204 without a
-                // Content-Type is reported as an error.
-                return respond(
-                    request,
-                    Response::from_data(Vec::new()).with_status_code(202),
-                );
-            }
-            respond(
-                request,
-                Response::from_data(text.into_bytes())
-                    .with_header(header("Content-Type", "application/json")),
-            )
+    let spawned = slot.spawn(move || {
+        let wait = Duration::from_secs(CallLimits::LOCAL_HTTP.max_run_secs) + MCP_RESULT_SLACK;
+        let output = rx.recv_timeout(wait).unwrap_or_else(|_| {
+            ctl.cancel();
+            ToolOutput::tool_error("the tool did not finish in time and was stopped")
         });
-    if let Err(e) = spawned {
+        let live = forget_call(&state, &session_id, &id, seq);
+        let cancelled = ctl.is_cancelled() && !live;
+        let (text, outcome) = mcp::tool_reply(&id, output, state.limits.max_outbound_bytes);
+        let outcome = if cancelled {
+            Outcome::ToolError
+        } else {
+            outcome
+        };
+        state.metrics.tool_call(&name, outcome);
+        state.audit.record(Record::ToolCall {
+            grant_id: None,
+            principal,
+            session: None,
+            tool: name,
+            outcome,
+            duration_ms: started.elapsed().as_millis() as u64,
+            args: audit_args,
+        });
+        if cancelled {
+            // notifications/cancelled: no JSON-RPC reply; HTTP still needs an answer.
+            // 202 with no body, as for a notification: clients (the official TypeScript
+            // SDK among them) accept it for any message, while a 204 without a
+            // Content-Type is reported as an error.
+            return respond(
+                request,
+                Response::from_data(Vec::new()).with_status_code(202),
+            );
+        }
+        respond(
+            request,
+            Response::from_data(text.into_bytes())
+                .with_header(header("Content-Type", "application/json")),
+        )
+    });
+    if let Err((e, _work)) = spawned {
         warn!("/mcp: could not start a responder thread: {e}");
     }
 }
@@ -872,6 +1094,11 @@ mod tests {
         let route = |m, p| Lookup::Route((m, p), "");
         assert_eq!(find_route("GET", "/healthz"), route("GET", "/healthz"));
         assert_eq!(find_route("HEAD", "/readyz"), route("HEAD", "/readyz"));
+        assert_eq!(find_route("GET", "/"), route("GET", "/"));
+        assert_eq!(
+            find_route("GET", "/console/app.js"),
+            Lookup::Route(("GET", "/console/{id}"), "app.js")
+        );
         assert_eq!(
             find_route("DELETE", "/attach/abc"),
             Lookup::Route(("DELETE", "/attach/{id}"), "abc")
@@ -885,7 +1112,6 @@ mod tests {
             Lookup::WrongMethod("/healthz")
         );
         for unknown in [
-            "/",
             "",
             "/attach/a/b",
             "/mcp/",

@@ -3,13 +3,16 @@
 //! lifecycle records acknowledged by a `202`, and rotation by size.
 //!
 //! Callers never wait for the disk unless they ask to ([`Audit::record_durable`]). Records
-//! carry only plain strings chosen by the caller; no field has a secret's type.
+//! carry only plain strings chosen by the caller; no field has a secret's type. Every record
+//! is cut to a bounded size before it is queued ([`Record::bounded`]): a peer chooses tool
+//! names and arguments, and an unbounded line would let it rotate the real records away.
 //!
 //! Plain records (every tool call) do not wake the writer each: they are queued in
 //! [`Pending`], and only the first one of a batch wakes it, which then waits out the fsync
 //! interval and writes and fsyncs the whole batch. A tool call's reply would otherwise pay
 //! for waking the writer on another CPU, which costs more than the call on an idle VM.
 
+use std::borrow::Cow;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -23,7 +26,9 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::{Map, Value};
 
 use crate::config::{Limits, Timing};
+use crate::containment::{self, Site};
 use crate::error::Error;
+use crate::label;
 use crate::mcp::Outcome;
 use crate::timefmt;
 
@@ -34,6 +39,17 @@ pub const FILE_MODE: u32 = 0o600;
 /// Most queued messages the writer takes into one batch, so a flood cannot postpone a
 /// durable request's fsync indefinitely.
 const MAX_BATCH: usize = 4096;
+
+/// Longest text field of a record once written as JSON (bytes): room for a 2 KiB runtime URL
+/// and any login header; a longer value is cut and marked (see [`Record::bounded`]).
+pub const MAX_FIELD_BYTES: usize = 4 << 10;
+/// Longest `args` of a record once written as JSON (bytes).
+pub const MAX_ARGS_BYTES: usize = 64 << 10;
+/// Text fields a record can have (lifecycle: grant id, principal, previous principal,
+/// profile, runtime, session, reason).
+const TEXT_FIELDS: usize = 7;
+/// Longest audit line (bytes): every field at its cap plus keys, timestamps and numbers.
+pub const MAX_LINE_BYTES: usize = MAX_ARGS_BYTES + TEXT_FIELDS * MAX_FIELD_BYTES + 512;
 
 /// What happened to a grant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +71,26 @@ impl LifecycleEvent {
             LifecycleEvent::Revoked => "revoked",
             LifecycleEvent::Expired => "expired",
             LifecycleEvent::Ended => "ended",
+        }
+    }
+}
+
+/// What happened to a call held for approval (§10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApprovalEvent {
+    Requested,
+    Decided,
+    Expired,
+    Withdrawn,
+}
+
+impl ApprovalEvent {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalEvent::Requested => "approval_requested",
+            ApprovalEvent::Decided => "approval_decided",
+            ApprovalEvent::Expired => "approval_expired",
+            ApprovalEvent::Withdrawn => "approval_withdrawn",
         }
     }
 }
@@ -86,6 +122,32 @@ pub enum Record {
         /// Only with `--audit-args`.
         args: Option<Value>,
     },
+    Approval {
+        event: ApprovalEvent,
+        approval_id: String,
+        grant_id: String,
+        /// The grant's principal (who lent the box), not the decider.
+        principal: String,
+        session: String,
+        tool: String,
+        /// `allow` or `deny`, on `approval_decided`.
+        decision: Option<&'static str>,
+        decided_by: Option<String>,
+        reason: Option<String>,
+        /// From the request to its end, in seconds (millisecond precision).
+        waited_secs: Option<f64>,
+        /// Only with `--audit-args`, on `approval_requested`.
+        args: Option<Value>,
+    },
+}
+
+/// `args` within [`MAX_ARGS_BYTES`]: past it, a string of their JSON text cut to the bound.
+fn bounded_args(args: Value) -> Value {
+    let json = args.to_string();
+    match cut_json(&json, MAX_ARGS_BYTES) {
+        Some(cut) => Value::String(cut),
+        None => args,
+    }
 }
 
 impl Record {
@@ -93,6 +155,90 @@ impl Record {
         match self {
             Record::Lifecycle { .. } => "lifecycle",
             Record::ToolCall { .. } => "tool_call",
+            Record::Approval { .. } => "approval",
+        }
+    }
+
+    /// This record with every field within its bound: a tool name becomes its
+    /// [`label::name`], a text field longer than [`MAX_FIELD_BYTES`] (as JSON) is cut and
+    /// ends `…[truncated: <n> bytes]`, and `args` longer than [`MAX_ARGS_BYTES`] become a
+    /// string of their JSON text cut the same way. So no record is ever dropped for its size,
+    /// and a hostile peer cannot make one line push the real records out through rotation.
+    pub fn bounded(self) -> Record {
+        let text = |s: String| match cut_json(&s, MAX_FIELD_BYTES) {
+            Some(cut) => cut,
+            None => s,
+        };
+        match self {
+            Record::Lifecycle {
+                event,
+                grant_id,
+                principal,
+                previous_principal,
+                profile,
+                runtime,
+                session,
+                ttl_secs,
+                reason,
+            } => Record::Lifecycle {
+                event,
+                grant_id: text(grant_id),
+                principal: text(principal),
+                previous_principal: previous_principal.map(text),
+                profile: text(profile),
+                runtime: text(runtime),
+                session: text(session),
+                ttl_secs,
+                reason: reason.map(text),
+            },
+            Record::ToolCall {
+                grant_id,
+                principal,
+                session,
+                tool,
+                outcome,
+                duration_ms,
+                args,
+            } => Record::ToolCall {
+                grant_id: grant_id.map(text),
+                principal: text(principal),
+                session: session.map(text),
+                tool: match label::name(&tool) {
+                    Cow::Borrowed(_) => tool,
+                    Cow::Owned(label) => label,
+                },
+                outcome,
+                duration_ms,
+                args: args.map(bounded_args),
+            },
+            Record::Approval {
+                event,
+                approval_id,
+                grant_id,
+                principal,
+                session,
+                tool,
+                decision,
+                decided_by,
+                reason,
+                waited_secs,
+                args,
+            } => Record::Approval {
+                event,
+                approval_id: text(approval_id),
+                grant_id: text(grant_id),
+                principal: text(principal),
+                session: text(session),
+                tool: match label::name(&tool) {
+                    Cow::Borrowed(_) => tool,
+                    Cow::Owned(label) => label,
+                },
+                decision,
+                decided_by: decided_by.map(text),
+                reason: reason.map(text),
+                waited_secs,
+                args: args.map(bounded_args),
+            },
         }
     }
 
@@ -150,9 +296,67 @@ impl Record {
                 m.insert("duration_ms".into(), (*duration_ms).into());
                 opt(&mut m, "args", args.clone());
             }
+            Record::Approval {
+                event,
+                approval_id,
+                grant_id,
+                principal,
+                session,
+                tool,
+                decision,
+                decided_by,
+                reason,
+                waited_secs,
+                args,
+            } => {
+                m.insert("event".into(), event.as_str().into());
+                m.insert("approval_id".into(), approval_id.as_str().into());
+                m.insert("grant_id".into(), grant_id.as_str().into());
+                m.insert("principal".into(), principal.as_str().into());
+                m.insert("session".into(), session.as_str().into());
+                m.insert("tool".into(), tool.as_str().into());
+                opt(&mut m, "decision", decision.map(Value::from));
+                opt(&mut m, "decided_by", decided_by.as_deref().map(Value::from));
+                opt(&mut m, "reason", reason.as_deref().map(Value::from));
+                opt(
+                    &mut m,
+                    "waited_secs",
+                    waited_secs.map(|s| Value::from((s * 1000.0).round() / 1000.0)),
+                );
+                opt(&mut m, "args", args.clone());
+            }
         }
         Value::Object(m).to_string()
     }
+}
+
+/// Bytes `c` takes inside a JSON string as serde_json writes it.
+fn json_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
+/// `None` if `text` fits in `max` bytes as a JSON string body; else its longest prefix that
+/// fits together with the marker `…[truncated: <n> bytes]` (n = the whole text's length).
+fn cut_json(text: &str, max: usize) -> Option<String> {
+    if text.len() <= max / 6 || text.chars().map(json_len).sum::<usize>() <= max {
+        return None;
+    }
+    let marker = format!("…[truncated: {} bytes]", text.len());
+    let budget = max.saturating_sub(marker.len());
+    let mut used = 0;
+    let mut end = 0;
+    for (i, c) in text.char_indices() {
+        used += json_len(c);
+        if used > budget {
+            break;
+        }
+        end = i + c.len_utf8();
+    }
+    Some(format!("{}{marker}", &text[..end]))
 }
 
 type Reply = Sender<Result<(), String>>;
@@ -175,6 +379,8 @@ pub struct Audit {
     tx: Option<Sender<Msg>>,
     pending: Arc<Pending>,
     dead_logged: Arc<AtomicBool>,
+    /// The directory of the audit files, for readers (`GET /audit`); `None` when discarding.
+    dir: Option<Arc<PathBuf>>,
 }
 
 /// Plain records waiting for the writer, oldest first, and whether the writer has stopped.
@@ -182,9 +388,19 @@ pub struct Audit {
 struct Pending {
     records: Mutex<Vec<(u64, Record)>>,
     closed: AtomicBool,
+    /// The guard asked the writer to stop: a writer restarted after a panic stops too (the
+    /// `Shutdown` message may have been lost with the batch it panicked in).
+    stopping: AtomicBool,
 }
 
 impl Pending {
+    fn is_empty(&self) -> bool {
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
     fn take(&self) -> Vec<(u64, Record)> {
         std::mem::take(&mut *self.records.lock().unwrap_or_else(|e| e.into_inner()))
     }
@@ -207,6 +423,7 @@ pub struct AuditGuard {
 
 impl Drop for AuditGuard {
     fn drop(&mut self) {
+        self.pending.stopping.store(true, Ordering::SeqCst);
         let _ = self.tx.send(Msg::Shutdown);
         if let Some(join) = self.join.take() {
             if join.join().is_err() {
@@ -232,15 +449,50 @@ fn start_with(writer: Writer) -> Result<(Audit, AuditGuard), Error> {
     let (tx, rx) = crossbeam_channel::unbounded();
     let pending = Arc::new(Pending::default());
     let writer_pending = Arc::clone(&pending);
+    let dir = Arc::new(writer.dir.clone());
     let join = std::thread::Builder::new()
         .name("audit".into())
-        .spawn(move || writer.run(rx, &writer_pending))
+        .spawn(move || {
+            let mut writer = writer;
+            // A panic while writing restarts the writer with what it had: records already
+            // fsynced and acknowledged stay so; the batch it was in the middle of is lost,
+            // and any durable request in it is answered an error (never acknowledged).
+            loop {
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    writer.run(&rx, &writer_pending)
+                }));
+                match run {
+                    Ok(()) => return,
+                    Err(payload) => {
+                        containment::caught(Site::Audit, FILE_NAME, payload.as_ref());
+                        writer.recover();
+                        if writer_pending.stopping.load(Ordering::SeqCst) {
+                            let mut rest: Vec<Msg> = writer_pending
+                                .take()
+                                .into_iter()
+                                .map(|(ts, r)| Msg::Record(ts, r))
+                                .collect();
+                            rest.push(Msg::Shutdown);
+                            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                writer.handle(&mut rest)
+                            }))
+                            .is_err()
+                            {
+                                log::error!("the audit writer panicked again while stopping");
+                            }
+                            return;
+                        }
+                    }
+                }
+            }
+        })
         .map_err(|e| Error::io("cannot start the audit writer thread", e))?;
     Ok((
         Audit {
             tx: Some(tx.clone()),
             pending: Arc::clone(&pending),
             dead_logged: Arc::new(AtomicBool::new(false)),
+            dir: Some(dir),
         },
         AuditGuard {
             tx,
@@ -257,7 +509,13 @@ impl Audit {
             tx: None,
             pending: Arc::default(),
             dead_logged: Arc::new(AtomicBool::new(false)),
+            dir: None,
         }
+    }
+
+    /// The directory holding [`FILE_NAME`] and its rotated copies; `None` when discarding.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref().map(PathBuf::as_path)
     }
 
     /// Queue `rec`; returns at once. Written and fsynced within one fsync interval.
@@ -272,7 +530,7 @@ impl Audit {
                 .records
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            records.push((now_ms(), rec));
+            records.push((now_ms(), rec.bounded()));
             records.len() == 1
         };
         if first && tx.send(Msg::Kick).is_err() {
@@ -287,7 +545,8 @@ impl Audit {
         let Some(tx) = &self.tx else { return Ok(()) };
         let (reply_tx, reply_rx) = crossbeam_channel::bounded(1);
         self.wait(
-            tx.send(Msg::Durable(now_ms(), rec, reply_tx)).is_ok(),
+            tx.send(Msg::Durable(now_ms(), rec.bounded(), reply_tx))
+                .is_ok(),
             reply_rx,
         )
     }
@@ -313,6 +572,12 @@ impl Audit {
         match reply.recv() {
             Ok(Ok(())) => Ok(()),
             Ok(Err(msg)) => Err(Error::io("audit", io::Error::other(msg))),
+            Err(_) if !self.pending.closed.load(Ordering::SeqCst) => Err(Error::io(
+                "audit",
+                io::Error::other(
+                    "the audit writer failed while writing this record and was restarted; the record is not acknowledged",
+                ),
+            )),
             Err(_) => {
                 self.writer_gone();
                 Err(gone())
@@ -374,6 +639,12 @@ impl Writer {
             fsynced: None,
         };
         w.open().map_err(|e| {
+            if crate::statedir::is_refused(&e) {
+                return Error::Config(format!(
+                    "{}: {e}; move it out of the way so handnode can keep its audit log there",
+                    w.path().display()
+                ));
+            }
             Error::io(
                 format!(
                     "cannot open {} for appending (check the state dir's owner and mode)",
@@ -391,11 +662,10 @@ impl Writer {
 
     fn open(&mut self) -> io::Result<()> {
         let path = self.path();
-        let file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(FILE_MODE)
-            .open(&path)?;
+        let file = crate::statedir::open_state_file(
+            OpenOptions::new().append(true).create(true).mode(FILE_MODE),
+            &path,
+        )?;
         let meta = file.metadata()?;
         if meta.permissions().mode() & 0o7777 & !FILE_MODE != 0 {
             file.set_permissions(fs::Permissions::from_mode(FILE_MODE))?;
@@ -409,10 +679,25 @@ impl Writer {
         Ok(())
     }
 
-    fn run(mut self, rx: Receiver<Msg>, pending: &Pending) {
+    /// After a panic in [`Writer::run`]: reopen the file (whatever was half done with the
+    /// old descriptor is dropped with it) and fsync what reached it before, on the next turn.
+    fn recover(&mut self) {
+        self.file = None;
+        match self.open() {
+            Ok(()) => self.dirty_since = Some(Instant::now()),
+            Err(e) => {
+                // `flush` reopens it before the next write.
+                log::error!("cannot reopen {} after a panic: {e}", self.path().display());
+                self.dirty_since = None;
+            }
+        }
+    }
+
+    fn run(&mut self, rx: &Receiver<Msg>, pending: &Pending) {
         let mut batch = Vec::new();
-        // When the oldest record in `pending` must be written and fsynced.
-        let mut pending_due: Option<Instant> = None;
+        // When the oldest record in `pending` must be written and fsynced. After a restart
+        // records may wait there whose wake-up was consumed by the run that panicked.
+        let mut pending_due: Option<Instant> = (!pending.is_empty()).then(Instant::now);
         loop {
             let deadline = match (self.dirty_since, pending_due) {
                 (Some(since), Some(due)) => Some((since + self.fsync_interval).min(due)),
@@ -498,6 +783,11 @@ impl Writer {
                     break;
                 }
             };
+            #[cfg(test)]
+            if matches!(&rec, Record::ToolCall { tool, .. } if tool == containment::hooks::AUDIT_TOOL)
+            {
+                panic!("test hook: the audit writer panics");
+            }
             let mut line = rec.to_line(ts).into_bytes();
             line.push(b'\n');
             if let Err(e) = self.append(&mut buf, &line) {
@@ -729,6 +1019,7 @@ mod tests {
             tx: Some(tx),
             pending: Arc::default(),
             dead_logged: Arc::new(AtomicBool::new(false)),
+            dir: None,
         };
         for n in 0..100 {
             audit.record(call(n));
@@ -836,6 +1127,57 @@ mod tests {
     }
 
     #[test]
+    fn every_record_is_bounded_and_cut_fields_say_so() {
+        let tmp = TempDir::new("bounded");
+        let (audit, guard) = start(
+            &tmp.0,
+            &timing(Duration::from_secs(3600)),
+            &Limits::default(),
+        )
+        .unwrap();
+        let huge = Record::ToolCall {
+            grant_id: Some("g".into()),
+            principal: "\u{1}".repeat(64 << 10),
+            session: Some("s".repeat(MAX_FIELD_BYTES + 1)),
+            tool: "t".repeat(4 << 20),
+            outcome: Outcome::RpcError,
+            duration_ms: 0,
+            args: Some(serde_json::json!({"text": "\"".repeat(1 << 20)})),
+        };
+        audit.record(huge);
+        // At the bound exactly: nothing is cut.
+        let mut at_bound = created();
+        if let Record::Lifecycle { principal, .. } = &mut at_bound {
+            *principal = "p".repeat(MAX_FIELD_BYTES);
+        }
+        let a = audit.clone();
+        let kept = at_bound.clone();
+        within(move || a.record_durable(kept)).unwrap();
+        drop(guard);
+        let text = fs::read_to_string(tmp.0.join(FILE_NAME)).unwrap();
+        let raw: Vec<&str> = text.lines().collect();
+        assert_eq!(raw.len(), 2, "no record is dropped for its size");
+        assert!(raw[0].len() <= MAX_LINE_BYTES, "{} bytes", raw[0].len());
+        let got = lines(&tmp.0.join(FILE_NAME));
+        let tool = got[0]["tool"].as_str().unwrap();
+        assert!(tool.ends_with(", 4194304 bytes]"), "{tool}");
+        assert!(tool.len() <= label::max_len(label::MAX_NAME_BYTES));
+        for field in ["principal", "session"] {
+            let v = got[0][field].as_str().unwrap();
+            assert!(v.contains("…[truncated: "), "{field}: {v}");
+        }
+        assert!(got[0]["session"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("[truncated: {} bytes]", MAX_FIELD_BYTES + 1)));
+        let args = got[0]["args"].as_str().expect("cut args are a string");
+        assert!(args.starts_with("{\"text\":\"\\\""), "{}", &args[..20]);
+        assert!(args.ends_with("bytes]"));
+        assert_eq!(got[1]["principal"], "p".repeat(MAX_FIELD_BYTES));
+        assert_eq!(at_bound.clone().bounded(), at_bound);
+    }
+
+    #[test]
     fn rotation_keeps_exactly_keep_files_and_loses_nothing_after_them() {
         let tmp = TempDir::new("rotate");
         let line_len = call(1000).to_line(now_ms()).len() as u64 + 1;
@@ -889,6 +1231,50 @@ mod tests {
     }
 
     #[test]
+    fn links_are_never_followed_live_or_in_rotation() {
+        let tmp = TempDir::new("links");
+        let target = tmp.path("target");
+        fs::write(&target, "precious\n").unwrap();
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o644)).unwrap();
+        let state = tmp.path("state");
+        fs::create_dir(&state).unwrap();
+        let unchanged = || {
+            assert_eq!(fs::read_to_string(&target).unwrap(), "precious\n");
+            assert_eq!(
+                fs::metadata(&target).unwrap().permissions().mode() & 0o777,
+                0o644
+            );
+        };
+        // The live file as a link: refused with a clear error, the target untouched.
+        std::os::unix::fs::symlink(&target, state.join(FILE_NAME)).unwrap();
+        let err = start(&state, &Timing::default(), &Limits::default()).unwrap_err();
+        assert!(err.to_string().contains("is a symbolic link"), "{err}");
+        assert_eq!(err.exit_code(), 2);
+        unchanged();
+        // Rotated names as links: rotation renames and removes them, never writes through.
+        fs::remove_file(state.join(FILE_NAME)).unwrap();
+        for n in 1..=2 {
+            std::os::unix::fs::symlink(&target, state.join(format!("{FILE_NAME}.{n}"))).unwrap();
+        }
+        let line_len = call(1000).to_line(now_ms()).len() as u64 + 1;
+        let limits = Limits {
+            audit_rotate_bytes: line_len + 1,
+            audit_keep: 2,
+            ..Limits::default()
+        };
+        let (audit, guard) = start(&state, &timing(Duration::from_millis(1)), &limits).unwrap();
+        for n in 1000..1004 {
+            audit.record(call(n));
+        }
+        drop(guard);
+        unchanged();
+        for name in [FILE_NAME, "audit.jsonl.1", "audit.jsonl.2"] {
+            let meta = fs::symlink_metadata(state.join(name)).unwrap();
+            assert!(meta.file_type().is_file(), "{name} is still a link");
+        }
+    }
+
+    #[test]
     fn an_oversized_line_gets_a_file_of_its_own() {
         let tmp = TempDir::new("huge");
         let limits = Limits {
@@ -929,6 +1315,67 @@ mod tests {
         within(move || a.sync()).unwrap();
         assert_eq!(lines(&tmp.0.join(FILE_NAME)).len(), 10_000);
         drop(guard);
+    }
+
+    fn panics_the_writer() -> Record {
+        let mut rec = call(0);
+        if let Record::ToolCall { tool, .. } = &mut rec {
+            *tool = containment::hooks::AUDIT_TOOL.into();
+        }
+        rec
+    }
+
+    #[test]
+    fn a_panic_restarts_the_writer_and_loses_no_acknowledged_record() {
+        let tmp = TempDir::new("panic");
+        // An hour-long interval: only durable requests write.
+        let (audit, guard) = start(
+            &tmp.0,
+            &timing(Duration::from_secs(3600)),
+            &Limits::default(),
+        )
+        .unwrap();
+        let before = containment::count(Site::Audit);
+        audit.record(call(1));
+        let a = audit.clone();
+        within(move || a.record_durable(created())).expect("acknowledged");
+        // The batch that panics: its durable request is told, never acknowledged.
+        audit.record(panics_the_writer());
+        let a = audit.clone();
+        let err = within(move || a.record_durable(created())).unwrap_err();
+        assert!(err.to_string().contains("restarted"), "{err}");
+        // Counted once the unwind (which answered the request above) reaches the catch.
+        crate::testutil::wait_for(
+            || containment::count(Site::Audit) > before,
+            "the audit panic to be counted",
+        );
+        // The restarted writer serves: plain records and durable ones.
+        audit.record(call(2));
+        let a = audit.clone();
+        within(move || a.record_durable(created())).expect("the restarted writer writes");
+        let got = lines(&tmp.0.join(FILE_NAME));
+        let kinds: Vec<(String, u64)> = got
+            .iter()
+            .map(|l| {
+                (
+                    l["kind"].as_str().unwrap().to_string(),
+                    l["duration_ms"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("tool_call".to_string(), 1),
+                ("lifecycle".to_string(), 0),
+                ("tool_call".to_string(), 2),
+                ("lifecycle".to_string(), 0)
+            ]
+        );
+        // A panic in the batch that holds the shutdown does not leave the guard waiting.
+        audit.record(panics_the_writer());
+        audit.record(call(3));
+        within(move || drop(guard));
     }
 
     #[test]

@@ -9,8 +9,9 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+use crate::containment::{self, Site};
 use crate::jobs::{Completion, JobCtl, Pool};
-use crate::mcp::{Route, SERVER_ERROR};
+use crate::mcp::{Route, ToolOutput, SERVER_ERROR};
 use crate::tools::{self, CallContext, ToolHost, UpstreamSource};
 
 /// Everything a connection needs to run tool calls. One per daemon.
@@ -19,12 +20,15 @@ pub struct Services {
     pub pool: Pool,
     pub host: Arc<ToolHost>,
     pub upstream: Option<Arc<dyn UpstreamSource>>,
+    /// The throwaway browsers of `browser` grants (`--browser-command`).
+    pub browsers: Option<Arc<crate::browser::Browsers>>,
 }
 
 impl Services {
     /// Start a call on its route. Never blocks: a local tool that can answer from caches
     /// answers here (`tools::answer_inline`), other local tools go to the pool (a full
-    /// queue answers `done` with "busy"), upstream calls to the upstream's own thread.
+    /// queue answers `done` with "busy"), upstream calls to the upstream's own thread,
+    /// browser-tier calls to the browser supervisor.
     pub fn start(
         &self,
         route: Route,
@@ -35,18 +39,47 @@ impl Services {
     ) {
         match route {
             Route::Local => {
-                if let Some(output) = tools::answer_inline(&name, &cx) {
-                    return done.complete(output);
+                // The inline answer runs on the caller's thread (a grant thread, an admin
+                // handler): a panic in it must end this call, not that thread.
+                let inline = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    #[cfg(test)]
+                    crate::containment::hooks::tool(&arguments, crate::containment::hooks::INLINE);
+                    tools::answer_inline(&name, &cx)
+                }));
+                match inline {
+                    Ok(Some(output)) => return done.complete(output),
+                    Ok(None) => {}
+                    Err(payload) => {
+                        containment::caught(Site::Tool, &name, payload.as_ref());
+                        return done
+                            .complete(ToolOutput::tool_error(containment::TOOL_PANIC_MESSAGE));
+                    }
                 }
                 let _ = self.pool.submit_call(
-                    move |done| tools::start_local(&name, arguments, cx, done),
+                    move |done| {
+                        #[cfg(test)]
+                        crate::containment::hooks::tool(
+                            &arguments,
+                            crate::containment::hooks::WORKER,
+                        );
+                        tools::start_local(&name, arguments, cx, done)
+                    },
                     done,
                 );
             }
             Route::Upstream(index) => match &self.upstream {
                 Some(up) => up.call(index, &name, arguments, cx.ctl, done),
-                None => done.complete(crate::mcp::ToolOutput::tool_error(
+                None => done.complete(ToolOutput::tool_error(
                     "no upstream is configured for this tool",
+                )),
+            },
+            Route::Browser => match (&self.browsers, &cx.grant) {
+                (Some(browsers), Some(grant)) => {
+                    let timeout = std::time::Duration::from_secs(cx.limits.max_run_secs);
+                    browsers.call(&grant.id, &name, arguments, cx.ctl, timeout, done)
+                }
+                _ => done.complete(crate::mcp::ToolOutput::tool_error(
+                    "no browser tier is configured for this call",
                 )),
             },
         }

@@ -1,7 +1,8 @@
 //! The command line: argv and env → [`Command`] (the subcommand dispatch and `--help`),
-//! and the operator subcommands `grant`, `grants` and `revoke`: their arguments, and the
-//! calls they make to a running daemon's admin API. Secrets come from files, never from
-//! argv. `serve`'s and `doctor`'s own flags are parsed by `config`.
+//! and the operator subcommands `grant`, `grants`, `revoke`, and `approvals`, `approve`,
+//! `deny` for calls waiting for approval: their arguments, and the calls they make to a
+//! running daemon's admin API. Secrets come from files, never from argv. `serve`'s and
+//! `doctor`'s own flags are parsed by `config`.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -30,10 +31,12 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest admin API answer the CLI reads (a full grant list is a few KiB).
 const MAX_REPLY_BYTES: u64 = 4 << 20;
-/// Longest grant (seconds), as the daemon enforces it.
-pub const MAX_TTL_SECS: u64 = 86_400;
+use crate::config::MAX_TTL_SECS;
 /// Longest grant id accepted on the command line (a UUID is 36).
 const MAX_ID_LEN: usize = 64;
+/// How long one `approvals --watch` long-poll waits for a change (seconds); under
+/// [`REQUEST_TIMEOUT`], so a quiet daemon is not mistaken for a dead one.
+pub const WATCH_WAIT_SECS: u64 = 25;
 
 /// What the process was asked to do.
 // Built once per process; boxing `Config` would only add noise at every use.
@@ -43,13 +46,17 @@ pub enum Command {
     /// Run the daemon (also what no subcommand means).
     Serve(crate::config::Config),
     /// Report what works on this box.
-    Doctor { json: bool },
+    Doctor(config::DoctorArgs),
     /// Ask a running daemon to attach to a pod session.
     Grant(GrantArgs),
     /// List a running daemon's grants.
     Grants(GrantsArgs),
     /// End one grant or all of them.
     Revoke(RevokeArgs),
+    /// List the calls waiting for approval (or follow them).
+    Approvals(ApprovalsArgs),
+    /// Allow or deny one waiting call.
+    Decide(DecideArgs),
     /// Print this text to stdout and exit 0.
     Help(String),
     /// Print `handnode <version>` and exit 0.
@@ -57,7 +64,7 @@ pub enum Command {
 }
 
 /// The subcommands, for errors and help.
-const SUBCOMMANDS: &str = "serve, doctor, grant, grants, revoke, help";
+const SUBCOMMANDS: &str = "serve, doctor, grant, grants, revoke, approvals, approve, deny, help";
 
 /// Turn argv (without the program name) and the environment into what to do.
 ///
@@ -65,9 +72,10 @@ const SUBCOMMANDS: &str = "serve, doctor, grant, grants, revoke, help";
 /// [`Error::Config`] with a message that says what to fix (exit 2).
 pub fn parse(args: &[String], env: &HashMap<String, String>) -> Result<Command, Error> {
     let (sub, rest) = match args.first().map(String::as_str) {
-        Some(word @ ("serve" | "doctor" | "grant" | "grants" | "revoke" | "help")) => {
-            (word, &args[1..])
-        }
+        Some(
+            word @ ("serve" | "doctor" | "grant" | "grants" | "revoke" | "approvals" | "approve"
+            | "deny" | "help"),
+        ) => (word, &args[1..]),
         Some(word) if !word.starts_with('-') => {
             return Err(Error::Config(format!(
                 "unknown subcommand '{word}'; expected one of {SUBCOMMANDS} (see handnode --help)"
@@ -90,10 +98,10 @@ pub fn parse(args: &[String], env: &HashMap<String, String>) -> Result<Command, 
             config::parse_serve(rest, env).map(Command::Serve)
         }
         "doctor" => {
-            let mut json = false;
-            let positional = apply_flags(&[config::DOCTOR_FLAGS], rest, env, &mut json)?;
+            let mut args = config::DoctorArgs::default();
+            let positional = apply_flags(&[config::DOCTOR_FLAGS], rest, env, &mut args)?;
             no_positional("doctor", &positional)?;
-            Ok(Command::Doctor { json })
+            Ok(Command::Doctor(args))
         }
         _ => parse_operator(sub, rest, env),
     }
@@ -104,12 +112,12 @@ fn help_for(sub: &str) -> Result<String, Error> {
         "serve" => Ok(config::serve_help()),
         "doctor" => {
             let mut out = String::from(
-                "Usage: handnode doctor [--json]\n\nWhat works on this box, and what to install or set for the rest.\n\nFlags:\n",
+                "Usage: handnode doctor [--json] [--browser-command COMMAND]\n\nWhat works on this box, and what to install or set for the rest.\n\nFlags:\n",
             );
             render_flags(&mut out, &[config::DOCTOR_FLAGS]);
             Ok(out)
         }
-        "grant" | "grants" | "revoke" => Ok(help(sub)),
+        "grant" | "grants" | "revoke" | "approvals" | "approve" | "deny" => Ok(help(sub)),
         other => Err(Error::Config(format!(
             "no help for '{other}'; subcommands are {SUBCOMMANDS}"
         ))),
@@ -190,6 +198,8 @@ pub struct GrantArgs {
     /// `None`: the daemon's default (3600).
     pub ttl_secs: Option<u64>,
     pub credential: Credential,
+    /// `approve` (§10): tool names, or `["shell"]` for the word.
+    pub approve: Option<Vec<String>>,
     pub wait: bool,
     pub json: bool,
 }
@@ -212,6 +222,23 @@ pub struct RevokeArgs {
     pub target: RevokeTarget,
 }
 
+#[derive(Clone, Debug)]
+pub struct ApprovalsArgs {
+    pub client: ClientArgs,
+    /// Keep printing the list whenever it changes (until interrupted).
+    pub watch: bool,
+    pub json: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct DecideArgs {
+    pub client: ClientArgs,
+    pub id: String,
+    pub allow: bool,
+    pub remember: bool,
+    pub reason: Option<String>,
+}
+
 /// Everything any operator subcommand may be given, before validation.
 #[derive(Default)]
 pub(crate) struct OperatorDraft {
@@ -229,6 +256,10 @@ pub(crate) struct OperatorDraft {
     wait: bool,
     json: bool,
     all: bool,
+    watch: bool,
+    remember: bool,
+    reason: Option<String>,
+    approve: Option<Vec<String>>,
 }
 
 /// `--allow`/`--deny` values: each may itself be a comma-separated list.
@@ -331,7 +362,7 @@ const GRANT_FLAGS: &[Flag<OperatorDraft>] = &[
         name: "profile",
         env: false,
         default: "observe",
-        help: "Which tools the agent sees: owner, desktop, observe, or custom (the --allow list). Only observe keeps the agent out of this box's shell; the answer says whether the grant reaches one (shell yes|gated|no, and why).",
+        help: "Which tools the agent sees: owner, desktop, observe, browser (a throwaway browser of the grant's own; needs the daemon's --browser-command) or custom (the --allow list). Only observe and browser keep the agent out of this box's shell; the answer says whether the grant reaches one (shell yes|gated|no, and why).",
         kind: Kind::Text {
             metavar: "PROFILE",
             set: |d, v| {
@@ -406,6 +437,28 @@ const GRANT_FLAGS: &[Flag<OperatorDraft>] = &[
         },
     },
     Flag {
+        name: "approve",
+        env: false,
+        default: "",
+        help: "Tools whose every call waits for your yes (handnode approvals / approve / deny, or the desktop notification): a comma-separated list such as bash,key, or shell for every shell tool the grant can see.",
+        kind: Kind::Text {
+            metavar: "TOOLS|shell",
+            set: |d, v| {
+                let names: Vec<String> = v
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(String::from)
+                    .collect();
+                if names.is_empty() {
+                    return Err("expected tool names such as bash,key, or shell".into());
+                }
+                d.approve = Some(names);
+                Ok(())
+            },
+        },
+    },
+    Flag {
         name: "wait",
         env: false,
         default: "",
@@ -422,10 +475,49 @@ const REVOKE_FLAGS: &[Flag<OperatorDraft>] = &[Flag {
     kind: Kind::Switch(|d| d.all = true),
 }];
 
+const WATCH_FLAG: &[Flag<OperatorDraft>] = &[Flag {
+    name: "watch",
+    env: false,
+    default: "",
+    help: "Keep listing: print the waiting calls again whenever they change, until interrupted.",
+    kind: Kind::Switch(|d| d.watch = true),
+}];
+
+const REMEMBER_FLAG: &[Flag<OperatorDraft>] = &[Flag {
+    name: "remember",
+    env: false,
+    default: "",
+    help: "Also let later calls of the same tool under that grant run without asking, until the grant ends.",
+    kind: Kind::Switch(|d| d.remember = true),
+}];
+
+const REASON_FLAG: &[Flag<OperatorDraft>] = &[Flag {
+    name: "reason",
+    env: false,
+    default: "",
+    help: "Why, in a few words; the agent is told (denied by you: TEXT).",
+    kind: Kind::Text {
+        metavar: "TEXT",
+        set: |d, v| {
+            if v.len() > crate::approvals::MAX_REASON_BYTES {
+                return Err(format!(
+                    "at most {} bytes",
+                    crate::approvals::MAX_REASON_BYTES
+                ));
+            }
+            d.reason = Some(nonempty(v)?);
+            Ok(())
+        },
+    },
+}];
+
 fn tables(sub: &str) -> &'static [&'static [Flag<OperatorDraft>]] {
     match sub {
         "grant" => &[GRANT_FLAGS, JSON_FLAG, CLIENT_FLAGS],
         "grants" => &[JSON_FLAG, CLIENT_FLAGS],
+        "approvals" => &[WATCH_FLAG, JSON_FLAG, CLIENT_FLAGS],
+        "approve" => &[REMEMBER_FLAG, CLIENT_FLAGS],
+        "deny" => &[REASON_FLAG, CLIENT_FLAGS],
         _ => &[REVOKE_FLAGS, CLIENT_FLAGS],
     }
 }
@@ -499,6 +591,10 @@ fn check_url(value: &str) -> Result<String, Error> {
 }
 
 fn check_id(value: &str) -> Result<String, Error> {
+    check_id_of(value, "a grant id (see `handnode grants` for the ids)")
+}
+
+fn check_id_of(value: &str, what: &str) -> Result<String, Error> {
     let ok = (1..=MAX_ID_LEN).contains(&value.len())
         && value
             .bytes()
@@ -506,9 +602,7 @@ fn check_id(value: &str) -> Result<String, Error> {
     if ok {
         Ok(value.to_ascii_lowercase())
     } else {
-        Err(Error::Config(format!(
-            "'{value}' is not a grant id (see `handnode grants` for the ids)"
-        )))
+        Err(Error::Config(format!("'{value}' is not {what}")))
     }
 }
 
@@ -568,6 +662,7 @@ fn parse_operator(
                 deny: std::mem::take(&mut draft.deny),
                 ttl_secs: draft.ttl_secs,
                 credential,
+                approve: draft.approve.take(),
                 wait: draft.wait,
                 json: draft.json,
             }))
@@ -577,6 +672,29 @@ fn parse_operator(
             Ok(Command::Grants(GrantsArgs {
                 client: client_args(&mut draft, env)?,
                 json: draft.json,
+            }))
+        }
+        "approvals" => {
+            no_positional(sub, &positional)?;
+            Ok(Command::Approvals(ApprovalsArgs {
+                client: client_args(&mut draft, env)?,
+                watch: draft.watch,
+                json: draft.json,
+            }))
+        }
+        "approve" | "deny" => {
+            let [id] = positional.as_slice() else {
+                return Err(Error::Config(format!(
+                    "{sub}: give one approval id (see handnode approvals for the ids)"
+                )));
+            };
+            let id = check_id_of(id, "an approval id (see `handnode approvals` for the ids)")?;
+            Ok(Command::Decide(DecideArgs {
+                client: client_args(&mut draft, env)?,
+                id,
+                allow: sub == "approve",
+                remember: draft.remember,
+                reason: draft.reason.take(),
             }))
         }
         _ => {
@@ -602,6 +720,9 @@ fn help(sub: &str) -> String {
     let head = match sub {
         "grant" => "Usage: handnode grant --runtime URL --session NAME (--secret-file PATH | --admin-credential-file PATH)\n                      [--profile PROFILE] [--allow TOOL]... [--deny TOOL]... [--ttl DURATION]\n                      [--wait] [--json] [--url URL]\n\nAsk the running daemon to lend this box to a pod session. Exit 0 ok, 1 daemon unreachable or\nrefused, 2 bad usage, 3 the grant ended while --wait waited.\n",
         "grants" => "Usage: handnode grants [--json] [--url URL]\n\nList the daemon's grants: live ones and those ended in the last 10 minutes.\n",
+        "approvals" => "Usage: handnode approvals [--watch] [--json] [--url URL]\n\nList the tool calls waiting for your approval (a grant's approve list names their tool), oldest\nfirst, with their arguments. --watch keeps listing as calls arrive and leave.\n",
+        "approve" => "Usage: handnode approve ID [--remember] [--url URL]\n\nLet one waiting call run. With --remember, later calls of its tool under that grant run\nwithout asking until the grant ends. Exit 1 when the id is unknown, already decided, expired\nor withdrawn.\n",
+        "deny" => "Usage: handnode deny ID [--reason TEXT] [--url URL]\n\nRefuse one waiting call; it does not run, and the agent is told who denied it (and why).\nExit 1 when the id is unknown, already decided, expired or withdrawn.\n",
         _ => "Usage: handnode revoke (ID | --all) [--url URL]\n\nEnd a grant (or every live grant). The pod's own verifier lives until its TTL; revoking here\nstops this box from dialing and closes the socket. An unknown or already ended id is not an error.\n",
     };
     let mut out = format!("{head}\nFlags:\n");
@@ -611,8 +732,19 @@ fn help(sub: &str) -> String {
 
 /// The operator flags as a Markdown table, for the README.
 fn markdown(out: &mut String) {
-    out.push_str("Flags of `handnode grant`, `grants` and `revoke` (`--all` is revoke's, `--json` grant's and grants'):\n\n");
-    markdown_flags(out, &[GRANT_FLAGS, JSON_FLAG, REVOKE_FLAGS, CLIENT_FLAGS]);
+    out.push_str("Flags of `handnode grant`, `grants`, `revoke`, `approvals`, `approve` and `deny` (`--all` is revoke's, `--json` grant's, grants' and approvals', `--watch` approvals', `--remember` approve's, `--reason` deny's):\n\n");
+    markdown_flags(
+        out,
+        &[
+            GRANT_FLAGS,
+            JSON_FLAG,
+            REVOKE_FLAGS,
+            WATCH_FLAG,
+            REMEMBER_FLAG,
+            REASON_FLAG,
+            CLIENT_FLAGS,
+        ],
+    );
 }
 
 /// Something went wrong talking to the daemon; printed as `handnode: <message>`.
@@ -623,6 +755,7 @@ struct Failure(String);
 struct Reply {
     status: u16,
     body: Value,
+    etag: Option<String>,
 }
 
 impl Reply {
@@ -660,6 +793,16 @@ impl<'a> Client<'a> {
     }
 
     fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Reply, Failure> {
+        self.call_within(method, path, body, REQUEST_TIMEOUT)
+    }
+
+    fn call_within(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        timeout: Duration,
+    ) -> Result<Reply, Failure> {
         let unreachable = |e: &dyn std::fmt::Display| {
             Failure(format!(
                 "cannot reach the daemon at {}: {e} (is it running? pass --url for another address)",
@@ -691,8 +834,11 @@ impl<'a> Client<'a> {
             headers: &headers,
             body: body.as_deref().map(str::as_bytes),
         };
-        let response = httpc::send(&request, REQUEST_TIMEOUT, tls).map_err(|e| unreachable(&e))?;
+        let response = httpc::send(&request, timeout, tls).map_err(|e| unreachable(&e))?;
         let status = response.status;
+        let etag = response
+            .header("etag")
+            .map(|v| String::from_utf8_lossy(v).trim().to_string());
         let raw = response
             .read_body(MAX_REPLY_BYTES)
             .map_err(|e| unreachable(&e))?;
@@ -702,7 +848,7 @@ impl<'a> Client<'a> {
         } else {
             serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.into_owned()))
         };
-        Ok(Reply { status, body })
+        Ok(Reply { status, body, etag })
     }
 
     /// A non-2xx answer as a message that says what to do about it.
@@ -733,6 +879,8 @@ pub fn run(command: &Command, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Grant(args) => grant(args, out, err),
         Command::Grants(args) => grants(args, out),
         Command::Revoke(args) => revoke(args, out),
+        Command::Approvals(args) => approvals(args, out),
+        Command::Decide(args) => decide(args, out),
         _ => Err(Failure("not an operator subcommand".into())),
     };
     match result {
@@ -781,15 +929,6 @@ fn state_line(grant: &Value) -> String {
     line
 }
 
-/// Whether a grant reaches the box's shell, and why: `yes (bash is a shell tool)`.
-fn shell_line(grant: &Value) -> String {
-    let mut line = str_field(grant, "shell").to_string();
-    if let Some(because) = grant.get("shell_because").and_then(Value::as_str) {
-        line.push_str(&format!(" ({because})"));
-    }
-    line
-}
-
 /// A list field of the grant JSON, comma-separated; `None` when absent or empty.
 fn names_field(grant: &Value, field: &str) -> Option<String> {
     let names: Vec<&str> = grant
@@ -801,13 +940,22 @@ fn names_field(grant: &Value, field: &str) -> Option<String> {
     (!names.is_empty()).then(|| names.join(", "))
 }
 
+/// Whether a grant reaches the box's shell, and why: `yes (bash is a shell tool)`.
+fn shell_line(grant: &Value) -> String {
+    let mut line = str_field(grant, "shell").to_string();
+    if let Some(because) = grant.get("shell_because").and_then(Value::as_str) {
+        line.push_str(&format!(" ({because})"));
+    }
+    line
+}
+
 fn describe(grant: &Value) -> String {
     let expires_in = grant
         .get("expires_in_secs")
         .and_then(Value::as_u64)
         .map_or(String::new(), |s| format!(" (in {})", human_secs(s)));
     let mut text = format!(
-        "grant {}: {}\n  session {} at {}, profile {}, principal {}\n  expires {}{}\n  reaches a shell: {}\n",
+        "grant {}: {}\n  session {} at {}, profile {}, principal {}\n  expires {}{}\n",
         str_field(grant, "id"),
         state_line(grant),
         str_field(grant, "session"),
@@ -816,12 +964,37 @@ fn describe(grant: &Value) -> String {
         str_field(grant, "principal"),
         str_field(grant, "expires_at"),
         expires_in,
-        shell_line(grant),
     );
-    for field in ["allow", "deny", "approve", "tools"] {
+    for field in ["allow", "deny", "tools"] {
         if let Some(names) = names_field(grant, field) {
             text.push_str(&format!("  {field}: {names}\n"));
         }
+    }
+    let names = |v: Option<&Value>| match v {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Array(a)) if !a.is_empty() => Some(
+            a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        _ => None,
+    };
+    if let Some(approve) = names(grant.get("approve")) {
+        text.push_str(&format!("  each call waits for approval: {approve}\n"));
+    }
+    if let Some(remembered) = names(grant.get("approved_for_grant")) {
+        text.push_str(&format!(
+            "  allowed for the rest of the grant: {remembered}\n"
+        ));
+    }
+    if let Some(shell) = grant.get("shell").and_then(Value::as_str) {
+        let why = match (shell, grant.get("shell_because").and_then(Value::as_str)) {
+            ("yes", Some(because)) => format!("yes ({because})"),
+            ("gated", _) => "gated (every shell tool waits for approval)".to_string(),
+            (other, _) => other.to_string(),
+        };
+        text.push_str(&format!("  reaches the shell: {why}\n"));
     }
     text
 }
@@ -857,6 +1030,11 @@ fn grant(args: &GrantArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<i
     }
     if let Some(ttl) = args.ttl_secs {
         body["ttl_secs"] = json!(ttl);
+    }
+    match args.approve.as_deref() {
+        Some([word]) if word == crate::approvals::SHELL_WORD => body["approve"] = json!(word),
+        Some(names) => body["approve"] = json!(names),
+        None => {}
     }
     match &args.credential {
         Credential::Secret(s) => body["secret"] = json!(s.expose()),
@@ -1035,6 +1213,123 @@ fn revoke(args: &RevokeArgs, out: &mut dyn Write) -> Result<i32, Failure> {
     Ok(EXIT_OK)
 }
 
+/// `GET /approvals`, optionally a long-poll past `seen`: the list and its `ETag`.
+fn approvals_list(client: &Client, seen: Option<&str>) -> Result<(Vec<Value>, String), Failure> {
+    let (path, timeout) = match seen {
+        Some(etag) => (
+            format!(
+                "/approvals?wait={WATCH_WAIT_SECS}&seen={}",
+                etag.trim_matches('"')
+            ),
+            REQUEST_TIMEOUT.max(Duration::from_secs(WATCH_WAIT_SECS + 5)),
+        ),
+        None => ("/approvals".to_string(), REQUEST_TIMEOUT),
+    };
+    let reply = client.call_within("GET", &path, None, timeout)?;
+    if reply.status != 200 {
+        return Err(client.refused("list approvals", &reply));
+    }
+    let list = reply
+        .body
+        .get("approvals")
+        .and_then(Value::as_array)
+        .cloned()
+        .ok_or_else(|| {
+            Failure("the daemon's answer to GET /approvals has no \"approvals\" list".into())
+        })?;
+    Ok((list, reply.etag.unwrap_or_default()))
+}
+
+/// The waiting calls as a table (or `no calls are waiting for approval`).
+fn approvals_table(list: &[Value]) -> String {
+    if list.is_empty() {
+        return "no calls are waiting for approval\n".into();
+    }
+    let mut rows = vec![["ID", "SESSION", "TOOL", "EXPIRES IN", "ARGUMENTS"]
+        .map(String::from)
+        .to_vec()];
+    for a in list {
+        rows.push(vec![
+            str_field(a, "id").to_string(),
+            str_field(a, "session").to_string(),
+            str_field(a, "tool").to_string(),
+            a.get("expires_in_secs")
+                .and_then(Value::as_u64)
+                .map_or("-".into(), human_secs),
+            crate::approvals::summary(
+                str_field(a, "tool"),
+                a.get("arguments").unwrap_or(&Value::Null),
+            ),
+        ]);
+    }
+    table(&rows)
+}
+
+fn approvals(args: &ApprovalsArgs, out: &mut dyn Write) -> Result<i32, Failure> {
+    let client = Client::new(&args.client);
+    let show = |list: &[Value], out: &mut dyn Write| {
+        print(
+            out,
+            &if args.json {
+                format!("{}\n", json!({ "approvals": list }))
+            } else {
+                approvals_table(list)
+            },
+        )
+    };
+    let (list, mut etag) = approvals_list(&client, None)?;
+    show(&list, out)?;
+    if !args.watch {
+        return Ok(EXIT_OK);
+    }
+    loop {
+        let (next, next_etag) = approvals_list(&client, Some(&etag))?;
+        if next_etag != etag {
+            if !args.json {
+                print(out, "--\n")?;
+            }
+            show(&next, out)?;
+        }
+        etag = next_etag;
+    }
+}
+
+fn decide(args: &DecideArgs, out: &mut dyn Write) -> Result<i32, Failure> {
+    let client = Client::new(&args.client);
+    let mut body = json!({"decision": if args.allow { "allow" } else { "deny" }});
+    if args.remember {
+        body["remember"] = json!(true);
+    }
+    if let Some(reason) = &args.reason {
+        body["reason"] = json!(reason);
+    }
+    let reply = client.call("POST", &format!("/approvals/{}", args.id), Some(&body))?;
+    match reply.status {
+        200 => {
+            let a = &reply.body;
+            let mut text = format!(
+                "{} {} of {} (session {}), by {}",
+                if args.allow { "allowed" } else { "denied" },
+                str_field(a, "id"),
+                str_field(a, "tool"),
+                str_field(a, "session"),
+                str_field(a, "decided_by"),
+            );
+            if args.remember {
+                text.push_str("; later calls of this tool under the grant run without asking");
+            }
+            text.push('\n');
+            print(out, &text)?;
+            Ok(EXIT_OK)
+        }
+        404 => Err(Failure(format!(
+            "approval {} is unknown, already decided, expired or withdrawn",
+            args.id
+        ))),
+        _ => Err(client.refused(&format!("decide approval {}", args.id), &reply)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::parse as parse_command;
@@ -1102,13 +1397,37 @@ mod tests {
         ));
         assert!(matches!(
             parse_args(&["doctor", "--json"], &env),
-            Ok(Command::Doctor { json: true })
+            Ok(Command::Doctor(config::DoctorArgs {
+                json: true,
+                browser_command: None
+            }))
         ));
         assert!(matches!(
             parse_args(&["doctor"], &env),
-            Ok(Command::Doctor { json: false })
+            Ok(Command::Doctor(config::DoctorArgs { json: false, .. }))
         ));
         assert!(parse_args(&["doctor", "--listen", "x"], &env).is_err());
+        let Ok(Command::Doctor(args)) = parse_args(
+            &["doctor", "--browser-command", "node 'a b.js' --headless"],
+            &env,
+        ) else {
+            panic!("doctor --browser-command");
+        };
+        assert_eq!(
+            args.browser_command,
+            Some(vec![
+                "node".to_string(),
+                "a b.js".to_string(),
+                "--headless".to_string()
+            ])
+        );
+        let mut with_env = env.clone();
+        with_env.insert(
+            "HANDNODE_BROWSER_COMMAND".into(),
+            "x --cdp-endpoint h".into(),
+        );
+        let err = parse_args(&["doctor"], &with_env).unwrap_err();
+        assert!(err.contains("must not pass --cdp-endpoint"), "{err}");
     }
 
     #[test]
@@ -1229,6 +1548,12 @@ mod tests {
             "the body says custom; see grant_sends_lists"
         );
 
+        let Ok(Command::Grant(args)) = with(&["--secret-file", &secret, "--profile", "browser"])
+        else {
+            panic!("not a grant");
+        };
+        assert_eq!(args.profile, Some(Profile::Browser));
+
         let empty = tmp.write("empty", "\n").display().to_string();
         for (extra, want) in [
             (
@@ -1243,7 +1568,7 @@ mod tests {
             (vec!["--secret-file", "/nonexistent"], "cannot read it"),
             (
                 vec!["--secret-file", &secret, "--profile", "sandbox"],
-                "profile must be one of owner, desktop, observe, custom",
+                "profile must be one of owner, desktop, observe, browser, custom",
             ),
             (
                 vec!["--secret-file", &secret, "--ttl", "86401"],
@@ -1374,12 +1699,17 @@ mod tests {
 
     impl Stub {
         fn start(replies: Vec<(u16, String)>) -> Self {
+            Stub::start_tagged(replies.into_iter().map(|(s, b)| (s, b, None)).collect())
+        }
+
+        /// Like `start`, each reply with an `ETag` when given.
+        fn start_tagged(replies: Vec<(u16, String, Option<&'static str>)>) -> Self {
             let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
             let url = format!("http://{}", server.server_addr().to_ip().unwrap());
             let seen = Arc::new(Mutex::new(Vec::new()));
             let log = Arc::clone(&seen);
             let thread = std::thread::spawn(move || {
-                for (status, body) in replies {
+                for (status, body, etag) in replies {
                     let Ok(Some(mut request)) = server.recv_timeout(Duration::from_secs(5)) else {
                         return;
                     };
@@ -1397,11 +1727,13 @@ mod tests {
                     });
                     let header =
                         tiny_http::Header::from_bytes("Content-Type", "application/json").unwrap();
-                    let _ = request.respond(
-                        tiny_http::Response::from_string(body)
-                            .with_status_code(status)
-                            .with_header(header),
-                    );
+                    let mut response = tiny_http::Response::from_string(body)
+                        .with_status_code(status)
+                        .with_header(header);
+                    if let Some(etag) = etag {
+                        response.add_header(tiny_http::Header::from_bytes("ETag", etag).unwrap());
+                    }
+                    let _ = request.respond(response);
                 }
             });
             Stub {
@@ -1442,6 +1774,7 @@ mod tests {
             deny: Vec::new(),
             ttl_secs: Some(600),
             credential: Credential::Secret(Secret::new("s3")),
+            approve: None,
             wait,
             json: false,
         })
@@ -1484,7 +1817,7 @@ mod tests {
     fn grant_sends_lists_and_shows_whether_the_grant_reaches_a_shell() {
         let reply = grant_json(
             "idle",
-            r#","profile":"custom","allow":["sys_info","bash"],"deny":[],"approve":[],"tools":["sys_info","bash"],"shell":"yes","shell_because":"bash is a shell tool""#,
+            r#","profile":"custom","allow":["sys_info","bash"],"deny":[],"tools":["sys_info","bash"],"shell":"yes","shell_because":"bash is a shell tool""#,
         );
         let stub = Stub::start(vec![(202, reply)]);
         let Command::Grant(mut args) = grant_args(stub.client(Some("tok")), false) else {
@@ -1501,7 +1834,7 @@ mod tests {
         assert_eq!(body["allow"], json!(["sys_info", "bash"]));
         assert_eq!(body["deny"], json!(["key"]));
         assert!(
-            out.contains("  reaches a shell: yes (bash is a shell tool)\n")
+            out.contains("  reaches the shell: yes (bash is a shell tool)\n")
                 && out.contains("  allow: sys_info, bash\n")
                 && out.contains("  tools: sys_info, bash\n")
                 && !out.contains("  deny:"),
@@ -1668,5 +2001,166 @@ mod tests {
             .map(|s| format!("{} {}", s.method, s.path))
             .collect();
         assert_eq!(paths, ["GET /attach", "DELETE /attach/g1"]);
+    }
+
+    #[test]
+    fn approval_subcommand_arguments() {
+        let tmp = TempDir::new("cli");
+        let env = env(&tmp);
+        let Ok(Command::Approvals(args)) = parse_args(&["approvals", "--watch"], &env) else {
+            panic!("not approvals");
+        };
+        assert!(args.watch && !args.json);
+        let id = "0b6c5a1e-8f7e-4c47-9d36-0e0f3a1b2c3d";
+        let Ok(Command::Decide(args)) = parse_args(&["approve", id, "--remember"], &env) else {
+            panic!("not approve");
+        };
+        assert_eq!(
+            (args.id.as_str(), args.allow, args.remember),
+            (id, true, true)
+        );
+        let Ok(Command::Decide(args)) = parse_args(&["deny", id, "--reason", "not now"], &env)
+        else {
+            panic!("not deny");
+        };
+        assert_eq!(
+            (args.allow, args.reason.as_deref()),
+            (false, Some("not now"))
+        );
+        let long = "r".repeat(crate::approvals::MAX_REASON_BYTES + 1);
+        let at = "r".repeat(crate::approvals::MAX_REASON_BYTES);
+        assert!(parse_args(&["deny", id, "--reason", &at], &env).is_ok());
+        for args in [
+            vec!["approve"],
+            vec!["approve", id, id],
+            vec!["approve", "../x"],
+            vec!["deny", id, "--remember"],
+            vec!["approve", id, "--reason", "x"],
+            vec!["deny", id, "--reason", &long],
+            vec!["approvals", "extra"],
+        ] {
+            assert!(parse_args(&args, &env).is_err(), "{args:?}");
+        }
+        let secret = tmp.write("secret", "s").display().to_string();
+        let grant = |approve: &str| {
+            let Ok(Command::Grant(g)) = parse_args(
+                &[
+                    "grant",
+                    "--runtime",
+                    "ws://h",
+                    "--session",
+                    "s",
+                    "--secret-file",
+                    &secret,
+                    "--approve",
+                    approve,
+                ],
+                &env,
+            ) else {
+                panic!("not a grant");
+            };
+            g.approve
+        };
+        assert_eq!(grant("bash, key"), Some(vec!["bash".into(), "key".into()]));
+        assert_eq!(grant("shell"), Some(vec!["shell".into()]));
+        assert!(parse_args(
+            &[
+                "grant",
+                "--runtime",
+                "ws://h",
+                "--session",
+                "s",
+                "--secret-file",
+                &secret,
+                "--approve",
+                " , "
+            ],
+            &env
+        )
+        .is_err());
+    }
+
+    fn approval_json(id: &str) -> String {
+        format!(
+            r#"{{"id":"{id}","grant_id":"g1","principal":"token","session":"laptop","profile":"desktop","tool":"bash","arguments":{{"command":"rm -rf /tmp/x"}},"created_at":"2026-11-30T12:00:00Z","expires_at":"2026-11-30T12:01:00Z","expires_in_secs":42}}"#
+        )
+    }
+
+    #[test]
+    fn approvals_lists_and_watch_follows_the_etag() {
+        let one = format!(r#"{{"approvals":[{}]}}"#, approval_json("a1"));
+        let stub = Stub::start_tagged(vec![
+            (200, r#"{"approvals":[]}"#.into(), Some("\"e0\"")),
+            (200, one.clone(), Some("\"e1\"")),
+            (200, one, Some("\"e1\"")),
+        ]);
+        let command = Command::Approvals(ApprovalsArgs {
+            client: stub.client(Some("tok")),
+            watch: true,
+            json: false,
+        });
+        // The stub stops answering after three replies: the watch then ends with exit 1.
+        let (code, out, err) = run_captured(&command);
+        let seen = stub.finish();
+        assert_eq!(code, EXIT_FAILURE, "{err}");
+        let paths: Vec<&str> = seen.iter().map(|s| s.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/approvals",
+                "/approvals?wait=25&seen=e0",
+                "/approvals?wait=25&seen=e1"
+            ]
+        );
+        assert!(
+            out.starts_with("no calls are waiting for approval\n--\nID"),
+            "{out}"
+        );
+        assert!(out.contains("a1") && out.contains("rm -rf /tmp/x") && out.contains("42s"));
+        assert_eq!(
+            out.matches("--\n").count(),
+            1,
+            "an unchanged set is not printed again: {out}"
+        );
+    }
+
+    #[test]
+    fn approve_and_deny_post_the_decision() {
+        let decided = approval_json("a1").replace(
+            r#""expires_in_secs":42"#,
+            r#""decision":"allow","decided_by":"token""#,
+        );
+        let stub = Stub::start(vec![
+            (200, decided),
+            (404, r#"{"error":"no such approval"}"#.into()),
+        ]);
+        let approve = Command::Decide(DecideArgs {
+            client: stub.client(Some("tok")),
+            id: "a1".into(),
+            allow: true,
+            remember: true,
+            reason: None,
+        });
+        let deny = Command::Decide(DecideArgs {
+            client: stub.client(Some("tok")),
+            id: "a2".into(),
+            allow: false,
+            remember: false,
+            reason: Some("not now".into()),
+        });
+        let (code, out, _) = run_captured(&approve);
+        let (code2, _, err2) = run_captured(&deny);
+        let seen = stub.finish();
+        assert_eq!((code, code2), (EXIT_OK, EXIT_FAILURE));
+        assert!(
+            out.starts_with("allowed a1 of bash (session laptop), by token"),
+            "{out}"
+        );
+        assert!(err2.contains("approval a2 is unknown, already decided, expired or withdrawn"));
+        assert_eq!(seen[0].path, "/approvals/a1");
+        let body: Value = serde_json::from_str(&seen[0].body).unwrap();
+        assert_eq!(body, json!({"decision": "allow", "remember": true}));
+        let body: Value = serde_json::from_str(&seen[1].body).unwrap();
+        assert_eq!(body, json!({"decision": "deny", "reason": "not now"}));
     }
 }

@@ -39,6 +39,9 @@ pub struct Timing {
     pub ping_interval: Duration,
     /// No inbound frame for this long and the socket is dead.
     pub silence_limit: Duration,
+    /// The pod does not take our pending output (at most one 64 KiB fragment and a few
+    /// small frames) within this long and the socket is dropped (redial).
+    pub write_stall: Duration,
     /// TCP connect to the pod.
     pub connect_timeout: Duration,
     /// TLS + WebSocket upgrade, after connect.
@@ -66,7 +69,17 @@ pub struct Timing {
     pub sys_info_ttl: Duration,
     /// Longest one display helper (grim, xdotool, wtype, …) may run.
     pub display_helper_timeout: Duration,
+    /// A grant's browser without a call for this long is stopped (its pages are gone).
+    pub browser_idle: Duration,
+    /// From starting a browser command to its answer to `initialize`.
+    pub browser_start_timeout: Duration,
+    /// How long a call held for approval waits for a decision (§10); at most
+    /// [`MAX_APPROVAL_TIMEOUT`] under a grant.
+    pub approval_timeout: Duration,
 }
+
+/// Longest a call under a grant may wait for approval: the pod gives up on a call at 120 s.
+pub const MAX_APPROVAL_TIMEOUT: Duration = Duration::from_secs(100);
 
 impl Default for Timing {
     fn default() -> Self {
@@ -76,6 +89,7 @@ impl Default for Timing {
             backoff_reset: Duration::from_secs(60),
             ping_interval: Duration::from_secs(20),
             silence_limit: Duration::from_secs(60),
+            write_stall: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(15),
             mint_timeout: Duration::from_secs(15),
@@ -89,6 +103,9 @@ impl Default for Timing {
             display_probe_ttl: Duration::from_secs(2),
             sys_info_ttl: Duration::from_secs(1),
             display_helper_timeout: Duration::from_secs(10),
+            browser_idle: Duration::from_secs(600),
+            browser_start_timeout: Duration::from_secs(30),
+            approval_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -108,6 +125,9 @@ pub struct Limits {
     pub max_outbound_bytes: usize,
     /// Requests in flight per grant connection.
     pub max_in_flight: usize,
+    /// Replies owed on a grant socket (bytes) past which it is not read until the pod
+    /// takes some.
+    pub write_buffer_bytes: usize,
     /// Tool calls queued for the worker pool before callers are told it is busy.
     pub job_queue: usize,
     /// `Mcp-Session-Id` sessions kept (least recently used evicted).
@@ -116,6 +136,19 @@ pub struct Limits {
     pub audit_rotate_bytes: u64,
     /// Rotated audit files kept.
     pub audit_keep: usize,
+    /// Throwaway browsers (one per `browser` grant) running at once.
+    pub max_browsers: usize,
+    /// Calls held for approval at once, over all grants; past this a call is answered
+    /// `isError` and does not run.
+    pub approvals_pending: usize,
+    /// `GET /approvals?wait=N` long-polls parked at once; past this a `429`.
+    pub approval_waiters: usize,
+    /// Largest arguments (serialized JSON, bytes) a held call may carry: the person must be
+    /// able to read what they allow.
+    pub approval_args_bytes: usize,
+    /// Mints (`POST /attach` with `admin_credential`) waiting for their pods at once; each
+    /// waits on a thread of its own, never on an admin handler. One more gets `429`.
+    pub max_mints: usize,
 }
 
 impl Default for Limits {
@@ -127,10 +160,16 @@ impl Default for Limits {
             max_inbound_bytes: 16 << 20,
             max_outbound_bytes: (16 << 20) - (64 << 10),
             max_in_flight: 64,
+            write_buffer_bytes: 4 << 20,
             job_queue: 256,
             mcp_sessions: 256,
             audit_rotate_bytes: 10 << 20,
             audit_keep: 5,
+            max_browsers: 2,
+            approvals_pending: 256,
+            approval_waiters: 16,
+            approval_args_bytes: 64 << 10,
+            max_mints: 8,
         }
     }
 }
@@ -154,6 +193,11 @@ pub struct Config {
     pub ca_file: Option<PathBuf>,
     /// `(name, url)` of each upstream MCP server.
     pub upstreams: Vec<(String, String)>,
+    /// `--browser-command`, split into an argv: the Playwright MCP server (stdio) each
+    /// `browser` grant gets its own copy of. `None`: `browser` grants are refused.
+    pub browser_command: Option<Vec<String>>,
+    /// Where each browser gets its own directory; `None` = `browser::default_dir`.
+    pub browser_dir: Option<PathBuf>,
     pub display_backend: DisplayBackend,
     /// Test override of the display variables graphical tools see (`DISPLAY`,
     /// `WAYLAND_DISPLAY`, …); `None` = this process's environment. Not a flag.
@@ -161,6 +205,9 @@ pub struct Config {
     pub display_env: Option<std::collections::BTreeMap<String, String>>,
     pub max_screenshot_edge: u32,
     pub notify: bool,
+    /// Test override of the `notify-send` program (default: found on `PATH`). Not a flag.
+    #[doc(hidden)]
+    pub notify_program: Option<PathBuf>,
     /// Tell systemd (`NOTIFY_SOCKET`) when ready and when stopping.
     pub sd_notify: bool,
     pub timing: Timing,
@@ -185,10 +232,13 @@ impl Config {
             audit_args: false,
             ca_file: None,
             upstreams: Vec::new(),
+            browser_command: None,
+            browser_dir: None,
             display_backend: DisplayBackend::Auto,
             display_env: None,
             max_screenshot_edge: 1920,
             notify: false,
+            notify_program: None,
             sd_notify: false,
             timing: Timing::default(),
             limits: Limits::default(),
@@ -218,6 +268,10 @@ pub const CREDENTIAL_NAME: &str = "handnode-token";
 pub const TOKEN_ENV: &str = "HANDNODE_TOKEN";
 /// Prefix of every env var that sets a flag.
 pub const ENV_PREFIX: &str = "HANDNODE_";
+/// Longest TTL a grant may have (seconds): one day. `POST /attach`, the CLI and the load
+/// of `grants.json` all hold grants to it.
+pub const MAX_TTL_SECS: u64 = 86_400;
+
 /// Longest value of a `--*-ms` timing flag (milliseconds): one day.
 const MAX_MS: u64 = 86_400_000;
 
@@ -671,7 +725,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         name: "allow-login",
         env: true,
         default: "",
-        help: "Tailnet login allowed to use the admin API, as `tailscale serve` sends it in Tailscale-User-Login. Pair it with --allow-host.",
+        help: "Tailnet login allowed to use the admin API, as `tailscale serve` sends it in Tailscale-User-Login. Pair it with --allow-host and with the admin token (tailnet login AND bearer): without a token any local process can send the header.",
         kind: Kind::List {
             metavar: "EMAIL",
             set: |d, v| {
@@ -786,6 +840,44 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         },
     },
     Flag {
+        name: "browser-command",
+        env: true,
+        default: "",
+        help: "A Playwright MCP server speaking MCP on stdio, e.g. \"node /opt/pw/node_modules/@playwright/mcp/cli.js --headless --isolated --browser chromium --executable-path /usr/lib/chromium/chromium\". Each `browser` grant runs its own copy, with a fresh profile, destroyed when the grant ends. Split into words without a shell: quote with '…' or \"…\", escape with \\.",
+        kind: Kind::Text {
+            metavar: "COMMAND",
+            set: |d, v| {
+                d.config.browser_command = Some(crate::browser_argv::parse_command(&v)?);
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "max-browsers",
+        env: true,
+        default: "2",
+        help: "Throwaway browsers (one per browser grant) running at once; a call past that is answered `no browser available`.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 64,
+            set: |d, v| d.config.limits.max_browsers = v as usize,
+        },
+    },
+    Flag {
+        name: "browser-dir",
+        env: true,
+        default: "$XDG_RUNTIME_DIR/handnode-browsers or /tmp/handnode-browsers-<uid>",
+        help: "Where each browser gets a directory of its own (profile, downloads, temp files), removed with the browser. Keep the path short: chromium puts a Unix socket inside.",
+        kind: Kind::Text {
+            metavar: "DIR",
+            set: |d, v| {
+                d.config.browser_dir = Some(path_value(v)?);
+                Ok(())
+            },
+        },
+    },
+    Flag {
         name: "display-backend",
         env: true,
         default: "auto",
@@ -814,7 +906,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         name: "no-notify",
         env: true,
         default: "",
-        help: "Do not show desktop notifications when a grant attaches or ends.",
+        help: "Do not show desktop notifications (a grant attaches or ends; a call waits for approval with Allow/Deny buttons).",
         kind: Kind::Switch(|d| d.config.notify = false),
     },
     Flag {
@@ -861,6 +953,18 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         },
     },
     Flag {
+        name: "write-buffer-bytes",
+        env: true,
+        default: "4194304",
+        help: "Replies owed on a grant socket (bytes) past which it is not read until the pod reads.",
+        kind: Kind::Int {
+            metavar: "BYTES",
+            min: 65_536,
+            max: 1 << 30,
+            set: |d, v| d.config.limits.write_buffer_bytes = v as usize,
+        },
+    },
+    Flag {
         name: "job-queue",
         env: true,
         default: "256",
@@ -872,11 +976,60 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
             set: |d, v| d.config.limits.job_queue = v as usize,
         },
     },
+    Flag {
+        name: "approval-timeout-ms",
+        env: true,
+        default: "60000",
+        help: "How long a call of a tool named in a grant's approve list waits for someone to allow it; then it is answered 'no one approved' and does not run. At most 100000 (the pod gives up on a call at 120 s).",
+        kind: Kind::Int {
+            metavar: "MS",
+            min: 1,
+            max: MAX_APPROVAL_TIMEOUT.as_millis() as u64,
+            set: |d, v| d.config.timing.approval_timeout = Duration::from_millis(v),
+        },
+    },
+    Flag {
+        name: "max-pending-approvals",
+        env: true,
+        default: "256",
+        help: "Calls waiting for approval at once, over all grants; one more is answered with a tool error and does not run.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 65_536,
+            set: |d, v| d.config.limits.approvals_pending = v as usize,
+        },
+    },
+    Flag {
+        name: "approval-waiters",
+        env: true,
+        default: "16",
+        help: "GET /approvals?wait=N long-polls held open at once; one more gets 429.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 1024,
+            set: |d, v| d.config.limits.approval_waiters = v as usize,
+        },
+    },
+    Flag {
+        name: "max-mints",
+        env: true,
+        default: "8",
+        help: "Mints (POST /attach with admin_credential) that may wait for their pods at once; one more is answered 429. Mints never hold the admin API's own threads.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 1024,
+            set: |d, v| d.config.limits.max_mints = v as usize,
+        },
+    },
     millis!("backoff-base-ms", backoff_base, "1000", "First redial delay; doubles per failure."),
     millis!("backoff-cap-ms", backoff_cap, "30000", "Longest redial delay."),
     millis!("backoff-reset-ms", backoff_reset, "60000", "A connection attached this long resets the redial delay."),
     millis!("ping-interval-ms", ping_interval, "20000", "How often we ping an attached pod."),
     millis!("silence-limit-ms", silence_limit, "60000", "No frame from the pod for this long and the socket is dead (redial)."),
+    millis!("write-stall-ms", write_stall, "30000", "A pod that does not take our pending output (at most 64 KiB) within this long is dropped (redial)."),
     millis!("connect-timeout-ms", connect_timeout, "10000", "TCP connect to the pod."),
     millis!("handshake-timeout-ms", handshake_timeout, "15000", "TLS and WebSocket upgrade with the pod, after connect."),
     millis!("mint-timeout-ms", mint_timeout, "15000", "Minting an attach secret at the pod."),
@@ -890,16 +1043,41 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
     millis!("display-probe-ttl-ms", display_probe_ttl, "2000", "How long probed display facts are reused."),
     millis!("sys-info-ttl-ms", sys_info_ttl, "1000", "How long sys_info reuses what it read from /proc (memory, uptime, load, tailnet addresses)."),
     millis!("display-helper-timeout-ms", display_helper_timeout, "10000", "Longest one display helper (grim, xdotool, wtype) may run."),
+    millis!("browser-idle-ms", browser_idle, "600000", "A grant's browser without a call for this long is stopped; the next call starts a new one (and says the pages are gone)."),
+    millis!("browser-start-timeout-ms", browser_start_timeout, "30000", "Longest a browser command may take to answer initialize."),
 ];
 
+/// What `handnode doctor` was asked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DoctorArgs {
+    pub json: bool,
+    /// `--browser-command` (or its env var), split: the browser tier to test-start.
+    pub browser_command: Option<Vec<String>>,
+}
+
 /// Flags of `doctor`.
-pub(crate) const DOCTOR_FLAGS: &[Flag<bool>] = &[Flag {
-    name: "json",
-    env: false,
-    default: "",
-    help: "Print the report as JSON.",
-    kind: Kind::Switch(|json| *json = true),
-}];
+pub(crate) const DOCTOR_FLAGS: &[Flag<DoctorArgs>] = &[
+    Flag {
+        name: "json",
+        env: false,
+        default: "",
+        help: "Print the report as JSON.",
+        kind: Kind::Switch(|d| d.json = true),
+    },
+    Flag {
+        name: "browser-command",
+        env: true,
+        default: "",
+        help: "The daemon's --browser-command: doctor checks that it and its chromium are there and test-starts it.",
+        kind: Kind::Text {
+            metavar: "COMMAND",
+            set: |d, v| {
+                d.browser_command = Some(crate::browser_argv::parse_command(&v)?);
+                Ok(())
+            },
+        },
+    },
+];
 
 impl Config {
     /// Production defaults; the dirs are filled in by `parse`.
@@ -918,10 +1096,13 @@ impl Config {
             audit_args: false,
             ca_file: None,
             upstreams: Vec::new(),
+            browser_command: None,
+            browser_dir: None,
             display_backend: DisplayBackend::Auto,
             display_env: None,
             max_screenshot_edge: DEFAULT_MAX_SCREENSHOT_EDGE,
             notify: true,
+            notify_program: None,
             sd_notify: true,
             timing: Timing::default(),
             limits: Limits::default(),
@@ -967,6 +1148,9 @@ Usage:\n  \
   handnode grant --runtime URL --session S (--secret-file F | --admin-credential-file F) [...]\n  \
   handnode grants [--json]          list a running daemon's grants\n  \
   handnode revoke ID | --all        end a grant, or all of them\n  \
+  handnode approvals [--watch]      calls waiting for your approval\n  \
+  handnode approve ID [--remember]  let a waiting call run (--remember: and later ones of its tool)\n  \
+  handnode deny ID [--reason TEXT]  refuse a waiting call; it does not run\n  \
   handnode help SUBCOMMAND | --help | --version\n\n\
 Every flag can also be set by the env var shown (a flag beats its env var; repeatable flags\n\
 take a comma-separated list in env). The admin token is never a flag: it is read from\n\
@@ -1206,6 +1390,12 @@ pub fn warnings(config: &Config, is_root: bool) -> Vec<String> {
                 .to_string(),
         );
     }
+    if !config.allow_logins.is_empty() && config.token.is_none() {
+        out.push(
+            "--allow-login is set without an admin token: `tailscale serve` connects from loopback, so a local process sending the same Tailscale-User-Login header is indistinguishable from the tailnet and gets in as that login; configure a token too (--token-file or <config dir>/token) so every request needs the login AND the bearer"
+                .to_string(),
+        );
+    }
     if !config.allow_logins.is_empty() && !config.listen.ip().is_loopback() {
         out.push(format!(
             "--allow-login trusts the Tailscale-User-Login header, but --listen {} is not loopback: anyone who can reach that address can claim a login; listen on loopback behind `tailscale serve`",
@@ -1271,6 +1461,14 @@ pub fn log_effective(config: &Config) {
         on_off(config.notify),
         on_off(config.sd_notify),
     );
+    match &config.browser_command {
+        Some(argv) => log::info!(
+            "browser tier: {} browser(s) at most, each running {:?}",
+            config.limits.max_browsers,
+            argv
+        ),
+        None => log::info!("browser tier: off (no --browser-command)"),
+    }
     log::info!("timing: {:?}; limits: {:?}", config.timing, config.limits);
     let is_root = rustix::process::geteuid().is_root();
     for warning in warnings(config, is_root) {
@@ -1312,6 +1510,29 @@ mod tests {
 
     fn mode(path: &Path) -> u32 {
         std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn the_approval_timeout_is_at_most_100_s() {
+        let tmp = TempDir::new("config");
+        let env = env_in(&tmp, &[(TOKEN_ENV, "tok")]);
+        let c = serve(&["--approval-timeout-ms", "100000"], &env).unwrap();
+        assert_eq!(c.timing.approval_timeout, MAX_APPROVAL_TIMEOUT);
+        assert_eq!(Timing::default().approval_timeout, Duration::from_secs(60));
+        let err = serve(&["--approval-timeout-ms", "100001"], &env).unwrap_err();
+        assert!(
+            err.contains("--approval-timeout-ms") && err.contains("1...100000"),
+            "{err}"
+        );
+        let c = serve(
+            &["--approval-waiters", "3", "--max-pending-approvals", "7"],
+            &env,
+        )
+        .unwrap();
+        assert_eq!(
+            (c.limits.approval_waiters, c.limits.approvals_pending),
+            (3, 7)
+        );
     }
 
     #[test]
@@ -1425,6 +1646,13 @@ mod tests {
             (vec!["--max-in-flight", "2", "--job-queue", "7"], |c| {
                 assert_eq!((c.limits.max_in_flight, c.limits.job_queue), (2, 7))
             }),
+            (
+                vec!["--write-buffer-bytes", "65536", "--write-stall-ms", "250"],
+                |c| {
+                    assert_eq!(c.limits.write_buffer_bytes, 65_536);
+                    assert_eq!(c.timing.write_stall, Duration::from_millis(250));
+                },
+            ),
             (
                 vec!["--backoff-base-ms", "5", "--backoff-cap-ms", "40"],
                 |c| {
@@ -1555,6 +1783,24 @@ mod tests {
                 "expected one of auto, x11, wayland, none",
             ),
             (vec!["--upstream", "browser"], vec![], "expected NAME=URL"),
+            (
+                vec!["--browser-command", "node 'cli.js"],
+                vec![],
+                "--browser-command has an unclosed ' quote",
+            ),
+            (
+                vec![],
+                vec![(
+                    "HANDNODE_BROWSER_COMMAND",
+                    "node cli.js --user-data-dir /home/me",
+                )],
+                "--browser-command must not pass --user-data-dir",
+            ),
+            (
+                vec!["--max-browsers", "0"],
+                vec![],
+                "--max-browsers: expected a whole number in 1...64",
+            ),
             (
                 vec!["--upstream", "b=ftp://x"],
                 vec![],
@@ -1764,6 +2010,14 @@ mod tests {
         assert_eq!(warnings(&config, true).len(), 1);
         assert!(warnings(&config, true)[0].contains("root shell"));
         config.allow_logins = vec!["a@b".into()];
+        let w = warnings(&config, false);
+        assert!(
+            w.len() == 2
+                && w[0].contains("without any --allow-host")
+                && w[1].contains("without an admin token"),
+            "{w:?}"
+        );
+        config.token = Some(Secret::new("t"));
         let w = warnings(&config, false);
         assert!(
             w.len() == 1 && w[0].contains("without any --allow-host"),

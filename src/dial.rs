@@ -3,7 +3,9 @@
 //!
 //! The thread owns its socket; nobody else touches it. It sleeps in one `Poller` on the
 //! socket and on its wake handle, so a tool result, a revoke or a renew wakes it at once,
-//! and its only timers are real deadlines (grant deadline, ping, silence, backoff).
+//! and its only timers are real deadlines (grant deadline, ping, silence, write stall,
+//! backoff). The framing is `link`'s; this thread decides when to read: not while more
+//! than `--write-buffer-bytes` of replies are owed to a pod that does not read them.
 
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -14,14 +16,14 @@ use log::{debug, info, warn};
 use serde_json::Value;
 use tungstenite::client::IntoClientRequest;
 use tungstenite::handshake::HandshakeError;
-use tungstenite::protocol::frame::coding::CloseCode;
-use tungstenite::protocol::{CloseFrame, WebSocketConfig};
-use tungstenite::{Message, WebSocket};
+use tungstenite::WebSocket;
 
 use crate::calls::{Calls, Services};
 use crate::config::{Limits, Timing};
 use crate::jobs::Completion;
+use crate::link::{ws_config, Inbound, Link};
 use crate::mcp::{self, Action, Dispatcher, Outcome};
+use crate::profiles::Profile;
 use crate::secret::Secret;
 use crate::tls::{connect_first, ClientStream, ConnectError, SetupError};
 use crate::tools::policy::ToolPolicy;
@@ -60,6 +62,8 @@ pub enum EndReason {
     Cancelled,
     /// Our own TTL ran out.
     Deadline,
+    /// The grant thread panicked (a bug); caught where it was spawned.
+    InternalError,
 }
 
 impl EndReason {
@@ -72,6 +76,7 @@ impl EndReason {
             EndReason::HandshakeRejected(status) => format!("handshake_rejected_{status}"),
             EndReason::Cancelled => "cancelled".into(),
             EndReason::Deadline => "deadline".into(),
+            EndReason::InternalError => "internal_error".into(),
         }
     }
 }
@@ -92,12 +97,8 @@ pub const STOPPING_CLOSES: [(u16, EndReason); 4] = [
     (4010, EndReason::Revoked),
 ];
 
-/// A close frame we send: its code and the reason text that goes with it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OurClose {
-    pub code: u16,
-    pub reason: &'static str,
-}
+/// The closes for the pod's framing violations are `link`'s, which detects them.
+pub use crate::link::{OurClose, CLOSE_BAD_UTF8, CLOSE_TOO_LARGE};
 
 /// Revoked or replaced here: the grant ends and is never redialled.
 pub const CLOSE_ENDED: OurClose = OurClose {
@@ -113,16 +114,6 @@ pub const CLOSE_DEADLINE: OurClose = OurClose {
 pub const CLOSE_SHUTDOWN: OurClose = OurClose {
     code: 1001,
     reason: "handnode shutting down",
-};
-/// The pod sent a text frame that is not UTF-8; we redial.
-pub const CLOSE_BAD_UTF8: OurClose = OurClose {
-    code: 1007,
-    reason: "invalid UTF-8 in a text frame",
-};
-/// The pod sent a message over the inbound cap; we redial.
-pub const CLOSE_TOO_LARGE: OurClose = OurClose {
-    code: 1009,
-    reason: "message too large",
 };
 /// Every close frame we send. `docs/protocol.md` must name each code.
 pub const SENT_CLOSES: [OurClose; 5] = [
@@ -302,6 +293,8 @@ pub struct GrantThread {
     pub timing: Timing,
     pub limits: Limits,
     pub audit_args: bool,
+    /// Which calls wait for a person's decision, and where they wait (§10).
+    pub approvals: crate::approvals::GrantApprovals,
 }
 
 /// How one connection ended.
@@ -405,6 +398,13 @@ impl GrantThread {
     }
 
     fn exit(self, exit: Exit) {
+        // A grant's browser lives as long as its thread: it survives redials, and goes
+        // when the grant ends and when the daemon stops (it is throwaway either way).
+        if self.spec.policy.profile() == Profile::Browser {
+            if let Some(browsers) = &self.services.browsers {
+                browsers.end_grant(&self.spec.id);
+            }
+        }
         match exit {
             Exit::Shutdown => debug!("grant {}: thread stopped for shutdown", self.spec.id),
             Exit::End(reason) => {
@@ -506,13 +506,6 @@ impl GrantThread {
         }
     }
 
-    fn ws_config(&self) -> WebSocketConfig {
-        WebSocketConfig::default()
-            .read_buffer_size(16 << 10)
-            .max_message_size(Some(self.limits.max_inbound_bytes))
-            .max_frame_size(Some(self.limits.max_inbound_bytes))
-    }
-
     /// TCP connect (blocking, bounded by the connect timeout) and then the TLS +
     /// WebSocket handshake on a non-blocking socket, so commands still wake us.
     fn connect(&mut self) -> Result<WebSocket<ClientStream>, ConnEnd> {
@@ -581,7 +574,7 @@ impl GrantThread {
     ) -> Result<WebSocket<ClientStream>, ConnEnd> {
         let handshake_deadline = Instant::now() + self.timing.handshake_timeout;
         let mut attempt =
-            tungstenite::client::client_with_config(request, stream, Some(self.ws_config()));
+            tungstenite::client::client_with_config(request, stream, Some(ws_config(&self.limits)));
         loop {
             match attempt {
                 Ok((ws, _response)) => return Ok(ws),
@@ -617,10 +610,11 @@ impl GrantThread {
     /// Serve MCP on an open socket until it closes, dies, or a command/deadline ends it.
     fn serve(
         &mut self,
-        mut ws: WebSocket<ClientStream>,
+        ws: WebSocket<ClientStream>,
         conn: u64,
         attached_for: &mut Duration,
     ) -> ConnEnd {
+        let mut link = Link::new(ws);
         let (results_tx, results_rx) = crossbeam_channel::unbounded::<Finished>();
         let waker = self.poller.waker();
         let mut calls = Calls::new(self.limits.max_in_flight);
@@ -628,14 +622,20 @@ impl GrantThread {
         let mut last_inbound = Instant::now();
         let mut next_ping = last_inbound + self.timing.ping_interval;
         let mut attached_at: Option<Instant> = None;
-        let mut want_write = false;
+        let frame = FrameCx {
+            conn,
+            results: &results_tx,
+            waker: &waker,
+        };
+        // What epoll watches the socket for: reads unless paused, writes while stuck.
+        let mut interest = (true, false);
         let end = loop {
             // Commands first: a revoke must not wait behind a flood of frames.
-            if let Some(end) = self.serve_commands(&mut ws) {
+            if let Some(end) = self.serve_commands(&mut link) {
                 break end;
             }
-            // Results: written as soon as the worker finishes.
-            let mut write_failed = None;
+            // Results: written as soon as the worker finishes. They are in memory already
+            // and bounded by the in-flight cap, so they are queued even while paused.
             let mut finished = Vec::new();
             while let Ok(done) = results_rx.try_recv() {
                 if done.conn != conn {
@@ -653,98 +653,57 @@ impl GrantThread {
                     duration: call.started.elapsed(),
                     arguments: call.arguments,
                 });
-                if let Err(end) = self.send_text(&mut ws, done.text) {
-                    write_failed = Some(end);
-                    break;
-                }
+                self.send_text(&mut link, done.text);
             }
             if !finished.is_empty() {
                 // Replies go out before the calls are reported: the audit record wakes the
                 // audit thread, and waking a thread on an idle CPU of a VM costs more than
-                // the whole reply. A stuck or failed flush is dealt with at the turn's end.
-                let _ = ws.flush();
+                // the whole reply. A stuck socket is dealt with at the turn's end.
+                if let Err(e) = link.pump(true) {
+                    break ConnEnd::Lost(format!("write failed: {e}"));
+                }
                 for event in finished {
                     self.events.tool_call(event);
                 }
             }
-            if let Some(end) = write_failed {
-                break end;
-            }
-            // Inbound frames.
+            // Inbound frames, unless the pod is not taking what it is owed: then its
+            // requests wait in the socket (and in the pod) instead of as replies here.
             let mut reads = 0;
             let read_end = loop {
-                if reads >= MAX_READS_PER_TURN {
+                if reads >= MAX_READS_PER_TURN || self.paused(&link) {
                     break None;
                 }
-                match ws.read() {
-                    Ok(msg) => {
-                        reads += 1;
-                        last_inbound = Instant::now();
-                        if attached_at.is_none() {
-                            attached_at = Some(last_inbound);
-                            self.set_state(State::Attached, None);
-                            self.events.attachment(&self.spec.id, true);
-                            info!("grant {} attached", self.spec.id);
-                        }
-                        match msg {
-                            Message::Text(text) => {
-                                self.events.bytes(text.len() as u64, 0);
-                                if let Err(end) = self.handle_frame(
-                                    &mut ws,
-                                    &mut dispatcher,
-                                    &mut calls,
-                                    text.as_bytes(),
-                                    conn,
-                                    &results_tx,
-                                    &waker,
-                                ) {
-                                    break Some(end);
-                                }
-                            }
-                            Message::Binary(bytes) => {
-                                self.events.bytes(bytes.len() as u64, 0);
-                                if let Err(end) = self.handle_frame(
-                                    &mut ws,
-                                    &mut dispatcher,
-                                    &mut calls,
-                                    &bytes,
-                                    conn,
-                                    &results_tx,
-                                    &waker,
-                                ) {
-                                    break Some(end);
-                                }
-                            }
-                            Message::Close(frame) => {
-                                let code = frame.map(|f| u16::from(f.code)).unwrap_or(1005);
-                                self.events.closed(code);
-                                let _ = ws.flush();
-                                break Some(ConnEnd::Closed(code));
-                            }
-                            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+                let inbound = link.read();
+                if inbound == Inbound::Idle {
+                    break None;
+                }
+                reads += 1;
+                last_inbound = Instant::now();
+                if attached_at.is_none() {
+                    attached_at = Some(last_inbound);
+                    self.set_state(State::Attached, None);
+                    self.events.attachment(&self.spec.id, true);
+                    info!("grant {} attached", self.spec.id);
+                }
+                match inbound {
+                    Inbound::Data(bytes) => {
+                        self.events.bytes(bytes.len() as u64, 0);
+                        self.handle_frame(&mut link, &mut dispatcher, &mut calls, &bytes, &frame);
+                        drop(bytes);
+                        if let Err(e) = link.pump(false) {
+                            break Some(ConnEnd::Lost(format!("write failed: {e}")));
                         }
                     }
-                    Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
-                        break None
+                    Inbound::Idle | Inbound::Control => {}
+                    Inbound::Closed(code) => {
+                        self.events.closed(code);
+                        break Some(ConnEnd::Closed(code));
                     }
-                    Err(tungstenite::Error::Utf8(_)) => {
-                        self.close(&mut ws, CLOSE_BAD_UTF8);
-                        break Some(ConnEnd::Lost(format!(
-                            "invalid UTF-8 in a text frame (closed {})",
-                            CLOSE_BAD_UTF8.code
-                        )));
+                    Inbound::Violation { close, error } => {
+                        self.close(&mut link, close);
+                        break Some(ConnEnd::Lost(error));
                     }
-                    Err(tungstenite::Error::Capacity(e)) => {
-                        self.close(&mut ws, CLOSE_TOO_LARGE);
-                        break Some(ConnEnd::Lost(format!(
-                            "inbound message too large: {e} (closed {})",
-                            CLOSE_TOO_LARGE.code
-                        )));
-                    }
-                    Err(
-                        tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed,
-                    ) => break Some(ConnEnd::Lost("connection closed".into())),
-                    Err(e) => break Some(ConnEnd::Lost(format!("socket error: {e}"))),
+                    Inbound::Lost(error) => break Some(ConnEnd::Lost(error)),
                 }
             };
             if let Some(end) = read_end {
@@ -753,40 +712,52 @@ impl GrantThread {
             // Timers.
             let now = Instant::now();
             if SystemTime::now() >= self.spec.deadline {
-                self.close(&mut ws, CLOSE_DEADLINE);
+                self.close(&mut link, CLOSE_DEADLINE);
                 break ConnEnd::Exit(Exit::End(EndReason::Deadline));
             }
-            if now.duration_since(last_inbound) >= self.timing.silence_limit {
+            if self.paused(&link) {
+                // Not reading is our choice, not the pod's silence.
+                last_inbound = now;
+            } else if now.duration_since(last_inbound) >= self.timing.silence_limit {
                 break ConnEnd::Lost(format!(
                     "silence timeout: no frame for {} ms",
                     self.timing.silence_limit.as_millis()
                 ));
             }
+            if let Some(since) = link.stuck_since() {
+                if now.duration_since(since) >= self.timing.write_stall {
+                    let error = format!(
+                        "write stall: our output waited {} ms for the pod to read it ({} bytes owed); dropped",
+                        self.timing.write_stall.as_millis(),
+                        link.queued_bytes()
+                    );
+                    warn!("grant {}: {error}", self.spec.id);
+                    break ConnEnd::Lost(error);
+                }
+            }
             if now >= next_ping {
-                if let Err(e) = ws.write(Message::Ping(Default::default())) {
-                    if !is_would_block(&e) {
-                        break ConnEnd::Lost(format!("ping failed: {e}"));
-                    }
+                if let Err(e) = link.ping() {
+                    break ConnEnd::Lost(format!("ping failed: {e}"));
                 }
                 next_ping = now + self.timing.ping_interval;
             }
-            // Flush whatever is queued; ask for writability only while something is stuck.
-            let stuck = match ws.flush() {
-                Ok(()) => false,
-                Err(e) if is_would_block(&e) => true,
-                Err(e) => break ConnEnd::Lost(format!("write failed: {e}")),
-            };
-            if stuck != want_write {
-                want_write = stuck;
+            // Write whatever is owed; ask for writability only while something is stuck,
+            // and for readability only while not paused.
+            if let Err(e) = link.pump(true) {
+                break ConnEnd::Lost(format!("write failed: {e}"));
+            }
+            let want = (!self.paused(&link), link.stuck_since().is_some());
+            if want != interest {
+                interest = want;
                 let _ = self
                     .poller
-                    .modify(ws.get_ref(), SOCKET_KEY, true, want_write);
+                    .modify(link.socket(), SOCKET_KEY, want.0, want.1);
             }
-            if reads >= MAX_READS_PER_TURN {
+            if reads >= MAX_READS_PER_TURN && want.0 {
                 continue;
             }
             let now = Instant::now();
-            let timeout = [
+            let mut timeout = [
                 self.until_deadline(),
                 next_ping.saturating_duration_since(now),
                 (last_inbound + self.timing.silence_limit).saturating_duration_since(now),
@@ -794,14 +765,25 @@ impl GrantThread {
             .into_iter()
             .min()
             .unwrap_or(Duration::ZERO);
+            if let Some(since) = link.stuck_since() {
+                timeout =
+                    timeout.min((since + self.timing.write_stall).saturating_duration_since(now));
+            }
             // Whatever woke us (socket, wake handle, timer), the next turn checks all of
             // commands, results, frames and timers, so the readiness list itself is unused.
             if let Err(e) = self.poller.wait(Some(timeout)) {
                 break ConnEnd::Lost(format!("poll: {e}"));
             }
         };
-        let _ = self.poller.delete(ws.get_ref());
+        let _ = self.poller.delete(link.socket());
         let cancelled = calls.cancel_all();
+        for call in &cancelled {
+            // A held call never ran: withdrawn with its socket.
+            if self.approvals.withdraw(&call.ctl) {
+                self.events
+                    .tool_call(self.call_event(call, Outcome::NotApproved));
+            }
+        }
         if !cancelled.is_empty() {
             debug!(
                 "grant {}: connection lost with {} calls in flight; their process groups were killed",
@@ -816,63 +798,70 @@ impl GrantThread {
         end
     }
 
-    fn serve_commands(&mut self, ws: &mut WebSocket<ClientStream>) -> Option<ConnEnd> {
+    /// Reading is paused while more than `--write-buffer-bytes` of replies are owed.
+    fn paused(&self, link: &Link<ClientStream>) -> bool {
+        link.queued_bytes() > self.limits.write_buffer_bytes
+    }
+
+    /// The audit/metrics event of a call that ended without a reply.
+    fn call_event(&self, call: &crate::calls::InFlight, outcome: Outcome) -> CallEvent {
+        CallEvent {
+            grant_id: self.spec.id.clone(),
+            principal: self.spec.principal.clone(),
+            session: self.spec.session.clone(),
+            tool: call.tool.clone(),
+            outcome,
+            duration: call.started.elapsed(),
+            arguments: None,
+        }
+    }
+
+    fn serve_commands(&mut self, link: &mut Link<ClientStream>) -> Option<ConnEnd> {
         let exit = self.take_commands().exit?;
         match exit {
-            Exit::End(_) => self.close(ws, CLOSE_ENDED),
-            Exit::Shutdown => self.close(ws, CLOSE_SHUTDOWN),
+            Exit::End(_) => self.close(link, CLOSE_ENDED),
+            Exit::Shutdown => self.close(link, CLOSE_SHUTDOWN),
         }
         Some(ConnEnd::Exit(exit))
     }
 
     /// Queue our close frame and push it out promptly; the pod must see it, but we do not
-    /// wait for its reply.
-    fn close(&self, ws: &mut WebSocket<ClientStream>, close: OurClose) {
-        let _ = ws.close(Some(CloseFrame {
-            code: CloseCode::from(close.code),
-            reason: close.reason.into(),
-        }));
+    /// wait for its reply. Replies still owed are abandoned.
+    fn close(&self, link: &mut Link<ClientStream>, close: OurClose) {
+        let _ = link.close(close);
         let until = Instant::now() + CLOSE_FLUSH_LIMIT;
-        loop {
-            match ws.flush() {
-                Err(e) if is_would_block(&e) && Instant::now() < until => {
-                    // The send buffer is full; briefly wait for room rather than drop the frame.
-                    let mut fds = [rustix::event::PollFd::new(
-                        ws.get_ref(),
-                        rustix::event::PollFlags::OUT,
-                    )];
-                    let ts = rustix::event::Timespec {
-                        tv_sec: 0,
-                        tv_nsec: 50_000_000,
-                    };
-                    let _ = rustix::event::poll(&mut fds, Some(&ts));
-                }
-                _ => break,
+        while link.stuck_since().is_some() && Instant::now() < until {
+            // The send buffer is full; briefly wait for room rather than drop the frame.
+            let mut fds = [rustix::event::PollFd::new(
+                link.socket(),
+                rustix::event::PollFlags::OUT,
+            )];
+            let ts = rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: 50_000_000,
+            };
+            let _ = rustix::event::poll(&mut fds, Some(&ts));
+            if link.try_flush().is_err() {
+                break;
             }
         }
         self.events.closed(close.code);
     }
 
-    fn send_text(&self, ws: &mut WebSocket<ClientStream>, text: String) -> Result<(), ConnEnd> {
+    fn send_text(&self, link: &mut Link<ClientStream>, text: String) {
         self.events.bytes(0, text.len() as u64);
-        match ws.write(Message::text(text)) {
-            Ok(()) => Ok(()),
-            Err(e) if is_would_block(&e) => Ok(()),
-            Err(e) => Err(ConnEnd::Lost(format!("write failed: {e}"))),
-        }
+        link.queue(text);
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Dispatch one inbound message: replies are queued on `link`, tool calls started.
     fn handle_frame(
         &mut self,
-        ws: &mut WebSocket<ClientStream>,
+        link: &mut Link<ClientStream>,
         dispatcher: &mut Dispatcher,
         calls: &mut Calls,
         bytes: &[u8],
-        conn: u64,
-        results: &Sender<Finished>,
-        waker: &Arc<Waker>,
-    ) -> Result<(), ConnEnd> {
+        cx: &FrameCx<'_>,
+    ) {
         let note = GrantNote {
             id: self.spec.id.clone(),
             session: self.spec.session.clone(),
@@ -882,18 +871,24 @@ impl GrantThread {
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
+            approve: self.approvals.gate.waiting_tools(),
         };
         let actions = {
             let catalog = ConnCatalog {
                 grant: Some(&note),
                 upstream: self.services.upstream.as_deref(),
+                browsers: self
+                    .services
+                    .browsers
+                    .as_deref()
+                    .map(|b| b as &dyn crate::tools::BrowserTier),
                 policy: &self.spec.policy,
             };
             dispatcher.handle(bytes, &catalog)
         };
         for action in actions {
             match action {
-                Action::Reply(text) => self.send_text(ws, text)?,
+                Action::Reply(text) => self.send_text(link, text),
                 Action::Call {
                     id,
                     name,
@@ -904,9 +899,9 @@ impl GrantThread {
                         Ok(started) => started,
                         Err(refusal) => {
                             self.send_text(
-                                ws,
+                                link,
                                 mcp::error_reply(&id, refusal.code, &refusal.message),
-                            )?;
+                            );
                             continue;
                         }
                     };
@@ -914,8 +909,9 @@ impl GrantThread {
                         calls.keep_arguments(&id, arguments.clone());
                     }
                     self.status.lock().unwrap_or_else(|e| e.into_inner()).calls += 1;
-                    let tx = results.clone();
-                    let wake = Arc::clone(waker);
+                    let tx = cx.results.clone();
+                    let wake = Arc::clone(cx.waker);
+                    let conn = cx.conn;
                     let reply_id = id.clone();
                     let max_outbound = self.limits.max_outbound_bytes;
                     let done = Completion::new(move |output| {
@@ -936,19 +932,23 @@ impl GrantThread {
                         ctl,
                         host: Arc::clone(&self.services.host),
                     };
-                    self.services.start(route, name, arguments, cx, done);
+                    let asker = crate::approvals::Asker {
+                        grant_id: &self.spec.id,
+                        principal: &self.spec.principal,
+                        session: &self.spec.session,
+                        profile: self.spec.policy.profile(),
+                    };
+                    self.approvals
+                        .start(&self.services, asker, (route, name, arguments), cx, done);
                 }
                 Action::Cancel { id } => {
                     if let Some(call) = calls.cancel(&id) {
-                        self.events.tool_call(CallEvent {
-                            grant_id: self.spec.id.clone(),
-                            principal: self.spec.principal.clone(),
-                            session: self.spec.session.clone(),
-                            tool: call.tool,
-                            outcome: Outcome::ToolError,
-                            duration: call.started.elapsed(),
-                            arguments: None,
-                        });
+                        let outcome = if self.approvals.withdraw(&call.ctl) {
+                            Outcome::NotApproved
+                        } else {
+                            Outcome::ToolError
+                        };
+                        self.events.tool_call(self.call_event(&call, outcome));
                     }
                 }
                 Action::Refused { tool, outcome } => self.events.tool_call(CallEvent {
@@ -962,17 +962,20 @@ impl GrantThread {
                 }),
             }
         }
-        Ok(())
     }
 }
 
-fn is_would_block(e: &tungstenite::Error) -> bool {
-    matches!(e, tungstenite::Error::Io(io) if io.kind() == io::ErrorKind::WouldBlock)
+/// What a message's tool calls need to send their replies back to this connection.
+struct FrameCx<'a> {
+    conn: u64,
+    results: &'a Sender<Finished>,
+    waker: &'a Arc<Waker>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tungstenite::protocol::frame::coding::CloseCode;
 
     #[test]
     fn attach_url_drops_one_trailing_slash() {
@@ -1035,6 +1038,7 @@ mod tests {
         assert_eq!(EndReason::SessionEnded.as_string(), "session_ended");
         assert_eq!(EndReason::Deadline.as_string(), "deadline");
         assert_eq!(EndReason::Cancelled.as_string(), "cancelled");
+        assert_eq!(EndReason::InternalError.as_string(), "internal_error");
     }
 
     /// The vectors of `tests/conformance/reverse_attach_vectors.json` (the repository's

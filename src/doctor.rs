@@ -1,9 +1,11 @@
 //! `handnode doctor`: what works on this box, and what to install or set for the rest.
-//! Read-only: it probes and reports, and never creates a token or touches a display.
+//! Read-only: it probes and reports, and never creates a token or touches a display. The
+//! one thing it starts is the browser tier's test browser, which it destroys again.
 
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -227,6 +229,36 @@ fn file_check(path: &Path, source: &str, must_exist: bool) -> Check {
     }
 }
 
+/// A login allow-list with no token: `tailscale serve` connects from loopback, so any local
+/// process that sends the same `Tailscale-User-Login` header is that login. The token is
+/// looked for exactly where `serve` looks (`config::resolve_token`).
+pub fn login_without_token(env: &HashMap<String, String>) -> Option<Check> {
+    if !list_env(env, "HANDNODE_ALLOW_LOGIN") {
+        return None;
+    }
+    let nonempty = |k: &str| env.get(k).filter(|v| !v.is_empty());
+    let token_file = nonempty("HANDNODE_TOKEN_FILE").map(PathBuf::from);
+    let config_dir = nonempty("HANDNODE_CONFIG_DIR")
+        .map(PathBuf::from)
+        .or_else(|| config::default_config_dir(env));
+    match config::resolve_token(token_file.as_deref(), env, config_dir.as_deref()) {
+        // A token that cannot be read is the "admin token" check's failure already.
+        Ok(Some(_)) | Err(_) => None,
+        Ok(None) => Some(check(
+            "tailnet",
+            Status::Warn,
+            "HANDNODE_ALLOW_LOGIN is set without an admin token: `tailscale serve` connects \
+             from loopback, so any local process that sends Tailscale-User-Login with that \
+             login gets in as the owner",
+            Some(
+                "configure a token as well (HANDNODE_TOKEN_FILE or <config dir>/token): \
+                 tailnet login AND bearer"
+                    .into(),
+            ),
+        )),
+    }
+}
+
 fn list_env(env: &HashMap<String, String>, key: &str) -> bool {
     env.get(key)
         .is_some_and(|v| v.split(',').any(|s| !s.trim().is_empty()))
@@ -297,6 +329,46 @@ pub fn display_checks(probe: &Probe, cfg: &ToolConfig, processes: &ProcessWatche
     out
 }
 
+/// Which build this is, and, for static glibc, whether name resolution needs NSS modules
+/// that a static binary loads from the system's own glibc (docs/install.md).
+/// `nsswitch` is the text of `/etc/nsswitch.conf`, if there is one.
+pub fn build_check(libc: &str, is_static: bool, nsswitch: Option<&str>) -> Check {
+    let detail = crate::build_info::describe();
+    if libc != "glibc" || !is_static {
+        return check("build", Status::Ok, detail, None);
+    }
+    // `hosts: files mdns4_minimal [NOTFOUND=return] dns`: files and dns are built into a
+    // static glibc; any other module is dlopen()ed together with the system's libc.so.6.
+    let hosts = nsswitch.unwrap_or_default().lines().find_map(|l| {
+        let l = l.split('#').next().unwrap_or_default().trim();
+        l.strip_prefix("hosts:").map(str::to_string)
+    });
+    let modules: Vec<String> = hosts
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter(|m| !m.starts_with('[') && *m != "files" && *m != "dns")
+        .map(String::from)
+        .collect();
+    if modules.is_empty() {
+        return check("build", Status::Ok, detail, None);
+    }
+    check(
+        "build",
+        Status::Warn,
+        format!(
+            "{detail}: /etc/nsswitch.conf resolves hosts through {}, which a static glibc binary \
+             loads from the system's glibc at run time; with another glibc version those names \
+             (e.g. mDNS .local) may not resolve",
+            modules.join(", ")
+        ),
+        Some(
+            "give pods names DNS or /etc/hosts resolve, or use a musl build (aarch64, x86_64) \
+             or one built on this box (docs/install.md)"
+                .into(),
+        ),
+    )
+}
+
 /// Everything doctor checks, given the environment and whether we run as root. Helpers
 /// (`xdotool`, `xset`, …) run through `processes`, as the daemon's do.
 pub fn checks(
@@ -309,7 +381,13 @@ pub fn checks(
         ..ToolConfig::default()
     };
     let probe = display::probe_now(&cfg, processes);
-    let mut out = display_checks(&probe, &cfg, processes);
+    let nsswitch = std::fs::read_to_string("/etc/nsswitch.conf").ok();
+    let mut out = vec![build_check(
+        crate::build_info::LIBC,
+        crate::build_info::STATIC,
+        nsswitch.as_deref(),
+    )];
+    out.extend(display_checks(&probe, &cfg, processes));
     out.extend(screen_guards(&running_commands()));
     out.push(match probe.helper("notify-send") {
         Some(_) => check(
@@ -336,6 +414,7 @@ pub fn checks(
         out.push(check("user", Status::Ok, "not root", None));
     }
     out.push(token_check(env));
+    out.extend(login_without_token(env));
     if list_env(env, "HANDNODE_ALLOW_LOGIN") && !list_env(env, "HANDNODE_ALLOW_HOST") {
         out.push(check(
             "tailnet",
@@ -376,11 +455,195 @@ pub fn to_json(checks: &[Check], display: Value) -> Value {
         })).collect::<Vec<_>>(),
         "display": display,
         "version": env!("CARGO_PKG_VERSION"),
+        "build": crate::build_info::to_json(),
     })
 }
 
+/// Longest the browser tier's test start (start plus one navigation) may take.
+pub const BROWSER_TEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `path` names a regular file we may execute.
+fn executable(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Where `program` is run from: itself when it holds a `/`, else the first match on PATH.
+fn find_program(program: &str, env: &HashMap<String, String>) -> Option<PathBuf> {
+    if program.contains('/') {
+        return executable(Path::new(program)).then(|| PathBuf::from(program));
+    }
+    env.get("PATH")?
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(program))
+        .find(|p| executable(p))
+}
+
+/// What doctor says about the browser tier: the command and its script, chromium, and
+/// (when those are there) a test start, with `start` doing the starting.
+pub fn browser_checks(
+    argv: Option<&[String]>,
+    env: &HashMap<String, String>,
+    is_root: bool,
+    start: impl FnOnce(&[String]) -> Result<String, String>,
+) -> Vec<Check> {
+    let example =
+        "--browser-command \"node <prefix>/node_modules/@playwright/mcp/cli.js --headless \
+                   --isolated --browser chromium --executable-path /usr/lib/chromium/chromium\" \
+                   (scripts/ci/playwright.sh installs the pinned @playwright/mcp)";
+    let Some(argv) = argv else {
+        return vec![check(
+            "browser tier",
+            Status::Ok,
+            "off: no --browser-command, so `browser` grants are refused",
+            Some(format!(
+                "to lend a throwaway browser, give the daemon {example}"
+            )),
+        )];
+    };
+    let mut out = Vec::new();
+    let mut runnable = true;
+    match find_program(&argv[0], env) {
+        Some(path) => out.push(check(
+            "browser command",
+            Status::Ok,
+            format!("{} found at {}", argv[0], path.display()),
+            None,
+        )),
+        None => {
+            runnable = false;
+            out.push(check(
+                "browser command",
+                Status::Fail,
+                format!("{} is not an executable file or on PATH", argv[0]),
+                Some(format!(
+                    "install it (apt install nodejs for node) or fix {example}"
+                )),
+            ));
+        }
+    }
+    let script = argv
+        .get(1)
+        .filter(|a| a.ends_with(".js") || a.ends_with(".mjs"));
+    if let Some(script) = script {
+        if !Path::new(script).is_file() {
+            runnable = false;
+            out.push(check(
+                "browser command",
+                Status::Fail,
+                format!("its script {script} does not exist"),
+                Some(
+                    "run scripts/ci/playwright.sh, or point at your @playwright/mcp/cli.js".into(),
+                ),
+            ));
+        }
+    }
+    match crate::browser_argv::executable_path(argv) {
+        Some(chromium) if executable(Path::new(chromium)) => out.push(check(
+            "browser chromium",
+            Status::Ok,
+            format!("{chromium} is there"),
+            None,
+        )),
+        Some(chromium) => {
+            runnable = false;
+            out.push(check(
+                "browser chromium",
+                Status::Fail,
+                format!("--executable-path {chromium} is not an executable file"),
+                Some("apt install chromium (Debian's is /usr/lib/chromium/chromium)".into()),
+            ));
+        }
+        None => out.push(check(
+            "browser chromium",
+            Status::Warn,
+            "no --executable-path: Playwright looks for a browser it downloaded itself",
+            Some("add --browser chromium --executable-path /usr/lib/chromium/chromium (apt install chromium)".into()),
+        )),
+    }
+    if is_root && !argv.iter().any(|a| a == "--no-sandbox") {
+        out.push(check(
+            "browser sandbox",
+            Status::Warn,
+            "running as root: chromium's sandbox refuses to start as root",
+            Some(
+                "run handnode as an ordinary user, or add --no-sandbox to --browser-command".into(),
+            ),
+        ));
+    }
+    if !runnable {
+        out.push(check(
+            "browser start",
+            Status::Fail,
+            "not tried: the command cannot run as configured",
+            None,
+        ));
+        return out;
+    }
+    out.push(match start(argv) {
+        Ok(detail) => check("browser start", Status::Ok, detail, None),
+        Err(why) => check(
+            "browser start",
+            Status::Fail,
+            why,
+            Some("run the command by hand to see why; see README \"Lending a browser\"".into()),
+        ),
+    });
+    out
+}
+
+/// Start the browser tier under `base` (the daemon's `--browser-dir`: its own directory
+/// there is removed again), open `about:blank` in one browser, and stop it: what a
+/// `browser` grant's first call does.
+pub fn test_start(argv: &[String], base: &Path) -> Result<String, String> {
+    let options = crate::browser::BrowserOptions {
+        argv: argv.to_vec(),
+        max_browsers: 1,
+        idle: BROWSER_TEST_TIMEOUT,
+        start_timeout: crate::config::Timing::default().browser_start_timeout,
+        dir: base.to_path_buf(),
+        env: ToolConfig {
+            scrub_env: vec!["HANDNODE_TOKEN".into(), "CREDENTIALS_DIRECTORY".into()],
+            ..ToolConfig::default()
+        },
+        max_message_bytes: crate::config::Limits::default().max_outbound_bytes,
+        probe: false,
+    };
+    let browsers = crate::browser::Browsers::start(options).map_err(|e| e.to_string())?;
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let started = std::time::Instant::now();
+    browsers.call(
+        "doctor",
+        "browser_navigate",
+        json!({"url": "about:blank"}),
+        crate::jobs::JobCtl::new(),
+        BROWSER_TEST_TIMEOUT,
+        crate::jobs::Completion::new(move |out| {
+            let _ = tx.send(out);
+        }),
+    );
+    let outcome = rx.recv_timeout(BROWSER_TEST_TIMEOUT + Duration::from_secs(5));
+    let elapsed = started.elapsed();
+    browsers.shutdown();
+    match outcome {
+        Ok(crate::mcp::ToolOutput::Result(v)) if v["isError"] != true => Ok(format!(
+            "started and opened about:blank in {} ms",
+            elapsed.as_millis()
+        )),
+        Ok(crate::mcp::ToolOutput::Result(v)) => Err(v["content"][0]["text"]
+            .as_str()
+            .unwrap_or("the browser answered an error")
+            .to_string()),
+        Ok(other) => Err(format!("the browser answered {other:?}")),
+        Err(_) => Err(format!(
+            "no answer within {} s",
+            BROWSER_TEST_TIMEOUT.as_secs()
+        )),
+    }
+}
+
 /// Print the report (human text, or JSON with `json`) and return the process exit code.
-pub fn main(json: bool) -> i32 {
+pub fn main(args: &crate::config::DoctorArgs) -> i32 {
     let env: HashMap<String, String> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
@@ -392,8 +655,14 @@ pub fn main(json: bool) -> i32 {
             return 1;
         }
     };
-    let (checks, display) = checks(&env, is_root, &processes);
-    if json {
+    let (mut checks, display) = checks(&env, is_root, &processes);
+    checks.extend(browser_checks(
+        args.browser_command.as_deref(),
+        &env,
+        is_root,
+        |argv| test_start(argv, &crate::browser::default_dir(&env)),
+    ));
+    if args.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&to_json(&checks, display)).unwrap_or_default()
@@ -519,6 +788,59 @@ mod tests {
     }
 
     #[test]
+    fn build_is_reported_and_static_glibc_warns_about_nss_modules() {
+        let describe = crate::build_info::describe();
+        let pi_os =
+            "passwd: files\nhosts:          files mdns4_minimal [NOTFOUND=return] dns # x\n";
+        for (libc, is_static) in [("musl", true), ("glibc", false)] {
+            let c = build_check(libc, is_static, Some(pi_os));
+            assert_eq!((c.name.as_str(), c.status), ("build", Status::Ok), "{c:?}");
+            assert_eq!(c.detail, describe);
+        }
+        let c = build_check("glibc", true, Some(pi_os));
+        assert_eq!(c.status, Status::Warn, "{c:?}");
+        assert!(c.detail.starts_with(&describe), "{c:?}");
+        assert!(c.detail.contains("through mdns4_minimal, which"), "{c:?}");
+        assert!(c.fix.as_deref().unwrap().contains("musl"));
+        for plain in [Some("hosts: files dns\n"), Some("# hosts: mdns\n"), None] {
+            assert_eq!(
+                build_check("glibc", true, plain).status,
+                Status::Ok,
+                "{plain:?}"
+            );
+        }
+        let (checks, display) = checks(
+            &env(&[("HOME", "/x")]),
+            false,
+            &ProcessWatcher::start().unwrap(),
+        );
+        assert_eq!(checks[0].name, "build");
+        assert!(checks[0].detail.starts_with(&describe));
+        let v = to_json(&checks, display);
+        assert_eq!(v["build"]["target"], crate::build_info::TARGET);
+        assert_eq!(v["build"]["libc"], crate::build_info::LIBC);
+        assert_eq!(v["build"]["static"], crate::build_info::STATIC);
+    }
+
+    #[test]
+    fn allow_login_without_a_token_is_flagged() {
+        let tmp = crate::testutil::TempDir::new("doctor-login");
+        let xdg = tmp.0.display().to_string();
+        let flagged = |extra: &[(&str, &str)]| {
+            let mut pairs = vec![("HANDNODE_ALLOW_LOGIN", "a@b.c"), ("XDG_CONFIG_HOME", &xdg)];
+            pairs.extend_from_slice(extra);
+            login_without_token(&env(&pairs))
+        };
+        let c = flagged(&[]).expect("no token anywhere: flagged");
+        assert_eq!((c.name.as_str(), c.status), ("tailnet", Status::Warn));
+        assert!(c.fix.unwrap().contains("AND bearer"));
+        assert!(flagged(&[("HANDNODE_TOKEN", "t0ken")]).is_none());
+        tmp.write("handnode/token", "t0ken");
+        assert!(flagged(&[]).is_none(), "the default token file counts");
+        assert!(login_without_token(&env(&[("XDG_CONFIG_HOME", &xdg)])).is_none());
+    }
+
+    #[test]
     fn allow_login_without_allow_host_is_flagged() {
         let processes = ProcessWatcher::start().unwrap();
         let (c, _) = checks(
@@ -526,9 +848,8 @@ mod tests {
             false,
             &processes,
         );
-        assert!(c
-            .iter()
-            .any(|c| c.name == "tailnet" && c.status == Status::Warn));
+        let about_host = |c: &Check| c.name == "tailnet" && c.detail.contains("ALLOW_HOST");
+        assert!(c.iter().any(|c| about_host(c) && c.status == Status::Warn));
         let (c, _) = checks(
             &env(&[
                 ("HANDNODE_ALLOW_LOGIN", "a@b.c"),
@@ -538,6 +859,95 @@ mod tests {
             false,
             &processes,
         );
-        assert!(!c.iter().any(|c| c.name == "tailnet"));
+        assert!(!c.iter().any(about_host));
+    }
+
+    fn words(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn fake(mode: &str) -> Vec<String> {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/fake-browser.sh"
+        );
+        words(&["bash", script, "--mode", mode])
+    }
+
+    #[test]
+    fn the_browser_tier_off_is_not_a_failure_and_says_how_to_turn_it_on() {
+        let out = browser_checks(None, &env(&[]), false, |_| panic!("nothing to start"));
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].status, Status::Ok);
+        assert!(out[0].fix.as_deref().unwrap().contains("--browser-command"));
+    }
+
+    #[test]
+    fn a_missing_command_or_chromium_fails_without_a_test_start() {
+        let path = env(&[("PATH", "/usr/bin:/bin")]);
+        let argv = words(&["no-such-browser-cmd", "x"]);
+        let out = browser_checks(Some(&argv), &path, false, |_| panic!("not started"));
+        assert_eq!(out[0].status, Status::Fail, "{out:?}");
+        assert!(out
+            .iter()
+            .any(|c| c.name == "browser start" && c.status == Status::Fail));
+
+        let argv = words(&[
+            "bash",
+            "/nonexistent/cli.js",
+            "--executable-path",
+            "/nonexistent/chromium",
+        ]);
+        let out = browser_checks(Some(&argv), &path, true, |_| panic!("not started"));
+        let failed: Vec<&str> = out
+            .iter()
+            .filter(|c| c.status == Status::Fail)
+            .map(|c| c.detail.as_str())
+            .collect();
+        assert!(
+            failed
+                .iter()
+                .any(|d| d.contains("/nonexistent/cli.js does not exist")),
+            "{failed:?}"
+        );
+        assert!(
+            failed
+                .iter()
+                .any(|d| d.contains("/nonexistent/chromium is not an executable")),
+            "{failed:?}"
+        );
+        assert!(
+            out.iter().any(|c| c.name == "browser sandbox"),
+            "root without --no-sandbox"
+        );
+    }
+
+    #[test]
+    fn the_test_start_reports_what_the_browser_said() {
+        let path = env(&[("PATH", &std::env::var("PATH").unwrap_or_default())]);
+        let base = crate::testutil::TempDir::new("doctor-browser");
+        let out = browser_checks(Some(&fake("normal")), &path, false, |argv| {
+            test_start(argv, &base.0)
+        });
+        let start = out.iter().find(|c| c.name == "browser start").unwrap();
+        assert_eq!(start.status, Status::Ok, "{out:?}");
+        assert!(start
+            .detail
+            .starts_with("started and opened about:blank in"));
+        let out = browser_checks(Some(&fake("fail-start")), &path, false, |argv| {
+            test_start(argv, &base.0)
+        });
+        let start = out.iter().find(|c| c.name == "browser start").unwrap();
+        assert_eq!(start.status, Status::Fail, "{out:?}");
+        assert!(
+            start.detail.contains("Executable doesn't exist"),
+            "{}",
+            start.detail
+        );
+        let left: Vec<_> = std::fs::read_dir(&base.0).unwrap().flatten().collect();
+        assert!(
+            left.is_empty(),
+            "the test browsers' dirs are removed: {left:?}"
+        );
     }
 }

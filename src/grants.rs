@@ -14,13 +14,16 @@ use crossbeam_channel::Sender;
 use log::{debug, info, warn};
 use serde_json::{json, Map, Value};
 
+use crate::approvals::{visible_tools, Approvals, Approve, Gate, GrantApprovals};
 use crate::audit::{Audit, LifecycleEvent, Record};
 use crate::calls::Services;
 use crate::config::{Limits, Timing};
+use crate::containment::{self, Site};
 use crate::dial::{
     CallEvent, Command, EndReason, GrantEvents, GrantSpec, GrantThread, State, Status,
 };
 use crate::error::Error;
+use crate::ids::new_id;
 use crate::metrics::Metrics;
 use crate::persist::{GrantStore, StoredGrant};
 use crate::profiles::{profile_error, Profile};
@@ -29,8 +32,7 @@ use crate::timefmt::{now_unix, rfc3339};
 use crate::tools::policy::{ToolLists, ToolPolicy};
 use crate::wake::{Poller, Waker};
 
-/// Longest TTL a grant may ask for (seconds): one day.
-pub const MAX_TTL_SECS: u64 = 86_400;
+pub use crate::config::MAX_TTL_SECS;
 /// TTL when the request gives none (seconds).
 pub const DEFAULT_TTL_SECS: u64 = 3_600;
 
@@ -58,6 +60,8 @@ pub struct AttachRequest {
     pub policy: ToolPolicy,
     pub ttl_secs: u64,
     pub source: SecretSource,
+    /// Tools whose every call waits for a person's decision (§10), as given.
+    pub approve: Option<Approve>,
 }
 
 fn session_ok(s: &str) -> bool {
@@ -83,6 +87,7 @@ impl AttachRequest {
                 "ttl_secs",
                 "secret",
                 "admin_credential",
+                "approve",
             ]
             .contains(&key.as_str())
             {
@@ -116,7 +121,6 @@ impl AttachRequest {
         let lists = ToolLists {
             allow: list("allow")?,
             deny: list("deny")?,
-            approve: Vec::new(),
         };
         let policy = ToolPolicy::new(profile, lists)?;
         let ttl_secs = match obj.get("ttl_secs") {
@@ -144,12 +148,14 @@ impl AttachRequest {
             (None, Some(c)) => SecretSource::AdminCredential(c),
             _ => return Err(SECRET_CHOICE_ERROR.into()),
         };
+        let approve = Approve::from_json(obj.get("approve"))?;
         Ok(AttachRequest {
             runtime,
             session,
             policy,
             ttl_secs,
             source,
+            approve,
         })
     }
 }
@@ -176,23 +182,6 @@ pub fn target_key(runtime: &str, session: &str) -> String {
         }
         Err(_) => format!("{trimmed} {session}"),
     }
-}
-
-/// A fresh lowercase UUID v4.
-pub fn new_id() -> String {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).expect("the OS random source works");
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
 }
 
 /// Owns one grant thread. Dropping it asks the thread to stop (close 1001, as on
@@ -232,6 +221,9 @@ struct Entry {
     created_at: u64,
     deadline: SystemTime,
     secret: Secret,
+    /// `approve` as given, and what it gates.
+    approve: Option<Approve>,
+    gate: Arc<Gate>,
     status: Arc<Mutex<Status>>,
     handle: Option<GrantHandle>,
     ended_at: Option<Instant>,
@@ -270,6 +262,8 @@ impl Entry {
             created_at: self.created_at,
             expires_at: self.expires_at(),
             secret: self.secret.clone(),
+            approve: self.approve.clone(),
+            approved_for_grant: self.gate.remembered(),
         }
     }
 
@@ -286,8 +280,13 @@ impl Entry {
         v.insert("tools".into(), json!(self.policy.tools()));
         v.insert("allow".into(), json!(lists.allow));
         v.insert("deny".into(), json!(lists.deny));
-        v.insert("approve".into(), json!(lists.approve));
-        let escalation = self.policy.escalation();
+        // `approve` as given (absent when none), what `remember` let through, and the
+        // escalation check over every tool the policy can see, asking this grant's gate.
+        if let Some(approve) = &self.approve {
+            v.insert("approve".into(), approve.to_json());
+        }
+        v.insert("approved_for_grant".into(), json!(self.gate.remembered()));
+        let escalation = self.policy.escalation(|t| self.gate.needs_approval(t));
         v.insert("shell".into(), json!(escalation.shell.as_str()));
         if let Some(because) = escalation.because {
             v.insert("shell_because".into(), json!(because));
@@ -387,6 +386,8 @@ pub enum AttachError {
     Internal(String),
     /// The daemon is shutting down: `503`.
     ShuttingDown,
+    /// The request names something this grant cannot have: `400` with this message.
+    BadRequest(String),
 }
 
 struct Inner {
@@ -411,6 +412,7 @@ pub struct Registry {
     audit: Audit,
     metrics: Arc<Metrics>,
     tls: Arc<rustls::ClientConfig>,
+    approvals: Arc<Approvals>,
     config: RegistryConfig,
     me: Weak<Registry>,
 }
@@ -434,12 +436,20 @@ impl GrantEvents for Events {
 
     fn tool_call(&self, ev: CallEvent) {
         if let Some(reg) = self.registry.upgrade() {
-            reg.metrics.tool_call(&ev.tool, ev.outcome);
+            // The pod chose this name (a refused one can be megabytes): label it once here,
+            // so the raw text goes no further and is hashed once.
+            let tool = crate::label::name(&ev.tool).into_owned();
+            drop(ev.tool);
+            #[cfg(test)]
+            if tool == containment::hooks::GRANT_TOOL {
+                panic!("test hook: the grant thread panics");
+            }
+            reg.metrics.tool_call(&tool, ev.outcome);
             reg.audit.record(Record::ToolCall {
                 grant_id: Some(ev.grant_id),
                 principal: ev.principal,
                 session: Some(ev.session),
-                tool: ev.tool,
+                tool,
                 outcome: ev.outcome,
                 duration_ms: ev.duration.as_millis() as u64,
                 args: ev.arguments,
@@ -490,6 +500,7 @@ impl Registry {
         audit: Audit,
         metrics: Arc<Metrics>,
         tls: Arc<rustls::ClientConfig>,
+        approvals: Arc<Approvals>,
         config: RegistryConfig,
     ) -> Arc<Registry> {
         Arc::new_cyclic(|me| Registry {
@@ -502,6 +513,7 @@ impl Registry {
             audit,
             metrics,
             tls,
+            approvals,
             config,
             me: me.clone(),
         })
@@ -511,12 +523,19 @@ impl Registry {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn spawn(&self, spec: GrantSpec) -> Result<(GrantHandle, Arc<Mutex<Status>>), Error> {
+    fn spawn(
+        &self,
+        spec: GrantSpec,
+        gate: &Arc<Gate>,
+    ) -> Result<(GrantHandle, Arc<Mutex<Status>>), Error> {
         let poller = Poller::new().map_err(|e| Error::io("create grant poller", e))?;
         let waker = poller.waker();
         let (tx, rx) = crossbeam_channel::unbounded();
         let status = Arc::new(Mutex::new(Status::default()));
         let name = format!("grant-{}", &spec.id[..8.min(spec.id.len())]);
+        let id = spec.id.clone();
+        let registry = self.me.clone();
+        let thread_status = Arc::clone(&status);
         let thread = GrantThread {
             spec,
             commands: rx,
@@ -530,10 +549,31 @@ impl Registry {
             timing: self.config.timing.clone(),
             limits: self.config.limits.clone(),
             audit_args: self.config.audit_args,
+            approvals: GrantApprovals {
+                hub: Arc::clone(&self.approvals),
+                gate: Arc::clone(gate),
+            },
         };
         let join = std::thread::Builder::new()
             .name(name)
-            .spawn(move || thread.run())
+            .spawn(move || {
+                // A bug reached by one grant's input ends that grant, not the daemon: the
+                // unwind drops its socket and cancels its calls (their `Calls` drop), and
+                // here it is ended, persisted and audited like any other end.
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| thread.run()));
+                if let Err(payload) = run {
+                    containment::caught(Site::Grant, &id, payload.as_ref());
+                    {
+                        let mut st = thread_status.lock().unwrap_or_else(|e| e.into_inner());
+                        st.state = State::Ended;
+                        st.redial_at = None;
+                        st.ended.get_or_insert(EndReason::InternalError);
+                    }
+                    if let Some(reg) = registry.upgrade() {
+                        reg.thread_ended(&id, &EndReason::InternalError);
+                    }
+                }
+            })
             .map_err(|e| Error::io("start grant thread", e))?;
         Ok((
             GrantHandle {
@@ -574,10 +614,13 @@ impl Registry {
         dropped
     }
 
-    /// Whether a request for a target with a live grant renews it (same profile and the
-    /// same lists) rather than replacing it. A grant's tools never change in place.
-    fn renews(live: &ToolPolicy, asked: &ToolPolicy) -> bool {
-        live.profile() == asked.profile() && live.lists().same_as(asked.lists())
+    /// Whether a request for a target with a live grant renews it (same profile, the
+    /// same lists and the same `approve`) rather than replacing it. A grant's tools never
+    /// change in place.
+    fn renews(live: &Entry, policy: &ToolPolicy, approve: &Option<Approve>) -> bool {
+        live.policy.profile() == policy.profile()
+            && live.policy.lists().same_as(policy.lists())
+            && Approve::same(&live.approve, approve)
     }
 
     /// Create, renew or replace a grant (contract §3). Blocks for the mint, if any, and
@@ -588,6 +631,16 @@ impl Registry {
         req: AttachRequest,
         principal: &str,
     ) -> Result<(Value, bool), AttachError> {
+        // Checked before any mint: a refused request changes nothing, at the pod neither.
+        let visible = visible_tools(&req.policy, self.services.upstream.as_deref());
+        let gated = match &req.approve {
+            Some(approve) => approve.resolve(&visible).map_err(AttachError::BadRequest)?,
+            None => Default::default(),
+        };
+        let unclassified = req
+            .approve
+            .as_ref()
+            .is_some_and(|a| a.gates_unclassified(&req.policy));
         let now = SystemTime::now();
         let (secret, ttl) = match req.source {
             SecretSource::Given(secret) => (secret, req.ttl_secs),
@@ -623,7 +676,7 @@ impl Registry {
                 .iter()
                 .position(|e| e.target == target && e.is_live());
             match existing {
-                Some(i) if Self::renews(&inner.entries[i].policy, &req.policy) => {
+                Some(i) if Self::renews(&inner.entries[i], &req.policy, &req.approve) => {
                     let entry = &mut inner.entries[i];
                     let previous = std::mem::replace(&mut entry.principal, principal.to_string());
                     entry.secret = secret.clone();
@@ -666,6 +719,7 @@ impl Registry {
                         let record =
                             old.lifecycle(LifecycleEvent::Replaced, Some("replaced".into()), None);
                         self.audit.record(record);
+                        self.approvals.withdraw_grant(&old.id);
                     }
                     let id = new_id();
                     let profile = req.policy.profile();
@@ -679,8 +733,9 @@ impl Registry {
                         secret: secret.clone(),
                         deadline,
                     };
+                    let gate = Gate::gating(gated, unclassified, []);
                     let (handle, status) = self
-                        .spawn(spec)
+                        .spawn(spec, &gate)
                         .map_err(|e| AttachError::Internal(e.to_string()))?;
                     let entry = Entry {
                         id: id.clone(),
@@ -692,6 +747,8 @@ impl Registry {
                         created_at: unix(now),
                         deadline,
                         secret,
+                        approve: req.approve,
+                        gate,
                         status,
                         handle: Some(handle),
                         ended_at: None,
@@ -731,6 +788,7 @@ impl Registry {
         };
         // The secret is dropped here, and from disk with the persist below.
         entry.end_here(EndReason::Cancelled);
+        self.approvals.withdraw_grant(id);
         let record = entry.lifecycle(LifecycleEvent::Revoked, Some("cancelled".into()), None);
         let who = (entry.session.clone(), entry.profile());
         info!("grant {id} revoked");
@@ -757,6 +815,15 @@ impl Registry {
             &format!("handnode: {session} is no longer lent ({profile})"),
             why,
         );
+    }
+
+    /// A decision with `remember` added to a grant's `approved_for_grant`: keep it on disk
+    /// (it lasts until the grant ends, restarts included).
+    pub fn remembered(&self, grant_id: &str) {
+        let inner = self.lock();
+        if let Err(e) = self.persist(&inner) {
+            warn!("grant {grant_id}: could not persist approved_for_grant: {e}");
+        }
     }
 
     /// `GET /attach/{id}`.
@@ -817,7 +884,6 @@ impl Registry {
             let lists = ToolLists {
                 allow: g.allow.clone(),
                 deny: g.deny.clone(),
-                approve: Vec::new(),
             };
             let policy = match ToolPolicy::resume(&g.profile, lists, &g.tools) {
                 Ok(policy) => Arc::new(policy),
@@ -829,7 +895,42 @@ impl Registry {
                     continue;
                 }
             };
+            if policy.profile() == Profile::Browser && self.services.browsers.is_none() {
+                warn!(
+                    "dropped persisted grant {}: {}",
+                    g.id,
+                    crate::profiles::BROWSER_NEEDS_COMMAND
+                );
+                continue;
+            }
+            // `persist` checked `approve` against the profile's own list; a deny may have
+            // taken some of it away since: such a grant is dropped, not widened or narrowed.
+            let outside = |t: &String| !crate::approvals::fits_policy(t, &policy);
+            let named = match &g.approve {
+                Some(Approve::Tools(names)) => names.iter().find(|t| outside(t)),
+                _ => None,
+            };
+            if let Some(name) = named.or_else(|| g.approved_for_grant.iter().find(|t| outside(t))) {
+                warn!(
+                    "dropped persisted grant {}: approve names {}, which it cannot use",
+                    g.id,
+                    crate::label::name(name)
+                );
+                continue;
+            }
             let deadline = UNIX_EPOCH + Duration::from_secs(g.expires_at);
+            // Validated at load against the policy; upstream names cannot be checked before
+            // the upstreams answer, and gating a tool that is not there changes nothing.
+            let gated = g
+                .approve
+                .as_ref()
+                .map(|a| a.resolve_stored(&policy))
+                .unwrap_or_default();
+            let unclassified = g
+                .approve
+                .as_ref()
+                .is_some_and(|a| a.gates_unclassified(&policy));
+            let gate = Gate::gating(gated, unclassified, g.approved_for_grant.clone());
             let spec = GrantSpec {
                 id: g.id.clone(),
                 runtime: g.runtime.clone(),
@@ -839,7 +940,7 @@ impl Registry {
                 secret: g.secret.clone(),
                 deadline,
             };
-            match self.spawn(spec) {
+            match self.spawn(spec, &gate) {
                 Ok((handle, status)) => {
                     inner.entries.push(Entry {
                         target: target_key(&g.runtime, &g.session),
@@ -851,6 +952,8 @@ impl Registry {
                         created_at: g.created_at,
                         deadline,
                         secret: g.secret,
+                        approve: g.approve,
+                        gate,
                         status,
                         handle: Some(handle),
                         ended_at: None,
@@ -858,6 +961,12 @@ impl Registry {
                     resumed += 1;
                 }
                 Err(e) => warn!("could not resume grant {}: {e}", g.id),
+            }
+        }
+        if !report.clamped.is_empty() {
+            // The file says the grants live longer than they will; make it say the truth.
+            if let Err(e) = self.persist(&inner) {
+                warn!("could not persist the clamped grants: {e}");
             }
         }
         Ok(resumed)
@@ -892,6 +1001,7 @@ impl Registry {
             return;
         }
         entry.mark_ended();
+        self.approvals.withdraw_grant(grant_id);
         let event = match reason {
             EndReason::Deadline | EndReason::GrantExpired => LifecycleEvent::Expired,
             _ => LifecycleEvent::Ended,
@@ -1094,6 +1204,9 @@ mod tests {
         assert_eq!(r.ttl_secs, 86400);
         assert_eq!(r.policy.profile(), Profile::Desktop);
         assert!(matches!(r.source, SecretSource::AdminCredential(_)));
+        let r = parse(r#"{"runtime":"ws://h","session":"s","profile":"browser","secret":"x"}"#)
+            .unwrap();
+        assert_eq!(r.policy.profile(), Profile::Browser);
         assert_eq!(
             parse(r#"{"runtime":"ws://h","session":"s","ttl_secs":1,"secret":"x"}"#)
                 .unwrap()
@@ -1104,11 +1217,14 @@ mod tests {
             !format!("{r:?}").contains("\"c\""),
             "credential never in Debug"
         );
-        let r = parse(r#"{"runtime":"ws://h","session":"s","secret":"x","profile":"custom","allow":["sys_info","browser_*"],"deny":["browser_evaluate"],"approve":["ignored until approvals are served"]}"#).unwrap();
+        let r = parse(r#"{"runtime":"ws://h","session":"s","secret":"x","profile":"custom","allow":["sys_info","browser_*"],"deny":["browser_evaluate"],"approve":["browser_file_upload"]}"#).unwrap();
         assert_eq!(r.policy.profile(), Profile::Custom);
         assert_eq!(r.policy.lists().allow, ["sys_info", "browser_*"]);
         assert_eq!(r.policy.lists().deny, ["browser_evaluate"]);
-        assert!(r.policy.lists().approve.is_empty());
+        assert_eq!(
+            r.approve,
+            Some(Approve::Tools(vec!["browser_file_upload".into()]))
+        );
         assert!(!r.policy.allows("browser_evaluate"));
         assert!(r.policy.allows("browser_snapshot"));
         let r = parse(r#"{"runtime":"ws://h","session":"s","secret":"x","allow":null,"deny":["bash"],"profile":"owner"}"#).unwrap();

@@ -14,11 +14,23 @@ use crate::mcp::{ToolOutput, SERVER_ERROR};
 
 /// Cancellation for one tool call: set by `notifications/cancelled`, socket loss, grant
 /// end or shutdown. Process groups registered here are killed on cancel, and a group
-/// registered after the cancel is killed at once.
-#[derive(Debug, Default)]
+/// registered after the cancel is killed at once; so are hooks (`on_cancel`) run.
+#[derive(Default)]
 pub struct JobCtl {
     cancelled: AtomicBool,
     groups: Mutex<Vec<Pid>>,
+    hooks: Mutex<Vec<CancelHook>>,
+}
+
+/// Told once when a call is cancelled: for a wait that no process group stands for.
+type CancelHook = Box<dyn FnOnce() + Send>;
+
+impl std::fmt::Debug for JobCtl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobCtl")
+            .field("cancelled", &self.is_cancelled())
+            .finish_non_exhaustive()
+    }
 }
 
 impl JobCtl {
@@ -30,13 +42,32 @@ impl JobCtl {
         self.cancelled.load(Ordering::SeqCst)
     }
 
-    /// Mark cancelled and SIGKILL every registered process group.
+    /// Mark cancelled, SIGKILL every registered process group and run every hook.
     pub fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst);
-        let groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-        for pgid in groups.iter() {
-            let _ = rustix::process::kill_process_group(*pgid, Signal::KILL);
+        {
+            let groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+            for pgid in groups.iter() {
+                let _ = rustix::process::kill_process_group(*pgid, Signal::KILL);
+            }
         }
+        let hooks = std::mem::take(&mut *self.hooks.lock().unwrap_or_else(|e| e.into_inner()));
+        for hook in hooks {
+            hook();
+        }
+    }
+
+    /// Run `hook` when the call is cancelled (at once if it already is). Keep it short
+    /// and non-blocking: it runs on the cancelling thread (a grant thread).
+    pub fn on_cancel(&self, hook: impl FnOnce() + Send + 'static) {
+        {
+            let mut hooks = self.hooks.lock().unwrap_or_else(|e| e.into_inner());
+            if !self.is_cancelled() {
+                hooks.push(Box::new(hook));
+                return;
+            }
+        }
+        hook();
     }
 
     /// Tie a process group to this call. Returns false (after killing the group) if the
@@ -61,7 +92,7 @@ impl JobCtl {
 type Deliver = Box<dyn FnOnce(ToolOutput) + Send>;
 
 /// Delivers one tool call's output exactly once. Dropped without `complete` (a panic in a
-/// tool, a lost handle) it delivers an internal error, so no caller waits forever.
+/// tool, a lost handle) it delivers a tool error saying so, so no caller waits forever.
 pub struct Completion {
     deliver: Option<Deliver>,
 }
@@ -83,10 +114,9 @@ impl Completion {
 impl Drop for Completion {
     fn drop(&mut self) {
         if let Some(deliver) = self.deliver.take() {
-            deliver(ToolOutput::RpcError {
-                code: SERVER_ERROR,
-                message: "internal error: the tool ended without a result".into(),
-            });
+            deliver(ToolOutput::tool_error(
+                crate::containment::TOOL_PANIC_MESSAGE,
+            ));
         }
     }
 }
@@ -181,8 +211,16 @@ impl Pool {
                 idle.fetch_sub(1, Ordering::SeqCst);
                 let Ok(task) = task else { return };
                 // A panicking tool must not take the worker down with it; its
-                // Completion's Drop reports the failure.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.run()));
+                // Completion's Drop reports the failure to the caller.
+                if let Err(payload) =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.run()))
+                {
+                    crate::containment::caught(
+                        crate::containment::Site::Tool,
+                        "a task on a pool worker",
+                        payload.as_ref(),
+                    );
+                }
             });
         match spawned {
             Ok(handle) => workers.push(handle),
@@ -253,13 +291,13 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn completion_dropped_delivers_internal_error() {
+    fn completion_dropped_delivers_a_tool_error() {
         let (tx, rx) = crossbeam_channel::bounded(1);
         drop(Completion::new(move |out| tx.send(out).unwrap()));
-        match rx.recv_timeout(Duration::from_secs(5)).unwrap() {
-            ToolOutput::RpcError { code, .. } => assert_eq!(code, SERVER_ERROR),
-            other => panic!("{other:?}"),
-        }
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+            ToolOutput::tool_error(crate::containment::TOOL_PANIC_MESSAGE)
+        );
     }
 
     #[test]
@@ -353,6 +391,21 @@ mod tests {
         let (tx, rx) = crossbeam_channel::bounded(1);
         pool.submit(move || tx.send(42).unwrap()).unwrap();
         assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), 42);
+    }
+
+    #[test]
+    fn cancel_runs_each_hook_once_and_a_late_hook_at_once() {
+        let ctl = JobCtl::new();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let early = tx.clone();
+        ctl.on_cancel(move || early.send("early").unwrap());
+        assert!(rx.try_recv().is_err(), "a hook runs only on cancel");
+        ctl.cancel();
+        ctl.cancel();
+        assert_eq!(rx.try_recv(), Ok("early"));
+        assert!(rx.try_recv().is_err(), "a hook runs once");
+        ctl.on_cancel(move || tx.send("late").unwrap());
+        assert_eq!(rx.try_recv(), Ok("late"));
     }
 
     #[test]

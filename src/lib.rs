@@ -2,18 +2,30 @@
 //! revocable, by dialling into the agent's pod and serving MCP over that socket.
 #![forbid(unsafe_code)]
 
+pub mod activity;
 pub mod admin;
+pub mod approvals;
 pub mod audit;
 pub mod auth;
+pub mod browser;
+pub mod browser_argv;
+pub mod build_info;
 pub mod calls;
 pub mod cli;
 pub mod config;
+pub mod console;
+pub mod containment;
 pub mod dial;
 pub mod doctor;
 pub mod error;
 pub mod grants;
+pub mod hardening;
 pub mod httpc;
+pub mod ids;
 pub mod jobs;
+pub mod label;
+pub mod lanes;
+pub mod link;
 pub mod mcp;
 pub mod metrics;
 pub mod mint;
@@ -22,6 +34,7 @@ pub mod persist;
 pub mod profiles;
 pub mod sdnotify;
 pub mod secret;
+pub mod statedir;
 #[cfg(test)]
 mod testutil;
 pub mod timefmt;
@@ -79,8 +92,11 @@ pub struct Daemon {
     admin: Option<admin::AdminServer>,
     registry: Arc<grants::Registry>,
     fatal: crossbeam_channel::Receiver<Error>,
+    approvals_guard: Option<approvals::ApprovalsGuard>,
     audit_guard: Option<audit::AuditGuard>,
     sd_notify: bool,
+    /// Stopped after the grants, so no browser outlives the daemon.
+    browsers: Option<Arc<browser::Browsers>>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -99,14 +115,8 @@ impl Daemon {
         let policy = config.policy();
         policy.validate().map_err(Error::Config)?;
         let tls = tls::client_config(config.ca_file.as_deref())?;
-        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
-            .create(&config.state_dir)
-            .map_err(|e| {
-                Error::Config(format!(
-                    "cannot create the state dir {}: {e} (set --state-dir)",
-                    config.state_dir.display()
-                ))
-            })?;
+        // Also with --no-persist: the audit log lives there.
+        persist::ensure_state_dir(&config.state_dir)?;
         let store = if config.persist {
             Some(persist::GrantStore::open(&config.state_dir)?)
         } else {
@@ -116,7 +126,7 @@ impl Daemon {
         let metrics = Arc::new(metrics::Metrics::new());
         let mut scrub_values = Vec::new();
         scrub_values.extend(config.token.clone());
-        let host = tools::ToolHost::new(tools::ToolConfig {
+        let tool_config = tools::ToolConfig {
             scrub_env: vec![
                 "HANDNODE_TOKEN".into(),
                 "CREDENTIALS_DIRECTORY".into(),
@@ -130,8 +140,28 @@ impl Daemon {
             sys_info_ttl: config.timing.sys_info_ttl,
             display_helper_timeout: config.timing.display_helper_timeout,
             display_env: config.display_env.clone(),
-        })
-        .map_err(|e| Error::io("start the process watcher", e))?;
+        };
+        let browsers = match &config.browser_command {
+            Some(argv) => Some(Arc::new(browser::Browsers::start(
+                browser::BrowserOptions {
+                    argv: argv.clone(),
+                    max_browsers: config.limits.max_browsers,
+                    idle: config.timing.browser_idle,
+                    start_timeout: config.timing.browser_start_timeout,
+                    dir: config.browser_dir.clone().unwrap_or_else(|| {
+                        let env: std::collections::HashMap<String, String> =
+                            std::env::vars().collect();
+                        browser::default_dir(&env)
+                    }),
+                    env: tool_config.clone(),
+                    max_message_bytes: config.limits.max_outbound_bytes,
+                    probe: true,
+                },
+            )?)),
+            None => None,
+        };
+        let host = tools::ToolHost::new(tool_config)
+            .map_err(|e| Error::io("start the process watcher", e))?;
         let services = Arc::new(calls::Services {
             pool: jobs::Pool::new(config.workers, config.limits.job_queue),
             host,
@@ -144,13 +174,36 @@ impl Daemon {
                     Arc::clone(&tls),
                 )?) as Arc<dyn tools::UpstreamSource>)
             },
+            browsers: browsers.clone(),
         });
+        let notifier = if config.notify {
+            notify::Notifier::for_display(
+                config.notify_program.clone(),
+                config.display_env.as_ref(),
+            )
+        } else {
+            None
+        };
+        let (approvals, approvals_guard) = approvals::Approvals::start(
+            approvals::HubConfig {
+                timeout: config.timing.approval_timeout,
+                max_pending: config.limits.approvals_pending,
+                max_waiters: config.limits.approval_waiters,
+                max_args_bytes: config.limits.approval_args_bytes,
+                audit_args: config.audit_args,
+                notifier,
+            },
+            audit.clone(),
+            Arc::clone(&metrics),
+        )
+        .map_err(|e| Error::io("start the approvals thread", e))?;
         let registry = grants::Registry::new(
             Arc::clone(&services),
             store,
             audit.clone(),
             Arc::clone(&metrics),
             tls,
+            Arc::clone(&approvals),
             grants::RegistryConfig {
                 timing: config.timing.clone(),
                 limits: config.limits.clone(),
@@ -163,6 +216,7 @@ impl Daemon {
             policy,
             Arc::clone(&registry),
             services,
+            approvals,
             metrics,
             audit,
             config.allow_hosts.clone(),
@@ -191,8 +245,10 @@ impl Daemon {
             admin: Some(admin),
             registry,
             fatal,
+            approvals_guard: Some(approvals_guard),
             audit_guard: Some(audit_guard),
             sd_notify: config.sd_notify,
+            browsers,
         })
     }
 
@@ -227,7 +283,13 @@ impl Daemon {
 
     fn stop(&mut self) {
         self.admin.take();
+        // Before the grants stop: parked long-polls are answered and held calls withdrawn
+        // (audited) now, not after every grant thread has been joined.
+        self.approvals_guard.take();
         self.registry.shutdown();
+        if let Some(browsers) = self.browsers.take() {
+            browsers.shutdown();
+        }
         self.audit_guard.take();
     }
 }

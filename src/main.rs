@@ -69,6 +69,11 @@ fn exit(code: i32) -> ExitCode {
 
 fn main() -> ExitCode {
     init_logging();
+    // First, before any secret is read: every subcommand may hold one (a token, a pod
+    // credential from --admin-credential-file).
+    if let Err(e) = handnode::hardening::apply() {
+        log::warn!("could not disable core dumps and ptrace for this process: {e}");
+    }
     let mut args = Vec::new();
     for arg in std::env::args_os().skip(1) {
         match arg.into_string() {
@@ -100,7 +105,7 @@ fn main() -> ExitCode {
             println!("handnode {}", env!("CARGO_PKG_VERSION"));
             exit(0)
         }
-        Command::Doctor { json } => exit(doctor::main(json)),
+        Command::Doctor(args) => exit(doctor::main(&args)),
         Command::Serve(config) => serve(config),
         operator => exit(cli::main(&operator)),
     }

@@ -2,6 +2,7 @@
 //! out. The grant socket and `POST /mcp` both drive it; neither transport logic nor tool
 //! execution lives here, so every protocol rule is a row in a table test.
 
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 /// Protocol versions we negotiate. `2025-03-26` is deliberately absent: it requires batch
@@ -21,6 +22,8 @@ pub enum Route {
     Local,
     /// The index of the upstream in the configured list.
     Upstream(usize),
+    /// The grant's own throwaway browser (profile `browser`, §12).
+    Browser,
 }
 
 /// What the catalogue knows of a tool name for this connection.
@@ -51,6 +54,8 @@ pub enum Outcome {
     ToolError,
     RpcError,
     Denied,
+    /// Held for approval (§10) and denied, expired or withdrawn: it did not run.
+    NotApproved,
 }
 
 impl Outcome {
@@ -60,6 +65,7 @@ impl Outcome {
             Outcome::ToolError => "tool_error",
             Outcome::RpcError => "rpc_error",
             Outcome::Denied => "denied",
+            Outcome::NotApproved => "not_approved",
         }
     }
 }
@@ -105,39 +111,50 @@ impl Dispatcher {
     }
 
     /// Handle one inbound message. Never panics on any input.
+    ///
+    /// The message is read without building a tree of it: its members are kept as raw
+    /// text borrowed from `bytes` and only the few the method needs are parsed (a 16 MiB
+    /// `params` of `[0,0,…]` would be ~250 MB as a `Value`, and twice that once copied).
     pub fn handle(&mut self, bytes: &[u8], catalog: &dyn Catalog) -> Vec<Action> {
-        let value: Value = match serde_json::from_slice(bytes) {
-            Ok(v) => v,
-            Err(e) => {
-                return vec![Action::Reply(error_reply(
-                    &Value::Null,
-                    PARSE_ERROR,
-                    &format!("Parse error: {e}"),
-                ))]
-            }
+        let parse_error = |e: &dyn std::fmt::Display| {
+            vec![Action::Reply(error_reply(
+                &Value::Null,
+                PARSE_ERROR,
+                &format!("Parse error: {e}"),
+            ))]
         };
-        let obj = match value {
-            Value::Object(obj) => obj,
-            Value::Array(_) => {
-                return vec![Action::Reply(error_reply(
-                    &Value::Null,
-                    INVALID_REQUEST,
-                    "Invalid Request: batch requests are not supported",
-                ))]
-            }
-            _ => {
-                return vec![Action::Reply(error_reply(
-                    &Value::Null,
-                    INVALID_REQUEST,
-                    "Invalid Request: a message must be a JSON object",
-                ))]
-            }
+        let text = match std::str::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(e) => return parse_error(&e),
         };
-        self.handle_object(obj, catalog)
+        // Validated first, with the parser's nesting limit, so exactly what a `Value` would
+        // refuse is a parse error; nothing is allocated.
+        if let Err(e) = raw::validate(text) {
+            return parse_error(&e);
+        }
+        match raw::members(text, &TOP_MEMBERS) {
+            Some(top) => self.handle_object(&top, catalog),
+            None if text.trim_start().starts_with('[') => vec![Action::Reply(error_reply(
+                &Value::Null,
+                INVALID_REQUEST,
+                "Invalid Request: batch requests are not supported",
+            ))],
+            None => vec![Action::Reply(error_reply(
+                &Value::Null,
+                INVALID_REQUEST,
+                "Invalid Request: a message must be a JSON object",
+            ))],
+        }
     }
 
-    fn handle_object(&mut self, obj: Map<String, Value>, catalog: &dyn Catalog) -> Vec<Action> {
-        let id = obj.get("id");
+    fn handle_object(
+        &mut self,
+        top: &[Option<&RawValue>; TOP_MEMBERS.len()],
+        catalog: &dyn Catalog,
+    ) -> Vec<Action> {
+        let [jsonrpc, id, method, params, result, error] = *top;
+        let id = id.map(raw::shallow);
+        let id = id.as_ref();
         // MCP ids are strings or integers. Anything else cannot be echoed back faithfully: a
         // fraction or a number beyond 64 bits comes back as the nearest double, which the
         // client may not match to what it sent.
@@ -152,7 +169,7 @@ impl Dispatcher {
                 &format!("Invalid Request: {msg}"),
             ))]
         };
-        if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        if jsonrpc.map(raw::shallow).as_ref().and_then(Value::as_str) != Some("2.0") {
             return invalid("jsonrpc must be \"2.0\"");
         }
         match id {
@@ -161,26 +178,25 @@ impl Dispatcher {
             None => {}
             Some(_) => return invalid("id must be a string or an integer of at most 64 bits"),
         }
-        let method = match obj.get("method") {
-            Some(Value::String(m)) => m.as_str(),
+        let method = match method.map(raw::shallow) {
+            Some(Value::String(m)) => m,
             Some(_) => return invalid("method must be a string"),
-            None if id.is_some() && (obj.contains_key("result") || obj.contains_key("error")) => {
+            None if id.is_some() && (result.is_some() || error.is_some()) => {
                 // A response to something we never ask; nothing to do.
                 return Vec::new();
             }
             None => return invalid("method is missing"),
         };
-        let params = obj.get("params").cloned().unwrap_or(Value::Null);
         if id.is_none() {
-            return self.handle_notification(method, &params);
+            return self.handle_notification(&method, params);
         }
-        self.handle_request(reply_id, method, params, catalog)
+        self.handle_request(reply_id, &method, params, catalog)
     }
 
-    fn handle_notification(&mut self, method: &str, params: &Value) -> Vec<Action> {
+    fn handle_notification(&mut self, method: &str, params: Option<&RawValue>) -> Vec<Action> {
         match method {
-            "notifications/cancelled" => match params.get("requestId") {
-                Some(v) if is_valid_id(v) => vec![Action::Cancel { id: v.clone() }],
+            "notifications/cancelled" => match member(params, "requestId").map(raw::shallow) {
+                Some(v) if is_valid_id(&v) => vec![Action::Cancel { id: v }],
                 _ => Vec::new(),
             },
             "notifications/initialized" => {
@@ -195,12 +211,13 @@ impl Dispatcher {
         &mut self,
         id: Value,
         method: &str,
-        params: Value,
+        params: Option<&RawValue>,
         catalog: &dyn Catalog,
     ) -> Vec<Action> {
         let result = match method {
             "initialize" => {
-                let requested = params.get("protocolVersion").and_then(Value::as_str);
+                let requested = member(params, "protocolVersion").map(raw::shallow);
+                let requested = requested.as_ref().and_then(Value::as_str);
                 let version = PROTOCOL_VERSIONS
                     .iter()
                     .copied()
@@ -230,7 +247,12 @@ impl Dispatcher {
         vec![Action::Reply(result_reply(&id, result))]
     }
 
-    fn tools_call(&mut self, id: Value, params: Value, catalog: &dyn Catalog) -> Vec<Action> {
+    fn tools_call(
+        &mut self,
+        id: Value,
+        params: Option<&RawValue>,
+        catalog: &dyn Catalog,
+    ) -> Vec<Action> {
         let refuse = |tool: &str, outcome: Outcome, msg: String| {
             vec![
                 Action::Reply(error_reply(&id, INVALID_PARAMS, &msg)),
@@ -240,15 +262,17 @@ impl Dispatcher {
                 },
             ]
         };
-        let Value::Object(mut params) = params else {
+        let Some([name, arguments]) =
+            params.and_then(|p| raw::members(p.get(), &["name", "arguments"]))
+        else {
             return refuse(
                 "",
                 Outcome::RpcError,
                 "Invalid params: params must be an object".into(),
             );
         };
-        let name = match params.get("name") {
-            Some(Value::String(n)) => n.clone(),
+        let name = match name.map(raw::shallow) {
+            Some(Value::String(n)) => n,
             _ => {
                 return refuse(
                     "",
@@ -257,9 +281,14 @@ impl Dispatcher {
                 )
             }
         };
-        let arguments = match params.remove("arguments") {
-            None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(v @ Value::Object(_)) => v,
+        let arguments = match arguments.map(|a| (a, raw::shallow(a))) {
+            None | Some((_, Value::Null)) => Value::Object(Map::new()),
+            Some((text, Value::Object(_))) => match raw::arguments(text) {
+                Ok(v) => v,
+                Err(msg) => {
+                    return refuse(&name, Outcome::RpcError, format!("Invalid params: {msg}"))
+                }
+            },
             Some(_) => {
                 return refuse(
                     &name,
@@ -284,6 +313,213 @@ impl Dispatcher {
                 let msg = format!("Invalid params: unknown tool: {name}");
                 refuse(&name, outcome, msg)
             }
+        }
+    }
+}
+
+/// The top-level members the dispatcher reads, in the order `raw::members` returns them.
+const TOP_MEMBERS: [&str; 6] = ["jsonrpc", "id", "method", "params", "result", "error"];
+
+/// Most JSON values (scalars and containers, at any depth) a `tools/call`'s `arguments`
+/// may hold. A tool takes a handful of fields; a tree of this many values costs at most
+/// ~2 MiB, where 16 MiB of `[0,0,…]` would cost ~250 MB (32 bytes per value).
+pub const MAX_ARGUMENT_VALUES: usize = 16_384;
+
+/// One member of an object given as raw JSON (`None` when absent or not an object).
+fn member<'a>(object: Option<&'a RawValue>, name: &str) -> Option<&'a RawValue> {
+    raw::members(object?.get(), &[name])?[0]
+}
+
+/// Reading JSON text without building its tree: members picked out as raw text borrowed
+/// from the message, small values parsed one at a time.
+mod raw {
+    use std::fmt;
+
+    use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+    use serde_json::value::RawValue;
+    use serde_json::{Map, Value};
+
+    use super::MAX_ARGUMENT_VALUES;
+
+    /// Check that `text` is one JSON value a `Value` would take (syntax, number ranges and
+    /// the parser's nesting limit), allocating nothing.
+    pub(super) fn validate(text: &str) -> Result<(), serde_json::Error> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        Skip.deserialize(&mut de)?;
+        de.end()
+    }
+
+    /// The members `names` of the object `text` (last one wins, as in a `Value`), or
+    /// `None` when `text` is not an object. `text` must already be valid JSON.
+    pub(super) fn members<'a, const N: usize>(
+        text: &'a str,
+        names: &[&str; N],
+    ) -> Option<[Option<&'a RawValue>; N]> {
+        let found = pick(text, names)?;
+        Some(std::array::from_fn(|i| found[i]))
+    }
+
+    /// Most members [`members`] picks at once (the envelope's).
+    const MAX_PICKED: usize = super::TOP_MEMBERS.len();
+
+    /// [`members`] without a copy per `N` of the visitor and the parser under it.
+    fn pick<'a>(text: &'a str, names: &[&str]) -> Option<[Option<&'a RawValue>; MAX_PICKED]> {
+        assert!(names.len() <= MAX_PICKED);
+        let mut de = serde_json::Deserializer::from_str(text);
+        de.deserialize_any(Pick(names)).ok().flatten()
+    }
+
+    /// A raw value parsed as a `Value` if it is a scalar; a container becomes an empty one
+    /// of its kind, which is all the envelope's checks need to know of it.
+    pub(super) fn shallow(raw: &RawValue) -> Value {
+        match raw.get().as_bytes().first() {
+            Some(b'[') => Value::Array(Vec::new()),
+            Some(b'{') => Value::Object(Map::new()),
+            _ => serde_json::from_str(raw.get()).unwrap_or(Value::Null),
+        }
+    }
+
+    /// A `tools/call`'s `arguments` object as a `Value`, refused past
+    /// `MAX_ARGUMENT_VALUES` values before any of it is built.
+    pub(super) fn arguments(raw: &RawValue) -> Result<Value, String> {
+        let values = count_values(raw.get());
+        if values > MAX_ARGUMENT_VALUES {
+            return Err(format!(
+                "arguments hold {values} JSON values; at most {MAX_ARGUMENT_VALUES} are accepted"
+            ));
+        }
+        serde_json::from_str(raw.get()).map_err(|e| format!("arguments: {e}"))
+    }
+
+    /// How many values valid JSON text holds, counted from above: every value but the
+    /// outermost follows a `[`, a `,` or a `:` outside a string (an object's `,` precede
+    /// names, which cost memory too; an empty array counts one).
+    fn count_values(text: &str) -> usize {
+        let (mut n, mut in_string, mut escaped) = (1, false, false);
+        for b in text.bytes() {
+            if in_string {
+                match b {
+                    _ if escaped => escaped = false,
+                    b'\\' => escaped = true,
+                    b'"' => in_string = false,
+                    _ => {}
+                }
+            } else {
+                match b {
+                    b'"' => in_string = true,
+                    b',' | b':' | b'[' => n += 1,
+                    _ => {}
+                }
+            }
+        }
+        n
+    }
+
+    /// Visits anything and keeps nothing, through `deserialize_any` so the parser's nesting
+    /// limit applies (`IgnoredAny` skips without one).
+    struct Skip;
+
+    impl<'de> DeserializeSeed<'de> for Skip {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(Skip)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Skip {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq.next_element_seed(Skip)?.is_some() {}
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while map.next_key_seed(Skip)?.is_some() {
+                map.next_value_seed(Skip)?;
+            }
+            Ok(())
+        }
+    }
+
+    /// Picks the members `names` out of an object; anything else is "not an object".
+    struct Pick<'n>(&'n [&'n str]);
+
+    impl<'de> Visitor<'de> for Pick<'_> {
+        type Value = Option<[Option<&'de RawValue>; MAX_PICKED]>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut found = [None; MAX_PICKED];
+            while let Some(key) = map.next_key_seed(KeyIndex(self.0))? {
+                match key {
+                    Some(i) => found[i] = Some(map.next_value::<&'de RawValue>()?),
+                    None => map.next_value::<de::IgnoredAny>().map(drop)?,
+                }
+            }
+            Ok(Some(found))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+            Ok(None)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+
+    /// A member name as its index in `names` (`None` for any other name), without
+    /// copying it.
+    struct KeyIndex<'n>(&'n [&'n str]);
+
+    impl<'de> DeserializeSeed<'de> for KeyIndex<'_> {
+        type Value = Option<usize>;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for KeyIndex<'_> {
+        type Value = Option<usize>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a member name")
+        }
+        fn visit_str<E>(self, key: &str) -> Result<Self::Value, E> {
+            Ok(self.0.iter().position(|n| *n == key))
         }
     }
 }
@@ -346,6 +582,9 @@ pub enum ToolOutput {
     InvalidParams(String),
     /// A JSON-RPC error other than bad params (overload, upstream protocol failure).
     RpcError { code: i64, message: String },
+    /// A call held for approval that did not run (denied, expired): an `isError` result
+    /// whose text says why, audited `not_approved`.
+    NotApproved(String),
 }
 
 impl ToolOutput {
@@ -371,6 +610,7 @@ impl ToolOutput {
             ToolOutput::Encoded { is_error: true, .. } => Outcome::ToolError,
             ToolOutput::Encoded { .. } => Outcome::Ok,
             ToolOutput::InvalidParams(_) | ToolOutput::RpcError { .. } => Outcome::RpcError,
+            ToolOutput::NotApproved(_) => Outcome::NotApproved,
         }
     }
 }
@@ -386,6 +626,10 @@ pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, 
             error_reply(id, INVALID_PARAMS, &format!("Invalid params: {msg}"))
         }
         ToolOutput::RpcError { code, message } => error_reply(id, code, &message),
+        ToolOutput::NotApproved(text) => result_reply(
+            id,
+            json!({"content": [{"type": "text", "text": text}], "isError": true}),
+        ),
     };
     if encoded.len() <= max_bytes {
         return (encoded, outcome);
@@ -886,6 +1130,83 @@ mod tests {
         let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
         let reply = single_reply(&run(Profile::Owner, &deep));
         assert_eq!(reply["error"]["code"], PARSE_ERROR);
+    }
+
+    #[test]
+    fn deep_nesting_inside_params_is_a_parse_error_too() {
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{}{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let reply = single_reply(&run(Profile::Owner, &deep));
+        assert_eq!(reply["error"]["code"], PARSE_ERROR);
+    }
+
+    #[test]
+    fn the_last_of_duplicate_members_wins_as_in_a_json_object() {
+        let reply = single_reply(&run(
+            Profile::Owner,
+            r#"{"jsonrpc":"1.0","jsonrpc":"2.0","id":1,"id":"two","method":"x","method":"ping"}"#,
+        ));
+        assert_eq!(reply, json!({"jsonrpc": "2.0", "id": "two", "result": {}}));
+        let actions = run(
+            Profile::Owner,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"rm"},"params":{"name":"bash","arguments":{"command":"a"},"arguments":{"command":"b"}}}"#,
+        );
+        assert_eq!(
+            actions,
+            vec![Action::Call {
+                id: json!(1),
+                name: "bash".into(),
+                route: Route::Local,
+                arguments: json!({"command": "b"})
+            }]
+        );
+        // Escaped member names are the names they spell.
+        let reply = single_reply(&run(
+            Profile::Owner,
+            r#"{"jsonrpc":"2.0","\u0069d":5,"method":"p\u0069ng"}"#,
+        ));
+        assert_eq!(reply["id"], 5);
+        assert_eq!(reply["result"], json!({}));
+    }
+
+    #[test]
+    fn arguments_beyond_the_value_cap_are_refused_before_they_are_built() {
+        let call = |values: usize| {
+            // An object, an array and `values - 2` zeros.
+            let zeros = vec!["0"; values - 2].join(",");
+            let msg = format!(
+                r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"bash","arguments":{{"a":[{zeros}]}}}}}}"#
+            );
+            run(Profile::Owner, &msg)
+        };
+        let at_cap = call(MAX_ARGUMENT_VALUES);
+        assert!(
+            matches!(&at_cap[..], [Action::Call { arguments, .. }] if arguments["a"].as_array().unwrap().len() == MAX_ARGUMENT_VALUES - 2),
+            "{:?}",
+            &at_cap.first()
+        );
+        let over = call(MAX_ARGUMENT_VALUES + 1);
+        let reply = single_reply(&over);
+        assert_eq!(reply["error"]["code"], INVALID_PARAMS);
+        assert_eq!(reply["id"], 7);
+        let msg = reply["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains(&format!("at most {MAX_ARGUMENT_VALUES}")),
+            "{msg}"
+        );
+        assert!(over.contains(&Action::Refused {
+            tool: "bash".into(),
+            outcome: Outcome::RpcError
+        }));
+        // Strings do not count, whatever they hold.
+        let text = ",:[".repeat(MAX_ARGUMENT_VALUES);
+        let msg = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+            "params": {"name": "bash", "arguments": {"command": text}}});
+        let actions = run(Profile::Owner, &msg.to_string());
+        assert!(matches!(&actions[..], [Action::Call { .. }]), "{actions:?}");
     }
 
     #[test]

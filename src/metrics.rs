@@ -1,12 +1,15 @@
 //! Counters for `GET /metrics` and their Prometheus text (exposition format 0.0.4).
 //! Owns every metric name, its help text, and the bounds on label values: a hostile pod or
-//! agent chooses close codes and tool names, so distinct values are capped.
+//! agent chooses close codes and tool names, so distinct values are capped, and tool names
+//! are cut to a bounded label: the whole text stays small whatever the traffic.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::containment::{self, Site};
+use crate::label;
 use crate::mcp::Outcome;
 
 /// Grant states, in the order `/metrics` lists them.
@@ -18,6 +21,8 @@ pub const MAX_EXTRA_TOOL_LABELS: usize = 64;
 pub const MAX_CLOSE_CODE_LABELS: usize = 64;
 /// The label value that absorbs everything past a bound.
 pub const OTHER: &str = "other";
+/// How a held call's approval ended (§10), in the order `/metrics` lists them.
+pub const APPROVAL_DECISIONS: [&str; 4] = ["allow", "deny", "expired", "withdrawn"];
 
 /// Process-wide counters. Share through an `Arc`; every method takes `&self`.
 #[derive(Debug, Default)]
@@ -31,6 +36,11 @@ pub struct Metrics {
     /// Close code (or `other`) → count.
     closes: Mutex<BTreeMap<String, u64>>,
     tool_calls: Mutex<ToolCalls>,
+    approvals_requested: AtomicU64,
+    /// Counts in the order of [`APPROVAL_DECISIONS`].
+    approvals: [AtomicU64; 4],
+    approvals_pending: AtomicU64,
+    approval_waiters: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -74,7 +84,11 @@ impl Metrics {
     }
 
     /// A `tools/call` finished (or was refused) with this outcome.
+    /// The name is cut to a [`label::name`] first, so a label's length is bounded as well
+    /// as their number.
     pub fn tool_call(&self, tool: &str, outcome: Outcome) {
+        let tool = label::name(tool);
+        let tool = tool.as_ref();
         let mut calls = self.tool_calls.lock().unwrap_or_else(|p| p.into_inner());
         let outcome = outcome.as_str();
         let seen = calls.counts.keys().any(|(t, _)| t == tool);
@@ -87,6 +101,28 @@ impl Metrics {
             OTHER.to_string()
         };
         *calls.counts.entry((label, outcome)).or_insert(0) += 1;
+    }
+
+    /// A call was held for approval.
+    pub fn approval_requested(&self) {
+        self.approvals_requested.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A held call's approval ended this way (one of [`APPROVAL_DECISIONS`]).
+    pub fn approval_ended(&self, decision: &str) {
+        if let Some(i) = APPROVAL_DECISIONS.iter().position(|d| *d == decision) {
+            self.approvals[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Calls held for approval right now.
+    pub fn set_approvals_pending(&self, n: usize) {
+        self.approvals_pending.store(n as u64, Ordering::Relaxed);
+    }
+
+    /// `GET /approvals` long-polls parked right now.
+    pub fn set_approval_waiters(&self, n: usize) {
+        self.approval_waiters.store(n as u64, Ordering::Relaxed);
     }
 
     /// Bytes received on grant sockets.
@@ -170,7 +206,7 @@ impl Metrics {
             &mut out,
             "handnode_tool_calls_total",
             "counter",
-            "Tool calls by tool and outcome (ok, tool_error, rpc_error, denied).",
+            "Tool calls by tool and outcome (ok, tool_error, rpc_error, denied, not_approved).",
         );
         let calls = self.tool_calls.lock().unwrap_or_else(|p| p.into_inner());
         for ((tool, outcome), n) in calls.counts.iter() {
@@ -207,6 +243,64 @@ impl Metrics {
             "Admin API requests refused by the failed-auth throttle (429).",
             &self.throttled,
         );
+        counter(
+            &mut out,
+            "handnode_approvals_requested_total",
+            "Tool calls held for approval.",
+            &self.approvals_requested,
+        );
+        family(
+            &mut out,
+            "handnode_approvals_total",
+            "counter",
+            "Held calls by how their approval ended (allow, deny, expired, withdrawn).",
+        );
+        for (decision, n) in APPROVAL_DECISIONS.iter().zip(&self.approvals) {
+            sample(
+                &mut out,
+                "handnode_approvals_total",
+                &[("decision", decision)],
+                n.load(Ordering::Relaxed),
+            );
+        }
+        family(
+            &mut out,
+            "handnode_approvals_pending",
+            "gauge",
+            "Tool calls waiting for approval now.",
+        );
+        sample(
+            &mut out,
+            "handnode_approvals_pending",
+            &[],
+            self.approvals_pending.load(Ordering::Relaxed),
+        );
+        family(
+            &mut out,
+            "handnode_approval_waiters",
+            "gauge",
+            "GET /approvals long-polls held open now (their answer included).",
+        );
+        sample(
+            &mut out,
+            "handnode_approval_waiters",
+            &[],
+            self.approval_waiters.load(Ordering::Relaxed),
+        );
+        family(
+            &mut out,
+            "handnode_panics_total",
+            "counter",
+            "Panics (bugs) contained, by where: tool (the call ended with a tool error), grant (it ended internal_error), admin (the request got 500), audit (the writer restarted). Counted for the whole process.",
+        );
+        for site in Site::ALL {
+            sample(
+                &mut out,
+                "handnode_panics_total",
+                &[("site", site.as_str())],
+                containment::count(site),
+            );
+        }
         out
     }
 }
@@ -386,6 +480,9 @@ mod tests {
             assert_eq!(value(&samples, name, &[]), Some(0), "{name}");
         }
         let text = m.render::<&str>(&[]);
+        for site in ["tool", "grant", "admin", "audit"] {
+            assert!(value(&samples, "handnode_panics_total", &[("site", site)]).is_some());
+        }
         for family in [
             "handnode_closes_total",
             "handnode_tool_calls_total",
@@ -473,13 +570,16 @@ mod tests {
         m.tool_call(nasty, Outcome::Denied);
         let text = m.render(&[(nasty, "attached")]);
         let s = parse(&text);
-        // The hostile name round-trips as a label and injects no sample.
+        // The hostile name comes back as its label (the line feed escaped) and injects no
+        // sample; quotes and backslashes survive the label and are escaped by the format.
         assert_eq!(value(&s, "handnode_dials_total", &[]), Some(0));
+        let label = label::name(nasty);
+        assert!(label.starts_with("evil\"} 1\\u{a}handnode"), "{label}");
         assert_eq!(
             value(
                 &s,
                 "handnode_tool_calls_total",
-                &[("tool", nasty), ("outcome", "denied")]
+                &[("tool", &label), ("outcome", "denied")]
             ),
             Some(1)
         );
@@ -535,6 +635,37 @@ mod tests {
                 &[("tool", "browser_click"), ("outcome", "ok")]
             ),
             Some(1)
+        );
+    }
+
+    #[test]
+    fn a_flood_of_distinct_long_names_keeps_the_text_small() {
+        let m = Metrics::new();
+        for i in 0..1_000 {
+            let name = format!("{i}{}", "\u{1b}x".repeat(4096));
+            m.tool_call(&name, Outcome::RpcError);
+            m.tool_call(&name, Outcome::Denied);
+        }
+        let text = m.render::<&str>(&[]);
+        assert!(text.len() < 64 << 10, "{} bytes", text.len());
+        let s = parse(&text);
+        for (name, labels, _) in &s {
+            if name == "handnode_tool_calls_total" {
+                let tool = &labels[0].1;
+                assert!(
+                    tool.len() <= label::max_len(label::MAX_NAME_BYTES),
+                    "{tool}"
+                );
+                assert!(!tool.contains('\u{1b}'), "{tool:?}");
+            }
+        }
+        assert_eq!(
+            value(
+                &s,
+                "handnode_tool_calls_total",
+                &[("tool", "other"), ("outcome", "denied")]
+            ),
+            Some(1_000 - MAX_EXTRA_TOOL_LABELS as u64)
         );
     }
 

@@ -8,7 +8,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -16,16 +16,18 @@ use std::sync::Mutex;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::approvals::{fits_policy, Approve};
 use crate::error::Error;
 use crate::profiles::{profile_names, Profile, MAX_LIST_NAMES, MAX_TOOL_NAME_BYTES};
 use crate::secret::Secret;
+pub use crate::statedir::{ensure_state_dir, DIR_MODE};
+use crate::statedir::{is_refused, open_state_file};
+use crate::tools::policy::ToolPolicy;
 
 /// Name of the grant store inside the state dir.
 pub const FILE_NAME: &str = "grants.json";
 /// The only file format version this build reads and writes.
 pub const FORMAT_VERSION: u64 = 1;
-/// Mode of the state dir: only the daemon's user may list or enter it.
-pub const DIR_MODE: u32 = 0o700;
 /// Mode of `grants.json` (and its temp file): it holds attach secrets.
 pub const FILE_MODE: u32 = 0o600;
 /// Latest `expires_at` a stored grant may have (Unix seconds, 9999-12-31T23:59:59Z); later
@@ -55,6 +57,10 @@ pub struct StoredGrant {
     /// Unix seconds; the grant is dead at this instant (`expires_at <= now`).
     pub expires_at: u64,
     pub secret: Secret,
+    /// `approve` as given at `POST /attach` (§10); `None` when nothing needs approval.
+    pub approve: Option<Approve>,
+    /// Tools allowed with `remember` until the grant ends.
+    pub approved_for_grant: Vec<String>,
 }
 
 /// What [`GrantStore::load`] (or [`parse`]) found.
@@ -67,6 +73,10 @@ pub struct LoadReport {
     pub dropped: Vec<(String, String)>,
     /// Where an unparseable `grants.json` was moved so nothing is silently lost.
     pub set_aside: Option<PathBuf>,
+    /// `(grant id, stored expires_at)` of grants whose deadline lay past now plus the TTL
+    /// cap ([`crate::config::MAX_TTL_SECS`]): their `expires_at` in `grants` is now + the cap.
+    /// No grant the daemon made can get there; a hand-edited or forged file can.
+    pub clamped: Vec<(String, u64)>,
 }
 
 /// The grant store in one state dir. Saves are serialised by an internal lock, so two
@@ -101,6 +111,10 @@ struct WireGrant<'a> {
     created_at: u64,
     expires_at: u64,
     secret: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approve: Option<Value>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    approved_for_grant: &'a [String],
 }
 
 impl GrantStore {
@@ -108,7 +122,7 @@ impl GrantStore {
     /// is narrowed to 0700 and a warning logged. Leftover temp files of an interrupted
     /// save are removed, since they may hold secrets.
     pub fn open(state_dir: &Path) -> Result<GrantStore, Error> {
-        ensure_private_dir(state_dir)?;
+        ensure_state_dir(state_dir)?;
         remove_stale_temps(state_dir);
         Ok(GrantStore {
             dir: state_dir.to_path_buf(),
@@ -130,35 +144,42 @@ impl GrantStore {
     /// aside: the daemon must not start and later overwrite grants it could not read.
     pub fn load(&self, now_unix: u64) -> Result<LoadReport, Error> {
         let path = self.path();
-        let meta = match fs::symlink_metadata(&path) {
-            Ok(meta) => meta,
+        let mut file = match open_state_file(OpenOptions::new().read(true), &path) {
+            Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(LoadReport::default()),
-            Err(e) => return Err(Error::io(format!("cannot inspect {}", path.display()), e)),
+            Err(e) if is_refused(&e) => {
+                return Err(Error::Config(format!(
+                    "{}: {e}; move it out of the way so handnode can keep its grants there",
+                    path.display()
+                )))
+            }
+            Err(e) => return Err(Error::io(format!("cannot open {}", path.display()), e)),
         };
-        if !meta.file_type().is_file() {
-            return Err(Error::Config(format!(
-                "{} is not a regular file; move it out of the way so handnode can keep its grants there",
-                path.display()
-            )));
-        }
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io(format!("cannot inspect {}", path.display()), e))?;
         let mode = meta.permissions().mode() & 0o7777;
         if mode & !FILE_MODE != 0 {
-            fs::set_permissions(&path, fs::Permissions::from_mode(FILE_MODE)).map_err(|e| {
-                Error::io(
-                    format!(
-                        "cannot narrow {} to mode 0600 (it holds secrets)",
-                        path.display()
-                    ),
-                    e,
-                )
-            })?;
+            // On the open file: a path could have been swapped for a link since.
+            file.set_permissions(fs::Permissions::from_mode(FILE_MODE))
+                .map_err(|e| {
+                    Error::io(
+                        format!(
+                            "cannot narrow {} to mode 0600 (it holds secrets)",
+                            path.display()
+                        ),
+                        e,
+                    )
+                })?;
             log::warn!(
                 "{} had mode {mode:04o}; narrowed to 0600 because it holds attach secrets",
                 path.display()
             );
         }
-        let bytes =
-            fs::read(&path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        let mut bytes = Vec::new();
+        io::Read::read_to_end(&mut file, &mut bytes)
+            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        drop(file);
         let report = match parse(&bytes, now_unix) {
             Ok(report) => report,
             Err(why) => {
@@ -172,6 +193,7 @@ impl GrantStore {
                     grants: Vec::new(),
                     dropped: vec![(FILE_NAME.to_string(), why)],
                     set_aside: Some(aside),
+                    clamped: Vec::new(),
                 }
             }
         };
@@ -179,6 +201,14 @@ impl GrantStore {
             if id != FILE_NAME {
                 log::warn!("stored grant {id} dropped: {reason}");
             }
+        }
+        for (id, stored) in &report.clamped {
+            log::warn!(
+                "stored grant {id} ran until {}, past the {} s cap on a grant's life; it now ends at {}",
+                crate::timefmt::rfc3339(*stored),
+                crate::config::MAX_TTL_SECS,
+                crate::timefmt::rfc3339(now_unix.saturating_add(crate::config::MAX_TTL_SECS))
+            );
         }
         Ok(report)
     }
@@ -243,6 +273,8 @@ fn encode(grants: &[StoredGrant]) -> Vec<u8> {
                 created_at: g.created_at,
                 expires_at: g.expires_at,
                 secret: g.secret.expose(),
+                approve: g.approve.as_ref().map(Approve::to_json),
+                approved_for_grant: &g.approved_for_grant,
             })
             .collect(),
     };
@@ -285,11 +317,18 @@ pub fn parse(bytes: &[u8], now_unix: u64) -> Result<LoadReport, String> {
             .filter(|id| is_grant_id(id))
             .map(str::to_string)
             .unwrap_or_else(|| format!("#{index}"));
+        let cap = now_unix.saturating_add(crate::config::MAX_TTL_SECS);
         match entry_to_grant(entry, now_unix) {
             Ok(grant) if report.grants.iter().any(|g| g.id == grant.id) => {
                 report.dropped.push((label, "duplicate id".to_string()));
             }
-            Ok(grant) => report.grants.push(grant),
+            Ok(mut grant) => {
+                if grant.expires_at > cap {
+                    report.clamped.push((grant.id.clone(), grant.expires_at));
+                    grant.expires_at = cap;
+                }
+                report.grants.push(grant)
+            }
             Err(reason) => report.dropped.push((label, reason)),
         }
     }
@@ -321,6 +360,28 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
     let allow = names_field(obj, "allow")?;
     let deny = names_field(obj, "deny")?;
     let tools = names_field(obj, "tools")?;
+    // What the grant may ever show, for its approvals: a custom grant's tools as granted
+    // (`grants` drops it when its list now means others), else its profile's own list.
+    let fixed = profile.parse().ok().and_then(ToolPolicy::fixed);
+    let can_use = |t: &str| match &fixed {
+        Some(policy) => fits_policy(t, policy),
+        None => tools.iter().any(|g| g == t),
+    };
+    // Dropping the grant, not the list: a grant without its approvals would be wider.
+    let approve = Approve::from_json(obj.get("approve"))
+        .map_err(|_| "approve is not a list of tool names or \"shell\"".to_string())?;
+    if approve.as_ref().is_some_and(|a| !a.fits(can_use)) {
+        return Err("approve names a tool this profile cannot use".to_string());
+    }
+    let approved_for_grant = match obj.get("approved_for_grant") {
+        None => Vec::new(),
+        Some(Value::Array(items)) if items.len() <= crate::approvals::MAX_APPROVE_NAMES => items
+            .iter()
+            .map(|v| v.as_str().filter(|t| can_use(t)).map(str::to_string))
+            .collect::<Option<Vec<String>>>()
+            .ok_or_else(|| "approved_for_grant names a tool this profile cannot use".to_string())?,
+        Some(_) => return Err("approved_for_grant is not a list of tool names".to_string()),
+    };
     let principal = string_field(obj, "principal")?;
     let created_at = u64_field(obj, "created_at")?;
     let expires_at = u64_field(obj, "expires_at")?;
@@ -350,6 +411,8 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
         allow,
         deny,
         tools,
+        approve,
+        approved_for_grant,
         principal: principal.to_string(),
         created_at,
         expires_at,
@@ -414,49 +477,6 @@ fn is_session(s: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
 }
 
-/// Create `dir` (and parents) 0700, or narrow an existing one to 0700.
-fn ensure_private_dir(dir: &Path) -> Result<(), Error> {
-    match fs::metadata(dir) {
-        Ok(meta) if !meta.is_dir() => Err(Error::Config(format!(
-            "state dir {} exists but is not a directory; point the state dir elsewhere or remove it",
-            dir.display()
-        ))),
-        Ok(meta) => {
-            let mode = meta.permissions().mode() & 0o7777;
-            if mode & !DIR_MODE != 0 {
-                fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE)).map_err(|e| {
-                    Error::io(
-                        format!("cannot narrow state dir {} to mode 0700", dir.display()),
-                        e,
-                    )
-                })?;
-                log::warn!(
-                    "state dir {} had mode {mode:04o}; narrowed to 0700 because it holds attach secrets",
-                    dir.display()
-                );
-            }
-            Ok(())
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::DirBuilder::new()
-            .recursive(true)
-            .mode(DIR_MODE)
-            .create(dir)
-            .map_err(|e| {
-                Error::io(
-                    format!(
-                        "cannot create state dir {} (check its parent is writable)",
-                        dir.display()
-                    ),
-                    e,
-                )
-            }),
-        Err(e) => Err(Error::io(
-            format!("cannot inspect state dir {}", dir.display()),
-            e,
-        )),
-    }
-}
-
 fn remove_stale_temps(dir: &Path) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
@@ -476,12 +496,15 @@ fn remove_stale_temps(dir: &Path) {
 
 fn write_durably(path: &Path, body: &[u8]) -> Result<(), Error> {
     let ctx = |what: &str| format!("cannot {what} {}", path.display());
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(FILE_MODE)
-        .open(path)
-        .map_err(|e| Error::io(ctx("create"), e))?;
+    // `create_new` (O_EXCL) already fails on any existing name, a link included.
+    let mut file = open_state_file(
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(FILE_MODE),
+        path,
+    )
+    .map_err(|e| Error::io(ctx("create"), e))?;
     file.write_all(body)
         .map_err(|e| Error::io(ctx("write"), e))?;
     file.sync_all().map_err(|e| Error::io(ctx("fsync"), e))
@@ -516,6 +539,8 @@ mod tests {
             created_at: NOW - 10,
             expires_at,
             secret: Secret::new(format!("sekrit-value-{n}")),
+            approve: None,
+            approved_for_grant: Vec::new(),
         }
     }
 
@@ -556,6 +581,49 @@ mod tests {
     }
 
     #[test]
+    fn approvals_round_trip_and_a_list_the_profile_cannot_use_drops_the_grant() {
+        let tmp = TempDir::fresh("approve");
+        let store = GrantStore::open(&tmp.0).unwrap();
+        let mut listed = grant(1, NOW + 100);
+        listed.profile = "desktop".into();
+        listed.approve = Some(Approve::Tools(vec!["bash".into(), "key".into()]));
+        listed.approved_for_grant = vec!["key".into()];
+        let mut shell = grant(2, NOW + 100);
+        shell.profile = "owner".into();
+        shell.approve = Some(Approve::Shell);
+        store.save(&[listed.clone(), shell.clone()]).unwrap();
+        let report = store.load(NOW).unwrap();
+        assert_eq!(report.grants, vec![listed.clone(), shell]);
+        let entries = |f: &dyn Fn(&mut Value)| {
+            let mut e = entry_json(&grant(3, NOW + 100));
+            f(&mut e);
+            file_with(vec![e])
+        };
+        for (tweak, why) in [
+            (
+                (|e: &mut Value| e["approve"] = serde_json::json!(["bash"])) as fn(&mut Value),
+                "approve names a tool this profile cannot use",
+            ),
+            (
+                |e: &mut Value| e["approve"] = serde_json::json!(7),
+                "approve is not a list of tool names or \"shell\"",
+            ),
+            (
+                |e: &mut Value| e["approved_for_grant"] = serde_json::json!(["bash"]),
+                "approved_for_grant names a tool this profile cannot use",
+            ),
+            (
+                |e: &mut Value| e["approved_for_grant"] = serde_json::json!("bash"),
+                "approved_for_grant is not a list of tool names",
+            ),
+        ] {
+            let report = parse(&entries(&tweak), NOW).unwrap();
+            assert!(report.grants.is_empty(), "{why}");
+            assert_eq!(report.dropped[0].1, why);
+        }
+    }
+
+    #[test]
     fn missing_file_is_empty() {
         let tmp = TempDir::fresh("missing");
         let store = GrantStore::open(&tmp.0).unwrap();
@@ -588,6 +656,52 @@ mod tests {
     }
 
     #[test]
+    fn a_state_dir_that_is_a_link_or_someone_elses_is_refused() {
+        let tmp = TempDir::new("dirs");
+        let real = tmp.path("real");
+        fs::create_dir(&real).unwrap();
+        let link = tmp.path("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let err = GrantStore::open(&link).unwrap_err();
+        assert!(err.to_string().contains("is a symbolic link"), "{err}");
+        assert_eq!(err.exit_code(), 2);
+        let euid = rustix::process::geteuid().as_raw();
+        let meta = fs::symlink_metadata(&real).unwrap();
+        assert!(crate::statedir::check_state_dir_meta(&real, &meta, euid).is_ok());
+        let err =
+            crate::statedir::check_state_dir_meta(&real, &meta, euid.wrapping_add(1)).unwrap_err();
+        assert!(err.to_string().contains("is owned by uid"), "{err}");
+    }
+
+    #[test]
+    fn a_grants_file_that_is_a_link_is_refused_and_its_target_untouched() {
+        let tmp = TempDir::new("link");
+        let store = GrantStore::open(&tmp.0).unwrap();
+        let target = tmp.path("elsewhere.json");
+        let content = String::from_utf8(file_with(vec![entry_json(&grant(1, NOW + 60))])).unwrap();
+        fs::write(&target, &content).unwrap();
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o644)).unwrap();
+        std::os::unix::fs::symlink(&target, store.path()).unwrap();
+        let err = store.load(NOW).unwrap_err();
+        assert!(err.to_string().contains("is a symbolic link"), "{err}");
+        assert_eq!(err.exit_code(), 2);
+        assert_eq!(mode(&target), 0o644, "the link's target was chmodded");
+        assert_eq!(fs::read_to_string(&target).unwrap(), content);
+        // A FIFO planted there is refused too, without hanging the open.
+        fs::remove_file(store.path()).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            store.path(),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let err = store.load(NOW).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+    }
+
+    #[test]
     fn expiry_bound() {
         let bytes = file_with(vec![
             entry_json(&grant(1, NOW)),
@@ -604,6 +718,25 @@ mod tests {
                 (grant(3, 0).id, "expired".to_string())
             ]
         );
+    }
+
+    #[test]
+    fn a_deadline_past_the_ttl_cap_is_clamped_to_it() {
+        let cap = NOW + crate::config::MAX_TTL_SECS;
+        let ten_years = NOW + 10 * 365 * 86_400;
+        let bytes = file_with(vec![
+            entry_json(&grant(1, cap)),
+            entry_json(&grant(2, cap + 1)),
+            entry_json(&grant(3, ten_years)),
+        ]);
+        let report = parse(&bytes, NOW).unwrap();
+        let got: Vec<u64> = report.grants.iter().map(|g| g.expires_at).collect();
+        assert_eq!(got, [cap, cap, cap]);
+        assert_eq!(
+            report.clamped,
+            vec![(grant(2, 0).id, cap + 1), (grant(3, 0).id, ten_years)]
+        );
+        assert!(report.dropped.is_empty());
     }
 
     #[test]
@@ -645,11 +778,11 @@ mod tests {
             ),
             (
                 with("profile", Value::from("sandbox")),
-                "profile is not one of owner, desktop, observe, custom",
+                "profile is not one of owner, desktop, observe, browser, custom",
             ),
             (
                 with("profile", Value::from("Owner")),
-                "profile is not one of owner, desktop, observe, custom",
+                "profile is not one of owner, desktop, observe, browser, custom",
             ),
             (
                 with("allow", Value::from("bash")),

@@ -5,9 +5,12 @@
 //! classification and resolves a grant's `allow`/`deny` lists against it.
 //!
 //! Profiles are allow-lists. A tool not placed in a profile is absent from that profile,
-//! so a new tool is denied until someone places it on purpose. Only `observe` is a
-//! security boundary: `owner` and `desktop` reach the box's shell (directly through `bash`
-//! or through the GUI with `mouse`/`key`) and are declared shell-equivalent below.
+//! so a new tool is denied until someone places it on purpose. `owner` and `desktop`
+//! reach the box's shell (directly through `bash` or through the GUI with `mouse`/`key`)
+//! and are declared shell-equivalent below. `observe` and `browser` are boundaries:
+//! `browser` holds no local tool and only the classified `observe`/`act` browser tools
+//! (minus `browser_evaluate`) of [`BROWSER_TOOL_CLASSES`], served by a throwaway browser
+//! of the grant's own (`crate::browser`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -19,6 +22,8 @@ pub enum Profile {
     Owner,
     Desktop,
     Observe,
+    /// Browser tools only, each grant with a throwaway browser of its own (contract §12).
+    Browser,
     /// No list of its own: the grant's `allow` list is its list.
     Custom,
 }
@@ -69,12 +74,16 @@ pub const MAX_LIST_NAMES: usize = 128;
 /// Longest name (or pattern) in such a list, in bytes; longer than any tool's name.
 pub const MAX_TOOL_NAME_BYTES: usize = 64;
 
+/// The `400` for a `browser` grant on a box that has no `--browser-command`.
+pub const BROWSER_NEEDS_COMMAND: &str = "the browser profile needs --browser-command on this box";
+
 impl Profile {
     /// Every profile, in the order error messages and docs list them.
-    pub const ALL: [Profile; 4] = [
+    pub const ALL: [Profile; 5] = [
         Profile::Owner,
         Profile::Desktop,
         Profile::Observe,
+        Profile::Browser,
         Profile::Custom,
     ];
 
@@ -83,6 +92,7 @@ impl Profile {
             Profile::Owner => "owner",
             Profile::Desktop => "desktop",
             Profile::Observe => "observe",
+            Profile::Browser => "browser",
             Profile::Custom => "custom",
         }
     }
@@ -99,14 +109,26 @@ impl Profile {
         matches!(self, Profile::Owner | Profile::Desktop)
     }
 
-    /// Whether a classified upstream (browser) tool is in this profile's own list. An
-    /// unclassified one is decided by `tools::policy` (only `owner` sees it).
+    /// Whether a classified tool of the box's persistent upstream (§7.2, the owner's
+    /// browser) is in this profile's own list. Never under `browser`: its grants drive a
+    /// browser of their own instead. `custom` has no list of its own (its `allow` names
+    /// upstream tools); an unclassified tool is decided by `tools::policy` (only `owner`
+    /// sees it).
     pub fn allows_upstream(self, tool: &str) -> bool {
         match self {
             Profile::Owner => true,
             Profile::Desktop => DESKTOP_BROWSER_TOOLS.contains(&tool),
-            Profile::Observe | Profile::Custom => false,
+            Profile::Observe | Profile::Browser | Profile::Custom => false,
         }
+    }
+
+    /// Whether a tool of the grant's own throwaway browser (§12) is visible under this
+    /// profile: under `browser`, every classified `observe` or `act` browser tool except
+    /// those in [`BROWSER_PROFILE_EXCLUDES`]; under every other profile, none.
+    pub fn allows_browser_tier(self, tool: &str) -> bool {
+        self == Profile::Browser
+            && matches!(browser_class_of(tool), Some(Class::Observe | Class::Act))
+            && !BROWSER_PROFILE_EXCLUDES.contains(&tool)
     }
 }
 
@@ -392,6 +414,26 @@ pub static BROWSER_TOOL_CLASSES: &[Classified] = &[
     },
 ];
 
+/// Classified `act` tools that the `browser` profile leaves out all the same:
+/// `browser_evaluate` runs arbitrary JavaScript in the page.
+pub const BROWSER_PROFILE_EXCLUDES: &[&str] = &["browser_evaluate"];
+
+/// The class of a browser tool, from [`BROWSER_TOOL_CLASSES`].
+pub fn browser_class_of(tool: &str) -> Option<Class> {
+    BROWSER_TOOL_CLASSES
+        .iter()
+        .find(|c| c.name == tool)
+        .map(|c| c.class)
+}
+
+/// The browser tools a `browser` grant sees, in table order (derived, never listed twice).
+pub fn browser_profile_tools() -> impl Iterator<Item = &'static str> {
+    BROWSER_TOOL_CLASSES
+        .iter()
+        .map(|c| c.name)
+        .filter(|name| Profile::Browser.allows_browser_tier(name))
+}
+
 impl Class {
     pub const ALL: [Class; 3] = [Class::Observe, Class::Act, Class::Shell];
 
@@ -472,6 +514,7 @@ mod tests {
     fn only_the_listed_names_parse_and_the_error_names_them_all() {
         for bad in [
             "sandbox", "Owner", "OBSERVE", "", " observe", "admin", "root", "Custom", "custom ",
+            "Browser", "browser ",
         ] {
             assert_eq!(bad.parse::<Profile>(), Err(profile_error()), "{bad:?}");
         }
@@ -481,7 +524,7 @@ mod tests {
         }
         assert_eq!(
             profile_error(),
-            "profile must be one of owner, desktop, observe, custom"
+            "profile must be one of owner, desktop, observe, browser, custom"
         );
         assert!(!profile_error().contains("sandbox"));
     }
@@ -530,6 +573,67 @@ mod tests {
             assert!(
                 matches!(class(tool), Some(Class::Observe | Class::Act)),
                 "{tool}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_browser_table_counts_its_classes() {
+        let count = |c: Class| BROWSER_TOOL_CLASSES.iter().filter(|t| t.class == c).count();
+        assert_eq!(
+            (
+                count(Class::Observe),
+                count(Class::Act),
+                count(Class::Shell)
+            ),
+            (7, 30, 8)
+        );
+        assert_eq!(browser_class_of("browser_evaluate"), Some(Class::Act));
+        assert_eq!(browser_class_of("browser_install"), None);
+    }
+
+    #[test]
+    fn the_browser_profile_is_observe_and_act_minus_evaluate_and_never_a_shell() {
+        let tools: Vec<&str> = browser_profile_tools().collect();
+        assert_eq!(tools.len(), 36);
+        for tool in &tools {
+            let class = browser_class_of(tool);
+            assert!(
+                matches!(class, Some(Class::Observe | Class::Act)),
+                "{tool} is {class:?}"
+            );
+        }
+        for t in BROWSER_TOOL_CLASSES {
+            let (name, class) = (t.name, t.class);
+            let listed = tools.contains(&name);
+            let want = class != Class::Shell && name != "browser_evaluate";
+            assert_eq!(listed, want, "{name}");
+        }
+        assert!(!Profile::Browser.allows_browser_tier("browser_evaluate"));
+        assert!(!Profile::Browser.allows_browser_tier("browser_run_code_unsafe"));
+        assert!(!Profile::Browser.allows_browser_tier("browser_page_registered_tool"));
+        assert!(!Profile::Browser.is_shell_equivalent());
+        for tool in DESKTOP_BROWSER_TOOLS {
+            assert!(!Profile::Browser.allows_upstream(tool), "{tool}");
+        }
+        assert!(!Profile::Browser.allows_upstream("browser_evaluate"));
+        for other in [
+            Profile::Owner,
+            Profile::Desktop,
+            Profile::Observe,
+            Profile::Custom,
+        ] {
+            assert!(!other.allows_browser_tier("browser_navigate"), "{other}");
+        }
+    }
+
+    #[test]
+    fn desktop_browser_tools_are_classified_and_never_shell() {
+        for tool in DESKTOP_BROWSER_TOOLS {
+            let class = browser_class_of(tool);
+            assert!(
+                matches!(class, Some(Class::Observe | Class::Act)),
+                "{tool} is {class:?}"
             );
         }
     }

@@ -47,3 +47,16 @@ impl TempDir {
         path
     }
 }
+
+/// Re-check `done` every millisecond until it holds, or panic after a 10 s watchdog: for state
+/// with no signal to wait on (a counter released after the work that signals has returned).
+pub fn wait_for(done: impl Fn() -> bool, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "watchdog: waited 10 s for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}

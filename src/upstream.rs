@@ -363,7 +363,7 @@ fn refresh_loop(shared: &Shared, rx: Receiver<Refresh>) {
 fn call_loop(shared: &Shared, rx: Receiver<CallTask>) {
     for task in rx.iter() {
         // A panic must not take the thread down; the Completion's Drop reports it.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let CallTask {
                 name,
                 arguments,
@@ -384,6 +384,13 @@ fn call_loop(shared: &Shared, rx: Receiver<CallTask>) {
             // connection that asked drops the late reply.
             done.complete(shared.call_tool(&name, arguments));
         }));
+        if let Err(payload) = run {
+            crate::containment::caught(
+                crate::containment::Site::Tool,
+                "an upstream call",
+                payload.as_ref(),
+            );
+        }
     }
 }
 
@@ -1602,6 +1609,7 @@ mod tests {
             grant: None,
             upstream: Some(&up),
             policy: &desktop,
+            browsers: None,
         };
         let local = crate::tools::names(Profile::Desktop).len();
         assert_eq!(catalog.list().len(), local + 2);
@@ -1886,6 +1894,7 @@ mod tests {
             grant: None,
             upstream: Some(&up),
             policy: &policies[i],
+            browsers: None,
         };
         let owner: Vec<Value> = catalog(0).list();
         let owner: Vec<&str> = owner.iter().map(|t| t["name"].as_str().unwrap()).collect();

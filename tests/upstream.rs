@@ -212,7 +212,6 @@ fn every_tool_of_the_pinned_upstream_has_a_class() {
     let lists = ToolLists {
         allow: vec!["browser_*".into()],
         deny: vec!["browser_run_code_unsafe".into()],
-        approve: Vec::new(),
     };
     let custom = ToolPolicy::new(Profile::Custom, lists).unwrap();
     let mut conn = Conn::with_policy(custom, &up);

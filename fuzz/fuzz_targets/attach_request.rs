@@ -65,7 +65,6 @@ fuzz_target!(|data: &[u8]| {
     let lists = handnode::tools::policy::ToolLists {
         allow: g.allow.clone(),
         deny: g.deny.clone(),
-        approve: Vec::new(),
     };
     let again = ToolPolicy::resume(&g.profile, lists, &g.tools)
         .unwrap_or_else(|e| panic!("an accepted grant does not resume: {e}"));

@@ -20,6 +20,8 @@ fuzz_target!(|data: &[u8]| {
         assert!(persist::is_grant_id(&g.id));
         let _profile: Profile = g.profile.parse().expect("kept grants have a known profile");
         assert!(g.expires_at > now);
+        // A stored deadline past the TTL cap comes back clamped to it.
+        assert!(g.expires_at <= now + grants::MAX_TTL_SECS);
         // What resume does with the timestamps.
         let _deadline = UNIX_EPOCH + Duration::from_secs(g.expires_at);
         let _ = rfc3339(g.created_at);

@@ -105,7 +105,9 @@ fn check(policy: &ToolPolicy, catalog: &dyn Catalog, input: &[u8], actions: &[Ac
                 assert!(policy.allows(name), "{profile} ran {name}");
                 match classify(name) {
                     Some(_) => assert!(policy.tools().contains(&name.as_str())),
-                    None => assert_eq!(profile, Profile::Owner, "{profile} ran unclassified {name}"),
+                    None => {
+                        assert_eq!(profile, Profile::Owner, "{profile} ran unclassified {name}")
+                    }
                 }
                 match route {
                     Route::Local => {
@@ -117,6 +119,8 @@ fn check(policy: &ToolPolicy, catalog: &dyn Catalog, input: &[u8], actions: &[Ac
                             "a local name went upstream"
                         );
                     }
+                    // The fuzzed catalogue has no browser tier, so nothing routes there.
+                    Route::Browser => panic!("{profile} routed {name} to a browser tier"),
                 }
                 if profile == Profile::Observe {
                     let class = handnode::tools::find(name).map(|t| t.class);
@@ -155,7 +159,6 @@ fuzz_target!(|data: &[u8]| {
             ToolLists {
                 allow: vec!["sys_info".into(), "browser_*".into()],
                 deny: vec!["browser_evaluate".into()],
-                approve: Vec::new(),
             },
         )
         .ok(),
@@ -165,12 +168,14 @@ fuzz_target!(|data: &[u8]| {
         id: "00000000-0000-4000-8000-000000000000".into(),
         session: "fuzz".into(),
         expires_at: 1_800_000_000,
+        approve: Vec::new(),
     };
     let upstream = FakeUpstream;
     let catalog = ConnCatalog {
         grant: (selector & 0x10 != 0).then_some(&note),
         upstream: (selector & 0x20 != 0).then_some(&upstream as &dyn UpstreamSource),
         policy: &policy,
+        browsers: None,
     };
     let mut dispatcher = Dispatcher::new();
     for message in rest.split(|&b| b == 0x1e) {

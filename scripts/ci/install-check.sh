@@ -220,7 +220,8 @@ real_after=$(stat -c '%i %s %Y' "$real_token" 2>/dev/null || echo absent)
 if [ "${HANDNODE_SKIP_STATIC:-}" = 1 ]; then
     echo "install-check: SKIPPED static build (HANDNODE_SKIP_STATIC=1)"
 else
-    sout=$("$repo/scripts/build-static.sh" --libc gnu) || fail "scripts/build-static.sh --libc gnu"
+    sout=$("$repo/scripts/build-static.sh" --target x86_64-unknown-linux-gnu) \
+        || fail "scripts/build-static.sh --target x86_64-unknown-linux-gnu"
     echo "$sout" | sed 's/^/    /'
     sbin=$(sed -n 's/^path: //p' <<<"$sout")
     [ -x "$sbin" ] || fail "build-static.sh did not print an executable path"

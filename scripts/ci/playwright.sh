@@ -31,3 +31,7 @@ if [ ! -f "$cli" ] || [ "$installed" != "$version" ]; then
 fi
 [ -f "$cli" ] || { echo "playwright.sh: $cli missing after install" >&2; exit 1; }
 [ -x "$chromium" ] || { echo "playwright.sh: $chromium missing after install" >&2; exit 1; }
+# The console's browser tests (tests/console.rs) drive chromium through the playwright-core
+# that @playwright/mcp depends on; npm puts it at the top of the prefix.
+core="$prefix/node_modules/playwright-core/package.json"
+[ -f "$core" ] || { echo "playwright.sh: $core missing after install" >&2; exit 1; }

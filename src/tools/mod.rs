@@ -88,6 +88,18 @@ pub fn find(name: &str) -> Option<&'static Tool> {
     TOOLS.iter().copied().find(|t| t.name == name)
 }
 
+/// A registered tool's class.
+pub fn class_of(name: &str) -> Option<Class> {
+    find(name).map(|t| t.class)
+}
+
+/// Any tool's class: a local tool's own, else a browser tool's (of an upstream or of the
+/// browser tier) from [`crate::profiles::BROWSER_TOOL_CLASSES`]; the classification of
+/// [`policy::classify`]. `None` for a name neither knows.
+pub fn class_of_any(name: &str) -> Option<Class> {
+    policy::classify(name).map(|e| e.class)
+}
+
 /// The tools `profile` allows, in listing order.
 pub fn allowed(profile: Profile) -> impl Iterator<Item = &'static Tool> {
     TOOLS.iter().copied().filter(move |t| t.allowed_in(profile))
@@ -112,6 +124,9 @@ pub struct GrantNote {
     pub session: String,
     /// Unix seconds.
     pub expires_at: u64,
+    /// Tools whose calls wait for a person's decision (§10), so the agent knows why such a
+    /// call takes a while and what its refusal means.
+    pub approve: Vec<String>,
 }
 
 impl GrantNote {
@@ -128,6 +143,12 @@ impl GrantNote {
         if !policy.lists().is_empty() {
             text.push(' ');
             text.push_str(&policy.summary());
+        }
+        if !self.approve.is_empty() {
+            text.push_str(&format!(
+                " Each call of {} waits until the person who lent the box allows it (at most 100 s); a denied or unanswered call says so and did not run.",
+                self.approve.join(", ")
+            ));
         }
         text
     }
@@ -297,6 +318,22 @@ pub trait UpstreamSource: Send + Sync + std::fmt::Debug {
     );
 }
 
+/// The browser tier (`crate::browser::Browsers`) as the catalogue sees it: the tools a
+/// `browser` grant lists and may call. A trait here so that `tools` stays below `browser`
+/// (which uses `tools`' environment cleaner). Implementations never block.
+pub trait BrowserTier: Send + Sync + std::fmt::Debug {
+    /// The tool objects a `browser` grant lists, in class-table order.
+    fn tools(&self) -> Vec<Value>;
+    /// Whether a `browser` grant may call `name` (it is listed).
+    fn offers(&self, name: &str) -> bool;
+}
+
+/// Said after the grant note in each browser-tier tool's description: the pod answers
+/// `initialize` itself, so the agent learns what this browser is from here.
+const BROWSER_TIER_NOTE: &str = " The browser_* tools drive a browser of this grant's own: \
+    started on the first call with an empty profile, kept across reconnects, discarded when \
+    the grant ends.";
+
 /// A tool object as `tools/list` shows it.
 pub fn tool_json(tool: &Tool, note: Option<&str>) -> Value {
     let description = match note {
@@ -312,11 +349,13 @@ pub fn tool_json(tool: &Tool, note: Option<&str>) -> Value {
 }
 
 /// The catalogue one connection sees: local tools, then upstream tools, filtered by the
-/// connection's policy. A local name wins over an upstream one.
+/// connection's policy. A local name wins over an upstream one. Under `browser` it is the
+/// grant's own browser tools instead (less its `deny`), and nothing else.
 #[derive(Debug)]
 pub struct ConnCatalog<'a> {
     pub grant: Option<&'a GrantNote>,
     pub upstream: Option<&'a dyn UpstreamSource>,
+    pub browsers: Option<&'a dyn BrowserTier>,
     pub policy: &'a ToolPolicy,
 }
 
@@ -329,6 +368,27 @@ impl ConnCatalog<'_> {
 impl Catalog for ConnCatalog<'_> {
     fn list(&self) -> Vec<Value> {
         let note = self.note();
+        if self.policy.profile() == Profile::Browser {
+            let Some(browsers) = self.browsers else {
+                return Vec::new();
+            };
+            let mut tools = browsers.tools();
+            tools.retain(|t| {
+                t.get("name")
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| self.policy.allows(n))
+            });
+            if let Some(note) = &note {
+                for tool in &mut tools {
+                    if let Some(Value::String(d)) = tool.get_mut("description") {
+                        d.push(' ');
+                        d.push_str(note);
+                        d.push_str(BROWSER_TIER_NOTE);
+                    }
+                }
+            }
+            return tools;
+        }
         let mut tools: Vec<Value> = TOOLS
             .iter()
             .filter(|t| self.policy.allows(t.name))
@@ -350,6 +410,23 @@ impl Catalog for ConnCatalog<'_> {
     }
 
     fn resolve(&self, name: &str) -> Resolution {
+        if self.policy.profile() == Profile::Browser {
+            if self.policy.allows(name) && self.browsers.is_some_and(|b| b.offers(name)) {
+                return Resolution::Visible(Route::Browser);
+            }
+            let known = find(name).is_some()
+                || crate::profiles::browser_class_of(name).is_some()
+                || self.upstream.is_some_and(|up| {
+                    up.tools()
+                        .iter()
+                        .any(|(_, t)| t.get("name").and_then(Value::as_str) == Some(name))
+                });
+            return if known {
+                Resolution::Hidden
+            } else {
+                Resolution::Unknown
+            };
+        }
         let visible = |route| {
             if self.policy.allows(name) {
                 Resolution::Visible(route)
@@ -379,6 +456,15 @@ impl Catalog for ConnCatalog<'_> {
             text.push(' ');
         }
         let profile = self.policy.profile();
+        if profile == Profile::Browser {
+            text.push_str(
+                "handnode lends this box's browser tier: the browser_* tools drive a browser \
+                 of this grant's own, started on the first call with an empty profile and \
+                 discarded when the grant ends. It reaches the box's network, not its files \
+                 or programs.",
+            );
+            return text;
+        }
         text.push_str(&format!(
             "handnode serves this Linux box's tools. Profile '{profile}': {} ",
             self.policy.summary()
@@ -437,7 +523,6 @@ mod tests {
         let lists = policy::ToolLists {
             allow: allow.iter().map(|s| s.to_string()).collect(),
             deny: deny.iter().map(|s| s.to_string()).collect(),
-            approve: Vec::new(),
         };
         ToolPolicy::new(Profile::Custom, lists).unwrap()
     }
@@ -538,11 +623,18 @@ mod tests {
     }
 
     #[test]
+    fn the_browser_profile_holds_no_local_tool() {
+        assert!(names(Profile::Browser).is_empty());
+        assert!(!Profile::Browser.is_shell_equivalent());
+    }
+
+    #[test]
     fn unknown_and_hidden_tools_resolve_as_before() {
         for policy in fixed() {
             let cat = ConnCatalog {
                 grant: None,
                 upstream: None,
+                browsers: None,
                 policy: &policy,
             };
             for tool in TOOLS {
@@ -564,6 +656,7 @@ mod tests {
         let cat = ConnCatalog {
             grant: None,
             upstream: Some(&up),
+            browsers: None,
             policy: &policy,
         };
         let listed: Vec<Value> = cat.list().iter().map(|t| t["name"].clone()).collect();
@@ -581,6 +674,7 @@ mod tests {
             let cat = ConnCatalog {
                 grant: None,
                 upstream: Some(&up),
+                browsers: None,
                 policy: &policy,
             };
             let owner = policy.profile() == Profile::Owner;
@@ -609,6 +703,7 @@ mod tests {
             let cat = ConnCatalog {
                 grant: None,
                 upstream: None,
+                browsers: None,
                 policy: &policy,
             };
             for tool in cat.list() {
@@ -634,11 +729,13 @@ mod tests {
             id: "g1".into(),
             session: "laptop".into(),
             expires_at: 0,
+            approve: vec!["bash".into()],
         };
         let observe = ToolPolicy::fixed(Profile::Observe).unwrap();
         let cat = ConnCatalog {
             grant: Some(&note),
             upstream: None,
+            browsers: None,
             policy: &observe,
         };
         let tools = cat.list();
@@ -646,11 +743,14 @@ mod tests {
         assert!(description.contains("profile 'observe' until 1970-01-01T00:00:00Z"));
         assert!(!description.contains("It may use"), "no lists, no list");
         assert!(cat.instructions().contains("laptop"));
+        assert!(description
+            .contains("Each call of bash waits until the person who lent the box allows it"));
         // Under a custom grant every description says what the agent may use.
         let policy = custom(&["sys_info", "browser_snapshot"], &[]);
         let cat = ConnCatalog {
             grant: Some(&note),
             upstream: None,
+            browsers: None,
             policy: &policy,
         };
         let tools = cat.list();

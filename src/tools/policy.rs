@@ -7,6 +7,14 @@
 //! Names in the lists match classified tools only (a trailing `*` matches every classified
 //! tool with that prefix), so an upstream tool without a class can never be granted by a
 //! list: only `owner`, which sees every upstream tool, reaches it.
+//!
+//! A `custom` list may name any classified tool, browser ones included; those are served
+//! by the box's persistent upstream (like `desktop`'s), never by a throwaway browser: the
+//! browser tier (`crate::browser`) serves the `browser` profile alone, whose effective
+//! tools are the tier's (minus its `deny`).
+//!
+//! Which tools wait for a person's decision is not a list here: `approve` is resolved by
+//! `crate::approvals` into the grant's `Gate`, and [`escalation`] asks that gate.
 
 use std::sync::{Arc, LazyLock};
 
@@ -19,8 +27,6 @@ pub const ALLOW_NEEDS_CUSTOM_ERROR: &str =
 pub const CUSTOM_NEEDS_ALLOW_ERROR: &str = "profile custom needs a non-empty allow list";
 /// The lists leave nothing to use.
 pub const NO_TOOLS_ERROR: &str = "this grant would have no tools";
-/// The `approve` entry that stands for every `shell`-class tool the grant can see.
-pub const APPROVE_SHELL: &str = "shell";
 /// How the escalation check names the upstream tools without a class that `owner` sees
 /// (they are not known until an upstream lists them, and count as `shell`).
 pub const UNCLASSIFIED: &str = "any upstream tool without a class";
@@ -75,13 +81,11 @@ pub fn matches(pattern: &str, tool: &str) -> bool {
     }
 }
 
-/// The lists a grant was asked for, as given. `approve` is §10's (tool names, or
-/// [`APPROVE_SHELL`]); nothing sets it until approvals are served.
+/// The lists a grant was asked for, as given. (`approve`, §10, is `crate::approvals`'.)
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ToolLists {
     pub allow: Vec<String>,
     pub deny: Vec<String>,
-    pub approve: Vec<String>,
 }
 
 fn normalised(list: &[String]) -> Vec<&str> {
@@ -93,7 +97,7 @@ fn normalised(list: &[String]) -> Vec<&str> {
 
 impl ToolLists {
     pub fn is_empty(&self) -> bool {
-        self.allow.is_empty() && self.deny.is_empty() && self.approve.is_empty()
+        self.allow.is_empty() && self.deny.is_empty()
     }
 
     /// Whether two requests ask for the same lists: the same names in each, whatever
@@ -101,15 +105,10 @@ impl ToolLists {
     pub fn same_as(&self, other: &ToolLists) -> bool {
         normalised(&self.allow) == normalised(&other.allow)
             && normalised(&self.deny) == normalised(&other.deny)
-            && normalised(&self.approve) == normalised(&other.approve)
     }
 
-    fn named(&self) -> [(&'static str, &[String]); 3] {
-        [
-            ("allow", &self.allow),
-            ("deny", &self.deny),
-            ("approve", &self.approve),
-        ]
+    fn named(&self) -> [(&'static str, &[String]); 2] {
+        [("allow", &self.allow), ("deny", &self.deny)]
     }
 }
 
@@ -142,21 +141,17 @@ pub struct Escalation {
     pub because: Option<String>,
 }
 
-/// The escalation check, the one function that says whether a set of tools reaches a
-/// shell: `yes` when a tool that runs without approval is `shell`-class, `gated` when
+/// The escalation check (§11), the one function that says whether a set of tools reaches
+/// a shell: `yes` when a tool that runs without approval is `shell`-class, `gated` when
 /// every `shell`-class tool needs approval, `no` otherwise. `visible` is every tool the
-/// grant can see with its class (`None`: no class, which counts as `shell`); `approve`
-/// is the grant's approve list (tool names, or [`APPROVE_SHELL`] for every `shell`-class
-/// tool, unclassified ones included).
+/// grant can see with its class (`None`: no class, which counts as `shell`);
+/// `needs_approval` says whether a call of a tool waits for a person now (the grant's
+/// `approvals::Gate`; [`UNCLASSIFIED`] stands for every unclassified tool).
 pub fn escalation<'a>(
     visible: impl IntoIterator<Item = (&'a str, Option<Class>)>,
-    approve: &[String],
+    needs_approval: impl Fn(&str) -> bool,
 ) -> Escalation {
-    let approved = |name: &str| {
-        approve
-            .iter()
-            .any(|a| a == name || a.as_str() == APPROVE_SHELL)
-    };
+    let approved = needs_approval;
     let mut gated = false;
     for (name, class) in visible {
         if matches!(class, Some(Class::Observe | Class::Act)) {
@@ -212,19 +207,22 @@ fn check_bounds(field: &str, names: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether `profile`'s own list holds the classified tool `entry`.
+/// Whether `profile`'s own list holds the classified tool `entry`: a local tool it lists,
+/// a persistent upstream's tool it allows, or (under `browser`) a browser-tier tool.
 fn in_profile(profile: Profile, entry: &Entry) -> bool {
     match entry.origin {
         Origin::Local => super::find(entry.name).is_some_and(|t| t.allowed_in(profile)),
-        Origin::Upstream => profile.allows_upstream(entry.name),
+        Origin::Upstream => {
+            profile.allows_upstream(entry.name) || profile.allows_browser_tier(entry.name)
+        }
     }
 }
 
 impl ToolPolicy {
     /// Resolve a profile and the lists into the effective tools, or the `400` message
     /// that names the first problem: a list past its bounds, `allow` without `custom`
-    /// or `custom` without `allow`, a name that matches no classified tool, nothing left,
-    /// or an `approve` name the grant cannot use.
+    /// or `custom` without `allow`, a name that matches no classified tool, or nothing
+    /// left.
     pub fn new(profile: Profile, lists: ToolLists) -> Result<ToolPolicy, String> {
         for (field, names) in lists.named() {
             check_bounds(field, names)?;
@@ -235,7 +233,7 @@ impl ToolPolicy {
         if profile.is_custom() && lists.allow.is_empty() {
             return Err(CUSTOM_NEEDS_ALLOW_ERROR.into());
         }
-        for (field, names) in &lists.named()[..2] {
+        for (field, names) in lists.named() {
             if let Some(name) = names
                 .iter()
                 .find(|n| !classified().any(|e| matches(n, e.name)))
@@ -257,13 +255,6 @@ impl ToolPolicy {
             .collect();
         if tools.is_empty() {
             return Err(NO_TOOLS_ERROR.into());
-        }
-        if let Some(name) = lists
-            .approve
-            .iter()
-            .find(|a| a.as_str() != APPROVE_SHELL && !tools.contains(&a.as_str()))
-        {
-            return Err(format!("approve names {name}, which this grant cannot use"));
         }
         Ok(ToolPolicy {
             profile,
@@ -330,15 +321,20 @@ impl ToolPolicy {
         self.tools.contains(&name) || (self.sees_unclassified() && classify(name).is_none())
     }
 
-    /// The escalation check of this policy's tools and approve list.
-    pub fn escalation(&self) -> Escalation {
+    /// Every tool this policy can see, with its class: the effective tools, then (under
+    /// `owner`) [`UNCLASSIFIED`] for the upstream tools without a class.
+    pub fn visible(&self) -> impl Iterator<Item = (&'static str, Option<Class>)> + '_ {
         let unclassified = self.sees_unclassified().then_some((UNCLASSIFIED, None));
-        let visible = self
-            .tools
+        self.tools
             .iter()
             .map(|name| (*name, classify(name).map(|e| e.class)))
-            .chain(unclassified);
-        escalation(visible, &self.lists.approve)
+            .chain(unclassified)
+    }
+
+    /// The escalation check of this policy's tools, with `needs_approval` from the grant's
+    /// gate (`|_| false` where nothing is gated, as on the owner's `/mcp`).
+    pub fn escalation(&self, needs_approval: impl Fn(&str) -> bool) -> Escalation {
+        escalation(self.visible(), needs_approval)
     }
 
     /// One sentence for the agent: what it may use here.
@@ -360,7 +356,6 @@ mod tests {
         ToolLists {
             allow: allow.iter().map(|s| s.to_string()).collect(),
             deny: deny.iter().map(|s| s.to_string()).collect(),
-            approve: Vec::new(),
         }
     }
 
@@ -370,6 +365,11 @@ mod tests {
 
     fn fixed() -> impl Iterator<Item = Profile> {
         Profile::ALL.into_iter().filter(|p| !p.is_custom())
+    }
+
+    /// Nothing is gated.
+    fn none(_: &str) -> bool {
+        false
     }
 
     /// A name no table classifies, shaped like a browser tool.
@@ -453,7 +453,11 @@ mod tests {
                 let Ok(policy) = ToolPolicy::new(profile, lists(&[], deny.as_slice())) else {
                     continue; // denying its last tool leaves nothing: refused
                 };
-                assert_eq!(policy.escalation().shell, Shell::No, "{profile} {deny:?}");
+                assert_eq!(
+                    policy.escalation(none).shell,
+                    Shell::No,
+                    "{profile} {deny:?}"
+                );
                 for tool in policy.tools() {
                     let entry = classify(tool).unwrap();
                     assert_ne!(entry.class, Class::Shell, "{profile} holds {tool}");
@@ -477,7 +481,7 @@ mod tests {
     fn fixed_profiles_are_what_they_are_declared_and_yes_means_a_shell_tool() {
         for profile in fixed() {
             let policy = ToolPolicy::fixed(profile).unwrap();
-            let check = policy.escalation();
+            let check = policy.escalation(none);
             assert_eq!(
                 check.shell == Shell::Yes,
                 profile.is_shell_equivalent(),
@@ -492,7 +496,7 @@ mod tests {
             }
         }
         assert_eq!(
-            ToolPolicy::fixed(Profile::Owner).unwrap().escalation(),
+            ToolPolicy::fixed(Profile::Owner).unwrap().escalation(none),
             Escalation {
                 shell: Shell::Yes,
                 because: Some("bash is a shell tool".into())
@@ -512,7 +516,7 @@ mod tests {
             for allow in [vec![entry.name], vec!["sys_info", entry.name]] {
                 let policy = custom(&allow).unwrap();
                 assert_eq!(
-                    policy.escalation(),
+                    policy.escalation(none),
                     Escalation {
                         shell: Shell::Yes,
                         because: Some(format!("{} is a shell tool", entry.name))
@@ -524,7 +528,7 @@ mod tests {
         // And a list without one is no, whatever else it holds.
         for entry in classified().filter(|e| e.class != Class::Shell) {
             assert_eq!(
-                custom(&[entry.name]).unwrap().escalation().shell,
+                custom(&[entry.name]).unwrap().escalation(none).shell,
                 Shell::No,
                 "{}",
                 entry.name
@@ -532,17 +536,27 @@ mod tests {
         }
         // A pattern counts for everything it matches.
         let policy = custom(&["browser_*"]).unwrap();
-        assert_eq!(policy.escalation().shell, Shell::Yes);
+        assert_eq!(policy.escalation(none).shell, Shell::Yes);
         // Denying every shell tool of desktop leaves it no shell.
         let tamed = ToolPolicy::new(Profile::Desktop, lists(&[], &["bash", "mouse", "key"]));
-        assert_eq!(tamed.unwrap().escalation().shell, Shell::No);
+        assert_eq!(tamed.unwrap().escalation(none).shell, Shell::No);
     }
 
     #[test]
     fn the_check_itself_gates_on_approval_and_counts_unclassified_as_shell() {
+        // `approve` as the grant's gate resolves it: names, or "shell" for every
+        // shell-class tool, the unclassified ones included.
         let shell = |v: &[(&str, Option<Class>)], approve: &[&str]| {
-            let approve: Vec<String> = approve.iter().map(|s| s.to_string()).collect();
-            escalation(v.iter().copied(), &approve)
+            let word = approve.contains(&"shell");
+            let gated = |t: &str| {
+                approve.contains(&t)
+                    || (word
+                        && matches!(
+                            v.iter().find(|(n, _)| *n == t),
+                            Some((_, None | Some(Class::Shell)))
+                        ))
+            };
+            escalation(v.iter().copied(), gated)
         };
         let v = [
             ("sys_info", Some(Class::Observe)),
@@ -574,8 +588,39 @@ mod tests {
             lists(&[], &["bash", "mouse", "key", "browser_*"]),
         )
         .unwrap();
-        assert_eq!(owner.escalation().shell, Shell::Yes);
+        assert_eq!(owner.escalation(none).shell, Shell::Yes);
         assert!(owner.allows(NEW_UPSTREAM_TOOL));
+    }
+
+    #[test]
+    fn the_browser_profile_is_the_browser_tier_less_its_deny() {
+        let browser = ToolPolicy::fixed(Profile::Browser).unwrap();
+        let tier: Vec<&str> = crate::profiles::browser_profile_tools().collect();
+        assert_eq!(browser.tools(), tier.as_slice());
+        assert_eq!(tier.len(), 36);
+        assert_eq!(browser.escalation(none).shell, Shell::No);
+        assert!(!browser.sees_unclassified() && !browser.allows("bash"));
+        assert!(!browser.allows("browser_evaluate"));
+        let less = ToolPolicy::new(Profile::Browser, lists(&[], &["browser_navigate*"])).unwrap();
+        assert_eq!(less.tools().len(), 34);
+        assert!(!less.allows("browser_navigate") && less.allows("browser_click"));
+        assert_eq!(
+            ToolPolicy::new(Profile::Browser, lists(&["browser_click"], &[])).unwrap_err(),
+            ALLOW_NEEDS_CUSTOM_ERROR
+        );
+        // A custom list may name browser-tier tools (served by the persistent upstream).
+        let c = custom(&["browser_navigate", "browser_run_code_unsafe"]).unwrap();
+        assert_eq!(
+            c.escalation(none),
+            Escalation {
+                shell: Shell::Yes,
+                because: Some("browser_run_code_unsafe is a shell tool".into())
+            }
+        );
+        assert_eq!(
+            c.escalation(|t| t == "browser_run_code_unsafe").shell,
+            Shell::Gated
+        );
     }
 
     #[test]
@@ -635,12 +680,6 @@ mod tests {
                 "{profile} {l:?}"
             );
         }
-        let mut approve = lists(&["sys_info"], &[]);
-        approve.approve = vec!["bash".into()];
-        assert_eq!(
-            ToolPolicy::new(Profile::Custom, approve).unwrap_err(),
-            "approve names bash, which this grant cannot use"
-        );
     }
 
     #[test]

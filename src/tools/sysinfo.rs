@@ -400,7 +400,12 @@ fn collect_from(
         })
     });
     let tools = tool_status(&cx.policy, facts, &display);
-    let escalation = cx.policy.escalation();
+    // A grant's note names the tools that wait for a decision now (its gate's answer).
+    let escalation = cx.policy.escalation(|t| {
+        cx.grant
+            .as_ref()
+            .is_some_and(|g| g.approve.iter().any(|a| a == t))
+    });
     let mut info = json!({
         "hostname": facts.hostname,
         "os": facts.os,
@@ -415,6 +420,7 @@ fn collect_from(
         "agent": {
             "name": "handnode",
             "version": env!("CARGO_PKG_VERSION"),
+            "build": crate::build_info::to_json(),
             "pid": std::process::id(),
             "uid": facts.uid,
             "user": facts.user,
@@ -496,8 +502,10 @@ pub(crate) fn summary(info: &Value) -> String {
     }
     let agent = &info["agent"];
     out.push_str(&format!(
-        "\nagent: handnode {}, pid {}, running as {} (uid {})",
+        "\nagent: handnode {} ({}, {}), pid {}, running as {} (uid {})",
         s(&agent["version"]),
+        s(&agent["build"]["target"]),
+        s(&agent["build"]["libc"]),
         agent["pid"],
         agent["user"].as_str().unwrap_or("?"),
         agent["uid"]
@@ -809,6 +817,7 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
         assert_eq!(s["display"]["backend"], "none");
         assert_eq!(s["agent"]["name"], "handnode");
         assert_eq!(s["agent"]["pid"], std::process::id());
+        assert_eq!(s["agent"]["build"], crate::build_info::to_json());
         assert_eq!(s["profile"], "owner");
         assert_eq!(s["grant"], Value::Null);
         assert_eq!(s["max_run_secs"], 600);
@@ -841,6 +850,7 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
             "display: backend none",
             "no grant",
             "at most 600 s",
+            crate::build_info::TARGET,
             "screenshot: unavailable:",
         ] {
             assert!(text.contains(needle), "{needle} missing from:\n{text}");
@@ -856,6 +866,7 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
             id: "g-1".into(),
             session: "laptop".into(),
             expires_at: crate::timefmt::now_unix() + 3600,
+            approve: Vec::new(),
         });
         let r = sys_info(cx);
         let s = &r["structuredContent"];

@@ -69,6 +69,9 @@ pub struct Script {
     /// Mint reply: status and body.
     pub mint_status: u16,
     pub mint_body: Value,
+    /// While set, mint answers drip: the head and then one byte of (leading whitespace of)
+    /// the body every 20 ms, until this channel yields or disconnects; then the rest.
+    pub mint_hold: Option<Receiver<()>>,
 }
 
 impl Default for Script {
@@ -79,6 +82,7 @@ impl Default for Script {
             stall_handshakes: 0,
             mint_status: 201,
             mint_body: json!({"secret": "minted-secret", "expires_in_secs": 3600}),
+            mint_hold: None,
         }
     }
 }
@@ -298,15 +302,38 @@ fn serve_mint(mut stream: TcpStream, script: &Arc<Mutex<Script>>, mint_tx: &Send
         authorization,
         body,
     });
-    let (status, reply) = {
+    let (status, reply, hold) = {
         let s = script.lock().unwrap();
-        (s.mint_status, s.mint_body.to_string())
+        (s.mint_status, s.mint_body.to_string(), s.mint_hold.clone())
     };
+    let Some(hold) = hold else {
+        let _ = write!(
+            stream,
+            "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+            reply.len()
+        );
+        return;
+    };
+    // Enough whitespace to drip for longer than the watchdog.
+    const PAD: usize = 1024;
     let _ = write!(
         stream,
-        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
-        reply.len()
+        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        PAD + reply.len()
     );
+    let mut sent = 0;
+    while sent < PAD {
+        match hold.recv_timeout(Duration::from_millis(20)) {
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                if stream.write_all(b" ").is_err() {
+                    return;
+                }
+                sent += 1;
+            }
+            _ => break,
+        }
+    }
+    let _ = stream.write_all(format!("{}{reply}", " ".repeat(PAD - sent)).as_bytes());
 }
 
 /// A read cut short by a signal (with `SO_RCVTIMEO` set, Linux returns `EINTR` instead of
@@ -770,7 +797,15 @@ pub fn fds_and_threads(pid: Option<u32>) -> (usize, usize) {
         Some(p) => format!("/proc/{p}"),
         None => "/proc/self".to_string(),
     };
-    let count = |dir: &str| std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
+    // Never 0 for a directory that cannot be read: that would make every leak check pass.
+    // The real daemon is not dumpable (src/hardening.rs), so its fd dir needs root or
+    // CAP_SYS_PTRACE, as it does for any other process of its user.
+    let count =
+        |dir: &str| {
+            std::fs::read_dir(dir).map(|d| d.count()).unwrap_or_else(|e| {
+            panic!("cannot read {dir}: {e} (a non-dumpable daemon's needs root or CAP_SYS_PTRACE)")
+        })
+        };
     (count(&format!("{base}/fd")), count(&format!("{base}/task")))
 }
 
@@ -804,14 +839,17 @@ pub fn thread_names(pid: Option<u32>) -> Vec<String> {
 }
 
 /// Prefixes of the names the daemon gives its own threads.
-pub const DAEMON_THREAD_PREFIXES: [&str; 7] = [
+pub const DAEMON_THREAD_PREFIXES: [&str; 10] = [
     "worker-",
     "grant",
     "audit",
     "process-watche",
     "admin-",
     "mcp-call",
+    "mint",
     "upstream",
+    "approvals",
+    "notify-ask",
 ];
 
 /// This process's threads that the daemon named (see [`DAEMON_THREAD_PREFIXES`]).

@@ -270,6 +270,7 @@ impl<'a> Conn<'a> {
         ConnCatalog {
             grant: None,
             upstream: Some(upstream),
+            browsers: None,
             policy,
         }
     }
@@ -332,6 +333,7 @@ impl<'a> Conn<'a> {
                 done,
             ),
             Route::Upstream(i) => self.upstream.call(i, name, arguments, ctl, done),
+            Route::Browser => panic!("{name}: no browser tier in this connection"),
         }
         rx.recv_timeout(CALL_WATCHDOG)
             .unwrap_or_else(|_| panic!("{name} did not complete within {CALL_WATCHDOG:?}"))

@@ -755,8 +755,16 @@ impl DisplayState {
                 .name("display".into())
                 .spawn(move || {
                     for job in rx.iter() {
-                        // A panic is reported by the job's Completion drop.
-                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                        // A panic is reported to the caller by the job's Completion drop.
+                        if let Err(payload) =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
+                        {
+                            crate::containment::caught(
+                                crate::containment::Site::Tool,
+                                "a graphical call",
+                                payload.as_ref(),
+                            );
+                        }
                     }
                 })
                 .map_err(|e| format!("cannot start the display thread: {e}"))?;

@@ -50,6 +50,10 @@ enum ReadError {
     WrongHeader(HTTPVersion),
     /// the client sent an unrecognized `Expect` header
     ExpectationFailed(HTTPVersion),
+    /// handnode: headers that make the request's framing or target ambiguous (RFC 9112
+    /// §3.2, §6.3): answered 400 with this reason, and the connection is closed, since where
+    /// the next request starts is then unknown.
+    AmbiguousFraming(HTTPVersion, &'static str),
     ReadIoError(IoError),
 }
 
@@ -146,6 +150,10 @@ impl ClientConnection {
                 headers
             };
 
+            if let Some(why) = ambiguous_framing(&headers) {
+                return Err(ReadError::AmbiguousFraming(version, why));
+            }
+
             (method, path, version, headers)
         };
 
@@ -233,6 +241,22 @@ impl Iterator for ClientConnection {
                     return None; // TODO: should be recoverable, but needs handling in case of body
                 }
 
+                Err(ReadError::AmbiguousFraming(ver, why)) => {
+                    let writer = self.sink.next().unwrap();
+                    let body = format!("{{\"error\":\"{why}\"}}");
+                    let response = Response::from_string(body)
+                        .with_status_code(StatusCode(400))
+                        .with_header(
+                            crate::Header::from_bytes(
+                                &b"Content-Type"[..],
+                                &b"application/json"[..],
+                            )
+                            .unwrap(),
+                        );
+                    response.raw_print(writer, ver, &[], false, None).ok();
+                    return None; // the body's length is unknown, so is the next request's start
+                }
+
                 Err(ReadError::ReadIoError(_)) => return None,
 
                 Ok(rq) => rq,
@@ -276,6 +300,36 @@ impl Iterator for ClientConnection {
             return Some(rq);
         }
     }
+}
+
+/// handnode: why these headers leave the request ambiguous, if they do: more than one
+/// `Host` (RFC 9112 §3.2: a server MUST answer 400), a `Content-Length` that is not a
+/// number, two that differ, or one beside `Transfer-Encoding` (§6.3: the classic request
+/// smuggling shapes; tiny_http took the first `Content-Length`, or none when it did not
+/// parse, and ignored the rest, so a proxy in front could read another body length).
+fn ambiguous_framing(headers: &[crate::Header]) -> Option<&'static str> {
+    if headers.iter().filter(|h| h.field.equiv("Host")).count() > 1 {
+        return Some("more than one Host header");
+    }
+    let mut length: Option<u64> = None;
+    for h in headers.iter().filter(|h| h.field.equiv("Content-Length")) {
+        let value = h.value.as_str().trim();
+        let parsed = match value.bytes().all(|b| b.is_ascii_digit()) && !value.is_empty() {
+            true => value.parse::<u64>().ok(),
+            false => None,
+        };
+        let Some(n) = parsed else {
+            return Some("Content-Length must be a number");
+        };
+        if length.is_some_and(|l| l != n) {
+            return Some("conflicting Content-Length headers");
+        }
+        length = Some(n);
+    }
+    if length.is_some() && headers.iter().any(|h| h.field.equiv("Transfer-Encoding")) {
+        return Some("Content-Length and Transfer-Encoding together");
+    }
+    None
 }
 
 /// Parses a "HTTP/1.1" string.

@@ -488,7 +488,14 @@ impl fmt::Debug for Request {
 impl Drop for Request {
     fn drop(&mut self) {
         if self.response_writer.is_some() {
-            let response = Response::empty(500);
+            // handnode: a request dropped unanswered is a handler that panicked (or a bug
+            // like one); say so the way every other handnode error does.
+            let response = Response::from_string("{\"error\":\"internal error\"}")
+                .with_status_code(500)
+                .with_header(
+                    crate::Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..])
+                        .unwrap(),
+                );
             let _ = self.respond_impl(response); // ignoring any potential error
             if let Some(sender) = self.notify_when_responded.take() {
                 sender.send(()).unwrap();

@@ -1,0 +1,862 @@
+// handnode console. Talks only to this box's admin API, with the admin token kept in this
+// tab's sessionStorage (or none, behind `tailscale serve` with --allow-login). Everything
+// the API returns is put on the page as text (textContent), never parsed as HTML.
+'use strict';
+
+(() => {
+  const TOKEN_KEY = 'handnode.token';
+  // Test and slow-link knobs: ?refresh_ms=N (how often the grant list is re-read while
+  // the page is visible) and ?thumb_ms=N (the screen thumbnail's period, never under 2 s).
+  const params = new URLSearchParams(location.search);
+  const knob = (name, fallback, min) => {
+    const v = Number(params.get(name));
+    return params.has(name) && Number.isFinite(v) && v >= min ? v : fallback;
+  };
+  const REFRESH_MS = knob('refresh_ms', 2000, 200);
+  const THUMB_MS = knob('thumb_ms', 2000, 2000);
+  /** Seconds one GET /approvals long-poll may wait (the API allows 60). */
+  const LONG_POLL_SECS = 55;
+  /** A long-poll answered sooner than this without a change means something is wrong. */
+  const LONG_POLL_FLOOR_MS = 1000;
+  const BACKOFF_MAX_MS = 30000;
+  const THUMB_SCALE = 0.25;
+  const THUMB_MAX_BYTES = 262144;
+  const ACTIVITY_LIMIT = 100;
+  const RENEW_SECS = 3600;
+  const MAX_TTL_SECS = 86400;
+  const VIEWS = ['grants', 'lend', 'approvals', 'activity'];
+
+  const $ = (id) => document.getElementById(id);
+
+  /** An element with text children only: strings become text nodes, never markup. */
+  function el(tag, props, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (k === 'class') e.className = v;
+      else if (k === 'text') e.textContent = v;
+      else if (k.startsWith('data-') || k.startsWith('aria-')) e.setAttribute(k, v);
+      else e[k] = v;
+    }
+    for (const c of children) if (c !== null && c !== undefined) e.append(c);
+    return e;
+  }
+
+  const state = {
+    signedIn: false,
+    view: 'grants',
+    grants: [],
+    grantsAt: 0, // performance.now() when `grants` was read
+    approvals: [],
+    approvalsAt: 0,
+    etag: null,
+    pollAbort: null,
+    activityGrant: '',
+    activityCalls: -1,
+    activityStale: 0,
+  };
+
+  class ApiError extends Error {
+    constructor(status, message) {
+      super(message);
+      this.status = status;
+    }
+  }
+
+  /** One admin API request; resolves to {status, data, headers}, or throws ApiError. */
+  async function api(method, path, body, opts = {}) {
+    const headers = {};
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    if (token) headers.Authorization = 'Bearer ' + token;
+    const init = { method, headers, cache: 'no-store', credentials: 'omit', redirect: 'error' };
+    if (opts.signal) init.signal = opts.signal;
+    if (body !== undefined) {
+      headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    let res;
+    try {
+      res = await fetch(path, init);
+    } catch (e) {
+      if (e.name === 'AbortError') throw e;
+      throw new ApiError(0, 'handnode did not answer: ' + e.message);
+    }
+    const text = await res.text();
+    let data = null;
+    if (text) {
+      try { data = JSON.parse(text); } catch (_) { data = text; }
+    }
+    if (!res.ok) {
+      const msg = data && typeof data === 'object' && typeof data.error === 'string'
+        ? data.error : 'HTTP ' + res.status;
+      if (res.status === 401 && state.signedIn) {
+        signOut('handnode refused the token (401 unauthorized): sign in again.');
+      }
+      throw new ApiError(res.status, msg);
+    }
+    return { status: res.status, data, headers: res.headers };
+  }
+
+  function banner(text, bad) {
+    const b = $('banner');
+    b.textContent = text || '';
+    b.hidden = !text;
+    b.classList.toggle('bad', !!bad);
+  }
+
+  function busy(buttons, on) {
+    for (const b of buttons) {
+      b.disabled = on;
+      b.setAttribute('aria-busy', on ? 'true' : 'false');
+    }
+  }
+
+  // ---- time ----
+
+  function fmtLeft(secs) {
+    secs = Math.max(0, Math.floor(secs));
+    const h = Math.floor(secs / 3600), m = Math.floor((secs % 3600) / 60), s = secs % 60;
+    const two = (n) => String(n).padStart(2, '0');
+    return h > 0 ? `${h}:${two(m)}:${two(s)}` : `${m}:${two(s)}`;
+  }
+  function clock(iso) {
+    const d = new Date(iso);
+    return Number.isNaN(d.getTime()) ? String(iso) : d.toLocaleTimeString();
+  }
+  /** Seconds left now on something that had `secs` left at `at` (performance.now()). */
+  function leftNow(secs, at) {
+    return secs - (performance.now() - at) / 1000;
+  }
+  function tick() {
+    for (const e of document.querySelectorAll('[data-left]')) {
+      const left = leftNow(Number(e.dataset.left), Number(e.dataset.at));
+      e.textContent = left > 0 ? fmtLeft(left) : 'now';
+    }
+  }
+
+  // ---- sign in / out ----
+
+  function showSignedIn(on) {
+    $('tabs').hidden = !on;
+    $('signout').hidden = !on || !sessionStorage.getItem(TOKEN_KEY);
+    if (!on) {
+      for (const v of VIEWS) $('view-' + v).hidden = true;
+      $('view-login').hidden = false;
+    }
+  }
+
+  async function signIn(fromForm) {
+    try {
+      const r = await api('GET', '/attach');
+      state.signedIn = true;
+      $('login-error').textContent = '';
+      banner('');
+      showSignedIn(true);
+      takeGrants(r.data);
+      route();
+      refreshGrantsSoon();
+      approvalsLoop();
+      return true;
+    } catch (e) {
+      showSignedIn(false);
+      if (e.status === 401 || e.status === 429) {
+        const hadToken = !!sessionStorage.getItem(TOKEN_KEY);
+        sessionStorage.removeItem(TOKEN_KEY);
+        let msg = '';
+        if (e.status === 429) msg = 'Too many failed sign-ins from here: wait a minute, then try again.';
+        else if (fromForm) msg = 'Wrong token: handnode answered 401 unauthorized. Paste the token again (or check --allow-login if you come through tailscale serve).';
+        else if (hadToken) msg = 'The token this tab kept was refused: sign in again.';
+        $('login-error').textContent = msg;
+        $('login-token').focus();
+      } else {
+        $('login-error').textContent = e.message;
+      }
+      return false;
+    }
+  }
+
+  function signOut(message) {
+    state.signedIn = false;
+    sessionStorage.removeItem(TOKEN_KEY);
+    if (state.pollAbort) state.pollAbort.abort();
+    state.grants = [];
+    state.approvals = [];
+    state.etag = null;
+    renderGrants();
+    renderApprovals();
+    showSignedIn(false);
+    $('login-error').textContent = message || '';
+  }
+
+  $('login-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const button = $('login-submit');
+    if (button.disabled) return;
+    const token = $('login-token').value.trim();
+    $('login-error').textContent = '';
+    if (!token) {
+      $('login-error').textContent = 'Paste the admin token first.';
+      return;
+    }
+    sessionStorage.setItem(TOKEN_KEY, token);
+    busy([button], true);
+    try {
+      if (await signIn(true)) $('login-token').value = '';
+    } finally {
+      busy([button], false);
+    }
+  });
+  $('signout').addEventListener('click', () => signOut(''));
+
+  // ---- views ----
+
+  function route() {
+    if (!state.signedIn) return;
+    const want = location.hash.replace(/^#/, '');
+    const view = VIEWS.includes(want) ? want : 'grants';
+    if (view !== state.view) banner('');
+    state.view = view;
+    for (const v of VIEWS) $('view-' + v).hidden = v !== state.view;
+    $('view-login').hidden = true;
+    for (const t of document.querySelectorAll('.tab')) {
+      if (t.dataset.view === state.view) t.setAttribute('aria-current', 'page');
+      else t.removeAttribute('aria-current');
+    }
+    if (state.view === 'activity') {
+      renderActivityChoices();
+      refreshActivity();
+    }
+    scheduleThumb();
+  }
+  window.addEventListener('hashchange', route);
+  for (const t of document.querySelectorAll('.tab')) {
+    t.addEventListener('click', () => { location.hash = '#' + t.dataset.view; });
+  }
+
+  // ---- grants ----
+
+  let grantsTimer = null;
+  let grantsInFlight = false;
+  let grantsAgain = false;
+
+  function takeGrants(data) {
+    state.grants = Array.isArray(data && data.grants) ? data.grants : [];
+    state.grantsAt = performance.now();
+    renderGrants();
+    if (state.view === 'activity') {
+      renderActivityChoices();
+      const g = state.grants.find((x) => x.id === state.activityGrant);
+      // The audit writer commits within ~100 ms of a call, so read once more a turn later.
+      if (g && g.calls !== state.activityCalls) {
+        state.activityCalls = g.calls;
+        state.activityStale = 2;
+      }
+      if (state.activityStale > 0) {
+        state.activityStale -= 1;
+        refreshActivity();
+      }
+    }
+    scheduleThumb();
+  }
+
+  async function refreshGrants() {
+    clearTimeout(grantsTimer);
+    grantsTimer = null;
+    if (!state.signedIn) return;
+    if (grantsInFlight) { grantsAgain = true; return; }
+    grantsInFlight = true;
+    try {
+      takeGrants((await api('GET', '/attach')).data);
+    } catch (e) {
+      if (e.status !== 401) banner('Could not read the grants: ' + e.message, true);
+    } finally {
+      grantsInFlight = false;
+    }
+    if (grantsAgain) { grantsAgain = false; return refreshGrants(); }
+    refreshGrantsSoon();
+  }
+  function refreshGrantsSoon() {
+    clearTimeout(grantsTimer);
+    grantsTimer = null;
+    if (state.signedIn && document.visibilityState === 'visible') {
+      grantsTimer = setTimeout(refreshGrants, REFRESH_MS);
+    }
+  }
+
+  const cards = new Map();
+
+  function fact(dl, name) {
+    const dd = el('dd');
+    dl.append(el('dt', { text: name }), dd);
+    return dd;
+  }
+
+  function makeCard(id) {
+    const c = { id, grant: null };
+    c.root = el('article', { class: 'card', 'data-grant': id });
+    c.title = el('span', { class: 'card-title' });
+    c.state = el('span', { class: 'state' });
+    c.root.append(el('div', { class: 'card-head' }, c.title, c.state));
+    c.runtime = el('div', { class: 'sub mono' });
+    c.root.append(c.runtime);
+    const dl = el('dl', { class: 'facts' });
+    c.profile = fact(dl, 'profile');
+    c.shell = fact(dl, 'shell');
+    c.expires = fact(dl, 'expires');
+    c.calls = fact(dl, 'calls');
+    c.jobs = fact(dl, 'jobs');
+    c.approve = fact(dl, 'approve');
+    c.remembered = fact(dl, 'approved for grant');
+    c.ended = fact(dl, 'ended');
+    c.error = fact(dl, 'last error');
+    c.by = fact(dl, 'lent by');
+    c.dl = dl;
+    c.root.append(dl);
+    c.note = el('p', { class: 'note' });
+
+    c.renewBtn = el('button', { type: 'button', text: 'Renew +1 h', 'data-action': 'renew' });
+    c.revokeBtn = el('button', { type: 'button', text: 'Revoke', 'data-action': 'revoke' });
+    c.activityBtn = el('button', { type: 'button', class: 'quiet', text: 'Activity', 'data-action': 'activity' });
+    c.actions = el('div', { class: 'actions' }, c.renewBtn, c.revokeBtn, c.activityBtn);
+    c.root.append(c.actions, c.note);
+
+    // Renew: a fresh secret (or admin credential), since handnode keeps none for us.
+    c.renewKind = el('select', { 'aria-label': 'Credential kind' },
+      el('option', { value: 'secret', text: 'attach secret' }),
+      el('option', { value: 'admin_credential', text: 'pod admin credential' }));
+    c.renewSecret = el('input', { type: 'password', autocomplete: 'off', spellcheck: false, 'aria-label': 'Secret or admin credential' });
+    c.renewGo = el('button', { type: 'submit', class: 'primary', text: 'Renew', 'data-action': 'renew-go' });
+    c.renewCancel = el('button', { type: 'button', text: 'Cancel' });
+    c.renewError = el('p', { class: 'error' });
+    c.renewForm = el('form', { class: 'subpanel', noValidate: true, hidden: true },
+      el('label', { text: 'Renew for one more hour with a fresh credential from the pod' }),
+      c.renewKind, c.renewSecret, c.renewError,
+      el('div', { class: 'actions' }, c.renewGo, c.renewCancel));
+    c.root.append(c.renewForm);
+
+    c.revokeGo = el('button', { type: 'button', class: 'danger', text: 'Revoke now', 'data-action': 'revoke-go' });
+    c.revokeCancel = el('button', { type: 'button', text: 'Cancel' });
+    c.revokeError = el('p', { class: 'error' });
+    c.revokePanel = el('div', { class: 'subpanel', hidden: true },
+      el('p', { text: 'The agent loses the box at once and its running tools are killed.' }),
+      c.revokeError, el('div', { class: 'actions' }, c.revokeGo, c.revokeCancel));
+    c.root.append(c.revokePanel);
+
+    c.renewBtn.addEventListener('click', () => {
+      c.revokePanel.hidden = true;
+      c.renewForm.hidden = !c.renewForm.hidden;
+      if (!c.renewForm.hidden) c.renewSecret.focus();
+    });
+    c.renewCancel.addEventListener('click', () => {
+      c.renewForm.hidden = true;
+      c.renewSecret.value = '';
+      c.renewError.textContent = '';
+    });
+    c.renewForm.addEventListener('submit', (ev) => { ev.preventDefault(); renew(c); });
+    c.revokeBtn.addEventListener('click', () => {
+      c.renewForm.hidden = true;
+      c.revokePanel.hidden = !c.revokePanel.hidden;
+    });
+    c.revokeCancel.addEventListener('click', () => { c.revokePanel.hidden = true; });
+    c.revokeGo.addEventListener('click', () => revoke(c));
+    c.activityBtn.addEventListener('click', () => {
+      state.activityGrant = c.id;
+      state.activityCalls = -1;
+      location.hash = '#activity';
+      route();
+    });
+    return c;
+  }
+
+  function show(dd, text) {
+    dd.textContent = text;
+    dd.hidden = text === '';
+    dd.previousSibling.hidden = text === '';
+  }
+
+  function listText(v) {
+    if (v === undefined || v === null) return '';
+    if (Array.isArray(v)) return v.join(', ');
+    return String(v);
+  }
+
+  function updateCard(c, g) {
+    c.grant = g;
+    const ended = g.state === 'ended';
+    c.root.classList.toggle('ended', ended);
+    c.title.textContent = g.session;
+    c.state.textContent = g.state === 'redialing' && g.redial_in_secs !== undefined
+      ? `redialing in ${g.redial_in_secs} s` : g.state;
+    c.state.className = 'state ' + g.state;
+    c.runtime.textContent = g.runtime;
+    show(c.profile, g.profile);
+    if (g.shell !== undefined) {
+      const because = g.shell === 'yes' && g.shell_because ? ` (${g.shell_because})` : '';
+      const meaning = { yes: 'shell-equivalent', gated: 'gated: every shell tool asks you', no: 'no shell' }[g.shell] || g.shell;
+      show(c.shell, meaning + because);
+    } else {
+      show(c.shell, '');
+    }
+    if (ended) {
+      show(c.expires, '');
+    } else {
+      c.expires.textContent = '';
+      const left = el('span', { 'data-left': String(g.expires_in_secs), 'data-at': String(state.grantsAt) });
+      c.expires.append('in ', left, ` (at ${clock(g.expires_at)})`);
+      c.expires.hidden = false;
+      c.expires.previousSibling.hidden = false;
+    }
+    show(c.calls, String(g.calls ?? 0));
+    show(c.jobs, g.jobs === undefined ? '' : String(g.jobs));
+    show(c.approve, listText(g.approve));
+    show(c.remembered, listText(g.approved_for_grant));
+    show(c.ended, ended ? String(g.ended ?? '') : '');
+    show(c.error, g.last_error ? String(g.last_error) : '');
+    show(c.by, g.principal || '');
+    c.renewBtn.hidden = ended;
+    c.revokeBtn.hidden = ended;
+    if (ended) {
+      c.renewForm.hidden = true;
+      c.revokePanel.hidden = true;
+      c.renewSecret.value = '';
+    }
+  }
+
+  function place(container, nodes) {
+    nodes.forEach((n, i) => {
+      if (container.children[i] !== n) container.insertBefore(n, container.children[i] || null);
+    });
+  }
+
+  function renderGrants() {
+    const live = state.grants.filter((g) => g.state !== 'ended');
+    const ended = state.grants.filter((g) => g.state === 'ended').reverse();
+    const keep = new Set(state.grants.map((g) => g.id));
+    for (const [id, c] of cards) {
+      if (!keep.has(id)) { c.root.remove(); cards.delete(id); }
+    }
+    const build = (gs) => gs.map((g) => {
+      let c = cards.get(g.id);
+      if (!c) { c = makeCard(g.id); cards.set(g.id, c); }
+      updateCard(c, g);
+      return c.root;
+    });
+    place($('grants-live'), build(live));
+    place($('grants-ended'), build(ended));
+    $('grants-empty').hidden = live.length > 0;
+    $('ended-empty').hidden = ended.length > 0;
+    tick();
+  }
+
+  async function renew(c) {
+    const buttons = [c.renewGo, c.renewBtn, c.revokeBtn];
+    if (c.renewGo.disabled) return;
+    const g = c.grant;
+    c.renewError.textContent = '';
+    c.note.textContent = '';
+    const left = Math.max(0, Math.floor(leftNow(g.expires_in_secs, state.grantsAt)));
+    const body = {
+      runtime: g.runtime,
+      session: g.session,
+      profile: g.profile,
+      ttl_secs: Math.min(MAX_TTL_SECS, left + RENEW_SECS),
+    };
+    // The same lists, or handnode would replace the grant instead of renewing it.
+    for (const k of ['allow', 'deny', 'approve']) {
+      if (g[k] !== undefined && g[k] !== null) body[k] = g[k];
+    }
+    body[c.renewKind.value] = c.renewSecret.value.trim();
+    busy(buttons, true);
+    try {
+      const r = await api('POST', '/attach', body);
+      c.renewSecret.value = '';
+      c.renewForm.hidden = true;
+      banner('');
+      c.note.textContent = r.data && r.data.id === g.id
+        ? `Renewed until ${clock(r.data.expires_at)}.`
+        : 'handnode replaced this grant with a new one (its lists differed).';
+      refreshGrants();
+    } catch (e) {
+      c.renewError.textContent = e.message;
+    } finally {
+      busy(buttons, false);
+    }
+  }
+
+  async function revoke(c) {
+    const buttons = [c.revokeGo, c.renewBtn, c.revokeBtn];
+    if (c.revokeGo.disabled) return;
+    c.revokeError.textContent = '';
+    busy(buttons, true);
+    try {
+      await api('DELETE', '/attach/' + encodeURIComponent(c.id));
+      c.revokePanel.hidden = true;
+    } catch (e) {
+      c.revokeError.textContent = e.status === 404 ? 'It had already ended.' : e.message;
+    } finally {
+      busy(buttons, false);
+      refreshGrants();
+    }
+  }
+
+  // ---- lend ----
+
+  const lendForm = $('lend-form');
+  const radio = (name) => {
+    const r = lendForm.querySelector(`input[name="${name}"]:checked`);
+    return r ? r.value : '';
+  };
+  const names = (text) => text.split(/[\s,]+/).filter((s) => s !== '');
+
+  function lendWarning() {
+    const profile = radio('profile');
+    const approve = radio('approve');
+    const w = $('lend-warning');
+    let text = '';
+    if (profile === 'desktop' || profile === 'owner') {
+      text = `${profile} is shell-equivalent: with bash, or a mouse and keyboard that can open a terminal, the agent can do anything you can do on this box. Only observe is a security boundary. Lend it only to a session you would give a shell here.`;
+      if (approve !== 'none') text += ' Approval does not make it a boundary: an allowed command does everything it says.';
+    } else if (profile === 'custom') {
+      text = 'A list that contains a shell tool (bash, mouse, key, …) is shell-equivalent; the grant\'s shell field will say so.';
+    }
+    w.textContent = text;
+    w.hidden = text === '';
+    $('lend-allow-field').hidden = profile !== 'custom';
+  }
+  lendForm.addEventListener('change', lendWarning);
+  $('lend-approve').addEventListener('input', () => {
+    if ($('lend-approve').value.trim()) lendForm.querySelector('input[name="approve"][value="named"]').checked = true;
+  });
+
+  /** The form field an API error is about, from the start of its message. */
+  function fieldOf(status, message) {
+    if (status === 502) return 'credential';
+    const m = message.toLowerCase();
+    const table = [
+      ['runtime', 'runtime'], ['session', 'session'], ['profile', 'profile'], ['custom', 'profile'],
+      ['the browser profile', 'profile'], ['ttl_secs', 'ttl_secs'], ['provide exactly one', 'credential'],
+      ['secret', 'credential'], ['admin_credential', 'credential'], ['approve', 'approve'],
+      ['unknown tool in allow', 'allow'], ['allow', 'allow'], ['unknown tool in deny', 'deny'],
+      ['deny', 'deny'], ['this grant would have no tools', 'allow'],
+    ];
+    for (const [prefix, field] of table) if (m.startsWith(prefix)) return field;
+    return 'form';
+  }
+
+  function fieldError(field, message) {
+    const p = lendForm.querySelector(`[data-error-for="${field}"]`)
+      || lendForm.querySelector('[data-error-for="form"]');
+    p.textContent = message;
+    const box = p.closest('.field');
+    if (box && box.hidden) lendForm.querySelector('[data-error-for="form"]').textContent = message;
+  }
+
+  /** Fields we sent that the grant JSON does not echo: a handnode too old for them. */
+  function ignoredFields(sent, grant) {
+    return ['allow', 'deny', 'approve'].filter((k) => sent[k] !== undefined && grant && grant[k] === undefined);
+  }
+
+  lendForm.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const button = $('lend-submit');
+    if (button.disabled) return; // a double click sends once
+    for (const p of lendForm.querySelectorAll('.error')) p.textContent = '';
+    const profile = radio('profile');
+    const body = {
+      runtime: $('lend-runtime').value.trim(),
+      session: $('lend-session').value.trim(),
+      profile,
+      ttl_secs: Number(radio('ttl')),
+    };
+    if (profile === 'custom') body.allow = names($('lend-allow').value);
+    const deny = names($('lend-deny').value);
+    if (deny.length) body.deny = deny;
+    const approve = radio('approve');
+    if (approve === 'shell') body.approve = 'shell';
+    else if (approve === 'named') body.approve = names($('lend-approve').value);
+    body[radio('credential')] = $('lend-credential').value.trim();
+    busy([button], true);
+    try {
+      const r = await api('POST', '/attach', body);
+      $('lend-credential').value = '';
+      location.hash = '#grants';
+      route();
+      const ignored = ignoredFields(body, r.data);
+      if (ignored.length) {
+        banner(`Lent to ${r.data.session}, but this handnode ignored ${ignored.join(' and ')} (it predates ${ignored.length > 1 ? 'them' : 'it'}): the grant is what the ${r.data.profile} profile alone gives. Revoke it if that is not what you meant.`, true);
+      } else {
+        banner(`Lent to ${r.data.session} (${r.data.profile}) until ${clock(r.data.expires_at)}.`);
+      }
+      refreshGrants();
+    } catch (e) {
+      fieldError(fieldOf(e.status, e.message), e.message);
+    } finally {
+      busy([button], false);
+    }
+  });
+
+  // ---- approvals ----
+
+  const approvalCards = new Map();
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+  async function approvalsLoop() {
+    if (state.pollAbort) return; // one loop per sign-in
+    const abort = new AbortController();
+    state.pollAbort = abort;
+    let backoff = 1000;
+    try {
+      while (state.signedIn && !abort.signal.aborted) {
+        const seen = state.etag;
+        const q = seen ? `?wait=${LONG_POLL_SECS}&seen=${encodeURIComponent(seen)}` : '';
+        const started = performance.now();
+        try {
+          const r = await api('GET', '/approvals' + q, undefined, { signal: abort.signal });
+          state.etag = r.headers.get('ETag');
+          state.approvals = Array.isArray(r.data && r.data.approvals) ? r.data.approvals : [];
+          state.approvalsAt = performance.now();
+          $('approvals-note').hidden = true;
+          renderApprovals();
+          // Never a loop faster than the long-poll: no ETag to wait on, or an early answer
+          // that changed nothing, waits like an error.
+          const early = performance.now() - started < LONG_POLL_FLOOR_MS;
+          if (!state.etag || (early && state.etag === seen)) {
+            await sleep(backoff);
+            backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
+          } else {
+            backoff = 1000;
+          }
+        } catch (e) {
+          if (e.name === 'AbortError' || !state.signedIn) return;
+          const note = $('approvals-note');
+          note.hidden = false;
+          if (e.status === 404) {
+            note.textContent = 'This handnode does not hold calls for approval (it predates approvals).';
+            return;
+          }
+          note.textContent = 'Waiting for approvals failed: ' + e.message + '. Retrying.';
+          await sleep(backoff);
+          backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
+        }
+      }
+    } finally {
+      if (state.pollAbort === abort) state.pollAbort = null;
+    }
+  }
+
+  function makeApproval(a) {
+    const c = { id: a.id };
+    c.root = el('article', { class: 'card', 'data-approval': a.id });
+    c.tool = el('span', { class: 'card-title tool' });
+    c.left = el('span', { class: 'chip warn' });
+    c.root.append(el('div', { class: 'card-head' }, c.tool, c.left));
+    c.sub = el('div', { class: 'sub' });
+    c.args = el('pre', { class: 'args' });
+    c.reason = el('input', { type: 'text', autocomplete: 'off', placeholder: 'Reason for a Deny (optional)', 'aria-label': 'Reason' });
+    c.allow = el('button', { type: 'button', class: 'primary', text: 'Allow', 'data-action': 'allow' });
+    c.deny = el('button', { type: 'button', class: 'danger', text: 'Deny', 'data-action': 'deny' });
+    c.remember = el('button', { type: 'button', text: 'Allow for this grant', 'data-action': 'remember' });
+    c.error = el('p', { class: 'error' });
+    c.root.append(c.sub, c.args, c.reason, el('div', { class: 'actions' }, c.allow, c.deny, c.remember), c.error);
+    c.allow.addEventListener('click', () => decide(c, 'allow', false));
+    c.deny.addEventListener('click', () => decide(c, 'deny', false));
+    c.remember.addEventListener('click', () => decide(c, 'allow', true));
+    return c;
+  }
+
+  async function decide(c, decision, remember) {
+    const buttons = [c.allow, c.deny, c.remember];
+    if (c.allow.disabled) return;
+    c.error.textContent = '';
+    const body = { decision };
+    const reason = c.reason.value.trim();
+    if (reason) body.reason = reason;
+    if (remember) body.remember = true;
+    busy(buttons, true);
+    try {
+      await api('POST', '/approvals/' + encodeURIComponent(c.id), body);
+      c.decided = true;
+      c.root.remove();
+      approvalCards.delete(c.id);
+      updateApprovalCount(state.approvals.filter((a) => a.id !== c.id).length);
+      refreshGrants();
+    } catch (e) {
+      c.error.textContent = e.status === 404
+        ? 'No longer waiting: already decided, expired or withdrawn.' : e.message;
+      busy(buttons, false);
+    }
+  }
+
+  function updateApprovalCount(n) {
+    const badge = $('approvals-count');
+    badge.textContent = String(n);
+    badge.hidden = n === 0;
+    document.title = n > 0 ? `(${n}) handnode` : 'handnode';
+    $('approvals-empty').hidden = n > 0;
+  }
+
+  function renderApprovals() {
+    const keep = new Set(state.approvals.map((a) => a.id));
+    for (const [id, c] of approvalCards) {
+      if (!keep.has(id)) { c.root.remove(); approvalCards.delete(id); }
+    }
+    const nodes = [];
+    for (const a of state.approvals) {
+      let c = approvalCards.get(a.id);
+      if (!c) { c = makeApproval(a); approvalCards.set(a.id, c); }
+      c.tool.textContent = String(a.tool);
+      c.sub.textContent = `${a.session} · ${a.profile} · lent by ${a.principal} · asked at ${clock(a.created_at)}`;
+      c.args.textContent = JSON.stringify(a.arguments, null, 2);
+      c.left.textContent = '';
+      if (a.expires_in_secs !== undefined) {
+        c.left.append('answer within ', el('span', { 'data-left': String(a.expires_in_secs), 'data-at': String(state.approvalsAt) }));
+      } else {
+        c.left.append('until ' + clock(a.expires_at));
+      }
+      nodes.push(c.root);
+    }
+    place($('approvals-list'), nodes);
+    updateApprovalCount(state.approvals.length);
+    tick();
+  }
+
+  // ---- activity ----
+
+  function renderActivityChoices() {
+    const select = $('activity-grant');
+    const grants = state.grants.slice().reverse(); // newest first
+    if (!state.activityGrant && grants.length) state.activityGrant = grants[0].id;
+    const want = grants.map((g) => `${g.id}|${g.session}|${g.state}`).join(',');
+    if (select.dataset.built !== want) {
+      select.textContent = '';
+      for (const g of grants) {
+        select.append(el('option', { value: g.id, text: `${g.session} · ${g.profile} · ${g.state} · ${g.id.slice(0, 8)}` }));
+      }
+      if (!grants.length) select.append(el('option', { value: '', text: 'no grants in the last 10 minutes' }));
+      select.dataset.built = want;
+    }
+    if (state.activityGrant && grants.some((g) => g.id === state.activityGrant)) select.value = state.activityGrant;
+  }
+  $('activity-grant').addEventListener('change', () => {
+    state.activityGrant = $('activity-grant').value;
+    state.activityCalls = -1;
+    $('activity-list').textContent = '';
+    refreshActivity();
+  });
+
+  let activityInFlight = false;
+  async function refreshActivity() {
+    const id = state.activityGrant;
+    if (!id || activityInFlight || !state.signedIn) return;
+    activityInFlight = true;
+    try {
+      const r = await api('GET', `/audit?grant=${encodeURIComponent(id)}&limit=${ACTIVITY_LIMIT}`);
+      if (id !== state.activityGrant) return;
+      renderActivity(Array.isArray(r.data && r.data.calls) ? r.data.calls : [], !!(r.data && r.data.more));
+    } catch (e) {
+      const more = $('activity-more');
+      more.hidden = false;
+      more.textContent = 'Could not read the audit: ' + e.message;
+    } finally {
+      activityInFlight = false;
+    }
+  }
+
+  function renderActivity(calls, more) {
+    const list = $('activity-list');
+    list.textContent = '';
+    for (const c of calls) {
+      const outcome = String(c.outcome);
+      const cls = outcome === 'ok' ? 'ok' : (outcome === 'tool_error' ? 'warn' : 'bad');
+      const li = el('li', { 'data-tool': String(c.tool) },
+        el('span', { class: 'when', text: new Date(Number(c.ts_ms)).toLocaleTimeString() }),
+        el('span', { class: 'tool', text: String(c.tool) }),
+        el('span', { class: 'chip ' + cls, text: outcome }),
+        el('span', { class: 'ms', text: `${c.duration_ms} ms` }));
+      if (c.args !== undefined) li.append(el('pre', { class: 'args', text: JSON.stringify(c.args, null, 2) }));
+      if (c.args_omitted) li.append(el('pre', { class: 'args', text: '(arguments too large to show)' }));
+      list.append(li);
+    }
+    $('activity-empty').hidden = calls.length > 0;
+    const m = $('activity-more');
+    m.hidden = !more;
+    m.textContent = more ? `Showing the newest ${calls.length}; older calls may be in the audit log.` : '';
+  }
+
+  // ---- screen thumbnail (the owner's screenshot tool on /mcp) ----
+
+  let thumbTimer = null;
+  let thumbBusy = false;
+  let thumbStarted = -Infinity;
+  let rpcId = 0;
+
+  function thumbWanted() {
+    return state.signedIn && state.view === 'activity' && document.visibilityState === 'visible'
+      && state.grants.some((g) => g.state === 'attached');
+  }
+
+  function scheduleThumb() {
+    if (thumbBusy || thumbTimer !== null) return;
+    if (!thumbWanted()) {
+      const note = $('thumb-note');
+      if (state.view === 'activity' && !state.grants.some((g) => g.state === 'attached')) {
+        $('thumb').hidden = true;
+        note.textContent = 'No grant is attached: nothing is watching the screen.';
+      }
+      return;
+    }
+    const wait = Math.max(0, thumbStarted + THUMB_MS - performance.now());
+    thumbTimer = setTimeout(takeThumb, wait);
+  }
+
+  async function takeThumb() {
+    thumbTimer = null;
+    if (!thumbWanted()) return;
+    thumbBusy = true;
+    thumbStarted = performance.now();
+    const note = $('thumb-note');
+    const img = $('thumb');
+    try {
+      rpcId += 1;
+      const r = await api('POST', '/mcp', {
+        jsonrpc: '2.0', id: rpcId, method: 'tools/call',
+        params: { name: 'screenshot', arguments: { scale: THUMB_SCALE, format: 'jpeg', max_bytes: THUMB_MAX_BYTES } },
+      });
+      const result = r.data && r.data.result;
+      const blocks = result && Array.isArray(result.content) ? result.content : [];
+      const image = blocks.find((b) => b && b.type === 'image' && typeof b.data === 'string');
+      const text = blocks.filter((b) => b && b.type === 'text').map((b) => String(b.text)).join(' ');
+      if (image && !result.isError && /^image\/(png|jpeg)$/.test(image.mimeType)) {
+        img.src = `data:${image.mimeType};base64,${image.data}`;
+        img.hidden = false;
+        note.textContent = `Taken ${new Date().toLocaleTimeString()}.`;
+      } else {
+        img.hidden = true;
+        const err = r.data && r.data.error ? r.data.error.message : text;
+        note.textContent = 'No screen: ' + (err || 'the screenshot tool gave no image');
+      }
+    } catch (e) {
+      img.hidden = true;
+      note.textContent = 'No screen: ' + e.message;
+    } finally {
+      thumbBusy = false;
+      scheduleThumb();
+    }
+  }
+
+  document.addEventListener('visibilitychange', () => {
+    if (document.visibilityState === 'visible') {
+      refreshGrants();
+      scheduleThumb();
+    } else {
+      clearTimeout(grantsTimer);
+      grantsTimer = null;
+    }
+  });
+
+  // ---- start ----
+
+  $('box').textContent = location.host;
+  lendWarning();
+  setInterval(tick, 1000);
+  signIn(false);
+})();

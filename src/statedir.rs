@@ -1,0 +1,124 @@
+//! The state dir and opening files in it: a real directory of our own (0700), and files
+//! opened without following a link at their name. `grants.json`, the audit log and every
+//! other state file go through here, so one check guards them all.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use crate::error::Error;
+
+/// Mode of the state dir: only the daemon's user may list or enter it (it holds attach
+/// secrets and the audit).
+pub const DIR_MODE: u32 = 0o700;
+
+/// Open a file in the state dir without following a symbolic link at its name (`O_NOFOLLOW`;
+/// `O_NONBLOCK` so a FIFO planted there cannot hang the open), and only if it is a regular
+/// file. A refusal is an error [`is_refused`] recognises, saying why.
+pub(crate) fn open_state_file(options: &mut OpenOptions, path: &Path) -> io::Result<File> {
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
+    let file = match options.custom_flags(flags.bits() as i32).open(path) {
+        Ok(file) => file,
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                REFUSED_LINK.to_string(),
+            ))
+        }
+        Err(e) => return Err(e),
+    };
+    if !file.metadata()?.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            REFUSED_NOT_FILE.to_string(),
+        ));
+    }
+    Ok(file)
+}
+
+const REFUSED_LINK: &str = "is a symbolic link, and handnode never follows one in its state dir";
+const REFUSED_NOT_FILE: &str = "is not a regular file";
+
+/// Whether `e` is [`open_state_file`] refusing a link or a non-file.
+pub(crate) fn is_refused(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::InvalidInput
+        && matches!(e.get_ref().map(|inner| inner.to_string()), Some(m) if m == REFUSED_LINK || m == REFUSED_NOT_FILE)
+}
+
+/// Create the state dir (and parents) 0700, or check an existing one: it must be a real
+/// directory (not a symbolic link to one somewhere else) owned by the user running handnode;
+/// a wider mode is narrowed to 0700. Everything it holds is secret or audit, so a dir that
+/// someone else controls or points elsewhere is refused rather than used.
+pub fn ensure_state_dir(dir: &Path) -> Result<(), Error> {
+    check_state_dir(dir, rustix::process::geteuid().as_raw())
+}
+
+fn check_state_dir(dir: &Path, euid: u32) -> Result<(), Error> {
+    let meta = match fs::symlink_metadata(dir) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(DIR_MODE)
+                .create(dir)
+                .map_err(|e| {
+                    Error::Config(format!(
+                        "cannot create the state dir {}: {e} (check its parent is writable, or set --state-dir)",
+                        dir.display()
+                    ))
+                })?;
+            // What was created is checked like what was found (a link could race in).
+            fs::symlink_metadata(dir)
+                .map_err(|e| Error::io(format!("cannot inspect state dir {}", dir.display()), e))?
+        }
+        Err(e) => {
+            return Err(Error::io(
+                format!("cannot inspect state dir {}", dir.display()),
+                e,
+            ))
+        }
+    };
+    check_state_dir_meta(dir, &meta, euid)
+}
+
+pub(crate) fn check_state_dir_meta(
+    dir: &Path,
+    meta: &fs::Metadata,
+    euid: u32,
+) -> Result<(), Error> {
+    use std::os::unix::fs::MetadataExt;
+    if meta.file_type().is_symlink() {
+        return Err(Error::Config(format!(
+            "state dir {} is a symbolic link; handnode does not follow it: point --state-dir at the real directory",
+            dir.display()
+        )));
+    }
+    if !meta.is_dir() {
+        return Err(Error::Config(format!(
+            "state dir {} exists but is not a directory; point the state dir elsewhere or remove it",
+            dir.display()
+        )));
+    }
+    if meta.uid() != euid {
+        return Err(Error::Config(format!(
+            "state dir {} is owned by uid {}, not by the user running handnode (uid {euid}); point --state-dir at a directory of your own",
+            dir.display(),
+            meta.uid()
+        )));
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & !DIR_MODE != 0 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE)).map_err(|e| {
+            Error::io(
+                format!("cannot narrow state dir {} to mode 0700", dir.display()),
+                e,
+            )
+        })?;
+        log::warn!(
+            "state dir {} had mode {mode:04o}; narrowed to 0700 because it holds attach secrets",
+            dir.display()
+        );
+    }
+    Ok(())
+}

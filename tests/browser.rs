@@ -1,0 +1,600 @@
+//! The browser tier (contract §12) end to end: `browser` grants through the stub pod, each
+//! with a throwaway browser of its own. With the real pinned Playwright MCP and Debian's
+//! chromium (skipped, saying why, when `scripts/ci/playwright.sh` has not installed them):
+//! cookies do not cross grants or reach the owner's upstream, a redial keeps the page, the
+//! third browser is refused while two run, an ended grant leaves no process and no
+//! directory, and SIGTERM of the real binary leaves no browser. With the fake stdio server
+//! (`tests/fixtures/fake-browser.sh`, fast): the profile's admission rules and the
+//! browser's environment.
+
+mod common;
+#[path = "common/playwright.rs"]
+mod playwright;
+#[path = "common/realbin.rs"]
+mod realbin;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use common::{poll_until, quiet_liveness, PodConn, StubPod, TestDaemon};
+use handnode::browser::sweep;
+use handnode::mcp::INVALID_PARAMS;
+use handnode::profiles::{browser_class_of, Class, Profile, BROWSER_NEEDS_COMMAND};
+use serde_json::{json, Value};
+
+/// Longest one browser call may take here (the first one launches chromium on a busy box).
+const CALL_WATCHDOG: Duration = playwright::CALL_WATCHDOG;
+
+/// A short directory for the browsers: chromium's socket path must stay under 108 bytes.
+struct ShortDir(PathBuf);
+
+impl ShortDir {
+    fn new() -> ShortDir {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = PathBuf::from(format!("/tmp/hnb-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        ShortDir(dir)
+    }
+}
+
+impl Drop for ShortDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The real Playwright MCP on stdio, headless, with Debian's chromium.
+fn real_command() -> Vec<String> {
+    let cli = playwright::prefix().join("node_modules/@playwright/mcp/cli.js");
+    let mut argv: Vec<String> = vec![
+        "node".into(),
+        cli.display().to_string(),
+        "--headless".into(),
+        "--isolated".into(),
+        "--browser".into(),
+        "chromium".into(),
+        "--executable-path".into(),
+        playwright::CHROMIUM.into(),
+    ];
+    // Chromium's sandbox cannot run as root (scripts/upstream.sh does the same).
+    if rustix::process::geteuid().is_root() {
+        argv.push("--no-sandbox".into());
+    }
+    argv
+}
+
+fn fake_command(mode: &str) -> Vec<String> {
+    vec![
+        "bash".into(),
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/fake-browser.sh"
+        )
+        .into(),
+        "--mode".into(),
+        mode.into(),
+    ]
+}
+
+/// A web site on 127.0.0.1: `/set?v=X` sets the cookie `hn=X`, `/show` shows the cookies
+/// the browser sent.
+struct CookieSite {
+    server: Arc<tiny_http::Server>,
+    thread: Option<JoinHandle<()>>,
+    url: String,
+}
+
+impl CookieSite {
+    fn start() -> CookieSite {
+        let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("cookie site"));
+        let port = server.server_addr().to_ip().unwrap().port();
+        let s = Arc::clone(&server);
+        let thread = std::thread::spawn(move || {
+            while let Ok(rq) = s.recv() {
+                let html = |body: String| {
+                    tiny_http::Response::from_string(format!(
+                        "<!doctype html><html><head><title>cookies</title></head><body><h1>{body}</h1></body></html>"
+                    ))
+                    .with_header(
+                        tiny_http::Header::from_bytes("Content-Type", "text/html; charset=utf-8")
+                            .unwrap(),
+                    )
+                };
+                let url = rq.url().to_string();
+                let resp = if let Some(v) = url.strip_prefix("/set?v=") {
+                    html(format!("cookie set to {v}")).with_header(
+                        tiny_http::Header::from_bytes("Set-Cookie", format!("hn={v}; Path=/"))
+                            .unwrap(),
+                    )
+                } else if url == "/show" {
+                    let cookies = rq
+                        .headers()
+                        .iter()
+                        .find(|h| h.field.equiv("Cookie"))
+                        .map(|h| h.value.as_str().to_string())
+                        .unwrap_or_else(|| "none".into());
+                    html(format!("cookies: {cookies}"))
+                } else {
+                    html("not here".into()).with_status_code(404)
+                };
+                let _ = rq.respond(resp);
+            }
+        });
+        CookieSite {
+            server,
+            thread: Some(thread),
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+}
+
+impl Drop for CookieSite {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Numbers the requests of every connection in a test, so replies are never confused.
+fn next_id() -> Value {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    json!(N.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
+}
+
+fn call(conn: &mut PodConn, name: &str, args: Value) -> Value {
+    conn.set_read_timeout(CALL_WATCHDOG);
+    conn.call_tool(next_id(), name, args)
+}
+
+/// The joined text blocks of a tools/call reply, and whether it is an error.
+fn text_of(reply: &Value) -> (String, bool) {
+    let result = &reply["result"];
+    let text = result["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no result content in {reply}"))
+        .iter()
+        .filter_map(|b| b["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    (text, result["isError"] == true)
+}
+
+fn ok(reply: &Value) -> String {
+    let (text, err) = text_of(reply);
+    assert!(!err, "unexpected tool error: {text}");
+    text
+}
+
+fn assert_unknown_tool(reply: &Value, name: &str) {
+    assert_eq!(reply["error"]["code"], INVALID_PARAMS, "{name}: {reply}");
+    assert_eq!(
+        reply["error"]["message"],
+        format!("Invalid params: unknown tool: {name}"),
+        "{reply}"
+    );
+}
+
+/// Navigate, then the snapshot's text.
+fn visit(conn: &mut PodConn, url: &str) -> String {
+    ok(&call(conn, "browser_navigate", json!({"url": url})));
+    ok(&call(conn, "browser_snapshot", json!({})))
+}
+
+/// The directories of grant `id`'s browser under `base`.
+fn browser_dirs(base: &Path, id: &str) -> Vec<PathBuf> {
+    let prefix: String = id
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(8)
+        .collect();
+    std::fs::read_dir(base)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(&format!("{prefix}-")))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Wait until `dir` is gone and no process marked with it is alive.
+fn wait_browser_gone(dir: &Path) {
+    poll_until(
+        || (dir.exists(), sweep::any_alive(dir)),
+        |(exists, alive)| !exists && !alive,
+        |(exists, alive)| {
+            format!(
+                "watchdog: {} still there ({exists}) or its processes alive ({alive})",
+                dir.display()
+            )
+        },
+    );
+}
+
+/// An owner's call on `POST /mcp`.
+fn owner_call(d: &TestDaemon, name: &str, args: Value) -> Value {
+    let rpc = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                     "params": {"name": name, "arguments": args}});
+    let (status, reply) = d.call("POST", "/mcp", Some(&rpc));
+    assert_eq!(status, 200, "{reply}");
+    reply
+}
+
+#[test]
+fn each_browser_grant_has_a_throwaway_browser_of_its_own() {
+    if let Some(reason) = playwright::missing() {
+        eprintln!("SKIPPED each_browser_grant_has_a_throwaway_browser_of_its_own: {reason}");
+        return;
+    }
+    let site = CookieSite::start();
+    let owners = playwright::Playwright::start();
+    let dir = ShortDir::new();
+    let d = TestDaemon::with("browser-real", |c| {
+        quiet_liveness(c);
+        c.browser_command = Some(real_command());
+        c.browser_dir = Some(dir.0.clone());
+        c.upstreams = vec![("browser".into(), owners.url())];
+        c.timing.upstream_timeout = CALL_WATCHDOG;
+    });
+    let pod = StubPod::start();
+
+    // A: lists only browser tools a browser grant may use; the rest is unknown.
+    let (a_id, mut a) = d.attached(&pod, "grant-a", "browser");
+    let list = a.request(next_id(), "tools/list", json!({}));
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{list}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    for name in ["browser_navigate", "browser_snapshot"] {
+        assert!(names.contains(&name), "{name} missing from {names:?}");
+    }
+    for name in &names {
+        assert!(Profile::Browser.allows_browser_tier(name), "{name} listed");
+        assert_ne!(browser_class_of(name), Some(Class::Shell), "{name}");
+    }
+    for name in [
+        "browser_evaluate",
+        "browser_run_code_unsafe",
+        "bash",
+        "sys_info",
+    ] {
+        assert!(!names.contains(&name), "{name} listed");
+        let reply = call(
+            &mut a,
+            name,
+            json!({"function": "() => 1", "code": "1", "command": "id"}),
+        );
+        assert_unknown_tool(&reply, name);
+    }
+
+    // A sets a cookie on the local site and sees it.
+    ok(&call(
+        &mut a,
+        "browser_navigate",
+        json!({"url": format!("{}/set?v=alpha", site.url)}),
+    ));
+    let seen = visit(&mut a, &format!("{}/show", site.url));
+    assert!(seen.contains("cookies: hn=alpha"), "A's own cookie: {seen}");
+    let a_dirs = browser_dirs(&dir.0, &a_id);
+    assert_eq!(a_dirs.len(), 1, "{a_dirs:?}");
+
+    // B and the owner's persistent upstream do not.
+    let (_b_id, mut b) = d.attached(&pod, "grant-b", "browser");
+    let seen = visit(&mut b, &format!("{}/show", site.url));
+    assert!(seen.contains("cookies: none"), "B saw: {seen}");
+    // The owner's upstream is listed once its first (background) refresh answered.
+    poll_until(
+        || {
+            let rpc = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+            d.call("POST", "/mcp", Some(&rpc)).1
+        },
+        |list| list.to_string().contains("\"browser_navigate\""),
+        |list| format!("watchdog: the owner's upstream never listed its tools: {list}"),
+    );
+    ok(&owner_call(
+        &d,
+        "browser_navigate",
+        json!({"url": format!("{}/show", site.url)}),
+    ));
+    let (owner_seen, _) = text_of(&owner_call(&d, "browser_snapshot", json!({})));
+    assert!(
+        owner_seen.contains("cookies: none"),
+        "the owner's browser saw: {owner_seen}"
+    );
+
+    // A redial keeps A's browser and its page.
+    a.reset();
+    let (_, mut a) = pod.next_session();
+    d.wait_grant(&a_id, "attached again", |g| g["state"] == "attached");
+    let snap = ok(&call(&mut a, "browser_snapshot", json!({})));
+    assert!(
+        snap.contains("cookies: hn=alpha"),
+        "after the redial: {snap}"
+    );
+
+    // A third browser grant is refused while two run, and served once one ends.
+    let (_c_id, mut c) = d.attached(&pod, "grant-c", "browser");
+    let (refused, is_err) = text_of(&call(&mut c, "browser_navigate", json!({"url": site.url})));
+    assert!(is_err, "{refused}");
+    assert!(
+        refused.starts_with("no browser available: 2 already running"),
+        "{refused}"
+    );
+    let (status, _) = d.call("DELETE", &format!("/attach/{a_id}"), None);
+    assert_eq!(status, 204);
+    wait_browser_gone(&a_dirs[0]);
+    let seen = visit(&mut c, &format!("{}/show", site.url));
+    assert!(seen.contains("cookies: none"), "C saw: {seen}");
+}
+
+#[test]
+fn sigterm_of_the_daemon_leaves_no_browser() {
+    if let Some(reason) = playwright::missing() {
+        eprintln!("SKIPPED sigterm_of_the_daemon_leaves_no_browser: {reason}");
+        return;
+    }
+    let state = common::temp_dir("browser-sigterm");
+    let dir = ShortDir::new();
+    let command = real_command()
+        .iter()
+        .map(|w| format!("'{w}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let dir_text = dir.0.display().to_string();
+    let mut daemon = realbin::RealDaemon::start(
+        &state,
+        &[
+            ("--browser-command", &command),
+            ("--browser-dir", &dir_text),
+        ],
+    );
+    let pod = StubPod::start();
+    let body = common::attach_body(&pod, "grant-t", "browser");
+    let (status, g) = daemon.call("POST", "/attach", Some(&body));
+    assert_eq!(status, 202, "{g}");
+    let id = g["id"].as_str().unwrap().to_string();
+    let (_, mut conn) = pod.next_session();
+    let page = playwright::PageServer::start();
+    let snap = visit(&mut conn, &page.url);
+    assert!(snap.contains(playwright::PAGE_TEXT), "{snap}");
+    let dirs = browser_dirs(&dir.0, &id);
+    assert_eq!(dirs.len(), 1, "{dirs:?}\n{}", daemon.log_tail());
+    assert!(sweep::any_alive(&dirs[0]), "the browser runs");
+    assert_eq!(daemon.terminate(), Some(0), "{}", daemon.log_tail());
+    assert!(
+        !dirs[0].exists(),
+        "the browser's directory outlived the daemon"
+    );
+    assert!(
+        !sweep::any_alive(&dirs[0]),
+        "a browser process outlived the daemon"
+    );
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[test]
+fn the_browser_profile_is_admitted_only_with_a_browser_command() {
+    let d = TestDaemon::with("browser-refused", |_| {});
+    let pod = StubPod::start();
+    let (status, reply) = d.call(
+        "POST",
+        "/attach",
+        Some(&common::attach_body(&pod, "s", "browser")),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(reply["error"], BROWSER_NEEDS_COMMAND);
+    let (status, reply) = d.call(
+        "POST",
+        "/attach",
+        Some(&common::attach_body(&pod, "s", "sandbox")),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(
+        reply["error"],
+        "profile must be one of owner, desktop, observe, browser, custom"
+    );
+    assert!(pod.upgrades.try_recv().is_err(), "nothing dialed");
+
+    let dir = ShortDir::new();
+    let d = TestDaemon::with("browser-admitted", |c| {
+        c.browser_command = Some(fake_command("normal"));
+        c.browser_dir = Some(dir.0.clone());
+    });
+    let (id, mut conn) = d.attached(&pod, "s", "browser");
+    assert_eq!(d.grant(&id)["profile"], "browser");
+    // The escalation check goes by the class table: no browser-tier tool is shell-class.
+    assert_eq!(d.grant(&id)["shell"], "no");
+    assert!(d.grant(&id).get("shell_because").is_none());
+    let snap = ok(&call(&mut conn, "browser_snapshot", json!({})));
+    assert!(snap.starts_with("page about:blank"), "{snap}");
+    let grants: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.state_dir().join("grants.json")).unwrap())
+            .unwrap();
+    assert!(
+        grants.to_string().contains(r#""profile":"browser""#),
+        "persisted: {grants}"
+    );
+    // `approve` sees the browser tools under the browser profile, and nothing else.
+    let mut body = common::attach_body(&pod, "gated", "browser");
+    body["approve"] = json!(["browser_navigate"]);
+    let (status, g) = d.call("POST", "/attach", Some(&body));
+    assert_eq!(status, 202, "{g}");
+    assert_eq!(g["approve"], json!(["browser_navigate"]));
+    assert_eq!(g["shell"], "no");
+    for refused in ["bash", "browser_evaluate", "browser_run_code_unsafe"] {
+        body["approve"] = json!([refused]);
+        body["session"] = json!("refused");
+        let (status, reply) = d.call("POST", "/attach", Some(&body));
+        assert_eq!(status, 400, "{refused}: {reply}");
+        assert_eq!(
+            reply["error"],
+            format!("approve names {refused}, which this grant cannot use")
+        );
+    }
+}
+
+#[test]
+fn a_persisted_browser_grant_resumes_only_where_there_is_a_browser_command() {
+    let dir = ShortDir::new();
+    let pod = StubPod::start();
+    let with_command = |c: &mut handnode::Config| {
+        c.browser_command = Some(fake_command("normal"));
+        c.browser_dir = Some(dir.0.clone());
+    };
+    let mut first = TestDaemon::with("browser-resume", with_command);
+    let (id, _conn) = first.attached(&pod, "s", "browser");
+    first.stop();
+    // Each later daemon reads the same state dir (`first` removes it when dropped).
+    let restart = |command: bool| {
+        let mut config = common::test_config(&first.dir);
+        if command {
+            with_command(&mut config);
+        }
+        TestDaemon::start(config, common::temp_dir("browser-resume-unused"))
+    };
+    let mut second = restart(true);
+    assert_eq!(
+        second.grant(&id)["profile"],
+        "browser",
+        "resumed with its command"
+    );
+    second.stop();
+    // No --browser-command: the grant is dropped, never served another way.
+    let third = restart(false);
+    let (status, _) = third.call("GET", &format!("/attach/{id}"), None);
+    assert_eq!(
+        status, 404,
+        "a browser grant resumed without a browser command"
+    );
+}
+
+#[test]
+fn the_browser_sees_no_handnode_secret() {
+    // The real binary holds its admin token in HANDNODE_TOKEN.
+    let state = common::temp_dir("browser-env");
+    let dir = ShortDir::new();
+    let command = fake_command("normal")
+        .iter()
+        .map(|w| format!("'{w}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let dir_text = dir.0.display().to_string();
+    let daemon = realbin::RealDaemon::start(
+        &state,
+        &[
+            ("--browser-command", &command),
+            ("--browser-dir", &dir_text),
+        ],
+    );
+    let pod = StubPod::start();
+    let (status, g) = daemon.call(
+        "POST",
+        "/attach",
+        Some(&common::attach_body(&pod, "grant-e", "browser")),
+    );
+    assert_eq!(status, 202, "{g}");
+    let (_, mut conn) = pod.next_session();
+    let env = ok(&call(&mut conn, "browser_console_messages", json!({})));
+    assert!(env.starts_with("names "), "{env}");
+    assert!(!env.contains("HANDNODE_TOKEN"), "{env}");
+    assert!(!env.contains(realbin::TOKEN), "{env}");
+    assert!(!env.contains("s3cret-attach"), "{env}");
+    assert!(env.contains(&format!("tag={}/", dir.0.display())), "{env}");
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+/// Every tool of the pinned Playwright MCP (with every `--caps`) has a class, and the
+/// table names no tool it does not have.
+#[test]
+fn every_tool_of_the_pinned_playwright_mcp_is_classified() {
+    if let Some(reason) = playwright::missing() {
+        eprintln!("SKIPPED every_tool_of_the_pinned_playwright_mcp_is_classified: {reason}");
+        return;
+    }
+    use std::io::{BufRead, BufReader, Write};
+    let argv = real_command();
+    let dir = ShortDir::new();
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let mut child = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .args(["--caps", "vision,pdf,devtools", "--output-dir"])
+        .arg(&dir.0)
+        .current_dir(&dir.0)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    let mut reply = |msg: Value, id: i64| -> Value {
+        writeln!(stdin, "{msg}").unwrap();
+        if id == 0 {
+            return Value::Null;
+        }
+        loop {
+            let v = rx
+                .recv_timeout(CALL_WATCHDOG)
+                .expect("watchdog: Playwright MCP did not answer");
+            if v["id"] == id {
+                return v;
+            }
+        }
+    };
+    reply(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"}}}),
+        1,
+    );
+    reply(
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        0,
+    );
+    let list = reply(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        2,
+    );
+    let mut names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{list}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    for name in &names {
+        assert!(browser_class_of(name).is_some(), "{name} has no class");
+    }
+    let mut table: Vec<&str> = handnode::profiles::BROWSER_TOOL_CLASSES
+        .iter()
+        .map(|c| c.name)
+        .collect();
+    names.sort_unstable();
+    table.sort_unstable();
+    assert_eq!(
+        names, table,
+        "the class table and the pinned upstream differ"
+    );
+    // It launched no chromium (no tool was called): killing node is all there is.
+    let _ = child.kill();
+    let _ = child.wait();
+}

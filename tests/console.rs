@@ -1,0 +1,685 @@
+//! The web console (issue 18): its page and files, their security headers and the guard,
+//! `GET /audit`, and, in a real browser (playwright-core driving Debian's chromium, scripts
+//! under tests/console/), lending, approving, watching and revoking against the in-process
+//! stub pod, and agent-chosen text that must stay text. Screenshots go to
+//! `target/screenshots/`. Without node, chromium or Playwright the browser tests print why
+//! and skip; the others always run.
+
+mod common;
+#[path = "common/playwright.rs"]
+mod playwright;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use crossbeam_channel::Receiver;
+use handnode::console::{self, ASSETS, CSP, PAGE};
+use serde_json::{json, Value};
+
+/// Longest one browser step may take (chromium's first start on a busy 2-core box).
+const STEP_WATCHDOG: Duration = Duration::from_secs(60);
+/// The browser tests run one at a time: two chromiums at once starve a small box.
+static ONE_BROWSER: Mutex<()> = Mutex::new(());
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+/// `GET path` with no credential at all.
+fn anonymous(
+    d: &TestDaemon,
+    path: &str,
+    extra: &[(&str, &str)],
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    http(d.addr, "GET", path, extra, None)
+}
+
+fn check_security_headers(what: &str, headers: &[(String, String)]) {
+    let expect = [
+        ("Content-Security-Policy", CSP),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Referrer-Policy", "no-referrer"),
+        ("X-Frame-Options", "DENY"),
+    ];
+    for (name, value) in expect {
+        assert_eq!(header(headers, name), Some(value), "{what}: {name}");
+    }
+}
+
+#[test]
+fn the_page_and_its_files_are_served_without_a_token_with_every_security_header() {
+    let d = TestDaemon::new("console-headers");
+    let (status, headers, body) = anonymous(&d, "/", &[]);
+    assert_eq!(status, 200);
+    assert_eq!(
+        header(&headers, "Content-Type"),
+        Some("text/html; charset=utf-8")
+    );
+    assert_eq!(body, PAGE.body);
+    check_security_headers("GET /", &headers);
+    for asset in ASSETS {
+        let path = format!("/console/{}", asset.name);
+        let (status, headers, body) = anonymous(&d, &path, &[]);
+        assert_eq!(status, 200, "{path}");
+        assert_eq!(
+            header(&headers, "Content-Type"),
+            Some(asset.content_type),
+            "{path}"
+        );
+        assert_eq!(body, asset.body, "{path}");
+        check_security_headers(&path, &headers);
+    }
+    // The policy itself: scripts and styles only from files of ours, no inline, no eval,
+    // requests only here, never framed.
+    for part in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "connect-src 'self'",
+        "frame-ancestors 'none'",
+        "base-uri 'none'",
+    ] {
+        assert!(
+            CSP.split("; ").any(|p| p == part),
+            "CSP lacks {part}: {CSP}"
+        );
+    }
+    for weak in ["unsafe-inline", "unsafe-eval", "*", "http:", "https:"] {
+        assert!(!CSP.contains(weak), "CSP allows {weak}: {CSP}");
+    }
+    let (status, _, body) = anonymous(&d, "/console/nope.js", &[]);
+    assert_eq!(status, 404, "{}", String::from_utf8_lossy(&body));
+    // Only the page and its files are open: the API behind it is not.
+    for path in ["/attach", "/audit", "/approvals", "/console"] {
+        let (status, _, _) = anonymous(&d, path, &[]);
+        assert_eq!(status, 401, "{path} without a token");
+    }
+    let (status, headers, _) = d.raw(
+        "POST",
+        "/",
+        &[("Content-Type", "application/json")],
+        Some(b"{}"),
+    );
+    assert_eq!((status, header(&headers, "Allow")), (405, Some("GET")));
+}
+
+#[test]
+fn the_host_and_origin_guard_covers_the_console() {
+    let d = TestDaemon::new("console-guard");
+    let paths = ["/", "/console/app.js", "/console/app.css"];
+    for path in paths {
+        for bad in [
+            vec![("Host", "evil.example")],
+            vec![("Host", "127.0.0.1.evil.example:8795")],
+            vec![("Origin", "http://evil.example")],
+        ] {
+            let (status, headers, _) = anonymous(&d, path, &bad);
+            assert_eq!(status, 403, "{path} with {bad:?}");
+            assert!(header(&headers, "Content-Security-Policy").is_none());
+        }
+        let host = format!("localhost:{}", d.addr.port());
+        let origin = format!("http://{host}");
+        let (status, _, _) = anonymous(&d, path, &[("Host", &host), ("Origin", &origin)]);
+        assert_eq!(status, 200, "{path} under localhost");
+    }
+    // An --allow-host name works, as behind `tailscale serve`.
+    let d = TestDaemon::with("console-guard-allow", |c| {
+        c.allow_hosts = vec!["box.tailnet.ts.net".into()];
+    });
+    let (status, _, _) = anonymous(
+        &d,
+        "/",
+        &[
+            ("Host", "box.tailnet.ts.net"),
+            ("Origin", "https://box.tailnet.ts.net"),
+        ],
+    );
+    assert_eq!(status, 200);
+}
+
+/// Every `scheme://host` in `text` (a scheme with nothing after it, as in "ws:// or
+/// wss://", names no host).
+fn urls_with_a_host(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (i, _) in text.match_indices("://") {
+        let scheme: String = text[..i]
+            .chars()
+            .rev()
+            .take_while(|c| c.is_ascii_alphanumeric() || "+.-".contains(*c))
+            .collect();
+        let rest = &text[i + 3..];
+        if !scheme.is_empty() && rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '[') {
+            found.push(format!(
+                "{}://{}",
+                scheme.chars().rev().collect::<String>(),
+                rest.chars().take(40).collect::<String>()
+            ));
+        }
+    }
+    found
+}
+
+#[test]
+fn get_root_never_names_another_host() {
+    assert_eq!(
+        urls_with_a_host("see https://example.com/x"),
+        ["https://example.com/x"]
+    );
+    assert!(urls_with_a_host("a ws:// or wss:// address").is_empty());
+    for file in std::iter::once(&PAGE).chain(ASSETS) {
+        let text = std::str::from_utf8(file.body).unwrap();
+        assert_eq!(
+            urls_with_a_host(text),
+            Vec::<String>::new(),
+            "{}",
+            file.name
+        );
+        // Protocol-relative references load from another host too.
+        for attr in ["src=\"//", "href=\"//", "url(//", "url(\"//", "@import"] {
+            assert!(!text.contains(attr), "{} has {attr}", file.name);
+        }
+    }
+    // Whatever the page loads, it loads from here.
+    let page = std::str::from_utf8(PAGE.body).unwrap();
+    for attr in ["src=\"", "href=\""] {
+        for (i, _) in page.match_indices(attr) {
+            let value: String = page[i + attr.len()..]
+                .chars()
+                .take_while(|c| *c != '"')
+                .collect();
+            assert!(
+                value.starts_with("/console/") || value.starts_with('#') || value == "data:,",
+                "index.html loads {value}"
+            );
+        }
+    }
+    assert!(!page.contains("<script>"), "no inline script");
+    let handler = page.match_indices(" on").find(|(i, _)| {
+        let name: String = page[i + 1..]
+            .chars()
+            .take_while(char::is_ascii_alphabetic)
+            .collect();
+        page[i + 1 + name.len()..].starts_with('=')
+    });
+    assert!(handler.is_none(), "an inline handler at byte {handler:?}");
+}
+
+#[test]
+fn the_script_builds_no_html_from_text_and_evaluates_no_code() {
+    let script = std::str::from_utf8(console::asset("app.js").unwrap().body).unwrap();
+    for banned in [
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "eval(",
+        "new Function",
+        "setTimeout('",
+        "setTimeout(\"",
+        "localStorage",
+        "document.cookie",
+        "DOMParser",
+        "createContextualFragment",
+    ] {
+        assert!(!script.contains(banned), "app.js uses {banned}");
+    }
+}
+
+// ---- GET /audit ----
+
+fn audit(d: &TestDaemon, query: &str) -> (u16, Value) {
+    d.call("GET", &format!("/audit{query}"), None)
+}
+
+fn tools_of(answer: &Value) -> Vec<String> {
+    answer["calls"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .iter()
+        .map(|c| c["tool"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Wait until the audit writer has put `n` tool calls of `grant` on disk.
+fn wait_calls(d: &TestDaemon, grant: &str, n: usize) {
+    d.wait_audit(&format!("{n} calls of {grant}"), |a| {
+        a.lines()
+            .filter(|l| l.contains(r#""kind":"tool_call""#) && l.contains(grant))
+            .count()
+            >= n
+    });
+}
+
+#[test]
+fn audit_lists_a_grants_calls_newest_first_within_its_bounds() {
+    let d = TestDaemon::with("console-audit", quiet_liveness);
+    let pod = StubPod::start();
+    let (a, mut conn_a) = d.attached(&pod, "alpha", "desktop");
+    let (b, mut conn_b) = d.attached(&pod, "beta", "observe");
+    conn_a.call_tool(json!(1), "sys_info", json!({}));
+    conn_b.call_tool(json!(1), "sys_info", json!({}));
+    conn_a.call_tool(json!(2), "bash", json!({"command": "true", "cwd": "/"}));
+    conn_a.call_tool(json!(3), "no_such_tool", json!({}));
+    wait_calls(&d, &a, 3);
+    wait_calls(&d, &b, 1);
+
+    let (status, answer) = audit(&d, &format!("?grant={a}"));
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(tools_of(&answer), ["no_such_tool", "bash", "sys_info"]);
+    assert_eq!(answer["more"], false);
+    let newest = &answer["calls"][0];
+    assert_eq!(newest["outcome"], "rpc_error");
+    assert_eq!(newest["grant_id"], a.as_str());
+    assert_eq!(newest["session"], "alpha");
+    assert!(
+        newest.get("kind").is_none() && newest.get("args").is_none(),
+        "{newest}"
+    );
+    let (_, two) = audit(&d, &format!("?grant={a}&limit=2"));
+    assert_eq!(
+        (tools_of(&two), &two["more"]),
+        (vec!["no_such_tool".into(), "bash".into()], &json!(true))
+    );
+    let (_, all) = audit(&d, "?limit=500");
+    assert_eq!(
+        tools_of(&all).len(),
+        4,
+        "every grant's calls without grant="
+    );
+
+    for (query, error) in [
+        ("?limit=501", handnode::activity::LIMIT_ERROR),
+        ("?limit=0", handnode::activity::LIMIT_ERROR),
+        ("?limit=ten", handnode::activity::LIMIT_ERROR),
+        ("?grant=not-a-grant", handnode::activity::GRANT_ERROR),
+        (
+            &format!("?grant={}", a.to_uppercase()),
+            handnode::activity::GRANT_ERROR,
+        ),
+    ] {
+        assert_eq!(
+            audit(&d, query),
+            (400, json!({ "error": error })),
+            "{query}"
+        );
+    }
+    let (status, _, _) = http(d.addr, "GET", &format!("/audit?grant={a}"), &[], None);
+    assert_eq!(
+        status, 401,
+        "GET /audit needs the same authentication as the API"
+    );
+    let (status, _, _) = http(
+        d.addr,
+        "GET",
+        "/audit",
+        &[("Authorization", "Bearer wrong-token")],
+        None,
+    );
+    assert_eq!(status, 401);
+}
+
+#[test]
+fn audit_shows_arguments_only_with_audit_args() {
+    for audit_args in [false, true] {
+        let d = TestDaemon::with("console-audit-args", |c| {
+            quiet_liveness(c);
+            c.audit_args = audit_args;
+        });
+        let pod = StubPod::start();
+        let (id, mut conn) = d.attached(&pod, "args", "desktop");
+        conn.call_tool(
+            json!(1),
+            "bash",
+            json!({"command": "echo typed-text", "cwd": "/"}),
+        );
+        wait_calls(&d, &id, 1);
+        let (_, answer) = audit(&d, &format!("?grant={id}"));
+        let call = &answer["calls"][0];
+        if audit_args {
+            assert_eq!(call["args"]["command"], "echo typed-text", "{call}");
+        } else {
+            assert!(call.get("args").is_none(), "{call}");
+            assert!(!answer.to_string().contains("typed-text"), "{answer}");
+        }
+    }
+}
+
+// ---- in a real browser ----
+
+/// Why the browser tests cannot run here, or the path of playwright-core.
+fn playwright_core() -> Result<PathBuf, String> {
+    if let Some(why) = playwright::missing() {
+        return Err(why);
+    }
+    let core = playwright::prefix().join("node_modules/playwright-core");
+    if !core.join("package.json").is_file() {
+        return Err(format!(
+            "{} is missing; run scripts/ci/playwright.sh",
+            core.display()
+        ));
+    }
+    Ok(core)
+}
+
+fn screenshots_dir() -> PathBuf {
+    playwright::repo().join("target/screenshots")
+}
+
+/// One node script of tests/console/ and its line protocol (see harness.cjs).
+struct Browser {
+    /// `None` once [`Browser::finish`] has waited for it.
+    child: Option<Child>,
+    stdin: ChildStdin,
+    steps: Receiver<String>,
+    stderr: Arc<Mutex<String>>,
+    shots: Vec<PathBuf>,
+}
+
+impl Browser {
+    fn start(
+        script: &str,
+        core: &std::path::Path,
+        d: &TestDaemon,
+        env: &[(&str, String)],
+    ) -> Browser {
+        let mut cmd = Command::new("node");
+        cmd.arg(playwright::repo().join("tests/console").join(script))
+            .env("PLAYWRIGHT_CORE", core)
+            .env("CHROMIUM", playwright::CHROMIUM)
+            .env("CONSOLE_URL", format!("http://{}/", d.addr))
+            .env("CONSOLE_TOKEN", &d.token)
+            .env("SCREENSHOTS", screenshots_dir())
+            .env(
+                "CONSOLE_STEP_MS",
+                (STEP_WATCHDOG.as_millis() / 2).to_string(),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("run node");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let stderr_pipe = child.stderr.take().unwrap();
+        let (tx, steps) = crossbeam_channel::unbounded();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr_pipe).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        Browser {
+            child: Some(child),
+            stdin,
+            steps,
+            stderr,
+            shots: Vec::new(),
+        }
+    }
+
+    /// Wait for the script's `@name`, and return its data; fail on `@fail`, on its exit,
+    /// or after the watchdog.
+    fn expect(&mut self, name: &str) -> Value {
+        loop {
+            let line = match self.steps.recv_timeout(STEP_WATCHDOG) {
+                Ok(line) => line,
+                Err(e) => panic!(
+                    "watchdog: the browser never reached '{name}' ({e}); stderr:\n{}",
+                    self.stderr.lock().unwrap()
+                ),
+            };
+            let Some((step, data)) = line.strip_prefix('@').and_then(|l| l.split_once(' ')) else {
+                eprintln!("browser: {line}");
+                continue;
+            };
+            let data: Value = serde_json::from_str(data).unwrap_or(Value::Null);
+            match step {
+                "fail" => panic!(
+                    "the browser test failed before '{name}':\n{}\nstderr:\n{}",
+                    data["message"].as_str().unwrap_or_default(),
+                    self.stderr.lock().unwrap()
+                ),
+                "screenshot" => self
+                    .shots
+                    .push(PathBuf::from(data["file"].as_str().unwrap())),
+                s if s == name => return data,
+                other => panic!("the browser reached '{other}' while the test waited for '{name}'"),
+            }
+        }
+    }
+
+    fn go(&mut self, name: &str) {
+        writeln!(self.stdin, "go {name}").expect("tell the browser script to go on");
+        self.stdin.flush().unwrap();
+    }
+
+    /// Wait for `@done` and a clean exit; the screenshots it saved.
+    fn finish(mut self) -> Vec<PathBuf> {
+        self.expect("done");
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let mut child = self.child.take().expect("finish once");
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        let status = rx
+            .recv_timeout(STEP_WATCHDOG)
+            .expect("watchdog: the browser script did not exit")
+            .unwrap();
+        assert!(status.success(), "node exited {status}");
+        for shot in &self.shots {
+            let len = std::fs::metadata(shot).map(|m| m.len()).unwrap_or(0);
+            assert!(len > 1000, "{} is missing or empty", shot.display());
+        }
+        std::mem::take(&mut self.shots)
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // The script's own child (chromium) exits when its pipe to node closes.
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A daemon for the browser tests: fast liveness off, no display (the thumbnail shows why).
+fn browser_daemon(tag: &str, tweak: impl FnOnce(&mut handnode::Config)) -> TestDaemon {
+    TestDaemon::with(tag, |c| {
+        quiet_liveness(c);
+        c.display_backend = handnode::config::DisplayBackend::None;
+        tweak(c);
+    })
+}
+
+#[test]
+fn in_a_browser_lend_attach_approve_watch_and_revoke() {
+    let core = match playwright_core() {
+        Ok(core) => core,
+        Err(why) => {
+            return eprintln!("SKIPPED in_a_browser_lend_attach_approve_watch_and_revoke: {why}")
+        }
+    };
+    let _one = ONE_BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    let d = browser_daemon("console-browser", |_| {});
+    let pod = StubPod::start();
+    pod.script().expect_secret = Some("console-attach-secret".into());
+    let command = "echo allowed-from-the-console";
+    let mut browser = Browser::start(
+        "lend.cjs",
+        &core,
+        &d,
+        &[
+            ("CONSOLE_RUNTIME", pod.runtime()),
+            ("CONSOLE_SECRET", "console-attach-secret".into()),
+            ("CONSOLE_SESSION", "console-test".into()),
+            ("SESSION_ERROR", handnode::grants::SESSION_ERROR.into()),
+            ("BASH_COMMAND", command.into()),
+            (
+                "SECRET_CHOICE_ERROR",
+                handnode::grants::SECRET_CHOICE_ERROR.into(),
+            ),
+        ],
+    );
+
+    browser.expect("signed-in");
+    let id = browser.expect("lent")["id"].as_str().unwrap().to_string();
+    let grant = d.grant(&id);
+    assert_eq!(
+        (&grant["session"], &grant["profile"], &grant["approve"]),
+        (&json!("console-test"), &json!("desktop"), &json!("shell")),
+        "{grant}"
+    );
+    let ttl = grant["expires_in_secs"].as_u64().unwrap();
+    assert!((3590..=3600).contains(&ttl), "the 1 h preset: {grant}");
+    // The pod accepts the dial (with the secret typed into the page) and says hello.
+    let up = pod.next_upgrade();
+    assert_eq!(
+        (up.status, up.authorization.as_deref()),
+        (101, Some("Bearer console-attach-secret"))
+    );
+    let mut conn = pod.next_conn();
+    conn.initialize();
+    browser.go("attached");
+    browser.expect("attached");
+
+    // Renew +1 h: the same grant and socket, an hour more.
+    browser.go("renew");
+    browser.expect("renewed");
+    let renewed = d.grant(&id);
+    let ttl = renewed["expires_in_secs"].as_u64().unwrap();
+    assert!(
+        (7190..=7200).contains(&ttl),
+        "renewed by an hour: {renewed}"
+    );
+    assert_eq!(renewed["state"], "attached", "{renewed}");
+    assert!(pod.upgrades.try_recv().is_err(), "a renew keeps the socket");
+
+    // A gated bash: held until the page's Allow, then the pod gets its result.
+    conn.set_read_timeout(STEP_WATCHDOG);
+    conn.send(
+        &json!({"jsonrpc": "2.0", "id": "held", "method": "tools/call",
+                      "params": {"name": "bash", "arguments": {"command": command, "cwd": "/"}}}),
+    );
+    browser.go("approval");
+    browser.expect("allowed");
+    let reply = conn.recv();
+    assert_eq!(reply["id"], "held", "{reply}");
+    assert_eq!(reply["result"]["isError"], false, "{reply}");
+    assert_eq!(
+        reply["result"]["structuredContent"]["stdout"], "allowed-from-the-console\n",
+        "{reply}"
+    );
+    wait_calls(&d, &id, 1);
+
+    browser.go("activity");
+    browser.expect("activity");
+
+    browser.go("revoke");
+    browser.expect("revoked");
+    assert_eq!(
+        conn.expect_close(),
+        1000,
+        "the pod sees the revoke as a 1000 close"
+    );
+    let ended = d.grant(&id);
+    assert_eq!(
+        (&ended["state"], &ended["ended"]),
+        (&json!("ended"), &json!("cancelled"))
+    );
+
+    let shots = browser.finish();
+    for view in [
+        "login",
+        "grants",
+        "lend-error",
+        "approvals",
+        "activity",
+        "grants-ended",
+    ] {
+        let name = format!("console-{view}.png");
+        assert!(
+            shots.iter().any(|s| s.ends_with(&name)),
+            "no {name} in {shots:?}"
+        );
+    }
+}
+
+#[test]
+fn in_a_browser_agent_chosen_text_stays_text() {
+    let core = match playwright_core() {
+        Ok(core) => core,
+        Err(why) => return eprintln!("SKIPPED in_a_browser_agent_chosen_text_stays_text: {why}"),
+    };
+    let _one = ONE_BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    let d = browser_daemon("console-xss", |_| {});
+    let pod = StubPod::start();
+    let tool = "<img src=x onerror=alert(1)>";
+    let command = "echo '</script><script>alert(2)</script><img src=x onerror=alert(3)>'";
+    let mint_error = "<img src=x onerror=alert(4)><script>alert(5)</script>";
+    let reason = "<b onmouseover=alert(6)>not today</b>";
+    let (id, mut conn) = d.attached_with(
+        &pod,
+        json!({"runtime": pod.runtime(), "session": "xss", "profile": "desktop",
+               "approve": "shell", "secret": "s3cret-attach"}),
+    );
+    let unknown = conn.call_tool(json!(1), tool, json!({}));
+    assert!(unknown.get("error").is_some(), "{unknown}");
+    wait_calls(&d, &id, 1);
+    conn.set_read_timeout(STEP_WATCHDOG);
+    conn.send(&json!({"jsonrpc": "2.0", "id": "held", "method": "tools/call",
+                      "params": {"name": "bash", "arguments": {
+                          "command": command, "<svg onload=alert(7)>": "</pre><img src=x onerror=alert(8)>"}}}));
+    // The pod's answer to a mint, quoted in the 502 the page shows next to the field.
+    {
+        let mut script = pod.script();
+        script.mint_status = 500;
+        script.mint_body = json!(mint_error);
+    }
+
+    let mut browser = Browser::start(
+        "xss.cjs",
+        &core,
+        &d,
+        &[
+            ("CONSOLE_RUNTIME", pod.runtime()),
+            ("XSS_GRANT", id.clone()),
+            ("XSS_TOOL", tool.into()),
+            ("XSS_COMMAND", command.into()),
+            ("XSS_MINT", mint_error.into()),
+            ("XSS_REASON", reason.into()),
+        ],
+    );
+    browser.expect("denied");
+    let reply = conn.recv();
+    assert_eq!(reply["id"], "held", "{reply}");
+    assert_eq!(reply["result"]["isError"], true, "{reply}");
+    let text = reply["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains("denied by token") && text.contains(reason),
+        "{text}"
+    );
+    browser.finish();
+}
