@@ -13,6 +13,7 @@
 #   HANDNODE_UPSTREAM_DIR   pidfile, log and browser output (default:
 #                           ${XDG_RUNTIME_DIR:-/tmp}/handnode-playwright-PORT)
 #   HANDNODE_UPSTREAM_HEADED=1   show the browser on the box's display instead of --headless
+#   PLAYWRIGHT_MCP_CAPS     extra tool groups for --caps, e.g. vision,pdf,devtools (default: none)
 #   CHROMIUM                the browser binary (default: Debian's /usr/lib/chromium/chromium)
 #   UPSTREAM_START_TIMEOUT  seconds to wait for the port to listen (default 30)
 #   UPSTREAM_STOP_TIMEOUT   seconds to wait after SIGTERM before SIGKILL (default 10)
@@ -121,6 +122,7 @@ start() {
         --output-dir "$dir/output"
     )
     [ "${HANDNODE_UPSTREAM_HEADED:-0}" = 1 ] || args+=(--headless)
+    [ -z "${PLAYWRIGHT_MCP_CAPS:-}" ] || args+=(--caps "$PLAYWRIGHT_MCP_CAPS")
     # Chromium's sandbox cannot run as root; as any other user keep it.
     [ "$(id -u)" -ne 0 ] || args+=(--no-sandbox)
     # Relative file names the browser tools write land in the working directory.

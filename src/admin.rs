@@ -31,7 +31,7 @@ use crate::label;
 use crate::lanes::{Busy, Lane};
 use crate::mcp::{self, Action, Dispatcher, Outcome, ToolOutput};
 use crate::metrics::Metrics;
-use crate::profiles::Profile;
+use crate::tools::policy::ToolPolicy;
 use crate::tools::{CallContext, CallLimits, ConnCatalog};
 
 /// Most threads taking requests off tiny_http's queue. One waits when the API is idle;
@@ -618,7 +618,9 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
                 Ok(r) => r,
                 Err(msg) => return respond(request, error_response(400, &msg)),
             };
-            if req.profile == Profile::Browser && state.services.browsers.is_none() {
+            if req.policy.profile() == crate::profiles::Profile::Browser
+                && state.services.browsers.is_none()
+            {
                 return respond(
                     request,
                     error_response(400, crate::profiles::BROWSER_NEEDS_COMMAND),
@@ -909,9 +911,11 @@ fn mcp_post(state: &Arc<AdminState>, mut request: Request, principal: String) {
         Err(resp) => return respond(request, resp),
     };
     let session_id = request_header(&request, "Mcp-Session-Id").map(str::to_string);
+    let owner = ToolPolicy::owner();
     let catalog = ConnCatalog {
         grant: None,
         upstream: state.services.upstream.as_deref(),
+        policy: &owner,
         browsers: None,
     };
     let mut sessions = state.sessions.lock().unwrap_or_else(|e| e.into_inner());
@@ -931,7 +935,7 @@ fn mcp_post(state: &Arc<AdminState>, mut request: Request, principal: String) {
         }
         None => {
             let mut session = McpSession {
-                dispatcher: Dispatcher::new(Profile::Owner),
+                dispatcher: Dispatcher::new(),
                 calls: Calls::new(state.limits.max_in_flight),
                 last_used: Instant::now(),
             };
@@ -1012,7 +1016,7 @@ fn mcp_call(
     });
     let audit_args = state.audit_args.then(|| arguments.clone());
     let cx = CallContext {
-        profile: Profile::Owner,
+        policy: ToolPolicy::owner(),
         grant: None,
         limits: CallLimits {
             inline_wait: state.timing.mcp_inline_wait,

@@ -26,7 +26,8 @@ use crate::metrics::Metrics;
 use crate::notify::{Ask, Choice, Notifier};
 use crate::profiles::{Class, Profile};
 use crate::timefmt::rfc3339;
-use crate::tools::class_of;
+use crate::tools::class_of_any;
+use crate::tools::policy::{ToolPolicy, UNCLASSIFIED};
 use crate::tools::{CallContext, UpstreamSource};
 
 /// The word that, instead of a list, means every `shell`-class tool the grant can see.
@@ -101,25 +102,33 @@ impl Approve {
     }
 
     /// What a stored grant's `approve` gates when it resumes (checked at load against its
-    /// profile; the upstreams' lists are not known yet, so names are taken as stored).
-    pub fn resolve_stored(&self, profile: Profile) -> BTreeSet<String> {
+    /// policy; the upstreams' lists are not known yet, so names are taken as stored, and
+    /// `"shell"` is every `shell`-class tool of the policy).
+    pub fn resolve_stored(&self, policy: &ToolPolicy) -> BTreeSet<String> {
         match self {
-            Approve::Shell => crate::tools::names(profile)
-                .into_iter()
-                .filter(|t| class_of(t) == Some(Class::Shell))
+            Approve::Shell => policy
+                .tools()
+                .iter()
+                .filter(|t| class_of_any(t) == Some(Class::Shell))
                 .map(|t| t.to_string())
                 .collect(),
             Approve::Tools(names) => names.iter().cloned().collect(),
         }
     }
 
-    /// Whether every name is one `profile` may ever show (a local tool it lists, or an
-    /// upstream tool it allows): the load-time check of a stored grant.
-    pub fn fits(&self, profile: Profile) -> bool {
+    /// Whether every name is one the grant may ever show (`can_use`, e.g. [`fits_policy`]):
+    /// the load-time check of a stored grant.
+    pub fn fits(&self, can_use: impl Fn(&str) -> bool) -> bool {
         match self {
             Approve::Shell => true,
-            Approve::Tools(names) => names.iter().all(|n| fits_profile(n, profile)),
+            Approve::Tools(names) => names.iter().all(|n| can_use(n)),
         }
+    }
+
+    /// Whether this `approve` also gates the upstream tools without a class, which count
+    /// as `shell` (`"shell"` under a policy that sees them: `owner`'s).
+    pub fn gates_unclassified(&self, policy: &ToolPolicy) -> bool {
+        matches!(self, Approve::Shell) && policy.sees_unclassified()
     }
 
     /// The tools whose calls wait for a decision, among the `visible` ones. `Err` is the
@@ -128,7 +137,7 @@ impl Approve {
         match self {
             Approve::Shell => Ok(visible
                 .iter()
-                .filter(|t| class_of(t) == Some(Class::Shell))
+                .filter(|t| class_of_any(t) == Some(Class::Shell))
                 .cloned()
                 .collect()),
             Approve::Tools(names) => names
@@ -148,29 +157,22 @@ impl Approve {
     }
 }
 
-/// Whether `profile` can ever show `tool`: a local tool it lists, a non-local name its
-/// upstream allow-list takes, or a browser-tier tool (the `browser` profile's own).
-pub fn fits_profile(tool: &str, profile: Profile) -> bool {
-    if let Some(local) = crate::tools::find(tool) {
-        local.allowed_in(profile)
-    } else {
-        profile.allows_upstream(tool) || profile.allows_browser_tier(tool)
-    }
+/// Whether a grant under `policy` can ever show `tool`: one of its effective tools (local,
+/// upstream or, under `browser`, the browser tier's), or under `owner` an upstream tool
+/// without a class.
+pub fn fits_policy(tool: &str, policy: &ToolPolicy) -> bool {
+    policy.allows(tool)
 }
 
-/// The tools a grant under `profile` can see now: its local tools, the browser-tier tools
-/// of its class table (for `browser`; known without starting a browser), then the upstream
-/// tools it allows that the upstreams list at this moment.
-pub fn visible_tools(profile: Profile, upstream: Option<&dyn UpstreamSource>) -> Vec<String> {
-    let mut names: Vec<String> = crate::tools::names(profile)
-        .into_iter()
-        .chain(crate::profiles::browser_profile_tools().filter(|t| profile.allows_browser_tier(t)))
-        .map(String::from)
-        .collect();
+/// The tools a grant under `policy` can see now: its effective tools (the classified ones,
+/// known without asking an upstream or starting a browser), then under `owner` the tools
+/// without a class that the upstreams list at this moment.
+pub fn visible_tools(policy: &ToolPolicy, upstream: Option<&dyn UpstreamSource>) -> Vec<String> {
+    let mut names: Vec<String> = policy.tools().iter().map(|t| t.to_string()).collect();
     for (_, tool) in upstream.map(|u| u.tools()).unwrap_or_default() {
         if let Some(name) = tool.get("name").and_then(Value::as_str) {
             let local = crate::tools::find(name).is_some();
-            if !local && profile.allows_upstream(name) && !names.iter().any(|n| n == name) {
+            if !local && policy.allows(name) && !names.iter().any(|n| n == name) {
                 names.push(name.to_string());
             }
         }
@@ -184,6 +186,8 @@ pub fn visible_tools(profile: Profile, upstream: Option<&dyn UpstreamSource>) ->
 #[derive(Debug, Default)]
 pub struct Gate {
     approve: BTreeSet<String>,
+    /// Also every tool without a class (`"shell"` under `owner`, [`Approve::gates_unclassified`]).
+    unclassified: bool,
     remembered: Mutex<BTreeSet<String>>,
 }
 
@@ -193,23 +197,52 @@ impl Gate {
         approve: BTreeSet<String>,
         remembered: impl IntoIterator<Item = String>,
     ) -> Arc<Gate> {
-        let remembered = remembered
-            .into_iter()
-            .filter(|t| approve.contains(t))
-            .collect();
-        Arc::new(Gate {
-            approve,
-            remembered: Mutex::new(remembered),
-        })
+        Gate::gating(approve, false, remembered)
     }
 
+    /// [`Gate::new`], gating the tools without a class too when `unclassified`.
+    pub fn gating(
+        approve: BTreeSet<String>,
+        unclassified: bool,
+        remembered: impl IntoIterator<Item = String>,
+    ) -> Arc<Gate> {
+        let mut gate = Gate {
+            approve,
+            unclassified,
+            remembered: Mutex::new(BTreeSet::new()),
+        };
+        let remembered = remembered.into_iter().filter(|t| gate.gates(t)).collect();
+        gate.remembered = Mutex::new(remembered);
+        Arc::new(gate)
+    }
+
+    /// Whether calls of `tool` are gated at all (remembered or not).
+    fn gates(&self, tool: &str) -> bool {
+        self.approve.contains(tool) || (self.unclassified && class_of_any(tool).is_none())
+    }
+
+    /// Whether the gate holds anything (a grant that gates nothing never holds a call).
+    pub fn gates_any(&self) -> bool {
+        self.unclassified || !self.approve.is_empty()
+    }
+
+    /// Whether a call of `tool` waits for a decision now. [`UNCLASSIFIED`] (the escalation
+    /// check's stand-in for every tool without a class) waits while none of them was
+    /// remembered.
     pub fn needs_approval(&self, tool: &str) -> bool {
-        self.approve.contains(tool) && !self.remembered_set().contains(tool)
+        if tool == UNCLASSIFIED {
+            return self.unclassified
+                && !self
+                    .remembered_set()
+                    .iter()
+                    .any(|t| class_of_any(t).is_none());
+        }
+        self.gates(tool) && !self.remembered_set().contains(tool)
     }
 
     /// Later calls of `tool` run without asking. `false` if it already did.
     pub fn remember(&self, tool: &str) -> bool {
-        self.approve.contains(tool)
+        self.gates(tool)
             && self
                 .remembered
                 .lock()
@@ -217,17 +250,24 @@ impl Gate {
                 .insert(tool.to_string())
     }
 
-    /// The tools whose calls wait for a decision now, sorted (no allocation when none).
+    /// The tools whose calls wait for a decision now, sorted (no allocation when none),
+    /// then [`UNCLASSIFIED`] while the tools without a class wait too.
     pub fn waiting_tools(&self) -> Vec<String> {
-        if self.approve.is_empty() {
+        if !self.gates_any() {
             return Vec::new();
         }
-        let remembered = self.remembered_set();
-        self.approve
-            .iter()
-            .filter(|t| !remembered.contains(*t))
-            .cloned()
-            .collect()
+        let mut waiting: Vec<String> = {
+            let remembered = self.remembered_set();
+            self.approve
+                .iter()
+                .filter(|t| !remembered.contains(*t))
+                .cloned()
+                .collect()
+        };
+        if self.needs_approval(UNCLASSIFIED) {
+            waiting.push(UNCLASSIFIED.to_string());
+        }
+        waiting
     }
 
     /// `approved_for_grant`, sorted.
@@ -1030,13 +1070,17 @@ impl GrantApprovals {
     /// The call of `ctl` was cancelled or lost: `true` if it was waiting for approval.
     pub fn withdraw(&self, ctl: &Arc<JobCtl>) -> bool {
         // A grant that gates nothing never held a call: spare the hub's lock.
-        !self.gate.approve.is_empty() && self.hub.withdraw(ctl)
+        self.gate.gates_any() && self.hub.withdraw(ctl)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fixed(profile: Profile) -> ToolPolicy {
+        ToolPolicy::fixed(profile).unwrap()
+    }
 
     #[test]
     fn approve_parses_lists_and_the_shell_word() {
@@ -1070,14 +1114,14 @@ mod tests {
 
     #[test]
     fn approve_resolves_against_what_the_grant_sees() {
-        let desktop = visible_tools(Profile::Desktop, None);
+        let desktop = visible_tools(&fixed(Profile::Desktop), None);
         assert_eq!(
             Approve::Shell.resolve(&desktop).unwrap(),
             ["bash", "bash_start", "key", "mouse"]
                 .map(String::from)
                 .into()
         );
-        let observe = visible_tools(Profile::Observe, None);
+        let observe = visible_tools(&fixed(Profile::Observe), None);
         assert!(Approve::Shell.resolve(&observe).unwrap().is_empty());
         assert_eq!(
             Approve::Tools(vec!["bash".into()]).resolve(&observe),
@@ -1099,7 +1143,7 @@ mod tests {
 
     #[test]
     fn approve_sees_the_browser_tools_under_the_browser_profile() {
-        let browser = visible_tools(Profile::Browser, None);
+        let browser = visible_tools(&fixed(Profile::Browser), None);
         assert_eq!(browser.len(), 36, "{browser:?}");
         assert_eq!(
             Approve::Tools(vec!["browser_navigate".into()]).resolve(&browser),
@@ -1112,15 +1156,67 @@ mod tests {
                     .is_err(),
                 "{refused}"
             );
-            assert!(!fits_profile(refused, Profile::Browser), "{refused}");
+            assert!(!fits_policy(refused, &fixed(Profile::Browser)), "{refused}");
         }
         assert!(Approve::Shell.resolve(&browser).unwrap().is_empty());
-        assert!(Approve::Tools(vec!["browser_click".into()]).fits(Profile::Browser));
-        assert!(!Approve::Tools(vec!["browser_click".into()]).fits(Profile::Observe));
-        // The browser tier is the browser profile's alone.
-        for profile in [Profile::Owner, Profile::Desktop, Profile::Observe] {
-            assert!(!visible_tools(profile, None).contains(&"browser_click".to_string()));
+        assert!(Approve::Tools(vec!["browser_click".into()])
+            .fits(|t| fits_policy(t, &fixed(Profile::Browser))));
+        assert!(!Approve::Tools(vec!["browser_click".into()])
+            .fits(|t| fits_policy(t, &fixed(Profile::Observe))));
+        // The browser tier is the browser profile's alone; owner and desktop see browser
+        // tools of the persistent upstream (classified, so known before it lists them).
+        assert!(!visible_tools(&fixed(Profile::Observe), None).contains(&"browser_click".into()));
+        for profile in [Profile::Owner, Profile::Desktop] {
+            assert!(visible_tools(&fixed(profile), None).contains(&"browser_click".into()));
+            assert!(!profile.allows_browser_tier("browser_click"));
         }
+    }
+
+    #[test]
+    fn approve_shell_covers_every_shell_tool_a_custom_or_owner_grant_sees() {
+        let policy = ToolPolicy::new(
+            Profile::Custom,
+            crate::tools::policy::ToolLists {
+                allow: vec![
+                    "sys_info".into(),
+                    "browser_run_code_unsafe".into(),
+                    "browser_click".into(),
+                ],
+                deny: Vec::new(),
+            },
+        )
+        .unwrap();
+        let visible = visible_tools(&policy, None);
+        assert_eq!(
+            Approve::Shell.resolve(&visible).unwrap(),
+            ["browser_run_code_unsafe".to_string()].into()
+        );
+        assert!(!Approve::Shell.gates_unclassified(&policy));
+        let owner = fixed(Profile::Owner);
+        assert!(Approve::Shell.gates_unclassified(&owner));
+        let gate = Gate::gating(Approve::Shell.resolve_stored(&owner), true, []);
+        for t in [
+            "bash",
+            "browser_pdf_save",
+            "browser_page_tool",
+            UNCLASSIFIED,
+        ] {
+            assert!(gate.needs_approval(t), "{t}");
+        }
+        assert!(!gate.needs_approval("sys_info") && !gate.needs_approval("browser_click"));
+        assert_eq!(
+            owner.escalation(|t| gate.needs_approval(t)).shell,
+            crate::tools::policy::Shell::Gated
+        );
+        assert!(gate.remember("browser_page_tool"));
+        assert!(
+            !gate.needs_approval(UNCLASSIFIED),
+            "one unclassified tool runs unasked"
+        );
+        assert_eq!(
+            owner.escalation(|t| gate.needs_approval(t)).shell,
+            crate::tools::policy::Shell::Yes
+        );
     }
 
     #[test]

@@ -190,8 +190,11 @@ pub struct GrantArgs {
     pub client: ClientArgs,
     pub runtime: String,
     pub session: String,
-    /// `None`: the daemon's default (`observe`).
+    /// `None`: the daemon's default (`observe`), or `custom` when `allow` is given.
     pub profile: Option<Profile>,
+    /// Tool names or `prefix*` patterns; as the daemon's `allow` and `deny` lists.
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
     /// `None`: the daemon's default (3600).
     pub ttl_secs: Option<u64>,
     pub credential: Credential,
@@ -245,6 +248,8 @@ pub(crate) struct OperatorDraft {
     runtime: Option<String>,
     session: Option<String>,
     profile: Option<Profile>,
+    allow: Vec<String>,
+    deny: Vec<String>,
     ttl_secs: Option<u64>,
     secret_file: Option<PathBuf>,
     admin_credential_file: Option<PathBuf>,
@@ -255,6 +260,17 @@ pub(crate) struct OperatorDraft {
     remember: bool,
     reason: Option<String>,
     approve: Option<Vec<String>>,
+}
+
+/// `--allow`/`--deny` values: each may itself be a comma-separated list.
+fn tool_names(values: Vec<String>) -> Vec<String> {
+    values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 fn nonempty(value: String) -> Result<String, String> {
@@ -346,11 +362,37 @@ const GRANT_FLAGS: &[Flag<OperatorDraft>] = &[
         name: "profile",
         env: false,
         default: "observe",
-        help: "Which tools the agent sees: owner, desktop, observe or browser (a throwaway browser of the grant's own; needs the daemon's --browser-command). Only observe and browser keep the agent out of this box's shell.",
+        help: "Which tools the agent sees: owner, desktop, observe, browser (a throwaway browser of the grant's own; needs the daemon's --browser-command) or custom (the --allow list). Only observe and browser keep the agent out of this box's shell; the answer says whether the grant reaches one (shell yes|gated|no, and why).",
         kind: Kind::Text {
             metavar: "PROFILE",
             set: |d, v| {
                 d.profile = Some(v.trim().parse().map_err(|e: &str| e.to_string())?);
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "allow",
+        env: false,
+        default: "",
+        help: "Lend exactly these tools (names, or prefix* patterns such as browser_*; comma-separated too). Implies --profile custom.",
+        kind: Kind::List {
+            metavar: "TOOL",
+            set: |d, v| {
+                d.allow = tool_names(v);
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "deny",
+        env: false,
+        default: "",
+        help: "Take these tools (names or prefix* patterns) out of the profile's list.",
+        kind: Kind::List {
+            metavar: "TOOL",
+            set: |d, v| {
+                d.deny = tool_names(v);
                 Ok(())
             },
         },
@@ -616,6 +658,8 @@ fn parse_operator(
                 runtime,
                 session,
                 profile: draft.profile,
+                allow: std::mem::take(&mut draft.allow),
+                deny: std::mem::take(&mut draft.deny),
                 ttl_secs: draft.ttl_secs,
                 credential,
                 approve: draft.approve.take(),
@@ -674,7 +718,7 @@ fn parse_operator(
 /// `handnode grant|grants|revoke --help`.
 fn help(sub: &str) -> String {
     let head = match sub {
-        "grant" => "Usage: handnode grant --runtime URL --session NAME (--secret-file PATH | --admin-credential-file PATH)\n                      [--profile PROFILE] [--ttl DURATION] [--wait] [--json] [--url URL]\n\nAsk the running daemon to lend this box to a pod session. Exit 0 ok, 1 daemon unreachable or\nrefused, 2 bad usage, 3 the grant ended while --wait waited.\n",
+        "grant" => "Usage: handnode grant --runtime URL --session NAME (--secret-file PATH | --admin-credential-file PATH)\n                      [--profile PROFILE] [--allow TOOL]... [--deny TOOL]... [--ttl DURATION]\n                      [--wait] [--json] [--url URL]\n\nAsk the running daemon to lend this box to a pod session. Exit 0 ok, 1 daemon unreachable or\nrefused, 2 bad usage, 3 the grant ended while --wait waited.\n",
         "grants" => "Usage: handnode grants [--json] [--url URL]\n\nList the daemon's grants: live ones and those ended in the last 10 minutes.\n",
         "approvals" => "Usage: handnode approvals [--watch] [--json] [--url URL]\n\nList the tool calls waiting for your approval (a grant's approve list names their tool), oldest\nfirst, with their arguments. --watch keeps listing as calls arrive and leave.\n",
         "approve" => "Usage: handnode approve ID [--remember] [--url URL]\n\nLet one waiting call run. With --remember, later calls of its tool under that grant run\nwithout asking until the grant ends. Exit 1 when the id is unknown, already decided, expired\nor withdrawn.\n",
@@ -885,6 +929,26 @@ fn state_line(grant: &Value) -> String {
     line
 }
 
+/// A list field of the grant JSON, comma-separated; `None` when absent or empty.
+fn names_field(grant: &Value, field: &str) -> Option<String> {
+    let names: Vec<&str> = grant
+        .get(field)?
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    (!names.is_empty()).then(|| names.join(", "))
+}
+
+/// Whether a grant reaches the box's shell, and why: `yes (bash is a shell tool)`.
+fn shell_line(grant: &Value) -> String {
+    let mut line = str_field(grant, "shell").to_string();
+    if let Some(because) = grant.get("shell_because").and_then(Value::as_str) {
+        line.push_str(&format!(" ({because})"));
+    }
+    line
+}
+
 fn describe(grant: &Value) -> String {
     let expires_in = grant
         .get("expires_in_secs")
@@ -901,6 +965,11 @@ fn describe(grant: &Value) -> String {
         str_field(grant, "expires_at"),
         expires_in,
     );
+    for field in ["allow", "deny", "tools"] {
+        if let Some(names) = names_field(grant, field) {
+            text.push_str(&format!("  {field}: {names}\n"));
+        }
+    }
     let names = |v: Option<&Value>| match v {
         Some(Value::String(s)) => Some(s.clone()),
         Some(Value::Array(a)) if !a.is_empty() => Some(
@@ -946,8 +1015,18 @@ fn pretty(value: &Value) -> String {
 fn grant(args: &GrantArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32, Failure> {
     let client = Client::new(&args.client);
     let mut body = json!({"runtime": args.runtime, "session": args.session});
-    if let Some(profile) = args.profile {
+    let profile = match args.profile {
+        None if !args.allow.is_empty() => Some(Profile::Custom),
+        profile => profile,
+    };
+    if let Some(profile) = profile {
         body["profile"] = json!(profile.as_str());
+    }
+    if !args.allow.is_empty() {
+        body["allow"] = json!(args.allow);
+    }
+    if !args.deny.is_empty() {
+        body["deny"] = json!(args.deny);
     }
     if let Some(ttl) = args.ttl_secs {
         body["ttl_secs"] = json!(ttl);
@@ -1065,6 +1144,7 @@ fn grants(args: &GrantsArgs, out: &mut dyn Write) -> Result<i32, Failure> {
         "ID",
         "STATE",
         "PROFILE",
+        "SHELL",
         "SESSION",
         "EXPIRES IN",
         "CALLS",
@@ -1078,6 +1158,7 @@ fn grants(args: &GrantsArgs, out: &mut dyn Write) -> Result<i32, Failure> {
             str_field(g, "id").to_string(),
             state_line(g),
             str_field(g, "profile").to_string(),
+            shell_line(g),
             str_field(g, "session").to_string(),
             g.get("expires_in_secs")
                 .and_then(Value::as_u64)
@@ -1452,6 +1533,25 @@ mod tests {
         assert_eq!(args.ttl_secs, Some(1800));
         assert!(args.wait && args.json);
         assert_eq!(args.client.url, "http://127.0.0.1:9000");
+        assert!(args.allow.is_empty() && args.deny.is_empty());
+
+        let Ok(Command::Grant(args)) = with(&[
+            "--secret-file",
+            &secret,
+            "--allow",
+            "sys_info,browser_*",
+            "--allow",
+            " screenshot ",
+            "--deny=browser_evaluate",
+        ]) else {
+            panic!("not a grant");
+        };
+        assert_eq!(args.allow, ["sys_info", "browser_*", "screenshot"]);
+        assert_eq!(args.deny, ["browser_evaluate"]);
+        assert_eq!(
+            args.profile, None,
+            "the body says custom; see grant_sends_lists"
+        );
 
         let Ok(Command::Grant(args)) = with(&["--secret-file", &secret, "--profile", "browser"])
         else {
@@ -1473,7 +1573,7 @@ mod tests {
             (vec!["--secret-file", "/nonexistent"], "cannot read it"),
             (
                 vec!["--secret-file", &secret, "--profile", "sandbox"],
-                "profile must be one of owner, desktop, observe, browser",
+                "profile must be one of owner, desktop, observe, browser, custom",
             ),
             (
                 vec!["--secret-file", &secret, "--ttl", "86401"],
@@ -1675,6 +1775,8 @@ mod tests {
             runtime: "wss://pod:8090".into(),
             session: "laptop".into(),
             profile: Some(Profile::Observe),
+            allow: Vec::new(),
+            deny: Vec::new(),
             ttl_secs: Some(600),
             credential: Credential::Secret(Secret::new("s3")),
             approve: None,
@@ -1713,6 +1815,35 @@ mod tests {
         assert_eq!(
             body,
             json!({"runtime":"wss://pod:8090","session":"laptop","profile":"observe","ttl_secs":600,"secret":"s3"})
+        );
+    }
+
+    #[test]
+    fn grant_sends_lists_and_shows_whether_the_grant_reaches_a_shell() {
+        let reply = grant_json(
+            "idle",
+            r#","profile":"custom","allow":["sys_info","bash"],"deny":[],"tools":["sys_info","bash"],"shell":"yes","shell_because":"bash is a shell tool""#,
+        );
+        let stub = Stub::start(vec![(202, reply)]);
+        let Command::Grant(mut args) = grant_args(stub.client(Some("tok")), false) else {
+            unreachable!()
+        };
+        args.profile = None;
+        args.allow = vec!["sys_info".into(), "bash".into()];
+        args.deny = vec!["key".into()];
+        let (code, out, _) = run_captured(&Command::Grant(args));
+        let seen = stub.finish();
+        assert_eq!(code, EXIT_OK);
+        let body: Value = serde_json::from_str(&seen[0].body).unwrap();
+        assert_eq!(body["profile"], "custom", "--allow implies custom");
+        assert_eq!(body["allow"], json!(["sys_info", "bash"]));
+        assert_eq!(body["deny"], json!(["key"]));
+        assert!(
+            out.contains("  reaches the shell: yes (bash is a shell tool)\n")
+                && out.contains("  allow: sys_info, bash\n")
+                && out.contains("  tools: sys_info, bash\n")
+                && !out.contains("  deny:"),
+            "{out}"
         );
     }
 
@@ -1810,8 +1941,11 @@ mod tests {
     fn grants_prints_a_table() {
         let list = format!(
             r#"{{"grants":[{},{}]}}"#,
-            grant_json("attached", r#","jobs":3"#),
-            grant_json("ended", r#","ended":"cancelled""#)
+            grant_json(
+                "attached",
+                r#","jobs":3,"shell":"yes","shell_because":"bash is a shell tool""#
+            ),
+            grant_json("ended", r#","ended":"cancelled","shell":"no""#)
         );
         let stub = Stub::start(vec![(200, list), (200, r#"{"grants":[]}"#.into())]);
         let command = Command::Grants(GrantsArgs {
@@ -1824,13 +1958,15 @@ mod tests {
         assert_eq!((code, code2), (EXIT_OK, EXIT_OK));
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 3, "{out}");
-        assert!(lines[0].starts_with("ID") && lines[0].contains("STATE"));
+        let header: Vec<&str> = lines[0].split_whitespace().collect();
+        assert_eq!(header[..4], ["ID", "STATE", "PROFILE", "SHELL"], "{out}");
         assert!(lines[1].contains("attached") && lines[1].contains("1h 0m"));
         assert!(lines[0].contains("JOBS"), "{out}");
         let jobs_at = lines[0].find("JOBS").unwrap();
         assert_eq!(&lines[1][jobs_at..jobs_at + 1], "3", "{out}");
         assert_eq!(&lines[2][jobs_at..jobs_at + 1], "-", "{out}");
-        assert!(lines[2].contains("ended: cancelled"));
+        assert!(lines[1].contains("yes (bash is a shell tool)"), "{out}");
+        assert!(lines[2].contains("ended: cancelled") && lines[2].contains(" no "));
         assert_eq!(out2, "no grants\n");
     }
 

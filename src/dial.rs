@@ -26,6 +26,7 @@ use crate::mcp::{self, Action, Dispatcher, Outcome};
 use crate::profiles::Profile;
 use crate::secret::Secret;
 use crate::tls::{connect_first, ClientStream, ConnectError, SetupError};
+use crate::tools::policy::ToolPolicy;
 use crate::tools::{CallContext, CallLimits, ConnCatalog, GrantNote};
 use crate::wake::{Poller, Waker};
 
@@ -48,7 +49,8 @@ pub fn attach_url(runtime: &str, session: &str) -> String {
 pub enum EndReason {
     /// The pod closed 4001.
     GrantExpired,
-    /// The pod closed 4002, or a renew with a different profile replaced this grant.
+    /// The pod closed 4002, or a `POST /attach` with a different profile or lists replaced
+    /// this grant.
     Replaced,
     /// The pod closed 4004.
     SessionEnded,
@@ -212,7 +214,7 @@ impl Default for Status {
 /// Messages to a grant thread. The sender always wakes the thread afterwards.
 #[derive(Debug)]
 pub enum Command {
-    /// Same target and profile asked again: new secret for future dials, new deadline,
+    /// Same target, profile and lists asked again: new secret for future dials, new deadline,
     /// new principal; dial now if waiting to redial.
     Renew {
         secret: Secret,
@@ -272,7 +274,8 @@ pub struct GrantSpec {
     pub id: String,
     pub runtime: String,
     pub session: String,
-    pub profile: Profile,
+    /// What the grant may use; never changes in place (a different one is a replace).
+    pub policy: Arc<ToolPolicy>,
     pub principal: String,
     pub secret: Secret,
     pub deadline: SystemTime,
@@ -397,7 +400,7 @@ impl GrantThread {
     fn exit(self, exit: Exit) {
         // A grant's browser lives as long as its thread: it survives redials, and goes
         // when the grant ends and when the daemon stops (it is throwaway either way).
-        if self.spec.profile == Profile::Browser {
+        if self.spec.policy.profile() == Profile::Browser {
             if let Some(browsers) = &self.services.browsers {
                 browsers.end_grant(&self.spec.id);
             }
@@ -615,7 +618,7 @@ impl GrantThread {
         let (results_tx, results_rx) = crossbeam_channel::unbounded::<Finished>();
         let waker = self.poller.waker();
         let mut calls = Calls::new(self.limits.max_in_flight);
-        let mut dispatcher = Dispatcher::new(self.spec.profile);
+        let mut dispatcher = Dispatcher::new();
         let mut last_inbound = Instant::now();
         let mut next_ping = last_inbound + self.timing.ping_interval;
         let mut attached_at: Option<Instant> = None;
@@ -879,6 +882,7 @@ impl GrantThread {
                     .browsers
                     .as_deref()
                     .map(|b| b as &dyn crate::tools::BrowserTier),
+                policy: &self.spec.policy,
             };
             dispatcher.handle(bytes, &catalog)
         };
@@ -922,7 +926,7 @@ impl GrantThread {
                         wake.wake();
                     });
                     let cx = CallContext {
-                        profile: self.spec.profile,
+                        policy: Arc::clone(&self.spec.policy),
                         grant: Some(note.clone()),
                         limits: CallLimits {
                             inline_wait: self.timing.inline_wait,
@@ -936,7 +940,7 @@ impl GrantThread {
                         grant_id: &self.spec.id,
                         principal: &self.spec.principal,
                         session: &self.spec.session,
-                        profile: self.spec.profile,
+                        profile: self.spec.policy.profile(),
                     };
                     self.approvals
                         .start(&self.services, asker, (route, name, arguments), cx, done);

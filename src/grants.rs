@@ -26,9 +26,10 @@ use crate::error::Error;
 use crate::ids::new_id;
 use crate::metrics::Metrics;
 use crate::persist::{GrantStore, StoredGrant};
-use crate::profiles::{Profile, PROFILE_ERROR};
+use crate::profiles::{profile_error, Profile};
 use crate::secret::Secret;
 use crate::timefmt::{now_unix, rfc3339};
+use crate::tools::policy::{ToolLists, ToolPolicy};
 use crate::wake::{Poller, Waker};
 
 pub use crate::config::MAX_TTL_SECS;
@@ -55,7 +56,8 @@ pub enum SecretSource {
 pub struct AttachRequest {
     pub runtime: String,
     pub session: String,
-    pub profile: Profile,
+    /// The profile with its `allow`/`deny` lists, resolved.
+    pub policy: ToolPolicy,
     pub ttl_secs: u64,
     pub source: SecretSource,
     /// Tools whose every call waits for a person's decision (§10), as given.
@@ -80,6 +82,8 @@ impl AttachRequest {
                 "runtime",
                 "session",
                 "profile",
+                "allow",
+                "deny",
                 "ttl_secs",
                 "secret",
                 "admin_credential",
@@ -101,8 +105,24 @@ impl AttachRequest {
         let profile = match obj.get("profile") {
             None => Profile::Observe,
             Some(Value::String(s)) => s.parse().map_err(|e: &str| e.to_string())?,
-            Some(_) => return Err(PROFILE_ERROR.into()),
+            Some(_) => return Err(profile_error().into()),
         };
+        let list = |name: &str| -> Result<Vec<String>, String> {
+            let wrong = || format!("{name} must be a list of tool names");
+            match obj.get(name) {
+                None | Some(Value::Null) => Ok(Vec::new()),
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .map(|v| v.as_str().map(str::to_string).ok_or_else(wrong))
+                    .collect(),
+                Some(_) => Err(wrong()),
+            }
+        };
+        let lists = ToolLists {
+            allow: list("allow")?,
+            deny: list("deny")?,
+        };
+        let policy = ToolPolicy::new(profile, lists)?;
         let ttl_secs = match obj.get("ttl_secs") {
             None => DEFAULT_TTL_SECS,
             Some(v) => match v.as_u64() {
@@ -132,7 +152,7 @@ impl AttachRequest {
         Ok(AttachRequest {
             runtime,
             session,
-            profile,
+            policy,
             ttl_secs,
             source,
             approve,
@@ -196,7 +216,7 @@ struct Entry {
     runtime: String,
     session: String,
     target: String,
-    profile: Profile,
+    policy: Arc<ToolPolicy>,
     principal: String,
     created_at: u64,
     deadline: SystemTime,
@@ -225,12 +245,19 @@ impl Entry {
         unix(self.deadline)
     }
 
+    fn profile(&self) -> Profile {
+        self.policy.profile()
+    }
+
     fn stored(&self) -> StoredGrant {
         StoredGrant {
             id: self.id.clone(),
             runtime: self.runtime.clone(),
             session: self.session.clone(),
-            profile: self.profile.as_str().to_string(),
+            profile: self.profile().as_str().to_string(),
+            allow: self.policy.lists().allow.clone(),
+            deny: self.policy.lists().deny.clone(),
+            tools: self.policy.tools().iter().map(|t| t.to_string()).collect(),
             principal: self.principal.clone(),
             created_at: self.created_at,
             expires_at: self.expires_at(),
@@ -249,7 +276,22 @@ impl Entry {
         v.insert("id".into(), json!(self.id));
         v.insert("runtime".into(), json!(self.runtime));
         v.insert("session".into(), json!(self.session));
-        v.insert("profile".into(), json!(self.profile.as_str()));
+        v.insert("profile".into(), json!(self.profile().as_str()));
+        let lists = self.policy.lists();
+        v.insert("tools".into(), json!(self.policy.tools()));
+        v.insert("allow".into(), json!(lists.allow));
+        v.insert("deny".into(), json!(lists.deny));
+        // `approve` as given (absent when none), what `remember` let through, and the
+        // escalation check over every tool the policy can see, asking this grant's gate.
+        if let Some(approve) = &self.approve {
+            v.insert("approve".into(), approve.to_json());
+        }
+        v.insert("approved_for_grant".into(), json!(self.gate.remembered()));
+        let escalation = self.policy.escalation(|t| self.gate.needs_approval(t));
+        v.insert("shell".into(), json!(escalation.shell.as_str()));
+        if let Some(because) = escalation.because {
+            v.insert("shell_because".into(), json!(because));
+        }
         v.insert("principal".into(), json!(self.principal));
         v.insert("created_at".into(), json!(rfc3339(self.created_at)));
         v.insert("expires_at".into(), json!(rfc3339(self.expires_at())));
@@ -280,20 +322,6 @@ impl Entry {
         v.insert("jobs".into(), json!(jobs));
         if let Some(err) = &status.last_error {
             v.insert("last_error".into(), json!(err));
-        }
-        if let Some(approve) = &self.approve {
-            v.insert("approve".into(), approve.to_json());
-        }
-        v.insert("approved_for_grant".into(), json!(self.gate.remembered()));
-        // Over what the profile shows without asking an upstream: its local tools and, for
-        // `browser`, the browser tier's (classed by `profiles::BROWSER_TOOL_CLASSES`).
-        let visible = visible_tools(self.profile, None);
-        let (shell, because) = crate::tools::escalation(visible.iter().map(String::as_str), |t| {
-            self.gate.needs_approval(t)
-        });
-        v.insert("shell".into(), json!(shell.as_str()));
-        if let Some(because) = because {
-            v.insert("shell_because".into(), json!(because));
         }
         Value::Object(v)
     }
@@ -331,7 +359,7 @@ impl Entry {
             grant_id: self.id.clone(),
             principal: self.principal.clone(),
             previous_principal: previous,
-            profile: self.profile.as_str().to_string(),
+            profile: self.profile().as_str().to_string(),
             runtime: self.runtime.clone(),
             session: self.session.clone(),
             ttl_secs: Some(
@@ -588,6 +616,15 @@ impl Registry {
         dropped
     }
 
+    /// Whether a request for a target with a live grant renews it (same profile, the
+    /// same lists and the same `approve`) rather than replacing it. A grant's tools never
+    /// change in place.
+    fn renews(live: &Entry, policy: &ToolPolicy, approve: &Option<Approve>) -> bool {
+        live.policy.profile() == policy.profile()
+            && live.policy.lists().same_as(policy.lists())
+            && Approve::same(&live.approve, approve)
+    }
+
     /// Create, renew or replace a grant (contract §3). Blocks for the mint, if any, and
     /// for the fsync of the grant and its audit record; returns the grant JSON and
     /// whether it was a renewal.
@@ -597,11 +634,15 @@ impl Registry {
         principal: &str,
     ) -> Result<(Value, bool), AttachError> {
         // Checked before any mint: a refused request changes nothing, at the pod neither.
-        let visible = visible_tools(req.profile, self.services.upstream.as_deref());
+        let visible = visible_tools(&req.policy, self.services.upstream.as_deref());
         let gated = match &req.approve {
             Some(approve) => approve.resolve(&visible).map_err(AttachError::BadRequest)?,
             None => Default::default(),
         };
+        let unclassified = req
+            .approve
+            .as_ref()
+            .is_some_and(|a| a.gates_unclassified(&req.policy));
         let now = SystemTime::now();
         let (secret, ttl) = match req.source {
             SecretSource::Given(secret) => (secret, req.ttl_secs),
@@ -637,10 +678,7 @@ impl Registry {
                 .iter()
                 .position(|e| e.target == target && e.is_live());
             match existing {
-                Some(i)
-                    if inner.entries[i].profile == req.profile
-                        && Approve::same(&inner.entries[i].approve, &req.approve) =>
-                {
+                Some(i) if Self::renews(&inner.entries[i], &req.policy, &req.approve) => {
                     let entry = &mut inner.entries[i];
                     let previous = std::mem::replace(&mut entry.principal, principal.to_string());
                     entry.secret = secret.clone();
@@ -671,8 +709,15 @@ impl Registry {
                         old.end_here(EndReason::Replaced);
                         self.jobs().end_scope(&old.id);
                         info!(
-                            "grant {} replaced (profile {} -> {})",
-                            old.id, old.profile, req.profile
+                            "grant {} replaced (profile {} -> {}; tool lists {})",
+                            old.id,
+                            old.profile(),
+                            req.policy.profile(),
+                            if old.policy.lists().same_as(req.policy.lists()) {
+                                "unchanged"
+                            } else {
+                                "changed"
+                            }
                         );
                         let record =
                             old.lifecycle(LifecycleEvent::Replaced, Some("replaced".into()), None);
@@ -680,16 +725,18 @@ impl Registry {
                         self.approvals.withdraw_grant(&old.id);
                     }
                     let id = new_id();
+                    let profile = req.policy.profile();
+                    let policy = Arc::new(req.policy);
                     let spec = GrantSpec {
                         id: id.clone(),
                         runtime: req.runtime.clone(),
                         session: req.session.clone(),
-                        profile: req.profile,
+                        policy: Arc::clone(&policy),
                         principal: principal.to_string(),
                         secret: secret.clone(),
                         deadline,
                     };
-                    let gate = Gate::new(gated, []);
+                    let gate = Gate::gating(gated, unclassified, []);
                     let (handle, status) = self
                         .spawn(spec, &gate)
                         .map_err(|e| AttachError::Internal(e.to_string()))?;
@@ -698,7 +745,7 @@ impl Registry {
                         runtime: req.runtime,
                         session: req.session,
                         target,
-                        profile: req.profile,
+                        policy,
                         principal: principal.to_string(),
                         created_at: unix(now),
                         deadline,
@@ -724,9 +771,9 @@ impl Registry {
                     }
                     let view = inner.entries.last().expect("just pushed").view(0);
                     info!(
-                        "grant {id} created for session {} ({}) by {principal}, ttl {ttl}s",
+                        "grant {id} created for session {} ({profile}, shell {}) by {principal}, ttl {ttl}s",
                         view["session"].as_str().unwrap_or(""),
-                        req.profile
+                        view["shell"].as_str().unwrap_or("")
                     );
                     Ok((view, false))
                 }
@@ -747,7 +794,7 @@ impl Registry {
         self.jobs().end_scope(id);
         self.approvals.withdraw_grant(id);
         let record = entry.lifecycle(LifecycleEvent::Revoked, Some("cancelled".into()), None);
-        let who = (entry.session.clone(), entry.profile);
+        let who = (entry.session.clone(), entry.profile());
         info!("grant {id} revoked");
         self.record_end(inner, id, record, who, "revoked here");
         true
@@ -861,11 +908,21 @@ impl Registry {
         let mut inner = self.lock();
         let mut resumed = 0;
         for g in report.grants {
-            let Ok(profile) = g.profile.parse::<Profile>() else {
-                warn!("dropped persisted grant {}: unknown profile", g.id);
-                continue;
+            let lists = ToolLists {
+                allow: g.allow.clone(),
+                deny: g.deny.clone(),
             };
-            if profile == Profile::Browser && self.services.browsers.is_none() {
+            let policy = match ToolPolicy::resume(&g.profile, lists, &g.tools) {
+                Ok(policy) => Arc::new(policy),
+                Err(why) => {
+                    // Never widened: a grant whose lists no longer resolve, or a custom
+                    // grant whose list would now mean other tools, is dropped, and
+                    // whoever lent it must lend again.
+                    warn!("dropped persisted grant {}: {why}", g.id);
+                    continue;
+                }
+            };
+            if policy.profile() == Profile::Browser && self.services.browsers.is_none() {
                 warn!(
                     "dropped persisted grant {}: {}",
                     g.id,
@@ -873,20 +930,39 @@ impl Registry {
                 );
                 continue;
             }
+            // `persist` checked `approve` against the profile's own list; a deny may have
+            // taken some of it away since: such a grant is dropped, not widened or narrowed.
+            let outside = |t: &String| !crate::approvals::fits_policy(t, &policy);
+            let named = match &g.approve {
+                Some(Approve::Tools(names)) => names.iter().find(|t| outside(t)),
+                _ => None,
+            };
+            if let Some(name) = named.or_else(|| g.approved_for_grant.iter().find(|t| outside(t))) {
+                warn!(
+                    "dropped persisted grant {}: approve names {}, which it cannot use",
+                    g.id,
+                    crate::label::name(name)
+                );
+                continue;
+            }
             let deadline = UNIX_EPOCH + Duration::from_secs(g.expires_at);
-            // Validated at load against the profile; upstream names cannot be checked before
+            // Validated at load against the policy; upstream names cannot be checked before
             // the upstreams answer, and gating a tool that is not there changes nothing.
             let gated = g
                 .approve
                 .as_ref()
-                .map(|a| a.resolve_stored(profile))
+                .map(|a| a.resolve_stored(&policy))
                 .unwrap_or_default();
-            let gate = Gate::new(gated, g.approved_for_grant.clone());
+            let unclassified = g
+                .approve
+                .as_ref()
+                .is_some_and(|a| a.gates_unclassified(&policy));
+            let gate = Gate::gating(gated, unclassified, g.approved_for_grant.clone());
             let spec = GrantSpec {
                 id: g.id.clone(),
                 runtime: g.runtime.clone(),
                 session: g.session.clone(),
-                profile,
+                policy: Arc::clone(&policy),
                 principal: g.principal.clone(),
                 secret: g.secret.clone(),
                 deadline,
@@ -898,7 +974,7 @@ impl Registry {
                         id: g.id,
                         runtime: g.runtime,
                         session: g.session,
-                        profile,
+                        policy,
                         principal: g.principal,
                         created_at: g.created_at,
                         deadline,
@@ -959,7 +1035,7 @@ impl Registry {
             _ => LifecycleEvent::Ended,
         };
         let record = entry.lifecycle(event, Some(reason.as_string()), None);
-        let who = (entry.session.clone(), entry.profile);
+        let who = (entry.session.clone(), entry.profile());
         let why = format!("grant ended: {}", reason.as_string());
         self.record_end(inner, grant_id, record, who, &why);
     }
@@ -973,7 +1049,7 @@ impl Registry {
                 .entries
                 .iter()
                 .find(|e| e.id == grant_id && e.ended_at.is_none())
-                .map(|e| (e.session.clone(), e.profile, e.expires_at()))
+                .map(|e| (e.session.clone(), e.profile(), e.expires_at()))
         };
         if let Some((session, profile, expires)) = found {
             if attached {
@@ -1065,15 +1141,51 @@ mod tests {
             ),
             (
                 format!(r#"{{{ok},"profile":"sandbox","secret":"x"}}"#),
-                PROFILE_ERROR,
+                profile_error(),
             ),
             (
                 format!(r#"{{{ok},"profile":"Owner","secret":"x"}}"#),
-                PROFILE_ERROR,
+                profile_error(),
             ),
             (
                 format!(r#"{{{ok},"profile":3,"secret":"x"}}"#),
-                PROFILE_ERROR,
+                profile_error(),
+            ),
+            (
+                format!(r#"{{{ok},"profile":"custom","secret":"x"}}"#),
+                crate::tools::policy::CUSTOM_NEEDS_ALLOW_ERROR,
+            ),
+            (
+                format!(r#"{{{ok},"profile":"custom","allow":[],"secret":"x"}}"#),
+                crate::tools::policy::CUSTOM_NEEDS_ALLOW_ERROR,
+            ),
+            (
+                format!(r#"{{{ok},"allow":["sys_info"],"secret":"x"}}"#),
+                crate::tools::policy::ALLOW_NEEDS_CUSTOM_ERROR,
+            ),
+            (
+                format!(r#"{{{ok},"profile":"custom","allow":"sys_info","secret":"x"}}"#),
+                "allow must be a list of tool names",
+            ),
+            (
+                format!(r#"{{{ok},"profile":"custom","allow":["sys_info",3],"secret":"x"}}"#),
+                "allow must be a list of tool names",
+            ),
+            (
+                format!(r#"{{{ok},"deny":{{"bash":true}},"secret":"x"}}"#),
+                "deny must be a list of tool names",
+            ),
+            (
+                format!(r#"{{{ok},"profile":"custom","allow":["sys_info","rm"],"secret":"x"}}"#),
+                "unknown tool in allow: rm",
+            ),
+            (
+                format!(r#"{{{ok},"profile":"desktop","deny":["browser_nope*"],"secret":"x"}}"#),
+                "unknown tool in deny: browser_nope*",
+            ),
+            (
+                format!(r#"{{{ok},"deny":["sys_info","screenshot"],"secret":"x"}}"#),
+                crate::tools::policy::NO_TOOLS_ERROR,
             ),
             (format!(r#"{{{ok},"ttl_secs":0,"secret":"x"}}"#), TTL_ERROR),
             (
@@ -1112,16 +1224,17 @@ mod tests {
     #[test]
     fn defaults_and_bounds_accepted() {
         let r = parse(r#"{"runtime":"ws://127.0.0.1:1","session":"abc-1","secret":"x","future_field":{"a":1}}"#).unwrap();
-        assert_eq!(r.profile, Profile::Observe);
+        assert_eq!(r.policy.profile(), Profile::Observe);
+        assert!(r.policy.lists().is_empty());
         assert_eq!(r.ttl_secs, 3600);
         assert!(matches!(r.source, SecretSource::Given(_)));
         let r = parse(&format!(r#"{{"runtime":"wss://h/","session":"{}","ttl_secs":86400,"admin_credential":"c","profile":"desktop"}}"#, "a".repeat(32))).unwrap();
         assert_eq!(r.ttl_secs, 86400);
-        assert_eq!(r.profile, Profile::Desktop);
+        assert_eq!(r.policy.profile(), Profile::Desktop);
         assert!(matches!(r.source, SecretSource::AdminCredential(_)));
         let r = parse(r#"{"runtime":"ws://h","session":"s","profile":"browser","secret":"x"}"#)
             .unwrap();
-        assert_eq!(r.profile, Profile::Browser);
+        assert_eq!(r.policy.profile(), Profile::Browser);
         assert_eq!(
             parse(r#"{"runtime":"ws://h","session":"s","ttl_secs":1,"secret":"x"}"#)
                 .unwrap()
@@ -1132,6 +1245,18 @@ mod tests {
             !format!("{r:?}").contains("\"c\""),
             "credential never in Debug"
         );
+        let r = parse(r#"{"runtime":"ws://h","session":"s","secret":"x","profile":"custom","allow":["sys_info","browser_*"],"deny":["browser_evaluate"],"approve":["browser_file_upload"]}"#).unwrap();
+        assert_eq!(r.policy.profile(), Profile::Custom);
+        assert_eq!(r.policy.lists().allow, ["sys_info", "browser_*"]);
+        assert_eq!(r.policy.lists().deny, ["browser_evaluate"]);
+        assert_eq!(
+            r.approve,
+            Some(Approve::Tools(vec!["browser_file_upload".into()]))
+        );
+        assert!(!r.policy.allows("browser_evaluate"));
+        assert!(r.policy.allows("browser_snapshot"));
+        let r = parse(r#"{"runtime":"ws://h","session":"s","secret":"x","allow":null,"deny":["bash"],"profile":"owner"}"#).unwrap();
+        assert!(!r.policy.allows("bash") && r.policy.allows("key"));
     }
 
     #[test]

@@ -5,8 +5,6 @@
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use crate::profiles::Profile;
-
 /// Protocol versions we negotiate. `2025-03-26` is deliberately absent: it requires batch
 /// support, which we refuse.
 pub const PROTOCOL_VERSIONS: [&str; 2] = ["2025-06-18", "2024-11-05"];
@@ -28,23 +26,25 @@ pub enum Route {
     Browser,
 }
 
-/// What the catalogue knows of a tool name under a profile.
+/// What the catalogue knows of a tool name for this connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Resolution {
     Visible(Route),
-    /// Exists, but the profile hides it: answered exactly like `Unknown`, audited `denied`.
+    /// Exists, but the connection may not use it: answered exactly like `Unknown`,
+    /// audited `denied`.
     Hidden,
     Unknown,
 }
 
-/// The tools a connection can see. Implemented by the live tool registry and by fakes in
-/// tests; must not block (upstream lists come from a cache).
+/// The tools a connection can see: it knows the connection's profile and lists.
+/// Implemented by the live tool registry and by fakes in tests; must not block (upstream
+/// lists come from a cache).
 pub trait Catalog {
-    /// `tools/list` entries visible under `profile`, each a complete MCP tool object.
-    fn list(&self, profile: Profile) -> Vec<Value>;
-    fn resolve(&self, profile: Profile, name: &str) -> Resolution;
+    /// `tools/list` entries this connection may use, each a complete MCP tool object.
+    fn list(&self) -> Vec<Value>;
+    fn resolve(&self, name: &str) -> Resolution;
     /// The `instructions` text of `initialize` for this connection.
-    fn instructions(&self, profile: Profile) -> String;
+    fn instructions(&self) -> String;
 }
 
 /// Audit outcome of a tool call, as recorded in `audit.jsonl`.
@@ -88,25 +88,17 @@ pub enum Action {
     Refused { tool: String, outcome: Outcome },
 }
 
-/// Per-connection protocol state.
-#[derive(Debug)]
+/// Per-connection protocol state. What the connection may use is the catalogue's
+/// business, not the dispatcher's.
+#[derive(Debug, Default)]
 pub struct Dispatcher {
-    profile: Profile,
     negotiated: Option<&'static str>,
     initialized_notified: bool,
 }
 
 impl Dispatcher {
-    pub fn new(profile: Profile) -> Self {
-        Dispatcher {
-            profile,
-            negotiated: None,
-            initialized_notified: false,
-        }
-    }
-
-    pub fn profile(&self) -> Profile {
-        self.profile
+    pub fn new() -> Self {
+        Dispatcher::default()
     }
 
     /// The protocol version agreed on `initialize`, if it has happened.
@@ -236,11 +228,11 @@ impl Dispatcher {
                     "protocolVersion": version,
                     "capabilities": {"tools": {"listChanged": false}},
                     "serverInfo": {"name": "handnode", "version": env!("CARGO_PKG_VERSION")},
-                    "instructions": catalog.instructions(self.profile),
+                    "instructions": catalog.instructions(),
                 })
             }
             "ping" => json!({}),
-            "tools/list" => json!({"tools": catalog.list(self.profile)}),
+            "tools/list" => json!({"tools": catalog.list()}),
             "resources/list" => json!({"resources": []}),
             "prompts/list" => json!({"prompts": []}),
             "tools/call" => return self.tools_call(id, params, catalog),
@@ -305,7 +297,7 @@ impl Dispatcher {
                 )
             }
         };
-        match catalog.resolve(self.profile, &name) {
+        match catalog.resolve(&name) {
             Resolution::Visible(route) => vec![Action::Call {
                 id,
                 name,
@@ -652,6 +644,7 @@ pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profiles::Profile;
 
     /// The fake catalogue's local tools, and whether `observe` sees each. The dispatcher
     /// sits below `tools`, so its tests bring their own table instead of the registry.
@@ -669,16 +662,18 @@ mod tests {
             .any(|(n, observe)| *n == name && (*observe || profile != Profile::Observe))
     }
 
-    struct Fake;
+    /// A catalogue for one profile, as a connection's is.
+    struct Fake(Profile);
     impl Catalog for Fake {
-        fn list(&self, profile: Profile) -> Vec<Value> {
+        fn list(&self) -> Vec<Value> {
             FAKE_TOOLS
                 .iter()
-                .filter(|(n, _)| fake_allows(profile, n))
+                .filter(|(n, _)| fake_allows(self.0, n))
                 .map(|(n, _)| json!({"name": n}))
                 .collect()
         }
-        fn resolve(&self, profile: Profile, name: &str) -> Resolution {
+        fn resolve(&self, name: &str) -> Resolution {
+            let profile = self.0;
             if fake_allows(profile, name) {
                 Resolution::Visible(Route::Local)
             } else if FAKE_TOOLS.iter().any(|(n, _)| *n == name) {
@@ -689,13 +684,13 @@ mod tests {
                 Resolution::Unknown
             }
         }
-        fn instructions(&self, profile: Profile) -> String {
-            format!("profile {profile}")
+        fn instructions(&self) -> String {
+            format!("profile {}", self.0)
         }
     }
 
     fn run(profile: Profile, input: &str) -> Vec<Action> {
-        Dispatcher::new(profile).handle(input.as_bytes(), &Fake)
+        Dispatcher::new().handle(input.as_bytes(), &Fake(profile))
     }
 
     fn single_reply(actions: &[Action]) -> Value {
@@ -1049,9 +1044,11 @@ mod tests {
 
     #[test]
     fn known_methods_work_before_initialize() {
-        let mut d = Dispatcher::new(Profile::Owner);
-        let reply =
-            single_reply(&d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#, &Fake));
+        let mut d = Dispatcher::new();
+        let reply = single_reply(&d.handle(
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+            &Fake(Profile::Owner),
+        ));
         assert_eq!(
             reply["result"]["tools"].as_array().unwrap().len(),
             FAKE_TOOLS.len()

@@ -11,7 +11,6 @@ use std::sync::Mutex;
 use crate::containment::{self, Site};
 use crate::label;
 use crate::mcp::Outcome;
-use crate::profiles::DESKTOP_BROWSER_TOOLS;
 
 /// Grant states, in the order `/metrics` lists them.
 pub const GRANT_STATES: [&str; 5] = ["idle", "dialing", "attached", "redialing", "ended"];
@@ -59,9 +58,9 @@ struct ToolCalls {
     extra: usize,
 }
 
-/// Tools that always get their own label: the local ones and the desktop browser list.
+/// Tools that always get their own label: every classified one (local and browser).
 fn is_known_tool(tool: &str) -> bool {
-    crate::tools::find(tool).is_some() || DESKTOP_BROWSER_TOOLS.contains(&tool)
+    crate::tools::policy::classify(tool).is_some()
 }
 
 impl Metrics {

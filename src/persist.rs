@@ -16,12 +16,13 @@ use std::sync::Mutex;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::approvals::{fits_profile, Approve};
+use crate::approvals::{fits_policy, Approve};
 use crate::error::Error;
-use crate::profiles::Profile;
+use crate::profiles::{profile_names, Profile, MAX_LIST_NAMES, MAX_TOOL_NAME_BYTES};
 use crate::secret::Secret;
 pub use crate::statedir::{ensure_state_dir, DIR_MODE};
 use crate::statedir::{is_refused, open_state_file};
+use crate::tools::policy::ToolPolicy;
 
 /// Name of the grant store inside the state dir.
 pub const FILE_NAME: &str = "grants.json";
@@ -42,8 +43,14 @@ pub struct StoredGrant {
     pub id: String,
     pub runtime: String,
     pub session: String,
-    /// One of the names in `Profile::ALL`.
+    /// One of `Profile::ALL`'s names.
     pub profile: String,
+    /// The grant's `allow` and `deny` lists as given (empty when it had none).
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
+    /// The effective tools when it was granted: a `custom` grant whose `allow` would now
+    /// mean other tools is dropped at load instead of widened.
+    pub tools: Vec<String>,
     pub principal: String,
     /// Unix seconds.
     pub created_at: u64,
@@ -97,6 +104,9 @@ struct WireGrant<'a> {
     runtime: &'a str,
     session: &'a str,
     profile: &'a str,
+    allow: &'a [String],
+    deny: &'a [String],
+    tools: &'a [String],
     principal: &'a str,
     created_at: u64,
     expires_at: u64,
@@ -256,6 +266,9 @@ fn encode(grants: &[StoredGrant]) -> Vec<u8> {
                 runtime: &g.runtime,
                 session: &g.session,
                 profile: &g.profile,
+                allow: &g.allow,
+                deny: &g.deny,
+                tools: &g.tools,
                 principal: &g.principal,
                 created_at: g.created_at,
                 expires_at: g.expires_at,
@@ -341,27 +354,30 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
         return Err("session does not match [a-z0-9-]{1,32}".to_string());
     }
     let profile = string_field(obj, "profile")?;
-    let Ok(parsed_profile) = profile.parse::<Profile>() else {
-        return Err(format!(
-            "profile is not one of {}",
-            crate::profiles::PROFILE_ERROR.trim_start_matches("profile must be one of ")
-        ));
+    if profile.parse::<Profile>().is_err() {
+        return Err(format!("profile is not one of {}", profile_names()));
+    }
+    let allow = names_field(obj, "allow")?;
+    let deny = names_field(obj, "deny")?;
+    let tools = names_field(obj, "tools")?;
+    // What the grant may ever show, for its approvals: a custom grant's tools as granted
+    // (`grants` drops it when its list now means others), else its profile's own list.
+    let fixed = profile.parse().ok().and_then(ToolPolicy::fixed);
+    let can_use = |t: &str| match &fixed {
+        Some(policy) => fits_policy(t, policy),
+        None => tools.iter().any(|g| g == t),
     };
     // Dropping the grant, not the list: a grant without its approvals would be wider.
     let approve = Approve::from_json(obj.get("approve"))
         .map_err(|_| "approve is not a list of tool names or \"shell\"".to_string())?;
-    if approve.as_ref().is_some_and(|a| !a.fits(parsed_profile)) {
+    if approve.as_ref().is_some_and(|a| !a.fits(can_use)) {
         return Err("approve names a tool this profile cannot use".to_string());
     }
     let approved_for_grant = match obj.get("approved_for_grant") {
         None => Vec::new(),
         Some(Value::Array(items)) if items.len() <= crate::approvals::MAX_APPROVE_NAMES => items
             .iter()
-            .map(|v| {
-                v.as_str()
-                    .filter(|t| fits_profile(t, parsed_profile))
-                    .map(str::to_string)
-            })
+            .map(|v| v.as_str().filter(|t| can_use(t)).map(str::to_string))
             .collect::<Option<Vec<String>>>()
             .ok_or_else(|| "approved_for_grant names a tool this profile cannot use".to_string())?,
         Some(_) => return Err("approved_for_grant is not a list of tool names".to_string()),
@@ -392,6 +408,9 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
         runtime: runtime.to_string(),
         session: session.to_string(),
         profile: profile.to_string(),
+        allow,
+        deny,
+        tools,
         approve,
         approved_for_grant,
         principal: principal.to_string(),
@@ -405,6 +424,35 @@ fn string_field<'a>(obj: &'a Map<String, Value>, name: &str) -> Result<&'a str, 
     obj.get(name)
         .and_then(Value::as_str)
         .ok_or_else(|| format!("{name} missing or not a string"))
+}
+
+/// A list of tool names (absent: empty, as files written before the lists existed have
+/// none), within the bounds `POST /attach` enforces and of the characters tool names and
+/// patterns use, so a name the loader later reports is safe to log.
+fn names_field(obj: &Map<String, Value>, name: &str) -> Result<Vec<String>, String> {
+    let wrong = || format!("{name} is not a list of at most {MAX_LIST_NAMES} tool names");
+    let items = match obj.get(name) {
+        None => return Ok(Vec::new()),
+        Some(Value::Array(items)) if items.len() <= MAX_LIST_NAMES => items,
+        Some(_) => return Err(wrong()),
+    };
+    items
+        .iter()
+        .map(|item| match item.as_str() {
+            Some(s) if is_tool_name_shape(s) => Ok(s.to_string()),
+            _ => Err(wrong()),
+        })
+        .collect()
+}
+
+/// 1..=`MAX_TOOL_NAME_BYTES` of `[A-Za-z0-9_.-]`, optionally ending in `*`.
+fn is_tool_name_shape(s: &str) -> bool {
+    let body = s.strip_suffix('*').unwrap_or(s);
+    !s.is_empty()
+        && s.len() <= MAX_TOOL_NAME_BYTES
+        && body
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
 fn u64_field(obj: &Map<String, Value>, name: &str) -> Result<u64, String> {
@@ -479,6 +527,9 @@ mod tests {
             runtime: "wss://pod.example:8090".into(),
             session: format!("s{n}"),
             profile: "observe".into(),
+            allow: Vec::new(),
+            deny: Vec::new(),
+            tools: vec!["sys_info".into(), "screenshot".into()],
             principal: "you@example.com".into(),
             created_at: NOW - 10,
             expires_at,
@@ -495,7 +546,7 @@ mod tests {
     fn entry_json(g: &StoredGrant) -> Value {
         serde_json::json!({
             "id": g.id, "runtime": g.runtime, "session": g.session, "profile": g.profile,
-            "principal": g.principal, "created_at": g.created_at, "expires_at": g.expires_at,
+            "allow": g.allow, "deny": g.deny, "tools": g.tools, "principal": g.principal, "created_at": g.created_at, "expires_at": g.expires_at,
             "secret": g.secret.expose(),
         })
     }
@@ -722,11 +773,41 @@ mod tests {
             ),
             (
                 with("profile", Value::from("sandbox")),
-                "profile is not one of owner, desktop, observe, browser",
+                "profile is not one of owner, desktop, observe, browser, custom",
             ),
             (
                 with("profile", Value::from("Owner")),
-                "profile is not one of owner, desktop, observe, browser",
+                "profile is not one of owner, desktop, observe, browser, custom",
+            ),
+            (
+                with("allow", Value::from("bash")),
+                "allow is not a list of at most 128 tool names",
+            ),
+            (
+                with("deny", serde_json::json!(["bash", 7])),
+                "deny is not a list of at most 128 tool names",
+            ),
+            (
+                with("deny", serde_json::json!(["bash\u{1b}[2J"])),
+                "deny is not a list of at most 128 tool names",
+            ),
+            (
+                with("allow", serde_json::json!([""])),
+                "allow is not a list of at most 128 tool names",
+            ),
+            (
+                with(
+                    "allow",
+                    serde_json::json!(vec!["sys_info"; MAX_LIST_NAMES + 1]),
+                ),
+                "allow is not a list of at most 128 tool names",
+            ),
+            (
+                with(
+                    "tools",
+                    serde_json::json!(["b".repeat(MAX_TOOL_NAME_BYTES + 1)]),
+                ),
+                "tools is not a list of at most 128 tool names",
             ),
             (
                 with("session", Value::from("Bad Session")),
@@ -797,6 +878,31 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.grants.len(), 1);
+    }
+
+    #[test]
+    fn tool_lists_round_trip_within_their_bounds_and_older_files_have_none() {
+        let mut g = grant(1, NOW + 60);
+        g.profile = "custom".into();
+        g.allow = vec!["sys_info".into(), "browser_*".into()];
+        g.deny = vec!["browser_evaluate".into()];
+        g.tools = vec!["sys_info".into(), "browser_snapshot".into()];
+        let report = parse(&encode(std::slice::from_ref(&g)), NOW).unwrap();
+        assert_eq!(report.grants, vec![g.clone()]);
+        // At the bounds: MAX_LIST_NAMES names of MAX_TOOL_NAME_BYTES bytes each.
+        let mut e = entry_json(&g);
+        let longest = format!("{}*", "b".repeat(MAX_TOOL_NAME_BYTES - 1));
+        e["allow"] = serde_json::json!(vec![longest; MAX_LIST_NAMES]);
+        let report = parse(&file_with(vec![e]), NOW).unwrap();
+        assert_eq!(report.grants[0].allow.len(), MAX_LIST_NAMES);
+        // Written before the lists existed: no allow, deny or tools at all.
+        let mut old = entry_json(&grant(2, NOW + 60));
+        for field in ["allow", "deny", "tools"] {
+            old.as_object_mut().unwrap().remove(field);
+        }
+        let report = parse(&file_with(vec![old]), NOW).unwrap();
+        let resumed = &report.grants[0];
+        assert!(resumed.allow.is_empty() && resumed.deny.is_empty() && resumed.tools.is_empty());
     }
 
     #[test]

@@ -30,6 +30,9 @@ pub const MAX_REPLY_BYTES: usize = 16 << 20;
 pub const MAX_LIST_PAGES: usize = 16;
 /// Longest `Mcp-Session-Id` (bytes) we keep and send back.
 pub const MAX_SESSION_ID_BYTES: usize = 1024;
+/// Tools without a class remembered per upstream so each is logged once (names); past
+/// this many, one more line says further ones go unlogged.
+pub const MAX_UNCLASSIFIED_LOGGED: usize = 64;
 
 /// How the upstream clients behave. Built from [`Timing`] in production; tests shrink
 /// the bounds to exercise them.
@@ -106,6 +109,11 @@ struct Shared {
 #[derive(Default)]
 struct Cache {
     tools: Vec<Value>,
+    /// Tools this upstream offered that have no class, in the order first seen, each cut
+    /// to `MAX_TOOL_NAME_BYTES`: each was logged once then (only `owner` sees them).
+    unclassified: Vec<String>,
+    /// More than [`MAX_UNCLASSIFIED_LOGGED`] were offered, and that was logged.
+    unclassified_overflowed: bool,
     fetched_at: Option<Instant>,
     error: Option<String>,
     /// Finished refreshes, successful or not.
@@ -216,6 +224,14 @@ impl Upstreams {
                 .0;
         }
         true
+    }
+
+    /// The tools without a class upstream `index` has offered, in the order first seen
+    /// (each logged once then).
+    pub fn unclassified(&self, index: usize) -> Vec<String> {
+        self.lanes
+            .get(index)
+            .map_or(Vec::new(), |l| lock(&l.shared.cache).unclassified.clone())
     }
 
     pub fn status(&self) -> Vec<UpstreamStatus> {
@@ -378,6 +394,51 @@ fn call_loop(shared: &Shared, rx: Receiver<CallTask>) {
     }
 }
 
+/// Log, once each, the tools of `tools` that have no class, remembering at most
+/// [`MAX_UNCLASSIFIED_LOGGED`] of them in `seen` (and whether more came in `overflowed`).
+fn note_unclassified(
+    upstream: &str,
+    (seen, overflowed): (&mut Vec<String>, &mut bool),
+    tools: &[Value],
+) {
+    let names = tools
+        .iter()
+        .filter_map(|t| t.get("name").and_then(Value::as_str));
+    for name in names {
+        if crate::tools::policy::classify(name).is_some() {
+            continue;
+        }
+        // Remembered as shown: at most MAX_TOOL_NAME_BYTES of a name the upstream chose.
+        let mut shown = name.to_string();
+        if shown.len() > crate::profiles::MAX_TOOL_NAME_BYTES {
+            let mut end = crate::profiles::MAX_TOOL_NAME_BYTES;
+            while !shown.is_char_boundary(end) {
+                end -= 1;
+            }
+            shown.truncate(end);
+            shown.push('…');
+        }
+        if seen.contains(&shown) {
+            continue;
+        }
+        if seen.len() >= MAX_UNCLASSIFIED_LOGGED {
+            if !*overflowed {
+                log::warn!(
+                    "upstream '{upstream}' offers more than {MAX_UNCLASSIFIED_LOGGED} tools \
+                     without a class; further ones are not logged"
+                );
+                *overflowed = true;
+            }
+            return;
+        }
+        log::warn!(
+            "upstream '{upstream}' offers {shown:?}, which has no class: only owner grants \
+             see it, and no allow/deny list can name it"
+        );
+        seen.push(shown);
+    }
+}
+
 impl Shared {
     /// Fetch the tool list and publish it. A `background` refresh re-arms the trigger in
     /// the same step that publishes, so a lookup that sees the new list can trigger again.
@@ -395,6 +456,12 @@ impl Shared {
                         tools.len()
                     );
                 }
+                let cache = &mut *cache;
+                note_unclassified(
+                    &client.name,
+                    (&mut cache.unclassified, &mut cache.unclassified_overflowed),
+                    &tools,
+                );
                 cache.tools = tools;
                 cache.error = None;
             }
@@ -975,6 +1042,7 @@ mod tests {
     use super::*;
     use crate::mcp::{Catalog, Resolution, Route, INVALID_PARAMS};
     use crate::profiles::Profile;
+    use crate::tools::policy::ToolPolicy;
     use crate::tools::ConnCatalog;
     use std::sync::atomic::AtomicUsize;
 
@@ -1536,24 +1604,23 @@ mod tests {
         let up = ups(&[&stub], opts);
         up.refresh_now();
         assert_eq!(up.tools().len(), 2);
+        let desktop = ToolPolicy::fixed(Profile::Desktop).unwrap();
         let catalog = ConnCatalog {
             grant: None,
             upstream: Some(&up),
+            policy: &desktop,
             browsers: None,
         };
         let local = crate::tools::names(Profile::Desktop).len();
-        assert_eq!(catalog.list(Profile::Desktop).len(), local + 2);
+        assert_eq!(catalog.list().len(), local + 2);
 
         drop(stub);
         up.refresh_now();
         assert!(up.tools().is_empty());
-        let listed: Vec<Value> = catalog.list(Profile::Desktop);
+        let listed: Vec<Value> = catalog.list();
         let listed: Vec<&str> = listed.iter().map(|t| t["name"].as_str().unwrap()).collect();
         assert_eq!(listed, crate::tools::names(Profile::Desktop));
-        assert_eq!(
-            catalog.resolve(Profile::Desktop, "browser_navigate"),
-            Resolution::Unknown
-        );
+        assert_eq!(catalog.resolve("browser_navigate"), Resolution::Unknown);
         assert!(up.status()[0].error.is_some());
         let text = error_text(&call(&up, 0, "browser_navigate", json!({})));
         assert!(
@@ -1570,7 +1637,7 @@ mod tests {
         assert!(up.wait_refreshed(0, before, WATCHDOG));
         assert_eq!(up.tools().len(), 2);
         assert_eq!(
-            catalog.resolve(Profile::Desktop, "browser_navigate"),
+            catalog.resolve("browser_navigate"),
             Resolution::Visible(Route::Upstream(0))
         );
         // The restarted stub did not know the old session: one 404, then a fresh one.
@@ -1780,39 +1847,72 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_without_a_class_is_noted_once_and_the_notes_are_bounded() {
+        let s = StubState::new(&["browser_navigate", "browser_brand_new", "bash"]);
+        let stub = Stub::start(&s);
+        let up = ups(&[&stub], options());
+        up.refresh_now();
+        up.refresh_now();
+        assert_eq!(up.unclassified(0), ["browser_brand_new"]);
+        assert!(up.unclassified(7).is_empty());
+
+        let mut seen = Vec::new();
+        let mut overflowed = false;
+        let many: Vec<Value> = (0..=MAX_UNCLASSIFIED_LOGGED)
+            .map(|i| json!({"name": format!("browser_new_{i}")}))
+            .collect();
+        for _ in 0..2 {
+            note_unclassified("u", (&mut seen, &mut overflowed), &many);
+        }
+        assert_eq!(seen.len(), MAX_UNCLASSIFIED_LOGGED);
+        assert!(overflowed);
+        assert_eq!(seen[0], "browser_new_0");
+        // A name past the bound is remembered cut to it, once.
+        let (mut seen, mut overflowed) = (Vec::new(), false);
+        let huge = [json!({"name": "x".repeat(1 << 20)})];
+        for _ in 0..2 {
+            note_unclassified("u", (&mut seen, &mut overflowed), &huge);
+        }
+        assert_eq!(seen.len(), 1);
+        assert_eq!(
+            seen[0],
+            format!("{}…", "x".repeat(crate::profiles::MAX_TOOL_NAME_BYTES))
+        );
+    }
+
+    #[test]
     fn the_catalogue_routes_filters_and_lets_local_names_win() {
         let s = StubState::new(&["browser_navigate", "browser_evaluate", "bash"]);
         let stub = Stub::start(&s);
         let up = ups(&[&stub], options());
         up.refresh_now();
-        let catalog = ConnCatalog {
+        let policies: Vec<ToolPolicy> = [Profile::Owner, Profile::Desktop, Profile::Observe]
+            .into_iter()
+            .map(|p| ToolPolicy::fixed(p).unwrap())
+            .collect();
+        let catalog = |i: usize| ConnCatalog {
             grant: None,
             upstream: Some(&up),
+            policy: &policies[i],
             browsers: None,
         };
-        let owner: Vec<Value> = catalog.list(Profile::Owner);
+        let owner: Vec<Value> = catalog(0).list();
         let owner: Vec<&str> = owner.iter().map(|t| t["name"].as_str().unwrap()).collect();
         assert_eq!(owner.iter().filter(|n| **n == "bash").count(), 1);
         assert_eq!(
             &owner[owner.len() - 2..],
             ["browser_navigate", "browser_evaluate"]
         );
-        let d = Profile::Desktop;
+        let d = catalog(1);
         assert_eq!(
-            catalog.resolve(d, "browser_navigate"),
+            d.resolve("browser_navigate"),
             Resolution::Visible(Route::Upstream(0))
         );
-        assert_eq!(catalog.resolve(d, "browser_evaluate"), Resolution::Hidden);
-        assert_eq!(
-            catalog.resolve(d, "bash"),
-            Resolution::Visible(Route::Local)
-        );
-        assert_eq!(
-            catalog.resolve(Profile::Observe, "browser_navigate"),
-            Resolution::Hidden
-        );
-        assert!(!catalog
-            .list(Profile::Observe)
+        assert_eq!(d.resolve("browser_evaluate"), Resolution::Hidden);
+        assert_eq!(d.resolve("bash"), Resolution::Visible(Route::Local));
+        assert_eq!(catalog(2).resolve("browser_navigate"), Resolution::Hidden);
+        assert!(!catalog(2)
+            .list()
             .iter()
             .any(|t| t["name"].as_str().unwrap().starts_with("browser_")));
     }

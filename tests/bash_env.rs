@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use handnode::jobs::{Completion, JobCtl};
 use handnode::mcp::ToolOutput;
-use handnode::profiles::Profile;
 use handnode::secret::Secret;
 use handnode::tools::{bash, CallContext, CallLimits, ToolConfig, ToolHost};
 use serde_json::json;
@@ -30,7 +29,7 @@ fn secrets_never_reach_the_child_environment() {
     bash::start(
         json!({"command": "env", "env": {"HN_TEST_CALLER": "yes"}}),
         CallContext {
-            profile: Profile::Owner,
+            policy: handnode::tools::policy::ToolPolicy::owner(),
             grant: None,
             limits: CallLimits::GRANT,
             ctl: JobCtl::new(),

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use handnode::jobs::{Completion, JobCtl};
 use handnode::mcp::ToolOutput;
-use handnode::profiles::Profile;
 use handnode::tools::{bash, CallContext, CallLimits, ToolConfig, ToolHost};
 use serde_json::{json, Value};
 
@@ -48,7 +47,7 @@ fn start(
     bash::start(
         args,
         CallContext {
-            profile: Profile::Owner,
+            policy: handnode::tools::policy::ToolPolicy::owner(),
             grant: None,
             limits: CallLimits::GRANT,
             ctl,

@@ -402,7 +402,7 @@ fn the_browser_profile_is_admitted_only_with_a_browser_command() {
     assert_eq!(status, 400);
     assert_eq!(
         reply["error"],
-        "profile must be one of owner, desktop, observe, browser"
+        "profile must be one of owner, desktop, observe, browser, custom"
     );
     assert!(pod.upgrades.try_recv().is_err(), "nothing dialed");
 
@@ -586,7 +586,7 @@ fn every_tool_of_the_pinned_playwright_mcp_is_classified() {
     }
     let mut table: Vec<&str> = handnode::profiles::BROWSER_TOOL_CLASSES
         .iter()
-        .map(|(n, _, _)| *n)
+        .map(|c| c.name)
         .collect();
     names.sort_unstable();
     table.sort_unstable();

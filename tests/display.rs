@@ -445,7 +445,7 @@ fn check_cancel(host: &std::sync::Arc<handnode::tools::ToolHost>) {
     let ctl = JobCtl::new();
     let (tx, rx) = crossbeam_channel::bounded(1);
     let cx = handnode::tools::CallContext {
-        profile: Profile::Owner,
+        policy: handnode::tools::policy::ToolPolicy::owner(),
         grant: None,
         limits: handnode::tools::CallLimits::LOCAL_HTTP,
         ctl: ctl.clone(),

@@ -1057,6 +1057,12 @@ fn jobs_are_audited_and_counted_in_metrics() {
         m.contains("handnode_jobs_running 1\n") && m.contains("handnode_jobs_started_total 1\n"),
         "{m}"
     );
+    // Cancel only once the line is out, so the recorded byte count is the line's.
+    let out = poll(&mut conn, "p", json!({"job_id": job, "wait_secs": 10}));
+    assert_eq!(
+        out["structuredContent"]["stdout"], "secret-command-text\n",
+        "{out}"
+    );
     result(&conn.call_tool(
         json!(1),
         "bash_cancel",

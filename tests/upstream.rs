@@ -1,5 +1,6 @@
 //! Browser tools through a real Playwright MCP upstream: listing and filtering per
-//! profile, calls passed through, and the upstream going away and coming back.
+//! profile, calls passed through, the upstream going away and coming back, and every tool
+//! the pinned version offers (with every `--caps`) having a class.
 //! Skips (saying why) when Playwright MCP or chromium is not installed;
 //! `scripts/ci/playwright.sh` installs both.
 
@@ -9,7 +10,8 @@ mod playwright;
 use std::time::{Duration, Instant};
 
 use handnode::mcp::INVALID_PARAMS;
-use handnode::profiles::{Profile, DESKTOP_BROWSER_TOOLS};
+use handnode::profiles::{Profile, BROWSER_TOOL_CLASSES, DESKTOP_BROWSER_TOOLS, PINNED_UPSTREAM};
+use handnode::tools::policy::{self, ToolLists, ToolPolicy};
 use handnode::tools::UpstreamSource;
 use handnode::upstream::{UpstreamOptions, Upstreams};
 use playwright::{result_text, Conn, PageServer, Playwright, PAGE_TEXT};
@@ -161,4 +163,67 @@ fn browser_tools_through_a_real_playwright_upstream() {
     let names = desktop.tool_names();
     assert_eq!(names.len(), n_local + DESKTOP_BROWSER_TOOLS.len());
     browse(&mut desktop, &page.url);
+}
+
+#[test]
+fn every_tool_of_the_pinned_upstream_has_a_class() {
+    if let Some(reason) = playwright::missing() {
+        eprintln!("SKIPPED every_tool_of_the_pinned_upstream_has_a_class: {reason}");
+        return;
+    }
+    let (package, version, caps) = PINNED_UPSTREAM;
+    assert_eq!(
+        Playwright::installed_version().as_deref(),
+        Some(version),
+        "{package} is not the pinned {version} (scripts/ci/playwright.sh installs it); moving \
+         the pin means classifying its tools in profiles::BROWSER_TOOL_CLASSES first"
+    );
+    let pw = Playwright::with_caps(caps);
+    let up = Upstreams::with_options(vec![("browser".into(), pw.url())], options()).unwrap();
+    up.refresh_now();
+    assert_eq!(up.status()[0].error, None);
+    let offered: Vec<String> = up
+        .tools()
+        .iter()
+        .map(|(_, t)| t["name"].as_str().expect("a named tool").to_string())
+        .collect();
+    let unclassified: Vec<&String> = offered
+        .iter()
+        .filter(|n| policy::classify(n).is_none())
+        .collect();
+    assert!(
+        unclassified.is_empty(),
+        "{package} {version} --caps {caps} offers tools without a class: {unclassified:?}; \
+         give each a class and a reason in profiles::BROWSER_TOOL_CLASSES"
+    );
+    assert!(up.unclassified(0).is_empty(), "{:?}", up.unclassified(0));
+    for t in BROWSER_TOOL_CLASSES {
+        assert!(
+            offered.iter().any(|n| n == t.name),
+            "BROWSER_TOOL_CLASSES classifies {}, which {package} {version} --caps {caps} no \
+             longer offers",
+            t.name
+        );
+    }
+    assert_eq!(offered.len(), BROWSER_TOOL_CLASSES.len(), "{offered:?}");
+
+    // A pattern through the real catalogue: every classified browser tool offered, minus
+    // the denied one, which is then refused like a tool that does not exist.
+    let lists = ToolLists {
+        allow: vec!["browser_*".into()],
+        deny: vec!["browser_run_code_unsafe".into()],
+    };
+    let custom = ToolPolicy::new(Profile::Custom, lists).unwrap();
+    let mut conn = Conn::with_policy(custom, &up);
+    let listed = conn.tool_names();
+    let want: Vec<&String> = offered
+        .iter()
+        .filter(|n| *n != "browser_run_code_unsafe")
+        .collect();
+    assert_eq!(listed.iter().collect::<Vec<_>>(), want);
+    assert_unknown_tool(
+        &conn.call("browser_run_code_unsafe", json!({"code": "1"})),
+        "browser_run_code_unsafe",
+    );
+    assert_unknown_tool(&conn.call("sys_info", json!({})), "sys_info");
 }

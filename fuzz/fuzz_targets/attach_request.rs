@@ -1,9 +1,11 @@
 //! `POST /attach` body validation. Whatever `AttachRequest::parse` accepts must be a grant
 //! the daemon can actually dial, persist and resume: the URL builds a WebSocket request,
-//! the secret is a valid header value, and `persist::parse` keeps the stored form.
+//! the secret is a valid header value, and `persist::parse` keeps the stored form and its
+//! tool lists resolve again to the same tools (a custom grant survives a restart).
 #![no_main]
 
 use handnode::grants::{self, AttachRequest, SecretSource};
+use handnode::tools::policy::ToolPolicy;
 use handnode::{dial, mint, persist, url};
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
@@ -43,7 +45,10 @@ fuzz_target!(|data: &[u8]| {
         "id": "00000000-0000-4000-8000-000000000000",
         "runtime": req.runtime,
         "session": req.session,
-        "profile": req.profile.as_str(),
+        "profile": req.policy.profile().as_str(),
+        "allow": req.policy.lists().allow,
+        "deny": req.policy.lists().deny,
+        "tools": req.policy.tools(),
         "principal": "fuzz",
         "created_at": now,
         "expires_at": now + req.ttl_secs,
@@ -56,4 +61,12 @@ fuzz_target!(|data: &[u8]| {
         "a grant accepted by POST /attach is dropped on reload: {:?}",
         report.dropped
     );
+    let g = &report.grants[0];
+    let lists = handnode::tools::policy::ToolLists {
+        allow: g.allow.clone(),
+        deny: g.deny.clone(),
+    };
+    let again = ToolPolicy::resume(&g.profile, lists, &g.tools)
+        .unwrap_or_else(|e| panic!("an accepted grant does not resume: {e}"));
+    assert_eq!(again, req.policy);
 });

@@ -17,6 +17,7 @@ use handnode::config::Limits;
 use handnode::link::{ws_config, Inbound, Link, FRAGMENT_BYTES};
 use handnode::mcp::{Action, Dispatcher};
 use handnode::profiles::Profile;
+use handnode::tools::policy::ToolPolicy;
 use handnode::tools::ConnCatalog;
 use libfuzzer_sys::fuzz_target;
 use tungstenite::error::ProtocolError;
@@ -144,6 +145,7 @@ fuzz_target!(|data: &[u8]| {
         1 => Profile::Desktop,
         _ => Profile::Observe,
     };
+    let policy = ToolPolicy::fixed(profile).expect("a fixed profile has tools");
     let long_replies = selector & 0x04 != 0;
     let chunk = 1024 + usize::from(selector >> 3) * 4093;
     let mut long_left = MAX_LONG_REPLIES;
@@ -167,8 +169,9 @@ fuzz_target!(|data: &[u8]| {
         grant: None,
         upstream: None,
         browsers: None,
+        policy: &policy,
     };
-    let mut dispatcher = Dispatcher::new(profile);
+    let mut dispatcher = Dispatcher::new();
     let mut queued: Vec<String> = Vec::new();
     let mut closed_by_us = false;
     // Whether the pod is still talking when the input runs out: then every reply is owed.

@@ -1,5 +1,6 @@
-//! The MCP dispatcher on arbitrary frames: the first byte picks the profile and the
-//! catalogue (grant socket or `/mcp`, with or without an upstream); the rest is a sequence
+//! The MCP dispatcher on arbitrary frames: the first byte picks the policy (a fixed
+//! profile or a custom list) and the catalogue (grant socket or `/mcp`, with or without an
+//! upstream); the rest is a sequence
 //! of messages separated by 0x1e (one dispatcher, so state carries over). Checks the
 //! protocol rules that must hold for any input, not just that nothing panics.
 #![no_main]
@@ -9,11 +10,13 @@ use std::sync::Arc;
 use handnode::jobs::{Completion, JobCtl};
 use handnode::mcp::{self, Action, Catalog, Dispatcher, Resolution, Route, ToolOutput};
 use handnode::profiles::{Class, Profile};
+use handnode::tools::policy::{classify, ToolLists, ToolPolicy};
 use handnode::tools::{ConnCatalog, GrantNote, UpstreamSource};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
 
-/// An upstream with an allowed, a desktop-forbidden, a shadowed and a nameless tool.
+/// An upstream with an allowed, a desktop-forbidden, a shadowed, an unclassified and a
+/// nameless tool.
 #[derive(Debug)]
 struct FakeUpstream;
 
@@ -32,6 +35,7 @@ impl UpstreamSource for FakeUpstream {
                 1,
                 json!({"name": "bash", "description": "an upstream may not shadow a local tool"}),
             ),
+            (1, json!({"name": "browser_without_a_class"})),
             (1, json!({"no_name": true})),
         ]
     }
@@ -41,7 +45,8 @@ impl UpstreamSource for FakeUpstream {
     }
 }
 
-fn check(profile: Profile, catalog: &dyn Catalog, input: &[u8], actions: &[Action]) {
+fn check(policy: &ToolPolicy, catalog: &dyn Catalog, input: &[u8], actions: &[Action]) {
+    let profile = policy.profile();
     let parsed: Option<serde_json::Map<String, Value>> = serde_json::from_slice(input).ok();
     let is_request = parsed.as_ref().is_some_and(|o| {
         o.get("jsonrpc") == Some(&json!("2.0"))
@@ -96,17 +101,19 @@ fn check(profile: Profile, catalog: &dyn Catalog, input: &[u8], actions: &[Actio
                 calls += 1;
                 assert!(is_request, "only a request starts a tool");
                 assert!(arguments.is_object());
-                assert_eq!(
-                    catalog.resolve(profile, name),
-                    Resolution::Visible(route.clone())
-                );
+                assert_eq!(catalog.resolve(name), Resolution::Visible(route.clone()));
+                assert!(policy.allows(name), "{profile} ran {name}");
+                match classify(name) {
+                    Some(_) => assert!(policy.tools().contains(&name.as_str())),
+                    None => {
+                        assert_eq!(profile, Profile::Owner, "{profile} ran unclassified {name}")
+                    }
+                }
                 match route {
                     Route::Local => {
-                        let tool = handnode::tools::find(name).expect("a local tool");
-                        assert!(tool.allowed_in(profile), "{profile} ran {name}");
+                        handnode::tools::find(name).expect("a local tool");
                     }
                     Route::Upstream(_) => {
-                        assert!(profile.allows_upstream(name), "{profile} ran {name}");
                         assert!(
                             handnode::tools::find(name).is_none(),
                             "a local name went upstream"
@@ -143,11 +150,20 @@ fuzz_target!(|data: &[u8]| {
     let Some((&selector, rest)) = data.split_first() else {
         return;
     };
-    let profile = match selector % 3 {
-        0 => Profile::Owner,
-        1 => Profile::Desktop,
-        _ => Profile::Observe,
-    };
+    let policy = match selector % 4 {
+        0 => ToolPolicy::fixed(Profile::Owner),
+        1 => ToolPolicy::fixed(Profile::Desktop),
+        2 => ToolPolicy::fixed(Profile::Observe),
+        _ => ToolPolicy::new(
+            Profile::Custom,
+            ToolLists {
+                allow: vec!["sys_info".into(), "browser_*".into()],
+                deny: vec!["browser_evaluate".into()],
+            },
+        )
+        .ok(),
+    }
+    .expect("a valid policy");
     let note = GrantNote {
         id: "00000000-0000-4000-8000-000000000000".into(),
         session: "fuzz".into(),
@@ -158,12 +174,13 @@ fuzz_target!(|data: &[u8]| {
     let catalog = ConnCatalog {
         grant: (selector & 0x10 != 0).then_some(&note),
         upstream: (selector & 0x20 != 0).then_some(&upstream as &dyn UpstreamSource),
+        policy: &policy,
         browsers: None,
     };
-    let mut dispatcher = Dispatcher::new(profile);
+    let mut dispatcher = Dispatcher::new();
     for message in rest.split(|&b| b == 0x1e) {
         let actions = dispatcher.handle(message, &catalog);
-        check(profile, &catalog, message, &actions);
+        check(&policy, &catalog, message, &actions);
     }
     // The outbound cap: whatever the result, the reply fits or is replaced by the error.
     let max = 64 + usize::from(selector) * 8;

@@ -458,12 +458,12 @@ fn the_list_is_static_until_learned_then_what_the_command_offers() {
     assert_eq!(
         names,
         [
-            "browser_console_messages",
-            "browser_snapshot",
-            "browser_take_screenshot",
-            "browser_wait_for",
             "browser_close",
+            "browser_console_messages",
             "browser_navigate",
+            "browser_take_screenshot",
+            "browser_snapshot",
+            "browser_wait_for",
         ]
     );
     for hidden in [

@@ -11,6 +11,7 @@ pub mod bgjobs;
 pub mod display;
 pub mod env;
 pub mod jobs;
+pub mod policy;
 pub mod process;
 pub mod shell;
 pub mod sysinfo;
@@ -25,6 +26,7 @@ use serde_json::{json, Value};
 use crate::jobs::{Completion, JobCtl};
 use crate::mcp::{Catalog, Resolution, Route, ToolOutput};
 use crate::profiles::{Annotations, Class, Profile};
+use policy::ToolPolicy;
 
 /// Every local tool, in listing order. A tool that is not here does not exist; adding a
 /// tool is its module plus one line here.
@@ -99,41 +101,10 @@ pub fn class_of(name: &str) -> Option<Class> {
 }
 
 /// Any tool's class: a local tool's own, else a browser tool's (of an upstream or of the
-/// browser tier) from [`crate::profiles::BROWSER_TOOL_CLASSES`]. `None` for a name neither
-/// knows.
+/// browser tier) from [`crate::profiles::BROWSER_TOOL_CLASSES`]; the classification of
+/// [`policy::classify`]. `None` for a name neither knows.
 pub fn class_of_any(name: &str) -> Option<Class> {
-    class_of(name).or_else(|| crate::profiles::browser_class_of(name))
-}
-
-/// The escalation check (§11), the one place that says whether a grant is shell-equivalent:
-/// over the tools the grant can see and which of them need approval. Returns the verdict and,
-/// for `yes`, the first shell tool that runs unasked (`"<tool> is a shell tool"`). Classes
-/// come from [`class_of_any`]; a tool without one counts as not `shell`.
-pub fn escalation<'a>(
-    visible: impl IntoIterator<Item = &'a str>,
-    needs_approval: impl Fn(&str) -> bool,
-) -> (crate::profiles::Shell, Option<String>) {
-    let mut gated = false;
-    for tool in visible {
-        if class_of_any(tool) != Some(Class::Shell) {
-            continue;
-        }
-        if !needs_approval(tool) {
-            return (
-                crate::profiles::Shell::Yes,
-                Some(format!("{tool} is a shell tool")),
-            );
-        }
-        gated = true;
-    }
-    (
-        if gated {
-            crate::profiles::Shell::Gated
-        } else {
-            crate::profiles::Shell::No
-        },
-        None,
-    )
+    policy::classify(name).map(|e| e.class)
 }
 
 /// The tools `profile` allows, in listing order.
@@ -166,14 +137,20 @@ pub struct GrantNote {
 }
 
 impl GrantNote {
-    pub fn describe(&self, profile: Profile) -> String {
+    /// One paragraph for tool descriptions: the grant, and when it has lists of its own
+    /// (`allow`/`deny`), what it may use.
+    pub fn describe(&self, policy: &ToolPolicy) -> String {
         let mut text = format!(
             "This box is lent to session '{}' under profile '{}' until {} (grant {}).",
             self.session,
-            profile,
+            policy.profile(),
             crate::timefmt::rfc3339(self.expires_at),
             self.id
         );
+        if !policy.lists().is_empty() {
+            text.push(' ');
+            text.push_str(&policy.summary());
+        }
         if !self.approve.is_empty() {
             text.push_str(&format!(
                 " Each call of {} waits until the person who lent the box allows it (at most 100 s); a denied or unanswered call says so and did not run.",
@@ -320,7 +297,8 @@ impl ToolHost {
 /// Everything one tool call runs with.
 #[derive(Clone, Debug)]
 pub struct CallContext {
-    pub profile: Profile,
+    /// What the connection may use; fixed for a grant's life.
+    pub policy: Arc<ToolPolicy>,
     pub grant: Option<GrantNote>,
     pub limits: CallLimits,
     pub ctl: Arc<JobCtl>,
@@ -395,29 +373,35 @@ pub fn tool_json(tool: &Tool, note: Option<&str>) -> Value {
 }
 
 /// The catalogue one connection sees: local tools, then upstream tools, filtered by the
-/// connection's profile. A local name wins over an upstream one. Under `browser` it is
-/// the grant's own browser tools instead, and nothing else.
+/// connection's policy. A local name wins over an upstream one. Under `browser` it is the
+/// grant's own browser tools instead (less its `deny`), and nothing else.
 #[derive(Debug)]
 pub struct ConnCatalog<'a> {
     pub grant: Option<&'a GrantNote>,
     pub upstream: Option<&'a dyn UpstreamSource>,
     pub browsers: Option<&'a dyn BrowserTier>,
+    pub policy: &'a ToolPolicy,
 }
 
 impl ConnCatalog<'_> {
-    fn note(&self, profile: Profile) -> Option<String> {
-        self.grant.map(|g| g.describe(profile))
+    fn note(&self) -> Option<String> {
+        self.grant.map(|g| g.describe(self.policy))
     }
 }
 
 impl Catalog for ConnCatalog<'_> {
-    fn list(&self, profile: Profile) -> Vec<Value> {
-        let note = self.note(profile);
-        if profile == Profile::Browser {
+    fn list(&self) -> Vec<Value> {
+        let note = self.note();
+        if self.policy.profile() == Profile::Browser {
             let Some(browsers) = self.browsers else {
                 return Vec::new();
             };
             let mut tools = browsers.tools();
+            tools.retain(|t| {
+                t.get("name")
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| self.policy.allows(n))
+            });
             if let Some(note) = &note {
                 for tool in &mut tools {
                     if let Some(Value::String(d)) = tool.get_mut("description") {
@@ -429,7 +413,9 @@ impl Catalog for ConnCatalog<'_> {
             }
             return tools;
         }
-        let mut tools: Vec<Value> = allowed(profile)
+        let mut tools: Vec<Value> = TOOLS
+            .iter()
+            .filter(|t| self.policy.allows(t.name))
             .map(|t| tool_json(t, note.as_deref()))
             .collect();
         if let Some(up) = self.upstream {
@@ -439,7 +425,7 @@ impl Catalog for ConnCatalog<'_> {
                 let Some(name) = tool.get("name").and_then(Value::as_str) else {
                     continue;
                 };
-                if profile.allows_upstream(name) && seen.insert(name.to_string()) {
+                if self.policy.allows(name) && seen.insert(name.to_string()) {
                     tools.push(tool);
                 }
             }
@@ -447,9 +433,9 @@ impl Catalog for ConnCatalog<'_> {
         tools
     }
 
-    fn resolve(&self, profile: Profile, name: &str) -> Resolution {
-        if profile == Profile::Browser {
-            if self.browsers.is_some_and(|b| b.offers(name)) {
+    fn resolve(&self, name: &str) -> Resolution {
+        if self.policy.profile() == Profile::Browser {
+            if self.policy.allows(name) && self.browsers.is_some_and(|b| b.offers(name)) {
                 return Resolution::Visible(Route::Browser);
             }
             let known = find(name).is_some()
@@ -465,12 +451,15 @@ impl Catalog for ConnCatalog<'_> {
                 Resolution::Unknown
             };
         }
-        if let Some(tool) = find(name) {
-            return if tool.allowed_in(profile) {
-                Resolution::Visible(Route::Local)
+        let visible = |route| {
+            if self.policy.allows(name) {
+                Resolution::Visible(route)
             } else {
                 Resolution::Hidden
-            };
+            }
+        };
+        if find(name).is_some() {
+            return visible(Route::Local);
         }
         if let Some(up) = self.upstream {
             if let Some((index, _)) = up
@@ -478,22 +467,19 @@ impl Catalog for ConnCatalog<'_> {
                 .into_iter()
                 .find(|(_, t)| t.get("name").and_then(Value::as_str) == Some(name))
             {
-                return if profile.allows_upstream(name) {
-                    Resolution::Visible(Route::Upstream(index))
-                } else {
-                    Resolution::Hidden
-                };
+                return visible(Route::Upstream(index));
             }
         }
         Resolution::Unknown
     }
 
-    fn instructions(&self, profile: Profile) -> String {
+    fn instructions(&self) -> String {
         let mut text = String::new();
-        if let Some(note) = self.note(profile) {
+        if let Some(note) = self.note() {
             text.push_str(&note);
             text.push(' ');
         }
+        let profile = self.policy.profile();
         if profile == Profile::Browser {
             text.push_str(
                 "handnode lends this box's browser tier: the browser_* tools drive a browser \
@@ -503,15 +489,9 @@ impl Catalog for ConnCatalog<'_> {
             );
             return text;
         }
-        let names = names(profile);
         text.push_str(&format!(
-            "handnode serves this Linux box's tools. Profile '{profile}' allows: {}{}. ",
-            names.join(", "),
-            match profile {
-                Profile::Owner => " and every browser_* tool of the configured upstreams",
-                Profile::Desktop => " and the navigation/interaction browser_* tools",
-                Profile::Observe | Profile::Browser => "",
-            }
+            "handnode serves this Linux box's tools. Profile '{profile}': {} ",
+            self.policy.summary()
         ));
         text.push_str(
             "Screen coordinates for mouse are pixels of the unscaled screenshot of the chosen \
@@ -555,14 +535,40 @@ mod tests {
         assert!(find("no_such_tool").is_none());
     }
 
+    /// Every fixed profile's policy (custom has no list of its own).
+    fn fixed() -> Vec<ToolPolicy> {
+        Profile::ALL
+            .into_iter()
+            .filter_map(ToolPolicy::fixed)
+            .collect()
+    }
+
+    fn custom(allow: &[&str], deny: &[&str]) -> ToolPolicy {
+        let lists = policy::ToolLists {
+            allow: allow.iter().map(|s| s.to_string()).collect(),
+            deny: deny.iter().map(|s| s.to_string()).collect(),
+        };
+        ToolPolicy::new(Profile::Custom, lists).unwrap()
+    }
+
+    fn local_names(policy: &ToolPolicy) -> Vec<&'static str> {
+        TOOLS
+            .iter()
+            .filter(|t| policy.allows(t.name))
+            .map(|t| t.name)
+            .collect()
+    }
+
     #[test]
     fn every_tool_has_a_readiness_fact_in_sys_info() {
         let facts = sysinfo::StaticFacts::gather();
         let display = display::Probe::working_x11().to_json();
-        for profile in Profile::ALL {
-            let status = sysinfo::tool_status(profile, &facts, &display);
+        let mut policies = fixed();
+        policies.push(custom(&["screenshot", "bash"], &[]));
+        for policy in &policies {
+            let status = sysinfo::tool_status(policy, &facts, &display);
             let reported: Vec<&str> = status.iter().filter_map(|t| t["name"].as_str()).collect();
-            assert_eq!(reported, names(profile), "{profile}");
+            assert_eq!(reported, local_names(policy), "{policy:?}");
             for t in &status {
                 assert!(t["works"].is_boolean(), "{t}");
                 assert!(
@@ -571,6 +577,10 @@ mod tests {
                 );
                 assert_ne!(t["why"], "no display facts for this tool", "{t}");
             }
+        }
+        for profile in Profile::ALL.into_iter().filter(|p| !p.is_custom()) {
+            let policy = ToolPolicy::fixed(profile).unwrap();
+            assert_eq!(local_names(&policy), names(profile), "{profile}");
         }
         for tool in TOOLS {
             match tool.needs {
@@ -611,6 +621,31 @@ mod tests {
         assert!(!Profile::Observe.is_shell_equivalent());
     }
 
+    /// An upstream offering a classified browser tool, one desktop may not use, a local
+    /// name, and one without a class.
+    #[derive(Debug)]
+    struct FakeUpstream;
+
+    const UNCLASSIFIED_TOOL: &str = "browser_not_in_any_table";
+
+    impl UpstreamSource for FakeUpstream {
+        fn tools(&self) -> Vec<(usize, Value)> {
+            [
+                "browser_snapshot",
+                "browser_evaluate",
+                "bash",
+                UNCLASSIFIED_TOOL,
+            ]
+            .iter()
+            .map(|n| (0, json!({"name": n, "inputSchema": {"type": "object"}})))
+            .collect()
+        }
+
+        fn call(&self, _: usize, _: &str, _: Value, _: Arc<JobCtl>, _: Completion) {
+            unreachable!("the catalogue never runs tools")
+        }
+    }
+
     #[test]
     fn the_browser_profile_holds_no_local_tool() {
         assert!(names(Profile::Browser).is_empty());
@@ -619,38 +654,83 @@ mod tests {
 
     #[test]
     fn unknown_and_hidden_tools_resolve_as_before() {
-        let cat = ConnCatalog {
-            grant: None,
-            upstream: None,
-            browsers: None,
-        };
-        for tool in TOOLS {
-            for profile in Profile::ALL {
-                let want = if tool.allowed_in(profile) {
+        for policy in fixed() {
+            let cat = ConnCatalog {
+                grant: None,
+                upstream: None,
+                browsers: None,
+                policy: &policy,
+            };
+            for tool in TOOLS {
+                let want = if tool.allowed_in(policy.profile()) {
                     Resolution::Visible(Route::Local)
                 } else {
                     Resolution::Hidden
                 };
-                assert_eq!(
-                    cat.resolve(profile, tool.name),
-                    want,
-                    "{profile} {}",
-                    tool.name
-                );
+                assert_eq!(cat.resolve(tool.name), want, "{policy:?} {}", tool.name);
             }
+            assert_eq!(cat.resolve("nope"), Resolution::Unknown);
         }
-        assert_eq!(cat.resolve(Profile::Owner, "nope"), Resolution::Unknown);
+    }
+
+    #[test]
+    fn a_custom_catalogue_lists_and_resolves_exactly_its_tools() {
+        let up = FakeUpstream;
+        let policy = custom(&["screenshot", "browser_*"], &["browser_evaluate"]);
+        let cat = ConnCatalog {
+            grant: None,
+            upstream: Some(&up),
+            browsers: None,
+            policy: &policy,
+        };
+        let listed: Vec<Value> = cat.list().iter().map(|t| t["name"].clone()).collect();
+        assert_eq!(listed, ["screenshot", "browser_snapshot"]);
+        assert_eq!(cat.resolve("screenshot"), Resolution::Visible(Route::Local));
+        assert_eq!(
+            cat.resolve("browser_snapshot"),
+            Resolution::Visible(Route::Upstream(0))
+        );
+        for hidden in ["bash", "sys_info", "browser_evaluate", UNCLASSIFIED_TOOL] {
+            assert_eq!(cat.resolve(hidden), Resolution::Hidden, "{hidden}");
+        }
+        // The unclassified tool: owner only, whatever the pattern.
+        for policy in fixed() {
+            let cat = ConnCatalog {
+                grant: None,
+                upstream: Some(&up),
+                browsers: None,
+                policy: &policy,
+            };
+            let owner = policy.profile() == Profile::Owner;
+            let listed = cat.list();
+            assert_eq!(
+                listed.iter().any(|t| t["name"] == UNCLASSIFIED_TOOL),
+                owner,
+                "{policy:?}"
+            );
+            assert_eq!(
+                cat.resolve(UNCLASSIFIED_TOOL) != Resolution::Hidden,
+                owner,
+                "{policy:?}"
+            );
+            assert_eq!(
+                listed.iter().filter(|t| t["name"] == "bash").count(),
+                usize::from(policy.allows("bash")),
+                "a local name wins and is listed once"
+            );
+        }
     }
 
     #[test]
     fn every_listed_tool_carries_all_four_annotations() {
-        let cat = ConnCatalog {
-            grant: None,
-            upstream: None,
-            browsers: None,
-        };
-        for profile in Profile::ALL {
-            for tool in cat.list(profile) {
+        for policy in fixed() {
+            let cat = ConnCatalog {
+                grant: None,
+                upstream: None,
+                browsers: None,
+                policy: &policy,
+            };
+            for tool in cat.list() {
                 let ann = &tool["annotations"];
                 for key in [
                     "readOnlyHint",
@@ -662,14 +742,8 @@ mod tests {
                 }
                 assert!(tool["inputSchema"]["type"] == "object", "{}", tool["name"]);
             }
-        }
-        for profile in Profile::ALL {
-            let listed: Vec<Value> = cat
-                .list(profile)
-                .iter()
-                .map(|t| t["name"].clone())
-                .collect();
-            assert_eq!(listed, names(profile), "{profile}");
+            let listed: Vec<Value> = cat.list().iter().map(|t| t["name"].clone()).collect();
+            assert_eq!(listed, names(policy.profile()), "{policy:?}");
         }
     }
 
@@ -681,78 +755,38 @@ mod tests {
             expires_at: 0,
             approve: vec!["bash".into()],
         };
+        let observe = ToolPolicy::fixed(Profile::Observe).unwrap();
         let cat = ConnCatalog {
             grant: Some(&note),
             upstream: None,
             browsers: None,
+            policy: &observe,
         };
-        let tools = cat.list(Profile::Observe);
-        assert!(tools[0]["description"]
-            .as_str()
-            .unwrap()
-            .contains("profile 'observe' until 1970-01-01T00:00:00Z"));
-        assert!(cat.instructions(Profile::Observe).contains("laptop"));
-        assert!(tools[0]["description"]
-            .as_str()
-            .unwrap()
+        let tools = cat.list();
+        let description = tools[0]["description"].as_str().unwrap();
+        assert!(description.contains("profile 'observe' until 1970-01-01T00:00:00Z"));
+        assert!(!description.contains("It may use"), "no lists, no list");
+        assert!(cat.instructions().contains("laptop"));
+        assert!(description
             .contains("Each call of bash waits until the person who lent the box allows it"));
-    }
-
-    #[test]
-    fn escalation_is_yes_gated_or_no() {
-        let none = |_: &str| false;
-        for profile in Profile::ALL {
-            let (shell, because) = escalation(names(profile), none);
-            if profile.is_shell_equivalent() {
-                assert_eq!(shell, crate::profiles::Shell::Yes, "{profile}");
-                assert_eq!(because.as_deref(), Some("bash is a shell tool"));
-            } else {
-                assert_eq!(
-                    (shell, because),
-                    (crate::profiles::Shell::No, None),
-                    "{profile}"
-                );
-            }
-        }
-        let desktop = || names(Profile::Desktop);
-        let bash_only = |t: &str| t == "bash";
-        assert_eq!(
-            escalation(desktop(), bash_only),
-            (
-                crate::profiles::Shell::Yes,
-                Some("mouse is a shell tool".into())
-            ),
-            "bash gated, mouse/key still reach the shell"
+        // Under a custom grant every description says what the agent may use.
+        let policy = custom(&["sys_info", "browser_snapshot"], &[]);
+        let cat = ConnCatalog {
+            grant: Some(&note),
+            upstream: None,
+            browsers: None,
+            policy: &policy,
+        };
+        let tools = cat.list();
+        assert_eq!(tools.len(), 1);
+        let description = tools[0]["description"].as_str().unwrap();
+        assert!(
+            description.contains("profile 'custom'")
+                && description.contains("It may use: sys_info, browser_snapshot"),
+            "{description}"
         );
-        let all_shell = |t: &str| class_of(t) == Some(Class::Shell);
-        assert_eq!(
-            escalation(desktop(), all_shell),
-            (crate::profiles::Shell::Gated, None)
-        );
-        // Approval of an observe tool changes nothing.
-        assert_eq!(
-            escalation(names(Profile::Observe), |_| { true }),
-            (crate::profiles::Shell::No, None)
-        );
-        // Browser tools are classed by the class table: the browser profile's are never
-        // `shell`; an upstream's `shell`-class browser tool counts unless it is gated.
-        let browser: Vec<&str> = crate::profiles::browser_profile_tools().collect();
-        assert_eq!(browser.len(), 36);
-        assert_eq!(
-            escalation(browser, none),
-            (crate::profiles::Shell::No, None)
-        );
-        assert_eq!(
-            escalation(["browser_navigate", "browser_run_code_unsafe"], none),
-            (
-                crate::profiles::Shell::Yes,
-                Some("browser_run_code_unsafe is a shell tool".into())
-            )
-        );
-        assert_eq!(
-            escalation(["browser_run_code_unsafe"], |t| t
-                == "browser_run_code_unsafe"),
-            (crate::profiles::Shell::Gated, None)
-        );
+        assert!(cat
+            .instructions()
+            .contains("It may use: sys_info, browser_snapshot"));
     }
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::display::Probe;
+use super::policy::ToolPolicy;
 use super::{CallContext, GrantNote, Needs, Tool};
 use crate::jobs::Completion;
 use crate::mcp::ToolOutput;
@@ -25,7 +26,8 @@ pub static TOOL: Tool = Tool {
     description: "Describe this box: hostname, OS, kernel, architecture, CPUs, memory, \
 uptime, tailnet addresses, the display backend and displays with their sizes, which tools \
 work here (and why not), the user handnode runs as, and the grant you are working under \
-(profile, expiry) with the longest a call may run. Read-only; takes no arguments.",
+(profile, expiry, every tool it lets you use and whether that reaches a shell) with the \
+longest a call may run. Read-only; takes no arguments.",
     input_schema: schema,
     start,
     inline: Some(from_cache),
@@ -248,10 +250,12 @@ pub(crate) fn tailnet_addresses() -> Vec<String> {
     out
 }
 
-/// `{name, works, why?}` for every local tool the caller's profile allows, from the fact
+/// `{name, works, why?}` for every local tool the caller's policy allows, from the fact
 /// each tool [`Needs`].
-pub(crate) fn tool_status(profile: Profile, facts: &StaticFacts, display: &Value) -> Vec<Value> {
-    super::allowed(profile)
+pub(crate) fn tool_status(policy: &ToolPolicy, facts: &StaticFacts, display: &Value) -> Vec<Value> {
+    super::TOOLS
+        .iter()
+        .filter(|tool| policy.allows(tool.name))
         .map(|tool| {
             let name = tool.name;
             let status = match tool.needs {
@@ -328,7 +332,7 @@ pub struct AnswerCache {
 /// Everything a cached answer depends on.
 #[derive(Debug)]
 struct AnswerKey {
-    profile: Profile,
+    policy: Arc<ToolPolicy>,
     grant: Option<GrantNote>,
     max_run_secs: u64,
     /// Unix seconds: `expires_in_secs` counts in them.
@@ -341,7 +345,7 @@ struct AnswerKey {
 
 impl AnswerKey {
     fn same(&self, other: &AnswerKey) -> bool {
-        self.profile == other.profile
+        (Arc::ptr_eq(&self.policy, &other.policy) || self.policy == other.policy)
             && self.grant == other.grant
             && self.max_run_secs == other.max_run_secs
             && self.now == other.now
@@ -395,7 +399,13 @@ fn collect_from(
             "expires_in_secs": g.expires_at.saturating_sub(now),
         })
     });
-    let tools = tool_status(cx.profile, facts, &display);
+    let tools = tool_status(&cx.policy, facts, &display);
+    // A grant's note names the tools that wait for a decision now (its gate's answer).
+    let escalation = cx.policy.escalation(|t| {
+        cx.grant
+            .as_ref()
+            .is_some_and(|g| g.approve.iter().any(|a| a == t))
+    });
     let mut info = json!({
         "hostname": facts.hostname,
         "os": facts.os,
@@ -415,7 +425,10 @@ fn collect_from(
             "uid": facts.uid,
             "user": facts.user,
         },
-        "profile": cx.profile.as_str(),
+        "profile": cx.policy.profile().as_str(),
+        "allowed_tools": cx.policy.tools(),
+        "upstream_tools_without_class": cx.policy.sees_unclassified(),
+        "shell": escalation.shell.as_str(),
         "max_run_secs": cx.limits.max_run_secs,
     });
     // Values are moved in, not written inside `json!`: it deep-copies a `Value` through
@@ -424,6 +437,9 @@ fn collect_from(
     map.insert("display".into(), display);
     map.insert("tools".into(), Value::Array(tools));
     map.insert("grant".into(), grant.unwrap_or(Value::Null));
+    if let Some(because) = escalation.because {
+        map.insert("shell_because".into(), because.into());
+    }
     info
 }
 
@@ -510,6 +526,18 @@ pub(crate) fn summary(info: &Value) -> String {
             s(&info["profile"])
         )),
     }
+    let allowed: Vec<String> = info["allowed_tools"]
+        .as_array()
+        .map(|a| a.iter().map(s).collect())
+        .unwrap_or_default();
+    out.push_str(&format!("\nyou may use: {}", allowed.join(", ")));
+    if info["upstream_tools_without_class"] == true {
+        out.push_str(", and any other tool of the configured upstreams");
+    }
+    out.push_str(&format!("\nreaches a shell: {}", s(&info["shell"])));
+    if let Some(because) = info["shell_because"].as_str() {
+        out.push_str(&format!(" ({because})"));
+    }
     out.push_str(&format!("\na call runs at most {} s", info["max_run_secs"]));
     out.push_str("\ntools:");
     for t in info["tools"].as_array().into_iter().flatten() {
@@ -539,7 +567,7 @@ pub fn from_cache(cx: &CallContext) -> Option<ToolOutput> {
     let (live, age) = cx.host.live.cached(cx.host.config.sys_info_ttl)?;
     let probe = cx.host.display.cached(&cx.host.config)?;
     let key = AnswerKey {
-        profile: cx.profile,
+        policy: Arc::clone(&cx.policy),
         grant: cx.grant.clone(),
         max_run_secs: cx.limits.max_run_secs,
         now: crate::timefmt::now_unix(),
@@ -838,7 +866,7 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
     fn reports_the_grant_and_only_the_profiles_tools() {
         let host = host();
         let mut cx = cx(&host, CallLimits::GRANT, JobCtl::new());
-        cx.profile = Profile::Observe;
+        cx.policy = Arc::new(ToolPolicy::fixed(Profile::Observe).unwrap());
         cx.grant = Some(GrantNote {
             id: "g-1".into(),
             session: "laptop".into(),
@@ -861,6 +889,42 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
         let text = r["content"][0]["text"].as_str().unwrap();
         assert!(
             text.contains("grant: profile observe, session laptop"),
+            "{text}"
+        );
+        assert_eq!(s["shell"], "no");
+        assert_eq!(s["allowed_tools"], json!(["sys_info", "screenshot"]));
+        assert!(text.contains("you may use: sys_info, screenshot\nreaches a shell: no"));
+    }
+
+    #[test]
+    fn tells_a_custom_grant_what_it_may_use_and_whether_it_reaches_a_shell() {
+        let host = host();
+        let mut cx = cx(&host, CallLimits::GRANT, JobCtl::new());
+        let lists = crate::tools::policy::ToolLists {
+            allow: vec!["sys_info".into(), "key".into(), "browser_snapshot".into()],
+            ..Default::default()
+        };
+        cx.policy = Arc::new(ToolPolicy::new(Profile::Custom, lists).unwrap());
+        let r = sys_info(cx);
+        let s = &r["structuredContent"];
+        assert_eq!(s["profile"], "custom");
+        assert_eq!(
+            s["allowed_tools"],
+            json!(["sys_info", "key", "browser_snapshot"])
+        );
+        assert_eq!(s["upstream_tools_without_class"], false);
+        assert_eq!(s["shell"], "yes");
+        assert_eq!(s["shell_because"], "key is a shell tool");
+        let local: Vec<&str> = s["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(local, ["sys_info", "key"]);
+        let text = r["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.contains("you may use: sys_info, key, browser_snapshot\nreaches a shell: yes (key is a shell tool)"),
             "{text}"
         );
     }

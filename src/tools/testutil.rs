@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::jobs::{Completion, JobCtl};
 use crate::mcp::ToolOutput;
-use crate::profiles::Profile;
+use crate::tools::policy::ToolPolicy;
 use crate::tools::{CallContext, CallLimits, ToolConfig, ToolHost};
 
 /// Every blocking wait in these tests fails after this long instead of hanging.
@@ -23,7 +23,7 @@ pub fn host() -> Arc<ToolHost> {
 
 pub fn cx(host: &Arc<ToolHost>, limits: CallLimits, ctl: Arc<JobCtl>) -> CallContext {
     CallContext {
-        profile: Profile::Owner,
+        policy: ToolPolicy::owner(),
         grant: None,
         limits,
         ctl,

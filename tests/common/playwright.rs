@@ -14,6 +14,7 @@ use std::time::Duration;
 use handnode::jobs::{Completion, JobCtl};
 use handnode::mcp::{tool_reply, Action, Dispatcher, Route, ToolOutput};
 use handnode::profiles::Profile;
+use handnode::tools::policy::ToolPolicy;
 use handnode::tools::{
     self, CallContext, CallLimits, ConnCatalog, ToolConfig, ToolHost, UpstreamSource,
 };
@@ -142,16 +143,39 @@ impl Drop for PageServer {
 pub struct Playwright {
     pub port: u16,
     dir: TempDir,
+    /// `--caps` it runs with (`PLAYWRIGHT_MCP_CAPS`); empty for none.
+    caps: String,
+    /// One Playwright at a time in a test binary: two starting together on a loaded
+    /// 2-core box made one exit during start-up with an empty log.
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
+
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Playwright {
     pub fn start() -> Playwright {
+        Playwright::with_caps("")
+    }
+
+    /// Started with `--caps caps` (e.g. `vision,pdf,devtools`): the extra tool groups.
+    pub fn with_caps(caps: &str) -> Playwright {
+        let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let pw = Playwright {
+            _one_at_a_time: guard,
             port: free_port(),
             dir: TempDir::new("playwright"),
+            caps: caps.to_string(),
         };
         pw.run("start");
         pw
+    }
+
+    /// The installed `@playwright/mcp` version, from its package.json.
+    pub fn installed_version() -> Option<String> {
+        let path = prefix().join("node_modules/@playwright/mcp/package.json");
+        let text = std::fs::read_to_string(path).ok()?;
+        let json: Value = serde_json::from_str(&text).ok()?;
+        json["version"].as_str().map(str::to_string)
     }
 
     pub fn url(&self) -> String {
@@ -179,6 +203,7 @@ impl Playwright {
             .arg(self.port.to_string())
             .env("HANDNODE_UPSTREAM_DIR", &self.dir.0)
             .env("PLAYWRIGHT_MCP_PREFIX", prefix())
+            .env("PLAYWRIGHT_MCP_CAPS", &self.caps)
             .env("UPSTREAM_START_TIMEOUT", START_TIMEOUT_SECS.to_string())
             .env("UPSTREAM_STOP_TIMEOUT", "10");
         let (tx, rx) = crossbeam_channel::bounded(1);
@@ -213,6 +238,7 @@ impl Drop for Playwright {
 /// catalogue; tool calls run locally or on the upstream, each under a watchdog.
 pub struct Conn<'a> {
     pub dispatcher: Dispatcher,
+    pub policy: Arc<ToolPolicy>,
     pub upstream: &'a dyn UpstreamSource,
     pub host: Arc<ToolHost>,
     next_id: u64,
@@ -220,8 +246,17 @@ pub struct Conn<'a> {
 
 impl<'a> Conn<'a> {
     pub fn open(profile: Profile, upstream: &'a dyn UpstreamSource) -> Conn<'a> {
+        Conn::with_policy(
+            ToolPolicy::fixed(profile).expect("a fixed profile"),
+            upstream,
+        )
+    }
+
+    /// A connection under any policy: a custom grant's lists too.
+    pub fn with_policy(policy: ToolPolicy, upstream: &'a dyn UpstreamSource) -> Conn<'a> {
         let mut conn = Conn {
-            dispatcher: Dispatcher::new(profile),
+            dispatcher: Dispatcher::new(),
+            policy: Arc::new(policy),
             upstream,
             host: ToolHost::new(ToolConfig::default()).expect("tool host"),
             next_id: 0,
@@ -236,17 +271,21 @@ impl<'a> Conn<'a> {
         conn
     }
 
-    fn catalog(&self) -> ConnCatalog<'a> {
+    /// The catalogue for one message, over a handle of the policy (the dispatcher is
+    /// borrowed mutably beside it).
+    fn catalog<'b>(upstream: &'b dyn UpstreamSource, policy: &'b ToolPolicy) -> ConnCatalog<'b> {
         ConnCatalog {
             grant: None,
-            upstream: Some(self.upstream),
+            upstream: Some(upstream),
             browsers: None,
+            policy,
         }
     }
 
     pub fn notify(&mut self, method: &str) {
         let msg = json!({"jsonrpc": "2.0", "method": method}).to_string();
-        let catalog = self.catalog();
+        let policy = Arc::clone(&self.policy);
+        let catalog = Self::catalog(self.upstream, &policy);
         let actions = self.dispatcher.handle(msg.as_bytes(), &catalog);
         assert!(
             actions.iter().all(|a| !matches!(a, Action::Reply(_))),
@@ -259,7 +298,8 @@ impl<'a> Conn<'a> {
         self.next_id += 1;
         let id = json!(self.next_id);
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let catalog = self.catalog();
+        let policy = Arc::clone(&self.policy);
+        let catalog = Self::catalog(self.upstream, &policy);
         let actions = self.dispatcher.handle(msg.to_string().as_bytes(), &catalog);
         for action in actions {
             match action {
@@ -291,7 +331,7 @@ impl<'a> Conn<'a> {
                 name,
                 arguments,
                 CallContext {
-                    profile: self.dispatcher.profile(),
+                    policy: Arc::clone(&self.policy),
                     grant: None,
                     limits: CallLimits::GRANT,
                     ctl,

@@ -15,6 +15,7 @@ use handnode::config::DisplayBackend;
 use handnode::jobs::{Completion, JobCtl};
 use handnode::mcp::ToolOutput;
 use handnode::profiles::Profile;
+use handnode::tools::policy::ToolPolicy;
 use handnode::tools::{self, CallContext, CallLimits, ToolConfig, ToolHost};
 use serde_json::Value;
 
@@ -168,7 +169,7 @@ pub fn call_ctl(
 ) -> ToolOutput {
     let (tx, rx) = crossbeam_channel::bounded(1);
     let cx = CallContext {
-        profile,
+        policy: Arc::new(ToolPolicy::fixed(profile).expect("a fixed profile")),
         grant: None,
         limits: CallLimits::LOCAL_HTTP,
         ctl,
