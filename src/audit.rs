@@ -159,6 +159,14 @@ pub enum Record {
     },
 }
 
+/// A peer-chosen tool name as its [`label::name`], reusing the string when it is already safe.
+fn labelled(tool: String) -> String {
+    match label::name(&tool) {
+        Cow::Borrowed(_) => tool,
+        Cow::Owned(label) => label,
+    }
+}
+
 /// `args` within [`MAX_ARGS_BYTES`]: past it, a string of their JSON text cut to the bound.
 fn bounded_args(args: Value) -> Value {
     let json = args.to_string();
@@ -223,10 +231,7 @@ impl Record {
                 grant_id: grant_id.map(text),
                 principal: text(principal),
                 session: session.map(text),
-                tool: match label::name(&tool) {
-                    Cow::Borrowed(_) => tool,
-                    Cow::Owned(label) => label,
-                },
+                tool: labelled(tool),
                 outcome,
                 duration_ms,
                 args: args.map(bounded_args),
@@ -249,10 +254,7 @@ impl Record {
                 grant_id: text(grant_id),
                 principal: text(principal),
                 session: text(session),
-                tool: match label::name(&tool) {
-                    Cow::Borrowed(_) => tool,
-                    Cow::Owned(label) => label,
-                },
+                tool: labelled(tool),
                 decision,
                 decided_by: decided_by.map(text),
                 reason: reason.map(text),
