@@ -44,7 +44,10 @@ struct Stat {
 }
 
 fn read_stat(pid: i32) -> Option<Stat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+fn parse_stat(text: &str) -> Option<Stat> {
     // The command name may hold spaces and parentheses: fields start after the last ')'.
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -97,15 +100,26 @@ fn scan(tag: &[u8], sessions: &mut HashSet<i32>, spare: &HashSet<i32>) -> HashMa
         .collect()
 }
 
+/// The sessions a sweep never kills whole: ours (the server is spawned in it), init's, and
+/// session 0, which is what a process started by an init that never called `setsid` is in
+/// (CI runs so). Our session is read from `/proc/self/stat`, not `getsid`: rustix's
+/// `getsid` returns a `Pid`, which cannot be 0, and panics on that session.
+fn spared_sessions() -> HashSet<i32> {
+    let mut spare = HashSet::from([0, 1]);
+    if let Some(own) = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|text| parse_stat(&text))
+    {
+        spare.insert(own.session);
+    }
+    spare
+}
+
 /// SIGKILL every process of the browser whose directory is `dir` and wait (at most
 /// `patience` in all) until they are dead. Returns how many were killed.
 pub fn kill_browser_processes(dir: &Path, patience: Duration) -> usize {
     let tag = tag_entry(dir);
-    // Our own session and init's are never swept: the server is spawned in ours.
-    let mut spare = HashSet::from([0, 1]);
-    if let Ok(own) = rustix::process::getsid(None) {
-        spare.insert(own.as_raw_nonzero().get());
-    }
+    let spare = spared_sessions();
     let deadline = Instant::now() + patience;
     let mut sessions = HashSet::new();
     let mut killed = 0;
@@ -227,10 +241,7 @@ pub fn remove_orphans(base: &Path, patience: Duration) -> usize {
 pub fn processes(dir: &Path) -> Vec<i32> {
     let tag = tag_entry(dir);
     let mut sessions = HashSet::new();
-    let mut spare = HashSet::from([0, 1]);
-    if let Ok(own) = rustix::process::getsid(None) {
-        spare.insert(own.as_raw_nonzero().get());
-    }
+    let spare = spared_sessions();
     scan(&tag, &mut sessions, &spare).into_keys().collect()
 }
 
@@ -270,6 +281,23 @@ mod tests {
         assert!(killed >= 1, "killed {killed}");
         assert!(!any_alive(&dir.0), "a marked process survived the sweep");
         let _ = leader.wait();
+    }
+
+    #[test]
+    fn stat_lines_parse_past_odd_names_and_session_zero_is_spared() {
+        // Session 0 is what CI's processes are in (an init that never called setsid).
+        let line = "4242 (a) (b c)) S 1 4242 0 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 987 0 0";
+        let stat = parse_stat(line).expect("parses");
+        assert_eq!((stat.live, stat.session, stat.start_time), (true, 0, 987));
+        assert!(
+            parse_stat("4242 (zombie) Z 1 4242 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5")
+                .is_some_and(|s| !s.live)
+        );
+        assert!(parse_stat("4242 (cut short) S 1").is_none());
+        let spare = spared_sessions();
+        assert!(spare.contains(&0) && spare.contains(&1));
+        let own = read_stat(rustix::process::getpid().as_raw_nonzero().get()).unwrap();
+        assert!(spare.contains(&own.session), "our own session is spared");
     }
 
     #[test]
