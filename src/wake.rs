@@ -9,6 +9,12 @@ use std::time::Duration;
 
 use rustix::event::{epoll, eventfd, EventfdFlags, Timespec};
 
+/// Longest one `wait` sleeps. epoll takes its timeout as milliseconds in an `i32` (about
+/// 24.8 days); rustix passes a longer one to `epoll_pwait2`, which Linux before 5.11 (the
+/// Raspberry Pi OS kernels of 5.10) and qemu-user do not have: `ENOSYS` there. Every
+/// caller loops on its own deadlines, so a far one costs one spurious wake an hour.
+pub const LONGEST_WAIT: Duration = Duration::from_secs(3600);
+
 /// The key reported when the wake handle fired.
 pub const WAKE_KEY: u64 = u64::MAX;
 
@@ -118,7 +124,7 @@ impl Poller {
     /// (`None` = no timeout). A wake is reported once as [`WAKE_KEY`], however many
     /// wakes were coalesced.
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<Vec<Ready>> {
-        let ts = timeout.map(|d| Timespec {
+        let ts = timeout.map(|d| d.min(LONGEST_WAIT)).map(|d| Timespec {
             tv_sec: d.as_secs().min(i64::MAX as u64) as i64,
             tv_nsec: d.subsec_nanos() as _,
         });
@@ -174,6 +180,21 @@ mod tests {
             .wait(Some(Duration::from_millis(1)))
             .unwrap()
             .is_empty());
+    }
+
+    #[test]
+    fn a_timeout_past_what_epoll_pwait_takes_is_cut_to_one_it_takes() {
+        // epoll_pwait's i32 milliseconds hold the cap; past them rustix would need
+        // epoll_pwait2, missing on Linux < 5.11 and under qemu-user.
+        assert!(LONGEST_WAIT.as_millis() <= i32::MAX as u128);
+        let poller = Poller::new().unwrap();
+        let waker = poller.waker();
+        waker.wake();
+        // 100 days: woken at once all the same, and no error.
+        let far = Duration::from_secs(100 * 86_400);
+        let ready = poller.wait(Some(far)).unwrap();
+        assert_eq!(ready.len(), 1);
+        assert_eq!(ready[0].key, WAKE_KEY);
     }
 
     #[test]
