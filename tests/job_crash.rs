@@ -105,13 +105,16 @@ fn kill_9_mid_job_then_restart_leaves_no_process_and_says_daemon_restarted() {
         );
     }
 
-    let d = RealDaemon::start(&state, &[]);
+    let mut d = RealDaemon::start(&state, &[]);
     for pid in [leader_a, child_a, child_b] {
         assert_dies(pid);
     }
     let (_, mut conn) = pod.next_session();
     d.wait_grant(&id, "attached", |g| g["state"] == "attached");
-    for (n, (job, child)) in [(running, child_a), (orphaned, child_b)].iter().enumerate() {
+    for (n, (job, child)) in [(&running, child_a), (&orphaned, child_b)]
+        .iter()
+        .enumerate()
+    {
         let r = poll(&mut conn, 10 + n as u64, job);
         let s = &r["structuredContent"];
         assert_eq!(s["state"], "killed", "{r}");
@@ -126,6 +129,23 @@ fn kill_9_mid_job_then_restart_leaves_no_process_and_says_daemon_restarted() {
         )
         .unwrap();
         assert_eq!(record["reason"], "daemon_restarted");
+    }
+    // Each killed job's end is in the audit once, said by the run that killed it (the
+    // audit is written through once the daemon has stopped).
+    assert_eq!(d.terminate(), Some(0));
+    let audit = std::fs::read_to_string(state.join("audit.jsonl")).unwrap();
+    for job in [&running, &orphaned] {
+        let ends: Vec<Value> = audit
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["kind"] == "job_ended" && v["job_id"] == job.as_str())
+            .collect();
+        assert_eq!(ends.len(), 1, "{job}: {audit}");
+        assert_eq!(
+            (ends[0]["state"].as_str(), ends[0]["reason"].as_str()),
+            (Some("killed"), Some("daemon_restarted"))
+        );
+        assert_eq!(ends[0]["grant_id"], id.as_str());
     }
 }
 

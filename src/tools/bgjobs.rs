@@ -902,20 +902,8 @@ impl JobTable {
         self.schedule(expires, Chore::ExpireJob(Arc::downgrade(job)));
         if let Some(hooks) = self.hooks.get() {
             hooks.metrics.job_ended(state.as_str());
-            hooks.audit.record(Record::Job {
-                ended: true,
-                grant_id: (job.scope != OWNER_SCOPE).then(|| job.scope.clone()),
-                principal: job.principal.clone(),
-                session: job.session.clone(),
-                job_id: job.id.clone(),
-                command: None,
-                state: Some(state.as_str()),
-                reason: reason.map(str::to_string),
-                exit_code: Some(run.exit_code),
-                duration_ms: Some(duration_ms),
-                bytes: Some(job.out.total() + job.err.total()),
-            });
         }
+        self.audit_ended(job, state, reason, run.exit_code, duration_ms);
         log::info!(
             "job {} ended: {} (exit {}{})",
             job.id,
@@ -1118,6 +1106,32 @@ impl JobTable {
         }
     }
 
+    /// The `job_ended` audit record of `job`.
+    fn audit_ended(
+        &self,
+        job: &Job,
+        state: State,
+        reason: Option<&str>,
+        exit_code: i32,
+        duration_ms: u64,
+    ) {
+        if let Some(hooks) = self.hooks.get() {
+            hooks.audit.record(Record::Job {
+                ended: true,
+                grant_id: (job.scope != OWNER_SCOPE).then(|| job.scope.clone()),
+                principal: job.principal.clone(),
+                session: job.session.clone(),
+                job_id: job.id.clone(),
+                command: None,
+                state: Some(state.as_str()),
+                reason: reason.map(str::to_string),
+                exit_code: Some(exit_code),
+                duration_ms: Some(duration_ms),
+                bytes: Some(job.out.total() + job.err.total()),
+            });
+        }
+    }
+
     /// At start, before any grant resumes: load what an earlier run left (see the module
     /// doc), kill what it left running, remove what is not a valid job. Returns how many
     /// jobs were loaded.
@@ -1177,6 +1191,7 @@ impl JobTable {
         let mut kept = 0;
         for job in loaded {
             let mut st = job.lock_status();
+            let mut restarted = None;
             if st.state == State::Running {
                 st.state = State::Killed;
                 st.reason = Some("daemon_restarted".into());
@@ -1189,9 +1204,18 @@ impl JobTable {
                     "job {} was running when handnode stopped: killed (daemon_restarted)",
                     job.id
                 );
+                restarted = Some((
+                    st.exit_code.unwrap_or_default(),
+                    st.duration_ms.unwrap_or_default(),
+                ));
             }
             let age = Duration::from_millis(now.saturating_sub(st.ended_at_ms.unwrap_or(now)));
             drop(st);
+            // The run that started it could not say it ended; this one does.
+            if let Some((exit_code, duration_ms)) = restarted {
+                let reason = Some("daemon_restarted");
+                self.audit_ended(&job, State::Killed, reason, exit_code, duration_ms);
+            }
             if age >= self.cfg.retention {
                 job.remove_files();
                 continue;
