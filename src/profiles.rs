@@ -97,6 +97,24 @@ impl Profile {
         }
     }
 
+    /// What lending this profile means, for the person choosing one (the console's Lend
+    /// form prints it beside the profile's tools and whether it is a boundary).
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Profile::Owner => "every tool of this box and of its browser",
+            Profile::Desktop => {
+                "the shell and the screen, and the box's browser without the tools that run \
+                 code in the page"
+            }
+            Profile::Observe => "it can look, not touch",
+            Profile::Browser => {
+                "a throwaway browser of the grant's own, gone with the grant; nothing of this \
+                 box itself"
+            }
+            Profile::Custom => "only the tools you list under Allow",
+        }
+    }
+
     /// A profile with no list of its own: its tools are the grant's `allow` list.
     pub fn is_custom(self) -> bool {
         self == Profile::Custom

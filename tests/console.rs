@@ -173,7 +173,7 @@ fn get_root_never_names_another_host() {
         ["https://example.com/x"]
     );
     assert!(urls_with_a_host("a ws:// or wss:// address").is_empty());
-    for file in std::iter::once(&PAGE).chain(ASSETS) {
+    for file in std::iter::once(&*PAGE).chain(ASSETS) {
         let text = std::str::from_utf8(file.body).unwrap();
         assert_eq!(
             urls_with_a_host(text),

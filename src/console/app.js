@@ -512,10 +512,13 @@
     const approve = radio('approve');
     const w = $('lend-warning');
     let text = '';
-    if (profile === 'desktop' || profile === 'owner') {
-      text = `${profile} is shell-equivalent: with bash, or a mouse and keyboard that can open a terminal, the agent can do anything you can do on this box. Only observe is a security boundary. Lend it only to a session you would give a shell here.`;
+    // data-shell comes from the daemon's own table (profiles::Profile), rendered into the page.
+    const checked = lendForm.querySelector('input[name="profile"]:checked');
+    const shell = checked ? checked.dataset.shell : '';
+    if (shell === 'yes') {
+      text = `${profile} is shell-equivalent: with bash, or a mouse and keyboard that can open a terminal, the agent can do anything you can do on this box. Only observe and browser are boundaries. Lend it only to a session you would give a shell here.`;
       if (approve !== 'none') text += ' Approval does not make it a boundary: an allowed command does everything it says.';
-    } else if (profile === 'custom') {
+    } else if (shell === 'list') {
       text = 'A list that contains a shell tool (bash, mouse, key, …) is shell-equivalent; the grant\'s shell field will say so.';
     }
     w.textContent = text;

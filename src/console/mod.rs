@@ -4,8 +4,12 @@
 //! the page makes authenticates like any other client's.
 
 use std::io::Cursor;
+use std::sync::LazyLock;
 
 use tiny_http::{Header, Response};
+
+use crate::profiles::Profile;
+use crate::tools::policy::ToolPolicy;
 
 /// One embedded file.
 #[derive(Debug)]
@@ -16,12 +20,87 @@ pub struct Asset {
     pub body: &'static [u8],
 }
 
-/// The page itself, served at `/`.
-pub const PAGE: Asset = Asset {
-    name: "index.html",
-    content_type: "text/html; charset=utf-8",
-    body: include_bytes!("index.html"),
-};
+/// The page itself, served at `/`: `index.html` with the Lend form's profile choices
+/// rendered in from [`Profile::ALL`].
+pub static PAGE: LazyLock<Asset> = LazyLock::new(|| {
+    static BODY: LazyLock<Vec<u8>> = LazyLock::new(|| {
+        let template = include_str!("index.html");
+        assert!(
+            template.contains(PROFILE_CHOICES),
+            "index.html has the profile choices mark"
+        );
+        template
+            .replacen(PROFILE_CHOICES, &profile_choices(), 1)
+            .into_bytes()
+    });
+    Asset {
+        name: "index.html",
+        content_type: "text/html; charset=utf-8",
+        body: BODY.as_slice(),
+    }
+});
+
+/// Where `index.html` takes the profile choices: rendered from the daemon's own table, a
+/// profile added there is offered (with what it lends, and whether it is a boundary)
+/// without touching the page.
+const PROFILE_CHOICES: &str = "<!-- profile choices: rendered from profiles::Profile::ALL -->";
+
+/// One radio button per profile, `observe` (a boundary) checked. `data-shell` tells the
+/// page's script which warning to show: `yes` (shell-equivalent), `no` (a boundary) or
+/// `list` (it depends on the list, as the grant's `shell` field will say).
+fn profile_choices() -> String {
+    let mut html = String::new();
+    for profile in Profile::ALL {
+        let (shell, verdict) = if profile.is_custom() {
+            ("list", "Shell-equivalent if the list holds a shell tool.")
+        } else if profile.is_shell_equivalent() {
+            ("yes", "Shell-equivalent.")
+        } else {
+            ("no", "A boundary.")
+        };
+        let tools = ToolPolicy::fixed(profile).map(|policy| {
+            let (browser, local): (Vec<&str>, Vec<&str>) = policy
+                .tools()
+                .iter()
+                .partition(|name| crate::tools::find(name).is_none());
+            let mut parts = local;
+            let count = match browser.len() {
+                0 => String::new(),
+                1 => "1 browser tool".to_string(),
+                n => format!("{n} browser tools"),
+            };
+            if !count.is_empty() {
+                parts.push(&count);
+            }
+            let mut text = parts.join(", ");
+            if policy.sees_unclassified() {
+                text.push_str(" and any other tool of the box's upstreams");
+            }
+            text
+        });
+        let name = profile.as_str();
+        let checked = if profile == Profile::Observe {
+            " checked"
+        } else {
+            ""
+        };
+        let tools = tools.map_or(String::new(), |t| format!(" ({})", escape_html(&t)));
+        html.push_str(&format!(
+            "      <label class=\"choice\"><input type=\"radio\" name=\"profile\" \
+             value=\"{name}\" data-shell=\"{shell}\"{checked}>\n        \
+             <span><b>{name}</b>: {meaning}{tools}. {verdict}</span></label>\n",
+            meaning = escape_html(profile.meaning()),
+        ));
+    }
+    html
+}
+
+fn escape_html(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
 
 /// Everything the page loads, at `/console/{name}`.
 pub const ASSETS: &[Asset] = &[
@@ -76,6 +155,48 @@ pub fn response(asset: &Asset) -> Response<Cursor<Vec<u8>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lend_form_offers_every_profile_once_with_its_boundary() {
+        let page = std::str::from_utf8(PAGE.body).unwrap();
+        assert!(!page.contains(PROFILE_CHOICES), "the mark is replaced");
+        for profile in Profile::ALL {
+            let radio = format!("name=\"profile\" value=\"{profile}\"");
+            assert_eq!(page.matches(&radio).count(), 1, "{profile}");
+        }
+        assert_eq!(page.matches("name=\"profile\"").count(), Profile::ALL.len());
+        assert_eq!(page.matches(" checked>").count(), 4, "one per radio group");
+        let choices = profile_choices();
+        let line = |name: &str| {
+            choices
+                .lines()
+                .skip_while(|l| !l.contains(&format!("value=\"{name}\"")))
+                .nth(1)
+                .unwrap()
+                .to_string()
+        };
+        assert!(choices.contains("value=\"observe\" data-shell=\"no\" checked>"));
+        assert!(choices.contains("value=\"browser\" data-shell=\"no\">"));
+        assert!(choices.contains("value=\"desktop\" data-shell=\"yes\">"));
+        assert!(choices.contains("value=\"owner\" data-shell=\"yes\">"));
+        assert!(choices.contains("value=\"custom\" data-shell=\"list\">"));
+        assert!(
+            line("observe").contains("(sys_info, screenshot)"),
+            "{}",
+            line("observe")
+        );
+        assert!(
+            line("browser").contains("(36 browser tools)"),
+            "{}",
+            line("browser")
+        );
+        assert!(line("desktop").contains("bash, "), "{}", line("desktop"));
+        assert!(
+            line("desktop").contains(", 15 browser tools)"),
+            "{}",
+            line("desktop")
+        );
+    }
 
     #[test]
     fn every_asset_the_page_names_is_served_and_every_served_one_is_named() {

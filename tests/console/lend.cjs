@@ -76,6 +76,11 @@ h.run(async (browser) => {
   await view(page, 'lend');
   await page.fill('#lend-runtime', RUNTIME);
   await page.fill('#lend-session', 'Not_A_Session');
+  // Every profile of the daemon's table is offered; the boundaries warn of nothing.
+  for (const boundary of ['browser', 'observe']) {
+    await page.check(`input[name="profile"][value="${boundary}"]`);
+    assert(!(await page.isVisible('#lend-warning')), `${boundary} is a boundary: no shell warning`);
+  }
   await page.check('input[name="profile"][value="desktop"]');
   const warning = await page.textContent('#lend-warning');
   assert(await page.isVisible('#lend-warning') && /shell-equivalent/.test(warning), 'desktop shows the boundary warning: ' + warning);
