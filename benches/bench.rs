@@ -14,6 +14,9 @@
 // tungstenite's handshake callback type returns its large error by value.
 #![allow(clippy::result_large_err)]
 
+#[path = "../tests/common/playwright.rs"]
+mod playwright;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -1837,32 +1840,10 @@ fn bench_screenshot(
 
 /// The pinned Playwright MCP on stdio with Debian's chromium, as the tests run it.
 fn browser_argv() -> Result<Vec<String>, String> {
-    let cli = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("target/playwright-mcp/node_modules/@playwright/mcp/cli.js");
-    let chromium = "/usr/lib/chromium/chromium";
-    if !cli.is_file() {
-        return Err(format!(
-            "{} is missing (scripts/ci/playwright.sh)",
-            cli.display()
-        ));
+    match playwright::missing() {
+        Some(why) => Err(why),
+        None => Ok(playwright::browser_command()),
     }
-    if !Path::new(chromium).is_file() {
-        return Err(format!("{chromium} is missing (apt-get install chromium)"));
-    }
-    let mut argv: Vec<String> = vec![
-        "node".into(),
-        cli.display().to_string(),
-        "--headless".into(),
-        "--isolated".into(),
-        "--browser".into(),
-        "chromium".into(),
-        "--executable-path".into(),
-        chromium.into(),
-    ];
-    if rustix::process::geteuid().is_root() {
-        argv.push("--no-sandbox".into());
-    }
-    Ok(argv)
 }
 
 /// Where the first navigation of each measurement goes.

@@ -16,8 +16,12 @@ use tungstenite::{Bytes, Message, WebSocket};
 use crate::config::Limits;
 
 /// Largest payload (bytes) of one outbound frame: a longer reply is sent as a Text frame
-/// with FIN=0 and Continuation frames (RFC 6455 §5.4), each at most this long.
-pub const FRAGMENT_BYTES: usize = 64 << 10;
+/// with FIN=0 and Continuation frames (RFC 6455 §5.4), each at most this long. The
+/// published tungstenite keeps its write buffer's capacity for the connection's life, so
+/// this is also about what a grant that ever sent a long reply keeps: 16 KiB holds the
+/// per-grant memory where the vendored copy, which freed large frames, had it; at 64 KiB a
+/// grant kept ~60 KiB more. Per frame, the header is 4 bytes and one `write` the cost.
+pub const FRAGMENT_BYTES: usize = 16 << 10;
 
 /// The WebSocket settings of a grant socket. Inbound messages and frames are capped at
 /// `max_inbound_bytes`. On the write side the link decides when bytes are written, so

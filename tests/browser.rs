@@ -46,26 +46,6 @@ impl Drop for ShortDir {
     }
 }
 
-/// The real Playwright MCP on stdio, headless, with Debian's chromium.
-fn real_command() -> Vec<String> {
-    let cli = playwright::prefix().join("node_modules/@playwright/mcp/cli.js");
-    let mut argv: Vec<String> = vec![
-        "node".into(),
-        cli.display().to_string(),
-        "--headless".into(),
-        "--isolated".into(),
-        "--browser".into(),
-        "chromium".into(),
-        "--executable-path".into(),
-        playwright::CHROMIUM.into(),
-    ];
-    // Chromium's sandbox cannot run as root (scripts/upstream.sh does the same).
-    if rustix::process::geteuid().is_root() {
-        argv.push("--no-sandbox".into());
-    }
-    argv
-}
-
 fn fake_command(mode: &str) -> Vec<String> {
     vec![
         "bash".into(),
@@ -240,7 +220,7 @@ fn each_browser_grant_has_a_throwaway_browser_of_its_own() {
     let dir = ShortDir::new();
     let d = TestDaemon::with("browser-real", |c| {
         quiet_liveness(c);
-        c.browser_command = Some(real_command());
+        c.browser_command = Some(playwright::browser_command());
         c.browser_dir = Some(dir.0.clone());
         c.upstreams = vec![("browser".into(), owners.url())];
         c.timing.upstream_timeout = CALL_WATCHDOG;
@@ -346,7 +326,7 @@ fn sigterm_of_the_daemon_leaves_no_browser() {
     }
     let state = common::temp_dir("browser-sigterm");
     let dir = ShortDir::new();
-    let command = real_command()
+    let command = playwright::browser_command()
         .iter()
         .map(|w| format!("'{w}'"))
         .collect::<Vec<_>>()
@@ -523,7 +503,7 @@ fn every_tool_of_the_pinned_playwright_mcp_is_classified() {
         return;
     }
     use std::io::{BufRead, BufReader, Write};
-    let argv = real_command();
+    let argv = playwright::browser_command();
     let dir = ShortDir::new();
     std::fs::create_dir_all(&dir.0).unwrap();
     let mut child = std::process::Command::new(&argv[0])

@@ -1,6 +1,6 @@
-//! The grant socket's write path (`handnode::link`): a reply over 64 KiB goes out as one
-//! fragmented message (a Text frame with FIN=0, then Continuation frames, each at most
-//! 64 KiB), small replies as single frames; whatever the socket accepts at a time, the
+//! The grant socket's write path (`handnode::link`): a reply over `FRAGMENT_BYTES` goes out
+//! as one fragmented message (a Text frame with FIN=0, then Continuation frames, each at
+//! most `FRAGMENT_BYTES`), small replies as single frames; whatever the socket accepts at a time, the
 //! bytes on the wire are the messages in the order they were queued, correctly masked, and
 //! the WebSocket is never handed more than about one fragment at once. End to end, a 3 MiB
 //! reply through a grant reaches the stub pod as one message.
@@ -159,11 +159,12 @@ fn large_and_small_frames_arrive_whole_in_order() {
             heads.iter().all(|&(_, _, n)| n <= FRAGMENT_BYTES),
             "a frame over {FRAGMENT_BYTES} bytes"
         );
-        // 3 MiB is 48 fragments: Text/FIN=0, 46 Continuation/FIN=0, Continuation/FIN=1.
+        // 3 MiB is n fragments: Text/FIN=0, n-2 Continuation/FIN=0, Continuation/FIN=1.
+        let n = (3 << 20) / FRAGMENT_BYTES;
         let (opcode, fin, len) = heads[1];
         assert_eq!((opcode, fin, len), (1, false, FRAGMENT_BYTES));
-        assert!(heads[2..48].iter().all(|&(op, fin, _)| op == 0 && !fin));
-        assert_eq!((heads[48].0, heads[48].1), (0, true));
+        assert!(heads[2..n].iter().all(|&(op, fin, _)| op == 0 && !fin));
+        assert_eq!((heads[n].0, heads[n].1), (0, true));
         let got = read_back(wire, messages.len());
         for (i, (g, m)) in got.iter().zip(&messages).enumerate() {
             assert!(
@@ -216,7 +217,8 @@ fn a_three_mib_reply_reaches_the_pod_as_one_message() {
     check_three_mib_reply(&reply, 1);
     assert_eq!(conn.ping(json!(2))["result"], json!({}));
 
-    // The same reply frame by frame: fragments of at most 64 KiB making one Text message.
+    // The same reply frame by frame: fragments of at most FRAGMENT_BYTES making one Text
+    // message.
     conn.send(&three_mib_call(3));
     let socket = conn.ws.get_mut();
     let mut frames = Vec::new();
@@ -233,7 +235,11 @@ fn a_three_mib_reply_reaches_the_pod_as_one_message() {
         }
     }
     assert_eq!(frames[0].0, 1, "a text message");
-    assert!(frames.len() >= 48, "{} frames", frames.len());
+    assert!(
+        frames.len() >= (3 << 20) / FRAGMENT_BYTES,
+        "{} frames",
+        frames.len()
+    );
     assert!(
         frames[1..].iter().all(|&(op, _, _)| op == 0),
         "continuations"

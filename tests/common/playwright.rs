@@ -41,6 +41,27 @@ pub fn prefix() -> PathBuf {
     }
 }
 
+/// The pinned Playwright MCP on stdio as a browser-tier grant runs it: headless, isolated,
+/// Debian's chromium. Chromium's sandbox cannot run as root (scripts/upstream.sh does the
+/// same). The tests and the benchmark both use this one.
+pub fn browser_command() -> Vec<String> {
+    let cli = prefix().join("node_modules/@playwright/mcp/cli.js");
+    let mut argv: Vec<String> = vec![
+        "node".into(),
+        cli.display().to_string(),
+        "--headless".into(),
+        "--isolated".into(),
+        "--browser".into(),
+        "chromium".into(),
+        "--executable-path".into(),
+        CHROMIUM.into(),
+    ];
+    if rustix::process::geteuid().is_root() {
+        argv.push("--no-sandbox".into());
+    }
+    argv
+}
+
 /// Why the real-upstream tests cannot run here, or `None` when they can.
 pub fn missing() -> Option<String> {
     let cli = prefix().join("node_modules/@playwright/mcp/cli.js");
