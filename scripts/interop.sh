@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Interop: the official MCP TypeScript SDK (pinned in scripts/ci/e2e.sh) talks to the
 # release binary's POST /mcp through its own Client + StreamableHTTPClientTransport
-# (scripts/interop-client.cjs): connect, tools/list (5 tools, four annotations each),
+# (scripts/interop-client.cjs): connect, tools/list (the local tools of docs/classes.md, four annotations each),
 # bash echo hi, sys_info, errors, DELETE, and a wrong token. Exits non-zero on any failure.
 #
 # Env: HANDNODE_BIN (default: build target/release/handnode), MCP_SDK_PREFIX.
