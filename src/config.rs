@@ -39,7 +39,7 @@ pub struct Timing {
     pub ping_interval: Duration,
     /// No inbound frame for this long and the socket is dead.
     pub silence_limit: Duration,
-    /// The pod does not take our pending output (at most one 16 KiB fragment and a few
+    /// The pod does not take our pending output (at most one 8 KiB fragment and a few
     /// small frames) within this long and the socket is dropped (redial).
     pub write_stall: Duration,
     /// TCP connect to the pod.
@@ -1057,7 +1057,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
     millis!("backoff-reset-ms", backoff_reset, "60000", "A connection attached this long resets the redial delay."),
     millis!("ping-interval-ms", ping_interval, "20000", "How often we ping an attached pod."),
     millis!("silence-limit-ms", silence_limit, "60000", "No frame from the pod for this long and the socket is dead (redial)."),
-    millis!("write-stall-ms", write_stall, "30000", "A pod that does not take our pending output (at most 16 KiB) within this long is dropped (redial)."),
+    millis!("write-stall-ms", write_stall, "30000", "A pod that does not take our pending output (at most 8 KiB) within this long is dropped (redial)."),
     millis!("connect-timeout-ms", connect_timeout, "10000", "TCP connect to the pod."),
     millis!("handshake-timeout-ms", handshake_timeout, "15000", "TLS and WebSocket upgrade with the pod, after connect."),
     millis!("mint-timeout-ms", mint_timeout, "15000", "Minting an attach secret at the pod."),
