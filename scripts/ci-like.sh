@@ -15,6 +15,9 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 shared=$(cd "$repo/.." && pwd)/shared
 [ -d "$shared" ] || { echo "ci-like: no $shared beside the repository" >&2; exit 2; }
 work=$(mktemp -d /tmp/handnode-ci.XXXXXX)
+# mktemp makes it 0700; a clone anywhere else is 0755, and the tests' other users (sway and
+# its terminals run as nobody) need to pass through it.
+chmod 0755 "$work"
 git clone -q "$repo" "$work/main"
 ln -s "$shared" "$work/shared"
 log=${1:-$work/ci.log}

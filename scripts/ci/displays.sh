@@ -78,8 +78,10 @@ focus_follows_mouse no
 seat * hide_cursor 0
 CONF
     chmod 0644 "$RUN_DIR/sway.config"
+    # Its own runtime dir as the working dir: what sway execs (foot, the tests' terminals)
+    # starts there, and the checkout may be in a folder that uid $SWAY_UID cannot enter.
     setsid setpriv --reuid=$SWAY_UID --regid=$SWAY_GID --clear-groups \
-        env -i PATH=/usr/bin:/bin LANG=C.UTF-8 HOME="$SWAY_RUNTIME" XDG_RUNTIME_DIR="$SWAY_RUNTIME" \
+        env -i -C "$SWAY_RUNTIME" PATH=/usr/bin:/bin LANG=C.UTF-8 HOME="$SWAY_RUNTIME" XDG_RUNTIME_DIR="$SWAY_RUNTIME" \
         WLR_BACKENDS=headless WLR_LIBINPUT_NO_DEVICES=1 WLR_RENDERER=pixman \
         sway -c "$RUN_DIR/sway.config" >"$RUN_DIR/sway.log" 2>&1 </dev/null &
     echo $! >"$RUN_DIR/sway.pid"
