@@ -61,6 +61,16 @@ session_pids() {
 }
 
 # The recorded leader, if that process is still ours (a session leader with our pid).
+# The server we just started is still there: the process itself (setsid has not run yet, or
+# ran in place), or a member of the session named after it. Checking the session alone lost
+# a race: right after the fork the child has not called setsid yet, its session is empty,
+# and a healthy start was reported as "exited during start-up" with an empty log.
+starting() {
+    local state
+    state="$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" || state=""
+    { [ -n "$state" ] && [ "$state" != Z ]; } || [ -n "$(session_pids "$1")" ]
+}
+
 running_pid() {
     [ -f "$pidfile" ] || return 1
     local pid
@@ -131,8 +141,10 @@ start() {
     echo "$pid" >"$pidfile"
     local deadline=$((SECONDS + start_timeout))
     until listening; do
-        if [ -z "$(session_pids "$pid")" ]; then
-            echo "$0: playwright-mcp exited during start-up; its log ($log):" >&2
+        if ! starting "$pid"; then
+            local status=0
+            wait "$pid" 2>/dev/null || status=$?
+            echo "$0: playwright-mcp exited during start-up (exit status $status); its log ($log):" >&2
             cat "$log" >&2
             rm -f "$pidfile"
             exit 1
