@@ -7,7 +7,7 @@
 //! are queued and pumped out through a socket that takes a fuzzed number of bytes per
 //! write and refuses every other write. Checks, beyond not panicking: the link stops at the
 //! first close or violation with the right close code; what was written is masked frames
-//! of at most 64 KiB payload that a WebSocket server reads back as exactly the replies
+//! of at most `FRAGMENT_BYTES` payload that a WebSocket server reads back as exactly the replies
 //! queued, in order (all of them, unless our close abandoned the rest).
 #![no_main]
 
@@ -94,7 +94,9 @@ fn pod_frames(mut data: &[u8]) -> Vec<u8> {
             255 => ((MAX_INBOUND + 1) as u64, Vec::new()),
             254 => {
                 let b = take(2, &mut data);
-                let len = u16::from_be_bytes([b[0], *b.get(1).unwrap_or(&0)]) as usize;
+                // The input may end inside the two length bytes.
+                let byte = |i: usize| b.get(i).copied().unwrap_or(0);
+                let len = u16::from_be_bytes([byte(0), byte(1)]) as usize;
                 let p = take(len, &mut data);
                 (p.len() as u64, p)
             }
