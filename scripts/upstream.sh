@@ -60,17 +60,17 @@ session_pids() {
     ps -e -o pid= -o sid= | awk -v sid="$1" '$2 == sid { print $1 }'
 }
 
-# The recorded leader, if that process is still ours (a session leader with our pid).
 # The server we just started is still there: the process itself (setsid has not run yet, or
-# ran in place), or a member of the session named after it. Checking the session alone lost
+# ran in place), or a member of the session named after it. Checking the session alone can lose
 # a race: right after the fork the child has not called setsid yet, its session is empty,
-# and a healthy start was reported as "exited during start-up" with an empty log.
+# and a healthy start is reported as "exited during start-up" with an empty log.
 starting() {
     local state
     state="$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" || state=""
     { [ -n "$state" ] && [ "$state" != Z ]; } || [ -n "$(session_pids "$1")" ]
 }
 
+# The recorded leader, if that process is still ours (a session leader with our pid).
 running_pid() {
     [ -f "$pidfile" ] || return 1
     local pid

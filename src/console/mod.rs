@@ -59,17 +59,15 @@ fn profile_choices() -> String {
             ("no", "A boundary.")
         };
         let tools = ToolPolicy::fixed(profile).map(|policy| {
-            let (browser, local): (Vec<&str>, Vec<&str>) = policy
+            let (browser, mut parts): (Vec<&str>, Vec<&str>) = policy
                 .tools()
                 .iter()
                 .partition(|name| crate::tools::find(name).is_none());
-            let mut parts = local;
             let count = match browser.len() {
-                0 => String::new(),
                 1 => "1 browser tool".to_string(),
                 n => format!("{n} browser tools"),
             };
-            if !count.is_empty() {
+            if !browser.is_empty() {
                 parts.push(&count);
             }
             let mut text = parts.join(", ");
