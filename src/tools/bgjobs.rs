@@ -418,6 +418,9 @@ pub struct Job {
     /// Bytes held against the disk cap.
     reserved: AtomicU64,
     kill_scheduled: AtomicBool,
+    /// Between the state saying ended and the end's audit record being queued: daemon
+    /// shutdown waits for it too, or it could close the audit before the record arrives.
+    end_pending: AtomicBool,
     /// Set when the job's files are removed; a late write then goes nowhere.
     dir: PathBuf,
     /// When its retention ends (once ended).
@@ -806,6 +809,7 @@ impl JobTable {
             stop_reason: Mutex::new(None),
             reserved: AtomicU64::new(need),
             kill_scheduled: AtomicBool::new(false),
+            end_pending: AtomicBool::new(false),
             dir,
             expires: Mutex::new(None),
         });
@@ -875,6 +879,7 @@ impl JobTable {
             if st.state != State::Running {
                 return;
             }
+            job.end_pending.store(true, Ordering::SeqCst);
             st.state = state;
             st.exit_code = Some(run.exit_code);
             st.reason = reason.map(str::to_string);
@@ -911,9 +916,14 @@ impl JobTable {
             run.exit_code,
             reason.map(|r| format!(", {r}")).unwrap_or_default()
         );
-        // Last: shutdown waits on this, and the audit record must be queued by then. Under
-        // the lock, so a shutdown between its check and its wait cannot miss it.
+        self.report_end(job);
+    }
+
+    /// Last: shutdown waits on this, and the audit record must be queued by then. Under
+    /// the lock, so a shutdown between its check and its wait cannot miss it.
+    fn report_end(&self, job: &Job) {
         let _inner = self.lock();
+        job.end_pending.store(false, Ordering::SeqCst);
         self.ended.notify_all();
     }
 
@@ -1073,26 +1083,26 @@ impl JobTable {
     /// Daemon shutdown: refuse new jobs, kill every running one, and wait (bounded) until
     /// each is reported ended, so its record and audit line are written.
     pub fn shutdown(&self) {
-        let running: Vec<Arc<Job>> = {
+        let jobs: Vec<Arc<Job>> = {
             let mut inner = self.lock();
             inner.shutting_down = true;
-            inner
-                .jobs
-                .iter()
-                .filter(|j| j.is_running())
-                .cloned()
-                .collect()
+            inner.jobs.clone()
         };
-        for job in &running {
+        for job in jobs.iter().filter(|j| j.is_running()) {
             self.kill(job, "daemon_stopped");
         }
+        // The state first: `finished` sets `end_pending` before it changes the state (under
+        // the status lock), so a job seen ended here is seen pending until it is reported.
+        let unreported = |j: &Arc<Job>| {
+            let started = {
+                let st = j.lock_status();
+                st.state == State::Running && st.pid.is_some()
+            };
+            started || j.end_pending.load(Ordering::SeqCst)
+        };
         let deadline = Instant::now() + SHUTDOWN_WAIT;
         let mut inner = self.lock();
-        while inner
-            .jobs
-            .iter()
-            .any(|j| j.is_running() && j.lock_status().pid.is_some())
-        {
+        while jobs.iter().any(unreported) {
             let now = Instant::now();
             if now >= deadline {
                 log::warn!("shutdown: some jobs were not reported ended in time");
@@ -1289,6 +1299,7 @@ impl JobTable {
             stop_reason: Mutex::new(None),
             reserved: AtomicU64::new(0),
             kill_scheduled: AtomicBool::new(false),
+            end_pending: AtomicBool::new(false),
             dir: dir.to_path_buf(),
             expires: Mutex::new(None),
         });
@@ -1627,6 +1638,64 @@ mod tests {
         let left: Vec<String> = t.list(G1).iter().map(|j| j.id.clone()).collect();
         assert_eq!(left, [jobs[1].id.clone(), jobs[2].id.clone()]);
         assert!(!jobs[0].path("out").exists());
+    }
+
+    /// Blocks the first `job_ended` until released, so a test can stop a job's report
+    /// halfway: its state already says ended, its audit record is not yet queued.
+    struct HeldMeter {
+        entered: crossbeam_channel::Sender<()>,
+        release: crossbeam_channel::Receiver<()>,
+    }
+
+    impl JobMeter for HeldMeter {
+        fn job_started(&self) {}
+        fn job_ended(&self, _: &str) {
+            let _ = self.entered.send(());
+            let _ = self.release.recv_timeout(crate::tools::testutil::WATCHDOG);
+        }
+    }
+
+    #[test]
+    fn shutdown_waits_until_a_killed_jobs_end_is_audited_not_just_marked() {
+        let tmp = TempDir::new("jobs");
+        let t = table(&tmp, |_| {});
+        let (entered_tx, entered) = crossbeam_channel::bounded(1);
+        let (release, release_rx) = crossbeam_channel::bounded(1);
+        t.report_to(
+            Audit::discard(),
+            Arc::new(HeldMeter {
+                entered: entered_tx,
+                release: release_rx,
+            }),
+        );
+        let job = admit(&t, G1).unwrap();
+        t.spawned(&job, 1_000_000, None);
+        let reporter = {
+            let (t, job) = (Arc::clone(&t), Arc::clone(&job));
+            std::thread::spawn(move || end(&t, &job, 0))
+        };
+        entered
+            .recv_timeout(crate::tools::testutil::WATCHDOG)
+            .expect("watchdog: the end was never reported");
+        assert!(!job.is_running(), "the state already says ended");
+        let (done_tx, done) = crossbeam_channel::bounded(1);
+        let stopper = {
+            let t = Arc::clone(&t);
+            std::thread::spawn(move || {
+                t.shutdown();
+                let _ = done_tx.send(());
+            })
+        };
+        assert_eq!(
+            done.recv_timeout(Duration::from_millis(200)),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout),
+            "shutdown returned before the job's end was audited"
+        );
+        release.send(()).unwrap();
+        done.recv_timeout(crate::tools::testutil::WATCHDOG)
+            .expect("watchdog: shutdown never returned once the end was audited");
+        reporter.join().unwrap();
+        stopper.join().unwrap();
     }
 
     #[test]
