@@ -2,7 +2,7 @@
 # Statically linked release binaries of handnode, one file to copy onto a box: x86_64 and the
 # Raspberry Pis, cross-built on an x86_64 Debian-like host.
 #
-#   scripts/build-static.sh [--all]               the three release artifacts (the default)
+#   scripts/build-static.sh [--all]               the four release artifacts (the default)
 #   scripts/build-static.sh --target TRIPLE ...   only these (repeatable)
 #   scripts/build-static.sh --list                the targets and what each needs
 #   options: --dist DIR   write artifacts there instead of <cargo target dir>/dist
@@ -11,16 +11,19 @@
 #   x86_64   x86_64-unknown-linux-musl       musl               any x86_64 Linux
 #   aarch64  aarch64-unknown-linux-musl      musl               64-bit Pi OS: Pi 3, 4, 5, Zero 2 W
 #   armv7    armv7-unknown-linux-gnueabihf   glibc +crt-static  32-bit Pi OS: Pi 2, 3, 4, 5, Zero 2 W
+#   armv6    arm-unknown-linux-gnueabi       glibc +crt-static  32-bit Pi OS: Pi 1, Zero, Zero W (any 32-bit Pi)
 #   -        x86_64-unknown-linux-gnu        glibc +crt-static  not a release artifact (CI's DNS check)
 #
-# For each target: `rustup target add`, the Debian cross C compiler with apt (ring has C and
-# assembly; as root or through `sudo -n`), `cargo build --release`, then `file` must say static
-# and the right architecture. A release target is copied to DIST/handnode-<version>-<arch>, and
+# For each target: `rustup target add` (armv6: rustup serves no ARMv6 standard library, so
+# `rustup component add rust-src`, and cargo's -Zbuild-std builds one), the Debian cross C
+# compiler with apt (ring has C and assembly; as root or through `sudo -n`), `cargo build
+# --release`, then `file` must say static and the right architecture, and the binary must run
+# (under qemu-user, on the emulated CPU the table names). A release target is copied to DIST/handnode-<version>-<arch>, and
 # DIST/SHA256SUMS is rewritten for this version's artifacts. A target that cannot be had (no
 # standard library from rustup, no compiler from apt, a failed build) gets one line saying which
 # and why, its stale artifact is removed, the others still build, and the exit status is 1.
-# Every install step is skipped when already done. ARMv6 boards (Pi 1, Zero, Zero W) and the
-# details of each target: docs/install.md. `--libc gnu|musl` (older name) = --target x86_64-*.
+# Every install step is skipped when already done. The details of each target:
+# docs/install.md. `--libc gnu|musl` (older name) = --target x86_64-*.
 set -euo pipefail
 
 die() { echo "build-static: error: $*" >&2; exit 2; }
@@ -33,23 +36,27 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 # The targets, declared once. Fields: triple, dist arch ("-": not a release artifact), libc,
 # what `file` must say (ELF class and machine), Debian packages, commands they provide, the C
 # compiler and archiver for ring (empty: the host's), the linker (empty: rustc's default), the
-# qemu-user program that runs it on x86_64 (empty: runs natively).
+# qemu-user program that runs it on x86_64 (empty: runs natively), the CPU qemu emulates (empty:
+# qemu's default, which has every feature; armv6: the Pi 1's ARM1176, on which an ARMv7
+# instruction is illegal), where the standard library comes from (rustup, or build-std: built
+# from its source).
 targets_table() {
     cat <<'EOF'
-x86_64-unknown-linux-musl|x86_64|musl|ELF 64-bit LSB,x86-64|musl-tools|musl-gcc|musl-gcc|||
-aarch64-unknown-linux-musl|aarch64|musl|ELF 64-bit LSB,ARM aarch64|gcc-aarch64-linux-gnu libc6-dev-arm64-cross|aarch64-linux-gnu-gcc|aarch64-linux-gnu-gcc|aarch64-linux-gnu-ar|aarch64-linux-gnu-gcc|qemu-aarch64-static
-armv7-unknown-linux-gnueabihf|armv7|glibc|ELF 32-bit LSB,ARM, EABI5|gcc-arm-linux-gnueabihf libc6-dev-armhf-cross|arm-linux-gnueabihf-gcc|arm-linux-gnueabihf-gcc|arm-linux-gnueabihf-ar|arm-linux-gnueabihf-gcc|qemu-arm-static
-x86_64-unknown-linux-gnu|-|glibc|ELF 64-bit LSB,x86-64||||||
+x86_64-unknown-linux-musl|x86_64|musl|ELF 64-bit LSB,x86-64|musl-tools|musl-gcc|musl-gcc|||||rustup
+aarch64-unknown-linux-musl|aarch64|musl|ELF 64-bit LSB,ARM aarch64|gcc-aarch64-linux-gnu libc6-dev-arm64-cross|aarch64-linux-gnu-gcc|aarch64-linux-gnu-gcc|aarch64-linux-gnu-ar|aarch64-linux-gnu-gcc|qemu-aarch64-static||rustup
+armv7-unknown-linux-gnueabihf|armv7|glibc|ELF 32-bit LSB,ARM, EABI5|gcc-arm-linux-gnueabihf libc6-dev-armhf-cross|arm-linux-gnueabihf-gcc|arm-linux-gnueabihf-gcc|arm-linux-gnueabihf-ar|arm-linux-gnueabihf-gcc|qemu-arm-static||rustup
+arm-unknown-linux-gnueabi|armv6|glibc|ELF 32-bit LSB,ARM, EABI5|gcc-arm-linux-gnueabi libc6-dev-armel-cross|arm-linux-gnueabi-gcc|arm-linux-gnueabi-gcc|arm-linux-gnueabi-ar|arm-linux-gnueabi-gcc|qemu-arm-static|arm1176|build-std
+x86_64-unknown-linux-gnu|-|glibc|ELF 64-bit LSB,x86-64||||||||rustup
 EOF
 }
 # The release set, in build order.
-release_triples=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl armv7-unknown-linux-gnueabihf)
+release_triples=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl armv7-unknown-linux-gnueabihf arm-unknown-linux-gnueabi)
 
 # row TRIPLE : sets t_* (all but the triple) from the table; non-zero if the triple is not in it.
 row() {
     local line
     line=$(targets_table | grep "^$1|") || return 1
-    IFS='|' read -r _ t_arch t_libc t_file t_pkgs t_cmds t_cc t_ar t_linker t_runner <<<"$line"
+    IFS='|' read -r _ t_arch t_libc t_file t_pkgs t_cmds t_cc t_ar t_linker t_runner t_cpu t_std <<<"$line"
 }
 
 requested=()
@@ -64,12 +71,12 @@ while [ $# -gt 0 ]; do
         --libc) [ $# -ge 2 ] || die "--libc needs gnu or musl"; requested+=("x86_64-unknown-linux-$2"); shift 2 ;;
         --libc=*) requested+=("x86_64-unknown-linux-${1#--libc=}"); shift ;;
         --list)
-            printf '%-30s %-7s %-5s %-19s %s\n' TRIPLE ARCH LIBC QEMU "DEBIAN PACKAGES"
-            targets_table | while IFS='|' read -r tr ar lc _ pk _ _ _ _ qe; do
-                printf '%-30s %-7s %-5s %-19s %s\n' "$tr" "$ar" "$lc" "${qe:--}" "${pk:--}"
+            printf '%-30s %-7s %-5s %-19s %-8s %-9s %s\n' TRIPLE ARCH LIBC QEMU CPU STD "DEBIAN PACKAGES"
+            targets_table | while IFS='|' read -r tr ar lc _ pk _ _ _ _ qe cpu sd; do
+                printf '%-30s %-7s %-5s %-19s %-8s %-9s %s\n' "$tr" "$ar" "$lc" "${qe:--}" "${cpu:--}" "$sd" "${pk:--}"
             done
             exit 0 ;;
-        -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument '$1' (see scripts/build-static.sh --help)" ;;
     esac
 done
@@ -112,9 +119,21 @@ why_of() {
     grep -m1 -E '^(E|error|sudo):' "$1" 2>/dev/null || tail -n 1 "$1"
 }
 
-# have_std TRIPLE : the standard library for TRIPLE is installed, or rustup installs it.
+# have_std LOG TRIPLE : the standard library for TRIPLE is installed, or rustup installs it
+# (for a build-std target: the standard library's source, which cargo then builds).
 have_std() {
     local log=$1.rustup
+    if [ "$t_std" = build-std ]; then
+        [ -f "$(rustc --print sysroot)/lib/rustlib/src/rust/library/Cargo.lock" ] && return 0
+        if command -v rustup >/dev/null; then
+            note "rustup component add rust-src (rustup serves no standard library for $2; cargo builds one)"
+            rustup component add rust-src >"$log" 2>&1 && return 0
+            why="rustup serves no standard library for it and cannot install rust-src to build one ($(why_of "$log"))"
+        else
+            why="rustup serves no standard library for it, and building one needs rustup's rust-src (https://rustup.rs)"
+        fi
+        return 1
+    fi
     if command -v rustup >/dev/null; then
         rustup target list --installed 2>/dev/null | grep -qx "$2" && return 0
         note "rustup target add $2"
@@ -180,6 +199,14 @@ check_file() {
             || { why="readelf -A does not show ARMv7 with VFP argument registers"; return 1; }
         echo "abi: ARMv7, hard float (readelf -A)"
     fi
+    # armv6: the soft-float EABI, which a static binary may use on any ARM Linux. Its
+    # attributes say v7 because ring's NEON code (chosen at run time) is in it, so whether it
+    # runs on ARMv6 is run_check's question, asked of an emulated ARM1176.
+    if [ "$t_arch" = armv6 ]; then
+        arm-linux-gnueabi-readelf -h "$1" 2>/dev/null | grep -q 'Version5 EABI, soft-float ABI' \
+            || { why="readelf -h does not show the soft-float EABI5"; return 1; }
+        echo "abi: EABI5, soft float (readelf -h)"
+    fi
 }
 
 # run_check BIN : starts it (natively, or under qemu-user when installed), `--version`.
@@ -190,7 +217,8 @@ run_check() {
         echo "runs: not tried (${runner[0]} is not installed: apt-get install qemu-user-static)"
         return 0
     fi
-    out=$("${runner[@]}" "$1" --version 2>&1) || { why="$1 --version failed: $out"; return 1; }
+    [ -z "$t_cpu" ] || runner+=(-cpu "$t_cpu")
+    out=$("${runner[@]}" "$1" --version 2>&1) || { why="$1 --version failed${t_cpu:+ on an emulated $t_cpu}: $out"; return 1; }
     echo "runs: ${runner[*]:+${runner[*]} }--version -> $out"
 }
 
@@ -215,12 +243,16 @@ for triple in "${requested[@]}"; do
     [ -z "$t_cc" ] || build_env+=("CC_$u=$(printenv "CC_$u" || echo "$t_cc")")
     [ -z "$t_ar" ] || build_env+=("AR_$u=$(printenv "AR_$u" || echo "$t_ar")")
     [ -z "$t_linker" ] || build_env+=("CARGO_TARGET_${E}_LINKER=$(printenv "CARGO_TARGET_${E}_LINKER" || echo "$t_linker")")
-    note "cargo build --release --target $triple (${build_env[*]:-host cc}, +crt-static) ..."
+    std_args=()
+    # -Zbuild-std is unstable: RUSTC_BOOTSTRAP lets this stable toolchain use it, as the fuzz
+    # targets do. panic_unwind: a panic in one call must unwind, not abort the daemon.
+    [ "$t_std" != build-std ] || { build_env+=(RUSTC_BOOTSTRAP=1); std_args=("-Zbuild-std=std,panic_unwind"); }
+    note "cargo build --release --target $triple${std_args[*]:+ ${std_args[*]}} (${build_env[*]:-host cc}, +crt-static) ..."
     start=$(date +%s)
     # With an explicit --target, RUSTFLAGS reaches only the target's artifacts: build scripts
     # and proc-macros stay host programs. +crt-static is musl's default and glibc's opt-in.
     if ! env "${build_env[@]}" RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-        cargo build --release --locked --target "$triple" --bin handnode >"$scratch/$triple.cargo" 2>&1; then
+        cargo build --release --locked --target "$triple" "${std_args[@]}" --bin handnode >"$scratch/$triple.cargo" 2>&1; then
         cat "$scratch/$triple.cargo" >&2
         not_built "$triple" "cargo build failed (its output is above; last line: $(tail -n 1 "$scratch/$triple.cargo"))"
         continue

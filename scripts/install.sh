@@ -15,7 +15,7 @@
 #                           operator commands look by default
 #   --binary PATH   install this binary instead of building one (cargo build --release)
 #   --from-dist DIR install the artifact of DIR (scripts/build-static.sh's target/dist, copied
-#                   over) for this machine's `uname -m`: x86_64, aarch64/arm64, armv7l. Its
+#                   over) for this machine's `uname -m`: x86_64, aarch64/arm64, armv7l, armv6l. Its
 #                   SHA256SUMS line is checked first; a mismatch or no artifact changes nothing
 #   --uninstall     remove what this script installed (it keeps a list); the token, grants
 #                   and audit log stay unless --purge is given too
@@ -152,8 +152,7 @@ if [ -n "$from_dist" ]; then
         x86_64 | amd64) arch=x86_64 ;;
         aarch64 | arm64) arch=aarch64 ;;
         armv7l | armv8l) arch=armv7 ;;
-        armv6l) die "this is an ARMv6 board (Pi 1, Zero, Zero W): no artifact runs here; \
-build on the board with scripts/install.sh (docs/install.md); nothing was changed" ;;
+        armv6l) arch=armv6 ;;
         *) die "no handnode artifact is built for this machine ($machine); build here with \
 scripts/install.sh; nothing was changed" ;;
     esac

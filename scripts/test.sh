@@ -32,7 +32,7 @@ cargo test --all-targets
 step "end to end: the release binary as a new user and against a websocat pod"
 bash scripts/e2e.sh
 
-step "release artifacts: static x86_64/aarch64/armv7 binaries, e2e under qemu-user, install.sh --from-dist"
+step "release artifacts: static x86_64/aarch64/armv7/armv6 binaries, e2e under qemu-user, install.sh --from-dist"
 bash scripts/ci/dist-check.sh
 
 step "interop: the official MCP TypeScript SDK against /mcp"

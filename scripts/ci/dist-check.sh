@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # CI test of the release artifacts (issue 17), run by scripts/test.sh:
-#   1. scripts/build-static.sh --all: the three static binaries, their `file` lines, their
+#   1. scripts/build-static.sh --all: the four static binaries, their `file` lines, their
 #      sizes beside the host build's, target/dist/SHA256SUMS;
 #   2. per artifact: `doctor --json` reports the target, libc and static build it was made as,
 #      and scripts/e2e.sh passes against it (start, /healthz, first-start token, owner /mcp
-#      bash, a grant attached to the websocat pod, revoke): aarch64 and armv7 under
-#      qemu-user, x86_64 natively;
+#      bash, a grant attached to the websocat pod, revoke): aarch64, armv7 and armv6 under
+#      qemu-user (armv6 on an emulated ARM1176, the Pi 1's and Zero's core), x86_64 natively;
 #   3. the README's copy (a tarball of install.sh, contrib/systemd and target/dist) unpacked
 #      elsewhere: install.sh --from-dist into a temp prefix installs this host's artifact, and
 #      refuses it with one byte changed, changing nothing;
@@ -43,9 +43,9 @@ dist=$repo/target/dist
 [ -f "$dist/SHA256SUMS" ] || fail "no $dist/SHA256SUMS"
 (cd "$dist" && sha256sum --quiet -c SHA256SUMS) || fail "SHA256SUMS does not match the artifacts"
 
-# The release rows of build-static.sh's own table: TRIPLE ARCH LIBC QEMU.
-mapfile -t rows < <(scripts/build-static.sh --list | awk 'NR > 1 && $2 != "-" { print $1, $2, $3, $4 }')
-[ ${#rows[@]} -eq 3 ] || fail "build-static.sh --list shows ${#rows[@]} release targets, want 3"
+# The release rows of build-static.sh's own table: TRIPLE ARCH LIBC QEMU CPU.
+mapfile -t rows < <(scripts/build-static.sh --list | awk 'NR > 1 && $2 != "-" { print $1, $2, $3, $4, $5 }')
+[ ${#rows[@]} -eq 4 ] || fail "build-static.sh --list shows ${#rows[@]} release targets, want 4"
 artifact_of() {
     local name
     name=$(sed -nE "s/^[0-9a-f]{64} [ *](handnode-[^ ]+-$1)\$/\1/p" "$dist/SHA256SUMS")
@@ -58,10 +58,12 @@ ok "built $(wc -l <"$dist/SHA256SUMS") artifacts in ${build_secs} s"
 t=$(now)
 e2e_times=()
 for r in "${rows[@]}"; do
-    read -r triple arch libc qemu <<<"$r"
+    read -r triple arch libc qemu cpu <<<"$r"
     bin=$(artifact_of "$arch")
     runner=()
     [ "$qemu" = - ] || runner=("$qemu")
+    # qemu-user reads its -cpu from QEMU_CPU, which reaches it through scripts/e2e.sh too.
+    if [ "$cpu" = - ]; then unset QEMU_CPU; else export QEMU_CPU=$cpu; qemu="$qemu on $cpu"; fi
     build=$("${runner[@]}" "$bin" doctor --json | jq -c .build) || fail "$bin doctor --json"
     want=$(jq -cn --arg t "$triple" --arg l "$libc" '{libc: $l, static: true, target: $t}')
     [ "$(jq -cS . <<<"$build")" = "$want" ] || fail "$arch: doctor reports $build, want $want"
@@ -76,7 +78,16 @@ for r in "${rows[@]}"; do
     e2e_times+=("$arch $(($(now) - te)) s")
     ok "$arch: scripts/e2e.sh${runner:+ under $qemu}: $(tail -n 1 "$log")"
 done
+unset QEMU_CPU
 e2e_secs=$(($(now) - t))
+# The emulated ARM1176 is what proves armv6 runs on ARMv6: it must refuse an ARMv7 binary.
+armv7_bin=$(artifact_of armv7)
+rc=0
+# In a group, so bash's own "Illegal instruction" report goes to /dev/null with the rest.
+{ QEMU_CPU=arm1176 qemu-arm-static "$armv7_bin" --version; } >/dev/null 2>&1 || rc=$?
+[ "$rc" = 132 ] || fail "the armv7 artifact on an emulated ARM1176 exited $rc, want 132 (SIGILL): \
+that CPU must refuse ARMv7 code for the armv6 run to prove anything"
+ok "the armv7 artifact dies with SIGILL on an emulated ARM1176; armv6 passed the e2e there"
 
 # --- 3. install.sh --from-dist ------------------------------------------------------------
 tmp=$(mktemp -d)
