@@ -1370,6 +1370,7 @@ fn carries_marker(pid: i32, id: &str) -> bool {
 mod tests {
     use super::*;
     use crate::testutil::TempDir;
+    use crate::tools::testutil::WATCHDOG;
 
     fn ring(dir: &TempDir, window: u64, start: u64) -> StreamFile {
         StreamFile::create(&dir.path("s.out"), window, start).unwrap()
@@ -1651,7 +1652,7 @@ mod tests {
         fn job_started(&self) {}
         fn job_ended(&self, _: &str) {
             let _ = self.entered.send(());
-            let _ = self.release.recv_timeout(crate::tools::testutil::WATCHDOG);
+            let _ = self.release.recv_timeout(WATCHDOG);
         }
     }
 
@@ -1675,7 +1676,7 @@ mod tests {
             std::thread::spawn(move || end(&t, &job, 0))
         };
         entered
-            .recv_timeout(crate::tools::testutil::WATCHDOG)
+            .recv_timeout(WATCHDOG)
             .expect("watchdog: the end was never reported");
         assert!(!job.is_running(), "the state already says ended");
         let (done_tx, done) = crossbeam_channel::bounded(1);
@@ -1692,7 +1693,7 @@ mod tests {
             "shutdown returned before the job's end was audited"
         );
         release.send(()).unwrap();
-        done.recv_timeout(crate::tools::testutil::WATCHDOG)
+        done.recv_timeout(WATCHDOG)
             .expect("watchdog: shutdown never returned once the end was audited");
         reporter.join().unwrap();
         stopper.join().unwrap();
