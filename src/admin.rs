@@ -541,6 +541,7 @@ fn read_body(
 }
 
 fn respond(request: Request, response: Response<std::io::Cursor<Vec<u8>>>) {
+    let response = console::with_api_headers(response);
     let status = response.status_code().0;
     let method = request.method().clone();
     let path = shown_path(&request).into_owned();

@@ -546,10 +546,11 @@ fn header(name: &str, value: &str) -> Header {
 
 /// The `200` of `GET /approvals`: the list and its `ETag`.
 pub fn list_response(body: String, etag: &str) -> Response<std::io::Cursor<Vec<u8>>> {
-    Response::from_data(body.into_bytes())
-        .with_header(header("Content-Type", "application/json"))
-        .with_header(header("ETag", etag))
-        .with_header(header("Cache-Control", "no-store"))
+    crate::console::with_api_headers(
+        Response::from_data(body.into_bytes())
+            .with_header(header("Content-Type", "application/json"))
+            .with_header(header("ETag", etag)),
+    )
 }
 
 /// `seen` as a client may send it back: with or without the quotes of the `ETag` header.

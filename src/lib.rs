@@ -9,6 +9,7 @@ pub mod audit;
 pub mod auth;
 pub mod browser;
 pub mod browser_argv;
+pub mod browser_url;
 pub mod build_info;
 pub mod calls;
 pub mod cli;

@@ -436,6 +436,23 @@ pub static BROWSER_TOOL_CLASSES: &[Classified] = &[
 /// `browser_evaluate` runs arbitrary JavaScript in the page.
 pub const BROWSER_PROFILE_EXCLUDES: &[&str] = &["browser_evaluate"];
 
+/// Every argument of a tool of the pinned Playwright MCP that names a URL the browser
+/// would open (contract §14), found by reading all of its tools' schemas: under every
+/// grant but `owner` each is checked by [`crate::browser_url`] before the call is
+/// forwarded. `browser_tabs`' `url` is read for every `action` (it opens a tab only with
+/// `new`, but an argument the browser ignores costs nothing to check). A test reads the
+/// pinned upstream's real `tools/list` and fails on any URL-like field missing here.
+pub static BROWSER_URL_FIELDS: &[(&str, &[&str])] =
+    &[("browser_navigate", &["url"]), ("browser_tabs", &["url"])];
+
+/// The URL-bearing argument names of browser tool `tool` (empty for most tools).
+pub fn browser_url_fields(tool: &str) -> &'static [&'static str] {
+    BROWSER_URL_FIELDS
+        .iter()
+        .find(|(name, _)| *name == tool)
+        .map_or(&[], |(_, fields)| fields)
+}
+
 /// The class of a browser tool, from [`BROWSER_TOOL_CLASSES`].
 pub fn browser_class_of(tool: &str) -> Option<Class> {
     BROWSER_TOOL_CLASSES

@@ -574,6 +574,46 @@ fn every_tool_of_the_pinned_playwright_mcp_is_classified() {
         names, table,
         "the class table and the pinned upstream differ"
     );
+    // Every field that names a URL the browser opens is checked (contract §14): a field
+    // called like a URL, or described as one to navigate to, at any depth of a schema.
+    fn url_like(path: &str, schema: &Value, found: &mut Vec<String>) {
+        if let Some(props) = schema["properties"].as_object() {
+            for (name, sub) in props {
+                let lower = name.to_ascii_lowercase();
+                let desc = sub["description"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_ascii_lowercase();
+                if ["url", "uri", "href"].iter().any(|w| lower.contains(w))
+                    || desc.contains("navigate to")
+                {
+                    found.push(format!("{path}.{name}"));
+                }
+                url_like(&format!("{path}.{name}"), sub, found);
+            }
+        }
+        if schema.get("items").is_some() {
+            url_like(&format!("{path}[]"), &schema["items"], found);
+        }
+    }
+    let mut found = Vec::new();
+    for tool in list["result"]["tools"].as_array().unwrap() {
+        url_like(
+            tool["name"].as_str().unwrap(),
+            &tool["inputSchema"],
+            &mut found,
+        );
+    }
+    let mut checked: Vec<String> = handnode::profiles::BROWSER_URL_FIELDS
+        .iter()
+        .flat_map(|(tool, fields)| fields.iter().map(move |f| format!("{tool}.{f}")))
+        .collect();
+    found.sort();
+    checked.sort();
+    assert_eq!(
+        found, checked,
+        "the URL-bearing fields of the pinned upstream and profiles::BROWSER_URL_FIELDS differ"
+    );
     // It launched no chromium (no tool was called): killing node is all there is.
     let _ = child.kill();
     let _ = child.wait();
