@@ -17,6 +17,12 @@
 #   CHROMIUM                the browser binary (default: Debian's /usr/lib/chromium/chromium)
 #   UPSTREAM_START_TIMEOUT  seconds to wait for the port to listen (default 30)
 #   UPSTREAM_STOP_TIMEOUT   seconds to wait after SIGTERM before SIGKILL (default 10)
+#   HANDNODE_LISTEN         handnode's --listen (default 127.0.0.1:8795) and
+#   HANDNODE_ALLOW_HOST     its --allow-host names (comma-separated): the admin listener's
+#                           origins, which the browser is started with blocked
+#                           (--blocked-origins), as handnode does for its own browsers
+#                           (contract §14); `handnode doctor` warns when they are not
+#   HANDNODE_BLOCKED_ORIGINS  more origins to block (semicolon-separated)
 #
 # The server runs in its own session (setsid) and process group. `stop` sends SIGTERM to that
 # group (Playwright then closes the browser), waits, and SIGKILLs whatever of the instance is
@@ -107,6 +113,28 @@ wait_gone() {
     done
 }
 
+# The admin listener's origins as --blocked-origins entries: every spelling that reaches
+# HANDNODE_LISTEN, each allow-host with and without the port. The same list as
+# browser_argv::admin_origins in the daemon (tests/chains.rs checks the two agree).
+admin_origins() {
+    local listen="${HANDNODE_LISTEN:-127.0.0.1:8795}"
+    local lport="${listen##*:}" lhost="${listen%:*}"
+    local out="127.0.0.1:$lport;localhost:$lport;[::1]:$lport;*.localhost:$lport;0.0.0.0:$lport"
+    case "$lhost" in
+        0.0.0.0 | '[::]') out="$out;*:$lport" ;;
+        127.* | '[::1]' | localhost) ;;
+        *) out="$out;$lhost:$lport" ;;
+    esac
+    local host
+    for host in ${HANDNODE_ALLOW_HOST//,/ }; do
+        host="$(printf '%s' "$host" | tr '[:upper:]' '[:lower:]')"
+        out="$out;$host"
+        case "$host" in *:*) ;; *) out="$out;$host:$lport" ;; esac
+    done
+    [ -z "${HANDNODE_BLOCKED_ORIGINS:-}" ] || out="$out;$HANDNODE_BLOCKED_ORIGINS"
+    printf '%s' "$out"
+}
+
 start() {
     if pid="$(running_pid)"; then
         echo "playwright-mcp already running on 127.0.0.1:$port (pid $pid)"
@@ -130,13 +158,22 @@ start() {
         --isolated
         --host 127.0.0.1 --port "$port" --allowed-hosts "127.0.0.1:$port"
         --output-dir "$dir/output"
+        --blocked-origins "$(admin_origins)"
     )
     [ "${HANDNODE_UPSTREAM_HEADED:-0}" = 1 ] || args+=(--headless)
     [ -z "${PLAYWRIGHT_MCP_CAPS:-}" ] || args+=(--caps "$PLAYWRIGHT_MCP_CAPS")
     # Chromium's sandbox cannot run as root; as any other user keep it.
     [ "$(id -u)" -ne 0 ] || args+=(--no-sandbox)
-    # Relative file names the browser tools write land in the working directory.
-    (cd "$dir" && exec env "$tag" setsid node "$cli" "${args[@]}" </dev/null >"$log" 2>&1) &
+    # Relative file names the browser tools write land in the working directory. The
+    # environment it inherits names no handnode secret and no PLAYWRIGHT_MCP_* setting that
+    # would widen it (file access, a config file): only the flags above count.
+    (
+        cd "$dir"
+        for name in $(compgen -e); do
+            case "$name" in PLAYWRIGHT_MCP_* | HANDNODE_TOKEN | NODE_OPTIONS) unset "$name" ;; esac
+        done
+        exec env "$tag" setsid node "$cli" "${args[@]}" </dev/null >"$log" 2>&1
+    ) &
     local pid=$!
     echo "$pid" >"$pidfile"
     local deadline=$((SECONDS + start_timeout))

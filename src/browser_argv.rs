@@ -127,6 +127,10 @@ pub const REFUSED_FLAGS: &[(&str, &str)] = &[
         "--allow-unrestricted-file-access",
         "it opens the box's files (file:// URLs, paths outside the output directory) to the page",
     ),
+    (
+        "--config",
+        "a config file can set what the other refused flags set (file access, profile, endpoints)",
+    ),
 ];
 
 /// The first refused flag in `argv` (as `--flag` or `--flag=value`), with why.
@@ -159,6 +163,99 @@ pub fn executable_path(argv: &[String]) -> Option<&str> {
         }
     }
     None
+}
+
+/// Playwright MCP's flag that blocks origins (semicolon-separated origins or hosts).
+pub const BLOCKED_ORIGINS_FLAG: &str = "--blocked-origins";
+
+/// Every origin of the admin listener that a browser must not reach (contract §14), as
+/// `--blocked-origins` entries: each spelling that reaches the `--listen` address and that
+/// the Host guard admits — `127.0.0.1`, `localhost`, `[::1]`, any `*.localhost`,
+/// `0.0.0.0`, the address itself when it is not loopback, every address's port when it
+/// listens on all of them — and each `--allow-host` name (with and without the port:
+/// behind `tailscale serve` it is reached on 443). Host-form entries block every scheme.
+pub fn admin_origins(listen: std::net::SocketAddr, allow_hosts: &[String]) -> Vec<String> {
+    let port = listen.port();
+    let mut out: Vec<String> = ["127.0.0.1", "localhost", "[::1]", "*.localhost", "0.0.0.0"]
+        .iter()
+        .map(|h| format!("{h}:{port}"))
+        .collect();
+    let ip = listen.ip();
+    if ip.is_unspecified() {
+        // Every address of the box reaches it: block the port on any host.
+        out.push(format!("*:{port}"));
+    } else if !ip.is_loopback() {
+        out.push(match ip {
+            std::net::IpAddr::V4(v4) => format!("{v4}:{port}"),
+            std::net::IpAddr::V6(v6) => format!("[{v6}]:{port}"),
+        });
+    }
+    for host in allow_hosts {
+        let host = host.trim().to_ascii_lowercase();
+        if host.is_empty() {
+            continue;
+        }
+        out.push(host.clone());
+        if !host.contains(':') || host.starts_with('[') && host.ends_with(']') {
+            out.push(format!("{host}:{port}"));
+        }
+    }
+    out.dedup();
+    out
+}
+
+/// The origins `argv` blocks (every `--blocked-origins` value, split at `;`).
+pub fn blocked_origins(argv: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut it = argv.iter().skip(1);
+    while let Some(arg) = it.next() {
+        let value = if arg == BLOCKED_ORIGINS_FLAG {
+            it.next().map(String::as_str)
+        } else {
+            arg.strip_prefix(BLOCKED_ORIGINS_FLAG)
+                .and_then(|rest| rest.strip_prefix('='))
+        };
+        if let Some(v) = value {
+            out.extend(
+                v.split(';')
+                    .map(str::trim)
+                    .filter(|o| !o.is_empty())
+                    .map(String::from),
+            );
+        }
+    }
+    out
+}
+
+/// `argv[1..]` with every `--blocked-origins` of the operator's folded into one that also
+/// blocks `origins` (Playwright MCP keeps only the last one given).
+pub fn with_blocked_origins(argv: &[String], origins: &[String]) -> Vec<String> {
+    let mut all = origins.to_vec();
+    for o in blocked_origins(argv) {
+        if !all.contains(&o) {
+            all.push(o);
+        }
+    }
+    let mut out = Vec::new();
+    let mut it = argv.iter().skip(1);
+    while let Some(arg) = it.next() {
+        if arg == BLOCKED_ORIGINS_FLAG {
+            it.next();
+        } else if !arg.starts_with(&format!("{BLOCKED_ORIGINS_FLAG}=")) {
+            out.push(arg.clone());
+        }
+    }
+    if !all.is_empty() {
+        out.push(BLOCKED_ORIGINS_FLAG.into());
+        out.push(all.join(";"));
+    }
+    out
+}
+
+/// Whether the browser runs with a window (no `--headless`): only then does it get the
+/// display's variables.
+pub fn is_headed(argv: &[String]) -> bool {
+    !argv.iter().skip(1).any(|a| a == "--headless")
 }
 
 /// Parse and check a `--browser-command` value: the argv, or what to fix.
@@ -234,6 +331,8 @@ mod tests {
             "node cli.js --storage-state=s.json",
             "node cli.js --output-dir /tmp/x",
             "node cli.js --allow-unrestricted-file-access",
+            "node cli.js --config /etc/pw.json",
+            "node cli.js --config=/etc/pw.json",
         ] {
             let err = parse_command(line).unwrap_err();
             assert!(
@@ -245,6 +344,58 @@ mod tests {
         let ok = parse_command("--port cli.js --portable --headless --isolated").unwrap();
         assert!(is_isolated(&ok));
         assert!(!is_isolated(&words(&["--isolated", "x"])));
+    }
+
+    #[test]
+    fn the_admin_origins_cover_every_spelling_that_reaches_the_listener() {
+        let loopback = admin_origins("127.0.0.1:8795".parse().unwrap(), &[]);
+        for o in [
+            "127.0.0.1:8795",
+            "localhost:8795",
+            "[::1]:8795",
+            "*.localhost:8795",
+        ] {
+            assert!(loopback.contains(&o.to_string()), "{o}: {loopback:?}");
+        }
+        assert!(!loopback.iter().any(|o| o == "*:8795"));
+        let all = admin_origins(
+            "0.0.0.0:9000".parse().unwrap(),
+            &["Box.Tail.ts.net".into(), "h:8443".into()],
+        );
+        for o in [
+            "*:9000",
+            "box.tail.ts.net",
+            "box.tail.ts.net:9000",
+            "h:8443",
+        ] {
+            assert!(all.contains(&o.to_string()), "{o}: {all:?}");
+        }
+        let lan = admin_origins("192.168.1.5:80".parse().unwrap(), &[]);
+        assert!(lan.contains(&"192.168.1.5:80".to_string()), "{lan:?}");
+    }
+
+    #[test]
+    fn the_operators_blocked_origins_are_kept_beside_the_admin_ones() {
+        let argv = words(&[
+            "node",
+            "cli.js",
+            "--blocked-origins",
+            "a.example",
+            "--headless",
+            "--blocked-origins=b.example;c.example",
+        ]);
+        let out = with_blocked_origins(&argv, &["localhost:1".into()]);
+        assert_eq!(
+            out,
+            words(&[
+                "cli.js",
+                "--headless",
+                "--blocked-origins",
+                "localhost:1;a.example;b.example;c.example"
+            ])
+        );
+        assert!(!is_headed(&argv));
+        assert!(is_headed(&words(&["node", "cli.js"])));
     }
 
     #[test]

@@ -26,6 +26,17 @@ pub enum DisplayBackend {
     None,
 }
 
+/// `--browser-isolation`: how each throwaway browser is kept from the daemon's files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BrowserIsolation {
+    /// `bwrap` when it works on this box, else none (with a warning at start).
+    Auto,
+    /// `bwrap` or refuse to start.
+    Bwrap,
+    /// No wrapper.
+    None,
+}
+
 /// Every timing constant, with its production value as the default.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Timing {
@@ -226,6 +237,7 @@ pub struct Config {
     pub browser_command: Option<Vec<String>>,
     /// Where each browser gets its own directory; `None` = `browser::default_dir`.
     pub browser_dir: Option<PathBuf>,
+    pub browser_isolation: BrowserIsolation,
     pub display_backend: DisplayBackend,
     /// Test override of the display variables graphical tools see (`DISPLAY`,
     /// `WAYLAND_DISPLAY`, …); `None` = this process's environment. Not a flag.
@@ -262,6 +274,7 @@ impl Config {
             upstreams: Vec::new(),
             browser_command: None,
             browser_dir: None,
+            browser_isolation: BrowserIsolation::Auto,
             display_backend: DisplayBackend::Auto,
             display_env: None,
             max_screenshot_edge: 1920,
@@ -906,6 +919,28 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         },
     },
     Flag {
+        name: "browser-isolation",
+        env: true,
+        default: "auto",
+        help: "How each throwaway browser is kept from handnode's files: bwrap (bubblewrap: the state dir, config dir, token file and other grants' browsers are empty inside; start fails if bwrap does not work), none, or auto (bwrap when it works here, else none with a warning). `doctor` says which.",
+        kind: Kind::Text {
+            metavar: "auto|bwrap|none",
+            set: |d, v| {
+                d.config.browser_isolation = match v.as_str() {
+                    "auto" => BrowserIsolation::Auto,
+                    "bwrap" => BrowserIsolation::Bwrap,
+                    "none" => BrowserIsolation::None,
+                    other => {
+                        return Err(format!(
+                            "--browser-isolation must be auto, bwrap or none, got {other:?}"
+                        ))
+                    }
+                };
+                Ok(())
+            },
+        },
+    },
+    Flag {
         name: "display-backend",
         env: true,
         default: "auto",
@@ -1190,6 +1225,7 @@ impl Config {
             upstreams: Vec::new(),
             browser_command: None,
             browser_dir: None,
+            browser_isolation: BrowserIsolation::Auto,
             display_backend: DisplayBackend::Auto,
             display_env: None,
             max_screenshot_edge: DEFAULT_MAX_SCREENSHOT_EDGE,

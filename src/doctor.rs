@@ -264,6 +264,191 @@ fn list_env(env: &HashMap<String, String>, key: &str) -> bool {
         .is_some_and(|v| v.split(',').any(|s| !s.trim().is_empty()))
 }
 
+/// Which wall stands between a throwaway browser and handnode's files
+/// (`HANDNODE_BROWSER_ISOLATION`, default `auto`; contract §14), and how to get `bwrap`.
+pub fn isolation_check(env: &HashMap<String, String>) -> Check {
+    let mode = env
+        .get("HANDNODE_BROWSER_ISOLATION")
+        .map(|m| m.trim().to_ascii_lowercase())
+        .unwrap_or_else(|| "auto".into());
+    let get = "apt install bubblewrap (Debian/Ubuntu), then restart handnode";
+    if mode == "none" {
+        return check(
+            "browser isolation",
+            Status::Warn,
+            "none (--browser-isolation none): a throwaway browser can read every file \
+             handnode's user can (the URL allow-list still refuses file: and view-source:)",
+            Some(format!("{get} and drop --browser-isolation none")),
+        );
+    }
+    match crate::browser::probe_bwrap(env.get("PATH").map(std::ffi::OsStr::new)) {
+        Ok(program) => check(
+            "browser isolation",
+            Status::Ok,
+            format!(
+                "bwrap ({}): inside each throwaway browser the state dir, the config dir, \
+                 the token file and other grants' browsers are empty",
+                program.display()
+            ),
+            None,
+        ),
+        Err(why) => check(
+            "browser isolation",
+            if mode == "bwrap" {
+                Status::Fail
+            } else {
+                Status::Warn
+            },
+            format!("none: {why}"),
+            Some(get.into()),
+        ),
+    }
+}
+
+/// The `--blocked-origins` entries of `wanted` that `blocked` lacks. An entry counts in
+/// host form (`127.0.0.1:8795`) or origin form (`http://127.0.0.1:8795`, any scheme,
+/// trailing `/` ignored), case-insensitively.
+pub fn missing_origins(blocked: &[String], wanted: &[String]) -> Vec<String> {
+    let norm = |o: &str| {
+        let o = o.trim().trim_end_matches('/').to_ascii_lowercase();
+        match o.split_once("://") {
+            Some((_, rest)) => rest.to_string(),
+            None => o,
+        }
+    };
+    let have: Vec<String> = blocked.iter().map(|b| norm(b)).collect();
+    wanted
+        .iter()
+        .filter(|w| !have.contains(&norm(w)))
+        .cloned()
+        .collect()
+}
+
+/// The command line of the process listening on TCP `port` of this box, read from
+/// `/proc` (`None` when no visible process of ours listens there).
+fn listening_cmdline(port: u16) -> Option<Vec<String>> {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // local_address is ADDR:PORT in hex; state 0A is LISTEN; field 9 the inode.
+            let listening = f.get(3) == Some(&"0A");
+            let at_port = f
+                .get(1)
+                .and_then(|a| a.rsplit(':').next())
+                .and_then(|p| u16::from_str_radix(p, 16).ok())
+                == Some(port);
+            if listening && at_port {
+                inodes.extend(f.get(9).map(|i| format!("socket:[{i}]")));
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return None;
+    }
+    for proc in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(fds) = std::fs::read_dir(proc.path().join("fd")) else {
+            continue;
+        };
+        let owns = fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|l| inodes.iter().any(|i| l.as_os_str() == i.as_str()))
+        });
+        if owns {
+            let raw = std::fs::read(proc.path().join("cmdline")).ok()?;
+            return Some(
+                raw.split(|b| *b == 0)
+                    .filter(|w| !w.is_empty())
+                    .map(|w| String::from_utf8_lossy(w).into_owned())
+                    .collect(),
+            );
+        }
+    }
+    None
+}
+
+/// Whether each configured upstream (`HANDNODE_UPSTREAM`) on this box was started with
+/// the admin listener's origins blocked (contract §14), as `scripts/upstream.sh` does.
+pub fn upstream_origin_checks(env: &HashMap<String, String>) -> Vec<Check> {
+    let listen = env
+        .get("HANDNODE_LISTEN")
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or(config::DEFAULT_LISTEN);
+    let hosts: Vec<String> = env
+        .get("HANDNODE_ALLOW_HOST")
+        .map(|v| {
+            v.split(',')
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let wanted = crate::browser_argv::admin_origins(listen, &hosts);
+    let fix = format!(
+        "start it with scripts/upstream.sh (HANDNODE_LISTEN={listen}), or add --blocked-origins \"{}\" to its command line",
+        wanted.join(";")
+    );
+    let mut out = Vec::new();
+    for entry in env
+        .get("HANDNODE_UPSTREAM")
+        .into_iter()
+        .flat_map(|v| v.split(','))
+    {
+        let Some((name, url)) = entry.trim().split_once('=') else {
+            continue;
+        };
+        let authority = url
+            .split_once("://")
+            .map_or(url, |(_, rest)| rest)
+            .split('/')
+            .next()
+            .unwrap_or("");
+        let port = authority
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+            .unwrap_or(80);
+        let what = format!("upstream {name}");
+        out.push(match listening_cmdline(port) {
+            None => check(
+                &what,
+                Status::Warn,
+                format!(
+                    "cannot tell whether {url} blocks the admin listener's origins: no process \
+                     of this user listens on port {port}"
+                ),
+                Some(fix.clone()),
+            ),
+            Some(argv) => {
+                let missing =
+                    missing_origins(&crate::browser_argv::blocked_origins(&argv), &wanted);
+                if missing.is_empty() {
+                    check(
+                        &what,
+                        Status::Ok,
+                        format!("{url} blocks every origin of the admin listener"),
+                        None,
+                    )
+                } else {
+                    check(
+                        &what,
+                        Status::Warn,
+                        format!(
+                            "{url} does not block the admin listener's origins {}: a page in it \
+                             could reach the admin API",
+                            missing.join(", ")
+                        ),
+                        Some(fix.clone()),
+                    )
+                }
+            }
+        });
+    }
+    out
+}
+
 /// The display backend setting from the environment (`HANDNODE_DISPLAY_BACKEND`).
 fn backend_setting(env: &HashMap<String, String>) -> DisplayBackend {
     match env
@@ -608,6 +793,16 @@ pub fn test_start(argv: &[String], base: &Path) -> Result<String, String> {
         },
         max_message_bytes: crate::config::Limits::default().max_outbound_bytes,
         probe: false,
+        blocked_origins: Vec::new(),
+        // Started as the daemon would: inside bwrap when it works here.
+        isolation: match crate::browser::probe_bwrap(std::env::var_os("PATH").as_deref()) {
+            Ok(program) => crate::browser::Isolation::Bwrap(crate::browser::Bwrap {
+                program,
+                hide_dirs: Vec::new(),
+                hide_files: Vec::new(),
+            }),
+            Err(_) => crate::browser::Isolation::None,
+        },
     };
     let browsers = crate::browser::Browsers::start(options).map_err(|e| e.to_string())?;
     let (tx, rx) = crossbeam_channel::bounded(1);
@@ -662,6 +857,10 @@ pub fn main(args: &crate::config::DoctorArgs) -> i32 {
         is_root,
         |argv| test_start(argv, &crate::browser::default_dir(&env)),
     ));
+    if args.browser_command.is_some() {
+        checks.push(isolation_check(&env));
+    }
+    checks.extend(upstream_origin_checks(&env));
     if args.json {
         println!(
             "{}",
@@ -682,6 +881,35 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn the_upstreams_blocked_origins_are_compared_in_either_spelling() {
+        let wanted = crate::browser_argv::admin_origins("127.0.0.1:8795".parse().unwrap(), &[]);
+        let all: Vec<String> = wanted.iter().map(|w| format!("http://{w}/")).collect();
+        assert!(missing_origins(&all, &wanted).is_empty());
+        assert!(missing_origins(&wanted, &wanted).is_empty());
+        let some = vec!["127.0.0.1:8795".to_string()];
+        let missing = missing_origins(&some, &wanted);
+        assert!(
+            missing.contains(&"localhost:8795".to_string()),
+            "{missing:?}"
+        );
+        assert!(!missing.contains(&"127.0.0.1:8795".to_string()));
+    }
+
+    #[test]
+    fn isolation_none_is_a_warning_with_the_fix() {
+        let c = isolation_check(&env(&[("HANDNODE_BROWSER_ISOLATION", "none")]));
+        assert_eq!(c.status, Status::Warn);
+        let no_bwrap = isolation_check(&env(&[("PATH", "/nonexistent")]));
+        assert_eq!(no_bwrap.status, Status::Warn, "{no_bwrap:?}");
+        assert!(no_bwrap.fix.as_deref().unwrap().contains("bubblewrap"));
+        let required = isolation_check(&env(&[
+            ("PATH", "/nonexistent"),
+            ("HANDNODE_BROWSER_ISOLATION", "bwrap"),
+        ]));
+        assert_eq!(required.status, Status::Fail);
     }
 
     #[test]

@@ -269,7 +269,8 @@ impl Entry {
 
     /// The grant JSON of contract §1.2 plus `jobs` (its running jobs). Never contains
     /// the secret.
-    fn view(&self, jobs: usize) -> Value {
+    /// `isolation`: the browser tier's `browser_isolation`, shown on `browser` grants.
+    fn view(&self, jobs: usize, isolation: Option<&str>) -> Value {
         let status = self.status();
         let now = SystemTime::now();
         let mut v = Map::new();
@@ -291,6 +292,12 @@ impl Entry {
         v.insert("shell".into(), json!(escalation.shell.as_str()));
         if let Some(because) = escalation.because {
             v.insert("shell_because".into(), json!(because));
+        }
+        if self.profile() == Profile::Browser {
+            v.insert(
+                "browser_isolation".into(),
+                json!(isolation.unwrap_or("none")),
+            );
         }
         v.insert("principal".into(), json!(self.principal));
         v.insert("created_at".into(), json!(rfc3339(self.created_at)));
@@ -496,6 +503,11 @@ impl GrantEvents for Events {
 }
 
 impl Registry {
+    /// The browser tier's isolation (`bwrap` or `none`), when there is a browser tier.
+    fn browser_isolation(&self) -> Option<&'static str> {
+        self.services.browsers.as_ref().map(|b| b.isolation())
+    }
+
     pub fn new(
         services: Arc<Services>,
         store: Option<GrantStore>,
@@ -691,7 +703,8 @@ impl Registry {
                         });
                     }
                     let record = entry.lifecycle(LifecycleEvent::Renewed, None, Some(previous));
-                    let view = entry.view(self.jobs().running_in(&entry.id));
+                    let view =
+                        entry.view(self.jobs().running_in(&entry.id), self.browser_isolation());
                     self.persist(&inner)
                         .and_then(|_| self.audit.record_durable(record))
                         .map_err(|e| {
@@ -769,7 +782,11 @@ impl Registry {
                             "could not persist the grant: {e}"
                         )));
                     }
-                    let view = inner.entries.last().expect("just pushed").view(0);
+                    let view = inner
+                        .entries
+                        .last()
+                        .expect("just pushed")
+                        .view(0, self.browser_isolation());
                     info!(
                         "grant {id} created for session {} ({profile}, shell {}) by {principal}, ttl {ttl}s",
                         view["session"].as_str().unwrap_or(""),
@@ -838,7 +855,7 @@ impl Registry {
             .entries
             .iter()
             .find(|e| e.id == id)
-            .map(|e| e.view(self.jobs().running_in(&e.id)));
+            .map(|e| e.view(self.jobs().running_in(&e.id), self.browser_isolation()));
         drop(inner);
         drop(dropped);
         view
@@ -851,7 +868,7 @@ impl Registry {
         let views = inner
             .entries
             .iter()
-            .map(|e| e.view(self.jobs().running_in(&e.id)))
+            .map(|e| e.view(self.jobs().running_in(&e.id), self.browser_isolation()))
             .collect();
         drop(inner);
         drop(dropped);

@@ -155,6 +155,11 @@ impl Daemon {
                 audit_args: config.audit_args,
             },
         };
+        // Bound before the browsers start: they are told the listener's real port to block.
+        let listener = admin::bind(config.listen, config.timing.admin_io_timeout)?;
+        let listen = listener
+            .local_addr()
+            .map_err(|e| Error::io("read the admin listener's address", e))?;
         let browsers = match &config.browser_command {
             Some(argv) => Some(Arc::new(browser::Browsers::start(
                 browser::BrowserOptions {
@@ -170,6 +175,8 @@ impl Daemon {
                     env: tool_config.clone(),
                     max_message_bytes: config.limits.max_outbound_bytes,
                     probe: true,
+                    blocked_origins: browser_argv::admin_origins(listen, &config.allow_hosts),
+                    isolation: browser::isolation_for(&config)?,
                 },
             )?)),
             None => None,
@@ -237,7 +244,6 @@ impl Daemon {
                 notify: config.notify,
             },
         );
-        let listener = admin::bind(config.listen, config.timing.admin_io_timeout)?;
         let state = Arc::new(admin::AdminState::new(
             policy,
             Arc::clone(&registry),

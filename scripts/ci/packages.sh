@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Debian packages every test run needs. Idempotent and quiet when everything is present.
+# bubblewrap: the throwaway browsers run inside bwrap (contract §14), and the tests prove
+# the daemon's files are empty there.
 set -euo pipefail
 need=()
-for pkg in "$@" pkg-config libssl-dev curl python3 jq procps; do
+for pkg in "$@" pkg-config libssl-dev curl python3 jq procps bubblewrap; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

@@ -76,6 +76,198 @@ pub struct BrowserOptions {
     pub max_message_bytes: usize,
     /// Run the start-up probe that learns the tool schemas.
     pub probe: bool,
+    /// `--blocked-origins` every browser is started with: the admin listener's origins
+    /// (`browser_argv::admin_origins`).
+    pub blocked_origins: Vec<String>,
+    /// How each browser is walled off from the daemon's files.
+    pub isolation: Isolation,
+}
+
+/// How a throwaway browser is kept from the daemon's files (contract §14).
+#[derive(Clone, Debug)]
+pub enum Isolation {
+    /// Started as it is: it sees every file the daemon's user can read.
+    None,
+    /// Started inside `bwrap`: a mount namespace in which the hidden paths are empty.
+    Bwrap(Bwrap),
+}
+
+impl Isolation {
+    /// The grant JSON's `browser_isolation`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Isolation::None => "none",
+            Isolation::Bwrap(_) => "bwrap",
+        }
+    }
+}
+
+/// The `bwrap` program and what it hides. Inside, the whole file system is the box's
+/// (`--dev-bind / /`: chromium needs `/dev/shm`, `/proc`, fonts, the display's sockets),
+/// except that each hidden directory is an empty tmpfs and each hidden file reads empty,
+/// and the browsers' parent directory is an empty tmpfs holding only this browser's own
+/// directory. `--die-with-parent` ends the browser if `bwrap` is killed. No new PID or
+/// network namespace: the sweep finds its processes by their tag in `/proc`, and the
+/// browser is meant to reach the network.
+#[derive(Clone, Debug)]
+pub struct Bwrap {
+    pub program: PathBuf,
+    /// Emptied directories: the state dir, the config dir, `$CREDENTIALS_DIRECTORY`.
+    pub hide_dirs: Vec<PathBuf>,
+    /// Files that read empty: the token file (wherever it is).
+    pub hide_files: Vec<PathBuf>,
+}
+
+impl Bwrap {
+    /// `bwrap`'s arguments up to (not including) the browser's own argv, for a browser
+    /// whose directory is `own` under the browsers' parent `base`.
+    pub fn args(&self, own: &Path, base: &Path) -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "--die-with-parent".into(),
+            "--dev-bind".into(),
+            "/".into(),
+            "/".into(),
+        ];
+        // Parents before children: a tmpfs over a parent would cover a child's mount.
+        // Only paths that exist: with / bound, a missing mount point would be created on
+        // the box's own file system.
+        let mut dirs: Vec<&PathBuf> = self.hide_dirs.iter().filter(|d| d.is_dir()).collect();
+        dirs.sort_by_key(|d| d.components().count());
+        dirs.dedup();
+        for dir in dirs {
+            args.push("--tmpfs".into());
+            args.push(dir.into());
+        }
+        for file in self.hide_files.iter().filter(|f| f.is_file()) {
+            args.push("--ro-bind".into());
+            args.push("/dev/null".into());
+            args.push(file.into());
+        }
+        args.push("--tmpfs".into());
+        args.push(base.into());
+        args.push("--bind".into());
+        args.push(own.into());
+        args.push(own.into());
+        args.push("--chdir".into());
+        args.push(own.into());
+        args.push("--".into());
+        args
+    }
+}
+
+/// The isolation `config` asks for, probed on this box: `--browser-isolation bwrap` that
+/// cannot work is a configuration error (exit 2); `auto` falls back to none and warns.
+pub fn isolation_for(config: &crate::config::Config) -> Result<Isolation, Error> {
+    use crate::config::BrowserIsolation as Mode;
+    if config.browser_isolation == Mode::None {
+        return Ok(Isolation::None);
+    }
+    match probe_bwrap(std::env::var_os("PATH").as_deref()) {
+        Ok(program) => Ok(Isolation::Bwrap(Bwrap {
+            program,
+            hide_dirs: hidden_dirs(config),
+            hide_files: hidden_files(config),
+        })),
+        Err(why) if config.browser_isolation == Mode::Bwrap => {
+            Err(Error::Config(format!("--browser-isolation bwrap: {why}")))
+        }
+        Err(why) => {
+            log::warn!(
+                "throwaway browsers run without isolation from handnode's files: {why}; \
+                 pass --browser-isolation none to silence this"
+            );
+            Ok(Isolation::None)
+        }
+    }
+}
+
+/// The directories a browser must find empty: the state dir (grants.json, the audit,
+/// jobs), the config dir (the default token file), `$CREDENTIALS_DIRECTORY`.
+fn hidden_dirs(config: &crate::config::Config) -> Vec<PathBuf> {
+    let mut dirs = vec![config.state_dir.clone(), config.config_dir.clone()];
+    if let Some(creds) = std::env::var_os("CREDENTIALS_DIRECTORY").filter(|c| !c.is_empty()) {
+        dirs.push(PathBuf::from(creds));
+    }
+    dirs
+}
+
+/// The token file, wherever `--token-file` put it.
+fn hidden_files(config: &crate::config::Config) -> Vec<PathBuf> {
+    config
+        .token_source
+        .as_deref()
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .into_iter()
+        .collect()
+}
+
+/// Find `bwrap` on `path` (a `PATH` value) and check it can build the namespace here (it
+/// needs unprivileged user namespaces unless run as root). `Err` says what to do.
+pub fn probe_bwrap(path: Option<&std::ffi::OsStr>) -> Result<PathBuf, String> {
+    let found = path
+        .map(std::env::split_paths)
+        .into_iter()
+        .flatten()
+        .map(|d| d.join("bwrap"))
+        .find(|p| p.is_file());
+    let Some(program) = found else {
+        return Err("bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)".into());
+    };
+    let out = std::process::Command::new(&program)
+        .args([
+            "--die-with-parent",
+            "--dev-bind",
+            "/",
+            "/",
+            "--tmpfs",
+            "/tmp",
+            "--",
+            "true",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => Ok(program),
+        Ok(o) => Err(format!(
+            "{} does not work here ({}): {} (it needs unprivileged user namespaces: \
+             sysctl kernel.unprivileged_userns_clone=1, or an AppArmor profile for bwrap)",
+            program.display(),
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => Err(format!("cannot run {}: {e}", program.display())),
+    }
+}
+
+/// A throwaway browser's environment (contract §14), built from an allow-list of the
+/// daemon's: `PATH`, `LANG`, `LC_*`, `TZ`, and the display's variables only when the
+/// browser is headed; then `set` (its own `HOME`, `TMPDIR`, …). Nothing else — no
+/// `PLAYWRIGHT_MCP_*`, no `NODE_OPTIONS`, no handnode secret — reaches it; a kept value
+/// equal to a daemon secret is dropped too (the tools' cleaner).
+pub fn browser_env(
+    base: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    headed: bool,
+    cfg: &ToolConfig,
+    set: &[(String, String)],
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    const DISPLAY: &[&str] = &[
+        "DISPLAY",
+        "WAYLAND_DISPLAY",
+        "XAUTHORITY",
+        "XDG_RUNTIME_DIR",
+    ];
+    let kept = base.into_iter().filter(|(name, _)| {
+        let Some(name) = name.to_str() else {
+            return false;
+        };
+        matches!(name, "PATH" | "LANG" | "TZ")
+            || name.starts_with("LC_")
+            || headed && DISPLAY.contains(&name)
+    });
+    crate::tools::env::child_env(kept, cfg, &[], set)
 }
 
 /// The tool objects a `browser` grant lists, learned from a browser's `tools/list`.
@@ -205,6 +397,11 @@ impl Browsers {
     /// Browsers running (or starting) right now.
     pub fn running(&self) -> usize {
         self.running.load(Ordering::SeqCst)
+    }
+
+    /// How every browser is walled off: the grant JSON's `browser_isolation`.
+    pub fn isolation(&self) -> &'static str {
+        self.options.isolation.name()
     }
 
     /// The parent of every browser's own directory.

@@ -481,7 +481,11 @@ impl Supervisor {
 
     fn spawn(&mut self, grant: Option<&str>, dir: &Path) -> Result<u64, String> {
         let argv = &self.options.argv;
-        let mut args: Vec<std::ffi::OsString> = argv[1..].iter().map(Into::into).collect();
+        let mut args: Vec<std::ffi::OsString> =
+            crate::browser_argv::with_blocked_origins(argv, &self.options.blocked_origins)
+                .into_iter()
+                .map(Into::into)
+                .collect();
         args.push("--output-dir".into());
         args.push(dir.join("output").into());
         if !crate::browser_argv::is_isolated(argv) {
@@ -507,32 +511,45 @@ impl Supervisor {
             ),
         ];
         // HOME moves into the throwaway dir; browsers Playwright downloaded stay findable.
-        if std::env::var_os("PLAYWRIGHT_BROWSERS_PATH").is_none() {
-            if let Some(real) = std::env::var_os("HOME") {
-                let cache = PathBuf::from(real).join(".cache/ms-playwright");
-                extra.push((
-                    "PLAYWRIGHT_BROWSERS_PATH".into(),
-                    cache.display().to_string(),
-                ));
+        match std::env::var("PLAYWRIGHT_BROWSERS_PATH") {
+            Ok(path) => extra.push(("PLAYWRIGHT_BROWSERS_PATH".into(), path)),
+            Err(_) => {
+                if let Some(real) = std::env::var_os("HOME") {
+                    let cache = PathBuf::from(real).join(".cache/ms-playwright");
+                    extra.push((
+                        "PLAYWRIGHT_BROWSERS_PATH".into(),
+                        cache.display().to_string(),
+                    ));
+                }
             }
         }
-        let mut cmd = Command::new(&argv[0]);
+        let env = super::browser_env(
+            std::env::vars_os(),
+            crate::browser_argv::is_headed(argv),
+            &self.options.env,
+            &extra,
+        );
+        let (program, args) = match &self.options.isolation {
+            super::Isolation::None => (std::ffi::OsString::from(&argv[0]), args),
+            super::Isolation::Bwrap(bwrap) => {
+                let mut wrapped = bwrap.args(dir, &self.options.dir);
+                wrapped.push((&argv[0]).into());
+                wrapped.extend(args);
+                (bwrap.program.clone().into_os_string(), wrapped)
+            }
+        };
+        let mut cmd = Command::new(&program);
         cmd.args(&args)
             .current_dir(dir)
             .env_clear()
-            .envs(crate::tools::env::child_env(
-                std::env::vars_os(),
-                &self.options.env,
-                &[],
-                &extra,
-            ))
+            .envs(env)
             .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd
             .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", argv[0]))?;
+            .map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))?;
         let pgid = Pid::from_raw(child.id() as i32).expect("a spawned child has a positive pid");
         let prepared = (|| -> io::Result<(OwnedFd, ChildStdin, ChildStdout, ChildStderr)> {
             let pidfd = rustix::process::pidfd_open(pgid, PidfdFlags::empty())

@@ -54,6 +54,8 @@ fn options(base: &TempDir, mode: &str) -> BrowserOptions {
         env: ToolConfig::default(),
         max_message_bytes: 16 << 20,
         probe: false,
+        blocked_origins: Vec::new(),
+        isolation: Isolation::None,
     }
 }
 
@@ -460,6 +462,7 @@ fn the_list_is_static_until_learned_then_what_the_command_offers() {
         [
             "browser_close",
             "browser_console_messages",
+            "browser_find",
             "browser_navigate",
             "browser_take_screenshot",
             "browser_snapshot",
@@ -569,4 +572,105 @@ fn a_browser_that_stops_reading_gets_no_more_than_two_messages_queued() {
         "refused after {} calls",
         pending.len()
     );
+}
+
+#[test]
+fn the_environment_is_an_allow_list_and_display_variables_only_when_headed() {
+    let cfg = ToolConfig {
+        scrub_values: vec![crate::secret::Secret::new("s3cret-value")],
+        ..ToolConfig::default()
+    };
+    let base = [
+        ("PATH", "/usr/bin"),
+        ("LANG", "C.UTF-8"),
+        ("LC_ALL", "C"),
+        ("TZ", "UTC"),
+        ("DISPLAY", ":99"),
+        ("WAYLAND_DISPLAY", "wayland-1"),
+        ("PLAYWRIGHT_MCP_ALLOW_UNRESTRICTED_FILE_ACCESS", "true"),
+        ("PLAYWRIGHT_MCP_CONFIG", "/etc/pw.json"),
+        ("NODE_OPTIONS", "--require /tmp/x.js"),
+        ("HANDNODE_TOKEN", "t"),
+        ("HOME", "/root"),
+        ("SOMETHING", "else"),
+        ("LC_SECRET", "s3cret-value"),
+    ]
+    .map(|(k, v)| (std::ffi::OsString::from(k), std::ffi::OsString::from(v)));
+    let set = [("HOME".to_string(), "/b/home".to_string())];
+    let names = |headed: bool| -> Vec<String> {
+        super::browser_env(base.clone(), headed, &cfg, &set)
+            .into_iter()
+            .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))
+            .collect()
+    };
+    assert_eq!(
+        names(false),
+        [
+            "PATH=/usr/bin",
+            "LANG=C.UTF-8",
+            "LC_ALL=C",
+            "TZ=UTC",
+            "HOME=/b/home"
+        ]
+    );
+    assert_eq!(
+        names(true),
+        [
+            "PATH=/usr/bin",
+            "LANG=C.UTF-8",
+            "LC_ALL=C",
+            "TZ=UTC",
+            "DISPLAY=:99",
+            "WAYLAND_DISPLAY=wayland-1",
+            "HOME=/b/home"
+        ]
+    );
+}
+
+#[test]
+fn inside_bwrap_the_daemons_files_and_other_browsers_are_empty() {
+    let program = match super::probe_bwrap(std::env::var_os("PATH").as_deref()) {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("SKIPPED inside_bwrap_the_daemons_files_and_other_browsers_are_empty: {why}");
+            return;
+        }
+    };
+    let secrets = TempDir::new("bwrap-secrets");
+    let state = secrets.0.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("grants.json"), "attach-secret-1").unwrap();
+    let token = secrets.0.join("token");
+    std::fs::write(&token, "admin-token-1").unwrap();
+    let t = tier("normal", |o| {
+        o.isolation = Isolation::Bwrap(super::Bwrap {
+            program,
+            hide_dirs: vec![state.clone()],
+            hide_files: vec![token.clone()],
+        });
+    });
+    let find = |grant: &str, path: &std::path::Path| {
+        ok_text(&t.call(
+            grant,
+            "browser_find",
+            json!({"text": path.display().to_string()}),
+        ))
+    };
+    // Outside, the files are there; inside, the dir is empty and the file reads empty.
+    assert_eq!(find("grant-bw1", &state), "dir: ");
+    assert_eq!(find("grant-bw1", &token), "file: ");
+    assert_eq!(find("grant-bw1", &state.join("grants.json")), "none");
+    // Its own directory is there; another grant's is not, nor the browsers' parent's
+    // other contents.
+    find("grant-bw2", &state);
+    let own = t.dirs("grantbw1")[0].clone();
+    let other = t.dirs("grantbw2")[0].clone();
+    assert!(find("grant-bw1", &own).starts_with("dir: "), "own dir");
+    assert_eq!(find("grant-bw1", &other), "none");
+    let parent = find("grant-bw1", &t.dir());
+    assert_eq!(
+        parent,
+        format!("dir: {}", own.file_name().unwrap().to_string_lossy())
+    );
+    assert!(std::fs::read_to_string(&token).unwrap() == "admin-token-1");
 }
