@@ -41,8 +41,9 @@ pub const MAX_REASON_BYTES: usize = 1024;
 pub const MAX_WAIT_SECS: u64 = 60;
 /// The deciding principal of a press on the desktop notification's buttons.
 pub const DESKTOP_PRINCIPAL: &str = "desktop";
-/// Characters of the one-line argument summary in the desktop notification.
-const SUMMARY_CHARS: usize = 200;
+/// Bytes of the arguments shown in the desktop notification (contract §14's view, cut with
+/// `+N bytes not shown` past this; `handnode approvals --full ID` shows all of it).
+pub const NOTIFY_ARGS_BYTES: usize = 600;
 /// Characters of a refused tool name echoed in a `400`.
 const SHOWN_NAME_CHARS: usize = 64;
 
@@ -526,18 +527,24 @@ fn clip(text: &str, chars: usize) -> String {
     out
 }
 
-/// One line a person can read before saying yes: `bash`'s command, otherwise the arguments
-/// as compact JSON; control characters shown as spaces, clipped.
-pub fn summary(tool: &str, arguments: &Value) -> String {
-    let text = match (tool, arguments.get("command").and_then(Value::as_str)) {
-        ("bash", Some(command)) => command.to_string(),
-        _ => arguments.to_string(),
-    };
-    let flat: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    clip(flat.trim(), SUMMARY_CHARS)
+/// The desktop notification of a held call: its title (the session and tool, and the
+/// `env sets …` warning when there is one) and its body (`crate::reveal`'s view of every
+/// argument, cut at [`NOTIFY_ARGS_BYTES`] with how much was left out and where to see it).
+pub fn notification(id: &str, session: &str, tool: &str, arguments: &Value) -> (String, String) {
+    let mut title = format!(
+        "handnode: {} wants to run {}",
+        crate::reveal::escape(session),
+        crate::reveal::escape(tool)
+    );
+    let code = crate::reveal::code_env(arguments);
+    if !code.is_empty() {
+        title.push_str(&format!(" — env sets {}", code.join(", ")));
+    }
+    let mut body = crate::reveal::summary(arguments, NOTIFY_ARGS_BYTES);
+    if body.ends_with(" bytes not shown") {
+        body.push_str(&format!("\nAll of it: handnode approvals --full {id}"));
+    }
+    (title, body)
 }
 
 fn header(name: &str, value: &str) -> Header {
@@ -886,10 +893,12 @@ impl Approvals {
                 .iter_mut()
                 .filter_map(|p| {
                     std::mem::take(&mut p.wants_ask).then(|| {
+                        let (title, body) =
+                            notification(&p.id, &p.held.session, &p.held.tool, &p.held.arguments);
                         (
                             p.id.clone(),
-                            format!("handnode: {} wants to run {}", p.held.session, p.held.tool),
-                            summary(&p.held.tool, &p.held.arguments),
+                            title,
+                            body,
                             p.deadline.saturating_duration_since(now),
                         )
                     })
@@ -1286,21 +1295,21 @@ mod tests {
     }
 
     #[test]
-    fn summaries_and_seconds() {
-        assert_eq!(
-            summary("bash", &json!({"command": "rm -rf /tmp/x\necho hi"})),
-            "rm -rf /tmp/x echo hi"
+    fn notifications_and_seconds() {
+        let (title, body) = notification(
+            "a1",
+            "laptop",
+            "bash",
+            &json!({"command": "echo visible-harmless", "env": {"BASH_ENV": "$(id > /tmp/x)"}}),
         );
         assert_eq!(
-            summary("key", &json!({"action": "type", "text": "hi"})),
-            r#"{"action":"type","text":"hi"}"#
+            title,
+            "handnode: laptop wants to run bash — env sets BASH_ENV"
         );
-        assert!(
-            summary("bash", &json!({"command": "x".repeat(1000)}))
-                .chars()
-                .count()
-                <= 201
-        );
+        assert!(body.starts_with("env sets BASH_ENV\n"), "{body}");
+        assert!(body.contains("env.BASH_ENV: $(id > /tmp/x)"), "{body}");
+        let (_, long) = notification("a2", "s", "bash", &json!({"command": "x".repeat(1000)}));
+        assert!(long.contains(" bytes not shown\nAll of it: handnode approvals --full a2"));
         assert_eq!(seconds(Duration::from_secs(60)), "60 s");
         assert_eq!(seconds(Duration::from_millis(300)), "0.3 s");
         assert!(same_etag("\"ab\"", "\"ab\"") && same_etag("ab", "\"ab\""));

@@ -228,6 +228,8 @@ pub struct ApprovalsArgs {
     /// Keep printing the list whenever it changes (until interrupted).
     pub watch: bool,
     pub json: bool,
+    /// `--full ID`: show that waiting call's every argument, nothing cut.
+    pub full: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -257,6 +259,7 @@ pub(crate) struct OperatorDraft {
     json: bool,
     all: bool,
     watch: bool,
+    full: Option<String>,
     remember: bool,
     reason: Option<String>,
     approve: Option<Vec<String>>,
@@ -483,6 +486,20 @@ const WATCH_FLAG: &[Flag<OperatorDraft>] = &[Flag {
     kind: Kind::Switch(|d| d.watch = true),
 }];
 
+const FULL_FLAG: &[Flag<OperatorDraft>] = &[Flag {
+    name: "full",
+    env: false,
+    default: "",
+    help: "Show one waiting call (by id) with every argument, nothing cut: control, bidi and invisible characters as \\u{…} escapes, long runs of spaces counted, code-running env variables named first.",
+    kind: Kind::Text {
+        metavar: "ID",
+        set: |d, v| {
+            d.full = Some(v);
+            Ok(())
+        },
+    },
+}];
+
 const REMEMBER_FLAG: &[Flag<OperatorDraft>] = &[Flag {
     name: "remember",
     env: false,
@@ -515,7 +532,7 @@ fn tables(sub: &str) -> &'static [&'static [Flag<OperatorDraft>]] {
     match sub {
         "grant" => &[GRANT_FLAGS, JSON_FLAG, CLIENT_FLAGS],
         "grants" => &[JSON_FLAG, CLIENT_FLAGS],
-        "approvals" => &[WATCH_FLAG, JSON_FLAG, CLIENT_FLAGS],
+        "approvals" => &[WATCH_FLAG, FULL_FLAG, JSON_FLAG, CLIENT_FLAGS],
         "approve" => &[REMEMBER_FLAG, CLIENT_FLAGS],
         "deny" => &[REASON_FLAG, CLIENT_FLAGS],
         _ => &[REVOKE_FLAGS, CLIENT_FLAGS],
@@ -680,6 +697,7 @@ fn parse_operator(
                 client: client_args(&mut draft, env)?,
                 watch: draft.watch,
                 json: draft.json,
+                full: draft.full.take(),
             }))
         }
         "approve" | "deny" => {
@@ -732,7 +750,7 @@ fn help(sub: &str) -> String {
 
 /// The operator flags as a Markdown table, for the README.
 fn markdown(out: &mut String) {
-    out.push_str("Flags of `handnode grant`, `grants`, `revoke`, `approvals`, `approve` and `deny` (`--all` is revoke's, `--json` grant's, grants' and approvals', `--watch` approvals', `--remember` approve's, `--reason` deny's):\n\n");
+    out.push_str("Flags of `handnode grant`, `grants`, `revoke`, `approvals`, `approve` and `deny` (`--all` is revoke's, `--json` grant's, grants' and approvals', `--watch` and `--full` approvals', `--remember` approve's, `--reason` deny's):\n\n");
     markdown_flags(
         out,
         &[
@@ -740,6 +758,7 @@ fn markdown(out: &mut String) {
             JSON_FLAG,
             REVOKE_FLAGS,
             WATCH_FLAG,
+            FULL_FLAG,
             REMEMBER_FLAG,
             REASON_FLAG,
             CLIENT_FLAGS,
@@ -1245,6 +1264,25 @@ fn approvals_list(client: &Client, seen: Option<&str>) -> Result<(Vec<Value>, St
     Ok((list, reply.etag.unwrap_or_default()))
 }
 
+/// Bytes of a waiting call's arguments shown in the `approvals` table; past this the row
+/// says how many bytes it left out (`--full ID` shows all of it).
+pub const TABLE_ARGS_BYTES: usize = 200;
+
+/// One waiting call in full (`approvals --full ID`): who asks for what, then every
+/// argument as `crate::reveal` shows it, nothing cut.
+fn approval_full(a: &Value) -> String {
+    format!(
+        "approval {}\nsession {}  tool {}  expires in {}\n\n{}\n",
+        crate::reveal::escape(str_field(a, "id")),
+        crate::reveal::escape(str_field(a, "session")),
+        crate::reveal::escape(str_field(a, "tool")),
+        a.get("expires_in_secs")
+            .and_then(Value::as_u64)
+            .map_or("-".into(), human_secs),
+        crate::reveal::full(a.get("arguments").unwrap_or(&Value::Null))
+    )
+}
+
 /// The waiting calls as a table (or `no calls are waiting for approval`).
 fn approvals_table(list: &[Value]) -> String {
     if list.is_empty() {
@@ -1261,10 +1299,7 @@ fn approvals_table(list: &[Value]) -> String {
             a.get("expires_in_secs")
                 .and_then(Value::as_u64)
                 .map_or("-".into(), human_secs),
-            crate::approvals::summary(
-                str_field(a, "tool"),
-                a.get("arguments").unwrap_or(&Value::Null),
-            ),
+            crate::reveal::one_line(a.get("arguments").unwrap_or(&Value::Null), TABLE_ARGS_BYTES),
         ]);
     }
     table(&rows)
@@ -1283,6 +1318,23 @@ fn approvals(args: &ApprovalsArgs, out: &mut dyn Write) -> Result<i32, Failure> 
         )
     };
     let (list, mut etag) = approvals_list(&client, None)?;
+    if let Some(id) = &args.full {
+        let Some(a) = list.iter().find(|a| str_field(a, "id") == id) else {
+            return Err(Failure(format!(
+                "no call with id {id} is waiting for approval (decided, expired or withdrawn?); \
+                 handnode approvals lists the waiting ones"
+            )));
+        };
+        print(
+            out,
+            &if args.json {
+                format!("{a}\n")
+            } else {
+                approval_full(a)
+            },
+        )?;
+        return Ok(EXIT_OK);
+    }
     show(&list, out)?;
     if !args.watch {
         return Ok(EXIT_OK);
@@ -2107,6 +2159,7 @@ mod tests {
             client: stub.client(Some("tok")),
             watch: true,
             json: false,
+            full: None,
         });
         // The stub stops answering after three replies: the watch then ends with exit 1.
         let (code, out, err) = run_captured(&command);

@@ -33,6 +33,7 @@ pub mod mint;
 pub mod notify;
 pub mod persist;
 pub mod profiles;
+pub mod reveal;
 pub mod sdnotify;
 pub mod secret;
 pub mod statedir;

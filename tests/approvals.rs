@@ -692,7 +692,7 @@ fn the_persons_allow_on_the_desktop_notification_reaches_the_call() {
     );
     assert!(
         ask.iter()
-            .any(|a| a.starts_with("echo '&lt;b&gt;notified&lt;/b&gt;'")),
+            .any(|a| a.starts_with("command: echo '&lt;b&gt;notified&lt;/b&gt;'")),
         "the command, markup escaped: {ask:?}"
     );
     let audit = d.wait_audit("the desktop decision", |a| a.contains("approval_decided"));
@@ -725,5 +725,125 @@ fn a_notify_send_without_actions_falls_back_to_a_plain_notification() {
         conn.recv()["result"]["structuredContent"]["stdout"],
         "fallback\n"
     );
+    let _ = std::fs::remove_dir_all(&tools);
+}
+
+/// The three spoofs of issue 22, as `bash` arguments, each with what must be seen.
+fn spoofs() -> Vec<(Value, Vec<&'static str>)> {
+    vec![
+        (
+            json!({"command": "echo visible-harmless", "env": {"BASH_ENV": "$(id > /tmp/x)"}}),
+            vec!["env sets BASH_ENV", "env.BASH_ENV: $(id > /tmp/x)"],
+        ),
+        (
+            json!({"command": format!("echo harmless{}; touch /tmp/pwned", " ".repeat(300))}),
+            vec!["command: echo harmless␠×300; touch /tmp/pwned"],
+        ),
+        (
+            json!({"command": "echo \u{202e}gnp.exe"}),
+            vec!["command: echo \\u{202e}gnp.exe"],
+        ),
+    ]
+}
+
+#[test]
+fn the_three_spoofs_are_shown_for_what_they_are_on_the_notification_and_the_cli() {
+    let pod = StubPod::start();
+    let tools = temp_dir("appr-spoof-bin");
+    // A notify-send without actions: the plain notification shows, the calls stay held.
+    let d = TestDaemon::with("appr-spoof", with_stand_in(&tools, ""));
+    let (_, mut conn) = d.attached_with(&pod, desktop_with(&pod, "laptop", json!(["bash"])));
+    let cases = spoofs();
+    for (i, (args, _)) in cases.iter().enumerate() {
+        conn.send(
+            &json!({"jsonrpc": "2.0", "id": format!("s{i}"), "method": "tools/call",
+                          "params": {"name": "bash", "arguments": args}}),
+        );
+    }
+    let pending = wait_pending(&d, cases.len());
+    // GET /approvals keeps the arguments exactly as sent.
+    for (args, _) in &cases {
+        assert!(
+            pending.iter().any(|p| p["arguments"] == *args),
+            "{args} in {pending:?}"
+        );
+    }
+    let argv = poll_until(
+        || std::fs::read_to_string(tools.join("argv")).unwrap_or_default(),
+        |a| a.matches("--end").count() >= 2 * cases.len(),
+        |a| format!("watchdog: not every notification shown: {a}"),
+    );
+    let bin = env!("CARGO_BIN_EXE_handnode");
+    for (args, seen) in &cases {
+        let id = pending
+            .iter()
+            .find(|p| p["arguments"] == *args)
+            .and_then(|p| p["id"].as_str())
+            .unwrap()
+            .to_string();
+        // The notification: one of the shown ones holds every line.
+        let shown = argv
+            .split("--end\n")
+            .find(|n| seen.iter().all(|s| n.contains(s)))
+            .unwrap_or_else(|| panic!("no notification shows {seen:?}: {argv}"));
+        if seen[0].starts_with("env sets") {
+            assert!(
+                shown.contains(
+                    "handnode: laptop wants to run bash — env sets BASH_ENV\nenv sets BASH_ENV\n"
+                ),
+                "named first, in the title and the body: {shown}"
+            );
+        }
+        assert!(!shown.contains('\u{202e}'), "{shown}");
+        // The CLI, in full.
+        let out = std::process::Command::new(bin)
+            .args([
+                "approvals",
+                "--full",
+                &id,
+                "--url",
+                &format!("http://{}", d.addr),
+            ])
+            .env("HANDNODE_TOKEN", "test-admin-token")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for s in seen {
+            assert!(text.contains(s), "{s:?} not in {text}");
+        }
+        if seen[0].starts_with("env sets") {
+            let body = text.split("\n\n").nth(1).unwrap();
+            assert!(body.starts_with("env sets BASH_ENV\n"), "{text}");
+        }
+        assert!(
+            !text.contains('\u{202e}') && !text.contains(&" ".repeat(4)),
+            "{text}"
+        );
+    }
+    // The table: one line each, nothing hidden, nothing cut without saying so.
+    let out = std::process::Command::new(bin)
+        .args(["approvals", "--url", &format!("http://{}", d.addr)])
+        .env("HANDNODE_TOKEN", "test-admin-token")
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("env sets BASH_ENV ¶ command: echo visible-harmless"),
+        "{table}"
+    );
+    assert!(table.contains("␠×300; touch /tmp/pwned"), "{table}");
+    assert!(table.contains("\\u{202e}gnp.exe"), "{table}");
+    // Deny them all: nothing ran.
+    for p in &pending {
+        assert_eq!(
+            decide(&d, p["id"].as_str().unwrap(), json!({"decision": "deny"})).0,
+            200
+        );
+    }
     let _ = std::fs::remove_dir_all(&tools);
 }

@@ -122,7 +122,11 @@ fn the_host_and_origin_guard_covers_the_console() {
         ] {
             let (status, headers, _) = anonymous(&d, path, &bad);
             assert_eq!(status, 403, "{path} with {bad:?}");
-            assert!(header(&headers, "Content-Security-Policy").is_none());
+            // Refused as any admin response is (contract §14), not served as the console.
+            assert_eq!(
+                header(&headers, "Content-Security-Policy"),
+                Some(handnode::console::API_HEADERS[0].1)
+            );
         }
         let host = format!("localhost:{}", d.addr.port());
         let origin = format!("http://{host}");
@@ -681,5 +685,76 @@ fn in_a_browser_agent_chosen_text_stays_text() {
         text.contains("denied by token") && text.contains(reason),
         "{text}"
     );
+    browser.finish();
+}
+
+/// The three spoofs of issue 22 held for approval, shown in the console exactly as the
+/// daemon renders them for the notification and the CLI (`handnode::reveal::full`).
+#[test]
+fn in_a_browser_an_approval_shows_what_will_run() {
+    let core = match playwright_core() {
+        Ok(core) => core,
+        Err(why) => {
+            return eprintln!("SKIPPED in_a_browser_an_approval_shows_what_will_run: {why}")
+        }
+    };
+    let _one = ONE_BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    let d = browser_daemon("console-reveal", |_| {});
+    let pod = StubPod::start();
+    let (_, mut conn) = d.attached_with(
+        &pod,
+        json!({"runtime": pod.runtime(), "session": "reveal", "profile": "desktop",
+               "approve": "shell", "secret": "s3cret-attach"}),
+    );
+    let spoofs = [
+        json!({"command": "echo visible-harmless", "env": {"BASH_ENV": "$(id > /tmp/x)"}}),
+        json!({"command": format!("echo harmless{}; touch /tmp/pwned", " ".repeat(300))}),
+        json!({"command": "echo \u{202e}gnp.exe", "cwd": "/tmp/\u{200b}x\u{2066}"}),
+    ];
+    for (i, args) in spoofs.iter().enumerate() {
+        conn.send(&json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                          "params": {"name": "bash", "arguments": args}}));
+    }
+    poll_until(
+        || d.call("GET", "/approvals", None).1,
+        |v| {
+            v["approvals"]
+                .as_array()
+                .is_some_and(|a| a.len() == spoofs.len())
+        },
+        |v| format!("watchdog: not every spoof held: {v}"),
+    );
+    let (_, list) = d.call("GET", "/approvals", None);
+    let mut browser = Browser::start(
+        "reveal.cjs",
+        &core,
+        &d,
+        &[("REVEAL_COUNT", spoofs.len().to_string())],
+    );
+    let shown = browser.expect("shown");
+    for a in list["approvals"].as_array().unwrap() {
+        let card = shown["cards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == a["id"])
+            .unwrap_or_else(|| panic!("no card for {a}"));
+        assert_eq!(
+            card["args"].as_str().unwrap(),
+            handnode::reveal::full(&a["arguments"]),
+            "the console and the daemon show {} differently",
+            a["arguments"]
+        );
+    }
+    let env_card = shown["cards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["args"].as_str().unwrap().contains("BASH_ENV"))
+        .unwrap();
+    assert!(env_card["args"]
+        .as_str()
+        .unwrap()
+        .starts_with("env sets BASH_ENV\n"));
     browser.finish();
 }

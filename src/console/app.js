@@ -646,6 +646,69 @@
     }
   }
 
+  // ---- what a person is shown before allowing a call (contract §14) ----
+  // The same view as the daemon's src/reveal.rs (tests/console.rs compares the two):
+  // controls, bidi controls, invisible and non-ASCII blank characters as \u{hex}; a
+  // literal \u{ as \\u{; runs of more than three spaces as ␠×N; every argument on a line
+  // of its own, command first; an env that sets a code-running variable named first.
+  const CODE_ENV = ['BASH_ENV', 'ENV', 'PROMPT_COMMAND', 'PS4', 'SHELLOPTS', 'BASHOPTS', 'IFS',
+    'PATH', 'LD_PRELOAD', 'LD_LIBRARY_PATH', 'LD_AUDIT'];
+  const MAX_SPACE_RUN = 3;
+  const isCodeEnv = (name) => CODE_ENV.includes(name) || name.startsWith('BASH_FUNC_');
+  const RUST_WHITESPACE = [0x9, 0xa, 0xb, 0xc, 0xd, 0x85, 0xa0, 0x1680, 0x2028, 0x2029, 0x202f,
+    0x205f, 0x3000];
+  const INVISIBLE = [[0xad, 0xad], [0x34f, 0x34f], [0x61c, 0x61c], [0x115f, 0x1160],
+    [0x17b4, 0x17b5], [0x180b, 0x180f], [0x200b, 0x200f], [0x202a, 0x202e], [0x2060, 0x206f],
+    [0x3164, 0x3164], [0xfe00, 0xfe0f], [0xfeff, 0xfeff], [0xffa0, 0xffa0], [0xfff9, 0xfffb],
+    [0xe0000, 0xe007f], [0xe0100, 0xe01ef]];
+  function needsEscape(cp) {
+    return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || RUST_WHITESPACE.includes(cp)
+      || (cp >= 0x2000 && cp <= 0x200a) || INVISIBLE.some(([lo, hi]) => cp >= lo && cp <= hi);
+  }
+  function reveal(text) {
+    let out = '';
+    let spaces = 0;
+    const flush = () => {
+      out += spaces > MAX_SPACE_RUN ? `␠×${spaces}` : ' '.repeat(spaces);
+      spaces = 0;
+    };
+    const chars = Array.from(String(text));
+    for (let i = 0; i < chars.length; i++) {
+      const c = chars[i];
+      if (c === ' ') { spaces++; continue; }
+      flush();
+      const cp = c.codePointAt(0);
+      if (needsEscape(cp)) out += `\\u{${cp.toString(16)}}`;
+      else if (c === '\\' && chars[i + 1] === 'u' && chars[i + 2] === '{') out += '\\\\';
+      else out += c;
+    }
+    flush();
+    return out;
+  }
+  const byKey = (a, b) => (a === b ? 0 : a < b ? -1 : 1);
+  function revealLines(prefix, v, out) {
+    if (v && typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length > 0) {
+      const keys = Object.keys(v).sort((a, b) =>
+        (a !== 'command') - (b !== 'command') || byKey(a, b));
+      for (const k of keys) revealLines(prefix === '' ? reveal(k) : `${prefix}.${reveal(k)}`, v[k], out);
+    } else if (Array.isArray(v) && v.length > 0) {
+      v.forEach((item, i) => revealLines(`${prefix}[${i}]`, item, out));
+    } else {
+      const text = typeof v === 'string' ? reveal(v) : reveal(JSON.stringify(v));
+      out.push(prefix === '' ? text : `${prefix}: ${text}`);
+    }
+  }
+  function revealArguments(args) {
+    const out = [];
+    const env = args && typeof args === 'object' && args.env;
+    if (env && typeof env === 'object' && !Array.isArray(env)) {
+      const code = Object.keys(env).sort(byKey).filter(isCodeEnv).map(reveal);
+      if (code.length > 0) out.push('env sets ' + code.join(', '));
+    }
+    revealLines('', args, out);
+    return out.join('\n');
+  }
+
   function makeApproval(a) {
     const c = { id: a.id };
     c.root = el('article', { class: 'card', 'data-approval': a.id });
@@ -706,9 +769,9 @@
     for (const a of state.approvals) {
       let c = approvalCards.get(a.id);
       if (!c) { c = makeApproval(a); approvalCards.set(a.id, c); }
-      c.tool.textContent = String(a.tool);
-      c.sub.textContent = `${a.session} · ${a.profile} · lent by ${a.principal} · asked at ${clock(a.created_at)}`;
-      c.args.textContent = JSON.stringify(a.arguments, null, 2);
+      c.tool.textContent = reveal(a.tool);
+      c.sub.textContent = `${reveal(a.session)} · ${a.profile} · lent by ${reveal(a.principal)} · asked at ${clock(a.created_at)}`;
+      c.args.textContent = revealArguments(a.arguments);
       c.left.textContent = '';
       if (a.expires_in_secs !== undefined) {
         c.left.append('answer within ', el('span', { 'data-left': String(a.expires_in_secs), 'data-at': String(state.approvalsAt) }));
