@@ -126,7 +126,8 @@ admin_origins() {
         *) out="$out;$lhost:$lport" ;;
     esac
     local host
-    for host in ${HANDNODE_ALLOW_HOST//,/ }; do
+    local hosts="${HANDNODE_ALLOW_HOST:-}"
+    for host in ${hosts//,/ }; do
         host="$(printf '%s' "$host" | tr '[:upper:]' '[:lower:]')"
         out="$out;$host"
         case "$host" in *:*) ;; *) out="$out;$host:$lport" ;; esac

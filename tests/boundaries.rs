@@ -296,3 +296,52 @@ fn grants_over_the_shared_upstream_open_only_web_pages_and_the_owner_anything() 
     assert_ne!(reply["result"]["isError"], true, "{reply}");
     assert!(up.seen().contains("view-source:file:///etc/hostname"));
 }
+
+/// `doctor` warns about an upstream whose process does not block the admin listener's
+/// origins, and names them (the positive case, with `scripts/upstream.sh`, is in
+/// tests/chains.rs).
+#[test]
+fn doctor_warns_when_the_upstream_does_not_block_the_admin_origins() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut child = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import socket,sys,time\ns=socket.socket()\ns.bind(('127.0.0.1',int(sys.argv[1])))\ns.listen()\nprint('up',flush=True)\ntime.sleep(60)",
+            &port.to_string(),
+            "--blocked-origins",
+            "127.0.0.1:8795",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 (scripts/ci/packages.sh installs it)");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "up");
+    let env: std::collections::HashMap<String, String> = [
+        (
+            "HANDNODE_UPSTREAM".to_string(),
+            format!("browser=http://127.0.0.1:{port}/mcp"),
+        ),
+        ("HANDNODE_LISTEN".to_string(), "127.0.0.1:8795".to_string()),
+    ]
+    .into();
+    let checks = handnode::doctor::upstream_origin_checks(&env);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(checks.len(), 1, "{checks:?}");
+    let c = &checks[0];
+    assert_eq!(c.status, handnode::doctor::Status::Warn, "{c:?}");
+    assert!(c.detail.contains("localhost:8795"), "{c:?}");
+    assert!(
+        !c.detail.contains("127.0.0.1:8795,"),
+        "blocked, so not named: {c:?}"
+    );
+    assert!(c.fix.as_deref().unwrap().contains("scripts/upstream.sh"));
+}

@@ -406,7 +406,12 @@ mod tests {
         assert!(!matches("browser_**", "browser_snapshot"));
     }
 
-    // Boundary tests: they call the same escalation check as grant creation does.
+    // Boundary tests: they call the same escalation check as grant creation does. The
+    // claims it makes for grants a browser can reach are also attacked end to end, with
+    // real chromium, in tests/chains.rs (contract §14's chains: the token read through the
+    // browser, a `javascript:` URL on the admin origin); its
+    // `every_browser_boundary_the_escalation_check_claims_is_attacked` fails when a
+    // profile, tool or flag adds such a claim that the chains do not try.
 
     #[test]
     fn no_unclassified_tool_reaches_any_profile_but_owner() {

@@ -166,6 +166,8 @@ pub struct Playwright {
     dir: TempDir,
     /// `--caps` it runs with (`PLAYWRIGHT_MCP_CAPS`); empty for none.
     caps: String,
+    /// More environment for `scripts/upstream.sh`.
+    env: Vec<(String, String)>,
     /// One Playwright at a time in a test binary: two starting together on a loaded
     /// 2-core box made one exit during start-up with an empty log.
     _one_at_a_time: std::sync::MutexGuard<'static, ()>,
@@ -180,15 +182,22 @@ impl Playwright {
 
     /// Started with `--caps caps` (e.g. `vision,pdf,devtools`): the extra tool groups.
     pub fn with_caps(caps: &str) -> Playwright {
-        let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        let pw = Playwright {
-            _one_at_a_time: guard,
-            port: free_port(),
-            dir: TempDir::new("playwright"),
-            caps: caps.to_string(),
-        };
+        let pw = Playwright::on_port(free_port(), caps, Vec::new());
         pw.run("start");
         pw
+    }
+
+    /// Not started yet: on `port`, with `env` added to `scripts/upstream.sh`'s (such as
+    /// `HANDNODE_LISTEN`, whose origins it blocks). [`Playwright::restart`] starts it.
+    pub fn on_port(port: u16, caps: &str, env: Vec<(String, String)>) -> Playwright {
+        let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        Playwright {
+            _one_at_a_time: guard,
+            port,
+            dir: TempDir::new("playwright"),
+            caps: caps.to_string(),
+            env,
+        }
     }
 
     /// The installed `@playwright/mcp` version, from its package.json.
@@ -226,7 +235,8 @@ impl Playwright {
             .env("PLAYWRIGHT_MCP_PREFIX", prefix())
             .env("PLAYWRIGHT_MCP_CAPS", &self.caps)
             .env("UPSTREAM_START_TIMEOUT", START_TIMEOUT_SECS.to_string())
-            .env("UPSTREAM_STOP_TIMEOUT", "10");
+            .env("UPSTREAM_STOP_TIMEOUT", "10")
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
         let (tx, rx) = crossbeam_channel::bounded(1);
         std::thread::spawn(move || {
             let _ = tx.send(cmd.output());
