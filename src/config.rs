@@ -1933,6 +1933,21 @@ mod tests {
                 "--browser-command must not pass --user-data-dir",
             ),
             (
+                vec!["--browser-command", "node cli.js --config /etc/pw.json"],
+                vec![],
+                "--browser-command must not pass --config",
+            ),
+            (
+                vec!["--browser-command", "node cli.js --config=/etc/pw.json"],
+                vec![],
+                "--browser-command must not pass --config",
+            ),
+            (
+                vec!["--browser-isolation", "firejail"],
+                vec![],
+                "--browser-isolation must be auto, bwrap or none",
+            ),
+            (
                 vec!["--max-browsers", "0"],
                 vec![],
                 "--max-browsers: expected a whole number in 1...64",

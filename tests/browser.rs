@@ -470,12 +470,21 @@ fn the_browser_sees_no_handnode_secret() {
         .collect::<Vec<_>>()
         .join(" ");
     let dir_text = dir.0.display().to_string();
-    let daemon = realbin::RealDaemon::start(
+    // Settings of Playwright MCP in the daemon's environment would widen every browser
+    // (file:// opened, a config file loaded); they never reach one (contract §14).
+    let widening = [
+        ("PLAYWRIGHT_MCP_ALLOW_UNRESTRICTED_FILE_ACCESS", "true"),
+        ("PLAYWRIGHT_MCP_CONFIG", "/etc/hostname"),
+        ("NODE_OPTIONS", "--require /nonexistent.js"),
+        ("SOME_OTHER_SETTING", "x"),
+    ];
+    let daemon = realbin::RealDaemon::start_with_env(
         &state,
         &[
             ("--browser-command", &command),
             ("--browser-dir", &dir_text),
         ],
+        &widening,
     );
     let pod = StubPod::start();
     let (status, g) = daemon.call(
@@ -490,6 +499,9 @@ fn the_browser_sees_no_handnode_secret() {
     assert!(!env.contains("HANDNODE_TOKEN"), "{env}");
     assert!(!env.contains(realbin::TOKEN), "{env}");
     assert!(!env.contains("s3cret-attach"), "{env}");
+    for (name, _) in widening {
+        assert!(!env.contains(name), "{name} reached the browser: {env}");
+    }
     assert!(env.contains(&format!("tag={}/", dir.0.display())), "{env}");
     let _ = std::fs::remove_dir_all(&state);
 }

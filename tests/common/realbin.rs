@@ -244,6 +244,15 @@ impl RealDaemon {
     /// [`FAST_FLAGS`] and the given `(flag, value)` pairs (which replace a fast flag of the
     /// same name; an empty value is a switch).
     pub fn start(state_dir: &Path, flags: &[(&str, &str)]) -> RealDaemon {
+        RealDaemon::start_with_env(state_dir, flags, &[])
+    }
+
+    /// [`RealDaemon::start`] with `env` added to the daemon's environment.
+    pub fn start_with_env(
+        state_dir: &Path,
+        flags: &[(&str, &str)],
+        env: &[(&str, &str)],
+    ) -> RealDaemon {
         let mut all: Vec<(&str, &str)> = FAST_FLAGS
             .iter()
             .copied()
@@ -272,6 +281,7 @@ impl RealDaemon {
             }
         }
         cmd.env("HANDNODE_TOKEN", TOKEN).env("RUST_LOG", "info");
+        cmd.envs(env.iter().copied());
         // The tail is enough for diagnostics, however long the daemon runs.
         let (child, log, addr) = spawn_daemon(&mut cmd, 200);
         let pid = child.id();
