@@ -5,8 +5,9 @@
 //! **Life of a browser.** Nothing runs until a grant's first browser call. That call
 //! starts the command in its own process group, in a fresh directory of its own under
 //! `--browser-dir` (its working directory, `TMPDIR`, `HOME` and `--output-dir` all point
-//! inside it, and `--user-data-dir` too unless the command says `--isolated`), with the
-//! daemon's environment minus every handnode secret (the `bash` tool's cleaner). The
+//! inside it, and `--user-data-dir` too unless the command says `--isolated`), with
+//! `--blocked-origins` naming the admin listener, an environment built from an allow-list
+//! ([`browser_env`]), and inside `bwrap` ([`Isolation`]) where that works. The
 //! browser then lives across redials of its grant, and is destroyed when the grant ends
 //! for any reason, when it has been idle for `--browser-idle-ms`, or on shutdown:
 //! its processes are killed (chromium included, see [`sweep`]) and its directory removed.
