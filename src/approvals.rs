@@ -1054,6 +1054,10 @@ impl GrantApprovals {
         if !self.gate.needs_approval(&name) {
             return services.start(route, name, arguments, cx, done);
         }
+        // A URL the browser may not open is refused now, not after someone said yes.
+        if let Err(why) = crate::calls::url_allowed(&route, &cx, &name, &arguments) {
+            return done.complete(ToolOutput::tool_error(why));
+        }
         let held = Held {
             grant_id: asker.grant_id.to_string(),
             principal: asker.principal.to_string(),

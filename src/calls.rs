@@ -37,10 +37,8 @@ impl Services {
         cx: CallContext,
         done: Completion,
     ) {
-        if !matches!(route, Route::Local) {
-            if let Err(why) = url_allowed(&cx, &name, &arguments) {
-                return done.complete(ToolOutput::tool_error(why));
-            }
+        if let Err(why) = url_allowed(&route, &cx, &name, &arguments) {
+            return done.complete(ToolOutput::tool_error(why));
         }
         match route {
             Route::Local => {
@@ -93,9 +91,15 @@ impl Services {
 
 /// Contract §14: under every grant but `owner`, a browser tool (the per-grant browser's
 /// and the shared upstream's alike) may open only `http(s)` pages and `about:blank`. The
-/// check runs before the call is handed anywhere, so a refused URL is never forwarded.
-fn url_allowed(cx: &CallContext, name: &str, arguments: &Value) -> Result<(), String> {
-    if cx.policy.profile() == crate::profiles::Profile::Owner {
+/// check runs before the call is handed anywhere (and before a call is held for approval:
+/// nobody is asked about a call that would be refused), so a refused URL is never forwarded.
+pub fn url_allowed(
+    route: &Route,
+    cx: &CallContext,
+    name: &str,
+    arguments: &Value,
+) -> Result<(), String> {
+    if matches!(route, Route::Local) || cx.policy.profile() == crate::profiles::Profile::Owner {
         return Ok(());
     }
     crate::browser_url::check_arguments(crate::profiles::browser_url_fields(name), arguments)

@@ -288,6 +288,19 @@ fn grants_over_the_shared_upstream_open_only_web_pages_and_the_owner_anything() 
     ));
     assert!(!err, "{t}");
     assert!(up.seen().contains("https://example.com/"));
+    // A gated browser tool: a refused URL is refused at once, nobody is asked.
+    let gated = json!({"runtime": pod.runtime(), "session": "url-g", "profile": "desktop",
+        "approve": ["browser_navigate"], "secret": "s"});
+    let (_, mut g) = d.attached_with(&pod, gated);
+    let (t, err) = text(&call(
+        &mut g,
+        &mut id,
+        "browser_navigate",
+        json!({"url": "view-source:file:///etc/hostname"}),
+    ));
+    assert!(err && t == refusal("view-source"), "{t}");
+    let (_, pending) = d.call("GET", "/approvals", None);
+    assert_eq!(pending["approvals"], json!([]), "{pending}");
     // The box's owner is not a grant: its own browser opens what it is told.
     let rpc = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "browser_navigate", "arguments": {"url": "view-source:file:///etc/hostname"}}});
