@@ -22,9 +22,9 @@ use super::args::{self, Naming};
 use super::process::ProcessWatcher;
 use super::{CallContext, Needs, Tool, ToolConfig, ToolHost, TtlCache};
 use crate::config::DisplayBackend;
-use crate::jobs::{Completion, JobCtl};
-use crate::mcp::ToolOutput;
+use crate::pool::{Completion, JobCtl};
 use crate::profiles::{Class, Profile};
+use crate::wire::mcp::ToolOutput;
 use helper::{Helper, RunError};
 
 /// Graphical calls waiting for the display thread before new ones are refused.
