@@ -1,4 +1,4 @@
-//! The `handnode` binary: argv and env → `cli::Command`, logging, signals, exit codes.
+//! The `handnode` binary: argv and env → `ops::cli::Command`, logging, signals, exit codes.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
