@@ -24,8 +24,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::args::object;
 use super::process::{End, RunResult, RunSpec};
-use super::shell::{command, command_field, cwd_field, env_field, int_field, object};
+use super::shell::{command, command_field, cwd_field, env_field, int_field};
 use super::{CallContext, Needs, Tool};
 use crate::pool::Completion;
 use crate::profiles::{Class, Profile};
@@ -566,6 +567,8 @@ mod tests {
         assert!(err(json!({"command": "x", "env": {"A=B": "1"}}), g).contains("variable name"));
         assert!(err(json!({"command": "x", "env": {"": "1"}}), g).contains("variable name"));
         assert!(err(json!([1]), g).contains("object"));
+        // `null` is no arguments (tools::args::object), so the missing command is named.
+        assert!(err(json!(null), g).starts_with("command is required"));
         let e = ok(json!({"command": "x", "env": {"A": "1", "B": ""}}), g).env;
         assert_eq!(e, vec![("A".into(), "1".into()), ("B".into(), "".into())]);
     }

@@ -19,14 +19,6 @@ use super::CallContext;
 /// job's orphans from strangers that reuse its process group id.
 pub const MARKER_ENV: &str = "HN_JOB_ID";
 
-/// The arguments as an object.
-pub(crate) fn object(args: &Value) -> Result<&Map<String, Value>, String> {
-    match args {
-        Value::Object(map) => Ok(map),
-        _ => Err("arguments must be an object".into()),
-    }
-}
-
 /// `command`: a non-empty string without NUL bytes.
 pub(crate) fn command_field(map: &Map<String, Value>) -> Result<String, String> {
     match map.get("command") {

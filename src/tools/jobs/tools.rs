@@ -16,9 +16,10 @@ use serde_json::{Map, Value};
 
 use crate::pool::Completion;
 use crate::profiles::{Class, Profile};
+use crate::tools::args::object;
 use crate::tools::jobs::table::{Admit, Job, JobTable, State, Stop, OWNER_SCOPE};
 use crate::tools::process::{Continued, RunSpec, SoFar, Wait};
-use crate::tools::shell::{command_field, cwd_field, env_field, int_field, object};
+use crate::tools::shell::{command_field, cwd_field, env_field, int_field};
 use crate::tools::{CallContext, Needs, Tool};
 use crate::wire::mcp::ToolOutput;
 
