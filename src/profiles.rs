@@ -438,7 +438,7 @@ pub const BROWSER_PROFILE_EXCLUDES: &[&str] = &["browser_evaluate"];
 
 /// Every argument of a tool of the pinned Playwright MCP that names a URL the browser
 /// would open (contract §14), found by reading all of its tools' schemas: under every
-/// grant but `owner` each is checked by [`crate::browser_url`] before the call is
+/// grant but `owner` each is checked by [`crate::base::browser_url`] before the call is
 /// forwarded. `browser_tabs`' `url` is read for every `action` (it opens a tab only with
 /// `new`, but an argument the browser ignores costs nothing to check). A test reads the
 /// pinned upstream's real `tools/list` and fails on any URL-like field missing here.

@@ -8,7 +8,7 @@ mod common;
 
 use common::{http, StubPod, TestDaemon};
 use handnode::admin::{PUBLIC_PATHS, ROUTES};
-use handnode::console::API_HEADERS;
+use handnode::base::http_headers::API_HEADERS;
 use serde_json::{json, Value};
 
 fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
@@ -93,7 +93,7 @@ const REFUSED: &[(&str, &str)] = &[
 ];
 
 fn refusal(scheme: &str) -> String {
-    format!("{} {scheme}:", handnode::browser_url::REFUSAL)
+    format!("{} {scheme}:", handnode::base::browser_url::REFUSAL)
 }
 
 fn call(conn: &mut common::PodConn, id: &mut u64, name: &str, args: Value) -> Value {
@@ -345,12 +345,12 @@ fn doctor_warns_when_the_upstream_does_not_block_the_admin_origins() {
         ("HANDNODE_LISTEN".to_string(), "127.0.0.1:8795".to_string()),
     ]
     .into();
-    let checks = handnode::doctor::upstream_origin_checks(&env);
+    let checks = handnode::ops::doctor::upstream_origin_checks(&env);
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(checks.len(), 1, "{checks:?}");
     let c = &checks[0];
-    assert_eq!(c.status, handnode::doctor::Status::Warn, "{c:?}");
+    assert_eq!(c.status, handnode::ops::doctor::Status::Warn, "{c:?}");
     assert!(c.detail.contains("localhost:8795"), "{c:?}");
     assert!(
         !c.detail.contains("127.0.0.1:8795,"),

@@ -26,11 +26,11 @@ use std::time::Duration;
 use common::{poll_until, quiet_liveness, PodConn, StubPod, TestDaemon};
 use handnode::browser::{BrowserOptions, Browsers, Bwrap, Isolation};
 use handnode::config::BrowserIsolation;
-use handnode::jobs::{Completion, JobCtl};
-use handnode::mcp::ToolOutput;
+use handnode::pool::{Completion, JobCtl};
 use handnode::profiles::{Profile, BROWSER_URL_FIELDS};
 use handnode::tools::policy::{Shell, ToolLists, ToolPolicy};
 use handnode::tools::ToolConfig;
+use handnode::wire::mcp::ToolOutput;
 use serde_json::{json, Value};
 
 const CALL_WATCHDOG: Duration = playwright::CALL_WATCHDOG;
@@ -275,7 +275,7 @@ fn blocked_origins_and_csp_each_alone_keep_the_real_token_from_becoming_an_owner
     // Blocked origins alone: every spelling of the admin origin is refused.
     let blocked = tier(
         Isolation::None,
-        handnode::browser_argv::admin_origins(d.addr, &[]),
+        handnode::base::browser_argv::admin_origins(d.addr, &[]),
     );
     for host in ["127.0.0.1", "localhost", "[::1]", "x.localhost"] {
         let url = format!("http://{host}:{}/healthz", d.addr.port());
@@ -350,9 +350,13 @@ fn stage(tag: &str, isolation: BrowserIsolation) -> Stage {
         ("HANDNODE_LISTEN".to_string(), d.addr.to_string()),
     ]
     .into();
-    let checks = handnode::doctor::upstream_origin_checks(&env);
+    let checks = handnode::ops::doctor::upstream_origin_checks(&env);
     assert_eq!(checks.len(), 1);
-    assert_eq!(checks[0].status, handnode::doctor::Status::Ok, "{checks:?}");
+    assert_eq!(
+        checks[0].status,
+        handnode::ops::doctor::Status::Ok,
+        "{checks:?}"
+    );
     let marker = std::env::temp_dir().join(format!("hn-chain-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_file(&marker);
     Stage {
@@ -449,7 +453,7 @@ fn run_chains(s: &Stage, kind: &str, conn: &mut PodConn, tools: &[String]) -> St
             for url in &refused {
                 let (text, err) = call(conn, tool, args(url));
                 assert!(
-                    err && text.starts_with(handnode::browser_url::REFUSAL),
+                    err && text.starts_with(handnode::base::browser_url::REFUSAL),
                     "{kind}: {tool}.{field} {url:?} was not refused: {text}"
                 );
                 shown.push_str(&text);

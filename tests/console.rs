@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use common::*;
 use crossbeam_channel::Receiver;
-use handnode::console::{self, ASSETS, CSP, PAGE};
+use handnode::admin::console::{self, ASSETS, CSP, PAGE};
 use serde_json::{json, Value};
 
 /// Longest one browser step may take (chromium's first start on a busy 2-core box).
@@ -125,7 +125,7 @@ fn the_host_and_origin_guard_covers_the_console() {
             // Refused as any admin response is (contract §14), not served as the console.
             assert_eq!(
                 header(&headers, "Content-Security-Policy"),
-                Some(handnode::console::API_HEADERS[0].1)
+                Some(handnode::base::http_headers::API_HEADERS[0].1)
             );
         }
         let host = format!("localhost:{}", d.addr.port());
@@ -299,13 +299,13 @@ fn audit_lists_a_grants_calls_newest_first_within_its_bounds() {
     );
 
     for (query, error) in [
-        ("?limit=501", handnode::activity::LIMIT_ERROR),
-        ("?limit=0", handnode::activity::LIMIT_ERROR),
-        ("?limit=ten", handnode::activity::LIMIT_ERROR),
-        ("?grant=not-a-grant", handnode::activity::GRANT_ERROR),
+        ("?limit=501", handnode::admin::activity::LIMIT_ERROR),
+        ("?limit=0", handnode::admin::activity::LIMIT_ERROR),
+        ("?limit=ten", handnode::admin::activity::LIMIT_ERROR),
+        ("?grant=not-a-grant", handnode::admin::activity::GRANT_ERROR),
         (
             &format!("?grant={}", a.to_uppercase()),
-            handnode::activity::GRANT_ERROR,
+            handnode::admin::activity::GRANT_ERROR,
         ),
     ] {
         assert_eq!(
@@ -689,7 +689,7 @@ fn in_a_browser_agent_chosen_text_stays_text() {
 }
 
 /// The three spoofs of issue 22 held for approval, shown in the console exactly as the
-/// daemon renders them for the notification and the CLI (`handnode::reveal::full`).
+/// daemon renders them for the notification and the CLI (`handnode::base::reveal::full`).
 #[test]
 fn in_a_browser_an_approval_shows_what_will_run() {
     let core = match playwright_core() {
@@ -741,7 +741,7 @@ fn in_a_browser_an_approval_shows_what_will_run() {
             .unwrap_or_else(|| panic!("no card for {a}"));
         assert_eq!(
             card["args"].as_str().unwrap(),
-            handnode::reveal::full(&a["arguments"]),
+            handnode::base::reveal::full(&a["arguments"]),
             "the console and the daemon show {} differently",
             a["arguments"]
         );

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::*;
-use crate::jobs::{Completion, JobCtl};
-use crate::mcp::ToolOutput;
-use crate::testutil::TempDir;
+use crate::base::testutil::TempDir;
+use crate::pool::{Completion, JobCtl};
+use crate::wire::mcp::ToolOutput;
 
 /// Longest one call, or one wait for a state, may take before the test counts it a hang.
 const WATCHDOG: Duration = Duration::from_secs(20);
@@ -577,7 +577,7 @@ fn a_browser_that_stops_reading_gets_no_more_than_two_messages_queued() {
 #[test]
 fn the_environment_is_an_allow_list_and_display_variables_only_when_headed() {
     let cfg = ToolConfig {
-        scrub_values: vec![crate::secret::Secret::new("s3cret-value")],
+        scrub_values: vec![crate::base::secret::Secret::new("s3cret-value")],
         ..ToolConfig::default()
     };
     let base = [

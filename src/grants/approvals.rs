@@ -19,16 +19,16 @@ use serde_json::{json, Map, Value};
 use tiny_http::{Header, Request, Response};
 
 use crate::audit::{ApprovalEvent, Audit, Record};
-use crate::calls::Services;
-use crate::jobs::{Completion, JobCtl};
-use crate::mcp::{Route, ToolOutput};
+use crate::base::timefmt::rfc3339;
+use crate::grants::calls::Services;
+use crate::grants::notify::{Ask, Choice, Notifier};
 use crate::metrics::Metrics;
-use crate::notify::{Ask, Choice, Notifier};
+use crate::pool::{Completion, JobCtl};
 use crate::profiles::{Class, Profile};
-use crate::timefmt::rfc3339;
 use crate::tools::class_of_any;
 use crate::tools::policy::{ToolPolicy, UNCLASSIFIED};
 use crate::tools::{CallContext, UpstreamSource};
+use crate::wire::mcp::{Route, ToolOutput};
 
 /// The word that, instead of a list, means every `shell`-class tool the grant can see.
 pub const SHELL_WORD: &str = "shell";
@@ -528,19 +528,19 @@ fn clip(text: &str, chars: usize) -> String {
 }
 
 /// The desktop notification of a held call: its title (the session and tool, and the
-/// `env sets …` warning when there is one) and its body (`crate::reveal`'s view of every
+/// `env sets …` warning when there is one) and its body (`crate::base::reveal`'s view of every
 /// argument, cut at [`NOTIFY_ARGS_BYTES`] with how much was left out and where to see it).
 pub fn notification(id: &str, session: &str, tool: &str, arguments: &Value) -> (String, String) {
     let mut title = format!(
         "handnode: {} wants to run {}",
-        crate::reveal::escape(session),
-        crate::reveal::escape(tool)
+        crate::base::reveal::escape(session),
+        crate::base::reveal::escape(tool)
     );
-    let code = crate::reveal::code_env(arguments);
+    let code = crate::base::reveal::code_env(arguments);
     if !code.is_empty() {
         title.push_str(&format!(" — env sets {}", code.join(", ")));
     }
-    let mut body = crate::reveal::summary(arguments, NOTIFY_ARGS_BYTES);
+    let mut body = crate::base::reveal::summary(arguments, NOTIFY_ARGS_BYTES);
     if body.ends_with(" bytes not shown") {
         body.push_str(&format!("\nAll of it: handnode approvals --full {id}"));
     }
@@ -553,7 +553,7 @@ fn header(name: &str, value: &str) -> Header {
 
 /// The `200` of `GET /approvals`: the list and its `ETag`.
 pub fn list_response(body: String, etag: &str) -> Response<std::io::Cursor<Vec<u8>>> {
-    crate::console::with_api_headers(
+    crate::base::http_headers::with_api_headers(
         Response::from_data(body.into_bytes())
             .with_header(header("Content-Type", "application/json"))
             .with_header(header("ETag", etag)),
@@ -661,7 +661,7 @@ impl Approvals {
         let created = Instant::now();
         let args = self.config.audit_args.then(|| held.arguments.clone());
         let pending = Pending {
-            id: crate::ids::new_id(),
+            id: crate::base::ids::new_id(),
             held,
             created_at: now,
             expires_at: now + timeout.as_secs_f64().ceil() as u64,
@@ -1055,7 +1055,7 @@ impl GrantApprovals {
             return services.start(route, name, arguments, cx, done);
         }
         // A URL the browser may not open is refused now, not after someone said yes.
-        if let Err(why) = crate::calls::url_allowed(&route, &cx, &name, &arguments) {
+        if let Err(why) = crate::grants::calls::url_allowed(&route, &cx, &name, &arguments) {
             return done.complete(ToolOutput::tool_error(why));
         }
         let held = Held {

@@ -133,36 +133,6 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("Cache-Control", "no-cache"),
 ];
 
-/// Every admin response other than the console's page and assets (contract §14): no
-/// document of the admin origin may run script (a `javascript:` URL navigated to on top of
-/// `/healthz` included), be sniffed into another type, framed, or kept by a cache.
-pub const API_HEADERS: &[(&str, &str)] = &[
-    (
-        "Content-Security-Policy",
-        "default-src 'none'; frame-ancestors 'none'",
-    ),
-    ("X-Content-Type-Options", "nosniff"),
-    ("Cache-Control", "no-store"),
-];
-
-/// `response` with each of [`API_HEADERS`] it does not already carry (by name): the
-/// console's files keep their own [`HEADERS`], everything else gets these.
-pub fn with_api_headers<R: std::io::Read>(mut response: Response<R>) -> Response<R> {
-    for (name, value) in API_HEADERS {
-        let present = response
-            .headers()
-            .iter()
-            .any(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name));
-        if !present {
-            response.add_header(
-                Header::from_bytes(name.as_bytes(), value.as_bytes())
-                    .expect("static header is valid"),
-            );
-        }
-    }
-    response
-}
-
 /// The asset named `name`, if there is one.
 pub fn asset(name: &str) -> Option<&'static Asset> {
     ASSETS.iter().find(|a| a.name == name)

@@ -1,0 +1,21 @@
+//! Small base types every other layer uses and that use nothing of the crate outside
+//! `base`: errors, secrets, times, URLs, ids, labels, process hardening, wake handles,
+//! build facts, the state dir's file rules, the browser command's words, the URLs a browser may open, what
+//! an approval shows, unit-test helpers.
+
+pub mod browser_argv;
+pub mod browser_url;
+pub mod build_info;
+pub mod error;
+pub mod hardening;
+pub mod http_headers;
+pub mod ids;
+pub mod label;
+pub mod reveal;
+pub mod secret;
+pub mod statedir;
+#[cfg(test)]
+pub(crate) mod testutil;
+pub mod timefmt;
+pub mod url;
+pub mod wake;
