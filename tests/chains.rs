@@ -10,7 +10,9 @@
 //! Each layer also holds alone, with the others out of the way (the daemon's browser tier
 //! driven directly, so no URL check): `bwrap` keeps the token unreadable where a URL gets
 //! through; the blocked origins keep the admin origin out of reach; the CSP of the admin
-//! responses keeps a `javascript:` URL from running there even with the real token in it.
+//! responses refuses the `fetch` of a `javascript:` URL run there, the real token in it
+//! (Chromium runs a browser-initiated `javascript:` URL whatever the page's CSP, so the
+//! control shows the same script's fetch getting through on a page without it).
 //! Each of those has its control: the same step without the layer does succeed.
 //!
 //! Skips (saying why) when Playwright MCP, chromium or bwrap is missing;
@@ -79,15 +81,16 @@ fn text_of(out: &Value) -> (String, bool) {
 }
 
 /// The `javascript:` URL of the issue: `fetch` the owner's `/mcp` of the page's origin with
-/// the admin token and call `bash` to create `marker`.
+/// the admin token and call `bash` to create `marker`. When it has run, the page says
+/// `attack-done: fetched <n>` or `attack-done: refused <why>`.
 fn attack_js(token: &str, marker: &Path) -> String {
     let rpc = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "bash", "arguments": {"command": format!("touch {}", marker.display())}}});
     format!(
         "javascript:fetch('/mcp',{{method:'POST',headers:{{'Authorization':'Bearer {token}',\
          'Content-Type':'application/json','Accept':'application/json, text/event-stream'}},\
-         body:JSON.stringify({rpc})}}).then(r=>r.text()).then(t=>{{document.title='fetched '+t.length}})\
-         .catch(e=>{{document.title='refused '+e}});void 0"
+         body:JSON.stringify({rpc})}}).then(r=>r.text()).then(t=>{{document.body.textContent='attack-done: fetched '+t.length}})\
+         .catch(e=>{{document.body.textContent='attack-done: refused '+e}});void 0"
     )
 }
 
@@ -253,16 +256,35 @@ fn blocked_origins_and_csp_each_alone_keep_the_real_token_from_becoming_an_owner
         "javascript: URLs do not run here: {snap}"
     );
 
+    // The same attack script runs, and its fetch gets through, on a page without our CSP.
+    let (_, _) = open.call("control", "browser_navigate", json!({"url": js}));
+    let done = open.call(
+        "control",
+        "browser_wait_for",
+        json!({"text": "attack-done"}),
+    );
+    let (snap, _) = open.call("control", "browser_snapshot", json!({}));
+    assert!(
+        snap.contains("attack-done: fetched"),
+        "the control's fetch did not get through: {done:?} {snap}"
+    );
+
     // CSP alone: the admin origin is open, the URL check is out of the way, the real token
-    // is in the script: it does not run there.
+    // is in the script. Chromium runs a javascript: URL the browser itself navigates to
+    // (as it runs a bookmarklet) whatever the page's CSP, but `default-src 'none'` refuses
+    // its fetch, and nothing else a page can send carries the bearer token.
     let seen = open.visit("control", &admin);
     assert!(!seen.contains("ERR_BLOCKED_BY_CLIENT"), "{seen}");
     let (_, _) = open.call("control", "browser_navigate", json!({"url": js}));
+    let done = open.call(
+        "control",
+        "browser_wait_for",
+        json!({"text": "attack-done"}),
+    );
     let (snap, _) = open.call("control", "browser_snapshot", json!({}));
-    // Not run at all (a run whose fetch failed would say `refused`).
     assert!(
-        !snap.contains("fetched") && !snap.contains("refused"),
-        "the script ran on the admin origin: {snap}"
+        !snap.contains("attack-done: fetched") && snap.contains("attack-done: refused"),
+        "the script's fetch was not refused on the admin origin: {done:?} {snap}"
     );
     std::thread::sleep(SETTLE);
     assert!(!marker.exists(), "the marker file was written");

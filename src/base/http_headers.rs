@@ -5,8 +5,12 @@
 use tiny_http::{Header, Response};
 
 /// Every admin response other than the console's page and assets (contract §14): no
-/// document of the admin origin may run script (a `javascript:` URL navigated to on top of
-/// `/healthz` included), be sniffed into another type, framed, or kept by a cache.
+/// document of the admin origin may load or run script of its own, send a request from
+/// script (`fetch`, XHR, WebSocket, beacons: `connect-src` falls back to `'none'`), be
+/// sniffed into another type, framed, or kept by a cache. Chromium still runs a
+/// `javascript:` URL that the browser itself navigates to (as it runs a bookmarklet,
+/// whatever the page's CSP), but such a script cannot fetch `/mcp`, and nothing else a page
+/// can send carries the bearer token (`tests/chains.rs` proves both).
 pub const API_HEADERS: &[(&str, &str)] = &[
     (
         "Content-Security-Policy",
