@@ -165,6 +165,9 @@ pub struct Limits {
     /// Calls held for approval at once, over all grants; past this a call is answered
     /// `isError` and does not run.
     pub approvals_pending: usize,
+    /// Calls of one grant held for approval at once (§15): past this that grant's call is
+    /// refused, so no grant can fill the box-wide bound above for the others.
+    pub approvals_pending_per_grant: usize,
     /// `GET /approvals?wait=N` long-polls parked at once; past this a `429`.
     pub approval_waiters: usize,
     /// Largest arguments (serialized JSON, bytes) a held call may carry: the person must be
@@ -195,6 +198,7 @@ impl Default for Limits {
             jobs_total: 64,
             max_browsers: 2,
             approvals_pending: 256,
+            approvals_pending_per_grant: 16,
             approval_waiters: 16,
             approval_args_bytes: 64 << 10,
             max_mints: 8,
@@ -1029,6 +1033,18 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         },
     },
     Flag {
+        name: "max-pending-per-grant",
+        env: true,
+        default: "16",
+        help: "Calls of one grant (or of the owner's /mcp) waiting for approval at once; one more of that grant's is answered with a tool error and does not run, so one grant never fills --max-pending-approvals for the others.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 65_536,
+            set: |d, v| d.config.limits.approvals_pending_per_grant = v as usize,
+        },
+    },
+    Flag {
         name: "approval-waiters",
         env: true,
         default: "16",
@@ -1301,6 +1317,12 @@ pub(crate) fn parse_serve(args: &[String], env: &HashMap<String, String>) -> Res
     }
 
     let limits = &config.limits;
+    if limits.approvals_pending_per_grant >= limits.approvals_pending {
+        return Err(Error::Config(
+            "--max-pending-per-grant must be less than --max-pending-approvals, or one grant could hold every approval slot of the box"
+                .into(),
+        ));
+    }
     if limits.job_output_bytes.saturating_mul(2) > limits.job_disk_bytes {
         return Err(Error::Config(
             "--job-disk-bytes must hold at least one running job: two windows of --job-output-bytes"
@@ -1625,14 +1647,38 @@ mod tests {
             "{err}"
         );
         let c = serve(
-            &["--approval-waiters", "3", "--max-pending-approvals", "7"],
+            &[
+                "--approval-waiters",
+                "3",
+                "--max-pending-approvals",
+                "7",
+                "--max-pending-per-grant",
+                "6",
+            ],
             &env,
         )
         .unwrap();
         assert_eq!(
-            (c.limits.approval_waiters, c.limits.approvals_pending),
-            (3, 7)
+            (
+                c.limits.approval_waiters,
+                c.limits.approvals_pending,
+                c.limits.approvals_pending_per_grant
+            ),
+            (3, 7, 6)
         );
+        assert_eq!(Limits::default().approvals_pending_per_grant, 16);
+        // A grant's bound that reaches the box's would let one grant hold every slot.
+        let err = serve(
+            &[
+                "--max-pending-approvals",
+                "7",
+                "--max-pending-per-grant",
+                "7",
+            ],
+            &env,
+        )
+        .unwrap_err();
+        assert!(err.contains("--max-pending-per-grant"), "{err}");
     }
 
     #[test]

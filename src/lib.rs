@@ -213,6 +213,7 @@ impl Daemon {
             approvals::HubConfig {
                 timeout: config.timing.approval_timeout,
                 max_pending: config.limits.approvals_pending,
+                max_pending_per_grant: config.limits.approvals_pending_per_grant,
                 max_waiters: config.limits.approval_waiters,
                 max_args_bytes: config.limits.approval_args_bytes,
                 audit_args: config.audit_args,
