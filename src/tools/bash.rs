@@ -13,7 +13,9 @@
 //! command, for jobs too).
 //!
 //! **Past the inline limit.** A command still running at the call's inline limit is not
-//! killed: it is handed to [`super::jobs`] and continues as a job.
+//! killed: it is handed to [`super::jobs`] and continues as a job. If no job can start
+//! (its grant's job limit or disk share), it runs on inline to its own timeout and its
+//! answer says why it did not become a job (§15).
 //!
 //! **The command string.** It is passed to bash as one argv element (`bash -c <command>`);
 //! handnode never splices arguments into a shell string of its own.
@@ -177,8 +179,11 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         cx.ctl.clone(),
     );
     let inline_wait = cx.limits.inline_wait;
+    // Why the call did not become a job at its inline limit, for its answer.
+    let not_a_job: Arc<Mutex<Option<String>>> = Arc::default();
     if Duration::from_secs(timeout_secs) > inline_wait {
         let slot = Arc::clone(&slot);
+        let not_a_job = Arc::clone(&not_a_job);
         let admit = super::bgjobs::Admit {
             id: Some(job_id),
             scope: super::jobs::scope(&cx).to_string(),
@@ -193,14 +198,28 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
             inline_wait,
             Box::new(move |so_far| {
                 let done = take(&slot)?;
-                super::jobs::continue_as_job(&jobs, admit, so_far, inline_wait, cap, done)
+                match super::jobs::continue_as_job(&jobs, admit, so_far, inline_wait, cap, done) {
+                    Ok(continued) => Some(continued),
+                    Err((done, why)) => {
+                        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(done);
+                        *not_a_job.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!(
+                            "[still running after {} s, it could not continue as a job ({why}), \
+                             so it ran on inline to its own timeout]",
+                            inline_wait.as_secs_f64()
+                        ));
+                        None
+                    }
+                }
             }),
         ));
     }
     cx.host.processes.spawn(cmd, spec, move |run| {
         let Some(done) = take(&slot) else { return };
         match run {
-            Ok(run) => done.complete(render(&run, timeout_secs, cap)),
+            Ok(run) => {
+                let why = not_a_job.lock().unwrap_or_else(|e| e.into_inner()).take();
+                done.complete(render(&run, timeout_secs, cap, why.as_deref()))
+            }
             Err(e) => done.complete(ToolOutput::tool_error(spawn_error(&program, &e))),
         }
     });
@@ -218,7 +237,12 @@ fn spawn_error(program: &Path, e: &std::io::Error) -> String {
 }
 
 /// The `CallToolResult` of a finished run.
-pub(crate) fn render(run: &RunResult, timeout_secs: u64, cap: u64) -> ToolOutput {
+pub(crate) fn render(
+    run: &RunResult,
+    timeout_secs: u64,
+    cap: u64,
+    not_a_job: Option<&str>,
+) -> ToolOutput {
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
     let timed_out = run.end == End::TimedOut;
@@ -266,9 +290,14 @@ pub(crate) fn render(run: &RunResult, timeout_secs: u64, cap: u64) -> ToolOutput
             truncated.join(" and ")
         ));
     }
+    if let Some(why) = not_a_job {
+        text.push(' ');
+        text.push_str(why);
+    }
     ToolOutput::Result(json!({
         "content": [{"type": "text", "text": text}],
         "structuredContent": {
+            "not_a_job": not_a_job,
             "stdout": stdout,
             "stderr": stderr,
             "exit_code": run.exit_code,

@@ -341,8 +341,8 @@ fn started(job: &Job) -> ToolOutput {
 }
 
 /// A `bash` call at its inline limit (on the watcher thread): make it a job of the call's
-/// scope and answer the call with what it printed so far, or, if no job can start, answer
-/// why and let the watcher kill it.
+/// scope and answer the call with what it printed so far; or, if no job can start, hand
+/// the call's completion back with why, and the call runs on inline (§15).
 pub(crate) fn continue_as_job(
     jobs: &Arc<JobTable>,
     mut admit: Admit,
@@ -350,7 +350,7 @@ pub(crate) fn continue_as_job(
     inline_wait: Duration,
     cap: u64,
     done: Completion,
-) -> Option<Continued> {
+) -> Result<Continued, (Completion, String)> {
     // What the call dropped past its cap is gone: such a stream's file starts after it.
     if so_far.stdout_truncated {
         admit.stdout_start = so_far.stdout_total;
@@ -358,50 +358,20 @@ pub(crate) fn continue_as_job(
     if so_far.stderr_truncated {
         admit.stderr_start = so_far.stderr_total;
     }
+    let job = match jobs.admit(admit) {
+        Ok(job) => job,
+        Err(why) => return Err((done, why)),
+    };
     let out = String::from_utf8_lossy(so_far.stdout);
     let err = String::from_utf8_lossy(so_far.stderr);
     let after = secs_text(inline_wait);
-    let job = match jobs.admit(admit) {
-        Ok(job) => job,
-        Err(why) => {
-            let text = streams_text(
-                &out,
-                &err,
-                &format!(
-                    "[still running after {after} and could not continue as a job: {why}; \
-                     process group killed, exit 137]"
-                ),
-            );
-            #[derive(Serialize)]
-            struct Killed<'a> {
-                stdout: &'a str,
-                stderr: &'a str,
-                exit_code: i32,
-                timed_out: bool,
-                cancelled: bool,
-                stdout_truncated: bool,
-                stderr_truncated: bool,
-                duration_ms: u64,
-            }
-            let killed = Killed {
-                stdout: &out,
-                stderr: &err,
-                exit_code: super::process::KILLED_EXIT_CODE,
-                timed_out: true,
-                cancelled: false,
-                stdout_truncated: so_far.stdout_truncated,
-                stderr_truncated: so_far.stderr_truncated,
-                duration_ms: so_far.elapsed.as_millis() as u64,
-            };
-            done.complete(reply(&text, &killed, true));
-            return None;
-        }
-    };
+    // Through the job's sink, so what it keeps counts against its share of the disk.
+    let sink: &dyn super::process::JobSink = &*job;
     if !so_far.stdout_truncated {
-        job.out.write(so_far.stdout);
+        sink.write(super::process::Which::Stdout, so_far.stdout);
     }
     if !so_far.stderr_truncated {
-        job.err.write(so_far.stderr);
+        sink.write(super::process::Which::Stderr, so_far.stderr);
     }
     let pid = so_far.pid.as_raw_nonzero().get();
     jobs.spawned(&job, pid, super::process::start_ticks(pid));
@@ -451,7 +421,7 @@ pub(crate) fn continue_as_job(
         duration_ms: so_far.elapsed.as_millis() as u64,
     };
     done.complete(reply(&text, &as_job, false));
-    Some(Continued {
+    Ok(Continued {
         sink: Arc::clone(&job) as Arc<dyn super::process::JobSink>,
         ctl: Arc::clone(&job.ctl),
         on_exit: jobs.on_exit(job),
