@@ -585,6 +585,45 @@ pub enum ToolOutput {
     /// A call held for approval that did not run (denied, expired): an `isError` result
     /// whose text says why, audited `not_approved`.
     NotApproved(String),
+    /// A result produced only when its reply can be sent (§15): a job's output stays in
+    /// its files until the connection has room for it. A grant thread runs it when its
+    /// socket takes what it owes; [`tool_reply`] runs it at once.
+    Later(Later),
+}
+
+type Produce = Box<dyn FnOnce() -> ToolOutput + Send>;
+
+/// The producer of a [`ToolOutput::Later`]: run once.
+#[derive(Clone)]
+pub struct Later(std::sync::Arc<std::sync::Mutex<Option<Produce>>>);
+
+impl Later {
+    pub fn new(produce: impl FnOnce() -> ToolOutput + Send + 'static) -> Self {
+        Later(std::sync::Arc::new(std::sync::Mutex::new(Some(Box::new(
+            produce,
+        )))))
+    }
+
+    /// Produce the output (a second run, which no caller makes, answers a tool error).
+    pub fn run(self) -> ToolOutput {
+        let produce = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match produce {
+            Some(produce) => produce(),
+            None => ToolOutput::tool_error("this result was already sent"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Later {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Later(..)")
+    }
+}
+
+impl PartialEq for Later {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl ToolOutput {
@@ -611,6 +650,8 @@ impl ToolOutput {
             ToolOutput::Encoded { .. } => Outcome::Ok,
             ToolOutput::InvalidParams(_) | ToolOutput::RpcError { .. } => Outcome::RpcError,
             ToolOutput::NotApproved(_) => Outcome::NotApproved,
+            // Known once produced; whoever produces it reports that one.
+            ToolOutput::Later(_) => Outcome::Ok,
         }
     }
 }
@@ -618,6 +659,10 @@ impl ToolOutput {
 /// Serialize a tool call's reply, replacing a result that would exceed `max_bytes` on the
 /// wire with an `isError` result that says how large it was.
 pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, Outcome) {
+    let mut output = output;
+    while let ToolOutput::Later(later) = output {
+        output = later.run();
+    }
     let outcome = output.outcome();
     let encoded = match output {
         ToolOutput::Result(result) => result_reply(id, result),
@@ -630,6 +675,7 @@ pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, 
             id,
             json!({"content": [{"type": "text", "text": text}], "isError": true}),
         ),
+        ToolOutput::Later(_) => unreachable!("produced above"),
     };
     if encoded.len() <= max_bytes {
         return (encoded, outcome);

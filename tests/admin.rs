@@ -213,7 +213,11 @@ fn mcp_over_http_as_a_new_user_would_use_it() {
         Some(&sid),
         json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo hi"}}}),
     );
-    assert_eq!(hi["result"]["structuredContent"]["stdout"], "hi\n", "{hi}");
+    assert_eq!(
+        with_streams(hi.clone())["result"]["structuredContent"]["stdout"],
+        "hi\n",
+        "{hi}"
+    );
     let (status, _, _) = mcp(
         &d,
         Some("no-such-session"),

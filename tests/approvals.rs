@@ -552,7 +552,7 @@ fn bad_input_is_a_400_that_names_the_field_and_changes_nothing() {
     }
     assert_eq!(approvals(&d, "?wait=60").0, 200, "the bound itself is fine");
     assert_eq!(d.call("PUT", "/approvals", None).0, 405);
-    assert_eq!(d.call("GET", &path, None).0, 405);
+    assert_eq!(d.call("PATCH", &path, None).0, 405);
     // Nothing was decided.
     assert_eq!(approvals(&d, "").1.len(), 1);
     assert!(!file.exists());

@@ -624,7 +624,7 @@ fn the_owners_mcp_has_a_job_scope_of_its_own() {
             Some(body.as_bytes()),
         );
         assert_eq!(status, 200);
-        serde_json::from_slice::<Value>(&b).unwrap()
+        with_streams(serde_json::from_slice::<Value>(&b).unwrap())
     };
     let call = |id: u64, name: &str, args: Value| {
         mcp(
@@ -678,7 +678,7 @@ fn bash_on_the_owners_mcp_continues_as_a_job_after_its_own_inline_limit() {
         Some(body.as_bytes()),
     );
     assert_eq!(status, 200);
-    let r: Value = serde_json::from_slice(&b).unwrap();
+    let r: Value = with_streams(serde_json::from_slice(&b).unwrap());
     let s = &r["result"]["structuredContent"];
     assert_eq!(r["result"]["isError"], false, "{r}");
     assert_eq!(

@@ -218,7 +218,11 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         match run {
             Ok(run) => {
                 let why = not_a_job.lock().unwrap_or_else(|e| e.into_inner()).take();
-                done.complete(render(&run, timeout_secs, cap, why.as_deref()))
+                // Rendered when the reply can be sent (§15): until then the output waits
+                // as the bytes read, not as a reply several times their size.
+                done.complete(ToolOutput::Later(crate::mcp::Later::new(move || {
+                    render(&run, timeout_secs, cap, why.as_deref())
+                })))
             }
             Err(e) => done.complete(ToolOutput::tool_error(spawn_error(&program, &e))),
         }
@@ -250,20 +254,7 @@ pub(crate) fn render(
     let is_error = run.exit_code != 0 || run.end != End::Exited;
     let duration_ms = u64::try_from(run.duration.as_millis()).unwrap_or(u64::MAX);
 
-    let mut text = String::with_capacity(stdout.len() + stderr.len() + 128);
-    let end_line = |text: &mut String| {
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-    };
-    text.push_str(&stdout);
-    if !stderr.is_empty() {
-        end_line(&mut text);
-        text.push_str("--- stderr ---\n");
-        text.push_str(&stderr);
-    }
-    end_line(&mut text);
-    text.push_str(&match run.end {
+    let mut status = match run.end {
         End::Exited => format!("[exit {} after {duration_ms} ms]", run.exit_code),
         End::TimedOut => format!(
             "[timed out after {timeout_secs} s: process group killed, exit {}]",
@@ -275,7 +266,7 @@ pub(crate) fn render(
              exit {}]",
             run.exit_code
         ),
-    });
+    };
     let truncated: Vec<&str> = [
         ("stdout", run.stdout_truncated),
         ("stderr", run.stderr_truncated),
@@ -284,29 +275,36 @@ pub(crate) fn render(
     .filter_map(|(name, t)| t.then_some(name))
     .collect();
     if !truncated.is_empty() {
-        text.push_str(&format!(
+        status.push_str(&format!(
             " [{} truncated to its first {cap} bytes: raise max_output_bytes or filter the \
              output]",
             truncated.join(" and ")
         ));
     }
     if let Some(why) = not_a_job {
-        text.push(' ');
-        text.push_str(why);
+        status.push(' ');
+        status.push_str(why);
+    }
+    // Each output byte once (§15): the streams are in the text, and structuredContent
+    // says where.
+    let (text, ranges) = super::jobs::streams_text(&stdout, &stderr, &status);
+    drop((stdout, stderr));
+    let mut structured = json!({
+        "stdout_range": ranges.stdout_range,
+        "stderr_range": ranges.stderr_range,
+        "exit_code": run.exit_code,
+        "timed_out": timed_out,
+        "cancelled": cancelled,
+        "stdout_truncated": run.stdout_truncated,
+        "stderr_truncated": run.stderr_truncated,
+        "duration_ms": duration_ms,
+    });
+    if let Some(why) = not_a_job {
+        structured["not_a_job"] = json!(why);
     }
     ToolOutput::Result(json!({
         "content": [{"type": "text", "text": text}],
-        "structuredContent": {
-            "not_a_job": not_a_job,
-            "stdout": stdout,
-            "stderr": stderr,
-            "exit_code": run.exit_code,
-            "timed_out": timed_out,
-            "cancelled": cancelled,
-            "stdout_truncated": run.stdout_truncated,
-            "stderr_truncated": run.stderr_truncated,
-            "duration_ms": duration_ms,
-        },
+        "structuredContent": structured,
         "isError": is_error,
     }))
 }

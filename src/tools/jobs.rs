@@ -396,13 +396,13 @@ pub(crate) fn continue_as_job(
             truncated.join(" and ")
         ));
     }
-    let text = streams_text(&out, &err, &status);
+    let (text, ranges) = streams_text(&out, &err, &status);
     #[derive(Serialize)]
     struct AsJob<'a> {
         #[serde(flatten)]
         job: JobFacts<'a>,
-        stdout: &'a str,
-        stderr: &'a str,
+        #[serde(flatten)]
+        ranges: Ranges,
         stdout_next: u64,
         stderr_next: u64,
         stdout_truncated: bool,
@@ -412,8 +412,7 @@ pub(crate) fn continue_as_job(
     let st = job.status();
     let as_job = AsJob {
         job: JobFacts::of(&job, &st),
-        stdout: &out,
-        stderr: &err,
+        ranges,
         stdout_next: so_far.stdout_total,
         stderr_next: so_far.stderr_total,
         stdout_truncated: so_far.stdout_truncated,
@@ -428,8 +427,18 @@ pub(crate) fn continue_as_job(
     })
 }
 
-/// stdout, then stderr under a marker line, then a status line.
-fn streams_text(out: &str, err: &str, status: &str) -> String {
+/// Where each stream's text lies in a reply's text block, as `[start, end)` byte offsets
+/// (UTF-8) into `content[0].text`. Each output byte goes into a reply once (§15): the
+/// streams are in the text block, and `structuredContent` says where instead of holding
+/// them a second time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct Ranges {
+    pub stdout_range: [usize; 2],
+    pub stderr_range: [usize; 2],
+}
+
+/// stdout, then stderr under a marker line, then a status line; and where the streams are.
+pub(crate) fn streams_text(out: &str, err: &str, status: &str) -> (String, Ranges) {
     let mut text = String::with_capacity(out.len() + err.len() + status.len() + 16);
     let end_line = |text: &mut String| {
         if !text.is_empty() && !text.ends_with('\n') {
@@ -437,14 +446,21 @@ fn streams_text(out: &str, err: &str, status: &str) -> String {
         }
     };
     text.push_str(out);
+    let stdout_range = [0, out.len()];
+    let mut stderr_range = [out.len(), out.len()];
     if !err.is_empty() {
         end_line(&mut text);
         text.push_str("--- stderr ---\n");
+        stderr_range = [text.len(), text.len() + err.len()];
         text.push_str(err);
     }
     end_line(&mut text);
     text.push_str(status);
-    text
+    let ranges = Ranges {
+        stdout_range,
+        stderr_range,
+    };
+    (text, ranges)
 }
 
 /// The validated arguments of `bash_poll`.
@@ -504,7 +520,7 @@ pub fn poll(args: Value, cx: CallContext, done: Completion) {
         args.max_bytes as usize,
     );
     if args.wait_secs == 0 || job.has_news(so, se) {
-        return done.complete(poll_result(&job, so, se, max));
+        return done.complete(poll_later(job, so, se, max));
     }
     let ready = Arc::clone(&job);
     cx.host.processes.wait(Wait {
@@ -512,8 +528,16 @@ pub fn poll(args: Value, cx: CallContext, done: Completion) {
         deadline: Instant::now() + Duration::from_secs(args.wait_secs),
         ctl: Arc::clone(&cx.ctl),
         ready: Box::new(move || ready.has_news(so, se)),
-        answer: Box::new(move || done.complete(poll_result(&job, so, se, max))),
+        answer: Box::new(move || done.complete(poll_later(job, so, se, max))),
     });
+}
+
+/// `bash_poll`'s answer, read from the job's files only when the reply can be sent
+/// (§15): until then the output stays on disk, not in a reply waiting in memory.
+fn poll_later(job: Arc<Job>, so: u64, se: u64, max: usize) -> ToolOutput {
+    ToolOutput::Later(crate::mcp::Later::new(move || {
+        poll_result(&job, so, se, max)
+    }))
 }
 
 /// What `bash_poll` answers about `job` from these offsets.
@@ -545,8 +569,8 @@ fn poll_result(job: &Job, stdout_offset: u64, stderr_offset: u64, max: usize) ->
     struct Poll<'a> {
         #[serde(flatten)]
         job: JobFacts<'a>,
-        stdout: &'a str,
-        stderr: &'a str,
+        #[serde(flatten)]
+        ranges: Ranges,
         stdout_next: u64,
         stderr_next: u64,
         stdout_total: u64,
@@ -554,19 +578,6 @@ fn poll_result(job: &Job, stdout_offset: u64, stderr_offset: u64, max: usize) ->
         #[serde(skip_serializing_if = "Option::is_none")]
         skipped_bytes: Option<Skipped>,
     }
-    let answer = Poll {
-        job: JobFacts::of(job, &st),
-        stdout: &stdout,
-        stderr: &stderr,
-        stdout_next: out.next,
-        stderr_next: err.next,
-        stdout_total: out.total,
-        stderr_total: err.total,
-        skipped_bytes: (out.skipped + err.skipped > 0).then_some(Skipped {
-            stdout: out.skipped,
-            stderr: err.skipped,
-        }),
-    };
     let mut status = match st.state {
         State::Running => format!(
             "[job {} running; poll again with stdout_offset {} and stderr_offset {}]",
@@ -602,7 +613,23 @@ fn poll_result(job: &Job, stdout_offset: u64, stderr_offset: u64, max: usize) ->
             ));
         }
     }
-    reply(&streams_text(&stdout, &stderr, &status), &answer, false)
+    let (text, ranges) = streams_text(&stdout, &stderr, &status);
+    // A reply may be megabytes: hold one copy at a time.
+    drop((stdout, stderr));
+    drop((std::mem::take(&mut out.data), std::mem::take(&mut err.data)));
+    let answer = Poll {
+        job: JobFacts::of(job, &st),
+        ranges,
+        stdout_next: out.next,
+        stderr_next: err.next,
+        stdout_total: out.total,
+        stderr_total: err.total,
+        skipped_bytes: (out.skipped + err.skipped > 0).then_some(Skipped {
+            stdout: out.skipped,
+            stderr: err.skipped,
+        }),
+    };
+    reply(&text, &answer, false)
 }
 
 /// The length of `data` without a UTF-8 sequence cut short at its end.
