@@ -543,12 +543,30 @@ pub fn result_reply(id: &Value, result: Value) -> String {
         id: &'a Value,
         result: &'a Value,
     }
-    serde_json::to_string(&Reply {
-        jsonrpc: "2.0",
-        id,
-        result: &result,
-    })
-    .expect("a JSON value always serializes")
+    // Sized up front from the text and data blocks: a reply of megabytes then never
+    // exists twice while its buffer grows (§15 counts what a reply holds).
+    let hint: usize = result["content"]
+        .as_array()
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str().or(b["data"].as_str()))
+                .map(str::len)
+                .sum()
+        })
+        .unwrap_or(0);
+    let mut out = Vec::with_capacity(hint + 1024);
+    serde_json::to_writer(
+        &mut out,
+        &Reply {
+            jsonrpc: "2.0",
+            id,
+            result: &result,
+        },
+    )
+    .expect("a JSON value always serializes");
+    drop(result);
+    String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
 /// A successful JSON-RPC response around a result that is already JSON text.
@@ -578,6 +596,9 @@ pub enum ToolOutput {
         json: std::sync::Arc<str>,
         is_error: bool,
     },
+    /// A `CallToolResult` serialized for this one reply (a tool's output written straight
+    /// as JSON): the reply is built around it in place, never copied (§15).
+    Json { json: String, is_error: bool },
     /// Bad argument shapes: a JSON-RPC `-32602`.
     InvalidParams(String),
     /// A JSON-RPC error other than bad params (overload, upstream protocol failure).
@@ -648,6 +669,8 @@ impl ToolOutput {
             ToolOutput::Result(_) => Outcome::Ok,
             ToolOutput::Encoded { is_error: true, .. } => Outcome::ToolError,
             ToolOutput::Encoded { .. } => Outcome::Ok,
+            ToolOutput::Json { is_error: true, .. } => Outcome::ToolError,
+            ToolOutput::Json { .. } => Outcome::Ok,
             ToolOutput::InvalidParams(_) | ToolOutput::RpcError { .. } => Outcome::RpcError,
             ToolOutput::NotApproved(_) => Outcome::NotApproved,
             // Known once produced; whoever produces it reports that one.
@@ -667,6 +690,14 @@ pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, 
     let encoded = match output {
         ToolOutput::Result(result) => result_reply(id, result),
         ToolOutput::Encoded { json, .. } => encoded_result_reply(id, &json),
+        ToolOutput::Json { mut json, .. } => {
+            // In place: the prefix moves the bytes within the buffer, which has room.
+            let prefix = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"#);
+            json.reserve(prefix.len() + 1);
+            json.insert_str(0, &prefix);
+            json.push('}');
+            json
+        }
         ToolOutput::InvalidParams(msg) => {
             error_reply(id, INVALID_PARAMS, &format!("Invalid params: {msg}"))
         }

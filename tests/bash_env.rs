@@ -43,8 +43,10 @@ fn secrets_never_reach_the_child_environment() {
         ToolOutput::Later(later) => later.run(),
         out => out,
     };
-    let ToolOutput::Result(result) = out else {
-        panic!("bash did not produce a result");
+    let result: serde_json::Value = match out {
+        ToolOutput::Result(result) => result,
+        ToolOutput::Json { json, .. } => serde_json::from_str(&json).unwrap(),
+        other => panic!("bash did not produce a result: {other:?}"),
     };
     assert_eq!(result["structuredContent"]["exit_code"], 0, "{result}");
     // The streams are in the text block; structuredContent says where.

@@ -247,8 +247,6 @@ pub(crate) fn render(
     cap: u64,
     not_a_job: Option<&str>,
 ) -> ToolOutput {
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
     let timed_out = run.end == End::TimedOut;
     let cancelled = run.end == End::Cancelled;
     let is_error = run.exit_code != 0 || run.end != End::Exited;
@@ -287,11 +285,7 @@ pub(crate) fn render(
     }
     // Each output byte once (§15): the streams are in the text, and structuredContent
     // says where.
-    let (text, ranges) = super::jobs::streams_text(&stdout, &stderr, &status);
-    drop((stdout, stderr));
     let mut structured = json!({
-        "stdout_range": ranges.stdout_range,
-        "stderr_range": ranges.stderr_range,
         "exit_code": run.exit_code,
         "timed_out": timed_out,
         "cancelled": cancelled,
@@ -302,11 +296,7 @@ pub(crate) fn render(
     if let Some(why) = not_a_job {
         structured["not_a_job"] = json!(why);
     }
-    ToolOutput::Result(json!({
-        "content": [{"type": "text", "text": text}],
-        "structuredContent": structured,
-        "isError": is_error,
-    }))
+    super::jobs::stream_reply(&run.stdout, &run.stderr, &status, &structured, is_error)
 }
 
 #[cfg(test)]

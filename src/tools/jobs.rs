@@ -193,7 +193,7 @@ fn secs_text(d: Duration) -> String {
 
 /// A `CallToolResult` with one text block and `structuredContent`, serialized straight
 /// from `structured` (cheaper in code than building a `Value`).
-fn reply<S: Serialize>(text: &str, structured: &S, is_error: bool) -> ToolOutput {
+fn reply<S: Serialize>(text: String, structured: &S, is_error: bool) -> ToolOutput {
     #[derive(Serialize)]
     struct Block<'a> {
         #[serde(rename = "type")]
@@ -209,7 +209,10 @@ fn reply<S: Serialize>(text: &str, structured: &S, is_error: bool) -> ToolOutput
         is_error: bool,
     }
     let json = serde_json::to_string(&Reply {
-        content: [Block { kind: "text", text }],
+        content: [Block {
+            kind: "text",
+            text: &text,
+        }],
         structured,
         is_error,
     })
@@ -337,7 +340,7 @@ fn started(job: &Job) -> ToolOutput {
         id = job.id,
         pid = st.pid.unwrap_or(0)
     );
-    reply(&text, &JobFacts::of(job, &st), false)
+    reply(text, &JobFacts::of(job, &st), false)
 }
 
 /// A `bash` call at its inline limit (on the watcher thread): make it a job of the call's
@@ -362,8 +365,6 @@ pub(crate) fn continue_as_job(
         Ok(job) => job,
         Err(why) => return Err((done, why)),
     };
-    let out = String::from_utf8_lossy(so_far.stdout);
-    let err = String::from_utf8_lossy(so_far.stderr);
     let after = secs_text(inline_wait);
     // Through the job's sink, so what it keeps counts against its share of the disk.
     let sink: &dyn super::process::JobSink = &*job;
@@ -396,13 +397,10 @@ pub(crate) fn continue_as_job(
             truncated.join(" and ")
         ));
     }
-    let (text, ranges) = streams_text(&out, &err, &status);
     #[derive(Serialize)]
     struct AsJob<'a> {
         #[serde(flatten)]
         job: JobFacts<'a>,
-        #[serde(flatten)]
-        ranges: Ranges,
         stdout_next: u64,
         stderr_next: u64,
         stdout_truncated: bool,
@@ -412,14 +410,19 @@ pub(crate) fn continue_as_job(
     let st = job.status();
     let as_job = AsJob {
         job: JobFacts::of(&job, &st),
-        ranges,
         stdout_next: so_far.stdout_total,
         stderr_next: so_far.stderr_total,
         stdout_truncated: so_far.stdout_truncated,
         stderr_truncated: so_far.stderr_truncated,
         duration_ms: so_far.elapsed.as_millis() as u64,
     };
-    done.complete(reply(&text, &as_job, false));
+    done.complete(stream_reply(
+        so_far.stdout,
+        so_far.stderr,
+        &status,
+        &as_job,
+        false,
+    ));
     Ok(Continued {
         sink: Arc::clone(&job) as Arc<dyn super::process::JobSink>,
         ctl: Arc::clone(&job.ctl),
@@ -437,30 +440,112 @@ pub(crate) struct Ranges {
     pub stderr_range: [usize; 2],
 }
 
-/// stdout, then stderr under a marker line, then a status line; and where the streams are.
-pub(crate) fn streams_text(out: &str, err: &str, status: &str) -> (String, Ranges) {
-    let mut text = String::with_capacity(out.len() + err.len() + status.len() + 16);
-    let end_line = |text: &mut String| {
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-    };
-    text.push_str(out);
-    let stdout_range = [0, out.len()];
-    let mut stderr_range = [out.len(), out.len()];
+/// The line between stdout and stderr in a text block.
+const STDERR_MARK: &str = "--- stderr ---\n";
+
+/// A `CallToolResult` whose text block is stdout, then (if any) stderr under a marker
+/// line, then a status line, with `structured` plus the streams' [`Ranges`] as its
+/// `structuredContent`. The streams are bytes as read: they are made UTF-8 (invalid
+/// sequences as U+FFFD) and JSON-escaped straight into the result, so producing a reply
+/// of megabytes holds the bytes and the result, never a text copy in between (§15).
+pub(crate) fn stream_reply<S: Serialize>(
+    out: &[u8],
+    err: &[u8],
+    status: &str,
+    structured: &S,
+    is_error: bool,
+) -> ToolOutput {
+    // The text's layout first (lengths only), so the ranges are known before it is written.
+    let out_len = lossy_len(out);
+    let mut len = out_len;
+    let newline = |len: usize, last: Option<u8>| usize::from(len > 0 && last != Some(b'\n'));
+    let mut stderr_range = [out_len, out_len];
     if !err.is_empty() {
-        end_line(&mut text);
-        text.push_str("--- stderr ---\n");
-        stderr_range = [text.len(), text.len() + err.len()];
-        text.push_str(err);
+        len += newline(len, out.last().copied()) + STDERR_MARK.len();
+        let err_len = lossy_len(err);
+        stderr_range = [len, len + err_len];
+        len += err_len;
     }
-    end_line(&mut text);
-    text.push_str(status);
+    let last = if err.is_empty() {
+        out.last()
+    } else {
+        err.last()
+    };
+    let status_nl = newline(len, last.copied());
     let ranges = Ranges {
-        stdout_range,
+        stdout_range: [0, out_len],
         stderr_range,
     };
-    (text, ranges)
+    #[derive(Serialize)]
+    struct WithRanges<'a, S> {
+        #[serde(flatten)]
+        structured: &'a S,
+        #[serde(flatten)]
+        ranges: Ranges,
+    }
+    let tail = serde_json::to_string(&WithRanges { structured, ranges })
+        .expect("a tool result always serializes");
+    let mut json = String::with_capacity(len + len / 8 + status.len() + tail.len() + 160);
+    json.push_str(r#"{"content":[{"type":"text","text":""#);
+    push_json_lossy(&mut json, out);
+    if !err.is_empty() {
+        if newline(out_len, out.last().copied()) == 1 {
+            json.push_str("\\n");
+        }
+        push_json_lossy(&mut json, STDERR_MARK.as_bytes());
+        push_json_lossy(&mut json, err);
+    }
+    if status_nl == 1 {
+        json.push_str("\\n");
+    }
+    push_json_lossy(&mut json, status.as_bytes());
+    json.push_str(r#""}],"structuredContent":"#);
+    json.push_str(&tail);
+    json.push_str(if is_error {
+        r#","isError":true}"#
+    } else {
+        r#","isError":false}"#
+    });
+    ToolOutput::Json { json, is_error }
+}
+
+/// Append `bytes` as the inside of a JSON string: made UTF-8 as `from_utf8_lossy` does, then
+/// escaped as JSON requires (quote, backslash, control characters).
+fn push_json_lossy(json: &mut String, bytes: &[u8]) {
+    for chunk in bytes.utf8_chunks() {
+        let valid = chunk.valid();
+        let mut from = 0;
+        for (i, b) in valid.bytes().enumerate() {
+            let escaped = match b {
+                b'"' => "\\\"",
+                b'\\' => "\\\\",
+                b'\n' => "\\n",
+                b'\r' => "\\r",
+                b'\t' => "\\t",
+                0..=0x1F => "",
+                _ => continue,
+            };
+            json.push_str(&valid[from..i]);
+            if escaped.is_empty() {
+                json.push_str(&format!("\\u{b:04x}"));
+            } else {
+                json.push_str(escaped);
+            }
+            from = i + 1;
+        }
+        json.push_str(&valid[from..]);
+        if !chunk.invalid().is_empty() {
+            json.push(char::REPLACEMENT_CHARACTER);
+        }
+    }
+}
+
+/// The length of `bytes` once made UTF-8 as `String::from_utf8_lossy` does.
+fn lossy_len(bytes: &[u8]) -> usize {
+    bytes
+        .utf8_chunks()
+        .map(|c| c.valid().len() + if c.invalid().is_empty() { 0 } else { 3 })
+        .sum()
 }
 
 /// The validated arguments of `bash_poll`.
@@ -558,8 +643,6 @@ fn poll_result(job: &Job, stdout_offset: u64, stderr_offset: u64, max: usize) ->
             }
         }
     }
-    let stdout = String::from_utf8_lossy(&out.data);
-    let stderr = String::from_utf8_lossy(&err.data);
     #[derive(Serialize)]
     struct Skipped {
         stdout: u64,
@@ -569,8 +652,6 @@ fn poll_result(job: &Job, stdout_offset: u64, stderr_offset: u64, max: usize) ->
     struct Poll<'a> {
         #[serde(flatten)]
         job: JobFacts<'a>,
-        #[serde(flatten)]
-        ranges: Ranges,
         stdout_next: u64,
         stderr_next: u64,
         stdout_total: u64,
@@ -613,13 +694,8 @@ fn poll_result(job: &Job, stdout_offset: u64, stderr_offset: u64, max: usize) ->
             ));
         }
     }
-    let (text, ranges) = streams_text(&stdout, &stderr, &status);
-    // A reply may be megabytes: hold one copy at a time.
-    drop((stdout, stderr));
-    drop((std::mem::take(&mut out.data), std::mem::take(&mut err.data)));
     let answer = Poll {
         job: JobFacts::of(job, &st),
-        ranges,
         stdout_next: out.next,
         stderr_next: err.next,
         stdout_total: out.total,
@@ -629,7 +705,7 @@ fn poll_result(job: &Job, stdout_offset: u64, stderr_offset: u64, max: usize) ->
             stderr: err.skipped,
         }),
     };
-    reply(&text, &answer, false)
+    stream_reply(&out.data, &err.data, &status, &answer, false)
 }
 
 /// The length of `data` without a UTF-8 sequence cut short at its end.
@@ -699,7 +775,7 @@ pub fn list(args: Value, cx: CallContext, done: Completion) {
     if lines.is_empty() {
         lines.push("no jobs under this grant".into());
     }
-    done.complete(reply(&lines.join("\n"), &List { jobs: items }, false));
+    done.complete(reply(lines.join("\n"), &List { jobs: items }, false));
 }
 
 /// `bash_cancel`: TERM (then KILL after the grace) or KILL a running job.
@@ -756,7 +832,7 @@ pub fn cancel(args: Value, cx: CallContext, done: Completion) {
         signal: name,
         state,
     };
-    done.complete(reply(&text, &answer, false));
+    done.complete(reply(text, &answer, false));
 }
 
 #[cfg(test)]
@@ -869,6 +945,49 @@ mod tests {
         assert_eq!(list_schema()["type"], "object");
         assert_eq!(secs_text(Duration::from_secs(100)), "100 s");
         assert_eq!(secs_text(Duration::from_millis(300)), "0.3 s");
+    }
+
+    #[test]
+    fn streams_go_into_the_text_once_and_the_ranges_find_them() {
+        let cases: [(&[u8], &[u8]); 6] = [
+            (b"", b""),
+            (b"plain\n", b""),
+            (b"no newline", b"err"),
+            (
+                b"q\"uote\\ back\ttab\r\x01\x1f\x7f",
+                b"\xff\xfe\xe2\x82 cut",
+            ),
+            (b"", b"only stderr\n"),
+            ("é€😀".as_bytes(), b"\x00zero"),
+        ];
+        for (out, err) in cases {
+            let ToolOutput::Json { json, is_error } =
+                stream_reply(out, err, "[status]", &serde_json::json!({"k": 1}), true)
+            else {
+                panic!("a Json output")
+            };
+            assert!(is_error);
+            let v: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+            let text = v["content"][0]["text"].as_str().unwrap();
+            let sc = &v["structuredContent"];
+            let slice = |name: &str| {
+                let r = &sc[format!("{name}_range")];
+                &text[r[0].as_u64().unwrap() as usize..r[1].as_u64().unwrap() as usize]
+            };
+            assert_eq!(slice("stdout"), String::from_utf8_lossy(out), "{json}");
+            assert_eq!(slice("stderr"), String::from_utf8_lossy(err), "{json}");
+            assert!(text.ends_with("[status]"), "{text:?}");
+            assert_eq!(
+                text.matches("--- stderr ---").count(),
+                usize::from(!err.is_empty())
+            );
+            assert_eq!(
+                (sc["k"].as_u64(), v["isError"].as_bool()),
+                (Some(1), Some(true))
+            );
+            // Nothing of the streams in structuredContent.
+            assert!(sc.get("stdout").is_none() && sc.get("stderr").is_none());
+        }
     }
 
     #[test]

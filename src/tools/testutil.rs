@@ -47,6 +47,7 @@ pub fn result(out: ToolOutput) -> Value {
         ToolOutput::Result(v) => v,
         ToolOutput::Later(later) => return result(later.run()),
         ToolOutput::Encoded { json, .. } => serde_json::from_str(&json).unwrap(),
+        ToolOutput::Json { json, .. } => serde_json::from_str(&json).unwrap(),
         other => panic!("expected a result, got {other:?}"),
     };
     let text = v["content"][0]["text"].as_str().unwrap_or("").to_string();
