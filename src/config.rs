@@ -1008,7 +1008,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         name: "write-buffer-bytes",
         env: true,
         default: "4194304",
-        help: "Replies owed on a grant socket (bytes) past which it is not read until the pod reads.",
+        help: "Replies owed on a grant socket (bytes) past which it is not read until the pod reads; a job's or bash's output is made into a reply only while fewer are owed, so a grant's replies hold at most this plus one reply.",
         kind: Kind::Int {
             metavar: "BYTES",
             min: 65_536,
