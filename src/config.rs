@@ -1710,6 +1710,31 @@ mod tests {
             (3, 7, 6)
         );
         assert_eq!(Limits::default().approvals_pending_per_grant, 16);
+        // --job-disk-share: a quarter by default; at most the box's; at least one start.
+        assert_eq!(c.limits.job_disk_share(), 64 << 20);
+        let small = |share: &str| {
+            serve(
+                &[
+                    "--job-output-bytes",
+                    "1000",
+                    "--job-disk-bytes",
+                    "1000000",
+                    "--job-disk-share",
+                    share,
+                ],
+                &env,
+            )
+        };
+        assert_eq!(small("1000000").unwrap().limits.job_disk_share(), 1_000_000);
+        let err = small("1000001").unwrap_err();
+        assert!(err.contains("--job-disk-share must be at most"), "{err}");
+        let one_job = Limits::default().job_start_bytes();
+        assert_eq!(one_job, 2 * (32 + (1 << 20)));
+        let at = one_job.to_string();
+        serve(&["--job-disk-share", &at], &env).unwrap();
+        let below = (one_job - 1).to_string();
+        let err = serve(&["--job-disk-share", &below], &env).unwrap_err();
+        assert!(err.contains("at least one starting job"), "{err}");
         // A grant's bound that reaches the box's would let one grant hold every slot.
         let err = serve(
             &[

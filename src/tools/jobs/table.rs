@@ -1696,6 +1696,22 @@ mod tests {
         admit(&t, G1).unwrap();
     }
 
+    #[test]
+    fn the_share_holds_its_bound_and_refuses_one_byte_more() {
+        // A window of 1000 bytes: a start reserves 2 × (32 + 1000) = 2064 bytes.
+        for (share, fits) in [(2 * 2064, 2), (2 * 2064 - 1, 1)] {
+            let tmp = TempDir::new("jobs-share-bound");
+            let t = table(&tmp, |c| c.disk_share = share);
+            for _ in 0..fits {
+                admit(&t, G1).unwrap();
+            }
+            let err = admit(&t, G1).unwrap_err();
+            assert!(err.contains(&format!("of the {share} bytes")), "{err}");
+            admit(&t, G2).unwrap();
+            admit(&t, OWNER_SCOPE).unwrap();
+        }
+    }
+
     /// Disk blocks a file really uses.
     fn allocated(path: &Path) -> u64 {
         use std::os::unix::fs::MetadataExt;
