@@ -5,7 +5,9 @@
 //! socket and on its wake handle, so a tool result, a revoke or a renew wakes it at once,
 //! and its only timers are real deadlines (grant deadline, ping, silence, write stall,
 //! backoff). The framing is `link`'s; this thread decides when to read: not while more
-//! than `--write-buffer-bytes` of replies are owed to a pod that does not read them.
+//! than `--write-buffer-bytes` of replies are owed to a pod that does not read them; and
+//! when to produce a reply that waits where its output is (`ToolOutput::Later`: a job's
+//! files, a run's bytes): only under that bound, one at a time (§15).
 
 use std::collections::VecDeque;
 use std::io;
