@@ -1285,6 +1285,21 @@ fn approval_full(a: &Value) -> String {
     )
 }
 
+/// A waiting call's arguments in the table: one line, cut at [`TABLE_ARGS_BYTES`] saying
+/// so, and saying when the daemon's list already cut them (`--full ID` has them whole).
+fn table_arguments(a: &Value) -> String {
+    let shown =
+        crate::base::reveal::one_line(a.get("arguments").unwrap_or(&Value::Null), TABLE_ARGS_BYTES);
+    if a.get("arguments_truncated") == Some(&Value::Bool(true)) {
+        format!(
+            "{shown} (cut by the daemon; --full {} shows all)",
+            crate::base::reveal::escape(str_field(a, "id"))
+        )
+    } else {
+        shown
+    }
+}
+
 /// The waiting calls as a table (or `no calls are waiting for approval`).
 fn approvals_table(list: &[Value]) -> String {
     if list.is_empty() {
@@ -1301,10 +1316,7 @@ fn approvals_table(list: &[Value]) -> String {
             a.get("expires_in_secs")
                 .and_then(Value::as_u64)
                 .map_or("-".into(), human_secs),
-            crate::base::reveal::one_line(
-                a.get("arguments").unwrap_or(&Value::Null),
-                TABLE_ARGS_BYTES,
-            ),
+            table_arguments(a),
         ]);
     }
     table(&rows)
@@ -1322,24 +1334,30 @@ fn approvals(args: &ApprovalsArgs, out: &mut dyn Write) -> Result<i32, Failure> 
             },
         )
     };
-    let (list, mut etag) = approvals_list(&client, None)?;
     if let Some(id) = &args.full {
-        let Some(a) = list.iter().find(|a| str_field(a, "id") == id) else {
-            return Err(Failure(format!(
+        // GET /approvals may cut long arguments; this route never does.
+        let reply = client.call("GET", &format!("/approvals/{id}"), None)?;
+        return match reply.status {
+            200 => {
+                let a = &reply.body;
+                print(
+                    out,
+                    &if args.json {
+                        format!("{a}\n")
+                    } else {
+                        approval_full(a)
+                    },
+                )?;
+                Ok(EXIT_OK)
+            }
+            404 => Err(Failure(format!(
                 "no call with id {id} is waiting for approval (decided, expired or withdrawn?); \
                  handnode approvals lists the waiting ones"
-            )));
+            ))),
+            _ => Err(client.refused("show the approval", &reply)),
         };
-        print(
-            out,
-            &if args.json {
-                format!("{a}\n")
-            } else {
-                approval_full(a)
-            },
-        )?;
-        return Ok(EXIT_OK);
     }
+    let (list, mut etag) = approvals_list(&client, None)?;
     show(&list, out)?;
     if !args.watch {
         return Ok(EXIT_OK);

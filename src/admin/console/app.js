@@ -771,7 +771,18 @@
       if (!c) { c = makeApproval(a); approvalCards.set(a.id, c); }
       c.tool.textContent = reveal(a.tool);
       c.sub.textContent = `${reveal(a.session)} · ${a.profile} · lent by ${reveal(a.principal)} · asked at ${clock(a.created_at)}`;
-      c.args.textContent = revealArguments(a.arguments);
+      if (!a.arguments_truncated) {
+        c.args.textContent = revealArguments(a.arguments);
+      } else if (!c.whole) {
+        // GET /approvals cuts arguments past its 64 KiB budget; a person decides on the
+        // whole command, so fetch this one whole.
+        c.whole = 'loading';
+        c.args.textContent = reveal(String(a.arguments)) + '… (loading all of it)';
+        api('GET', '/approvals/' + encodeURIComponent(a.id)).then(({ data }) => {
+          c.whole = true;
+          c.args.textContent = revealArguments(data.arguments);
+        }).catch(() => { c.whole = false; });
+      }
       c.left.textContent = '';
       if (a.expires_in_secs !== undefined) {
         c.left.append('answer within ', el('span', { 'data-left': String(a.expires_in_secs), 'data-at': String(state.approvalsAt) }));
