@@ -1535,7 +1535,7 @@ pub fn log_effective(config: &Config) {
         (None, _) => "no token".to_string(),
     };
     log::info!(
-        "handnode {} listening on {}; auth: {token}, allow-login {}, insecure-local {}; allow-host {}",
+        "handnode {} starting (admin API to listen on {}); auth: {token}, allow-login {}, insecure-local {}; allow-host {}",
         env!("CARGO_PKG_VERSION"),
         config.listen,
         list(&config.allow_logins),

@@ -98,6 +98,8 @@ pub struct Daemon {
     sd_notify: bool,
     /// Stopped after the grants, so no browser outlives the daemon.
     browsers: Option<Arc<browser::Browsers>>,
+    /// Released last, once every job is killed and audited: the next daemon may then recover.
+    state_lock: Option<statedir::StateLock>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -118,6 +120,12 @@ impl Daemon {
         let tls = tls::client_config(config.ca_file.as_deref())?;
         // Also with --no-persist: the audit log lives there.
         persist::ensure_state_dir(&config.state_dir)?;
+        // Before anything in the state dir is read or changed (crash recovery kills the jobs
+        // a dead daemon left; grants resume and dial): a second daemon on a live one's state
+        // dir stops here, having touched nothing.
+        let state_lock = statedir::lock_state_dir(&config.state_dir)?;
+        // Bound before recovery too: a busy port stops a start before it changes anything.
+        let listener = admin::bind(config.listen, config.timing.admin_io_timeout)?;
         let store = if config.persist {
             Some(persist::GrantStore::open(&config.state_dir)?)
         } else {
@@ -236,7 +244,6 @@ impl Daemon {
                 notify: config.notify,
             },
         );
-        let listener = admin::bind(config.listen, config.timing.admin_io_timeout)?;
         let state = Arc::new(admin::AdminState::new(
             policy,
             Arc::clone(&registry),
@@ -276,6 +283,7 @@ impl Daemon {
             jobs,
             sd_notify: config.sd_notify,
             browsers,
+            state_lock: Some(state_lock),
         })
     }
 
@@ -320,6 +328,7 @@ impl Daemon {
         // A job never outlives the daemon; its end is recorded before the audit closes.
         self.jobs.shutdown();
         self.audit_guard.take();
+        self.state_lock.take();
     }
 }
 
