@@ -171,6 +171,8 @@ pub const EXIT_GRANT_ENDED: i32 = 3;
 pub struct ClientArgs {
     /// Base URL without a trailing `/`.
     pub url: String,
+    /// The daemon's local socket, used instead of `url` when set.
+    pub socket: Option<std::path::PathBuf>,
     pub token: Option<Secret>,
     /// Where the token came from, for hints when the daemon says 401.
     pub token_source: Option<String>,
@@ -286,7 +288,7 @@ const CLIENT_FLAGS: &[Flag<OperatorDraft>] = &[
         name: "url",
         env: true,
         default: DEFAULT_URL,
-        help: "Base URL of the daemon's admin API (its --listen).",
+        help: "Base URL of the daemon's admin API (its --listen). Without it the daemon's local socket ($XDG_RUNTIME_DIR/handnode.sock, or HANDNODE_LOCAL_SOCKET) is used when there is one: no token needed, and it works with --allow-login.",
         kind: Kind::Text {
             metavar: "URL",
             set: |d, v| {
@@ -611,10 +613,24 @@ fn client_args(
     env: &HashMap<String, String>,
 ) -> Result<ClientArgs, Error> {
     let url = check_url(draft.url.as_deref().unwrap_or(DEFAULT_URL))?;
+    // No address asked for: the local socket, when a daemon serves one.
+    let socket = match draft.url {
+        Some(_) => None,
+        None => env
+            .get("HANDNODE_LOCAL_SOCKET")
+            .filter(|v| v.as_str() != "none" && !v.is_empty())
+            .map(std::path::PathBuf::from)
+            .or_else(|| config::default_local_socket(env))
+            .filter(|p| {
+                use std::os::unix::fs::FileTypeExt;
+                std::fs::metadata(p).is_ok_and(|m| m.file_type().is_socket())
+            }),
+    };
     let config_dir = draft.config_dir.take().or_else(|| default_config_dir(env));
     let token = resolve_token(draft.token_file.as_deref(), env, config_dir.as_deref())?;
     Ok(ClientArgs {
         url,
+        socket,
         token_source: token.as_ref().map(|t| t.source.clone()),
         token: token.map(|t| t.secret),
     })
@@ -806,10 +822,13 @@ impl<'a> Client<'a> {
         let unreachable = |e: &dyn std::fmt::Display| {
             Failure(format!(
                 "cannot reach the daemon at {}: {e} (is it running? pass --url for another address)",
-                self.args.url
+                self.where_()
             ))
         };
-        let url = format!("{}{path}", self.args.url);
+        let url = match &self.args.socket {
+            Some(_) => format!("http://localhost{path}"),
+            None => format!("{}{path}", self.args.url),
+        };
         let target = Target::parse(&url).map_err(|e| unreachable(&e))?;
         let tls = match target.tls {
             true => Some(self.tls().map_err(|e| unreachable(&e))?),
@@ -834,7 +853,11 @@ impl<'a> Client<'a> {
             headers: &headers,
             body: body.as_deref().map(str::as_bytes),
         };
-        let response = httpc::send(&request, timeout, tls).map_err(|e| unreachable(&e))?;
+        let response = match &self.args.socket {
+            Some(socket) => httpc::send_unix(socket, &request, timeout),
+            None => httpc::send(&request, timeout, tls),
+        }
+        .map_err(|e| unreachable(&e))?;
         let status = response.status;
         let etag = response
             .header("etag")
@@ -851,6 +874,14 @@ impl<'a> Client<'a> {
         Ok(Reply { status, body, etag })
     }
 
+    /// Where the daemon is reached, for messages.
+    fn where_(&self) -> String {
+        match &self.args.socket {
+            Some(socket) => format!("the local socket {}", socket.display()),
+            None => self.args.url.clone(),
+        }
+    }
+
     /// A non-2xx answer as a message that says what to do about it.
     fn refused(&self, what: &str, reply: &Reply) -> Failure {
         let mut msg = format!(
@@ -858,7 +889,15 @@ impl<'a> Client<'a> {
             reply.status,
             reply.error_message()
         );
-        if reply.status == 401 {
+        if let Some(reason) = reply.body.get("reason").and_then(Value::as_str) {
+            msg.push_str(&format!(" ({reason})"));
+        }
+        let about_token = reply
+            .body
+            .get("reason")
+            .and_then(Value::as_str)
+            .is_none_or(|r| r.contains("admin token"));
+        if reply.status == 401 && about_token {
             match &self.args.token_source {
                 Some(source) => msg.push_str(&format!(
                     "; the token from {source} is not the daemon's"
@@ -1751,6 +1790,7 @@ mod tests {
         fn client(&self, token: Option<&str>) -> ClientArgs {
             ClientArgs {
                 url: self.url.clone(),
+                socket: None,
                 token: token.map(Secret::new),
                 token_source: token.map(|_| "a test".to_string()),
             }
@@ -1925,6 +1965,7 @@ mod tests {
             .unwrap()
             .port();
         let client = ClientArgs {
+            socket: None,
             url: format!("http://127.0.0.1:{port}"),
             token: None,
             token_source: None,

@@ -126,6 +126,7 @@ impl Daemon {
         let state_lock = statedir::lock_state_dir(&config.state_dir)?;
         // Bound before recovery too: a busy port stops a start before it changes anything.
         let listener = admin::bind(config.listen, config.timing.admin_io_timeout)?;
+        let local_listener = config.local_socket.as_deref().and_then(admin::bind_local);
         let store = if config.persist {
             Some(persist::GrantStore::open(&config.state_dir)?)
         } else {
@@ -262,9 +263,16 @@ impl Daemon {
         let resumed = registry.resume()?;
         jobs.retain_scopes(&registry.live_ids());
         let (fatal_tx, fatal) = crossbeam_channel::unbounded();
-        let admin = admin::AdminServer::start(listener, Arc::clone(&state), fatal_tx)?;
+        let admin =
+            admin::AdminServer::start(listener, local_listener, Arc::clone(&state), fatal_tx)?;
         state.ready.store(true, std::sync::atomic::Ordering::SeqCst);
         log::info!("admin API listening on http://{}", admin.local_addr);
+        if let Some(path) = &admin.local_path {
+            log::info!(
+                "admin API also on the local socket {} (this user's processes only; the CLI's default)",
+                path.display()
+            );
+        }
         // A supervisor without sd_notify (or a test) can wait for this line.
         log::info!("ready: {resumed} persisted grant(s) resumed");
         if config.sd_notify {

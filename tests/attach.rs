@@ -566,7 +566,8 @@ fn the_admin_api_refuses_bad_input_with_clear_errors() {
     assert_eq!(status, 401);
     assert_eq!(
         serde_json::from_slice::<Value>(&body).unwrap(),
-        json!({"error": "unauthorized"})
+        json!({"error": "unauthorized",
+               "reason": "the bearer token is not this daemon's admin token"})
     );
     let (status, _, body) = http(d.addr, "GET", "/healthz", &[], None);
     assert_eq!((status, body.as_slice()), (200, b"ok".as_slice()));

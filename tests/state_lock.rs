@@ -29,6 +29,7 @@ fn second_start(state: &Path, listen: &str) -> (Option<i32>, String) {
         .arg(state.join("config"))
         .args(["--listen", listen])
         .args(["--no-notify", "--no-sd-notify", "--display-backend", "none"])
+        .args(["--local-socket", "none"])
         .env("HANDNODE_TOKEN", TOKEN)
         .env("RUST_LOG", "info");
     let (child, mut log) = spawn_logged(&mut cmd, usize::MAX);
