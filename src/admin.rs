@@ -25,7 +25,7 @@ use crate::config::{Limits, Timing};
 use crate::console;
 use crate::containment::{self, Site};
 use crate::error::Error;
-use crate::grants::{AttachError, AttachRequest, Registry, SecretSource};
+use crate::grants::{AttachError, AttachRequest, Attached, Registry, SecretSource};
 use crate::jobs::Completion;
 use crate::label;
 use crate::lanes::{Busy, Lane};
@@ -951,7 +951,17 @@ fn approvals_post(state: &Arc<AdminState>, mut request: Request, id: &str, princ
 /// `POST /attach` once its body is valid: create or renew (minting first, if asked).
 fn attach(state: &AdminState, request: Request, req: AttachRequest, principal: &str) {
     match state.registry.attach(req, principal) {
-        Ok((view, _renewed)) => respond(request, json_response(202, &view)),
+        Ok((mut view, attached)) => {
+            // What this request did, beside the grant: the CLI and console say it.
+            view["attach"] = json!(attached.as_str());
+            match &attached {
+                Attached::Replaced(old) => view["replaced_id"] = json!(old),
+                Attached::Renewed { new_secret } => view["new_secret"] = json!(new_secret),
+                Attached::Created => {}
+            }
+            respond(request, json_response(202, &view))
+        }
+        Err(AttachError::WouldReplace(msg)) => respond(request, error_response(409, &msg)),
         Err(AttachError::Mint(e)) => respond(request, error_response(502, &e.to_string())),
         Err(AttachError::BadRequest(msg)) => respond(request, error_response(400, &msg)),
         Err(AttachError::Internal(msg)) => {
