@@ -779,7 +779,10 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
                 respond(request, error_response(404, "no such grant"))
             }
         }
-        ("GET", "/") => respond(request, console::response(&console::PAGE)),
+        ("GET", "/") => respond(
+            request,
+            console::response(console::page(state.services.browsers.is_some())),
+        ),
         ("GET", "/console/{id}") => match console::asset(id) {
             Some(asset) => respond(request, console::response(asset)),
             None => respond(request, error_response(404, "no such console file")),
