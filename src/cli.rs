@@ -141,22 +141,32 @@ pub fn help_table_markdown() -> String {
 /// Env vars every subcommand reads besides the flag tables.
 const OTHER_KNOWN_ENV: [&str; 1] = [TOKEN_ENV];
 
+/// `HANDNODE_*` variables that are not settings but reach the daemon anyway: `cargo run`
+/// passes build.rs's `rustc-env` values on to the program it runs.
+const BUILD_ENV: [&str; 1] = ["HANDNODE_TARGET"];
+
 /// A `HANDNODE_*` variable no table knows is most likely a typo of one that does.
 fn warn_unknown_env(env: &HashMap<String, String>) {
+    for var in unknown_env(env) {
+        log::warn!("ignoring unknown env var {var} (see handnode --help for the names)");
+    }
+}
+
+/// The `HANDNODE_*` variables of `env` that nothing reads, sorted.
+fn unknown_env(env: &HashMap<String, String>) -> Vec<&String> {
     let known: Vec<String> = config::SERVE_FLAGS
         .iter()
         .map(Flag::env_name)
         .chain(env_names())
         .chain(OTHER_KNOWN_ENV.iter().map(|s| s.to_string()))
+        .chain(BUILD_ENV.iter().map(|s| s.to_string()))
         .collect();
     let mut unknown: Vec<&String> = env
         .keys()
         .filter(|k| k.starts_with(ENV_PREFIX) && !known.contains(k))
         .collect();
     unknown.sort();
-    for var in unknown {
-        log::warn!("ignoring unknown env var {var} (see handnode --help for the names)");
-    }
+    unknown
 }
 
 /// Exit codes of the operator subcommands.
@@ -1963,6 +1973,20 @@ mod tests {
             String::from_utf8(out).unwrap(),
             String::from_utf8(err).unwrap(),
         )
+    }
+
+    #[test]
+    fn cargo_runs_build_variable_is_not_an_unknown_env_var() {
+        let env: HashMap<String, String> = [
+            ("HANDNODE_TARGET", "x86_64-unknown-linux-gnu"),
+            ("HANDNODE_TOKEN", "t"),
+            ("HANDNODE_LISTEN", "127.0.0.1:1"),
+            ("HANDNODE_LISTNE", "typo"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(unknown_env(&env), [&"HANDNODE_LISTNE".to_string()]);
     }
 
     #[test]
