@@ -1108,9 +1108,11 @@ fn describe(grant: &Value) -> String {
 }
 
 fn print(out: &mut dyn Write, text: &str) -> Result<(), Failure> {
-    out.write_all(text.as_bytes())
-        .and_then(|_| out.flush())
-        .map_err(|e| Failure(format!("cannot write output: {e}")))
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        // The reader stopped reading (`handnode grants | head`): nothing to report.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.map_err(|e| Failure(format!("cannot write output: {e}"))),
+    }
 }
 
 fn pretty(value: &Value) -> String {

@@ -903,6 +903,7 @@ impl GrantThread {
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
             approve: self.approvals.gate.waiting_tools(),
+            approval_wait: self.timing.approval_timeout,
         };
         let actions = {
             let catalog = ConnCatalog {

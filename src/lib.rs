@@ -162,6 +162,7 @@ impl Daemon {
                 kept_per_scope: tools::bgjobs::DEFAULT_KEPT_PER_SCOPE,
                 audit_args: config.audit_args,
             },
+            upstreams: !config.upstreams.is_empty(),
         };
         let browsers = match &config.browser_command {
             Some(argv) => Some(Arc::new(browser::Browsers::start(

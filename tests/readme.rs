@@ -37,3 +37,38 @@ fn readme_flag_table_matches_help() {
         "README flag table is stale: regenerate it with `cargo run -- help-markdown > /tmp/t` or copy cli::help_table_markdown()"
     );
 }
+
+/// The README's `--allow` example is what it says: narrow, no shell (issue 30: the old
+/// `browser_*` example reached the shell through `browser_file_upload`).
+#[test]
+fn the_readmes_allow_example_reaches_no_shell() {
+    use handnode::profiles::Profile;
+    use handnode::tools::policy::{ToolLists, ToolPolicy};
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let (_, rest) = readme
+        .split_once("name them: `--allow ")
+        .expect("the README's --allow example");
+    let list = rest.split('`').next().unwrap();
+    let policy = ToolPolicy::new(
+        Profile::Custom,
+        ToolLists {
+            allow: list.split(',').map(String::from).collect(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let e = policy.escalation(|_| false);
+    assert_eq!(e.shell.as_str(), "no", "--allow {list}: {e:?}");
+    // And the pattern it warns about does reach one.
+    let wide = ToolPolicy::new(
+        Profile::Custom,
+        ToolLists {
+            allow: vec!["browser_*".into()],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(wide.escalation(|_| false).shell.as_str(), "yes");
+    assert!(readme.contains("reaches the shell"));
+}
