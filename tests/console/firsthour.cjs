@@ -1,5 +1,5 @@
 // A new user's first hour (issue 30), on a desktop (1280×800) and on a phone (390×844):
-// grant cards show what is lent; Lend says before submit that `browser` needs
+// grant cards show what is lent, and a renewal with a new secret says it is not checked yet; Lend says before submit that `browser` needs
 // --browser-command, and shows every problem at once; the "Lent to …" banner goes when that
 // grant is revoked; Activity opens on the grant that has calls, and on a box without a
 // display backs off the failing screenshot instead of asking every 2 s.
@@ -33,6 +33,16 @@ h.run(async (browser) => {
     assert(await h.fact(page, BUSY, 'lent by') === 'you, with the admin token', `${size}: who lent it, in words`);
     const cards = await page.textContent('#grants-live');
     assert(!/lent by\s*token/.test(cards), `${size}: no "lent by token": ${cards}`);
+    if (size === 'desktop') {
+      // Renewing with another secret: accepted, and said to be unchecked until the next dial.
+      const card = `[data-grant="${BUSY}"]`;
+      await page.click(`${card} button[data-action="renew"]`);
+      await page.fill(`${card} form input[type="password"]`, 'a-different-secret');
+      await page.click(`${card} button[data-action="renew-go"]`);
+      await page.waitForFunction((card) => /^Renewed until/.test(document.querySelector(`${card} .note`).textContent), card);
+      const note = await page.textContent(`${card} .note`);
+      assert(/new secret is used at the next dial and is not checked now/.test(note), 'renewal note: ' + note);
+    }
     await shot(page, `firsthour-grants-${size}`);
     if (size === 'phone') await h.noSidewaysScroll(page, 'Grants');
 
