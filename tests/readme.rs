@@ -30,7 +30,7 @@ fn readme_flag_table_matches_help() {
         + "<!-- flags:begin -->".len();
     let end = readme.find("<!-- flags:end -->").expect("flags:end marker");
     let table = readme[start..end].trim();
-    let want = handnode::cli::help_table_markdown();
+    let want = handnode::ops::cli::help_table_markdown();
     assert_eq!(
         table,
         want.trim(),
@@ -113,7 +113,7 @@ const LEDGER: &[(&str, RunBy)] = &[
     ("scripts/ci/playwright.sh", RunBy::File("scripts/test.sh", "bash scripts/ci/playwright.sh")),
     ("handnode --browser-command", RunBy::File("tests/browser.rs", "(\"--browser-command\", &command)")),
     ("handnode grant --runtime wss://pod.example:8090 --session laptop --profile browser", RunBy::File("tests/browser.rs", "common::attach_body(&pod, \"grant-t\", \"browser\")")),
-    ("handnode doctor --browser-command", RunBy::File("src/doctor.rs", "browser_checks(")),
+    ("handnode doctor --browser-command", RunBy::File("src/ops/doctor.rs", "browser_checks(")),
     ("handnode grant --runtime wss://pod.example:8090 --session laptop --profile desktop --approve shell", RunBy::File("tests/first_run.rs", "--approve shell --secret-file ~/attach-secret")),
     ("handnode approvals --watch", RunBy::File("tests/first_run.rs", "[\"approvals\", \"--watch\"]")),
     ("handnode approve <id>", RunBy::File("tests/first_run.rs", "--approve shell --secret-file ~/attach-secret")),

@@ -15,13 +15,9 @@ use serde_json::{Map, Value};
 use super::args::{self, Naming};
 use super::CallContext;
 
-/// The arguments as an object.
-pub(crate) fn object(args: &Value) -> Result<&Map<String, Value>, String> {
-    match args {
-        Value::Object(map) => Ok(map),
-        _ => Err("arguments must be an object".into()),
-    }
-}
+/// Environment variable every job's processes carry (its job id), so recovery can tell a
+/// job's orphans from strangers that reuse its process group id.
+pub const MARKER_ENV: &str = "HN_JOB_ID";
 
 /// `command`: a non-empty string without NUL bytes.
 pub(crate) fn command_field(map: &Map<String, Value>) -> Result<String, String> {
@@ -146,7 +142,7 @@ pub(crate) fn command(
             &[],
             env,
         ))
-        .env(super::bgjobs::MARKER_ENV, job_id);
+        .env(MARKER_ENV, job_id);
     if let Some(cwd) = cwd {
         cmd.current_dir(cwd);
     }

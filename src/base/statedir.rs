@@ -7,7 +7,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use crate::error::Error;
+use crate::base::error::Error;
 
 /// Mode of the state dir: only the daemon's user may list or enter it (it holds attach
 /// secrets and the audit).
@@ -182,7 +182,7 @@ pub fn lock_state_dir(dir: &Path) -> Result<StateLock, Error> {
 #[cfg(test)]
 mod lock_tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use crate::base::testutil::TempDir;
 
     #[test]
     fn a_second_lock_on_the_same_dir_is_refused_naming_the_holder() {
