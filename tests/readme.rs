@@ -34,7 +34,7 @@ fn readme_flag_table_matches_help() {
     assert_eq!(
         table,
         want.trim(),
-        "README flag table is stale: regenerate it with `cargo run -- help-markdown > /tmp/t` or copy cli::help_table_markdown()"
+        "README flag table is stale: regenerate it with `cargo run --example flag_table` (ops::cli::help_table_markdown) and paste it between the markers"
     );
 }
 
