@@ -274,6 +274,9 @@ pub struct Config {
     pub notify_program: Option<PathBuf>,
     /// Tell systemd (`NOTIFY_SOCKET`) when ready and when stopping.
     pub sd_notify: bool,
+    /// The admin API's Unix socket for the box owner's own CLI (peers of this uid only);
+    /// `None`: not served.
+    pub local_socket: Option<PathBuf>,
     pub timing: Timing,
     pub limits: Limits,
 }
@@ -305,6 +308,7 @@ impl Config {
             notify: false,
             notify_program: None,
             sd_notify: false,
+            local_socket: None,
             timing: Timing::default(),
             limits: Limits::default(),
         }
@@ -630,6 +634,8 @@ pub(crate) struct ServeDraft {
     token_file: Option<PathBuf>,
     state_dir: Option<PathBuf>,
     config_dir: Option<PathBuf>,
+    /// `--local-socket`: `Some(None)` is `none`.
+    local_socket: Option<Option<PathBuf>>,
 }
 
 fn path_value(value: String) -> Result<PathBuf, String> {
@@ -927,6 +933,19 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
             min: 1,
             max: 64,
             set: |d, v| d.config.limits.max_browsers = v as usize,
+        },
+    },
+    Flag {
+        name: "local-socket",
+        env: true,
+        default: "$XDG_RUNTIME_DIR/handnode.sock (none without XDG_RUNTIME_DIR)",
+        help: "A Unix socket (0600) serving the admin API to processes of this daemon's own user only (their uid is checked), without the token: the box owner's CLI uses it by default. `none`: not served.",
+        kind: Kind::Text {
+            metavar: "PATH|none",
+            set: |d, v| {
+                d.local_socket = Some(if v == "none" { None } else { Some(path_value(v)?) });
+                Ok(())
+            },
         },
     },
     Flag {
@@ -1279,6 +1298,7 @@ impl Config {
             notify: true,
             notify_program: None,
             sd_notify: true,
+            local_socket: None,
             timing: Timing::default(),
             limits: Limits::default(),
         }
@@ -1295,6 +1315,15 @@ pub fn default_state_dir(env: &HashMap<String, String>) -> Option<PathBuf> {
     absolute_env(env, "XDG_STATE_HOME")
         .or_else(|| absolute_env(env, "HOME").map(|h| h.join(".local/state")))
         .map(|d| d.join("handnode"))
+}
+
+/// Name of the admin API's Unix socket in `$XDG_RUNTIME_DIR` (the CLI's default way in).
+pub const LOCAL_SOCKET_NAME: &str = "handnode.sock";
+
+/// `$XDG_RUNTIME_DIR/handnode.sock`; none without a runtime dir (a shared `/tmp` is no
+/// place for it).
+pub fn default_local_socket(env: &HashMap<String, String>) -> Option<PathBuf> {
+    absolute_env(env, "XDG_RUNTIME_DIR").map(|d| d.join(LOCAL_SOCKET_NAME))
 }
 
 /// `$XDG_CONFIG_HOME/handnode`, else `~/.config/handnode`.
@@ -1347,6 +1376,7 @@ pub(crate) fn parse_serve(args: &[String], env: &HashMap<String, String>) -> Res
         token_file: None,
         state_dir: None,
         config_dir: None,
+        local_socket: None,
     };
     let positional = apply_flags(&[SERVE_FLAGS], args, env, &mut draft)?;
     no_positional("serve", &positional)?;
@@ -1370,6 +1400,10 @@ pub(crate) fn parse_serve(args: &[String], env: &HashMap<String, String>) -> Res
                     .into(),
             )
         })?;
+    config.local_socket = match draft.local_socket {
+        Some(chosen) => chosen,
+        None => default_local_socket(env),
+    };
     let timing = &config.timing;
     if timing.backoff_cap < timing.backoff_base {
         return Err(Error::Config(
@@ -1636,7 +1670,7 @@ pub fn log_effective(config: &Config) {
         (None, _) => "no token".to_string(),
     };
     log::info!(
-        "handnode {} listening on {}; auth: {token}, allow-login {}, insecure-local {}; allow-host {}",
+        "handnode {} starting (admin API to listen on {}); auth: {token}, allow-login {}, insecure-local {}; allow-host {}",
         env!("CARGO_PKG_VERSION"),
         config.listen,
         list(&config.allow_logins),

@@ -71,6 +71,8 @@ pub struct Daemon {
     sd_notify: bool,
     /// Stopped after the grants, so no browser outlives the daemon.
     browsers: Option<Arc<browser::Browsers>>,
+    /// Released last, once every job is killed and audited: the next daemon may then recover.
+    state_lock: Option<base::statedir::StateLock>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -91,6 +93,13 @@ impl Daemon {
         let tls = wire::tls::client_config(config.ca_file.as_deref())?;
         // Also with --no-persist: the audit log lives there.
         grants::persist::ensure_state_dir(&config.state_dir)?;
+        // Before anything in the state dir is read or changed (crash recovery kills the jobs
+        // a dead daemon left; grants resume and dial): a second daemon on a live one's state
+        // dir stops here, having touched nothing.
+        let state_lock = base::statedir::lock_state_dir(&config.state_dir)?;
+        // Bound before recovery too: a busy port stops a start before it changes anything.
+        let listener = admin::bind(config.listen, config.timing.admin_io_timeout)?;
+        let local_listener = config.local_socket.as_deref().and_then(admin::bind_local);
         let store = if config.persist {
             Some(grants::persist::GrantStore::open(&config.state_dir)?)
         } else {
@@ -126,9 +135,10 @@ impl Daemon {
                 kept_per_scope: tools::jobs::table::DEFAULT_KEPT_PER_SCOPE,
                 audit_args: config.audit_args,
             },
+            upstreams: !config.upstreams.is_empty(),
         };
-        // Bound before the browsers start: they are told the listener's real port to block.
-        let listener = admin::bind(config.listen, config.timing.admin_io_timeout)?;
+        // Bound (above) before the browsers start: they are told the listener's real port
+        // to block.
         let listen = listener
             .local_addr()
             .map_err(|e| Error::io("read the admin listener's address", e))?;
@@ -238,9 +248,16 @@ impl Daemon {
         let resumed = registry.resume()?;
         jobs.retain_scopes(&registry.live_ids());
         let (fatal_tx, fatal) = crossbeam_channel::unbounded();
-        let admin = admin::AdminServer::start(listener, Arc::clone(&state), fatal_tx)?;
+        let admin =
+            admin::AdminServer::start(listener, local_listener, Arc::clone(&state), fatal_tx)?;
         state.ready.store(true, std::sync::atomic::Ordering::SeqCst);
         log::info!("admin API listening on http://{}", admin.local_addr);
+        if let Some(path) = &admin.local_path {
+            log::info!(
+                "admin API also on the local socket {} (this user's processes only; the CLI's default)",
+                path.display()
+            );
+        }
         // A supervisor without sd_notify (or a test) can wait for this line.
         log::info!("ready: {resumed} persisted grant(s) resumed");
         if config.sd_notify {
@@ -259,6 +276,7 @@ impl Daemon {
             jobs,
             sd_notify: config.sd_notify,
             browsers,
+            state_lock: Some(state_lock),
         })
     }
 
@@ -303,6 +321,7 @@ impl Daemon {
         // A job never outlives the daemon; its end is recorded before the audit closes.
         self.jobs.shutdown();
         self.audit_guard.take();
+        self.state_lock.take();
     }
 }
 

@@ -199,6 +199,9 @@ pub struct Status {
     pub last_error: Option<String>,
     /// Dial attempts made (handshakes started).
     pub dials: u64,
+    /// A renewal brought a different secret that no handshake has used yet: which one
+    /// ("the renewal at <time> by <principal>"), so a refusal of it says where it came from.
+    pub untried_renewal: Option<String>,
 }
 
 impl Default for Status {
@@ -210,6 +213,7 @@ impl Default for Status {
             calls: 0,
             last_error: None,
             dials: 0,
+            untried_renewal: None,
         }
     }
 }
@@ -358,7 +362,14 @@ impl GrantThread {
             conn += 1;
             let mut attached_for = Duration::ZERO;
             let end = match self.connect() {
-                Ok(ws) => self.serve(ws, conn, &mut attached_for),
+                Ok(ws) => {
+                    // The pod took the secret: a renewal's secret is tried now.
+                    self.status
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .untried_renewal = None;
+                    self.serve(ws, conn, &mut attached_for)
+                }
                 Err(end) => {
                     if !matches!(end, ConnEnd::Exit(_)) {
                         self.events.dial_failed();
@@ -374,7 +385,18 @@ impl GrantThread {
                 },
                 ConnEnd::Status(status) => match handshake_disposition(status) {
                     Disposition::Stop(reason) => {
-                        self.set_last_error(format!("handshake {status}"));
+                        let renewal = self
+                            .status
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .untried_renewal
+                            .take();
+                        self.set_last_error(match renewal {
+                            Some(renewal) => format!(
+                                "handshake {status}: the pod refused the new secret from {renewal} (it was first used at this dial)"
+                            ),
+                            None => format!("handshake {status}"),
+                        });
                         return self.exit(Exit::End(reason));
                     }
                     Disposition::Redial => format!("handshake {status}"),
@@ -445,6 +467,15 @@ impl GrantThread {
     }
 
     fn apply_renew(&mut self, secret: Secret, deadline: SystemTime, principal: String) {
+        if !self.spec.secret.matches(secret.expose()) {
+            self.status
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .untried_renewal = Some(format!(
+                "the renewal at {} by {principal}",
+                crate::base::timefmt::rfc3339(crate::base::timefmt::now_unix())
+            ));
+        }
         self.spec.secret = secret;
         self.spec.deadline = deadline;
         self.spec.principal = principal;
@@ -933,6 +964,7 @@ impl GrantThread {
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
             approve: self.approvals.gate.waiting_tools(),
+            approval_wait: self.timing.approval_timeout,
         };
         let actions = {
             let catalog = ConnCatalog {
