@@ -116,7 +116,6 @@ const LEDGER: &[(&str, RunBy)] = &[
     ("handnode doctor --browser-command", RunBy::File("src/ops/doctor.rs", "browser_checks(")),
     ("handnode grant --runtime wss://pod.example:8090 --session laptop --profile desktop --approve shell", RunBy::File("tests/first_run.rs", "--approve shell --secret-file ~/attach-secret")),
     ("handnode approvals --watch", RunBy::File("tests/first_run.rs", "[\"approvals\", \"--watch\"]")),
-    ("handnode approvals --full <id>", RunBy::File("tests/approvals.rs", "\"--full\",")),
     ("handnode approve <id>", RunBy::File("tests/first_run.rs", "--approve shell --secret-file ~/attach-secret")),
     ("handnode deny <id> --reason", RunBy::File("tests/first_run.rs", "--approve shell --secret-file ~/attach-secret")),
     ("curl -s -D - -H \"Authorization: Bearer $TOKEN\" 'https://box.tailnet.ts.net/approvals?wait=60", RunBy::File("tests/approvals.rs", "?wait=5&seen={etag}")),
