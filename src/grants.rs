@@ -707,7 +707,7 @@ impl Registry {
                     if let Some(i) = existing {
                         let old = &mut inner.entries[i];
                         old.end_here(EndReason::Replaced);
-                        self.jobs().end_scope(&old.id);
+                        self.end_processes(&old.id);
                         info!(
                             "grant {} replaced (profile {} -> {}; tool lists {})",
                             old.id,
@@ -791,7 +791,7 @@ impl Registry {
         };
         // The secret is dropped here, and from disk with the persist below.
         entry.end_here(EndReason::Cancelled);
-        self.jobs().end_scope(id);
+        self.end_processes(id);
         self.approvals.withdraw_grant(id);
         let record = entry.lifecycle(LifecycleEvent::Revoked, Some("cancelled".into()), None);
         let who = (entry.session.clone(), entry.profile());
@@ -861,6 +861,13 @@ impl Registry {
     /// The job table: a grant's jobs end with it.
     fn jobs(&self) -> &crate::tools::bgjobs::JobTable {
         &self.services.host.jobs
+    }
+
+    /// A grant ended: its jobs end (§9), and everything it started dies with its cgroup
+    /// (§16), whatever left the jobs' process groups.
+    fn end_processes(&self, grant_id: &str) {
+        self.jobs().end_scope(grant_id);
+        self.services.host.confine.end_grant(grant_id);
     }
 
     /// Ids of the live grants.
@@ -1028,7 +1035,7 @@ impl Registry {
             return;
         }
         entry.mark_ended();
-        self.jobs().end_scope(grant_id);
+        self.end_processes(grant_id);
         self.approvals.withdraw_grant(grant_id);
         let event = match reason {
             EndReason::Deadline | EndReason::GrantExpired => LifecycleEvent::Expired,

@@ -11,6 +11,7 @@ pub mod browser;
 pub mod browser_argv;
 pub mod build_info;
 pub mod calls;
+pub mod cgroup;
 pub mod cli;
 pub mod config;
 pub mod console;
@@ -95,6 +96,8 @@ pub struct Daemon {
     approvals_guard: Option<approvals::ApprovalsGuard>,
     audit_guard: Option<audit::AuditGuard>,
     jobs: Arc<tools::bgjobs::JobTable>,
+    /// Killed last: nothing a grant started outlives the daemon (§16).
+    confine: Arc<cgroup::Confine>,
     sd_notify: bool,
     /// Stopped after the grants, so no browser outlives the daemon.
     browsers: Option<Arc<browser::Browsers>>,
@@ -141,6 +144,11 @@ impl Daemon {
             sys_info_ttl: config.timing.sys_info_ttl,
             display_helper_timeout: config.timing.display_helper_timeout,
             display_env: config.display_env.clone(),
+            confine: Some(cgroup::Settings::for_state_dir(
+                &config.state_dir,
+                config.force_subreaper,
+                config.limits.grant_ceiling(),
+            )),
             jobs: tools::bgjobs::JobConfig {
                 dir: Some(config.state_dir.join(tools::bgjobs::DIR_NAME)),
                 window: config.limits.job_output_bytes,
@@ -176,6 +184,9 @@ impl Daemon {
         let host = tools::ToolHost::new(tool_config)
             .map_err(|e| Error::io("start the process watcher", e))?;
         let jobs = Arc::clone(&host.jobs);
+        let confine = Arc::clone(&host.confine);
+        // What a SIGKILLed daemon with this state dir left running dies first.
+        confine.clean_leftovers();
         jobs.report_to(audit.clone(), metrics.clone());
         // Before any grant resumes: what a crashed daemon left running is killed first.
         let recovered = jobs.recover().map_err(|e| {
@@ -274,6 +285,7 @@ impl Daemon {
             approvals_guard: Some(approvals_guard),
             audit_guard: Some(audit_guard),
             jobs,
+            confine,
             sd_notify: config.sd_notify,
             browsers,
         })
@@ -319,6 +331,7 @@ impl Daemon {
         }
         // A job never outlives the daemon; its end is recorded before the audit closes.
         self.jobs.shutdown();
+        self.confine.stop();
         self.audit_guard.take();
     }
 }

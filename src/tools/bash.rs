@@ -163,7 +163,7 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
     };
     // Allocated now: the marker variable must be in the environment from the start.
     let job_id = super::bgjobs::new_job_id();
-    let (cmd, program) = match command(&cx, &args.command, args.cwd.as_deref(), &args.env, &job_id)
+    let (cmd, program, confine) = match command(&cx, &args.command, args.cwd.as_deref(), &args.env, &job_id)
     {
         Ok(built) => built,
         Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
@@ -176,6 +176,7 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         cap as usize,
         cx.ctl.clone(),
     );
+    spec.confine = confine;
     let inline_wait = cx.limits.inline_wait;
     if Duration::from_secs(timeout_secs) > inline_wait {
         let slot = Arc::clone(&slot);

@@ -873,6 +873,12 @@ impl JobTable {
             (None, End::Cancelled) => (State::Killed, Some("cancelled")),
             (None, End::Aborted) => (State::Killed, Some("daemon_stopped")),
         };
+        // Killed by the grant's memory limit: say so, whoever else wanted it stopped.
+        let oom = run.oom_limit.map(crate::cgroup::oom_message);
+        let (state, reason) = match &oom {
+            Some(why) => (State::Killed, Some(why.as_str())),
+            None => (state, reason),
+        };
         let duration_ms = job.started.elapsed().as_millis() as u64;
         {
             let mut st = job.lock_status();
@@ -1497,6 +1503,7 @@ mod tests {
             status: None,
             end: End::Exited,
             duration: Duration::ZERO,
+            oom_limit: None,
         });
     }
 

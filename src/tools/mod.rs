@@ -203,6 +203,9 @@ pub struct ToolConfig {
     pub display_env: Option<std::collections::BTreeMap<String, String>>,
     /// Long-running jobs: where their files go, their limits and timers.
     pub jobs: bgjobs::JobConfig,
+    /// Containment (§16); `None` uses no cgroup and changes nothing about the process
+    /// (unit tests of other modules).
+    pub confine: Option<crate::cgroup::Settings>,
 }
 
 impl Default for ToolConfig {
@@ -217,6 +220,7 @@ impl Default for ToolConfig {
             sys_info_ttl: crate::config::Timing::default().sys_info_ttl,
             display_env: None,
             jobs: bgjobs::JobConfig::default(),
+            confine: None,
         }
     }
 }
@@ -278,6 +282,8 @@ pub struct ToolHost {
     pub display: display::DisplayState,
     /// Every long-running job (`bash_start`, and `bash` past its inline limit).
     pub jobs: Arc<bgjobs::JobTable>,
+    /// The grants' cgroups (§16): every child a tool starts runs in one.
+    pub confine: Arc<crate::cgroup::Confine>,
 }
 
 impl ToolHost {
@@ -289,6 +295,10 @@ impl ToolHost {
             sys_info_answers: sysinfo::AnswerCache::default(),
             display: display::DisplayState::default(),
             jobs: bgjobs::JobTable::new(config.jobs.clone()),
+            confine: match &config.confine {
+                Some(settings) => crate::cgroup::Confine::start(settings.clone()),
+                None => crate::cgroup::Confine::inert(),
+            },
             config,
         }))
     }

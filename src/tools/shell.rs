@@ -9,6 +9,9 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Arc;
+
+use crate::cgroup::RunGroup;
 
 use serde_json::{Map, Value};
 
@@ -118,15 +121,16 @@ fn resolve_cwd(cwd: Option<&str>) -> Result<Option<PathBuf>, String> {
 }
 
 /// The `bash -c <command>` of a call or job: the daemon's bash, the scrubbed
-/// environment plus the caller's `env` plus the job marker, the working directory. The
-/// `Err` is a tool error's text.
+/// environment plus the caller's `env` plus the job marker, the working directory, and
+/// the run's cgroup under its grant (§16), which the command enters before bash starts.
+/// The `Err` is a tool error's text.
 pub(crate) fn command(
     cx: &CallContext,
     script: &str,
     cwd: Option<&str>,
     env: &[(String, String)],
     job_id: &str,
-) -> Result<(Command, PathBuf), String> {
+) -> Result<(Command, PathBuf, Option<Arc<RunGroup>>), String> {
     let cwd = resolve_cwd(cwd)?;
     // The bash found on the daemon's PATH at start, so a caller's PATH in `env` cannot
     // change which program runs.
@@ -136,7 +140,12 @@ pub(crate) fn command(
         .bash
         .clone()
         .unwrap_or_else(|| PathBuf::from("bash"));
-    let mut cmd = Command::new(&program);
+    let group = cx
+        .host
+        .confine
+        .run(super::jobs::scope(cx), job_id)
+        .map_err(|e| format!("could not contain the command: {e}"))?;
+    let mut cmd = group.command(&program);
     cmd.arg("-c")
         .arg(script)
         .env_clear()
@@ -150,5 +159,5 @@ pub(crate) fn command(
     if let Some(cwd) = cwd {
         cmd.current_dir(cwd);
     }
-    Ok((cmd, program))
+    Ok((cmd, program, Some(group)))
 }
