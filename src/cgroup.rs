@@ -247,6 +247,19 @@ struct Layout {
     v2_controllers: Vec<String>,
 }
 
+/// What a daemon started like this process would get, changing nothing (for `doctor`):
+/// the mode, or why only the subreaper.
+pub fn probe() -> Result<Mode, String> {
+    let settings = Settings {
+        mounts: None,
+        self_cgroup: None,
+        instance: "probe".into(),
+        force_subreaper: false,
+        ceiling: Limits::defaults(),
+    };
+    Layout::detect(&settings, true).map(|l| l.mode)
+}
+
 /// The daemon's confinement: one per daemon, shared by every tool call.
 #[derive(Debug)]
 pub struct Confine {
@@ -265,7 +278,7 @@ impl Confine {
         let (layout, why_not) = if settings.force_subreaper {
             (None, Some("forced by --containment subreaper".to_string()))
         } else {
-            match Layout::detect(&settings) {
+            match Layout::detect(&settings, false) {
                 Ok(layout) => (Some(layout), None),
                 Err(why) => (None, Some(why)),
             }
@@ -490,7 +503,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Layout {
-    fn detect(settings: &Settings) -> Result<Layout, String> {
+    fn detect(settings: &Settings, dry: bool) -> Result<Layout, String> {
         let mounts = match &settings.mounts {
             Some(m) => m.clone(),
             None => fs::read_to_string("/proc/self/mounts")
@@ -562,6 +575,22 @@ impl Layout {
         };
         let is_root = own2 == "/" || own2.is_empty();
         let base = own_dir.join(format!("handnode.{}", settings.instance));
+        if dry {
+            // `doctor`: say what a daemon started like this one would get, changing nothing.
+            let writable = rustix::fs::access(&own_dir, rustix::fs::Access::WRITE_OK).is_ok();
+            if !writable {
+                return Err(format!(
+                    "{} is not writable: this process's cgroup is not delegated to it",
+                    own_dir.display()
+                ));
+            }
+            return Ok(Layout {
+                mode,
+                base,
+                v1: Vec::new(),
+                v2_controllers: Vec::new(),
+            });
+        }
         if mode == Mode::V2 && !is_root {
             // Delegation: no process may stay in a group whose controllers we enable.
             let leaf = own_dir.join(DAEMON_LEAF);
@@ -1098,7 +1127,7 @@ mod tests {
         let dir = TempDir::new("cgroup-fake-v2");
         let settings = fake(&dir, "cpu memory pids");
         let own = dir.path("cg/user.slice/handnode.service");
-        let layout = Layout::detect(&settings).unwrap();
+        let layout = Layout::detect(&settings, false).unwrap();
         assert_eq!(layout.mode, Mode::V2);
         // Delegation: the daemon left the unit's group for a leaf of its own.
         let moved = fs::read_to_string(own.join(DAEMON_LEAF).join("cgroup.procs")).unwrap();
@@ -1117,14 +1146,14 @@ mod tests {
         // A second detection (same process) finds the unit's group above the leaf.
         let mut again = settings.clone();
         again.self_cgroup = Some(format!("0::/user.slice/handnode.service/{DAEMON_LEAF}\n"));
-        assert_eq!(Layout::detect(&again).unwrap().base, layout.base);
+        assert_eq!(Layout::detect(&again, false).unwrap().base, layout.base);
     }
 
     #[test]
     fn the_trampoline_writes_every_group_before_exec() {
         let dir = TempDir::new("cgroup-fake-tramp");
         let settings = fake(&dir, "cpu memory pids");
-        let layout = Layout::detect(&settings).unwrap();
+        let layout = Layout::detect(&settings, false).unwrap();
         let confine = Confine {
             layout: Some(layout),
             ceiling: settings.ceiling,
@@ -1150,14 +1179,14 @@ mod tests {
         let dir = TempDir::new("cgroup-fake-none");
         let mut settings = fake(&dir, "");
         settings.mounts = Some("cgroup /x cgroup rw,memory 0 0\n".into());
-        assert!(Layout::detect(&settings).unwrap_err().contains("cgroup v1 only"));
+        assert!(Layout::detect(&settings, false).unwrap_err().contains("cgroup v1 only"));
         let settings = fake(&dir, "memory pids");
         let own = dir.path("cg/user.slice/handnode.service");
         // Not writable: a read-only group stands for one not delegated.
         let mut perm = fs::metadata(&own).unwrap().permissions();
         std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o555);
         fs::set_permissions(&own, perm).unwrap();
-        let r = Layout::detect(&settings);
+        let r = Layout::detect(&settings, false);
         let mut perm = fs::metadata(&own).unwrap().permissions();
         std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
         fs::set_permissions(&own, perm).unwrap();
@@ -1191,7 +1220,7 @@ mod tests {
                 cpu_weight: 50,
             },
         };
-        let layout = Layout::detect(&settings).unwrap();
+        let layout = Layout::detect(&settings, false).unwrap();
         assert_eq!(layout.mode, Mode::Hybrid);
         assert_eq!(layout.base, root.join("unified/handnode.i"));
         GrantGroup::create(&layout, "g", settings.ceiling).unwrap();

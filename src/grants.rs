@@ -62,6 +62,8 @@ pub struct AttachRequest {
     pub source: SecretSource,
     /// Tools whose every call waits for a person's decision (§10), as given.
     pub approve: Option<Approve>,
+    /// `"limits"` as given (§16): checked against the `--grant-*` flags by the registry.
+    pub limits: Option<Value>,
 }
 
 fn session_ok(s: &str) -> bool {
@@ -88,6 +90,7 @@ impl AttachRequest {
                 "secret",
                 "admin_credential",
                 "approve",
+                "limits",
             ]
             .contains(&key.as_str())
             {
@@ -156,6 +159,7 @@ impl AttachRequest {
             ttl_secs,
             source,
             approve,
+            limits: obj.get("limits").filter(|v| !v.is_null()).cloned(),
         })
     }
 }
@@ -227,6 +231,10 @@ struct Entry {
     status: Arc<Mutex<Status>>,
     handle: Option<GrantHandle>,
     ended_at: Option<Instant>,
+    /// Its limits (§16), asked for or the flags'; `None` in `grants.json` when the flags'.
+    limits: crate::cgroup::Limits,
+    asked_limits: bool,
+    confine: Arc<crate::cgroup::Confine>,
 }
 
 impl Entry {
@@ -264,6 +272,7 @@ impl Entry {
             secret: self.secret.clone(),
             approve: self.approve.clone(),
             approved_for_grant: self.gate.remembered(),
+            limits: self.asked_limits.then_some(self.limits),
         }
     }
 
@@ -320,6 +329,9 @@ impl Entry {
         }
         v.insert("calls".into(), json!(status.calls));
         v.insert("jobs".into(), json!(jobs));
+        for (key, value) in self.confine.grant_fields(self.limits) {
+            v.insert(key.into(), value);
+        }
         if let Some(err) = &status.last_error {
             v.insert("last_error".into(), json!(err));
         }
@@ -619,10 +631,16 @@ impl Registry {
     /// Whether a request for a target with a live grant renews it (same profile, the
     /// same lists and the same `approve`) rather than replacing it. A grant's tools never
     /// change in place.
-    fn renews(live: &Entry, policy: &ToolPolicy, approve: &Option<Approve>) -> bool {
+    fn renews(
+        live: &Entry,
+        policy: &ToolPolicy,
+        approve: &Option<Approve>,
+        limits: crate::cgroup::Limits,
+    ) -> bool {
         live.policy.profile() == policy.profile()
             && live.policy.lists().same_as(policy.lists())
             && Approve::same(&live.approve, approve)
+            && live.limits == limits
     }
 
     /// Create, renew or replace a grant (contract §3). Blocks for the mint, if any, and
@@ -643,6 +661,13 @@ impl Registry {
             .approve
             .as_ref()
             .is_some_and(|a| a.gates_unclassified(&req.policy));
+        let confine = Arc::clone(&self.services.host.confine);
+        let limits = match &req.limits {
+            Some(v) => crate::cgroup::Limits::from_request(v, confine.ceiling())
+                .map_err(AttachError::BadRequest)?,
+            None => confine.ceiling(),
+        };
+        let asked_limits = req.limits.is_some();
         let now = SystemTime::now();
         let (secret, ttl) = match req.source {
             SecretSource::Given(secret) => (secret, req.ttl_secs),
@@ -678,7 +703,7 @@ impl Registry {
                 .iter()
                 .position(|e| e.target == target && e.is_live());
             match existing {
-                Some(i) if Self::renews(&inner.entries[i], &req.policy, &req.approve) => {
+                Some(i) if Self::renews(&inner.entries[i], &req.policy, &req.approve, limits) => {
                     let entry = &mut inner.entries[i];
                     let previous = std::mem::replace(&mut entry.principal, principal.to_string());
                     entry.secret = secret.clone();
@@ -755,7 +780,11 @@ impl Registry {
                         status,
                         handle: Some(handle),
                         ended_at: None,
+                        limits,
+                        asked_limits,
+                        confine: Arc::clone(&confine),
                     };
+                    confine.set_limits(&id, limits);
                     let record = entry.lifecycle(LifecycleEvent::Created, None, None);
                     inner.entries.push(entry);
                     let durable = self
@@ -976,7 +1005,18 @@ impl Registry {
             };
             match self.spawn(spec, &gate) {
                 Ok((handle, status)) => {
+                    // Never more than the flags allow now.
+                    let ceiling = self.services.host.confine.ceiling();
+                    let limits = g.limits.map_or(ceiling, |l| crate::cgroup::Limits {
+                        memory_max: l.memory_max.min(ceiling.memory_max),
+                        pids_max: l.pids_max.min(ceiling.pids_max),
+                        cpu_weight: l.cpu_weight.min(ceiling.cpu_weight),
+                    });
+                    self.services.host.confine.set_limits(&g.id, limits);
                     inner.entries.push(Entry {
+                        limits,
+                        asked_limits: g.limits.is_some(),
+                        confine: Arc::clone(&self.services.host.confine),
                         target: target_key(&g.runtime, &g.session),
                         id: g.id,
                         runtime: g.runtime,

@@ -241,6 +241,12 @@ pub(crate) fn render(run: &RunResult, timeout_secs: u64, cap: u64) -> ToolOutput
     }
     end_line(&mut text);
     text.push_str(&match run.end {
+        // The grant's memory limit killed it: say so, not just "exit 137".
+        _ if run.oom_limit.is_some() => format!(
+            "[{}, exit {}]",
+            crate::cgroup::oom_message(run.oom_limit.unwrap_or(0)),
+            run.exit_code
+        ),
         End::Exited => format!("[exit {} after {duration_ms} ms]", run.exit_code),
         End::TimedOut => format!(
             "[timed out after {timeout_secs} s: process group killed, exit {}]",
