@@ -476,6 +476,11 @@ impl Confine {
                         remove_grant_dirs(layout, &entry.file_name().to_string_lossy(), true);
                     }
                 }
+                // The daemon's own subtree goes too: a stopped daemon leaves no group.
+                for base in std::iter::once(&layout.base).chain(layout.v1.iter().map(|(_, b)| b)) {
+                    let _ = fs::remove_dir(base.join("grants"));
+                    let _ = fs::remove_dir(base);
+                }
             }
             None => subreaper::kill_descendants(),
         }

@@ -436,7 +436,7 @@ pub fn containment_check(probe: Result<crate::cgroup::Mode, String>) -> Check {
             "containment",
             Status::Ok,
             format!(
-                "cgroup ({}): each grant gets a cgroup with memory, process and CPU limits, and                  nothing a grant starts outlives it",
+                "cgroup ({}): each grant gets a cgroup with memory, process and CPU limits, and nothing a grant starts outlives it",
                 mode.as_str()
             ),
             None,
