@@ -1018,6 +1018,17 @@ pub mod subreaper {
         })
     }
 
+    /// Processes killed here that were not the daemon's own children then: once they are
+    /// (re-parented to the subreaper), their zombies are ours to reap. Bounded.
+    static ORPHANS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+    const MAX_ORPHANS: usize = 4096;
+
+    /// The parent pid of `pid` (field 4 of its stat).
+    fn ppid(pid: i32) -> Option<i32> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        crate::tools::process::stat_field(&stat, 4).map(|p| p as i32)
+    }
+
     pub fn signal_marked(markers: &[String], signal: Signal) {
         if markers.is_empty() {
             return;
@@ -1029,7 +1040,17 @@ pub mod subreaper {
             for pid in all_pids() {
                 if pid != me && carries(pid, markers) {
                     if let Some(p) = Pid::from_raw(pid) {
-                        any |= rustix::process::kill_process(p, signal).is_ok();
+                        let hit = rustix::process::kill_process(p, signal).is_ok();
+                        // The daemon's own children are run leaders: the process watcher
+                        // reaps those.
+                        if hit && signal == Signal::KILL && ppid(pid) != Some(me) {
+                            let mut orphans = lock(&ORPHANS);
+                            if orphans.len() >= MAX_ORPHANS {
+                                orphans.remove(0);
+                            }
+                            orphans.push(pid);
+                        }
+                        any |= hit;
                     }
                 }
             }
@@ -1041,6 +1062,23 @@ pub mod subreaper {
 
     pub fn kill_marked(markers: &[String]) {
         signal_marked(markers, Signal::KILL);
+        reap();
+    }
+
+    /// Reap the zombies of what we killed that was re-parented to us; forget what is gone.
+    pub fn reap() {
+        let mut orphans = lock(&ORPHANS);
+        orphans.retain(|&pid| {
+            let Some(p) = Pid::from_raw(pid) else {
+                return false;
+            };
+            match rustix::process::waitpid(Some(p), rustix::process::WaitOptions::NOHANG) {
+                Ok(Some(_)) => false,
+                Ok(None) => true,
+                // Not (yet) our child: keep it while it exists.
+                Err(_) => Path::new(&format!("/proc/{pid}")).exists(),
+            }
+        });
     }
 
     /// The children of `pid` (every thread's).
@@ -1069,6 +1107,7 @@ pub mod subreaper {
                 let _ = rustix::process::kill_process(p, Signal::KILL);
             }
         }
+        reap();
     }
 }
 
