@@ -412,18 +412,23 @@ impl Confine {
     pub fn run(&self, grant: &str, marker: &str) -> io::Result<Arc<RunGroup>> {
         let grant = self.grant(grant)?;
         let name = format!("r{}", self.next_run.fetch_add(1, Ordering::Relaxed));
+        // Live before it exists: a concurrent run's sweep must never take it.
+        lock(&grant.live).insert(name.clone());
         let dir = match &grant.dir {
             Some(gdir) => {
                 grant.sweep(gdir);
                 let dir = gdir.join(&name);
-                fs::create_dir(&dir).map_err(|e| {
-                    io::Error::new(e.kind(), format!("cannot create cgroup {}: {e}", dir.display()))
-                })?;
+                if let Err(e) = fs::create_dir(&dir) {
+                    lock(&grant.live).remove(&name);
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("cannot create cgroup {}: {e}", dir.display()),
+                    ));
+                }
                 Some(dir)
             }
             None => None,
         };
-        lock(&grant.live).insert(name.clone());
         lock(&grant.markers).insert(marker.to_string());
         let oom_before = grant.oom_kills();
         Ok(Arc::new(RunGroup {
