@@ -137,9 +137,19 @@ impl Limits {
         let mut out = ceiling;
         for (key, value) in map {
             let (slot, most, flag, min) = match key.as_str() {
-                "memory_max" => (&mut out.memory_max, ceiling.memory_max, "--grant-memory-max", 1 << 20),
+                "memory_max" => (
+                    &mut out.memory_max,
+                    ceiling.memory_max,
+                    "--grant-memory-max",
+                    1 << 20,
+                ),
                 "pids_max" => (&mut out.pids_max, ceiling.pids_max, "--grant-pids-max", 1),
-                "cpu_weight" => (&mut out.cpu_weight, ceiling.cpu_weight, "--grant-cpu-weight", 1),
+                "cpu_weight" => (
+                    &mut out.cpu_weight,
+                    ceiling.cpu_weight,
+                    "--grant-cpu-weight",
+                    1,
+                ),
                 other => {
                     return Err(format!(
                         "limits.{other} is not a limit (memory_max, pids_max, cpu_weight)"
@@ -294,7 +304,9 @@ impl Confine {
                     "containment: subreaper ({}); run as a systemd user unit with Delegate=yes on cgroup v2 for cgroups",
                     why_not.as_deref().unwrap_or("")
                 );
-                if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
+                if let Err(e) =
+                    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+                {
                     log::warn!("containment: cannot become a child subreaper: {e}");
                 }
             }
@@ -380,7 +392,9 @@ impl Confine {
             }
         }
         if n > 0 {
-            log::warn!("containment: killed and removed {n} grant cgroup(s) an earlier handnode left");
+            log::warn!(
+                "containment: killed and removed {n} grant cgroup(s) an earlier handnode left"
+            );
         }
         n
     }
@@ -570,7 +584,8 @@ impl Layout {
         if own_dir.file_name().is_some_and(|n| n == DAEMON_LEAF) {
             own_dir.pop();
         }
-        let controllers = fs::read_to_string(own_dir.join("cgroup.controllers")).unwrap_or_default();
+        let controllers =
+            fs::read_to_string(own_dir.join("cgroup.controllers")).unwrap_or_default();
         let has = |c: &str| controllers.split_whitespace().any(|x| x == c);
         let mode = if has("memory") && has("pids") {
             Mode::V2
@@ -610,9 +625,8 @@ impl Layout {
                     leaf.display()
                 )
             })?;
-            fs::write(leaf.join("cgroup.procs"), std::process::id().to_string()).map_err(|e| {
-                format!("cannot move the daemon into {} ({e})", leaf.display())
-            })?;
+            fs::write(leaf.join("cgroup.procs"), std::process::id().to_string())
+                .map_err(|e| format!("cannot move the daemon into {} ({e})", leaf.display()))?;
         }
         mkdir(&base.join("grants")).map_err(|e| {
             format!(
@@ -624,13 +638,16 @@ impl Layout {
         if mode == Mode::V2 {
             for c in ["memory", "pids", "cpu"] {
                 if has(c) {
-                    let ok = [&own_dir, &base, &base.join("grants")]
-                        .iter()
-                        .all(|d| fs::write(d.join("cgroup.subtree_control"), format!("+{c}")).is_ok());
+                    let ok = [&own_dir, &base, &base.join("grants")].iter().all(|d| {
+                        fs::write(d.join("cgroup.subtree_control"), format!("+{c}")).is_ok()
+                    });
                     if ok {
                         v2_controllers.push(c.to_string());
                     } else {
-                        log::warn!("containment: cannot enable the {c} controller under {}", own_dir.display());
+                        log::warn!(
+                            "containment: cannot enable the {c} controller under {}",
+                            own_dir.display()
+                        );
                     }
                 }
             }
@@ -645,7 +662,11 @@ impl Layout {
                 match mkdir(&dir.join("grants")) {
                     Ok(()) => v1.push((*c, dir)),
                     Err(e) => {
-                        log::warn!("containment: no {} limits: cannot create {} ({e})", c.name(), dir.display())
+                        log::warn!(
+                            "containment: no {} limits: cannot create {} ({e})",
+                            c.name(),
+                            dir.display()
+                        )
                     }
                 }
             }
@@ -673,7 +694,10 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() + 0 && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+        if b[i] == b'\\'
+            && i + 3 < b.len() + 0
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
             let n = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
             out.push(n);
             i += 4;
@@ -730,7 +754,10 @@ impl GrantGroup {
                     match c {
                         V1::Memory => {
                             write_limit(&g, "memory.limit_in_bytes", limits.memory_max)?;
-                            let _ = fs::write(g.join("memory.memsw.limit_in_bytes"), limits.memory_max.to_string());
+                            let _ = fs::write(
+                                g.join("memory.memsw.limit_in_bytes"),
+                                limits.memory_max.to_string(),
+                            );
                             let _ = fs::write(g.join("memory.swappiness"), "0");
                         }
                         V1::Pids => write_limit(&g, "pids.max", limits.pids_max)?,
@@ -793,10 +820,18 @@ impl GrantGroup {
     /// Memory in use (bytes) and processes, as the limiting controllers count them.
     fn usage(&self) -> (Option<u64>, Option<u64>) {
         let read = |p: PathBuf| -> Option<u64> { fs::read_to_string(p).ok()?.trim().parse().ok() };
-        let v1 = |c: V1| self.v1.iter().find(|(x, _)| *x == c).map(|(_, g)| g.clone());
+        let v1 = |c: V1| {
+            self.v1
+                .iter()
+                .find(|(x, _)| *x == c)
+                .map(|(_, g)| g.clone())
+        };
         let memory = match v1(V1::Memory) {
             Some(g) => read(g.join("memory.usage_in_bytes")),
-            None => self.dir.as_ref().and_then(|d| read(d.join("memory.current"))),
+            None => self
+                .dir
+                .as_ref()
+                .and_then(|d| read(d.join("memory.current"))),
         };
         let pids = match v1(V1::Pids) {
             Some(g) => read(g.join("pids.current")),
@@ -814,7 +849,10 @@ impl GrantGroup {
 
 fn write_limit(dir: &Path, file: &str, value: u64) -> io::Result<()> {
     fs::write(dir.join(file), value.to_string()).map_err(|e| {
-        io::Error::new(e.kind(), format!("cannot set {}: {e}", dir.join(file).display()))
+        io::Error::new(
+            e.kind(),
+            format!("cannot set {}: {e}", dir.join(file).display()),
+        )
     })
 }
 
@@ -856,7 +894,11 @@ impl RunGroup {
             files.len()
         ));
         let mut cmd = Command::new("/bin/sh");
-        cmd.arg("-c").arg(script).arg("sh").args(&files).arg(program);
+        cmd.arg("-c")
+            .arg(script)
+            .arg("sh")
+            .args(&files)
+            .arg(program);
         cmd
     }
 
@@ -910,7 +952,10 @@ impl Drop for RunGroup {
 
 /// The words a call or job killed by its grant's memory limit ends with.
 pub fn oom_message(limit: u64) -> String {
-    format!("killed: out of memory (this grant's limit is {})", human_bytes(limit))
+    format!(
+        "killed: out of memory (this grant's limit is {})",
+        human_bytes(limit)
+    )
 }
 
 /// Every pid in `dir` and its descendants (cgroup2).
@@ -919,7 +964,11 @@ fn pids_in(dir: &Path) -> Vec<Pid> {
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         if let Ok(text) = fs::read_to_string(d.join("cgroup.procs")) {
-            out.extend(text.lines().filter_map(|l| l.trim().parse().ok()).filter_map(Pid::from_raw));
+            out.extend(
+                text.lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .filter_map(Pid::from_raw),
+            );
         }
         if let Ok(rd) = fs::read_dir(&d) {
             stack.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
@@ -1092,7 +1141,10 @@ pub mod subreaper {
         if let Ok(rd) = fs::read_dir(format!("/proc/{pid}/task")) {
             for t in rd.flatten() {
                 if let Ok(text) = fs::read_to_string(t.path().join("children")) {
-                    out.extend(text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+                    out.extend(
+                        text.split_whitespace()
+                            .filter_map(|p| p.parse::<i32>().ok()),
+                    );
                 }
             }
         }
@@ -1137,7 +1189,8 @@ mod tests {
         assert!(Limits::from_request(&json!({"pids_max": 1024}), ceiling).is_ok());
         let err = Limits::from_request(&json!({"pids_max": 1025}), ceiling).unwrap_err();
         assert!(err.contains("--grant-pids-max"), "{err}");
-        let err = Limits::from_request(&json!({"memory_max": (1u64 << 30) + 1}), ceiling).unwrap_err();
+        let err =
+            Limits::from_request(&json!({"memory_max": (1u64 << 30) + 1}), ceiling).unwrap_err();
         assert!(err.contains("memory_max"), "{err}");
         assert!(Limits::from_request(&json!({"cpu_weight": 0}), ceiling).is_err());
         assert!(Limits::from_request(&json!({"swap": 1}), ceiling).is_err());
@@ -1149,7 +1202,10 @@ mod tests {
     fn bytes_read_as_people_write_them() {
         assert_eq!(human_bytes(1 << 30), "1 GiB");
         assert_eq!(human_bytes(64 << 20), "64 MiB");
-        assert_eq!(oom_message(1 << 30), "killed: out of memory (this grant's limit is 1 GiB)");
+        assert_eq!(
+            oom_message(1 << 30),
+            "killed: out of memory (this grant's limit is 1 GiB)"
+        );
     }
 
     /// A fake cgroupfs: directories and plain files stand for the kernel's.
@@ -1159,7 +1215,10 @@ mod tests {
         fs::create_dir_all(&own).unwrap();
         fs::write(own.join("cgroup.controllers"), controllers).unwrap();
         Settings {
-            mounts: Some(format!("cgroup2 {} cgroup2 rw,relatime 0 0\n", root.display())),
+            mounts: Some(format!(
+                "cgroup2 {} cgroup2 rw,relatime 0 0\n",
+                root.display()
+            )),
             self_cgroup: Some("0::/user.slice/handnode.service\n".into()),
             instance: "abc".into(),
             force_subreaper: false,
@@ -1181,16 +1240,29 @@ mod tests {
         // Delegation: the daemon left the unit's group for a leaf of its own.
         let moved = fs::read_to_string(own.join(DAEMON_LEAF).join("cgroup.procs")).unwrap();
         assert_eq!(moved, std::process::id().to_string());
-        assert_eq!(fs::read_to_string(own.join("cgroup.subtree_control")).unwrap(), "+cpu");
+        assert_eq!(
+            fs::read_to_string(own.join("cgroup.subtree_control")).unwrap(),
+            "+cpu"
+        );
         assert_eq!(layout.v2_controllers, ["memory", "pids", "cpu"]);
         let grant = GrantGroup::create(&layout, "g1", settings.ceiling).unwrap();
         let gdir = own.join("handnode.abc/grants/g1");
-        assert_eq!(fs::read_to_string(gdir.join("memory.max")).unwrap(), (64u64 << 20).to_string());
+        assert_eq!(
+            fs::read_to_string(gdir.join("memory.max")).unwrap(),
+            (64u64 << 20).to_string()
+        );
         assert_eq!(fs::read_to_string(gdir.join("pids.max")).unwrap(), "256");
         assert_eq!(fs::read_to_string(gdir.join("cpu.weight")).unwrap(), "50");
-        assert_eq!(fs::read_to_string(gdir.join("memory.swap.max")).unwrap(), "0");
+        assert_eq!(
+            fs::read_to_string(gdir.join("memory.swap.max")).unwrap(),
+            "0"
+        );
         // OOM kills come from memory.events.
-        fs::write(gdir.join("memory.events"), "low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n").unwrap();
+        fs::write(
+            gdir.join("memory.events"),
+            "low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n",
+        )
+        .unwrap();
         assert_eq!(grant.oom_kills(), 2);
         // A second detection (same process) finds the unit's group above the leaf.
         let mut again = settings.clone();
@@ -1228,7 +1300,9 @@ mod tests {
         let dir = TempDir::new("cgroup-fake-none");
         let mut settings = fake(&dir, "");
         settings.mounts = Some("cgroup /x cgroup rw,memory 0 0\n".into());
-        assert!(Layout::detect(&settings, false).unwrap_err().contains("cgroup v1 only"));
+        assert!(Layout::detect(&settings, false)
+            .unwrap_err()
+            .contains("cgroup v1 only"));
         let settings = fake(&dir, "memory pids");
         let own = dir.path("cg/user.slice/handnode.service");
         // Not writable: a read-only group stands for one not delegated.
@@ -1274,7 +1348,10 @@ mod tests {
         assert_eq!(layout.base, root.join("unified/handnode.i"));
         GrantGroup::create(&layout, "g", settings.ceiling).unwrap();
         let read = |p: &str| fs::read_to_string(root.join(p)).unwrap();
-        assert_eq!(read("memory/ci/x/handnode.i/grants/g/memory.limit_in_bytes"), (64u64 << 20).to_string());
+        assert_eq!(
+            read("memory/ci/x/handnode.i/grants/g/memory.limit_in_bytes"),
+            (64u64 << 20).to_string()
+        );
         assert_eq!(read("pids/handnode.i/grants/g/pids.max"), "256");
         assert_eq!(read("cpu/handnode.i/grants/g/cpu.shares"), "512");
         // The daemon did not move (root's cgroup2 group may hold processes).

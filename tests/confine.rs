@@ -38,7 +38,9 @@ fn cgroups_here(grant: &Value) -> bool {
         !rustix::process::geteuid().is_root(),
         "root, yet the daemon fell back to the subreaper: {grant}"
     );
-    eprintln!("skip: this box gives the daemon no cgroup (not root, no delegated cgroup v2): {grant}");
+    eprintln!(
+        "skip: this box gives the daemon no cgroup (not root, no delegated cgroup v2): {grant}"
+    );
     false
 }
 
@@ -86,7 +88,11 @@ sleep 300"#,
 fn rand_tag() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
-    format!("{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// The pids a `ready …` line names.
@@ -121,7 +127,10 @@ fn start_escapers(conn: &mut PodConn, dir: &Path) -> (String, Vec<u64>) {
             }
             return (job, pids);
         }
-        assert!(Instant::now() < deadline, "watchdog: escapers never ready: {p}");
+        assert!(
+            Instant::now() < deadline,
+            "watchdog: escapers never ready: {p}"
+        );
     }
 }
 
@@ -196,7 +205,9 @@ fn a_calls_timeout_kills_every_escaper() {
         return;
     }
     let script = escapers(&d.dir);
-    let pids_file = script.lines().next().unwrap()[3..].trim_end_matches('\'').to_string();
+    let pids_file = script.lines().next().unwrap()[3..]
+        .trim_end_matches('\'')
+        .to_string();
     // Inline, with a 2 s timeout: the call answers when its command is killed.
     let r = conn.call_tool(
         json!("b"),
@@ -269,12 +280,14 @@ fn the_grant_json_says_what_contains_it_and_limits_may_only_be_lowered() {
         "{g}"
     );
     if g["containment"] == "cgroup" {
-        assert!(["v2", "hybrid"].contains(&g["cgroup_mode"].as_str().unwrap()), "{g}");
+        assert!(
+            ["v2", "hybrid"].contains(&g["cgroup_mode"].as_str().unwrap()),
+            "{g}"
+        );
     }
     // Persisted with the grant.
     let stored: Value =
-        serde_json::from_slice(&std::fs::read(d.state_dir().join("grants.json")).unwrap())
-            .unwrap();
+        serde_json::from_slice(&std::fs::read(d.state_dir().join("grants.json")).unwrap()).unwrap();
     assert_eq!(stored["grants"][0]["limits"]["pids_max"], 256, "{stored}");
     // sys_info shows them under the grant, with what it uses.
     let r = conn.call_tool(json!("i"), "sys_info", json!({}));

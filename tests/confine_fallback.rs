@@ -73,7 +73,11 @@ sleep 300"#,
         .to_string();
     let deadline = Instant::now() + WATCHDOG;
     loop {
-        let p = conn.call_tool(json!("p"), "bash_poll", json!({"job_id": job, "wait_secs": 5}));
+        let p = conn.call_tool(
+            json!("p"),
+            "bash_poll",
+            json!({"job_id": job, "wait_secs": 5}),
+        );
         if result(&p)["structuredContent"]["stdout"]
             .as_str()
             .is_some_and(|s| s.contains("ready"))

@@ -29,7 +29,9 @@ fn cgroups_here(grant: &Value) -> bool {
         !rustix::process::geteuid().is_root(),
         "root, yet the daemon fell back to the subreaper: {grant}"
     );
-    eprintln!("skip: this box gives the daemon no cgroup (not root, no delegated cgroup v2): {grant}");
+    eprintln!(
+        "skip: this box gives the daemon no cgroup (not root, no delegated cgroup v2): {grant}"
+    );
     false
 }
 
@@ -81,7 +83,11 @@ print(started, failed)'"#;
             rtts
         })
     };
-    let r = conn_a.call_tool(json!("f"), "bash", json!({"command": script, "timeout_secs": 60}));
+    let r = conn_a.call_tool(
+        json!("f"),
+        "bash",
+        json!({"command": script, "timeout_secs": 60}),
+    );
     stop.store(true, Ordering::SeqCst);
     let mut rtts = pinger.join().unwrap();
     let r = result(&r);
@@ -113,7 +119,10 @@ print(started, failed)'"#;
         rtts.len(),
         rtts[rtts.len() / 2]
     );
-    assert!(p99 < Duration::from_millis(50), "another grant's ping p99 {p99:?}");
+    assert!(
+        p99 < Duration::from_millis(50),
+        "another grant's ping p99 {p99:?}"
+    );
 }
 
 #[test]
@@ -150,10 +159,17 @@ fn twice_memory_max_is_killed_and_said_so_and_the_daemon_does_not_grow() {
         "bash_start",
         json!({"command": "python3 -c 'b = bytearray(b\"x\") * (128 << 20)'"}),
     );
-    let job = result(&s)["structuredContent"]["job_id"].as_str().unwrap().to_string();
+    let job = result(&s)["structuredContent"]["job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let deadline = Instant::now() + WATCHDOG;
     loop {
-        let p = conn.call_tool(json!("p"), "bash_poll", json!({"job_id": job, "wait_secs": 5}));
+        let p = conn.call_tool(
+            json!("p"),
+            "bash_poll",
+            json!({"job_id": job, "wait_secs": 5}),
+        );
         let s = &result(&p)["structuredContent"];
         if s["state"] != "running" {
             assert_eq!(s["state"], "killed", "{p}");
@@ -163,6 +179,9 @@ fn twice_memory_max_is_killed_and_said_so_and_the_daemon_does_not_grow() {
             );
             break;
         }
-        assert!(Instant::now() < deadline, "watchdog: the job never ended: {p}");
+        assert!(
+            Instant::now() < deadline,
+            "watchdog: the job never ended: {p}"
+        );
     }
 }

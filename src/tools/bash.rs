@@ -163,11 +163,11 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
     };
     // Allocated now: the marker variable must be in the environment from the start.
     let job_id = super::bgjobs::new_job_id();
-    let (cmd, program, confine) = match command(&cx, &args.command, args.cwd.as_deref(), &args.env, &job_id)
-    {
-        Ok(built) => built,
-        Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
-    };
+    let (cmd, program, confine) =
+        match command(&cx, &args.command, args.cwd.as_deref(), &args.env, &job_id) {
+            Ok(built) => built,
+            Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
+        };
     let timeout_secs = args.timeout_secs;
     let cap = args.max_output_bytes;
     let slot: Slot = Arc::new(Mutex::new(Some(done)));

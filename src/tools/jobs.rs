@@ -276,7 +276,8 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
     let jobs = Arc::clone(&cx.host.jobs);
     let job_id = super::bgjobs::new_job_id();
     // Checked before anything is reserved, so a bad cwd changes nothing.
-    let (cmd, _, confine) = match super::shell::command(&cx, &script, cwd.as_deref(), &env, &job_id) {
+    let (cmd, _, confine) = match super::shell::command(&cx, &script, cwd.as_deref(), &env, &job_id)
+    {
         Ok(built) => built,
         Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
     };

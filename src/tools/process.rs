@@ -305,7 +305,12 @@ impl ProcessWatcher {
             Ok(mut entry) => {
                 entry.on_exit = Some(Box::new(move |r| on_exit(Ok(r))));
                 if let Err(Msg::Child(mut entry)) = self.send(Msg::Child(entry)) {
-                    abandon(&mut entry.child, entry.pgid, &entry.ctl, entry.confine.as_deref());
+                    abandon(
+                        &mut entry.child,
+                        entry.pgid,
+                        &entry.ctl,
+                        entry.confine.as_deref(),
+                    );
                     let on_exit = entry.on_exit.take().expect("set above");
                     drop(entry);
                     // Unreachable while `self` lives; kept total rather than panicking.

@@ -442,10 +442,7 @@ fn collect_from(
     map.insert("display".into(), display);
     map.insert("tools".into(), Value::Array(tools));
     map.insert("grant".into(), grant.unwrap_or(Value::Null));
-    map.insert(
-        "containment".into(),
-        confine.containment().as_str().into(),
-    );
+    map.insert("containment".into(), confine.containment().as_str().into());
     if let Some(mode) = confine.containment().mode() {
         map.insert("cgroup_mode".into(), mode.as_str().into());
     }
