@@ -34,7 +34,7 @@
 //! containers), or with `--containment subreaper`, the daemon makes itself a child
 //! subreaper (`PR_SET_CHILD_SUBREAPER`): what a run leaves behind is re-parented to the
 //! daemon rather than to init, and a run's end kills every process that still carries the
-//! run's marker variable ([`crate::tools::bgjobs::MARKER_ENV`]); the daemon's stop kills
+//! run's marker variable ([`MARKER_ENV`]); the daemon's stop kills
 //! every descendant. A process that both unsets the marker and leaves the process group
 //! escapes a run's end until the daemon stops: that is why `doctor` says how to get the
 //! cgroup mode.
@@ -50,6 +50,10 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
 use serde_json::{json, Value};
+
+/// The variable every process of a run carries (its value names the run): what the
+/// subreaper attributes by, and what a restart finds a crashed daemon's jobs by.
+pub const MARKER_ENV: &str = "HN_JOB_ID";
 
 /// The leaf a delegated daemon moves itself into.
 pub const DAEMON_LEAF: &str = "handnode-daemon";
@@ -1065,7 +1069,7 @@ pub mod subreaper {
         let Ok(env) = fs::read(format!("/proc/{pid}/environ")) else {
             return false;
         };
-        let prefix = format!("{}=", crate::tools::bgjobs::MARKER_ENV);
+        let prefix = format!("{}=", MARKER_ENV);
         env.split(|b| *b == 0).any(|var| {
             var.strip_prefix(prefix.as_bytes())
                 .is_some_and(|v| markers.iter().any(|m| m.as_bytes() == v))
@@ -1080,7 +1084,12 @@ pub mod subreaper {
     /// The parent pid of `pid` (field 4 of its stat).
     fn ppid(pid: i32) -> Option<i32> {
         let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        crate::tools::process::stat_field(&stat, 4).map(|p| p as i32)
+        // "pid (comm) state ppid …": comm may hold spaces and parentheses.
+        stat[stat.rfind(')')? + 1..]
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
     }
 
     pub fn signal_marked(markers: &[String], signal: Signal) {

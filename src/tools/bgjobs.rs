@@ -61,7 +61,7 @@ pub const DIR_MODE: u32 = 0o700;
 pub const FILE_MODE: u32 = 0o600;
 /// Environment variable every job's processes carry (its job id), so recovery can tell a
 /// job's orphans from strangers that reuse its process group id.
-pub const MARKER_ENV: &str = "HN_JOB_ID";
+pub const MARKER_ENV: &str = crate::cgroup::MARKER_ENV;
 /// Bytes of a job's command kept for `bash_list` and its record.
 pub const COMMAND_NOTE_BYTES: usize = 1024;
 /// Finished jobs kept per scope; past it the oldest is removed before its retention ends,

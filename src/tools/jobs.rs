@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::bgjobs::{Admit, Job, JobTable, State, Stop, OWNER_SCOPE};
+use super::bgjobs::{Admit, Job, JobTable, State, Stop};
 use super::process::{Continued, RunSpec, SoFar, Wait};
 use super::shell::{command_field, cwd_field, env_field, int_field, object};
 use super::{CallContext, Needs, Tool};
@@ -157,7 +157,7 @@ fn cancel_schema() -> Value {
 
 /// The job scope of a call: its grant, or the owner's `/mcp`.
 pub fn scope(cx: &CallContext) -> &str {
-    cx.grant.as_ref().map_or(OWNER_SCOPE, |g| g.id.as_str())
+    super::shell::scope(cx)
 }
 
 /// `job_id`: a string. Whether it names a job is answered later, as a tool error.

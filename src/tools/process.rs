@@ -21,11 +21,12 @@
 //!
 //! **When a run ends.** A run ends when the group *leader* (the process we spawned)
 //! exits. Whatever the leader wrote is already in the pipes and is drained; then the rest
-//! of the group is SIGKILLed. So `sleep 100 &` left behind by a shell does not keep the
-//! call open (it would otherwise hold the pipes until it ends) and does not outlive the
-//! call. A process that must outlive the call has to leave the group on purpose
-//! (`setsid -f cmd >log 2>&1`); we then stop reading its pipes, and it gets `EPIPE` if it
-//! still writes to them.
+//! of the group and the run's cgroup ([`RunSpec::confine`], §16) are SIGKILLed. So
+//! `sleep 100 &` left behind by a shell does not keep the call open (it would otherwise
+//! hold the pipes until it ends) and does not outlive the call, and neither does a
+//! process that left the group (`setsid`, a double fork): nothing a run starts outlives
+//! it. Without a cgroup (the subreaper fallback) what left the group is killed when it
+//! still carries the run's marker variable.
 //!
 //! **Timeout and cancel.** At the deadline the watcher SIGKILLs the whole group; a cancel
 //! ([`JobCtl::cancel`]) does the same from the cancelling thread. Either way the leader's

@@ -93,6 +93,14 @@ pub(crate) fn int_field(
     Ok(args::int(map, field, range, Naming::Plain, Some(why))?.map_or(default, |v| v as u64))
 }
 
+/// The job scope of a call, which is also its cgroup's grant: its grant, or the owner's
+/// `/mcp`.
+pub(crate) fn scope(cx: &CallContext) -> &str {
+    cx.grant
+        .as_ref()
+        .map_or(super::bgjobs::OWNER_SCOPE, |g| g.id.as_str())
+}
+
 /// `$HOME` when it is a directory.
 fn home_dir() -> Option<PathBuf> {
     std::env::var_os("HOME")
@@ -143,7 +151,7 @@ pub(crate) fn command(
     let group = cx
         .host
         .confine
-        .run(super::jobs::scope(cx), job_id)
+        .run(scope(cx), job_id)
         .map_err(|e| format!("could not contain the command: {e}"))?;
     let mut cmd = group.command(&program);
     cmd.arg("-c")
