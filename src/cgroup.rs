@@ -404,19 +404,20 @@ impl Confine {
     }
 
     /// The group of `grant` (made on first use).
-    fn grant(&self, grant: &str) -> io::Result<Arc<GrantGroup>> {
+    fn grant(&self, grant: &str, limited: bool) -> io::Result<Arc<GrantGroup>> {
         let mut grants = lock(&self.grants);
         if let Some(g) = grants.get(grant) {
             return Ok(Arc::clone(g));
         }
         let limits = self.limits_of(grant);
         let group = match &self.layout {
-            Some(layout) => GrantGroup::create(layout, grant, limits)?,
+            Some(layout) => GrantGroup::create(layout, grant, limited.then_some(limits))?,
             None => GrantGroup {
                 id: grant.to_string(),
                 dir: None,
                 v1: Vec::new(),
                 limits,
+                limited,
                 live: Mutex::new(HashSet::new()),
                 markers: Mutex::new(HashSet::new()),
             },
@@ -426,9 +427,10 @@ impl Confine {
         Ok(group)
     }
 
-    /// A new run of `grant`, its processes to carry `marker` (the job marker's value).
-    pub fn run(&self, grant: &str, marker: &str) -> io::Result<Arc<RunGroup>> {
-        let grant = self.grant(grant)?;
+    /// A new run of `grant` (`limited`: under the grant's limits; the owner's `/mcp` is
+    /// not), its processes to carry `marker` (the job marker's value).
+    pub fn run(&self, grant: &str, limited: bool, marker: &str) -> io::Result<Arc<RunGroup>> {
+        let grant = self.grant(grant, limited)?;
         let name = format!("r{}", self.next_run.fetch_add(1, Ordering::Relaxed));
         // Live before it exists: a concurrent run's sweep must never take it.
         lock(&grant.live).insert(name.clone());
@@ -699,7 +701,7 @@ fn unescape(s: &str) -> String {
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'\\'
-            && i + 3 < b.len() + 0
+            && i + 3 < b.len()
             && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
         {
             let n = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
@@ -722,6 +724,8 @@ pub struct GrantGroup {
     /// Hybrid: the grant's v1 groups.
     v1: Vec<(V1, PathBuf)>,
     limits: Limits,
+    /// False for the owner's group: killed like a grant's, never limited.
+    limited: bool,
     /// Runs whose groups must not be swept.
     live: Mutex<HashSet<String>>,
     /// Subreaper: the markers of the grant's runs.
@@ -729,11 +733,19 @@ pub struct GrantGroup {
 }
 
 impl GrantGroup {
-    fn create(layout: &Layout, id: &str, limits: Limits) -> io::Result<GrantGroup> {
+    /// `limits: None`: a group to kill by, without limits (the owner's `/mcp`).
+    fn create(layout: &Layout, id: &str, limits: Option<Limits>) -> io::Result<GrantGroup> {
         let dir = layout.base.join("grants").join(id);
         mkdir(&dir)?;
         let mut v1 = Vec::new();
+        let limited = limits.is_some();
+        let limits = limits.unwrap_or(Limits {
+            memory_max: u64::MAX,
+            pids_max: u64::MAX,
+            cpu_weight: DEFAULT_WEIGHT,
+        });
         match layout.mode {
+            _ if !limited => {}
             Mode::V2 => {
                 for c in &layout.v2_controllers {
                     let _ = fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"));
@@ -780,6 +792,7 @@ impl GrantGroup {
             dir: Some(dir),
             v1,
             limits,
+            limited,
             live: Mutex::new(HashSet::new()),
             markers: Mutex::new(HashSet::new()),
         })
@@ -933,7 +946,7 @@ impl RunGroup {
     /// `Some(limit)` when the kernel's OOM killer killed in this grant since the run
     /// started: a run that then ended by SIGKILL was killed by the grant's memory limit.
     pub fn oom_limit(&self) -> Option<u64> {
-        (self.grant.dir.is_some() && self.grant.oom_kills() > self.oom_before)
+        (self.grant.dir.is_some() && self.grant.limited && self.grant.oom_kills() > self.oom_before)
             .then_some(self.grant.limits.memory_max)
     }
 
@@ -1254,7 +1267,7 @@ mod tests {
             "+cpu"
         );
         assert_eq!(layout.v2_controllers, ["memory", "pids", "cpu"]);
-        let grant = GrantGroup::create(&layout, "g1", settings.ceiling).unwrap();
+        let grant = GrantGroup::create(&layout, "g1", Some(settings.ceiling)).unwrap();
         let gdir = own.join("handnode.abc/grants/g1");
         assert_eq!(
             fs::read_to_string(gdir.join("memory.max")).unwrap(),
@@ -1273,6 +1286,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(grant.oom_kills(), 2);
+        // The owner's group is killed like a grant's, never limited.
+        GrantGroup::create(&layout, "owner", None).unwrap();
+        let odir = own.join("handnode.abc/grants/owner");
+        assert!(
+            odir.is_dir() && !odir.join("memory.max").exists() && !odir.join("pids.max").exists()
+        );
         // A second detection (same process) finds the unit's group above the leaf.
         let mut again = settings.clone();
         again.self_cgroup = Some(format!("0::/user.slice/handnode.service/{DAEMON_LEAF}\n"));
@@ -1292,7 +1311,7 @@ mod tests {
             limits: Mutex::new(HashMap::new()),
             next_run: AtomicU64::new(1),
         };
-        let run = confine.run("g1", "m").unwrap();
+        let run = confine.run("g1", true, "m").unwrap();
         let out = run.command(Path::new("echo")).arg("hi").output().unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
         let procs = fs::read_to_string(run.dir.as_ref().unwrap().join("cgroup.procs")).unwrap();
@@ -1355,7 +1374,7 @@ mod tests {
         let layout = Layout::detect(&settings, false).unwrap();
         assert_eq!(layout.mode, Mode::Hybrid);
         assert_eq!(layout.base, root.join("unified/handnode.i"));
-        GrantGroup::create(&layout, "g", settings.ceiling).unwrap();
+        GrantGroup::create(&layout, "g", Some(settings.ceiling)).unwrap();
         let read = |p: &str| fs::read_to_string(root.join(p)).unwrap();
         assert_eq!(
             read("memory/ci/x/handnode.i/grants/g/memory.limit_in_bytes"),

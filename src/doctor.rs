@@ -713,6 +713,25 @@ mod tests {
     }
 
     #[test]
+    fn containment_says_which_and_how_to_get_cgroups() {
+        let ok = containment_check(Ok(crate::cgroup::Mode::Hybrid));
+        assert_eq!(ok.status, Status::Ok);
+        assert!(ok.detail.starts_with("cgroup (hybrid)"), "{}", ok.detail);
+        let no = containment_check(Err("no cgroup2 hierarchy is mounted".into()));
+        assert_eq!(no.status, Status::Warn);
+        assert!(
+            no.detail.starts_with("subreaper: no cgroup2"),
+            "{}",
+            no.detail
+        );
+        let fix = no.fix.unwrap();
+        assert!(
+            fix.contains("Delegate=yes") && fix.contains("cgroup v2"),
+            "{fix}"
+        );
+    }
+
+    #[test]
     fn xset_blanking_is_reported_with_the_fix() {
         let q = "Screen Saver:\n  prefer blanking:  yes    allow exposures:  yes\n  timeout:  600    cycle:  600\nDPMS (Energy Star):\n  Standby: 600    Suspend: 600    Off: 600\n  DPMS is Enabled\n  Monitor is On\n";
         let c = xset_blanking(q);

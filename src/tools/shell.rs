@@ -151,7 +151,7 @@ pub(crate) fn command(
     let group = cx
         .host
         .confine
-        .run(scope(cx), job_id)
+        .run(scope(cx), cx.grant.is_some(), job_id)
         .map_err(|e| format!("could not contain the command: {e}"))?;
     let mut cmd = group.command(&program);
     cmd.arg("-c")
