@@ -404,3 +404,42 @@ fn a_sigkilled_daemons_leftover_cgroup_is_gone_after_restart() {
     );
     drop(d);
 }
+
+#[test]
+fn bash_cancel_term_reaches_every_escaper() {
+    let pod = StubPod::start();
+    let d = daemon("confterm2");
+    let (id, mut conn) = d.attached(&pod, "laptop", "owner");
+    if !cgroups_here(&d.grant(&id)) {
+        return;
+    }
+    let (job, pids) = start_escapers(&mut conn, &d.dir);
+    let t0 = Instant::now();
+    let r = conn.call_tool(
+        json!("c"),
+        "bash_cancel",
+        json!({"job_id": job, "signal": "TERM"}),
+    );
+    assert_eq!(result(&r)["isError"], false, "{r}");
+    // TERM goes to every process in the job's cgroup, and the shell's end kills the rest:
+    // all within WITHIN, long before the KILL that follows 5 s later.
+    assert_all_dead(&pids, t0, "bash_cancel TERM");
+}
+
+#[test]
+fn the_grants_deadline_kills_every_escaper() {
+    let pod = StubPod::start();
+    let d = daemon("confdeadline");
+    let mut body = attach_body(&pod, "deadline", "owner");
+    body["ttl_secs"] = json!(3);
+    let (id, mut conn) = d.attached_with(&pod, body);
+    if !cgroups_here(&d.grant(&id)) {
+        return;
+    }
+    let (_, pids) = start_escapers(&mut conn, &d.dir);
+    // The deadline closes the socket (1000) once the grant has ended.
+    assert_eq!(conn.expect_close(), 1000);
+    let t0 = Instant::now();
+    assert_all_dead(&pids, t0, "the deadline");
+    d.wait_grant(&id, "ended", |g| g["ended"] == "deadline");
+}
