@@ -20,7 +20,7 @@
 //! the host is `x86_64-unknown-linux-gnu`: a cross build (the Pi artifacts of
 //! `scripts/build-static.sh`) links with a GNU cross `ld` that knows neither.
 //!
-//! It also passes the target triple to the crate as `HANDNODE_TARGET` (`src/build_info.rs`),
+//! It also passes the target triple to the crate as `HANDNODE_TARGET` (`src/base/build_info.rs`),
 //! for any target and profile.
 
 use std::process::Command;

@@ -1621,7 +1621,7 @@ fn all_gone(pids: &[i32], limit: Duration) -> bool {
         let Ok(fd) = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()) else {
             continue; // gone already
         };
-        let poller = handnode::wake::Poller::new().expect("epoll");
+        let poller = handnode::base::wake::Poller::new().expect("epoll");
         poller.add(&fd, 1, true, false).expect("watch a pidfd");
         let left = deadline.saturating_duration_since(Instant::now());
         if poller.wait(Some(left)).expect("epoll wait").is_empty() {

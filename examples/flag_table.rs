@@ -1,3 +1,3 @@
 fn main() {
-    print!("{}", handnode::cli::help_table_markdown());
+    print!("{}", handnode::ops::cli::help_table_markdown());
 }

@@ -25,12 +25,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::{Map, Value};
 
+use crate::base::error::Error;
+use crate::base::label;
+use crate::base::timefmt;
 use crate::config::{Limits, Timing};
 use crate::containment::{self, Site};
-use crate::error::Error;
-use crate::label;
-use crate::mcp::Outcome;
-use crate::timefmt;
+use crate::wire::mcp::Outcome;
 
 /// Name of the live audit file inside the state dir; rotated copies add `.1`, `.2`, ….
 pub const FILE_NAME: &str = "audit.jsonl";
@@ -710,7 +710,7 @@ impl Writer {
             fsynced: None,
         };
         w.open().map_err(|e| {
-            if crate::statedir::is_refused(&e) {
+            if crate::base::statedir::is_refused(&e) {
                 return Error::Config(format!(
                     "{}: {e}; move it out of the way so handnode can keep its audit log there",
                     w.path().display()
@@ -733,7 +733,7 @@ impl Writer {
 
     fn open(&mut self) -> io::Result<()> {
         let path = self.path();
-        let file = crate::statedir::open_state_file(
+        let file = crate::base::statedir::open_state_file(
             OpenOptions::new().append(true).create(true).mode(FILE_MODE),
             &path,
         )?;
@@ -1000,7 +1000,7 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
-    use crate::testutil::TempDir;
+    use crate::base::testutil::TempDir;
 
     /// Runs `f` on another thread and fails the test if it takes longer than a generous
     /// watchdog, so a hang fails fast instead of stalling the suite.
@@ -1489,7 +1489,7 @@ mod tests {
         let err = within(move || a.record_durable(created())).unwrap_err();
         assert!(err.to_string().contains("restarted"), "{err}");
         // Counted once the unwind (which answered the request above) reaches the catch.
-        crate::testutil::wait_for(
+        crate::base::testutil::wait_for(
             || containment::count(Site::Audit) > before,
             "the audit panic to be counted",
         );

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use crate::secret::Secret;
+use crate::base::secret::Secret;
 
 /// Longest client key the throttle stores (bytes); header values beyond it are cut so a
 /// huge `X-Forwarded-For` cannot grow the table's memory.

@@ -1193,7 +1193,7 @@ pub mod subreaper {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use crate::base::testutil::TempDir;
 
     #[test]
     fn limits_may_ask_for_less_never_more() {

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::auth::Policy;
-use crate::error::Error;
-use crate::secret::Secret;
+use crate::base::error::Error;
+use crate::base::secret::Secret;
 
 /// Which display backend graphical tools use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -899,7 +899,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         kind: Kind::Text {
             metavar: "COMMAND",
             set: |d, v| {
-                d.config.browser_command = Some(crate::browser_argv::parse_command(&v)?);
+                d.config.browser_command = Some(crate::base::browser_argv::parse_command(&v)?);
                 Ok(())
             },
         },
@@ -1245,7 +1245,7 @@ pub(crate) const DOCTOR_FLAGS: &[Flag<DoctorArgs>] = &[
         kind: Kind::Text {
             metavar: "COMMAND",
             set: |d, v| {
-                d.browser_command = Some(crate::browser_argv::parse_command(&v)?);
+                d.browser_command = Some(crate::base::browser_argv::parse_command(&v)?);
                 Ok(())
             },
         },
@@ -1662,7 +1662,7 @@ pub fn log_effective(config: &Config) {
 mod tests {
     use super::*;
 
-    use crate::testutil::TempDir;
+    use crate::base::testutil::TempDir;
 
     fn strings(args: &[&str]) -> Vec<String> {
         args.iter().map(|s| s.to_string()).collect()

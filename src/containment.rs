@@ -58,8 +58,8 @@ pub fn caught(site: Site, what: &str, payload: &(dyn Any + Send)) {
     log::error!(
         "bug: a panic in {} ({}) was contained: {}; {}",
         site.as_str(),
-        crate::label::cut(what, 128),
-        crate::label::cut(message(payload), 512),
+        crate::base::label::cut(what, 128),
+        crate::base::label::cut(message(payload), 512),
         match site {
             Site::Tool => "that call ended with a tool error",
             Site::Grant => "that grant ended internal_error",
@@ -117,7 +117,7 @@ mod tests {
     use tungstenite::{Message, WebSocket};
 
     use super::*;
-    use crate::testutil::TempDir;
+    use crate::base::testutil::TempDir;
     use crate::Secret;
 
     /// Longest any wait in this test may take.
@@ -146,10 +146,10 @@ mod tests {
     }
 
     fn admin(addr: SocketAddr, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        let target = crate::httpc::Target::parse(&format!("http://{addr}{path}")).unwrap();
+        let target = crate::wire::httpc::Target::parse(&format!("http://{addr}{path}")).unwrap();
         let auth = format!("Bearer {TOKEN}");
         let body = body.map(Value::to_string);
-        let req = crate::httpc::Request {
+        let req = crate::wire::httpc::Request {
             method,
             target: &target,
             headers: &[
@@ -158,7 +158,7 @@ mod tests {
             ],
             body: body.as_deref().map(str::as_bytes),
         };
-        let resp = crate::httpc::send(&req, WATCHDOG, None).expect("the admin API answers");
+        let resp = crate::wire::httpc::send(&req, WATCHDOG, None).expect("the admin API answers");
         let status = resp.status;
         let bytes = resp.read_body(1 << 20).unwrap();
         let v = serde_json::from_slice(&bytes)
@@ -280,7 +280,7 @@ mod tests {
                 .map(|l| serde_json::from_str::<Value>(l).unwrap())
                 .any(|l| pred(&l))
         };
-        crate::testutil::wait_for(
+        crate::base::testutil::wait_for(
             || audit_has(&|l| l["grant_id"] == a.as_str() && l["reason"] == "internal_error"),
             "the internal_error end in audit.jsonl",
         );
@@ -299,7 +299,7 @@ mod tests {
         // record after it is acknowledged and on disk, and the bystander serves on.
         let reply = call(&mut ws_b, 40, hooks::AUDIT_TOOL, json!({}));
         assert_eq!(reply["error"]["code"], -32602, "{reply}");
-        crate::testutil::wait_for(
+        crate::base::testutil::wait_for(
             || count(Site::Audit) > before[Site::Audit as usize],
             "the audit writer's panic",
         );

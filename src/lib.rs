@@ -2,52 +2,25 @@
 //! revocable, by dialling into the agent's pod and serving MCP over that socket.
 #![forbid(unsafe_code)]
 
-pub mod activity;
 pub mod admin;
-pub mod approvals;
 pub mod audit;
 pub mod auth;
+pub mod base;
 pub mod browser;
-pub mod browser_argv;
-pub mod build_info;
-pub mod calls;
 pub mod cgroup;
-pub mod cli;
 pub mod config;
-pub mod console;
 pub mod containment;
-pub mod dial;
-pub mod doctor;
-pub mod error;
 pub mod grants;
-pub mod hardening;
-pub mod httpc;
-pub mod ids;
-pub mod jobs;
-pub mod label;
-pub mod lanes;
-pub mod link;
-pub mod mcp;
 pub mod metrics;
-pub mod mint;
-pub mod notify;
-pub mod persist;
+pub mod ops;
+pub mod pool;
 pub mod profiles;
-pub mod sdnotify;
-pub mod secret;
-pub mod statedir;
-#[cfg(test)]
-mod testutil;
-pub mod timefmt;
-pub mod tls;
 pub mod tools;
-pub mod upstream;
-pub mod url;
-pub mod wake;
+pub mod wire;
 
+pub use base::error::Error;
+pub use base::secret::Secret;
 pub use config::Config;
-pub use error::Error;
-pub use secret::Secret;
 
 /// Tells a running daemon to stop. Dropping it, or calling [`ShutdownHandle::shutdown`],
 /// makes [`run`] close every socket with 1001, persist, and return.
@@ -93,9 +66,9 @@ pub struct Daemon {
     admin: Option<admin::AdminServer>,
     registry: Arc<grants::Registry>,
     fatal: crossbeam_channel::Receiver<Error>,
-    approvals_guard: Option<approvals::ApprovalsGuard>,
+    approvals_guard: Option<grants::approvals::ApprovalsGuard>,
     audit_guard: Option<audit::AuditGuard>,
-    jobs: Arc<tools::bgjobs::JobTable>,
+    jobs: Arc<tools::jobs::table::JobTable>,
     /// Killed last: nothing a grant started outlives the daemon (§16).
     confine: Arc<cgroup::Confine>,
     sd_notify: bool,
@@ -118,11 +91,11 @@ impl Daemon {
     pub fn start(config: Config) -> Result<Daemon, Error> {
         let policy = config.policy();
         policy.validate().map_err(Error::Config)?;
-        let tls = tls::client_config(config.ca_file.as_deref())?;
+        let tls = wire::tls::client_config(config.ca_file.as_deref())?;
         // Also with --no-persist: the audit log lives there.
-        persist::ensure_state_dir(&config.state_dir)?;
+        grants::persist::ensure_state_dir(&config.state_dir)?;
         let store = if config.persist {
-            Some(persist::GrantStore::open(&config.state_dir)?)
+            Some(grants::persist::GrantStore::open(&config.state_dir)?)
         } else {
             None
         };
@@ -149,8 +122,8 @@ impl Daemon {
                 config.force_subreaper,
                 config.limits.grant_ceiling(),
             )),
-            jobs: tools::bgjobs::JobConfig {
-                dir: Some(config.state_dir.join(tools::bgjobs::DIR_NAME)),
+            jobs: tools::jobs::table::JobConfig {
+                dir: Some(config.state_dir.join(tools::jobs::table::DIR_NAME)),
                 window: config.limits.job_output_bytes,
                 disk_cap: config.limits.job_disk_bytes,
                 per_scope: config.limits.jobs_per_grant,
@@ -158,7 +131,7 @@ impl Daemon {
                 retention: config.timing.job_retention,
                 scope_retention: config.timing.grant_job_retention,
                 kill_grace: config.timing.job_kill_grace,
-                kept_per_scope: tools::bgjobs::DEFAULT_KEPT_PER_SCOPE,
+                kept_per_scope: tools::jobs::table::DEFAULT_KEPT_PER_SCOPE,
                 audit_args: config.audit_args,
             },
         };
@@ -192,19 +165,22 @@ impl Daemon {
         let recovered = jobs.recover().map_err(|e| {
             Error::Config(format!(
                 "cannot use the jobs dir {}: {e} (check the state dir's permissions)",
-                config.state_dir.join(tools::bgjobs::DIR_NAME).display()
+                config
+                    .state_dir
+                    .join(tools::jobs::table::DIR_NAME)
+                    .display()
             ))
         })?;
         if recovered > 0 {
             log::info!("{recovered} job(s) of an earlier run kept until their retention ends");
         }
-        let services = Arc::new(calls::Services {
-            pool: jobs::Pool::new(config.workers, config.limits.job_queue),
+        let services = Arc::new(grants::calls::Services {
+            pool: pool::Pool::new(config.workers, config.limits.job_queue),
             host,
             upstream: if config.upstreams.is_empty() {
                 None
             } else {
-                Some(Arc::new(upstream::Upstreams::new(
+                Some(Arc::new(browser::upstream::Upstreams::new(
                     config.upstreams.clone(),
                     &config.timing,
                     Arc::clone(&tls),
@@ -213,15 +189,15 @@ impl Daemon {
             browsers: browsers.clone(),
         });
         let notifier = if config.notify {
-            notify::Notifier::for_display(
+            grants::notify::Notifier::for_display(
                 config.notify_program.clone(),
                 config.display_env.as_ref(),
             )
         } else {
             None
         };
-        let (approvals, approvals_guard) = approvals::Approvals::start(
-            approvals::HubConfig {
+        let (approvals, approvals_guard) = grants::approvals::Approvals::start(
+            grants::approvals::HubConfig {
                 timeout: config.timing.approval_timeout,
                 max_pending: config.limits.approvals_pending,
                 max_waiters: config.limits.approval_waiters,
@@ -339,7 +315,7 @@ impl Daemon {
 /// A failed notification is logged, not fatal: under `Type=notify` systemd reports the missing
 /// `READY=1` itself, and without systemd there is nobody to tell.
 fn sd_notify_or_warn(state: &str) {
-    if let Err(e) = sdnotify::notify(state) {
+    if let Err(e) = ops::sdnotify::notify(state) {
         log::warn!("could not notify systemd ({state:?}): {e}");
     }
 }

@@ -1,11 +1,11 @@
-//! The `handnode` binary: argv and env → `cli::Command`, logging, signals, exit codes.
+//! The `handnode` binary: argv and env → `ops::cli::Command`, logging, signals, exit codes.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
 
-use handnode::cli::Command;
 use handnode::config;
-use handnode::{cli, doctor, Shutdown};
+use handnode::ops::cli::Command;
+use handnode::{ops::cli, ops::doctor, Shutdown};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -50,7 +50,7 @@ fn init_logging() {
                 writeln!(
                     out,
                     "[{} {:<5} {}] {}",
-                    handnode::timefmt::rfc3339(handnode::timefmt::now_unix()),
+                    handnode::base::timefmt::rfc3339(handnode::base::timefmt::now_unix()),
                     record.level(),
                     record.target(),
                     record.args()
@@ -71,7 +71,7 @@ fn main() -> ExitCode {
     init_logging();
     // First, before any secret is read: every subcommand may hold one (a token, a pod
     // credential from --admin-credential-file).
-    if let Err(e) = handnode::hardening::apply() {
+    if let Err(e) = handnode::base::hardening::apply() {
         log::warn!("could not disable core dumps and ptrace for this process: {e}");
     }
     let mut args = Vec::new();
@@ -167,6 +167,9 @@ mod tests {
             log::Level::Debug
         )));
         assert!(!is_raw_trace(&meta("tungstenitex", log::Level::Trace)));
-        assert!(!is_raw_trace(&meta("handnode::dial", log::Level::Trace)));
+        assert!(!is_raw_trace(&meta(
+            "handnode::grants::dial",
+            log::Level::Trace
+        )));
     }
 }

@@ -8,9 +8,9 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::base::label;
 use crate::containment::{self, Site};
-use crate::label;
-use crate::mcp::Outcome;
+use crate::wire::mcp::Outcome;
 
 /// Grant states, in the order `/metrics` lists them.
 pub const GRANT_STATES: [&str; 5] = ["idle", "dialing", "attached", "redialing", "ended"];
@@ -404,7 +404,7 @@ fn escape_help(v: &str) -> String {
     v.replace('\\', "\\\\").replace('\n', "\\n")
 }
 
-impl crate::tools::bgjobs::JobMeter for Metrics {
+impl crate::tools::jobs::table::JobMeter for Metrics {
     fn job_started(&self) {
         Metrics::job_started(self);
     }

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use handnode::jobs::{Completion, JobCtl};
-use handnode::mcp::ToolOutput;
-use handnode::secret::Secret;
+use handnode::base::secret::Secret;
+use handnode::pool::{Completion, JobCtl};
 use handnode::tools::{bash, CallContext, CallLimits, ToolConfig, ToolHost};
+use handnode::wire::mcp::ToolOutput;
 use serde_json::json;
 
 #[test]

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use handnode::jobs::{Completion, JobCtl};
-use handnode::mcp::ToolOutput;
+use handnode::pool::{Completion, JobCtl};
 use handnode::tools::{bash, CallContext, CallLimits, ToolConfig, ToolHost};
+use handnode::wire::mcp::ToolOutput;
 use serde_json::{json, Value};
 
 const WATCHDOG: Duration = Duration::from_secs(60);

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use common::{poll_until, quiet_liveness, PodConn, StubPod, TestDaemon};
 use handnode::browser::sweep;
-use handnode::mcp::INVALID_PARAMS;
 use handnode::profiles::{browser_class_of, Class, Profile, BROWSER_NEEDS_COMMAND};
+use handnode::wire::mcp::INVALID_PARAMS;
 use serde_json::{json, Value};
 
 /// Longest one browser call may take here (the first one launches chromium on a busy box).

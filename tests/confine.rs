@@ -149,7 +149,7 @@ fn survivors(pids: &[u64], since: Instant, within: Duration) -> Vec<u64> {
             Ok(fd) => fd,
             Err(_) => continue, // gone already
         };
-        let poller = handnode::wake::Poller::new().unwrap();
+        let poller = handnode::base::wake::Poller::new().unwrap();
         poller.add(&fd, 1, true, false).unwrap();
         let remaining = (since + within).saturating_duration_since(Instant::now());
         if poller.wait(Some(remaining)).unwrap().is_empty() && alive(pid) {

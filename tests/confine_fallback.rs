@@ -29,7 +29,7 @@ fn dies_within(pid: u64, within: Duration) -> bool {
     let Ok(fd) = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()) else {
         return true;
     };
-    let poller = handnode::wake::Poller::new().unwrap();
+    let poller = handnode::base::wake::Poller::new().unwrap();
     poller.add(&fd, 1, true, false).unwrap();
     !poller.wait(Some(within)).unwrap().is_empty() || !alive(pid)
 }

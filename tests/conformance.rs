@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use handnode::auth::{Decision, Policy, RequestFacts};
-use handnode::secret::Secret;
+use handnode::base::secret::Secret;
 use serde_json::Value;
 
 fn vendored() -> PathBuf {

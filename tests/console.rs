@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use common::*;
 use crossbeam_channel::Receiver;
-use handnode::console::{self, ASSETS, CSP, PAGE};
+use handnode::admin::console::{self, ASSETS, CSP, PAGE};
 use serde_json::{json, Value};
 
 /// Longest one browser step may take (chromium's first start on a busy 2-core box).
@@ -295,13 +295,13 @@ fn audit_lists_a_grants_calls_newest_first_within_its_bounds() {
     );
 
     for (query, error) in [
-        ("?limit=501", handnode::activity::LIMIT_ERROR),
-        ("?limit=0", handnode::activity::LIMIT_ERROR),
-        ("?limit=ten", handnode::activity::LIMIT_ERROR),
-        ("?grant=not-a-grant", handnode::activity::GRANT_ERROR),
+        ("?limit=501", handnode::admin::activity::LIMIT_ERROR),
+        ("?limit=0", handnode::admin::activity::LIMIT_ERROR),
+        ("?limit=ten", handnode::admin::activity::LIMIT_ERROR),
+        ("?grant=not-a-grant", handnode::admin::activity::GRANT_ERROR),
         (
             &format!("?grant={}", a.to_uppercase()),
-            handnode::activity::GRANT_ERROR,
+            handnode::admin::activity::GRANT_ERROR,
         ),
     ] {
         assert_eq!(

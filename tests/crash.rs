@@ -131,7 +131,8 @@ fn sigkill_mid_burst_loses_no_acknowledged_grant() {
         // The file the dead daemon left is whole, and holds every acknowledged grant.
         let bytes = std::fs::read(state.join("grants.json")).expect("grants.json exists");
         let file: Value = serde_json::from_slice(&bytes).expect("grants.json parses");
-        let report = handnode::persist::parse(&bytes, handnode::timefmt::now_unix()).unwrap();
+        let report =
+            handnode::grants::persist::parse(&bytes, handnode::base::timefmt::now_unix()).unwrap();
         assert!(report.dropped.is_empty(), "{:?}", report.dropped);
         for (id, session) in acked.lock().unwrap().iter() {
             assert!(
@@ -233,7 +234,7 @@ fn absurd_persisted_values_are_dropped_not_fatal() {
     let dir = temp_dir("absurd");
     let config = test_config(&dir);
     std::fs::create_dir_all(&config.state_dir).unwrap();
-    let now = handnode::timefmt::now_unix();
+    let now = handnode::base::timefmt::now_unix();
     let grant = |id: &str, runtime: &str, session: &str, expires_at: u64| {
         json!({"id": id, "runtime": runtime, "session": session, "profile": "observe",
                "principal": "t", "created_at": now, "expires_at": expires_at, "secret": "x"})
@@ -316,7 +317,8 @@ fn an_attach_during_startup_loses_no_persisted_grant() {
     // No clean shutdown to save the registry again: the file must already hold them all.
     d.kill();
     let bytes = std::fs::read(state.join("grants.json")).unwrap();
-    let report = handnode::persist::parse(&bytes, handnode::timefmt::now_unix()).unwrap();
+    let report =
+        handnode::grants::persist::parse(&bytes, handnode::base::timefmt::now_unix()).unwrap();
     assert_eq!(
         report.grants.len(),
         PERSISTED + 1,

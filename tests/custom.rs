@@ -15,11 +15,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use common::*;
-use handnode::mcp::INVALID_PARAMS;
 use handnode::profiles::{profile_error, MAX_LIST_NAMES, MAX_TOOL_NAME_BYTES};
 use handnode::tools::policy::{
     classify, ALLOW_NEEDS_CUSTOM_ERROR, CUSTOM_NEEDS_ALLOW_ERROR, NO_TOOLS_ERROR,
 };
+use handnode::wire::mcp::INVALID_PARAMS;
 use realbin::RealDaemon;
 use serde_json::{json, Value};
 

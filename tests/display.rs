@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use displays::*;
 use handnode::config::DisplayBackend;
-use handnode::jobs::JobCtl;
+use handnode::pool::JobCtl;
 use handnode::profiles::Profile;
 use serde_json::{json, Value};
 
@@ -147,7 +147,7 @@ fn type_and_see(host: &std::sync::Arc<handnode::tools::ToolHost>, dir: &Scratch,
     });
     if !typed {
         // Keep what the screen showed, for whoever reads the failure.
-        if let handnode::mcp::ToolOutput::Result(r) = call(host, "screenshot", json!({})) {
+        if let handnode::wire::mcp::ToolOutput::Result(r) = call(host, "screenshot", json!({})) {
             if r.get("isError").is_none() {
                 save_screenshot(&format!("{tag}-typing-failed.png"), &image(&r).0);
             }
@@ -392,7 +392,9 @@ fn no_display_answers_tool_errors_that_say_what_is_missing() {
     // Bad argument shapes are -32602 even with no display.
     let host = &cases[0].0;
     match call(host, "mouse", json!({"action": "move", "x": "left"})) {
-        handnode::mcp::ToolOutput::InvalidParams(msg) => assert!(msg.contains("`x`"), "{msg}"),
+        handnode::wire::mcp::ToolOutput::InvalidParams(msg) => {
+            assert!(msg.contains("`x`"), "{msg}")
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -456,7 +458,7 @@ fn check_cancel(host: &std::sync::Arc<handnode::tools::ToolHost>) {
         "key",
         json!({"action": "type", "text": " ".repeat(200), "delay_ms": 20}),
         cx,
-        handnode::jobs::Completion::new(move |out| {
+        handnode::pool::Completion::new(move |out| {
             let _ = tx.send(out);
         }),
     );

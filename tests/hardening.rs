@@ -8,11 +8,11 @@ mod realbin;
 #[test]
 fn apply_makes_this_process_undumpable_with_no_core_limit() {
     assert!(
-        !handnode::hardening::in_effect(),
+        !handnode::base::hardening::in_effect(),
         "a fresh test process is dumpable"
     );
-    handnode::hardening::apply().expect("hardening applies");
-    assert!(handnode::hardening::in_effect());
+    handnode::base::hardening::apply().expect("hardening applies");
+    assert!(handnode::base::hardening::in_effect());
     assert_eq!(
         rustix::process::dumpable_behavior().unwrap(),
         rustix::process::DumpableBehavior::NotDumpable

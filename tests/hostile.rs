@@ -113,7 +113,7 @@ fn raw_exchange(addr: std::net::SocketAddr, raw: &str) -> Vec<(u16, String)> {
     let mut out = Vec::new();
     let mut rest = &all[..];
     while !rest.is_empty() {
-        let mut response = handnode::httpc::read_head(rest).expect("an HTTP response");
+        let mut response = handnode::wire::httpc::read_head(rest).expect("an HTTP response");
         let status = response.status;
         let len: usize = response
             .headers()
@@ -276,7 +276,7 @@ fn a_ten_year_stored_grant_comes_back_with_the_one_day_cap() {
     let state = dir.join("state");
     std::fs::create_dir_all(&state).unwrap();
     std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let now = handnode::timefmt::now_unix();
+    let now = handnode::base::timefmt::now_unix();
     let id = "0000000a-aaaa-4bbb-8ccc-dddddddddddd";
     let file = json!({"version": 1, "grants": [{
         "id": id, "runtime": pod.runtime(), "session": "decade", "profile": "observe",
@@ -297,7 +297,7 @@ fn a_ten_year_stored_grant_comes_back_with_the_one_day_cap() {
     let stored: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     let expires = stored["grants"][0]["expires_at"].as_u64().unwrap();
     assert!(
-        expires <= handnode::timefmt::now_unix() + 86_400,
+        expires <= handnode::base::timefmt::now_unix() + 86_400,
         "{stored}"
     );
     assert!(expires >= now + 86_400 - 60, "{stored}");

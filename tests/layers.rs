@@ -1,6 +1,8 @@
 //! Imports go one way: no module under `src/` imports a module that imports it back,
 //! directly or around a longer loop. Checked at every level, not just the top: sibling
-//! modules (`tools::bash` and `tools::sysinfo`, `grants` and `persist`) must form layers.
+//! modules (`tools::bash` and `tools::sysinfo`, `grants::dial` and `grants::persist`) and the
+//! folders under `src/` (`base`, `wire`, `grants`, `admin`, `ops`, …) must form layers, and
+//! `base` names nothing of the crate outside itself.
 //! A parent and its own submodule may use each other (the parent declares and registers
 //! the child; the child uses the parent's shared types), so that pair is not an edge.
 //!
@@ -324,17 +326,21 @@ fn loops(edges: &BTreeSet<(ModPath, String, String)>) -> Vec<String> {
     found
 }
 
-/// Loops in a crate given as `(path under src/, text)`.
-fn analyse(files: &[(String, String)]) -> Vec<String> {
+/// Each module of a crate given as `(path under src/, text)`, with the modules it names.
+fn dependencies(files: &[(String, String)]) -> BTreeMap<ModPath, BTreeSet<ModPath>> {
     let mods: Vec<(ModPath, &str)> = files
         .iter()
         .filter_map(|(rel, text)| Some((module_of(rel)?, text.as_str())))
         .collect();
     let known: BTreeSet<ModPath> = mods.iter().map(|(m, _)| m.clone()).collect();
-    let deps: BTreeMap<ModPath, BTreeSet<ModPath>> = mods
-        .iter()
+    mods.iter()
         .map(|(m, text)| (m.clone(), references(m, &code_only(text), &known)))
-        .collect();
+        .collect()
+}
+
+/// Loops in a crate given as `(path under src/, text)`.
+fn analyse(files: &[(String, String)]) -> Vec<String> {
+    let deps = dependencies(files);
     let mut found = loops(&sibling_edges(&deps));
     found.sort();
     found
@@ -368,6 +374,36 @@ fn no_two_modules_import_each_other() {
         "modules that import each other (move what both need to the lower one, or to a \
          small module of its own):\n  {}",
         found.join("\n  ")
+    );
+}
+
+/// `base` is the bottom layer: what it names of the crate is inside `base` (the crate root
+/// counts as nothing: a path that resolves to no module, like `crate::Error`, is the root).
+#[test]
+fn base_names_nothing_above_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &src, &mut files);
+    let base = vec!["base".to_string()];
+    assert!(
+        files.iter().any(|(rel, _)| rel.starts_with("base/")),
+        "no src/base/"
+    );
+    let mut above = Vec::new();
+    for (from, tos) in dependencies(&files) {
+        if !from.starts_with(&base) {
+            continue;
+        }
+        for to in tos {
+            if !to.is_empty() && !to.starts_with(&base) {
+                above.push(format!("{} -> {}", from.join("::"), to.join("::")));
+            }
+        }
+    }
+    assert!(
+        above.is_empty(),
+        "base modules that name a module above base (move it up, or what it needs down):\n  {}",
+        above.join("\n  ")
     );
 }
 

@@ -14,7 +14,7 @@ use std::path::{Component, Path, PathBuf};
 
 use common::{TestDaemon, WATCHDOG};
 use handnode::admin::ROUTES;
-use handnode::dial::{SENT_CLOSES, STOPPING_CLOSES};
+use handnode::grants::dial::{SENT_CLOSES, STOPPING_CLOSES};
 use handnode::profiles::{Class, Profile, DESKTOP_BROWSER_TOOLS};
 
 fn root() -> &'static Path {
@@ -275,7 +275,7 @@ fn attach_errors_versions_and_states_are_quoted_as_served() {
             "docs/protocol.md does not quote the POST /attach error `{message}`"
         );
     }
-    for version in handnode::mcp::PROTOCOL_VERSIONS {
+    for version in handnode::wire::mcp::PROTOCOL_VERSIONS {
         assert!(doc.contains(&format!("`{version}`")), "{version}");
     }
     for state in handnode::metrics::GRANT_STATES {

@@ -30,7 +30,7 @@ fn readme_flag_table_matches_help() {
         + "<!-- flags:begin -->".len();
     let end = readme.find("<!-- flags:end -->").expect("flags:end marker");
     let table = readme[start..end].trim();
-    let want = handnode::cli::help_table_markdown();
+    let want = handnode::ops::cli::help_table_markdown();
     assert_eq!(
         table,
         want.trim(),

@@ -9,11 +9,11 @@ mod playwright;
 
 use std::time::{Duration, Instant};
 
-use handnode::mcp::INVALID_PARAMS;
+use handnode::browser::upstream::{UpstreamOptions, Upstreams};
 use handnode::profiles::{Profile, BROWSER_TOOL_CLASSES, DESKTOP_BROWSER_TOOLS, PINNED_UPSTREAM};
 use handnode::tools::policy::{self, ToolLists, ToolPolicy};
 use handnode::tools::UpstreamSource;
-use handnode::upstream::{UpstreamOptions, Upstreams};
+use handnode::wire::mcp::INVALID_PARAMS;
 use playwright::{result_text, Conn, PageServer, Playwright, PAGE_TEXT};
 use serde_json::json;
 

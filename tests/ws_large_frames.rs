@@ -1,4 +1,4 @@
-//! The grant socket's write path (`handnode::link`): a reply over `FRAGMENT_BYTES` goes out
+//! The grant socket's write path (`handnode::wire::link`): a reply over `FRAGMENT_BYTES` goes out
 //! as one fragmented message (a Text frame with FIN=0, then Continuation frames, each at
 //! most `FRAGMENT_BYTES`), small replies as single frames; whatever the socket accepts at a time, the
 //! bytes on the wire are the messages in the order they were queued, correctly masked, and
@@ -10,7 +10,7 @@ mod common;
 use std::io::{self, Cursor, Read, Write};
 
 use common::*;
-use handnode::link::{ws_config, Link, FRAGMENT_BYTES};
+use handnode::wire::link::{ws_config, Link, FRAGMENT_BYTES};
 use serde_json::{json, Value};
 use tungstenite::protocol::Role;
 use tungstenite::{Message, WebSocket};

@@ -6,7 +6,7 @@
 
 use handnode::grants::{self, AttachRequest, SecretSource};
 use handnode::tools::policy::ToolPolicy;
-use handnode::{dial, mint, persist, url};
+use handnode::{grants::dial, wire::mint, grants::persist, base::url};
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 use tungstenite::client::IntoClientRequest;

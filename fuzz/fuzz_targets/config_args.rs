@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use handnode::cli;
+use handnode::ops::cli;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -4,7 +4,7 @@
 //! (up to the one trailing `/` the contract removes).
 #![no_main]
 
-use handnode::{dial, grants, mint, url};
+use handnode::{grants::dial, grants, wire::mint, base::url};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,7 +1,7 @@
 //! The grant thread's frame handling on arbitrary frame sequences from the pod: frames
 //! built from the input (text, binary, ping, pong, close, continuation, reserved opcodes,
 //! a reserved bit, a mask the pod must not set, invalid UTF-8, lengths past the inbound
-//! cap) are read by a `handnode::link::Link` over an in-memory socket, exactly as the grant
+//! cap) are read by a `handnode::wire::link::Link` over an in-memory socket, exactly as the grant
 //! thread reads its socket; each message goes through the dispatcher and its replies (plus,
 //! when the selector asks, a long reply made from the message so the fragment path runs)
 //! are queued and pumped out through a socket that takes a fuzzed number of bytes per
@@ -14,8 +14,8 @@
 use std::io::{self, Cursor, Read, Write};
 
 use handnode::config::Limits;
-use handnode::link::{ws_config, Inbound, Link, FRAGMENT_BYTES};
-use handnode::mcp::{Action, Dispatcher};
+use handnode::wire::link::{ws_config, Inbound, Link, FRAGMENT_BYTES};
+use handnode::wire::mcp::{Action, Dispatcher};
 use handnode::profiles::Profile;
 use handnode::tools::policy::ToolPolicy;
 use handnode::tools::ConnCatalog;

@@ -6,8 +6,8 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use handnode::profiles::Profile;
-use handnode::timefmt::rfc3339;
-use handnode::{dial, grants, persist, url};
+use handnode::base::timefmt::rfc3339;
+use handnode::{grants::dial, grants, grants::persist, base::url};
 use libfuzzer_sys::fuzz_target;
 use tungstenite::client::IntoClientRequest;
 

@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use handnode::jobs::{Completion, JobCtl};
-use handnode::mcp::{self, Action, Catalog, Dispatcher, Resolution, Route, ToolOutput};
+use handnode::pool::{Completion, JobCtl};
+use handnode::wire::mcp::{self, Action, Catalog, Dispatcher, Resolution, Route, ToolOutput};
 use handnode::profiles::{Class, Profile};
 use handnode::tools::policy::{classify, ToolLists, ToolPolicy};
 use handnode::tools::{ConnCatalog, GrantNote, UpstreamSource};

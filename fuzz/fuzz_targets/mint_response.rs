@@ -2,7 +2,7 @@
 //! sized body). A 502 quotes at most 200 bytes; a secret is never empty.
 #![no_main]
 
-use handnode::mint::parse_response;
+use handnode::wire::mint::parse_response;
 use handnode::Error;
 use libfuzzer_sys::fuzz_target;
 

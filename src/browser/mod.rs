@@ -30,6 +30,7 @@
 
 mod supervisor;
 pub mod sweep;
+pub mod upstream;
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -41,12 +42,12 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 use serde_json::{json, Value};
 
-use crate::error::Error;
-use crate::jobs::{Completion, JobCtl};
-use crate::mcp::ToolOutput;
+use crate::base::error::Error;
+use crate::base::wake::{Poller, Waker};
+use crate::pool::{Completion, JobCtl};
 use crate::profiles::{browser_class_of, browser_profile_tools, Class};
 use crate::tools::ToolConfig;
-use crate::wake::{Poller, Waker};
+use crate::wire::mcp::ToolOutput;
 
 /// Calls queued or waiting for their reply per browser; one more is refused.
 pub const MAX_CALLS_PER_BROWSER: usize = 64;
@@ -60,7 +61,7 @@ pub const KILL_PATIENCE: Duration = Duration::from_secs(5);
 /// How the browser tier runs. Built from the configuration.
 #[derive(Clone, Debug)]
 pub struct BrowserOptions {
-    /// `--browser-command`, split (see [`crate::browser_argv`]).
+    /// `--browser-command`, split (see [`crate::base::browser_argv`]).
     pub argv: Vec<String>,
     /// Browsers running at once.
     pub max_browsers: usize,

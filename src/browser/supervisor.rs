@@ -24,10 +24,10 @@ use serde_json::{json, Value};
 
 use super::{sweep, BrowserOptions, Learned, Msg, MAX_CALLS_PER_BROWSER};
 use super::{KILL_PATIENCE, STDERR_LINE_BYTES, STDERR_TAIL_LINES};
-use crate::jobs::{Completion, JobCtl};
-use crate::mcp::{ToolOutput, DEFAULT_PROTOCOL_VERSION, SERVER_ERROR};
+use crate::base::wake::{Poller, WAKE_KEY};
+use crate::pool::{Completion, JobCtl};
 use crate::profiles::Profile;
-use crate::wake::{Poller, WAKE_KEY};
+use crate::wire::mcp::{ToolOutput, DEFAULT_PROTOCOL_VERSION, SERVER_ERROR};
 
 /// Bytes asked for per `read` of a browser's pipe.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -484,7 +484,7 @@ impl Supervisor {
         let mut args: Vec<std::ffi::OsString> = argv[1..].iter().map(Into::into).collect();
         args.push("--output-dir".into());
         args.push(dir.join("output").into());
-        if !crate::browser_argv::is_isolated(argv) {
+        if !crate::base::browser_argv::is_isolated(argv) {
             args.push("--user-data-dir".into());
             args.push(dir.join("profile").into());
         }
@@ -1088,7 +1088,7 @@ impl Supervisor {
                     json!({"jsonrpc": "2.0", "id": req_id, "result": {}})
                 } else {
                     json!({"jsonrpc": "2.0", "id": req_id, "error": {
-                        "code": crate::mcp::METHOD_NOT_FOUND,
+                        "code": crate::wire::mcp::METHOD_NOT_FOUND,
                         "message": format!("handnode does not serve {method} to its browsers"),
                     }})
                 };

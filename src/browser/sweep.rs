@@ -260,7 +260,7 @@ mod tests {
 
     #[test]
     fn a_tagged_process_in_a_session_of_its_own_is_killed_with_its_session() {
-        let dir = crate::testutil::TempDir::new("sweep");
+        let dir = crate::base::testutil::TempDir::new("sweep");
         // setsid puts the shell in a session of its own; the untagged child in the same
         // session must die too (as chromium's zygote children do).
         let mut leader = Command::new("setsid")
@@ -302,8 +302,8 @@ mod tests {
 
     #[test]
     fn an_unmarked_process_is_spared() {
-        let dir = crate::testutil::TempDir::new("sweep-spare");
-        let other = crate::testutil::TempDir::new("sweep-other");
+        let dir = crate::base::testutil::TempDir::new("sweep-spare");
+        let other = crate::base::testutil::TempDir::new("sweep-other");
         let mut bystander = Command::new("sleep")
             .arg("300")
             .env(TAG_VAR, &other.0)
@@ -317,7 +317,7 @@ mod tests {
 
     #[test]
     fn orphans_of_a_dead_daemon_go_and_a_live_daemons_stay() {
-        let base = crate::testutil::TempDir::new("sweep-orphans");
+        let base = crate::base::testutil::TempDir::new("sweep-orphans");
         let dead = base.0.join("dead");
         let live = base.0.join("live");
         let foreign = base.0.join("foreign");

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::*;
-use crate::jobs::{Completion, JobCtl};
-use crate::mcp::ToolOutput;
-use crate::testutil::TempDir;
+use crate::base::testutil::TempDir;
+use crate::pool::{Completion, JobCtl};
+use crate::wire::mcp::ToolOutput;
 
 /// Longest one call, or one wait for a state, may take before the test counts it a hang.
 const WATCHDOG: Duration = Duration::from_secs(20);

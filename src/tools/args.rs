@@ -1,7 +1,9 @@
-//! Reading a tool call's arguments: the one bounded-integer parser every tool uses, so a
-//! bound is checked, and refused, the same way everywhere.
+//! Reading a tool call's arguments: the one arguments-object helper and the one bounded-integer
+//! parser every tool uses, so `null` is read, and a bound is checked and refused, the same way
+//! everywhere.
 
 use std::ops::RangeInclusive;
+use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
@@ -19,6 +21,18 @@ impl Naming {
             Naming::Plain => key.to_string(),
             Naming::Code => format!("`{key}`"),
         }
+    }
+}
+
+/// A call's arguments as an object. `null` is no arguments (an empty object), as the MCP
+/// dispatcher already treats `"arguments": null`, so a tool behaves the same whichever way
+/// its caller (a pod, `/mcp`, a test) says "none"; any other non-object is refused.
+pub fn object(args: &Value) -> Result<&Map<String, Value>, String> {
+    static NONE: OnceLock<Map<String, Value>> = OnceLock::new();
+    match args {
+        Value::Object(map) => Ok(map),
+        Value::Null => Ok(NONE.get_or_init(Map::new)),
+        _ => Err("arguments must be an object".into()),
     }
 }
 
@@ -64,6 +78,22 @@ mod tests {
 
     fn map(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
+    }
+
+    /// `null` is no arguments for every tool (as the dispatcher reads `"arguments": null`);
+    /// every other non-object is refused with one message.
+    #[test]
+    fn null_is_no_arguments_and_other_non_objects_are_refused() {
+        assert_eq!(object(&Value::Null), Ok(&Map::new()));
+        let given = json!({"a": 1});
+        assert_eq!(object(&given), Ok(given.as_object().unwrap()));
+        for bad in [json!([]), json!([1]), json!("{}"), json!(0), json!(false)] {
+            assert_eq!(
+                object(&bad),
+                Err("arguments must be an object".to_string()),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

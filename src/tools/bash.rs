@@ -24,12 +24,13 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::args::object;
 use super::process::{End, RunResult, RunSpec};
-use super::shell::{command, command_field, cwd_field, env_field, int_field, object};
+use super::shell::{command, command_field, cwd_field, env_field, int_field};
 use super::{CallContext, Needs, Tool};
-use crate::jobs::Completion;
-use crate::mcp::ToolOutput;
+use crate::pool::Completion;
 use crate::profiles::{Class, Profile};
+use crate::wire::mcp::ToolOutput;
 
 /// `timeout_secs` when the caller gives none.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
@@ -162,7 +163,7 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         Err(msg) => return done.complete(ToolOutput::InvalidParams(msg)),
     };
     // Allocated now: the marker variable must be in the environment from the start.
-    let job_id = super::bgjobs::new_job_id();
+    let job_id = super::jobs::table::new_job_id();
     let (cmd, program, confine) =
         match command(&cx, &args.command, args.cwd.as_deref(), &args.env, &job_id) {
             Ok(built) => built,
@@ -180,9 +181,9 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
     let inline_wait = cx.limits.inline_wait;
     if Duration::from_secs(timeout_secs) > inline_wait {
         let slot = Arc::clone(&slot);
-        let admit = super::bgjobs::Admit {
+        let admit = super::jobs::table::Admit {
             id: Some(job_id),
-            scope: super::jobs::scope(&cx).to_string(),
+            scope: super::jobs::tools::scope(&cx).to_string(),
             principal: cx.principal.clone(),
             session: cx.grant.as_ref().map(|g| g.session.clone()),
             command: args.command,
@@ -194,7 +195,7 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
             inline_wait,
             Box::new(move |so_far| {
                 let done = take(&slot)?;
-                super::jobs::continue_as_job(&jobs, admit, so_far, inline_wait, cap, done)
+                super::jobs::tools::continue_as_job(&jobs, admit, so_far, inline_wait, cap, done)
             }),
         ));
     }
@@ -292,8 +293,8 @@ pub(crate) fn render(run: &RunResult, timeout_secs: u64, cap: u64) -> ToolOutput
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jobs::{JobCtl, Pool};
-    use crate::secret::Secret;
+    use crate::base::secret::Secret;
+    use crate::pool::{JobCtl, Pool};
     use crate::tools::testutil::*;
     use crate::tools::{CallLimits, ToolConfig};
     use std::io::BufRead;
@@ -322,7 +323,7 @@ mod tests {
             Err(rustix::io::Errno::SRCH) => return,
             Err(e) => panic!("pidfd_open: {e}"),
         };
-        let poller = crate::wake::Poller::new().unwrap();
+        let poller = crate::base::wake::Poller::new().unwrap();
         poller.add(&fd, 1, true, false).unwrap();
         let ready = poller.wait(Some(WATCHDOG)).unwrap();
         assert_eq!(
@@ -573,6 +574,8 @@ mod tests {
         assert!(err(json!({"command": "x", "env": {"A=B": "1"}}), g).contains("variable name"));
         assert!(err(json!({"command": "x", "env": {"": "1"}}), g).contains("variable name"));
         assert!(err(json!([1]), g).contains("object"));
+        // `null` is no arguments (tools::args::object), so the missing command is named.
+        assert!(err(json!(null), g).starts_with("command is required"));
         let e = ok(json!({"command": "x", "env": {"A": "1", "B": ""}}), g).env;
         assert_eq!(e, vec![("A".into(), "1".into()), ("B".into(), "".into())]);
     }

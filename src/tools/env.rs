@@ -60,7 +60,7 @@ pub fn child_env(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::secret::Secret;
+    use crate::base::secret::Secret;
     use std::os::unix::ffi::OsStringExt;
 
     #[test]

@@ -7,7 +7,6 @@
 
 pub mod args;
 pub mod bash;
-pub mod bgjobs;
 pub mod display;
 pub mod env;
 pub mod jobs;
@@ -23,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::jobs::{Completion, JobCtl};
-use crate::mcp::{Catalog, Resolution, Route, ToolOutput};
+use crate::pool::{Completion, JobCtl};
 use crate::profiles::{Annotations, Class, Profile};
+use crate::wire::mcp::{Catalog, Resolution, Route, ToolOutput};
 use policy::ToolPolicy;
 
 /// Every local tool, in listing order. A tool that is not here does not exist; adding a
@@ -36,10 +35,10 @@ pub static TOOLS: &[&Tool] = &[
     &display::SCREENSHOT,
     &display::MOUSE,
     &display::KEY,
-    &jobs::START,
-    &jobs::POLL,
-    &jobs::LIST,
-    &jobs::CANCEL,
+    &jobs::tools::START,
+    &jobs::tools::POLL,
+    &jobs::tools::LIST,
+    &jobs::tools::CANCEL,
 ];
 
 /// One local tool, declared once in its own module and registered in [`TOOLS`].
@@ -144,7 +143,7 @@ impl GrantNote {
             "This box is lent to session '{}' under profile '{}' until {} (grant {}).",
             self.session,
             policy.profile(),
-            crate::timefmt::rfc3339(self.expires_at),
+            crate::base::timefmt::rfc3339(self.expires_at),
             self.id
         );
         if !policy.lists().is_empty() {
@@ -189,7 +188,7 @@ pub struct ToolConfig {
     /// Environment variable names removed from every child (exact names).
     pub scrub_env: Vec<String>,
     /// Secret values: any inherited variable whose value equals one is removed too.
-    pub scrub_values: Vec<crate::secret::Secret>,
+    pub scrub_values: Vec<crate::base::secret::Secret>,
     pub display_backend: crate::config::DisplayBackend,
     pub max_screenshot_edge: u32,
     /// How long probed display facts are reused (`Timing::display_probe_ttl`).
@@ -202,7 +201,7 @@ pub struct ToolConfig {
     /// WAYLAND_DISPLAY, XDG_RUNTIME_DIR, SWAYSOCK, PATH); `None` reads the process's own.
     pub display_env: Option<std::collections::BTreeMap<String, String>>,
     /// Long-running jobs: where their files go, their limits and timers.
-    pub jobs: bgjobs::JobConfig,
+    pub jobs: jobs::table::JobConfig,
     /// Containment (§16); `None` uses no cgroup and changes nothing about the process
     /// (unit tests of other modules).
     pub confine: Option<crate::cgroup::Settings>,
@@ -219,7 +218,7 @@ impl Default for ToolConfig {
             display_helper_timeout: crate::config::Timing::default().display_helper_timeout,
             sys_info_ttl: crate::config::Timing::default().sys_info_ttl,
             display_env: None,
-            jobs: bgjobs::JobConfig::default(),
+            jobs: jobs::table::JobConfig::default(),
             confine: None,
         }
     }
@@ -281,7 +280,7 @@ pub struct ToolHost {
     /// Display probe cache and the display thread.
     pub display: display::DisplayState,
     /// Every long-running job (`bash_start`, and `bash` past its inline limit).
-    pub jobs: Arc<bgjobs::JobTable>,
+    pub jobs: Arc<jobs::table::JobTable>,
     /// The grants' cgroups (§16): every child a tool starts runs in one.
     pub confine: Arc<crate::cgroup::Confine>,
 }
@@ -294,7 +293,7 @@ impl ToolHost {
             live: TtlCache::default(),
             sys_info_answers: sysinfo::AnswerCache::default(),
             display: display::DisplayState::default(),
-            jobs: bgjobs::JobTable::new(config.jobs.clone()),
+            jobs: jobs::table::JobTable::new(config.jobs.clone()),
             confine: match &config.confine {
                 Some(settings) => crate::cgroup::Confine::start(settings.clone()),
                 None => crate::cgroup::Confine::inert(),

@@ -14,7 +14,7 @@
 //! tools are the tier's (minus its `deny`).
 //!
 //! Which tools wait for a person's decision is not a list here: `approve` is resolved by
-//! `crate::approvals` into the grant's `Gate`, and [`escalation`] asks that gate.
+//! `crate::grants::approvals` into the grant's `Gate`, and [`escalation`] asks that gate.
 
 use std::sync::{Arc, LazyLock};
 
@@ -81,7 +81,7 @@ pub fn matches(pattern: &str, tool: &str) -> bool {
     }
 }
 
-/// The lists a grant was asked for, as given. (`approve`, §10, is `crate::approvals`'.)
+/// The lists a grant was asked for, as given. (`approve`, §10, is `crate::grants::approvals`'.)
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ToolLists {
     pub allow: Vec<String>,

@@ -50,9 +50,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use rustix::process::{Pid, PidfdFlags, Signal};
 
+use crate::base::wake::{Poller, Waker, WAKE_KEY};
 use crate::cgroup::RunGroup;
-use crate::jobs::JobCtl;
-use crate::wake::{Poller, Waker, WAKE_KEY};
+use crate::pool::JobCtl;
 
 /// Exit code reported for a group we killed: 128 + SIGKILL, as a shell reports it.
 pub const KILLED_EXIT_CODE: i32 = 137;

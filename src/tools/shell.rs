@@ -18,13 +18,12 @@ use serde_json::{Map, Value};
 use super::args::{self, Naming};
 use super::CallContext;
 
-/// The arguments as an object.
-pub(crate) fn object(args: &Value) -> Result<&Map<String, Value>, String> {
-    match args {
-        Value::Object(map) => Ok(map),
-        _ => Err("arguments must be an object".into()),
-    }
-}
+/// Environment variable every job's processes carry (its job id), so recovery can tell a
+/// job's orphans from strangers that reuse its process group id, and the subreaper
+/// fallback can attribute them (declared with the containment that reads it).
+pub const MARKER_ENV: &str = crate::cgroup::MARKER_ENV;
+/// The job scope, and the cgroup, of the owner's `/mcp` calls (a grant's are its id).
+pub const OWNER_SCOPE: &str = "owner";
 
 /// `command`: a non-empty string without NUL bytes.
 pub(crate) fn command_field(map: &Map<String, Value>) -> Result<String, String> {
@@ -96,9 +95,7 @@ pub(crate) fn int_field(
 /// The job scope of a call, which is also its cgroup's grant: its grant, or the owner's
 /// `/mcp`.
 pub(crate) fn scope(cx: &CallContext) -> &str {
-    cx.grant
-        .as_ref()
-        .map_or(super::bgjobs::OWNER_SCOPE, |g| g.id.as_str())
+    cx.grant.as_ref().map_or(OWNER_SCOPE, |g| g.id.as_str())
 }
 
 /// `$HOME` when it is a directory.
@@ -163,7 +160,7 @@ pub(crate) fn command(
             &[],
             env,
         ))
-        .env(super::bgjobs::MARKER_ENV, job_id);
+        .env(MARKER_ENV, job_id);
     if let Some(cwd) = cwd {
         cmd.current_dir(cwd);
     }

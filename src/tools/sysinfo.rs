@@ -15,9 +15,9 @@ use serde_json::{json, Value};
 use super::display::Probe;
 use super::policy::ToolPolicy;
 use super::{CallContext, GrantNote, Needs, Tool};
-use crate::jobs::Completion;
-use crate::mcp::ToolOutput;
+use crate::pool::Completion;
 use crate::profiles::{Class, Profile};
+use crate::wire::mcp::ToolOutput;
 
 pub static TOOL: Tool = Tool {
     name: "sys_info",
@@ -375,7 +375,7 @@ pub(crate) fn collect(cx: &CallContext) -> Value {
             .live
             .get(cx.host.config.sys_info_ttl, LiveFacts::read),
         super::display::facts(&cx.host),
-        crate::timefmt::now_unix(),
+        crate::base::timefmt::now_unix(),
     )
 }
 
@@ -398,7 +398,7 @@ fn collect_from(
         json!({
             "id": g.id,
             "session": g.session,
-            "expires_at": crate::timefmt::rfc3339(g.expires_at),
+            "expires_at": crate::base::timefmt::rfc3339(g.expires_at),
             "expires_in_secs": g.expires_at.saturating_sub(now),
             "limits": usage["limits"],
             "usage": usage.get("usage").cloned().unwrap_or(Value::Null),
@@ -425,7 +425,7 @@ fn collect_from(
         "agent": {
             "name": "handnode",
             "version": env!("CARGO_PKG_VERSION"),
-            "build": crate::build_info::to_json(),
+            "build": crate::base::build_info::to_json(),
             "pid": std::process::id(),
             "uid": facts.uid,
             "user": facts.user,
@@ -592,7 +592,7 @@ pub fn from_cache(cx: &CallContext) -> Option<ToolOutput> {
         policy: Arc::clone(&cx.policy),
         grant: cx.grant.clone(),
         max_run_secs: cx.limits.max_run_secs,
-        now: crate::timefmt::now_unix(),
+        now: crate::base::timefmt::now_unix(),
         live: Arc::clone(&live),
         live_age: age.as_secs(),
         probe: Arc::clone(&probe),
@@ -630,7 +630,7 @@ fn output(info: Value) -> ToolOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jobs::JobCtl;
+    use crate::pool::JobCtl;
     use crate::tools::testutil::{completion, cx, host, result, WATCHDOG};
     use crate::tools::{CallLimits, GrantNote, TtlCache};
 
@@ -839,7 +839,7 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
         assert_eq!(s["display"]["backend"], "none");
         assert_eq!(s["agent"]["name"], "handnode");
         assert_eq!(s["agent"]["pid"], std::process::id());
-        assert_eq!(s["agent"]["build"], crate::build_info::to_json());
+        assert_eq!(s["agent"]["build"], crate::base::build_info::to_json());
         assert_eq!(s["profile"], "owner");
         assert_eq!(s["grant"], Value::Null);
         assert_eq!(s["max_run_secs"], 600);
@@ -877,7 +877,7 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
             "display: backend none",
             "no grant",
             "at most 600 s",
-            crate::build_info::TARGET,
+            crate::base::build_info::TARGET,
             "screenshot: unavailable:",
         ] {
             assert!(text.contains(needle), "{needle} missing from:\n{text}");
@@ -892,7 +892,7 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
         cx.grant = Some(GrantNote {
             id: "g-1".into(),
             session: "laptop".into(),
-            expires_at: crate::timefmt::now_unix() + 3600,
+            expires_at: crate::base::timefmt::now_unix() + 3600,
             approve: Vec::new(),
         });
         let r = sys_info(cx);

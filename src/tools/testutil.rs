@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::jobs::{Completion, JobCtl};
-use crate::mcp::ToolOutput;
+use crate::pool::{Completion, JobCtl};
 use crate::tools::policy::ToolPolicy;
 use crate::tools::{CallContext, CallLimits, ToolConfig, ToolHost};
+use crate::wire::mcp::ToolOutput;
 
 /// Every blocking wait in these tests fails after this long instead of hanging.
 pub const WATCHDOG: Duration = Duration::from_secs(30);

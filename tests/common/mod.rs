@@ -699,7 +699,7 @@ pub fn read_response(s: &mut TcpStream) -> (u16, Vec<(String, String)>, Vec<u8>)
     let _ = s.read_to_end(&mut raw);
     // The daemon's own client parser: sized, chunked (tiny_http chunks bodies of 32 KiB
     // and more) and close-delimited bodies alike.
-    let response = handnode::httpc::read_head(&raw[..]).unwrap_or_else(|e| {
+    let response = handnode::wire::httpc::read_head(&raw[..]).unwrap_or_else(|e| {
         panic!(
             "no HTTP response head ({e}): {:?}",
             String::from_utf8_lossy(&raw)
@@ -798,7 +798,7 @@ pub fn fds_and_threads(pid: Option<u32>) -> (usize, usize) {
         None => "/proc/self".to_string(),
     };
     // Never 0 for a directory that cannot be read: that would make every leak check pass.
-    // The real daemon is not dumpable (src/hardening.rs), so its fd dir needs root or
+    // The real daemon is not dumpable (src/base/hardening.rs), so its fd dir needs root or
     // CAP_SYS_PTRACE, as it does for any other process of its user.
     let count =
         |dir: &str| {

@@ -11,13 +11,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use handnode::jobs::{Completion, JobCtl};
-use handnode::mcp::{tool_reply, Action, Dispatcher, Route, ToolOutput};
+use handnode::pool::{Completion, JobCtl};
 use handnode::profiles::Profile;
 use handnode::tools::policy::ToolPolicy;
 use handnode::tools::{
     self, CallContext, CallLimits, ConnCatalog, ToolConfig, ToolHost, UpstreamSource,
 };
+use handnode::wire::mcp::{tool_reply, Action, Dispatcher, Route, ToolOutput};
 use serde_json::{json, Value};
 
 /// Longest one tool call may take in these tests (the first one launches chromium).

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use handnode::config::DisplayBackend;
-use handnode::jobs::{Completion, JobCtl};
-use handnode::mcp::ToolOutput;
+use handnode::pool::{Completion, JobCtl};
 use handnode::profiles::Profile;
 use handnode::tools::policy::ToolPolicy;
 use handnode::tools::{self, CallContext, CallLimits, ToolConfig, ToolHost};
+use handnode::wire::mcp::ToolOutput;
 use serde_json::Value;
 
 /// Watchdog on one tool call: far above any real call, so only a hang trips it.

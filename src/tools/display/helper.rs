@@ -14,7 +14,7 @@ use std::process::{Command, ExitStatus};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::jobs::JobCtl;
+use crate::pool::JobCtl;
 use crate::tools::process::{End, ProcessWatcher, RunSpec};
 
 /// Most of a helper's stderr kept for an error message (bytes).

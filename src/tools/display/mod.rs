@@ -22,9 +22,9 @@ use super::args::{self, Naming};
 use super::process::ProcessWatcher;
 use super::{CallContext, Needs, Tool, ToolConfig, ToolHost, TtlCache};
 use crate::config::DisplayBackend;
-use crate::jobs::{Completion, JobCtl};
-use crate::mcp::ToolOutput;
+use crate::pool::{Completion, JobCtl};
 use crate::profiles::{Class, Profile};
+use crate::wire::mcp::ToolOutput;
 use helper::{Helper, RunError};
 
 /// Graphical calls waiting for the display thread before new ones are refused.
@@ -853,14 +853,6 @@ fn dispatch(
 
 type ArgResult<T> = Result<T, String>;
 
-fn object(args: &Value) -> ArgResult<serde_json::Map<String, Value>> {
-    match args {
-        Value::Object(m) => Ok(m.clone()),
-        Value::Null => Ok(serde_json::Map::new()),
-        _ => Err("arguments must be a JSON object".into()),
-    }
-}
-
 /// The display tools name fields in backticks.
 const NAMING: Naming = Naming::Code;
 
@@ -932,7 +924,7 @@ pub struct ScreenshotArgs {
 }
 
 pub fn parse_screenshot(args: &Value) -> ArgResult<ScreenshotArgs> {
-    let m = object(args)?;
+    let m = args::object(args)?.clone();
     let region = match m.get("region") {
         None | Some(Value::Null) => None,
         Some(Value::Object(r)) => Some(Region {
@@ -1126,7 +1118,7 @@ pub struct MouseArgs {
 }
 
 pub fn parse_mouse(args: &Value) -> ArgResult<MouseArgs> {
-    let m = object(args)?;
+    let m = args::object(args)?.clone();
     let action = string(&m, "action")?
         .ok_or("`action` is required: move, click, double_click, right_click, drag or scroll")?;
     let button = match string(&m, "button")? {
@@ -1187,7 +1179,7 @@ pub struct KeyArgs {
 }
 
 pub fn parse_key(args: &Value) -> ArgResult<KeyArgs> {
-    let m = object(args)?;
+    let m = args::object(args)?.clone();
     let delay_ms = int(&m, "delay_ms", 0, MAX_KEY_DELAY_MS.into())?
         .map(|n| n as u32)
         .unwrap_or(DEFAULT_KEY_DELAY_MS);

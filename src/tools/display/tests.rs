@@ -290,7 +290,7 @@ fn x11_without_helpers_names_the_packages() {
 fn child_env_drops_secrets_and_handnode_vars() {
     let cfg = ToolConfig {
         scrub_env: vec!["HOME".into()],
-        scrub_values: vec![crate::secret::Secret::new(
+        scrub_values: vec![crate::base::secret::Secret::new(
             std::env::var("PATH").unwrap_or_default(),
         )],
         display_env: Some(env_override([("DISPLAY", ":5"), ("PATH", "/x")])),

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use serde_json::{json, Value};
 
+use crate::base::error::Error;
 use crate::config::Timing;
-use crate::error::Error;
-use crate::httpc::{self, HttpError, Request, Target};
-use crate::jobs::{Completion, JobCtl};
-use crate::mcp::{ToolOutput, DEFAULT_PROTOCOL_VERSION, SERVER_ERROR};
+use crate::pool::{Completion, JobCtl};
 use crate::tools::UpstreamSource;
+use crate::wire::httpc::{self, HttpError, Request, Target};
+use crate::wire::mcp::{ToolOutput, DEFAULT_PROTOCOL_VERSION, SERVER_ERROR};
 
 /// I/O threads per upstream that carry tool calls (the list refresh has its own thread).
 pub const CALL_THREADS: usize = 4;
@@ -674,7 +674,7 @@ impl Client {
     fn new(name: String, url: String, target: Target, options: &UpstreamOptions) -> Self {
         let tls = match (&options.tls, target.tls) {
             (Some(tls), _) => Some(Arc::clone(tls)),
-            (None, true) => crate::tls::client_config(None).ok(),
+            (None, true) => crate::wire::tls::client_config(None).ok(),
             (None, false) => None,
         };
         Client {
@@ -1040,10 +1040,10 @@ fn response_for(msg: Value, id: u64) -> Option<Result<Value, Failure>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mcp::{Catalog, Resolution, Route, INVALID_PARAMS};
     use crate::profiles::Profile;
     use crate::tools::policy::ToolPolicy;
     use crate::tools::ConnCatalog;
+    use crate::wire::mcp::{Catalog, Resolution, Route, INVALID_PARAMS};
     use std::sync::atomic::AtomicUsize;
 
     /// Longest any single blocking step of a test may take before it counts as a hang.
@@ -1945,7 +1945,7 @@ mod tests {
         let ok = Upstreams::new(
             vec![("browser".into(), "http://127.0.0.1:8931/mcp".into())],
             &Timing::default(),
-            crate::tls::client_config(None).unwrap(),
+            crate::wire::tls::client_config(None).unwrap(),
         )
         .unwrap();
         assert_eq!(

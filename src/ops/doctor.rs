@@ -333,7 +333,7 @@ pub fn display_checks(probe: &Probe, cfg: &ToolConfig, processes: &ProcessWatche
 /// that a static binary loads from the system's own glibc (docs/install.md).
 /// `nsswitch` is the text of `/etc/nsswitch.conf`, if there is one.
 pub fn build_check(libc: &str, is_static: bool, nsswitch: Option<&str>) -> Check {
-    let detail = crate::build_info::describe();
+    let detail = crate::base::build_info::describe();
     if libc != "glibc" || !is_static {
         return check("build", Status::Ok, detail, None);
     }
@@ -383,8 +383,8 @@ pub fn checks(
     let probe = display::probe_now(&cfg, processes);
     let nsswitch = std::fs::read_to_string("/etc/nsswitch.conf").ok();
     let mut out = vec![build_check(
-        crate::build_info::LIBC,
-        crate::build_info::STATIC,
+        crate::base::build_info::LIBC,
+        crate::base::build_info::STATIC,
         nsswitch.as_deref(),
     )];
     out.extend(display_checks(&probe, &cfg, processes));
@@ -483,7 +483,7 @@ pub fn to_json(checks: &[Check], display: Value) -> Value {
         })).collect::<Vec<_>>(),
         "display": display,
         "version": env!("CARGO_PKG_VERSION"),
-        "build": crate::build_info::to_json(),
+        "build": crate::base::build_info::to_json(),
     })
 }
 
@@ -566,7 +566,7 @@ pub fn browser_checks(
             ));
         }
     }
-    match crate::browser_argv::executable_path(argv) {
+    match crate::base::browser_argv::executable_path(argv) {
         Some(chromium) if executable(Path::new(chromium)) => out.push(check(
             "browser chromium",
             Status::Ok,
@@ -644,9 +644,9 @@ pub fn test_start(argv: &[String], base: &Path) -> Result<String, String> {
         "doctor",
         "browser_navigate",
         json!({"url": "about:blank"}),
-        crate::jobs::JobCtl::new(),
+        crate::pool::JobCtl::new(),
         BROWSER_TEST_TIMEOUT,
-        crate::jobs::Completion::new(move |out| {
+        crate::pool::Completion::new(move |out| {
             let _ = tx.send(out);
         }),
     );
@@ -654,11 +654,11 @@ pub fn test_start(argv: &[String], base: &Path) -> Result<String, String> {
     let elapsed = started.elapsed();
     browsers.shutdown();
     match outcome {
-        Ok(crate::mcp::ToolOutput::Result(v)) if v["isError"] != true => Ok(format!(
+        Ok(crate::wire::mcp::ToolOutput::Result(v)) if v["isError"] != true => Ok(format!(
             "started and opened about:blank in {} ms",
             elapsed.as_millis()
         )),
-        Ok(crate::mcp::ToolOutput::Result(v)) => Err(v["content"][0]["text"]
+        Ok(crate::wire::mcp::ToolOutput::Result(v)) => Err(v["content"][0]["text"]
             .as_str()
             .unwrap_or("the browser answered an error")
             .to_string()),
@@ -836,7 +836,7 @@ mod tests {
 
     #[test]
     fn build_is_reported_and_static_glibc_warns_about_nss_modules() {
-        let describe = crate::build_info::describe();
+        let describe = crate::base::build_info::describe();
         let pi_os =
             "passwd: files\nhosts:          files mdns4_minimal [NOTFOUND=return] dns # x\n";
         for (libc, is_static) in [("musl", true), ("glibc", false)] {
@@ -864,14 +864,14 @@ mod tests {
         assert_eq!(checks[0].name, "build");
         assert!(checks[0].detail.starts_with(&describe));
         let v = to_json(&checks, display);
-        assert_eq!(v["build"]["target"], crate::build_info::TARGET);
-        assert_eq!(v["build"]["libc"], crate::build_info::LIBC);
-        assert_eq!(v["build"]["static"], crate::build_info::STATIC);
+        assert_eq!(v["build"]["target"], crate::base::build_info::TARGET);
+        assert_eq!(v["build"]["libc"], crate::base::build_info::LIBC);
+        assert_eq!(v["build"]["static"], crate::base::build_info::STATIC);
     }
 
     #[test]
     fn allow_login_without_a_token_is_flagged() {
-        let tmp = crate::testutil::TempDir::new("doctor-login");
+        let tmp = crate::base::testutil::TempDir::new("doctor-login");
         let xdg = tmp.0.display().to_string();
         let flagged = |extra: &[(&str, &str)]| {
             let mut pairs = vec![("HANDNODE_ALLOW_LOGIN", "a@b.c"), ("XDG_CONFIG_HOME", &xdg)];
@@ -972,7 +972,7 @@ mod tests {
     #[test]
     fn the_test_start_reports_what_the_browser_said() {
         let path = env(&[("PATH", &std::env::var("PATH").unwrap_or_default())]);
-        let base = crate::testutil::TempDir::new("doctor-browser");
+        let base = crate::base::testutil::TempDir::new("doctor-browser");
         let out = browser_checks(Some(&fake("normal")), &path, false, |argv| {
             test_start(argv, &base.0)
         });

@@ -13,7 +13,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::tls::{connect_first, ClientStream, ConnectError};
+use crate::wire::tls::{connect_first, ClientStream, ConnectError};
 
 /// Most bytes of a response's status line and headers together.
 pub const MAX_HEAD_BYTES: usize = 64 << 10;
@@ -35,9 +35,9 @@ pub struct Target {
 impl Target {
     /// Parse an `http://` or `https://` URL (userinfo refused, IPv6 in brackets).
     pub fn parse(url: &str) -> Result<Target, String> {
-        let (tls, rest) = if let Some(rest) = crate::url::strip_prefix_ci(url, "https://") {
+        let (tls, rest) = if let Some(rest) = crate::base::url::strip_prefix_ci(url, "https://") {
             (true, rest)
-        } else if let Some(rest) = crate::url::strip_prefix_ci(url, "http://") {
+        } else if let Some(rest) = crate::base::url::strip_prefix_ci(url, "http://") {
             (false, rest)
         } else {
             return Err("not an http:// or https:// URL".into());
@@ -45,7 +45,8 @@ impl Target {
         let path_at = rest.find(['/', '?']).unwrap_or(rest.len());
         let (authority, path) = rest.split_at(path_at);
         let path = path.split('#').next().unwrap_or("");
-        let (host, port) = crate::url::authority_parts(authority, if tls { 443 } else { 80 })?;
+        let (host, port) =
+            crate::base::url::authority_parts(authority, if tls { 443 } else { 80 })?;
         if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
             return Err("spaces or control characters in the path".into());
         }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use rustls::pki_types::{InvalidDnsNameError, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
-use crate::error::Error;
+use crate::base::error::Error;
 
 pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, Error> {
     let mut roots = RootCertStore::empty();

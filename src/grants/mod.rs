@@ -6,6 +6,12 @@
 //! reports a call), so nothing under the registry lock ever waits for a grant thread.
 //! Handles are joined only after the lock is released.
 
+pub mod approvals;
+pub mod calls;
+pub mod dial;
+pub mod notify;
+pub mod persist;
+
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -14,23 +20,23 @@ use crossbeam_channel::Sender;
 use log::{debug, info, warn};
 use serde_json::{json, Map, Value};
 
-use crate::approvals::{visible_tools, Approvals, Approve, Gate, GrantApprovals};
 use crate::audit::{Audit, LifecycleEvent, Record};
-use crate::calls::Services;
+use crate::base::error::Error;
+use crate::base::ids::new_id;
+use crate::base::secret::Secret;
+use crate::base::timefmt::{now_unix, rfc3339};
+use crate::base::wake::{Poller, Waker};
 use crate::config::{Limits, Timing};
 use crate::containment::{self, Site};
-use crate::dial::{
+use crate::grants::approvals::{visible_tools, Approvals, Approve, Gate, GrantApprovals};
+use crate::grants::calls::Services;
+use crate::grants::dial::{
     CallEvent, Command, EndReason, GrantEvents, GrantSpec, GrantThread, State, Status,
 };
-use crate::error::Error;
-use crate::ids::new_id;
+use crate::grants::persist::{GrantStore, StoredGrant};
 use crate::metrics::Metrics;
-use crate::persist::{GrantStore, StoredGrant};
 use crate::profiles::{profile_error, Profile};
-use crate::secret::Secret;
-use crate::timefmt::{now_unix, rfc3339};
 use crate::tools::policy::{ToolLists, ToolPolicy};
-use crate::wake::{Poller, Waker};
 
 pub use crate::config::MAX_TTL_SECS;
 /// TTL when the request gives none (seconds).
@@ -98,7 +104,7 @@ impl AttachRequest {
             }
         }
         let runtime = match obj.get("runtime") {
-            Some(Value::String(s)) if crate::url::is_runtime_url(s) => s.clone(),
+            Some(Value::String(s)) if crate::base::url::is_runtime_url(s) => s.clone(),
             _ => return Err(RUNTIME_ERROR.into()),
         };
         let session = match obj.get("session") {
@@ -168,7 +174,7 @@ impl AttachRequest {
 /// host, explicit port, one trailing `/` removed) plus the session.
 pub fn target_key(runtime: &str, session: &str) -> String {
     let trimmed = runtime.strip_suffix('/').unwrap_or(runtime);
-    match crate::url::endpoint(trimmed) {
+    match crate::base::url::endpoint(trimmed) {
         Ok(ep) => {
             let scheme_len = if ep.tls { 6 } else { 5 };
             let after = &trimmed[scheme_len..];
@@ -452,7 +458,7 @@ impl GrantEvents for Events {
         if let Some(reg) = self.registry.upgrade() {
             // The pod chose this name (a refused one can be megabytes): label it once here,
             // so the raw text goes no further and is hashed once.
-            let tool = crate::label::name(&ev.tool).into_owned();
+            let tool = crate::base::label::name(&ev.tool).into_owned();
             drop(ev.tool);
             #[cfg(test)]
             if tool == containment::hooks::GRANT_TOOL {
@@ -672,7 +678,7 @@ impl Registry {
         let (secret, ttl) = match req.source {
             SecretSource::Given(secret) => (secret, req.ttl_secs),
             SecretSource::AdminCredential(credential) => {
-                let minted = crate::mint::mint(
+                let minted = crate::wire::mint::mint(
                     &req.runtime,
                     &req.session,
                     &credential,
@@ -888,7 +894,7 @@ impl Registry {
     }
 
     /// The job table: a grant's jobs end with it.
-    fn jobs(&self) -> &crate::tools::bgjobs::JobTable {
+    fn jobs(&self) -> &crate::tools::jobs::table::JobTable {
         &self.services.host.jobs
     }
 
@@ -968,7 +974,7 @@ impl Registry {
             }
             // `persist` checked `approve` against the profile's own list; a deny may have
             // taken some of it away since: such a grant is dropped, not widened or narrowed.
-            let outside = |t: &String| !crate::approvals::fits_policy(t, &policy);
+            let outside = |t: &String| !crate::grants::approvals::fits_policy(t, &policy);
             let named = match &g.approve {
                 Some(Approve::Tools(names)) => names.iter().find(|t| outside(t)),
                 _ => None,
@@ -977,7 +983,7 @@ impl Registry {
                 warn!(
                     "dropped persisted grant {}: approve names {}, which it cannot use",
                     g.id,
-                    crate::label::name(name)
+                    crate::base::label::name(name)
                 );
                 continue;
             }
@@ -1118,7 +1124,7 @@ impl Registry {
 
     fn notify(&self, summary: &str, body: &str) {
         if self.config.notify {
-            crate::notify::desktop(summary, body);
+            crate::grants::notify::desktop(summary, body);
         }
     }
 }
@@ -1158,7 +1164,7 @@ mod tests {
             (
                 format!(
                     r#"{{"runtime":"ws://h/{}","session":"s","secret":"x"}}"#,
-                    "a".repeat(crate::url::MAX_RUNTIME_URL_BYTES)
+                    "a".repeat(crate::base::url::MAX_RUNTIME_URL_BYTES)
                 ),
                 RUNTIME_ERROR,
             ),

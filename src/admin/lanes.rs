@@ -156,7 +156,7 @@ mod tests {
         for _ in 0..2 {
             done_rx.recv_timeout(Duration::from_secs(10)).unwrap();
         }
-        crate::testutil::wait_for(|| lane.busy() == 0, "the slots to be freed");
+        crate::base::testutil::wait_for(|| lane.busy() == 0, "the slots to be freed");
         assert!(lane.try_acquire().is_ok());
     }
 
@@ -168,7 +168,7 @@ mod tests {
             .spawn(|| panic!("test: work that panics"))
             .map_err(|(e, _)| e)
             .unwrap();
-        crate::testutil::wait_for(|| lane.busy() == 0, "the panicked work's slot");
+        crate::base::testutil::wait_for(|| lane.busy() == 0, "the panicked work's slot");
         assert!(lane.try_acquire().is_ok());
     }
 }

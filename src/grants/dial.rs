@@ -18,17 +18,17 @@ use tungstenite::client::IntoClientRequest;
 use tungstenite::handshake::HandshakeError;
 use tungstenite::WebSocket;
 
-use crate::calls::{Calls, Services};
+use crate::base::secret::Secret;
+use crate::base::wake::{Poller, Waker};
 use crate::config::{Limits, Timing};
-use crate::jobs::Completion;
-use crate::link::{ws_config, Inbound, Link};
-use crate::mcp::{self, Action, Dispatcher, Outcome};
+use crate::grants::calls::{Calls, Services};
+use crate::pool::Completion;
 use crate::profiles::Profile;
-use crate::secret::Secret;
-use crate::tls::{connect_first, ClientStream, ConnectError, SetupError};
 use crate::tools::policy::ToolPolicy;
 use crate::tools::{CallContext, CallLimits, ConnCatalog, GrantNote};
-use crate::wake::{Poller, Waker};
+use crate::wire::link::{ws_config, Inbound, Link};
+use crate::wire::mcp::{self, Action, Dispatcher, Outcome};
+use crate::wire::tls::{connect_first, ClientStream, ConnectError, SetupError};
 
 /// The socket's key in the poller.
 const SOCKET_KEY: u64 = 1;
@@ -98,7 +98,7 @@ pub const STOPPING_CLOSES: [(u16, EndReason); 4] = [
 ];
 
 /// The closes for the pod's framing violations are `link`'s, which detects them.
-pub use crate::link::{OurClose, CLOSE_BAD_UTF8, CLOSE_TOO_LARGE};
+pub use crate::wire::link::{OurClose, CLOSE_BAD_UTF8, CLOSE_TOO_LARGE};
 
 /// Revoked or replaced here: the grant ends and is never redialled.
 pub const CLOSE_ENDED: OurClose = OurClose {
@@ -294,7 +294,7 @@ pub struct GrantThread {
     pub limits: Limits,
     pub audit_args: bool,
     /// Which calls wait for a person's decision, and where they wait (§10).
-    pub approvals: crate::approvals::GrantApprovals,
+    pub approvals: crate::grants::approvals::GrantApprovals,
 }
 
 /// How one connection ended.
@@ -510,7 +510,7 @@ impl GrantThread {
     /// WebSocket handshake on a non-blocking socket, so commands still wake us.
     fn connect(&mut self) -> Result<WebSocket<ClientStream>, ConnEnd> {
         let url = attach_url(&self.spec.runtime, &self.spec.session);
-        let ep = crate::url::endpoint(&url).map_err(ConnEnd::Lost)?;
+        let ep = crate::base::url::endpoint(&url).map_err(ConnEnd::Lost)?;
         // URL schemes are case-insensitive and validation accepts `WS://`, but tungstenite
         // only takes a lowercase scheme: without this such a grant redials forever.
         let url = match url.split_once("://") {
@@ -804,7 +804,7 @@ impl GrantThread {
     }
 
     /// The audit/metrics event of a call that ended without a reply.
-    fn call_event(&self, call: &crate::calls::InFlight, outcome: Outcome) -> CallEvent {
+    fn call_event(&self, call: &crate::grants::calls::InFlight, outcome: Outcome) -> CallEvent {
         CallEvent {
             grant_id: self.spec.id.clone(),
             principal: self.spec.principal.clone(),
@@ -936,7 +936,7 @@ impl GrantThread {
                         host: Arc::clone(&self.services.host),
                         principal: self.spec.principal.clone(),
                     };
-                    let asker = crate::approvals::Asker {
+                    let asker = crate::grants::approvals::Asker {
                         grant_id: &self.spec.id,
                         principal: &self.spec.principal,
                         session: &self.spec.session,

@@ -1,11 +1,11 @@
 //! The job tools `bash_start`, `bash_poll`, `bash_list` and `bash_cancel` (contract §9):
 //! their specs and schemas, argument checks, and results; and the step that turns a `bash`
-//! call past its inline limit into a job. The jobs themselves live in [`super::bgjobs`].
+//! call past its inline limit into a job. The jobs themselves live in [`crate::tools::jobs::table`].
 //!
 //! A job belongs to its scope: the grant it was started under (so a redial, a pod restart
 //! or a renew keeps it), or the owner's `/mcp`. Another scope's job id is answered exactly
 //! like an unknown one. A waiting `bash_poll` is parked on the process watcher
-//! ([`super::process::Wait`]), which answers it when the job's pipes bring output or its
+//! ([`crate::tools::process::Wait`]), which answers it when the job's pipes bring output or its
 //! leader exits: no pool worker waits.
 
 use std::sync::{Arc, Mutex};
@@ -14,13 +14,14 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::bgjobs::{Admit, Job, JobTable, State, Stop};
-use super::process::{Continued, RunSpec, SoFar, Wait};
-use super::shell::{command_field, cwd_field, env_field, int_field, object};
-use super::{CallContext, Needs, Tool};
-use crate::jobs::Completion;
-use crate::mcp::ToolOutput;
+use crate::pool::Completion;
 use crate::profiles::{Class, Profile};
+use crate::tools::args::object;
+use crate::tools::jobs::table::{Admit, Job, JobTable, State, Stop};
+use crate::tools::process::{Continued, RunSpec, SoFar, Wait};
+use crate::tools::shell::{command_field, cwd_field, env_field, int_field};
+use crate::tools::{CallContext, Needs, Tool};
+use crate::wire::mcp::ToolOutput;
 
 /// `max_bytes` of `bash_poll` when the caller gives none (bytes per stream).
 pub const DEFAULT_POLL_BYTES: u64 = 64 << 10;
@@ -157,7 +158,7 @@ fn cancel_schema() -> Value {
 
 /// The job scope of a call: its grant, or the owner's `/mcp`.
 pub fn scope(cx: &CallContext) -> &str {
-    super::shell::scope(cx)
+    crate::tools::shell::scope(cx)
 }
 
 /// `job_id`: a string. Whether it names a job is answered later, as a tool error.
@@ -179,7 +180,7 @@ fn unknown(id: &str) -> ToolOutput {
 }
 
 fn rfc3339_ms(ms: u64) -> String {
-    crate::timefmt::rfc3339(ms / 1000)
+    crate::base::timefmt::rfc3339(ms / 1000)
 }
 
 /// `3 s`, `0.2 s`: how the inline limit is said.
@@ -238,7 +239,7 @@ struct JobFacts<'a> {
 }
 
 impl<'a> JobFacts<'a> {
-    fn of(job: &'a Job, st: &'a super::bgjobs::Status) -> Self {
+    fn of(job: &'a Job, st: &'a crate::tools::jobs::table::Status) -> Self {
         let ended = st.state != State::Running;
         JobFacts {
             job_id: &job.id,
@@ -274,13 +275,13 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         Err(msg) => return done.complete(ToolOutput::InvalidParams(msg)),
     };
     let jobs = Arc::clone(&cx.host.jobs);
-    let job_id = super::bgjobs::new_job_id();
+    let job_id = crate::tools::jobs::table::new_job_id();
     // Checked before anything is reserved, so a bad cwd changes nothing.
-    let (cmd, _, confine) = match super::shell::command(&cx, &script, cwd.as_deref(), &env, &job_id)
-    {
-        Ok(built) => built,
-        Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
-    };
+    let (cmd, _, confine) =
+        match crate::tools::shell::command(&cx, &script, cwd.as_deref(), &env, &job_id) {
+            Ok(built) => built,
+            Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
+        };
     let job = match jobs.admit(Admit {
         id: Some(job_id),
         scope: scope(&cx).to_string(),
@@ -311,7 +312,7 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         timeout,
         max_output_bytes: 0,
         ctl: Arc::clone(&job.ctl),
-        sink: Some(Arc::clone(&job) as Arc<dyn super::process::JobSink>),
+        sink: Some(Arc::clone(&job) as Arc<dyn crate::tools::process::JobSink>),
         inline: None,
         on_spawn: Some(on_spawn),
         stdin: None,
@@ -388,7 +389,7 @@ pub(crate) fn continue_as_job(
             let killed = Killed {
                 stdout: &out,
                 stderr: &err,
-                exit_code: super::process::KILLED_EXIT_CODE,
+                exit_code: crate::tools::process::KILLED_EXIT_CODE,
                 timed_out: true,
                 cancelled: false,
                 stdout_truncated: so_far.stdout_truncated,
@@ -406,7 +407,7 @@ pub(crate) fn continue_as_job(
         job.err.write(so_far.stderr);
     }
     let pid = so_far.pid.as_raw_nonzero().get();
-    jobs.spawned(&job, pid, super::process::start_ticks(pid));
+    jobs.spawned(&job, pid, crate::tools::process::start_ticks(pid));
     let truncated: Vec<&str> = [
         ("stdout", so_far.stdout_truncated),
         ("stderr", so_far.stderr_truncated),
@@ -454,7 +455,7 @@ pub(crate) fn continue_as_job(
     };
     done.complete(reply(&text, &as_job, false));
     Some(Continued {
-        sink: Arc::clone(&job) as Arc<dyn super::process::JobSink>,
+        sink: Arc::clone(&job) as Arc<dyn crate::tools::process::JobSink>,
         ctl: Arc::clone(&job.ctl),
         on_exit: jobs.on_exit(job),
     })
@@ -540,7 +541,7 @@ pub fn poll(args: Value, cx: CallContext, done: Completion) {
     }
     let ready = Arc::clone(&job);
     cx.host.processes.wait(Wait {
-        key: super::process::JobSink::key(&*job),
+        key: crate::tools::process::JobSink::key(&*job),
         deadline: Instant::now() + Duration::from_secs(args.wait_secs),
         ctl: Arc::clone(&cx.ctl),
         ready: Box::new(move || ready.has_news(so, se)),
@@ -675,7 +676,8 @@ pub fn list(args: Value, cx: CallContext, done: Completion) {
     struct List<'a> {
         jobs: Vec<Item<'a>>,
     }
-    let statuses: Vec<super::bgjobs::Status> = jobs.iter().map(|j| j.status()).collect();
+    let statuses: Vec<crate::tools::jobs::table::Status> =
+        jobs.iter().map(|j| j.status()).collect();
     let mut lines = Vec::with_capacity(jobs.len() + 1);
     let items = jobs
         .iter()

@@ -3,6 +3,10 @@
 //! the box's owner, `/metrics`, `/healthz` and `/readyz`, and the console's routes (the
 //! page and assets of `console`, `GET /audit` read back by `activity`).
 
+pub mod activity;
+pub mod console;
+pub mod lanes;
+
 use std::collections::HashMap;
 use std::io::Read;
 use std::net::{IpAddr, SocketAddr, TcpListener};
@@ -16,23 +20,21 @@ use log::{debug, info, warn};
 use serde_json::{json, Value};
 use tiny_http::{Header, Request, Response, Server};
 
-use crate::activity;
-use crate::approvals::{self, Approvals};
+use crate::admin::lanes::{Busy, Lane};
 use crate::audit::{Audit, Record};
 use crate::auth::{client_key, is_loopback, Decision, Policy, RequestFacts, Throttle, Verdict};
-use crate::calls::{Calls, Services};
+use crate::base::error::Error;
+use crate::base::label;
 use crate::config::{Limits, Timing};
-use crate::console;
 use crate::containment::{self, Site};
-use crate::error::Error;
+use crate::grants::approvals::{self, Approvals};
+use crate::grants::calls::{Calls, Services};
 use crate::grants::{AttachError, AttachRequest, Registry, SecretSource};
-use crate::jobs::Completion;
-use crate::label;
-use crate::lanes::{Busy, Lane};
-use crate::mcp::{self, Action, Dispatcher, Outcome, ToolOutput};
 use crate::metrics::Metrics;
+use crate::pool::Completion;
 use crate::tools::policy::ToolPolicy;
 use crate::tools::{CallContext, CallLimits, ConnCatalog};
+use crate::wire::mcp::{self, Action, Dispatcher, Outcome, ToolOutput};
 
 /// Most threads taking requests off tiny_http's queue. One waits when the API is idle;
 /// another is started when the last waiting one takes a request. They only do quick work:
@@ -901,7 +903,7 @@ fn apply_actions(
 }
 
 fn new_session_id() -> String {
-    crate::ids::new_id()
+    crate::base::ids::new_id()
 }
 
 /// `POST /mcp`: one JSON-RPC message per request, JSON replies only.
@@ -986,7 +988,7 @@ type PendingCall = (
     mcp::Route,
     Value,
     u64,
-    Arc<crate::jobs::JobCtl>,
+    Arc<crate::pool::JobCtl>,
 );
 
 /// Start a tool call for `/mcp` and answer from a responder thread, so the handler
@@ -1035,7 +1037,9 @@ fn mcp_call(
         // The longest a call waits: a tool's run, a bash call's inline limit, a poll.
         let wait = Duration::from_secs(CallLimits::LOCAL_HTTP.max_run_secs)
             .max(state.timing.mcp_inline_wait)
-            .max(Duration::from_secs(crate::tools::jobs::MAX_WAIT_SECS))
+            .max(Duration::from_secs(
+                crate::tools::jobs::tools::MAX_WAIT_SECS,
+            ))
             + MCP_RESULT_SLACK;
         let output = rx.recv_timeout(wait).unwrap_or_else(|_| {
             ctl.cancel();

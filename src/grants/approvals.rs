@@ -19,16 +19,16 @@ use serde_json::{json, Map, Value};
 use tiny_http::{Header, Request, Response};
 
 use crate::audit::{ApprovalEvent, Audit, Record};
-use crate::calls::Services;
-use crate::jobs::{Completion, JobCtl};
-use crate::mcp::{Route, ToolOutput};
+use crate::base::timefmt::rfc3339;
+use crate::grants::calls::Services;
+use crate::grants::notify::{Ask, Choice, Notifier};
 use crate::metrics::Metrics;
-use crate::notify::{Ask, Choice, Notifier};
+use crate::pool::{Completion, JobCtl};
 use crate::profiles::{Class, Profile};
-use crate::timefmt::rfc3339;
 use crate::tools::class_of_any;
 use crate::tools::policy::{ToolPolicy, UNCLASSIFIED};
 use crate::tools::{CallContext, UpstreamSource};
+use crate::wire::mcp::{Route, ToolOutput};
 
 /// The word that, instead of a list, means every `shell`-class tool the grant can see.
 pub const SHELL_WORD: &str = "shell";
@@ -653,7 +653,7 @@ impl Approvals {
         let created = Instant::now();
         let args = self.config.audit_args.then(|| held.arguments.clone());
         let pending = Pending {
-            id: crate::ids::new_id(),
+            id: crate::base::ids::new_id(),
             held,
             created_at: now,
             expires_at: now + timeout.as_secs_f64().ceil() as u64,

@@ -11,8 +11,8 @@ use std::path::Path;
 use serde_json::{json, Map, Value};
 
 use crate::audit::FILE_NAME;
-use crate::persist::is_grant_id;
-use crate::statedir::open_state_file;
+use crate::base::statedir::open_state_file;
+use crate::grants::persist::is_grant_id;
 
 /// Records an answer carries when `limit` is not given.
 pub const DEFAULT_LIMIT: usize = 50;
@@ -271,7 +271,7 @@ impl BackLines {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use crate::base::testutil::TempDir;
 
     const GRANT_A: &str = "0b7e1c2a-5d1f-4c3e-9a47-2f0c8d6e1b90";
     const GRANT_B: &str = "1c8f2d3b-6e2a-4d4f-8b58-3a1d9e7f2ca1";
@@ -345,7 +345,7 @@ mod tests {
         dir.write("elsewhere", &format!("{}\n", call(GRANT_A, "bash", 1)));
         std::os::unix::fs::symlink(dir.0.join("elsewhere"), dir.0.join(FILE_NAME)).unwrap();
         let e = read(&dir.0, &query(Some(GRANT_A), 50), false, TINY).unwrap_err();
-        assert!(crate::statedir::is_refused(&e), "{e}");
+        assert!(crate::base::statedir::is_refused(&e), "{e}");
     }
 
     #[test]

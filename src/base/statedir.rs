@@ -7,7 +7,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use crate::error::Error;
+use crate::base::error::Error;
 
 /// Mode of the state dir: only the daemon's user may list or enter it (it holds attach
 /// secrets and the audit).

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use rustix::process::{Pid, Signal};
 
-use crate::mcp::{ToolOutput, SERVER_ERROR};
+use crate::wire::mcp::{ToolOutput, SERVER_ERROR};
 
 /// Cancellation for one tool call: set by `notifications/cancelled`, socket loss, grant
 /// end or shutdown. Process groups registered here are killed on cancel, and a group
@@ -112,7 +112,7 @@ impl JobCtl {
 
     /// Wake `waker` when this call is cancelled (at once if it already is): a long-poll
     /// parked on the process watcher leaves it then.
-    pub fn wake_on_cancel(&self, waker: Arc<crate::wake::Waker>) {
+    pub fn wake_on_cancel(&self, waker: Arc<crate::base::wake::Waker>) {
         self.on_cancel(move || waker.wake());
     }
 

@@ -16,12 +16,12 @@ use std::sync::Mutex;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::approvals::{fits_policy, Approve};
-use crate::error::Error;
+use crate::base::error::Error;
+use crate::base::secret::Secret;
+pub use crate::base::statedir::{ensure_state_dir, DIR_MODE};
+use crate::base::statedir::{is_refused, open_state_file};
+use crate::grants::approvals::{fits_policy, Approve};
 use crate::profiles::{profile_names, Profile, MAX_LIST_NAMES, MAX_TOOL_NAME_BYTES};
-use crate::secret::Secret;
-pub use crate::statedir::{ensure_state_dir, DIR_MODE};
-use crate::statedir::{is_refused, open_state_file};
 use crate::tools::policy::ToolPolicy;
 
 /// Name of the grant store inside the state dir.
@@ -209,9 +209,9 @@ impl GrantStore {
         for (id, stored) in &report.clamped {
             log::warn!(
                 "stored grant {id} ran until {}, past the {} s cap on a grant's life; it now ends at {}",
-                crate::timefmt::rfc3339(*stored),
+                crate::base::timefmt::rfc3339(*stored),
                 crate::config::MAX_TTL_SECS,
-                crate::timefmt::rfc3339(now_unix.saturating_add(crate::config::MAX_TTL_SECS))
+                crate::base::timefmt::rfc3339(now_unix.saturating_add(crate::config::MAX_TTL_SECS))
             );
         }
         Ok(report)
@@ -351,7 +351,7 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
         return Err("id is not a lowercase UUID".to_string());
     }
     let runtime = string_field(obj, "runtime")?;
-    if !crate::url::is_runtime_url(runtime) {
+    if !crate::base::url::is_runtime_url(runtime) {
         return Err("runtime is not a ws:// or wss:// URL with a host".to_string());
     }
     let session = string_field(obj, "session")?;
@@ -380,11 +380,15 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
     }
     let approved_for_grant = match obj.get("approved_for_grant") {
         None => Vec::new(),
-        Some(Value::Array(items)) if items.len() <= crate::approvals::MAX_APPROVE_NAMES => items
-            .iter()
-            .map(|v| v.as_str().filter(|t| can_use(t)).map(str::to_string))
-            .collect::<Option<Vec<String>>>()
-            .ok_or_else(|| "approved_for_grant names a tool this profile cannot use".to_string())?,
+        Some(Value::Array(items)) if items.len() <= crate::grants::approvals::MAX_APPROVE_NAMES => {
+            items
+                .iter()
+                .map(|v| v.as_str().filter(|t| can_use(t)).map(str::to_string))
+                .collect::<Option<Vec<String>>>()
+                .ok_or_else(|| {
+                    "approved_for_grant names a tool this profile cannot use".to_string()
+                })?
+        }
         Some(_) => return Err("approved_for_grant is not a list of tool names".to_string()),
     };
     let principal = string_field(obj, "principal")?;
@@ -473,7 +477,7 @@ fn u64_field(obj: &Map<String, Value>, name: &str) -> Result<u64, String> {
 
 /// Lowercase 8-4-4-4-12 hex, the shape of the ids handnode issues.
 pub fn is_grant_id(s: &str) -> bool {
-    crate::ids::is_id(s)
+    crate::base::ids::is_id(s)
 }
 
 fn is_session(s: &str) -> bool {
@@ -527,7 +531,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    use crate::testutil::TempDir;
+    use crate::base::testutil::TempDir;
 
     const NOW: u64 = 1_796_040_000;
 
@@ -673,9 +677,9 @@ mod tests {
         assert_eq!(err.exit_code(), 2);
         let euid = rustix::process::geteuid().as_raw();
         let meta = fs::symlink_metadata(&real).unwrap();
-        assert!(crate::statedir::check_state_dir_meta(&real, &meta, euid).is_ok());
-        let err =
-            crate::statedir::check_state_dir_meta(&real, &meta, euid.wrapping_add(1)).unwrap_err();
+        assert!(crate::base::statedir::check_state_dir_meta(&real, &meta, euid).is_ok());
+        let err = crate::base::statedir::check_state_dir_meta(&real, &meta, euid.wrapping_add(1))
+            .unwrap_err();
         assert!(err.to_string().contains("is owned by uid"), "{err}");
     }
 

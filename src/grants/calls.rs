@@ -10,9 +10,9 @@ use std::time::Instant;
 use serde_json::Value;
 
 use crate::containment::{self, Site};
-use crate::jobs::{Completion, JobCtl, Pool};
-use crate::mcp::{Route, ToolOutput, SERVER_ERROR};
+use crate::pool::{Completion, JobCtl, Pool};
 use crate::tools::{self, CallContext, ToolHost, UpstreamSource};
+use crate::wire::mcp::{Route, ToolOutput, SERVER_ERROR};
 
 /// Everything a connection needs to run tool calls. One per daemon.
 #[derive(Debug)]
@@ -78,7 +78,7 @@ impl Services {
                     let timeout = std::time::Duration::from_secs(cx.limits.max_run_secs);
                     browsers.call(&grant.id, &name, arguments, cx.ctl, timeout, done)
                 }
-                _ => done.complete(crate::mcp::ToolOutput::tool_error(
+                _ => done.complete(crate::wire::mcp::ToolOutput::tool_error(
                     "no browser tier is configured for this call",
                 )),
             },
@@ -146,7 +146,7 @@ impl Calls {
         let k = key(id);
         if self.entries.contains_key(&k) {
             return Err(Refusal {
-                code: crate::mcp::INVALID_REQUEST,
+                code: crate::wire::mcp::INVALID_REQUEST,
                 message: format!("Invalid Request: request id {k} is already in flight"),
             });
         }
@@ -249,7 +249,7 @@ mod tests {
         let (seq1, _) = calls.begin(&json!("a"), "bash").unwrap();
         assert_eq!(
             calls.begin(&json!("a"), "bash").unwrap_err().code,
-            crate::mcp::INVALID_REQUEST
+            crate::wire::mcp::INVALID_REQUEST
         );
         // "1" and 1 are different ids.
         calls.begin(&json!(1), "bash").unwrap();

@@ -2,7 +2,7 @@
 //! credential is used for this one request and then dropped; it is never stored, logged
 //! or returned.
 //!
-//! One HTTP/1.1 POST ([`crate::httpc`]) over the same rustls configuration the dial uses, so a
+//! One HTTP/1.1 POST ([`crate::wire::httpc`]) over the same rustls configuration the dial uses, so a
 //! `--ca-file` private CA and the webpki roots apply to both alike.
 
 use std::io::BufRead;
@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::error::Error;
-use crate::httpc::{self, Request, Target};
-use crate::secret::Secret;
-use crate::url::strip_prefix_ci;
+use crate::base::error::Error;
+use crate::base::secret::Secret;
+use crate::base::url::strip_prefix_ci;
+use crate::wire::httpc::{self, Request, Target};
 
 /// Largest mint response we read; a secret and a TTL fit in far less.
 const MAX_RESPONSE_BYTES: u64 = 64 << 10;

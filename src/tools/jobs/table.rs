@@ -47,21 +47,19 @@ use crossbeam_channel::{RecvTimeoutError, Sender};
 use serde_json::Value;
 
 use crate::audit::{Audit, Record};
-use crate::jobs::JobCtl;
-use crate::statedir::open_state_file;
+use crate::base::statedir::open_state_file;
+use crate::pool::JobCtl;
 use crate::tools::process::{End, JobSink, RunResult, Which};
+use crate::tools::shell::MARKER_ENV;
 
 /// The job scope of the owner's `/mcp` (grant scopes are grant ids).
-pub const OWNER_SCOPE: &str = "owner";
+pub use crate::tools::shell::OWNER_SCOPE;
 /// Name of the jobs dir inside the state dir.
 pub const DIR_NAME: &str = "jobs";
 /// Mode of the jobs dir and every scope dir.
 pub const DIR_MODE: u32 = 0o700;
 /// Mode of every job file: output may hold whatever the job printed.
 pub const FILE_MODE: u32 = 0o600;
-/// Environment variable every job's processes carry (its job id), so recovery can tell a
-/// job's orphans from strangers that reuse its process group id.
-pub const MARKER_ENV: &str = crate::cgroup::MARKER_ENV;
 /// Bytes of a job's command kept for `bash_list` and its record.
 pub const COMMAND_NOTE_BYTES: usize = 1024;
 /// Finished jobs kept per scope; past it the oldest is removed before its retention ends,
@@ -157,7 +155,7 @@ pub fn is_job_id(s: &str) -> bool {
 }
 
 fn is_scope(s: &str) -> bool {
-    s == OWNER_SCOPE || crate::ids::is_id(s)
+    s == OWNER_SCOPE || crate::base::ids::is_id(s)
 }
 
 fn now_ms() -> u64 {
@@ -1375,7 +1373,7 @@ fn carries_marker(pid: i32, id: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use crate::base::testutil::TempDir;
     use crate::tools::testutil::WATCHDOG;
 
     fn ring(dir: &TempDir, window: u64, start: u64) -> StreamFile {

@@ -13,15 +13,15 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::base::error::Error;
+use crate::base::secret::Secret;
 use crate::config::{
     self, apply_flags, default_config_dir, markdown_flags, no_positional, read_secret_file,
     render_flags, resolve_token, Flag, Kind, CREDENTIAL_NAME, ENV_PREFIX, TOKEN_ENV,
     TOKEN_FILE_NAME,
 };
-use crate::error::Error;
-use crate::httpc::{self, Request, Target};
 use crate::profiles::Profile;
-use crate::secret::Secret;
+use crate::wire::httpc::{self, Request, Target};
 
 /// Where the daemon listens unless `--url` says otherwise.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:8795";
@@ -499,10 +499,10 @@ const REASON_FLAG: &[Flag<OperatorDraft>] = &[Flag {
     kind: Kind::Text {
         metavar: "TEXT",
         set: |d, v| {
-            if v.len() > crate::approvals::MAX_REASON_BYTES {
+            if v.len() > crate::grants::approvals::MAX_REASON_BYTES {
                 return Err(format!(
                     "at most {} bytes",
-                    crate::approvals::MAX_REASON_BYTES
+                    crate::grants::approvals::MAX_REASON_BYTES
                 ));
             }
             d.reason = Some(nonempty(v)?);
@@ -769,7 +769,7 @@ impl Reply {
 }
 
 /// A blocking HTTP client of one daemon's admin API. The token goes to the daemon and
-/// nowhere else: no proxy from the environment, no redirects ([`crate::httpc`]).
+/// nowhere else: no proxy from the environment, no redirects ([`crate::wire::httpc`]).
 struct Client<'a> {
     args: &'a ClientArgs,
     /// Built on the first https call and kept: `revoke --all` makes one call per grant.
@@ -788,7 +788,7 @@ impl<'a> Client<'a> {
         if let Some(config) = self.tls.get() {
             return Ok(config);
         }
-        let config = crate::tls::client_config(None).map_err(|e| e.to_string())?;
+        let config = crate::wire::tls::client_config(None).map_err(|e| e.to_string())?;
         Ok(self.tls.get_or_init(|| config))
     }
 
@@ -1032,7 +1032,9 @@ fn grant(args: &GrantArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<i
         body["ttl_secs"] = json!(ttl);
     }
     match args.approve.as_deref() {
-        Some([word]) if word == crate::approvals::SHELL_WORD => body["approve"] = json!(word),
+        Some([word]) if word == crate::grants::approvals::SHELL_WORD => {
+            body["approve"] = json!(word)
+        }
         Some(names) => body["approve"] = json!(names),
         None => {}
     }
@@ -1261,7 +1263,7 @@ fn approvals_table(list: &[Value]) -> String {
             a.get("expires_in_secs")
                 .and_then(Value::as_u64)
                 .map_or("-".into(), human_secs),
-            crate::approvals::summary(
+            crate::grants::approvals::summary(
                 str_field(a, "tool"),
                 a.get("arguments").unwrap_or(&Value::Null),
             ),
@@ -1341,7 +1343,7 @@ mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
 
-    use crate::testutil::TempDir;
+    use crate::base::testutil::TempDir;
 
     fn env(tmp: &TempDir) -> HashMap<String, String> {
         [
@@ -2036,8 +2038,8 @@ mod tests {
             (args.allow, args.reason.as_deref()),
             (false, Some("not now"))
         );
-        let long = "r".repeat(crate::approvals::MAX_REASON_BYTES + 1);
-        let at = "r".repeat(crate::approvals::MAX_REASON_BYTES);
+        let long = "r".repeat(crate::grants::approvals::MAX_REASON_BYTES + 1);
+        let at = "r".repeat(crate::grants::approvals::MAX_REASON_BYTES);
         assert!(parse_args(&["deny", id, "--reason", &at], &env).is_ok());
         for args in [
             vec!["approve"],

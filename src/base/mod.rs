@@ -1,0 +1,17 @@
+//! Small base types every other layer uses and that use nothing of the crate outside
+//! `base`: errors, secrets, times, URLs, ids, labels, process hardening, wake handles,
+//! build facts, the state dir's file rules, the browser command's words, unit-test helpers.
+
+pub mod browser_argv;
+pub mod build_info;
+pub mod error;
+pub mod hardening;
+pub mod ids;
+pub mod label;
+pub mod secret;
+pub mod statedir;
+#[cfg(test)]
+pub(crate) mod testutil;
+pub mod timefmt;
+pub mod url;
+pub mod wake;

@@ -1,0 +1,6 @@
+//! The operator's side: the command line and its subcommands, `doctor`, and telling systemd
+//! that the daemon is ready or stopping.
+
+pub mod cli;
+pub mod doctor;
+pub mod sdnotify;
