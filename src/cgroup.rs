@@ -470,6 +470,13 @@ impl Confine {
                 let dir = layout.base.join("grants").join(grant);
                 kill_tree(&dir);
                 drop(group);
+                let v1_left = layout
+                    .v1
+                    .iter()
+                    .any(|(_, b)| b.join("grants").join(grant).exists());
+                if !dir.exists() && !v1_left {
+                    return; // it never ran anything
+                }
                 let (base, v1, mode) = (layout.base.clone(), layout.v1.clone(), layout.mode);
                 let grant = grant.to_string();
                 let _ = std::thread::Builder::new()
@@ -824,14 +831,7 @@ impl GrantGroup {
             (Some(d), None) => d.join("memory.events"),
             (None, None) => return 0,
         };
-        fs::read_to_string(file)
-            .ok()
-            .and_then(|t| {
-                t.lines()
-                    .find_map(|l| l.strip_prefix("oom_kill "))
-                    .and_then(|n| n.trim().parse().ok())
-            })
-            .unwrap_or(0)
+        oom_kill_count(&file).unwrap_or(0)
     }
 
     /// Memory in use (bytes) and processes, as the limiting controllers count them.
@@ -946,8 +946,20 @@ impl RunGroup {
     /// `Some(limit)` when the kernel's OOM killer killed in this grant since the run
     /// started: a run that then ended by SIGKILL was killed by the grant's memory limit.
     pub fn oom_limit(&self) -> Option<u64> {
-        (self.grant.dir.is_some() && self.grant.limited && self.grant.oom_kills() > self.oom_before)
-            .then_some(self.grant.limits.memory_max)
+        if self.grant.dir.is_none() || !self.grant.limited {
+            return None;
+        }
+        // v2: the run's own count (memory is enabled for the grant's children), so another
+        // run of the grant killed at the same time is not taken for this one.
+        let own = self
+            .dir
+            .as_ref()
+            .and_then(|d| oom_kill_count(&d.join("memory.events")));
+        let killed = match own {
+            Some(n) => n > 0,
+            None => self.grant.oom_kills() > self.oom_before,
+        };
+        killed.then_some(self.grant.limits.memory_max)
     }
 
     pub fn grant_id(&self) -> &str {
@@ -965,6 +977,15 @@ impl Drop for RunGroup {
             let _ = fs::remove_dir(d);
         }
     }
+}
+
+/// The `oom_kill` count of a v2 `memory.events` or a v1 `memory.oom_control`.
+fn oom_kill_count(file: &Path) -> Option<u64> {
+    fs::read_to_string(file).ok().and_then(|t| {
+        t.lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
+    })
 }
 
 /// The words a call or job killed by its grant's memory limit ends with.
@@ -1316,6 +1337,14 @@ mod tests {
         assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
         let procs = fs::read_to_string(run.dir.as_ref().unwrap().join("cgroup.procs")).unwrap();
         assert!(procs.trim().parse::<u32>().is_ok(), "{procs:?}");
+        // Out of memory: the run's own memory.events says so (v2), with the grant's limit.
+        assert_eq!(run.oom_limit(), None);
+        fs::write(
+            run.dir.as_ref().unwrap().join("memory.events"),
+            "oom 1\noom_kill 1\n",
+        )
+        .unwrap();
+        assert_eq!(run.oom_limit(), Some(64 << 20));
         // A group that cannot be written: the command never runs.
         fs::remove_dir_all(run.dir.as_ref().unwrap()).unwrap();
         let out = run.command(Path::new("echo")).arg("hi").output().unwrap();

@@ -83,11 +83,15 @@ print(started, failed)'"#;
             rtts
         })
     };
+    // The loop takes seconds on a loaded box: wait for it longer than for one reply.
+    conn_a.set_read_timeout(Duration::from_secs(60));
+    let t = Instant::now();
     let r = conn_a.call_tool(
         json!("f"),
         "bash",
         json!({"command": script, "timeout_secs": 60}),
     );
+    eprintln!("the fork loop took {:?}", t.elapsed());
     stop.store(true, Ordering::SeqCst);
     let mut rtts = pinger.join().unwrap();
     let r = result(&r);
