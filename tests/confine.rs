@@ -443,3 +443,60 @@ fn the_grants_deadline_kills_every_escaper() {
     assert_all_dead(&pids, t0, "the deadline");
     d.wait_grant(&id, "ended", |g| g["ended"] == "deadline");
 }
+
+#[test]
+fn the_owners_mcp_calls_are_contained_too() {
+    let pod = StubPod::start();
+    let d = daemon("confowner");
+    // The grant JSON says whether this box gives cgroups at all.
+    let (id, _conn) = d.attached(&pod, "laptop", "observe");
+    if !cgroups_here(&d.grant(&id)) {
+        return;
+    }
+    let script = escapers(&d.dir);
+    let pids_file = script.lines().next().unwrap()[3..]
+        .trim_end_matches('\'')
+        .to_string();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "bash", "arguments": {"command": script, "timeout_secs": 2}}})
+    .to_string();
+    let (status, _, b) = d.raw(
+        "POST",
+        "/mcp",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json"),
+        ],
+        Some(body.as_bytes()),
+    );
+    let t0 = Instant::now();
+    assert_eq!(status, 200);
+    let r: Value = serde_json::from_slice(&b).unwrap();
+    assert_eq!(r["result"]["structuredContent"]["timed_out"], true, "{r}");
+    let pids: Vec<u64> = std::fs::read_to_string(&pids_file)
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 3, "{r}");
+    assert_all_dead(&pids, t0, "the owner's /mcp call's timeout");
+}
+
+#[test]
+fn a_grants_limits_survive_a_restart_never_above_the_flags() {
+    let pod = StubPod::start();
+    let mut d = TestDaemon::with("confresume", quiet_liveness);
+    let mut body = attach_body(&pod, "keep", "owner");
+    body["limits"] = json!({"pids_max": 512, "cpu_weight": 20});
+    let (id, _conn) = d.attached_with(&pod, body);
+    d.stop();
+    // The same state dir, with a lower --grant-pids-max than the grant asked for.
+    let mut c = test_config(&d.dir);
+    quiet_liveness(&mut c);
+    c.limits.grant_pids_max = 300;
+    let d2 = TestDaemon::start(c, d.dir.clone());
+    let g = d2.grant(&id);
+    assert_eq!(g["limits"]["pids_max"], 300, "{g}");
+    assert_eq!(g["limits"]["cpu_weight"], 20, "{g}");
+    drop(d2);
+}
