@@ -35,7 +35,8 @@
 //! subreaper (`PR_SET_CHILD_SUBREAPER`): what a run leaves behind is re-parented to the
 //! daemon rather than to init, and a run's end kills every process that still carries the
 //! run's marker variable ([`MARKER_ENV`]); the daemon's stop kills
-//! every descendant. A process that both unsets the marker and leaves the process group
+//! every descendant (every one carrying its markers, when other daemons share the process,
+//! as in-process tests do). A process that both unsets the marker and leaves the process group
 //! escapes a run's end until the daemon stops: that is why `doctor` says how to get the
 //! cgroup mode.
 
@@ -284,7 +285,20 @@ pub struct Confine {
     grants: Mutex<HashMap<String, Arc<GrantGroup>>>,
     limits: Mutex<HashMap<String, Limits>>,
     next_run: AtomicU64,
+    /// Subreaper: the markers of every run this daemon started (the newest
+    /// [`MAX_ISSUED`]), killed at its stop.
+    issued: Mutex<std::collections::VecDeque<String>>,
+    /// Subreaper: counted in [`SUBREAPERS`] while it lives.
+    counted: bool,
 }
+
+/// Markers remembered for the subreaper's stop.
+const MAX_ISSUED: usize = 4096;
+
+/// Subreaper confinements alive in this process. Only a daemon alone in its process (as in
+/// production) kills every descendant at its stop: beside another (in-process tests) that
+/// would kill the other's children too, so it kills by its own markers only.
+static SUBREAPERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 impl Confine {
     /// Find or build the subtree; fall back to the subreaper where none is usable.
@@ -315,6 +329,10 @@ impl Confine {
                 }
             }
         }
+        let counted = layout.is_none();
+        if counted {
+            SUBREAPERS.fetch_add(1, Ordering::SeqCst);
+        }
         Arc::new(Confine {
             layout,
             ceiling: settings.ceiling,
@@ -322,6 +340,8 @@ impl Confine {
             grants: Mutex::new(HashMap::new()),
             limits: Mutex::new(HashMap::new()),
             next_run: AtomicU64::new(1),
+            issued: Mutex::new(Default::default()),
+            counted,
         })
     }
 
@@ -335,6 +355,8 @@ impl Confine {
             grants: Mutex::new(HashMap::new()),
             limits: Mutex::new(HashMap::new()),
             next_run: AtomicU64::new(1),
+            issued: Mutex::new(Default::default()),
+            counted: false,
         })
     }
 
@@ -450,6 +472,13 @@ impl Confine {
             None => None,
         };
         lock(&grant.markers).insert(marker.to_string());
+        if self.layout.is_none() {
+            let mut issued = lock(&self.issued);
+            if issued.len() >= MAX_ISSUED {
+                issued.pop_front();
+            }
+            issued.push_back(marker.to_string());
+        }
         let oom_before = grant.oom_kills();
         Ok(Arc::new(RunGroup {
             name,
@@ -514,7 +543,13 @@ impl Confine {
                     let _ = fs::remove_dir(base);
                 }
             }
-            None => subreaper::kill_descendants(),
+            None => {
+                let issued: Vec<String> = lock(&self.issued).drain(..).collect();
+                subreaper::kill_marked(&issued);
+                if self.counted && SUBREAPERS.load(Ordering::SeqCst) == 1 {
+                    subreaper::kill_descendants();
+                }
+            }
         }
     }
 
@@ -532,6 +567,14 @@ impl Confine {
             v["usage"] = json!({"memory_bytes": memory, "pids": pids});
         }
         v
+    }
+}
+
+impl Drop for Confine {
+    fn drop(&mut self) {
+        if self.counted {
+            SUBREAPERS.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -1331,6 +1374,8 @@ mod tests {
             grants: Mutex::new(HashMap::new()),
             limits: Mutex::new(HashMap::new()),
             next_run: AtomicU64::new(1),
+            issued: Mutex::new(Default::default()),
+            counted: false,
         };
         let run = confine.run("g1", true, "m").unwrap();
         let out = run.command(Path::new("echo")).arg("hi").output().unwrap();
