@@ -575,6 +575,14 @@ impl Drop for Confine {
         if self.counted {
             SUBREAPERS.fetch_sub(1, Ordering::SeqCst);
         }
+        // A daemon whose start failed after this was made never stops: leave no empty
+        // subtree behind (a group still in use is not empty, and rmdir leaves it).
+        if let Some(layout) = &self.layout {
+            for base in std::iter::once(&layout.base).chain(layout.v1.iter().map(|(_, b)| b)) {
+                let _ = fs::remove_dir(base.join("grants"));
+                let _ = fs::remove_dir(base);
+            }
+        }
     }
 }
 

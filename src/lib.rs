@@ -103,6 +103,14 @@ impl Daemon {
         let metrics = Arc::new(metrics::Metrics::new());
         let mut scrub_values = Vec::new();
         scrub_values.extend(config.token.clone());
+        // Containment first (§16): what a SIGKILLed daemon with this state dir left running
+        // dies before anything starts, and the browser tier and the tools share it.
+        let confine = cgroup::Confine::start(cgroup::Settings::for_state_dir(
+            &config.state_dir,
+            config.force_subreaper,
+            config.limits.grant_ceiling(),
+        ));
+        confine.clean_leftovers();
         let tool_config = tools::ToolConfig {
             scrub_env: vec![
                 "HANDNODE_TOKEN".into(),
@@ -117,11 +125,7 @@ impl Daemon {
             sys_info_ttl: config.timing.sys_info_ttl,
             display_helper_timeout: config.timing.display_helper_timeout,
             display_env: config.display_env.clone(),
-            confine: Some(cgroup::Settings::for_state_dir(
-                &config.state_dir,
-                config.force_subreaper,
-                config.limits.grant_ceiling(),
-            )),
+            confine: Some(Arc::clone(&confine)),
             jobs: tools::jobs::table::JobConfig {
                 dir: Some(config.state_dir.join(tools::jobs::table::DIR_NAME)),
                 window: config.limits.job_output_bytes,
@@ -157,9 +161,6 @@ impl Daemon {
         let host = tools::ToolHost::new(tool_config)
             .map_err(|e| Error::io("start the process watcher", e))?;
         let jobs = Arc::clone(&host.jobs);
-        let confine = Arc::clone(&host.confine);
-        // What a SIGKILLed daemon with this state dir left running dies first.
-        confine.clean_leftovers();
         jobs.report_to(audit.clone(), metrics.clone());
         // Before any grant resumes: what a crashed daemon left running is killed first.
         let recovered = jobs.recover().map_err(|e| {

@@ -204,7 +204,7 @@ pub struct ToolConfig {
     pub jobs: jobs::table::JobConfig,
     /// Containment (§16); `None` uses no cgroup and changes nothing about the process
     /// (unit tests of other modules).
-    pub confine: Option<crate::cgroup::Settings>,
+    pub confine: Option<Arc<crate::cgroup::Confine>>,
 }
 
 impl Default for ToolConfig {
@@ -294,10 +294,10 @@ impl ToolHost {
             sys_info_answers: sysinfo::AnswerCache::default(),
             display: display::DisplayState::default(),
             jobs: jobs::table::JobTable::new(config.jobs.clone()),
-            confine: match &config.confine {
-                Some(settings) => crate::cgroup::Confine::start(settings.clone()),
-                None => crate::cgroup::Confine::inert(),
-            },
+            confine: config
+                .confine
+                .clone()
+                .unwrap_or_else(crate::cgroup::Confine::inert),
             config,
         }))
     }
