@@ -166,11 +166,11 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
     };
     // Allocated now: the marker variable must be in the environment from the start.
     let job_id = super::jobs::table::new_job_id();
-    let (cmd, program) = match command(&cx, &args.command, args.cwd.as_deref(), &args.env, &job_id)
-    {
-        Ok(built) => built,
-        Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
-    };
+    let (cmd, program, confine) =
+        match command(&cx, &args.command, args.cwd.as_deref(), &args.env, &job_id) {
+            Ok(built) => built,
+            Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
+        };
     let timeout_secs = args.timeout_secs;
     let cap = args.max_output_bytes;
     let slot: Slot = Arc::new(Mutex::new(Some(done)));
@@ -179,6 +179,7 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         cap as usize,
         cx.ctl.clone(),
     );
+    spec.confine = confine;
     let inline_wait = cx.limits.inline_wait;
     // Why the call did not become a job at its inline limit, for its answer.
     let not_a_job: Arc<Mutex<Option<String>>> = Arc::default();
@@ -261,6 +262,12 @@ pub(crate) fn render(
     let duration_ms = u64::try_from(run.duration.as_millis()).unwrap_or(u64::MAX);
 
     let mut status = match run.end {
+        // The grant's memory limit killed it: say so, not just "exit 137".
+        _ if run.oom_limit.is_some() => format!(
+            "[{}, exit {}]",
+            crate::cgroup::oom_message(run.oom_limit.unwrap_or(0)),
+            run.exit_code
+        ),
         End::Exited => format!("[exit {} after {duration_ms} ms]", run.exit_code),
         End::TimedOut => format!(
             "[timed out after {timeout_secs} s: process group killed, exit {}]",

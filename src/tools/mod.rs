@@ -217,6 +217,9 @@ pub struct ToolConfig {
     /// An upstream MCP server is configured, so the browser tools of a profile other than
     /// `browser` exist here; without one `sys_info` does not list them.
     pub upstreams: bool,
+    /// Containment (§16); `None` uses no cgroup and changes nothing about the process
+    /// (unit tests of other modules).
+    pub confine: Option<Arc<crate::cgroup::Confine>>,
 }
 
 impl Default for ToolConfig {
@@ -232,6 +235,7 @@ impl Default for ToolConfig {
             display_env: None,
             jobs: jobs::table::JobConfig::default(),
             upstreams: true,
+            confine: None,
         }
     }
 }
@@ -293,6 +297,8 @@ pub struct ToolHost {
     pub display: display::DisplayState,
     /// Every long-running job (`bash_start`, and `bash` past its inline limit).
     pub jobs: Arc<jobs::table::JobTable>,
+    /// The grants' cgroups (§16): every child a tool starts runs in one.
+    pub confine: Arc<crate::cgroup::Confine>,
 }
 
 impl ToolHost {
@@ -304,6 +310,10 @@ impl ToolHost {
             sys_info_answers: sysinfo::AnswerCache::default(),
             display: display::DisplayState::default(),
             jobs: jobs::table::JobTable::new(config.jobs.clone()),
+            confine: config
+                .confine
+                .clone()
+                .unwrap_or_else(crate::cgroup::Confine::inert),
             config,
         }))
     }

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use crate::pool::Completion;
 use crate::profiles::{Class, Profile};
 use crate::tools::args::object;
-use crate::tools::jobs::table::{Admit, Job, JobTable, State, Stop, OWNER_SCOPE};
+use crate::tools::jobs::table::{Admit, Job, JobTable, State, Stop};
 use crate::tools::process::{Continued, RunSpec, SoFar, Wait};
 use crate::tools::shell::{command_field, cwd_field, env_field, int_field};
 use crate::tools::{CallContext, Needs, Tool};
@@ -158,7 +158,7 @@ fn cancel_schema() -> Value {
 
 /// The job scope of a call: its grant, or the owner's `/mcp`.
 pub fn scope(cx: &CallContext) -> &str {
-    cx.grant.as_ref().map_or(OWNER_SCOPE, |g| g.id.as_str())
+    crate::tools::shell::scope(cx)
 }
 
 /// `job_id`: a string. Whether it names a job is answered later, as a tool error.
@@ -280,10 +280,11 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
     let jobs = Arc::clone(&cx.host.jobs);
     let job_id = crate::tools::jobs::table::new_job_id();
     // Checked before anything is reserved, so a bad cwd changes nothing.
-    let (cmd, _) = match crate::tools::shell::command(&cx, &script, cwd.as_deref(), &env, &job_id) {
-        Ok(built) => built,
-        Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
-    };
+    let (cmd, _, confine) =
+        match crate::tools::shell::command(&cx, &script, cwd.as_deref(), &env, &job_id) {
+            Ok(built) => built,
+            Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
+        };
     let job = match jobs.admit(Admit {
         id: Some(job_id),
         scope: scope(&cx).to_string(),
@@ -318,6 +319,7 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         inline: None,
         on_spawn: Some(on_spawn),
         stdin: None,
+        confine,
     };
     let on_exit = jobs.on_exit(Arc::clone(&job));
     cx.host.processes.spawn(cmd, spec, move |run| match run {
