@@ -106,6 +106,7 @@ fn main() -> ExitCode {
             exit(0)
         }
         Command::Doctor(args) => exit(doctor::main(&args)),
+        Command::Tools(args) => exit(handnode::ops::tool_list::main(&args)),
         Command::Serve(config) => serve(config),
         operator => exit(cli::main(&operator)),
     }

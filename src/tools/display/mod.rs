@@ -308,7 +308,7 @@ impl Gui {
 
 /// The registered tools that need the display, in listing order, with what each needs.
 pub fn gui_tools() -> impl Iterator<Item = (&'static Tool, Gui)> {
-    super::TOOLS.iter().filter_map(|t| match t.needs {
+    super::registered().iter().filter_map(|t| match t.needs {
         Needs::Display(g) => Some((*t, g)),
         Needs::Nothing | Needs::Bash => None,
     })
