@@ -151,12 +151,6 @@ pub fn names(profile: Profile) -> Vec<&'static str> {
     allowed(profile).map(|t| t.name).collect()
 }
 
-/// A built-in input schema from its JSON text. Text rather than `json!`: the macro built
-/// each schema with ~10 KiB of code.
-pub(crate) fn schema(text: &str) -> Value {
-    serde_json::from_str(text).expect("a built-in schema is valid JSON")
-}
-
 /// What the agent must know about the grant it works under. The pod answers the agent's
 /// `initialize` itself, so this goes into tool descriptions and `sys_info` too.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -104,69 +104,63 @@ pub static KEY: Tool = Tool {
 };
 
 fn screenshot_schema() -> Value {
-    crate::tools::schema(&format!(
-        r#"{{
+    json!({
         "type": "object",
-        "properties": {{
-            "display": {{"type": "integer", "minimum": 0, "description": "Display index from sys_info (default 0)."}},
-            "region": {{
+        "properties": {
+            "display": {"type": "integer", "minimum": 0, "description": "Display index from sys_info (default 0)."},
+            "region": {
                 "type": "object",
                 "description": "Only this rectangle, in the display's pixel space.",
-                "properties": {{
-                    "x": {{"type": "integer", "minimum": 0}},
-                    "y": {{"type": "integer", "minimum": 0}},
-                    "width": {{"type": "integer", "minimum": 1}},
-                    "height": {{"type": "integer", "minimum": 1}}
-                }},
+                "properties": {
+                    "x": {"type": "integer", "minimum": 0},
+                    "y": {"type": "integer", "minimum": 0},
+                    "width": {"type": "integer", "minimum": 1},
+                    "height": {"type": "integer", "minimum": 1}
+                },
                 "required": ["x", "y", "width", "height"]
-            }},
-            "scale": {{"type": "number", "minimum": {MIN_SCALE:?}, "maximum": {MAX_SCALE:?}, "default": 1,
-                      "description": "Resize factor before the long-edge cap."}},
-            "format": {{"type": "string", "enum": ["png", "jpeg"], "default": "png"}},
-            "max_bytes": {{"type": "integer", "minimum": {MIN_MAX_BYTES}, "maximum": {MAX_MAX_BYTES},
-                          "default": {DEFAULT_MAX_BYTES}, "description": "Largest image (bytes, before base64)."}}
-        }}
-    }}"#
-    ))
+            },
+            "scale": {"type": "number", "minimum": MIN_SCALE, "maximum": MAX_SCALE, "default": 1,
+                      "description": "Resize factor before the long-edge cap."},
+            "format": {"type": "string", "enum": ["png", "jpeg"], "default": "png"},
+            "max_bytes": {"type": "integer", "minimum": MIN_MAX_BYTES, "maximum": MAX_MAX_BYTES,
+                          "default": DEFAULT_MAX_BYTES, "description": "Largest image (bytes, before base64)."}
+        }
+    })
 }
 
 fn mouse_schema() -> Value {
-    crate::tools::schema(&format!(
-        r#"{{
+    json!({
         "type": "object",
-        "properties": {{
-            "action": {{"type": "string", "enum": ["move", "click", "double_click", "right_click", "drag", "scroll"]}},
-            "x": {{"type": "integer", "minimum": 0, "description": "Pixels from the display's left edge."}},
-            "y": {{"type": "integer", "minimum": 0, "description": "Pixels from the display's top edge."}},
-            "to_x": {{"type": "integer", "minimum": 0, "description": "drag: end point x."}},
-            "to_y": {{"type": "integer", "minimum": 0, "description": "drag: end point y."}},
-            "dx": {{"type": "integer", "minimum": -{MAX_SCROLL_NOTCHES}, "maximum": {MAX_SCROLL_NOTCHES},
-                   "description": "scroll: wheel notches; positive scrolls the content right."}},
-            "dy": {{"type": "integer", "minimum": -{MAX_SCROLL_NOTCHES}, "maximum": {MAX_SCROLL_NOTCHES},
-                   "description": "scroll: wheel notches; positive scrolls the content down (wheel towards you), negative up."}},
-            "button": {{"type": "string", "enum": ["left", "middle", "right"], "default": "left"}},
-            "display": {{"type": "integer", "minimum": 0, "description": "Display index (default 0)."}}
-        }},
+        "properties": {
+            "action": {"type": "string", "enum": ["move", "click", "double_click", "right_click", "drag", "scroll"]},
+            "x": {"type": "integer", "minimum": 0, "description": "Pixels from the display's left edge."},
+            "y": {"type": "integer", "minimum": 0, "description": "Pixels from the display's top edge."},
+            "to_x": {"type": "integer", "minimum": 0, "description": "drag: end point x."},
+            "to_y": {"type": "integer", "minimum": 0, "description": "drag: end point y."},
+            "dx": {"type": "integer", "minimum": -MAX_SCROLL_NOTCHES, "maximum": MAX_SCROLL_NOTCHES,
+                   "description": "scroll: wheel notches; positive scrolls the content right."},
+            "dy": {"type": "integer", "minimum": -MAX_SCROLL_NOTCHES, "maximum": MAX_SCROLL_NOTCHES,
+                   "description": "scroll: wheel notches; positive scrolls the content down (wheel towards you), negative up."},
+            "button": {"type": "string", "enum": ["left", "middle", "right"], "default": "left"},
+            "display": {"type": "integer", "minimum": 0, "description": "Display index (default 0)."}
+        },
         "required": ["action", "x", "y"]
-    }}"#
-    ))
+    })
 }
 
 fn key_schema() -> Value {
-    crate::tools::schema(&format!(
-        r#"{{
+    json!({
         "type": "object",
-        "properties": {{
-            "action": {{"type": "string", "enum": ["type", "press"]}},
-            "text": {{"type": "string", "maxLength": {MAX_TEXT_CHARS}, "description": "type: the text to type."}},
-            "keys": {{"type": "array", "items": {{"type": "string"}}, "minItems": 1, "maxItems": {MAX_KEYS},
-                     "description": "press: chords such as \"ctrl+c\", \"Return\", \"super+shift+4\"."}},
-            "delay_ms": {{"type": "integer", "minimum": 0, "maximum": {MAX_KEY_DELAY_MS},
-                         "default": {DEFAULT_KEY_DELAY_MS}, "description": "Pause between keystrokes."}}
-        }},
+        "properties": {
+            "action": {"type": "string", "enum": ["type", "press"]},
+            "text": {"type": "string", "maxLength": MAX_TEXT_CHARS, "description": "type: the text to type."},
+            "keys": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": MAX_KEYS,
+                     "description": "press: chords such as \"ctrl+c\", \"Return\", \"super+shift+4\"."},
+            "delay_ms": {"type": "integer", "minimum": 0, "maximum": MAX_KEY_DELAY_MS,
+                         "default": DEFAULT_KEY_DELAY_MS, "description": "Pause between keystrokes."}
+        },
         "required": ["action"]
-    }}"#
-    ))
+    })
 }
 
 // ───────────────────────────── probing ─────────────────────────────
