@@ -666,7 +666,7 @@ mod tests {
             ),
             (
                 Profile::Observe,
-                lists(&[], &["sys_info", "screenshot"]),
+                lists(&[], &crate::tools::names(Profile::Observe)),
                 NO_TOOLS_ERROR.into(),
             ),
             (
