@@ -67,6 +67,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/console/{id}"),
     ("GET", "/audit"),
     ("GET", "/approvals"),
+    ("GET", "/approvals/{id}"),
     ("POST", "/approvals/{id}"),
     ("GET", "/metrics"),
     ("POST", "/mcp"),
@@ -669,6 +670,10 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
         },
         ("GET", "/audit") => audit_get(state, request),
         ("GET", "/approvals") => approvals_get(state, request),
+        ("GET", "/approvals/{id}") => match state.approvals.get(id) {
+            Some(view) => respond(request, json_response(200, &view)),
+            None => respond(request, error_response(404, "no such approval")),
+        },
         ("POST", "/approvals/{id}") => {
             let id = id.to_string();
             approvals_post(state, request, &id, &principal)

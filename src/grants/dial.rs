@@ -5,8 +5,11 @@
 //! socket and on its wake handle, so a tool result, a revoke or a renew wakes it at once,
 //! and its only timers are real deadlines (grant deadline, ping, silence, write stall,
 //! backoff). The framing is `link`'s; this thread decides when to read: not while more
-//! than `--write-buffer-bytes` of replies are owed to a pod that does not read them.
+//! than `--write-buffer-bytes` of replies are owed to a pod that does not read them; and
+//! when to produce a reply that waits where its output is (`ToolOutput::Later`: a job's
+//! files, a run's bytes): only under that bound, one at a time (§15).
 
+use std::collections::VecDeque;
 use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -236,8 +239,23 @@ pub struct Finished {
     conn: u64,
     id: Value,
     seq: u64,
-    text: String,
-    outcome: Outcome,
+    reply: Reply,
+}
+
+/// A finished call's reply: serialized, or to be produced when the socket has room (§15).
+#[derive(Debug)]
+enum Reply {
+    Text { text: String, outcome: Outcome },
+    Later(mcp::Later),
+}
+
+/// A reply owed and not yet produced: the call keeps its in-flight slot until then, so
+/// these are bounded by the in-flight cap.
+#[derive(Debug)]
+struct Owed {
+    id: Value,
+    seq: u64,
+    later: mcp::Later,
 }
 
 /// A finished tool call, for the audit log and metrics.
@@ -618,6 +636,7 @@ impl GrantThread {
         let (results_tx, results_rx) = crossbeam_channel::unbounded::<Finished>();
         let waker = self.poller.waker();
         let mut calls = Calls::new(self.limits.max_in_flight);
+        let mut owed: VecDeque<Owed> = VecDeque::new();
         let mut dispatcher = Dispatcher::new();
         let mut last_inbound = Instant::now();
         let mut next_ping = last_inbound + self.timing.ping_interval;
@@ -634,26 +653,51 @@ impl GrantThread {
             if let Some(end) = self.serve_commands(&mut link) {
                 break end;
             }
-            // Results: written as soon as the worker finishes. They are in memory already
-            // and bounded by the in-flight cap, so they are queued even while paused.
+            // Results. One already serialized is in memory anyway (bounded by the in-flight
+            // cap and its tool's own cap), so it is queued even while paused. One produced
+            // later (a job's output, still in its files) waits, holding its call's slot,
+            // until the socket has taken what it owes: then the replies held here stay
+            // within --write-buffer-bytes plus the one being produced (§15).
             let mut finished = Vec::new();
             while let Ok(done) = results_rx.try_recv() {
                 if done.conn != conn {
                     continue;
                 }
+                let (text, outcome) = match done.reply {
+                    Reply::Text { text, outcome } => (text, outcome),
+                    Reply::Later(later) => {
+                        owed.push_back(Owed {
+                            id: done.id,
+                            seq: done.seq,
+                            later,
+                        });
+                        continue;
+                    }
+                };
                 let Some(call) = calls.finish(&done.id, done.seq) else {
                     continue;
                 };
-                finished.push(CallEvent {
-                    grant_id: self.spec.id.clone(),
-                    principal: self.spec.principal.clone(),
-                    session: self.spec.session.clone(),
-                    tool: call.tool,
-                    outcome: done.outcome,
-                    duration: call.started.elapsed(),
-                    arguments: call.arguments,
-                });
-                self.send_text(&mut link, done.text);
+                finished.push(self.finished_event(call, outcome));
+                self.send_text(&mut link, text);
+            }
+            while !self.paused(&link) {
+                let Some(next) = owed.pop_front() else { break };
+                // A call cancelled meanwhile is not produced at all.
+                let Some(call) = calls.finish(&next.id, next.seq) else {
+                    continue;
+                };
+                let (text, outcome) = mcp::tool_reply(
+                    &next.id,
+                    mcp::ToolOutput::Later(next.later),
+                    self.limits.max_outbound_bytes,
+                );
+                finished.push(self.finished_event(call, outcome));
+                self.send_text(&mut link, text);
+                // Hand it to the socket now, so what is owed shrinks as the pod reads.
+                // (A write error shows again at the pump below, which ends the connection.)
+                if link.pump(false).is_err() {
+                    break;
+                }
             }
             if !finished.is_empty() {
                 // Replies go out before the calls are reported: the audit record wakes the
@@ -756,6 +800,10 @@ impl GrantThread {
             if reads >= MAX_READS_PER_TURN && want.0 {
                 continue;
             }
+            // The socket took enough to produce the next owed reply: no need to sleep.
+            if !owed.is_empty() && !self.paused(&link) {
+                continue;
+            }
             let now = Instant::now();
             let mut timeout = [
                 self.until_deadline(),
@@ -796,6 +844,19 @@ impl GrantThread {
             self.events.attachment(&self.spec.id, false);
         }
         end
+    }
+
+    /// The audit/metrics event of a call whose reply was just queued.
+    fn finished_event(&self, call: crate::grants::calls::InFlight, outcome: Outcome) -> CallEvent {
+        CallEvent {
+            grant_id: self.spec.id.clone(),
+            principal: self.spec.principal.clone(),
+            session: self.spec.session.clone(),
+            tool: call.tool,
+            outcome,
+            duration: call.started.elapsed(),
+            arguments: call.arguments,
+        }
     }
 
     /// Reading is paused while more than `--write-buffer-bytes` of replies are owed.
@@ -915,13 +976,19 @@ impl GrantThread {
                     let reply_id = id.clone();
                     let max_outbound = self.limits.max_outbound_bytes;
                     let done = Completion::new(move |output| {
-                        let (text, outcome) = mcp::tool_reply(&reply_id, output, max_outbound);
+                        let reply = match output {
+                            mcp::ToolOutput::Later(later) => Reply::Later(later),
+                            output => {
+                                let (text, outcome) =
+                                    mcp::tool_reply(&reply_id, output, max_outbound);
+                                Reply::Text { text, outcome }
+                            }
+                        };
                         let _ = tx.send(Finished {
                             conn,
                             id: reply_id,
                             seq,
-                            text,
-                            outcome,
+                            reply,
                         });
                         wake.wake();
                     });

@@ -708,7 +708,18 @@
       if (!c) { c = makeApproval(a); approvalCards.set(a.id, c); }
       c.tool.textContent = String(a.tool);
       c.sub.textContent = `${a.session} · ${a.profile} · lent by ${a.principal} · asked at ${clock(a.created_at)}`;
-      c.args.textContent = JSON.stringify(a.arguments, null, 2);
+      if (!a.arguments_truncated) {
+        c.args.textContent = JSON.stringify(a.arguments, null, 2);
+      } else if (!c.whole) {
+        // GET /approvals cuts arguments past its 64 KiB budget; a person decides on the
+        // whole command, so fetch this one whole.
+        c.whole = 'loading';
+        c.args.textContent = String(a.arguments) + '… (loading all of it)';
+        api('GET', '/approvals/' + encodeURIComponent(a.id)).then(({ data }) => {
+          c.whole = true;
+          c.args.textContent = JSON.stringify(data.arguments, null, 2);
+        }).catch(() => { c.whole = false; });
+      }
       c.left.textContent = '';
       if (a.expires_in_secs !== undefined) {
         c.left.append('answer within ', el('span', { 'data-left': String(a.expires_in_secs), 'data-at': String(state.approvalsAt) }));
