@@ -1503,11 +1503,11 @@ fn bench_memory(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     r.put("rss_idle_kib", rss, "KiB", None);
     r.put("rss_anon_idle_kib", anon, "KiB", None);
     r.put("threads_idle", d.threads() as f64, "threads", None);
-    r.check("rss_idle_kib", "<= 3072 KiB".into(), Some(rss <= 3072.0));
+    r.check("rss_idle_kib", "<= 6144 KiB".into(), Some(rss <= 6144.0));
     r.check(
         "rss_anon_idle_kib",
-        "<= 3072 KiB".into(),
-        Some(anon <= 3072.0),
+        "<= 6144 KiB".into(),
+        Some(anon <= 6144.0),
     );
 
     let n = o.n(100);
@@ -1528,7 +1528,7 @@ fn bench_memory(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
         "KiB",
         None,
     );
-    r.check("rss_per_grant_kib", "<= 400 KiB".into(), Some(per <= 400.0));
+    r.check("rss_per_grant_kib", "<= 256 KiB".into(), Some(per <= 256.0));
 
     let big = format!("head -c {BIG_REPLY_STDOUT_BYTES} /dev/zero | tr '\\0' x");
     let mut reply_bytes = 0;
@@ -1560,8 +1560,8 @@ fn bench_memory(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     r.put("rss_per_grant_after_reply_kib", per_big, "KiB", None);
     r.check(
         "rss_per_grant_after_reply_kib",
-        "<= 400 KiB".into(),
-        Some(per_big <= 400.0),
+        "<= 256 KiB".into(),
+        Some(per_big <= 256.0),
     );
     for (grant, _) in &grants {
         d.revoke(grant);
@@ -2335,10 +2335,11 @@ fn bench_audit(r: &mut Report, o: &Opts, dir: &Path) {
     );
 }
 
-/// Largest stripped dynamic release binary (bytes): 4 MiB, room for unwinding (issue 12).
-const MAX_DYNAMIC_BINARY_BYTES: u64 = 4 << 20;
-/// Largest stripped static release binary (bytes): 5 MiB.
-const MAX_STATIC_BINARY_BYTES: u64 = 5 << 20;
+/// Largest stripped dynamic release binary (bytes): 5 MiB (issue 25 moved it from 4 to make
+/// room for plain code over byte-saving tricks).
+const MAX_DYNAMIC_BINARY_BYTES: u64 = 5 << 20;
+/// Largest stripped static release binary (bytes): 6 MiB.
+const MAX_STATIC_BINARY_BYTES: u64 = 6 << 20;
 
 /// `<= N MiB (bytes)`, as a target is shown.
 fn size_target(bytes: u64) -> String {

@@ -49,12 +49,6 @@ command -v cargo >/dev/null || die "cargo not found; install Rust from https://r
 note "building the release binary ..."
 cargo build --release --bin handnode >&2 || die "cargo build --release failed (output above)"
 bin=$PWD/target/release/handnode
-# A stale startup order leaves start-up functions scattered over the text, which costs idle
-# RSS (rss_idle_kib); say so up front rather than leave a miss unexplained.
-if [ "$(uname -m)" = x86_64 ]; then
-    scripts/order-file.sh --check >/dev/null 2>&1 \
-        || note "warning: link/startup.order is stale (scripts/order-file.sh --check); idle RSS will read high until it is re-recorded"
-fi
 
 static_args=()
 if [ "$static" = 1 ]; then

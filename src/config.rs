@@ -1395,6 +1395,7 @@ pub(crate) fn serve_help() -> String {
 Usage:\n  \
   handnode [serve] [FLAGS]          run the daemon (the default)\n  \
   handnode doctor [--json]          what works on this box and how to fix the rest\n  \
+  handnode tools [--profile P]      the tools this binary serves (--json for scripts)\n  \
   handnode grant --runtime URL --session S (--secret-file F | --admin-credential-file F) [...]\n  \
   handnode grants [--json]          list a running daemon's grants\n  \
   handnode revoke ID | --all        end a grant, or all of them\n  \

@@ -847,7 +847,7 @@ mod tests {
         };
         let lines = display_checks(&probe, &cfg, &ProcessWatcher::start().unwrap());
         let mut checked = 0;
-        for tool in crate::tools::TOOLS {
+        for tool in crate::tools::registered() {
             let line = lines.iter().find(|c| c.name == tool.name);
             match tool.needs {
                 crate::tools::Needs::Display(_) => {

@@ -73,42 +73,40 @@ which user it runs as.",
 };
 
 fn schema() -> Value {
-    crate::tools::schema(&format!(
-        r#"{{
+    json!({
         "type": "object",
-        "properties": {{
-            "command": {{
+        "properties": {
+            "command": {
                 "type": "string",
                 "minLength": 1,
                 "description": "The bash script to run, e.g. \"ls -la /etc | head\"."
-            }},
-            "cwd": {{
+            },
+            "cwd": {
                 "type": "string",
                 "description": "Working directory; must exist. Relative paths and the default are taken from the home directory of the user handnode runs as."
-            }},
-            "timeout_secs": {{
+            },
+            "timeout_secs": {
                 "type": "integer",
                 "minimum": 1,
-                "maximum": {MAX_TIMEOUT_SECS},
-                "default": {DEFAULT_TIMEOUT_SECS},
+                "maximum": MAX_TIMEOUT_SECS,
+                "default": DEFAULT_TIMEOUT_SECS,
                 "description": "Kill the process group after this many seconds (exit 137). A command still running at the call's inline limit (100 s under a grant) continues as a job until then."
-            }},
-            "max_output_bytes": {{
+            },
+            "max_output_bytes": {
                 "type": "integer",
                 "minimum": 1,
-                "maximum": {MAX_OUTPUT_BYTES},
-                "default": {DEFAULT_MAX_OUTPUT_BYTES},
+                "maximum": MAX_OUTPUT_BYTES,
+                "default": DEFAULT_MAX_OUTPUT_BYTES,
                 "description": "Bytes of stdout and of stderr kept (each); the rest is read and discarded, and stdout_truncated/stderr_truncated is set."
-            }},
-            "env": {{
+            },
+            "env": {
                 "type": "object",
-                "additionalProperties": {{"type": "string"}},
+                "additionalProperties": {"type": "string"},
                 "description": "Extra environment variables for the command, name to value."
-            }}
-        }},
+            }
+        },
         "required": ["command"]
-    }}"#
-    ))
+    })
 }
 
 /// The validated arguments of one call.

@@ -253,7 +253,7 @@ pub(crate) fn tailnet_addresses() -> Vec<String> {
 /// `{name, works, why?}` for every local tool the caller's policy allows, from the fact
 /// each tool [`Needs`].
 pub(crate) fn tool_status(policy: &ToolPolicy, facts: &StaticFacts, display: &Value) -> Vec<Value> {
-    super::TOOLS
+    super::registered()
         .iter()
         .filter(|tool| policy.allows(tool.name))
         .map(|tool| {
@@ -915,8 +915,12 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
             "{text}"
         );
         assert_eq!(s["shell"], "no");
-        assert_eq!(s["allowed_tools"], json!(["sys_info", "screenshot"]));
-        assert!(text.contains("you may use: sys_info, screenshot\nreaches a shell: no"));
+        let observe = crate::tools::names(Profile::Observe);
+        assert_eq!(s["allowed_tools"], json!(observe));
+        assert!(text.contains(&format!(
+            "you may use: {}\nreaches a shell: no",
+            observe.join(", ")
+        )));
     }
 
     #[test]
