@@ -61,6 +61,8 @@ pub struct StoredGrant {
     pub approve: Option<Approve>,
     /// Tools allowed with `remember` until the grant ends.
     pub approved_for_grant: Vec<String>,
+    /// The limits the grant asked for at `POST /attach` (§16); `None` = the flags'.
+    pub limits: Option<crate::cgroup::Limits>,
 }
 
 /// What [`GrantStore::load`] (or [`parse`]) found.
@@ -115,6 +117,8 @@ struct WireGrant<'a> {
     approve: Option<Value>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     approved_for_grant: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limits: Option<crate::cgroup::Limits>,
 }
 
 impl GrantStore {
@@ -275,6 +279,7 @@ fn encode(grants: &[StoredGrant]) -> Vec<u8> {
                 secret: g.secret.expose(),
                 approve: g.approve.as_ref().map(Approve::to_json),
                 approved_for_grant: &g.approved_for_grant,
+                limits: g.limits,
             })
             .collect(),
     };
@@ -407,7 +412,12 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
     if expires_at <= now_unix {
         return Err("expired".to_string());
     }
+    // Unreadable limits fall back to the flags' (never more than the daemon allows).
+    let limits = obj
+        .get("limits")
+        .and_then(|v| serde_json::from_value(v.clone()).ok());
     Ok(StoredGrant {
+        limits,
         id: id.to_string(),
         runtime: runtime.to_string(),
         session: session.to_string(),
@@ -540,6 +550,7 @@ mod tests {
             secret: Secret::new(format!("sekrit-value-{n}")),
             approve: None,
             approved_for_grant: Vec::new(),
+            limits: None,
         }
     }
 
