@@ -126,6 +126,15 @@ impl Daemon {
                 kept_per_scope: tools::jobs::table::DEFAULT_KEPT_PER_SCOPE,
                 audit_args: config.audit_args,
             },
+            upload_bytes: config.limits.upload_bytes,
+            protected: tools::files::folder::Protected::new(
+                &config.state_dir,
+                &config.config_dir,
+                std::env::var_os("HOME")
+                    .map(std::path::PathBuf::from)
+                    .filter(|h| h.is_absolute())
+                    .as_deref(),
+            ),
         };
         let browsers = match &config.browser_command {
             Some(argv) => Some(Arc::new(browser::Browsers::start(

@@ -70,6 +70,11 @@ pub struct AttachRequest {
     pub approve: Option<Approve>,
 }
 
+/// `files` (or another profile that requires one) without `folder`.
+pub fn folder_required_error(profile: Profile) -> String {
+    format!("profile {profile} needs \"folder\": the absolute path of the directory to lend")
+}
+
 fn session_ok(s: &str) -> bool {
     (1..=32).contains(&s.len())
         && s.bytes()
@@ -94,6 +99,7 @@ impl AttachRequest {
                 "secret",
                 "admin_credential",
                 "approve",
+                "folder",
             ]
             .contains(&key.as_str())
             {
@@ -128,7 +134,15 @@ impl AttachRequest {
             allow: list("allow")?,
             deny: list("deny")?,
         };
-        let policy = ToolPolicy::new(profile, lists)?;
+        let folder = match obj.get("folder") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(f)) => Some(crate::tools::files::folder::parse(f)?),
+            Some(_) => return Err("folder must be a string (an absolute path)".into()),
+        };
+        if folder.is_none() && profile.requires_folder() {
+            return Err(folder_required_error(profile));
+        }
+        let policy = ToolPolicy::new(profile, lists)?.with_folder(folder);
         let ttl_secs = match obj.get("ttl_secs") {
             None => DEFAULT_TTL_SECS,
             Some(v) => match v.as_u64() {
@@ -270,6 +284,10 @@ impl Entry {
             secret: self.secret.clone(),
             approve: self.approve.clone(),
             approved_for_grant: self.gate.remembered(),
+            folder: self
+                .policy
+                .folder()
+                .map(|f| f.to_string_lossy().into_owned()),
         }
     }
 
@@ -287,6 +305,9 @@ impl Entry {
         v.insert("tools".into(), json!(self.policy.tools()));
         v.insert("allow".into(), json!(lists.allow));
         v.insert("deny".into(), json!(lists.deny));
+        if let Some(folder) = self.policy.folder() {
+            v.insert("folder".into(), json!(folder.to_string_lossy()));
+        }
         // `approve` as given (absent when none), what `remember` let through, and the
         // escalation check over every tool the policy can see, asking this grant's gate.
         if let Some(approve) = &self.approve {
@@ -628,6 +649,7 @@ impl Registry {
     fn renews(live: &Entry, policy: &ToolPolicy, approve: &Option<Approve>) -> bool {
         live.policy.profile() == policy.profile()
             && live.policy.lists().same_as(policy.lists())
+            && live.policy.folder() == policy.folder()
             && Approve::same(&live.approve, approve)
     }
 
@@ -640,6 +662,14 @@ impl Registry {
         principal: &str,
     ) -> Result<(Value, bool), AttachError> {
         // Checked before any mint: a refused request changes nothing, at the pod neither.
+        if let Some(folder) = req.policy.folder() {
+            crate::tools::files::folder::vet(
+                folder,
+                &self.services.host.config.protected,
+                crate::tools::files::folder::open_folder,
+            )
+            .map_err(AttachError::BadRequest)?;
+        }
         let visible = visible_tools(&req.policy, self.services.upstream.as_deref());
         let gated = match &req.approve {
             Some(approve) => approve.resolve(&visible).map_err(AttachError::BadRequest)?,
@@ -714,6 +744,7 @@ impl Registry {
                         let old = &mut inner.entries[i];
                         old.end_here(EndReason::Replaced);
                         self.jobs().end_scope(&old.id);
+                        self.services.host.files.end_scope(&old.id);
                         info!(
                             "grant {} replaced (profile {} -> {}; tool lists {})",
                             old.id,
@@ -798,6 +829,7 @@ impl Registry {
         // The secret is dropped here, and from disk with the persist below.
         entry.end_here(EndReason::Cancelled);
         self.jobs().end_scope(id);
+        self.services.host.files.end_scope(id);
         self.approvals.withdraw_grant(id);
         let record = entry.lifecycle(LifecycleEvent::Revoked, Some("cancelled".into()), None);
         let who = (entry.session.clone(), entry.profile());
@@ -918,8 +950,20 @@ impl Registry {
                 allow: g.allow.clone(),
                 deny: g.deny.clone(),
             };
+            let folder = g.folder.as_deref().map(std::path::PathBuf::from);
+            if let Some(folder) = &folder {
+                // Vetted again: a folder that no longer passes is not lent again.
+                if let Err(why) = crate::tools::files::folder::vet(
+                    folder,
+                    &self.services.host.config.protected,
+                    crate::tools::files::folder::open_folder,
+                ) {
+                    warn!("dropped persisted grant {}: {why}", g.id);
+                    continue;
+                }
+            }
             let policy = match ToolPolicy::resume(&g.profile, lists, &g.tools) {
-                Ok(policy) => Arc::new(policy),
+                Ok(policy) => Arc::new(policy.with_folder(folder)),
                 Err(why) => {
                     // Never widened: a grant whose lists no longer resolve, or a custom
                     // grant whose list would now mean other tools, is dropped, and
@@ -1035,6 +1079,7 @@ impl Registry {
         }
         entry.mark_ended();
         self.jobs().end_scope(grant_id);
+        self.services.host.files.end_scope(grant_id);
         self.approvals.withdraw_grant(grant_id);
         let event = match reason {
             EndReason::Deadline | EndReason::GrantExpired => LifecycleEvent::Expired,

@@ -61,6 +61,8 @@ pub struct StoredGrant {
     pub approve: Option<Approve>,
     /// Tools allowed with `remember` until the grant ends.
     pub approved_for_grant: Vec<String>,
+    /// The lent folder (§18), as vetted at `POST /attach`; vetted again at resume.
+    pub folder: Option<String>,
 }
 
 /// What [`GrantStore::load`] (or [`parse`]) found.
@@ -115,6 +117,8 @@ struct WireGrant<'a> {
     approve: Option<Value>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     approved_for_grant: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    folder: Option<&'a str>,
 }
 
 impl GrantStore {
@@ -275,6 +279,7 @@ fn encode(grants: &[StoredGrant]) -> Vec<u8> {
                 secret: g.secret.expose(),
                 approve: g.approve.as_ref().map(Approve::to_json),
                 approved_for_grant: &g.approved_for_grant,
+                folder: g.folder.as_deref(),
             })
             .collect(),
     };
@@ -386,6 +391,17 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
         }
         Some(_) => return Err("approved_for_grant is not a list of tool names".to_string()),
     };
+    let folder = match obj.get("folder") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(f)) if crate::tools::files::folder::parse(f).is_ok() => {
+            Some(f.clone())
+        }
+        Some(_) => return Err("folder is not a plain absolute path".to_string()),
+    };
+    // A grant that needs a folder and has none would resume wider than it was lent.
+    if folder.is_none() && profile.parse().is_ok_and(Profile::requires_folder) {
+        return Err("folder missing for a profile that requires one".to_string());
+    }
     let principal = string_field(obj, "principal")?;
     let created_at = u64_field(obj, "created_at")?;
     let expires_at = u64_field(obj, "expires_at")?;
@@ -417,6 +433,7 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
         tools,
         approve,
         approved_for_grant,
+        folder,
         principal: principal.to_string(),
         created_at,
         expires_at,
@@ -540,6 +557,7 @@ mod tests {
             secret: Secret::new(format!("sekrit-value-{n}")),
             approve: None,
             approved_for_grant: Vec::new(),
+            folder: None,
         }
     }
 

@@ -9,6 +9,7 @@ pub mod args;
 pub mod bash;
 pub mod display;
 pub mod env;
+pub mod files;
 pub mod jobs;
 pub mod policy;
 pub mod process;
@@ -39,6 +40,9 @@ pub static TOOLS: &[&Tool] = &[
     &jobs::tools::POLL,
     &jobs::tools::LIST,
     &jobs::tools::CANCEL,
+    &files::GET,
+    &files::PUT,
+    &files::LIST,
 ];
 
 /// One local tool, declared once in its own module and registered in [`TOOLS`].
@@ -202,6 +206,10 @@ pub struct ToolConfig {
     pub display_env: Option<std::collections::BTreeMap<String, String>>,
     /// Long-running jobs: where their files go, their limits and timers.
     pub jobs: jobs::table::JobConfig,
+    /// Bytes of unfinished uploads (part files) one grant may hold (`--upload-bytes`).
+    pub upload_bytes: u64,
+    /// What a lent folder must neither be nor hold (`files::folder::vet`).
+    pub protected: files::folder::Protected,
 }
 
 impl Default for ToolConfig {
@@ -216,6 +224,8 @@ impl Default for ToolConfig {
             sys_info_ttl: crate::config::Timing::default().sys_info_ttl,
             display_env: None,
             jobs: jobs::table::JobConfig::default(),
+            upload_bytes: crate::config::Limits::default().upload_bytes,
+            protected: files::folder::Protected::default(),
         }
     }
 }
@@ -277,6 +287,8 @@ pub struct ToolHost {
     pub display: display::DisplayState,
     /// Every long-running job (`bash_start`, and `bash` past its inline limit).
     pub jobs: Arc<jobs::table::JobTable>,
+    /// Unfinished `file_put` uploads, per grant.
+    pub files: files::uploads::Uploads,
 }
 
 impl ToolHost {
@@ -288,6 +300,7 @@ impl ToolHost {
             sys_info_answers: sysinfo::AnswerCache::default(),
             display: display::DisplayState::default(),
             jobs: jobs::table::JobTable::new(config.jobs.clone()),
+            files: files::uploads::Uploads::new(config.upload_bytes),
             config,
         }))
     }
@@ -415,7 +428,15 @@ impl Catalog for ConnCatalog<'_> {
         let mut tools: Vec<Value> = TOOLS
             .iter()
             .filter(|t| self.policy.allows(t.name))
-            .map(|t| tool_json(t, note.as_deref()))
+            .map(|t| {
+                let mut json = tool_json(t, note.as_deref());
+                // Annotations follow the class under this policy (a lent folder makes the
+                // file tools observe/act).
+                if let Some(class) = self.policy.class_of(t.name) {
+                    json["annotations"] = class.annotations().to_json();
+                }
+                json
+            })
             .collect();
         if let Some(up) = self.upstream {
             let mut seen: std::collections::HashSet<String> =
