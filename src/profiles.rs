@@ -558,7 +558,7 @@ mod tests {
         }
         assert_eq!(
             profile_error(),
-            "profile must be one of owner, desktop, observe, browser, custom"
+            "profile must be one of owner, desktop, observe, browser, files, custom"
         );
         assert!(!profile_error().contains("sandbox"));
     }

@@ -795,11 +795,11 @@ mod tests {
             ),
             (
                 with("profile", Value::from("sandbox")),
-                "profile is not one of owner, desktop, observe, browser, custom",
+                "profile is not one of owner, desktop, observe, browser, files, custom",
             ),
             (
                 with("profile", Value::from("Owner")),
-                "profile is not one of owner, desktop, observe, browser, custom",
+                "profile is not one of owner, desktop, observe, browser, files, custom",
             ),
             (
                 with("allow", Value::from("bash")),

@@ -618,10 +618,15 @@ mod tests {
         let policy = custom(&["browser_*"]).unwrap();
         assert_eq!(policy.escalation(none).shell, Shell::Yes);
         // Denying every shell tool of desktop leaves it no shell.
-        let tamed = ToolPolicy::new(
-            Profile::Desktop,
-            lists(&[], &["bash", "bash_start", "mouse", "key"]),
-        );
+        let desktop = ToolPolicy::fixed(Profile::Desktop).unwrap();
+        let shell_tools: Vec<&str> = desktop
+            .tools()
+            .iter()
+            .copied()
+            .filter(|t| desktop.class_of(t) == Some(Class::Shell))
+            .collect();
+        assert!(shell_tools.contains(&"bash"));
+        let tamed = ToolPolicy::new(Profile::Desktop, lists(&[], &shell_tools));
         assert_eq!(tamed.unwrap().escalation(none).shell, Shell::No);
     }
 

@@ -360,10 +360,10 @@ mod tests {
     fn without_openat2_a_folder_is_refused_not_emulated() {
         let dir = TempDir::new("folder-enosys");
         assert_eq!(
-            vet(dir.path(), &Protected::default(), enosys),
+            vet(&dir.0, &Protected::default(), enosys),
             Err(NO_OPENAT2.to_string())
         );
-        assert!(vet(dir.path(), &Protected::default(), open_folder).is_ok());
+        assert!(vet(&dir.0, &Protected::default(), open_folder).is_ok());
     }
 
     #[test]
@@ -378,16 +378,21 @@ mod tests {
     #[test]
     fn protected_dirs_are_refused_whichever_way_round() {
         let dir = TempDir::new("folder-protected");
-        let home = dir.path().join("home");
-        let state = dir.path().join("home/.local/state/handnode");
+        let home = dir.0.join("home");
+        let state = dir.0.join("home/.local/state/handnode");
         std::fs::create_dir_all(&state).unwrap();
         std::fs::create_dir_all(home.join("work")).unwrap();
-        let p = Protected::new(&state, &dir.path().join("cfg"), Some(&home));
+        let p = Protected::new(&state, &dir.0.join("cfg"), Some(&home));
         let err = vet(&home, &p, open_folder).unwrap_err();
+        assert!(err.contains("holds the state dir"), "{err}");
+        let other_home = dir.0.join("other-home");
+        std::fs::create_dir_all(&other_home).unwrap();
+        let q = Protected::new(&state, &dir.0.join("cfg"), Some(&other_home));
+        let err = vet(&other_home, &q, open_folder).unwrap_err();
         assert!(err.contains("is the home dir"), "{err}");
         let err = vet(&state, &p, open_folder).unwrap_err();
         assert!(err.contains("is the state dir"), "{err}");
-        let err = vet(dir.path(), &p, open_folder).unwrap_err();
+        let err = vet(&dir.0, &p, open_folder).unwrap_err();
         assert!(err.contains("holds"), "{err}");
         let err = vet(&home.join(".local"), &p, open_folder).unwrap_err();
         assert!(err.contains("holds the state dir") || err.contains("is a dir"), "{err}");
@@ -396,8 +401,8 @@ mod tests {
         assert_eq!(vet(&home.join("work"), &p, open_folder), Ok(()));
         let err = vet(&home.join("nope"), &p, open_folder).unwrap_err();
         assert!(err.contains("does not exist"), "{err}");
-        std::os::unix::fs::symlink(home.join("work"), dir.path().join("link")).unwrap();
-        let err = vet(&dir.path().join("link"), &p, open_folder).unwrap_err();
+        std::os::unix::fs::symlink(home.join("work"), dir.0.join("link")).unwrap();
+        let err = vet(&dir.0.join("link"), &p, open_folder).unwrap_err();
         assert!(err.contains("passes through a symlink"), "{err}");
     }
 }
