@@ -8,8 +8,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use base64::Engine;
 use common::*;
@@ -78,10 +77,6 @@ fn caller(conn: PodConn) -> Caller {
     Caller { conn, n: 0 }
 }
 
-fn tempdir(tag: &str) -> PathBuf {
-    temp_dir(tag)
-}
-
 /// Part files left in a directory.
 fn parts_in(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
@@ -96,7 +91,7 @@ fn parts_in(dir: &Path) -> Vec<String> {
 fn every_traversal_trick_is_refused_and_nothing_outside_changes() {
     let pod = StubPod::start();
     let d = TestDaemon::new("files-trav");
-    let root = tempdir("files-trav-root");
+    let root = temp_dir("files-trav-root");
     let lent = root.join("lent");
     let outside = root.join("outside");
     std::fs::create_dir_all(lent.join("sub")).unwrap();
@@ -162,7 +157,7 @@ fn every_traversal_trick_is_refused_and_nothing_outside_changes() {
 fn the_folder_is_vetted_at_attach() {
     let pod = StubPod::start();
     let d = TestDaemon::new("files-vet");
-    let root = tempdir("files-vet-root");
+    let root = temp_dir("files-vet-root");
     let real = root.join("real");
     std::fs::create_dir_all(&real).unwrap();
     std::os::unix::fs::symlink(&real, root.join("linked")).unwrap();
@@ -208,7 +203,7 @@ fn the_folder_is_vetted_at_attach() {
 fn a_files_grant_lists_its_profile_tools_and_nothing_else() {
     let pod = StubPod::start();
     let d = TestDaemon::new("files-list");
-    let lent = tempdir("files-list-lent");
+    let lent = temp_dir("files-list-lent");
     let (id, conn) = lend(&d, &pod, "list", "files", &lent);
     let mut c = caller(conn);
     let want: Vec<String> = ToolPolicy::fixed(Profile::Files)
@@ -250,7 +245,7 @@ fn a_files_grant_lists_its_profile_tools_and_nothing_else() {
 fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let pod = StubPod::start();
     let d = TestDaemon::with("files-bad", |c| c.limits.upload_bytes = 1000);
-    let lent = tempdir("files-bad-lent");
+    let lent = temp_dir("files-bad-lent");
     std::fs::write(lent.join("keep"), b"original").unwrap();
     let (_, conn) = lend(&d, &pod, "bad", "files", &lent);
     let mut c = caller(conn);
@@ -299,6 +294,10 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
     assert_eq!(r["structuredContent"]["eof"], true);
     let err = c.refused("file_get", json!({"path": "keep", "length": 4194305}));
     assert!(err.contains("length must be an integer in 0..=4194304"), "{err}");
+    // Writing onto a directory is refused before anything is written.
+    let err = c.refused("file_put", json!({"path": "a", "data": "aGk="}));
+    assert!(err.contains("path is a directory"), "{err}");
+    assert!(parts_in(&lent).is_empty());
     // A directory, a FIFO: not regular files, refused without blocking.
     let err = c.refused("file_get", json!({"path": "a"}));
     assert!(err.contains("not a regular file"), "{err}");
@@ -313,7 +312,7 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
 fn a_hundred_mib_round_trip_is_byte_exact() {
     let pod = StubPod::start();
     let d = TestDaemon::with("files-big", quiet_liveness);
-    let lent = tempdir("files-big-lent");
+    let lent = temp_dir("files-big-lent");
     let (_, conn) = lend(&d, &pod, "big", "files", &lent);
     let mut c = caller(conn);
     const SIZE: usize = 100 << 20;
@@ -372,7 +371,7 @@ fn a_hundred_mib_round_trip_is_byte_exact() {
 fn an_interrupted_upload_leaves_nothing_and_its_part_goes_with_the_grant() {
     let pod = StubPod::start();
     let d = TestDaemon::new("files-int");
-    let lent = tempdir("files-int-lent");
+    let lent = temp_dir("files-int-lent");
     std::fs::write(lent.join("existing"), b"old").unwrap();
     let (id, conn) = lend(&d, &pod, "int", "files", &lent);
     let mut c = caller(conn);
@@ -404,7 +403,7 @@ fn an_interrupted_upload_leaves_nothing_and_its_part_goes_with_the_grant() {
 fn two_grants_with_different_folders_cannot_see_each_others() {
     let pod = StubPod::start();
     let d = TestDaemon::new("files-two");
-    let root = tempdir("files-two-root");
+    let root = temp_dir("files-two-root");
     let (fa, fb) = (root.join("a"), root.join("b"));
     std::fs::create_dir_all(&fa).unwrap();
     std::fs::create_dir_all(&fb).unwrap();
@@ -447,6 +446,17 @@ fn the_folder_persists_with_the_grant_and_a_shell_grant_without_one_takes_absolu
     let mut d = TestDaemon::start(test_config(&dir), dir.clone());
     let mut body = attach_body(&pod, "keep", "files");
     body["folder"] = json!(lent);
+    let g = d.attach(body.clone());
+    let id = g["id"].as_str().unwrap().to_string();
+    // The same folder renews; another folder is another grant (a replace).
+    assert_eq!(d.attach(body.clone())["id"], json!(id), "same folder: a renew");
+    let other = dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let mut moved = body.clone();
+    moved["folder"] = json!(other);
+    let replaced = d.attach(moved);
+    assert_ne!(replaced["id"], json!(id), "another folder: a replace");
+    assert_eq!(d.grant(&id)["ended"], "replaced");
     let g = d.attach(body);
     let id = g["id"].as_str().unwrap().to_string();
     let stored = std::fs::read_to_string(d.state_dir().join("grants.json")).unwrap();
@@ -466,6 +476,5 @@ fn the_folder_persists_with_the_grant_and_a_shell_grant_without_one_takes_absolu
     assert_eq!(r["structuredContent"]["size"], 3);
     let err = c.refused("file_get", json!({"path": "f"}));
     assert!(err.contains("must be absolute"), "{err}");
-    let _ = Duration::ZERO;
     let _ = std::fs::remove_dir_all(&dir);
 }

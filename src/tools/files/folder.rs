@@ -42,13 +42,25 @@ impl Protected {
                 dirs.push(("a dir of secrets or settings", home.join(sub)));
             }
         }
+        Protected { dirs }.normalised()
+    }
+
+    /// This list with one more path a folder must not be or hold (a secret file, such as
+    /// the admin token's when it lies outside the config dir).
+    pub fn with(mut self, what: &'static str, path: PathBuf) -> Protected {
+        self.dirs.push((what, path));
+        self.normalised()
+    }
+
+    fn normalised(mut self) -> Protected {
+        let dirs = &mut self.dirs;
         // Compared as real paths: a protected dir reached through a symlink is the same dir.
-        for (_, dir) in &mut dirs {
+        for (_, dir) in dirs.iter_mut() {
             if let Ok(real) = std::fs::canonicalize(&*dir) {
                 *dir = real;
             }
         }
-        Protected { dirs }
+        self
     }
 }
 

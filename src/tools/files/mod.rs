@@ -371,15 +371,22 @@ fn put_start(args: Value, cx: CallContext, done: Completion) {
         let split = place.split(path).map_err(args_err)?;
         let dir = place
             .open_dir(split.parent, a.mkdirs)
-            .map_err(|e| match a.mkdirs {
-                true => tool_err(e),
-                false => tool_err(format!("{e} (mkdirs: true creates missing directories)")),
+            .map_err(|e| {
+                if a.mkdirs {
+                    tool_err(e)
+                } else {
+                    tool_err(format!("{e} (mkdirs: true creates missing directories)"))
+                }
             })?;
         // What is at `path` now must resolve beneath the folder too: a symlink there
         // that leaves (or loops) is refused before anything is written. One that stays
         // inside is replaced by the rename, never written through.
         match place.open(path, OFlags::PATH, Mode::empty()) {
-            Ok(_) => {}
+            Ok(fd) => {
+                if rustix::fs::fstat(&fd).is_ok_and(|st| file_type(&st) == "dir") {
+                    return Err(tool_err(format!("path is a directory: {path}")));
+                }
+            }
             Err(e) if e.starts_with("no such file") => {}
             Err(e) => return Err(tool_err(e)),
         }
