@@ -1679,7 +1679,10 @@ fn bench_files(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod, echo: &m
         for chunk in data.chunks(FILE_CHUNK_BYTES) {
             send_text(&mut echo.ws, b64.encode(chunk));
             let back = recv_text(&mut echo.ws, "base64 echo");
-            assert_eq!(b64.decode(back.as_bytes()).expect("base64").len(), chunk.len());
+            assert_eq!(
+                b64.decode(back.as_bytes()).expect("base64").len(),
+                chunk.len()
+            );
         }
         vec![total as f64 / 1e6 / t.elapsed().as_secs_f64()]
     };

@@ -24,7 +24,13 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// A grant of `profile` lending `folder`, attached, with the pod's socket.
-fn lend(d: &TestDaemon, pod: &StubPod, session: &str, profile: &str, folder: &Path) -> (String, PodConn) {
+fn lend(
+    d: &TestDaemon,
+    pod: &StubPod,
+    session: &str,
+    profile: &str,
+    folder: &Path,
+) -> (String, PodConn) {
     let mut body = attach_body(pod, session, profile);
     body["folder"] = json!(folder);
     let (id, mut conn) = d.attached_with(pod, body);
@@ -57,7 +63,10 @@ impl Caller {
         if let Some(e) = r.get("error") {
             return e["message"].as_str().unwrap_or("").to_string();
         }
-        assert_eq!(r["result"]["isError"], true, "{tool} {args} should fail: {r}");
+        assert_eq!(
+            r["result"]["isError"], true,
+            "{tool} {args} should fail: {r}"
+        );
         r["result"]["content"][0]["text"]
             .as_str()
             .unwrap_or("")
@@ -98,7 +107,8 @@ fn every_traversal_trick_is_refused_and_nothing_outside_changes() {
     std::fs::create_dir_all(&outside).unwrap();
     std::fs::write(outside.join("secret"), b"outside bytes").unwrap();
     std::fs::write(lent.join("sub/inside"), b"inside bytes").unwrap();
-    let link = |target: &str, name: &str| std::os::unix::fs::symlink(target, lent.join(name)).unwrap();
+    let link =
+        |target: &str, name: &str| std::os::unix::fs::symlink(target, lent.join(name)).unwrap();
     link("../outside", "out");
     link(outside.join("secret").to_str().unwrap(), "abs");
     link("loop2", "loop1");
@@ -137,14 +147,20 @@ fn every_traversal_trick_is_refused_and_nothing_outside_changes() {
     }
     // Nothing outside changed, nothing appeared there.
     assert_eq!(std::fs::read(&secret).unwrap(), b"outside bytes");
-    let names: Vec<_> = std::fs::read_dir(&outside).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let names: Vec<_> = std::fs::read_dir(&outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(names.len(), 1, "{names:?}");
     // A symlink that stays inside is followed.
     let r = c.ok("file_get", json!({"path": "ok-link"}));
     assert_eq!(r["structuredContent"]["size"], 12);
     let blob = r["content"][0]["resource"]["blob"].as_str().unwrap();
     assert_eq!(B64.decode(blob).unwrap(), b"inside bytes");
-    assert_eq!(r["content"][0]["resource"]["mimeType"], "application/octet-stream");
+    assert_eq!(
+        r["content"][0]["resource"]["mimeType"],
+        "application/octet-stream"
+    );
     // The folder itself lists; its symlinks show as symlinks.
     let r = c.ok("file_list", json!({"path": "."}));
     let entries = r["structuredContent"]["entries"].as_array().unwrap();
@@ -167,7 +183,10 @@ fn the_folder_is_vetted_at_attach() {
     let cases: Vec<(Value, &str)> = vec![
         (json!(null), "profile files needs \"folder\""),
         (json!("relative/path"), "folder must be an absolute path"),
-        (json!(format!("{}/../real", root.display())), "without . or .. parts"),
+        (
+            json!(format!("{}/../real", root.display())),
+            "without . or .. parts",
+        ),
         (json!(root.join("missing")), "does not exist"),
         (json!(root.join("plain-file")), "is not a directory"),
         (json!(root.join("linked")), "passes through a symlink"),
@@ -231,7 +250,10 @@ fn a_files_grant_lists_its_profile_tools_and_nothing_else() {
         assert_eq!(t["annotations"], class.annotations().to_json(), "{t}");
     }
     // Any other local tool is answered as unknown.
-    for other in handnode::tools::TOOLS.iter().filter(|t| !want.iter().any(|w| w == t.name)) {
+    for other in handnode::tools::TOOLS
+        .iter()
+        .filter(|t| !want.iter().any(|w| w == t.name))
+    {
         let r = c.call(other.name, json!({}));
         assert!(r.get("error").is_some(), "{}: {r}", other.name);
     }
@@ -253,7 +275,10 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let err = c.refused("file_put", json!({"path": "a/b/c", "data": "aGk="}));
     assert!(err.contains("mkdirs: true"), "{err}");
     assert!(!lent.join("a").exists());
-    c.ok("file_put", json!({"path": "a/b/c", "data": "aGk=", "mkdirs": true}));
+    c.ok(
+        "file_put",
+        json!({"path": "a/b/c", "data": "aGk=", "mkdirs": true}),
+    );
     assert_eq!(std::fs::read(lent.join("a/b/c")).unwrap(), b"hi");
     use std::os::unix::fs::PermissionsExt;
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
@@ -263,16 +288,32 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let err = c.refused("file_put", json!({"path": "keep", "data": "%%%"}));
     assert!(err.contains("base64"), "{err}");
     // A wrong sha256: the part is dropped, the path untouched.
-    let r = c.put("keep", b"replacement", json!({"sha256": hex(&Sha256::digest(b"other"))}));
+    let r = c.put(
+        "keep",
+        b"replacement",
+        json!({"sha256": hex(&Sha256::digest(b"other"))}),
+    );
     assert_eq!(r["result"]["isError"], true, "{r}");
-    assert!(r["result"]["content"][0]["text"].as_str().unwrap().contains("sha256 mismatch"));
+    assert!(r["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("sha256 mismatch"));
     assert_eq!(std::fs::read(lent.join("keep")).unwrap(), b"original");
     assert!(parts_in(&lent).is_empty());
     // An offset that leaves a hole: with no upload, and past the upload's end.
-    let err = c.refused("file_put", json!({"path": "new", "data": "aGk=", "offset": 5}));
+    let err = c.refused(
+        "file_put",
+        json!({"path": "new", "data": "aGk=", "offset": 5}),
+    );
     assert!(err.contains("leave a hole"), "{err}");
-    c.ok("file_put", json!({"path": "new", "data": "aGk=", "final": false}));
-    let err = c.refused("file_put", json!({"path": "new", "data": "aGk=", "offset": 3, "final": false}));
+    c.ok(
+        "file_put",
+        json!({"path": "new", "data": "aGk=", "final": false}),
+    );
+    let err = c.refused(
+        "file_put",
+        json!({"path": "new", "data": "aGk=", "offset": 3, "final": false}),
+    );
     assert!(err.contains("send offset 2"), "{err}");
     assert!(!lent.join("new").exists(), "no half file at path");
     // The bound: exactly --upload-bytes of part files fits, one more byte does not.
@@ -280,10 +321,20 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
     assert_ne!(r["result"]["isError"], true, "{r}");
     let r = c.put("other", &[1u8], json!({"final": false}));
     assert_eq!(r["result"]["isError"], true, "{r}");
-    assert!(r["result"]["content"][0]["text"].as_str().unwrap().contains("--upload-bytes"));
-    assert_eq!(parts_in(&lent).len(), 1, "the refused chunk created nothing");
+    assert!(r["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("--upload-bytes"));
+    assert_eq!(
+        parts_in(&lent).len(),
+        1,
+        "the refused chunk created nothing"
+    );
     // Finishing frees the room; the file is whole.
-    c.ok("file_put", json!({"path": "new", "data": "", "offset": 1000}));
+    c.ok(
+        "file_put",
+        json!({"path": "new", "data": "", "offset": 1000}),
+    );
     assert_eq!(std::fs::metadata(lent.join("new")).unwrap().len(), 1000);
     c.ok("file_put", json!({"path": "other", "data": "AQ=="}));
     // Ranges: past the end is refused; at the end is empty and eof.
@@ -293,7 +344,10 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
     assert_eq!(r["structuredContent"]["length"], 0);
     assert_eq!(r["structuredContent"]["eof"], true);
     let err = c.refused("file_get", json!({"path": "keep", "length": 4194305}));
-    assert!(err.contains("length must be an integer in 0..=4194304"), "{err}");
+    assert!(
+        err.contains("length must be an integer in 0..=4194304"),
+        "{err}"
+    );
     // Writing onto a directory is refused before anything is written.
     let err = c.refused("file_put", json!({"path": "a", "data": "aGk="}));
     assert!(err.contains("path is a directory"), "{err}");
@@ -302,7 +356,11 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let err = c.refused("file_get", json!({"path": "a"}));
     assert!(err.contains("not a regular file"), "{err}");
     let fifo = lent.join("fifo");
-    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
     let err = c.refused("file_get", json!({"path": "fifo"}));
     assert!(err.contains("not a regular file"), "{err}");
     let _ = std::fs::remove_dir_all(&lent);
@@ -351,9 +409,14 @@ fn a_hundred_mib_round_trip_is_byte_exact() {
     // Read it back in 4 MiB ranges; each range's sha256 and the whole file's agree.
     let mut back = Vec::with_capacity(SIZE);
     loop {
-        let r = c.ok("file_get", json!({"path": "dir/big.bin", "offset": back.len(), "length": CHUNK}));
+        let r = c.ok(
+            "file_get",
+            json!({"path": "dir/big.bin", "offset": back.len(), "length": CHUNK}),
+        );
         let s = &r["structuredContent"];
-        let bytes = B64.decode(r["content"][0]["resource"]["blob"].as_str().unwrap()).unwrap();
+        let bytes = B64
+            .decode(r["content"][0]["resource"]["blob"].as_str().unwrap())
+            .unwrap();
         assert_eq!(s["sha256"], hex(&Sha256::digest(&bytes)));
         assert_eq!(s["length"], bytes.len());
         assert_eq!(s["size"], SIZE);
@@ -412,7 +475,10 @@ fn two_grants_with_different_folders_cannot_see_each_others() {
     let (_, conn_a) = lend(&d, &pod, "ga", "files", &fa);
     let (_, conn_b) = lend(&d, &pod, "gb", "files", &fb);
     let (mut a, mut b) = (caller(conn_a), caller(conn_b));
-    for (c, mine, theirs, their_dir) in [(&mut a, "mine-a", "mine-b", &fb), (&mut b, "mine-b", "mine-a", &fa)] {
+    for (c, mine, theirs, their_dir) in [
+        (&mut a, "mine-a", "mine-b", &fb),
+        (&mut b, "mine-b", "mine-a", &fa),
+    ] {
         c.ok("file_get", json!({"path": mine}));
         let err = c.refused("file_get", json!({"path": theirs}));
         assert!(err.contains("no such file"), "{err}");
@@ -430,8 +496,14 @@ fn two_grants_with_different_folders_cannot_see_each_others() {
         assert_eq!(names, [mine]);
     }
     // Uploads of the same name in each land in each folder only.
-    a.ok("file_put", json!({"path": "same", "data": B64.encode(b"from a")}));
-    b.ok("file_put", json!({"path": "same", "data": B64.encode(b"from b")}));
+    a.ok(
+        "file_put",
+        json!({"path": "same", "data": B64.encode(b"from a")}),
+    );
+    b.ok(
+        "file_put",
+        json!({"path": "same", "data": B64.encode(b"from b")}),
+    );
     assert_eq!(std::fs::read(fa.join("same")).unwrap(), b"from a");
     assert_eq!(std::fs::read(fb.join("same")).unwrap(), b"from b");
     let _ = std::fs::remove_dir_all(&root);
@@ -449,7 +521,11 @@ fn the_folder_persists_with_the_grant_and_a_shell_grant_without_one_takes_absolu
     let g = d.attach(body.clone());
     let id = g["id"].as_str().unwrap().to_string();
     // The same folder renews; another folder is another grant (a replace).
-    assert_eq!(d.attach(body.clone())["id"], json!(id), "same folder: a renew");
+    assert_eq!(
+        d.attach(body.clone())["id"],
+        json!(id),
+        "same folder: a renew"
+    );
     let other = dir.join("other");
     std::fs::create_dir_all(&other).unwrap();
     let mut moved = body.clone();
@@ -460,7 +536,10 @@ fn the_folder_persists_with_the_grant_and_a_shell_grant_without_one_takes_absolu
     let g = d.attach(body);
     let id = g["id"].as_str().unwrap().to_string();
     let stored = std::fs::read_to_string(d.state_dir().join("grants.json")).unwrap();
-    assert!(stored.contains(&format!("\"folder\": \"{}\"", lent.display())), "{stored}");
+    assert!(
+        stored.contains(&format!("\"folder\": \"{}\"", lent.display())),
+        "{stored}"
+    );
     d.stop();
     let d = TestDaemon::start(test_config(&dir), dir.clone());
     let g = d.grant(&id);

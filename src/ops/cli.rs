@@ -1547,9 +1547,14 @@ mod tests {
         assert!(!format!("{args:?}").contains("attach-secret"));
         assert_eq!(args.folder, None);
         // --folder: absolute as given, relative from the working directory.
-        let Ok(Command::Grant(args)) =
-            with(&["--secret-file", &secret, "--profile", "files", "--folder", "/srv/lent"])
-        else {
+        let Ok(Command::Grant(args)) = with(&[
+            "--secret-file",
+            &secret,
+            "--profile",
+            "files",
+            "--folder",
+            "/srv/lent",
+        ]) else {
             panic!("not a grant");
         };
         assert_eq!(args.profile, Some(Profile::Files));

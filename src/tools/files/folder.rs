@@ -303,7 +303,8 @@ impl Place {
             at.push_str(part);
             if let Err(first) = self.open(&at, flags, Mode::empty()) {
                 let parent = self.open(
-                    at.rsplit_once('/').map_or(".", |(p, _)| if p.is_empty() { "/" } else { p }),
+                    at.rsplit_once('/')
+                        .map_or(".", |(p, _)| if p.is_empty() { "/" } else { p }),
                     flags,
                     Mode::empty(),
                 );
@@ -407,7 +408,10 @@ mod tests {
         let err = vet(&dir.0, &p, open_folder).unwrap_err();
         assert!(err.contains("holds"), "{err}");
         let err = vet(&home.join(".local"), &p, open_folder).unwrap_err();
-        assert!(err.contains("holds the state dir") || err.contains("is a dir"), "{err}");
+        assert!(
+            err.contains("holds the state dir") || err.contains("is a dir"),
+            "{err}"
+        );
         let err = vet(&state.join("..").join("handnode"), &p, open_folder);
         assert!(err.is_err());
         assert_eq!(vet(&home.join("work"), &p, open_folder), Ok(()));

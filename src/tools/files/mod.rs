@@ -93,10 +93,14 @@ were more). Under a lent folder `path` is relative to it (\".\" is the folder); 
 /// The class of a file tool under a lent folder, where it reaches that folder and
 /// nothing else; `None` for every other tool (its class does not depend on a folder).
 pub fn confined_class(name: &str) -> Option<Class> {
-    [(&GET, Class::Observe), (&PUT, Class::Act), (&LIST, Class::Observe)]
-        .into_iter()
-        .find(|(t, _)| t.name == name)
-        .map(|(_, c)| c)
+    [
+        (&GET, Class::Observe),
+        (&PUT, Class::Act),
+        (&LIST, Class::Observe),
+    ]
+    .into_iter()
+    .find(|(t, _)| t.name == name)
+    .map(|(_, c)| c)
 }
 
 fn get_schema() -> Value {
@@ -136,9 +140,10 @@ fn list_schema() -> Value {
 fn place(cx: &CallContext) -> Result<Place, String> {
     match cx.policy.folder() {
         Some(f) => Place::of(Some(f)),
-        None if cx.policy.confined() => {
-            Err("this grant is confined to a lent folder but has none; lend it again with a folder".into())
-        }
+        None if cx.policy.confined() => Err(
+            "this grant is confined to a lent folder but has none; lend it again with a folder"
+                .into(),
+        ),
         None => Place::of(None),
     }
 }
@@ -215,8 +220,8 @@ pub fn mime_type(name: &str) -> &'static str {
         .map(|(_, e)| e.to_ascii_lowercase())
         .unwrap_or_default();
     match ext.as_str() {
-        "txt" | "log" | "md" | "rs" | "py" | "sh" | "c" | "h" | "toml" | "yaml" | "yml"
-        | "ini" | "cfg" => "text/plain",
+        "txt" | "log" | "md" | "rs" | "py" | "sh" | "c" | "h" | "toml" | "yaml" | "yml" | "ini"
+        | "cfg" => "text/plain",
         "csv" => "text/csv",
         "html" | "htm" => "text/html",
         "css" => "text/css",
@@ -248,9 +253,15 @@ fn get_start(args: Value, cx: CallContext, done: Completion) {
         let offset = args::int(map, "offset", 0..=MAX_OFFSET, Naming::Plain, None)
             .map_err(args_err)?
             .unwrap_or(0) as u64;
-        let length = args::int(map, "length", 0..=MAX_CHUNK_BYTES, Naming::Plain, Some("4 MiB"))
-            .map_err(args_err)?
-            .unwrap_or(DEFAULT_GET_BYTES) as usize;
+        let length = args::int(
+            map,
+            "length",
+            0..=MAX_CHUNK_BYTES,
+            Naming::Plain,
+            Some("4 MiB"),
+        )
+        .map_err(args_err)?
+        .unwrap_or(DEFAULT_GET_BYTES) as usize;
         let place = place(&cx).map_err(tool_err)?;
         let path = place.check(path, false).map_err(args_err)?;
         // O_NONBLOCK: opening a FIFO must not wait for a writer; anything but a regular
@@ -345,9 +356,7 @@ fn put_args(map: &Map<String, Value>) -> Result<PutArgs<'_>, String> {
     let mkdirs = flag(map, "mkdirs", false)?;
     let sha256 = match map.get("sha256") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s))
-            if s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()) =>
-        {
+        Some(Value::String(s)) if s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()) => {
             Some(s.to_ascii_lowercase())
         }
         Some(_) => return Err("sha256 must be 64 hex digits".into()),
@@ -369,15 +378,13 @@ fn put_start(args: Value, cx: CallContext, done: Completion) {
         let place = place(&cx).map_err(tool_err)?;
         let path = place.check(a.path, false).map_err(args_err)?;
         let split = place.split(path).map_err(args_err)?;
-        let dir = place
-            .open_dir(split.parent, a.mkdirs)
-            .map_err(|e| {
-                if a.mkdirs {
-                    tool_err(e)
-                } else {
-                    tool_err(format!("{e} (mkdirs: true creates missing directories)"))
-                }
-            })?;
+        let dir = place.open_dir(split.parent, a.mkdirs).map_err(|e| {
+            if a.mkdirs {
+                tool_err(e)
+            } else {
+                tool_err(format!("{e} (mkdirs: true creates missing directories)"))
+            }
+        })?;
         // What is at `path` now must resolve beneath the folder too: a symlink there
         // that leaves (or loops) is refused before anything is written. One that stays
         // inside is replaced by the rename, never written through.
@@ -480,7 +487,7 @@ fn write_chunk(
                 part_name,
                 file: File::from(fd),
                 size: 0,
-                hasher: Some(Sha256::new()),
+                hasher: Some(Box::default()),
             }
         }
     };
@@ -490,7 +497,7 @@ fn write_chunk(
         if a.offset < part.size {
             part.file.set_len(a.offset)?;
             part.hasher = if a.offset == 0 {
-                Some(Sha256::new())
+                Some(Box::default())
             } else {
                 None
             };
@@ -623,7 +630,11 @@ fn list_start(args: Value, cx: CallContext, done: Completion) {
                 truncated = true;
                 break;
             }
-            let st = rustix::fs::statat(&fd, entry.file_name(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
+            let st = rustix::fs::statat(
+                &fd,
+                entry.file_name(),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            );
             let item = match st {
                 Ok(st) => json!({"name": name, "type": file_type(&st),
                     "size": st.st_size.max(0), "mtime": mtime(&st)}),
@@ -683,15 +694,21 @@ mod tests {
         let a = put_args(&ok).unwrap();
         assert_eq!(a.data, b"hi");
         assert!(a.last && !a.mkdirs && a.offset == 0);
-        let err = put_args(&m(json!({"path": "a", "data": "not base64!"}))).err().unwrap();
+        let err = put_args(&m(json!({"path": "a", "data": "not base64!"})))
+            .err()
+            .unwrap();
         assert!(err.starts_with("data must be base64"), "{err}");
-        let err = put_args(&m(json!({"path": "a", "data": "", "sha256": "xyz"}))).err().unwrap();
+        let err = put_args(&m(json!({"path": "a", "data": "", "sha256": "xyz"})))
+            .err()
+            .unwrap();
         assert_eq!(err, "sha256 must be 64 hex digits");
         let b64 = base64::engine::general_purpose::STANDARD;
         let at = b64.encode(vec![0u8; MAX_CHUNK_BYTES as usize]);
         assert!(put_args(&m(json!({"path": "a", "data": at}))).is_ok());
         let past = b64.encode(vec![0u8; MAX_CHUNK_BYTES as usize + 1]);
-        let err = put_args(&m(json!({"path": "a", "data": past}))).err().unwrap();
+        let err = put_args(&m(json!({"path": "a", "data": past})))
+            .err()
+            .unwrap();
         assert!(err.contains("at most 4194304 bytes"), "{err}");
     }
 }

@@ -43,8 +43,8 @@ pub struct Part {
     /// Bytes written so far (the file's length).
     pub size: u64,
     /// SHA-256 of those bytes while they came in order; `None` after a rewrite, so the
-    /// final check reads the file again.
-    pub hasher: Option<Sha256>,
+    /// final check reads the file again. Boxed: it is most of a `Part`'s size.
+    pub hasher: Option<Box<Sha256>>,
 }
 
 impl Part {
@@ -270,7 +270,11 @@ mod tests {
         let up = Uploads::new(100);
         let _t = up.take("g", &key("a"), 10).unwrap();
         // The slot exists with no part: a second chunk is refused at once.
-        assert!(up.take("g", &key("a"), 20).err().unwrap().contains("one at a time"));
+        assert!(up
+            .take("g", &key("a"), 20)
+            .err()
+            .unwrap()
+            .contains("one at a time"));
         up.end_scope("g");
         assert!(up.take("g", &key("b"), 1).err().unwrap().contains("ended"));
         assert_eq!(up.count("g"), 0);
@@ -279,7 +283,10 @@ mod tests {
     #[test]
     fn part_names_are_hidden_short_and_distinct_per_scope() {
         let a = part_name("g1", "x.bin");
-        assert!(a.starts_with(".x.bin.") && a.ends_with(".handnode-part"), "{a}");
+        assert!(
+            a.starts_with(".x.bin.") && a.ends_with(".handnode-part"),
+            "{a}"
+        );
         assert_ne!(a, part_name("g2", "x.bin"));
         let long = "é".repeat(120);
         assert!(part_name("g", &long).len() < 255);
