@@ -581,7 +581,11 @@ mod tests {
         let dir = tmp.0.join("nested/state");
         let store = GrantStore::open(&dir).unwrap();
         assert_eq!(mode(&dir), 0o700);
-        let grants = vec![grant(1, NOW + 100), grant(2, NOW + 200)];
+        let mut lent = grant(2, NOW + 200);
+        lent.profile = "files".into();
+        lent.tools = vec!["sys_info".into()];
+        lent.folder = Some("/srv/lent".into());
+        let grants = vec![grant(1, NOW + 100), lent];
         store.save(&grants).unwrap();
         assert_eq!(mode(&store.path()), 0o600);
         let report = store.load(NOW).unwrap();
@@ -794,6 +798,18 @@ mod tests {
             (
                 with("profile", Value::from("sandbox")),
                 "profile is not one of owner, desktop, observe, browser, files, custom",
+            ),
+            (
+                with("folder", Value::from("relative/dir")),
+                "folder is not a plain absolute path",
+            ),
+            (
+                with("folder", Value::from("/a/../b")),
+                "folder is not a plain absolute path",
+            ),
+            (
+                with("profile", Value::from("files")),
+                "folder missing for a profile that requires one",
             ),
             (
                 with("profile", Value::from("Owner")),

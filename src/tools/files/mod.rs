@@ -177,8 +177,13 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Run a tool's body: argument errors are `-32602`, everything else a tool error.
 fn answer(done: Completion, body: impl FnOnce() -> Result<Value, Failure>) {
+    answer_output(done, || body().map(ToolOutput::Result));
+}
+
+/// [`answer`] for a body that builds its own [`ToolOutput`] (`file_get`'s pre-encoded one).
+fn answer_output(done: Completion, body: impl FnOnce() -> Result<ToolOutput, Failure>) {
     done.complete(match body() {
-        Ok(result) => ToolOutput::Result(result),
+        Ok(output) => output,
         Err(Failure::Args(m)) => ToolOutput::InvalidParams(m),
         Err(Failure::Tool(m)) => ToolOutput::tool_error(m),
     });
@@ -247,7 +252,7 @@ pub fn mime_type(name: &str) -> &'static str {
 }
 
 fn get_start(args: Value, cx: CallContext, done: Completion) {
-    answer(done, || {
+    answer_output(done, || {
         let map = args::object(&args).map_err(args_err)?;
         let path = string(map, "path").map_err(args_err)?;
         let offset = args::int(map, "offset", 0..=MAX_OFFSET, Naming::Plain, None)
@@ -297,30 +302,41 @@ fn get_start(args: Value, cx: CallContext, done: Completion) {
         buf.truncate(got);
         let end = offset + got as u64;
         let name = path.rsplit('/').next().unwrap_or(path);
-        let blob = base64::engine::general_purpose::STANDARD.encode(&buf);
         let sha = hex(&Sha256::digest(&buf));
         let eof = end >= size;
-        Ok(json!({
-            "content": [
-                {"type": "resource", "resource": {
-                    "uri": place.uri(path),
-                    "mimeType": mime_type(name),
-                    "blob": blob,
-                }},
-                {"type": "text", "text": format!(
-                    "{path}: bytes {offset}..{end} of {size}{}, sha256 {sha}",
-                    if eof { " (end of file)" } else { "" })},
-            ],
-            "structuredContent": {
-                "path": place.shown(path),
-                "size": size,
-                "offset": offset,
-                "length": got,
-                "eof": eof,
-                "sha256": sha,
-                "mtime": mtime(&st),
-            },
-        }))
+        let text = format!(
+            "{path}: bytes {offset}..{end} of {size}{}, sha256 {sha}",
+            if eof { " (end of file)" } else { "" }
+        );
+        let structured = json!({
+            "path": place.shown(path),
+            "size": size,
+            "offset": offset,
+            "length": got,
+            "eof": eof,
+            "sha256": sha,
+            "mtime": mtime(&st),
+        });
+        // The result is written out here rather than as a `Value`: the blob (up to 5.6 MB
+        // of base64) is encoded straight into the reply text, once, and never scanned for
+        // characters to escape (the base64 alphabet has none).
+        let small = |v: &Value| serde_json::to_string(v).expect("JSON values serialise");
+        let mut json = String::with_capacity(buf.len() / 3 * 4 + 1024);
+        json.push_str(r#"{"content":[{"type":"resource","resource":{"uri":"#);
+        json.push_str(&small(&json!(place.uri(path))));
+        json.push_str(r#","mimeType":"#);
+        json.push_str(&small(&json!(mime_type(name))));
+        json.push_str(r#","blob":""#);
+        base64::engine::general_purpose::STANDARD.encode_string(&buf, &mut json);
+        json.push_str(r#""}},{"type":"text","text":"#);
+        json.push_str(&small(&json!(text)));
+        json.push_str(r#"}],"structuredContent":"#);
+        json.push_str(&small(&structured));
+        json.push('}');
+        Ok(ToolOutput::Encoded {
+            json: json.into(),
+            is_error: false,
+        })
     });
 }
 
