@@ -541,10 +541,23 @@ fn the_folder_persists_with_the_grant_and_a_shell_grant_without_one_takes_absolu
         "{stored}"
     );
     d.stop();
-    let d = TestDaemon::start(test_config(&dir), dir.clone());
+    let mut d = TestDaemon::start(test_config(&dir), dir.clone());
     let g = d.grant(&id);
     assert_eq!(g["folder"], json!(lent));
     assert_eq!(g["shell"], "no");
+    // A folder that no longer passes its vetting (here: a symlink now stands in its
+    // place) is not lent again at the next start: the grant is dropped.
+    d.stop();
+    std::fs::rename(&lent, dir.join("moved")).unwrap();
+    std::os::unix::fs::symlink(dir.join("moved"), &lent).unwrap();
+    let d = TestDaemon::start(test_config(&dir), dir.clone());
+    let (status, _) = d.call("GET", &format!("/attach/{id}"), None);
+    assert_eq!(
+        status, 404,
+        "a grant whose folder fails the vetting is dropped at load"
+    );
+    std::fs::remove_file(&lent).unwrap();
+    std::fs::rename(dir.join("moved"), &lent).unwrap();
     // owner without a folder: file tools are shell tools and take absolute paths.
     let pod = StubPod::start();
     let (_, conn) = d.attached(&pod, "own", "owner");
