@@ -530,6 +530,11 @@ fn the_folder_persists_with_the_grant_and_a_shell_grant_without_one_takes_absolu
     std::fs::create_dir_all(&other).unwrap();
     let mut moved = body.clone();
     moved["folder"] = json!(other);
+    let mut careful = moved.clone();
+    careful["replace"] = json!(false);
+    let (status, v) = d.call("POST", "/attach", Some(&careful));
+    assert_eq!(status, 409, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("lent folder"), "{v}");
     let replaced = d.attach(moved);
     assert_ne!(replaced["id"], json!(id), "another folder: a replace");
     assert_eq!(d.grant(&id)["ended"], "replaced");

@@ -13,7 +13,9 @@
 //! command, for jobs too).
 //!
 //! **Past the inline limit.** A command still running at the call's inline limit is not
-//! killed: it is handed to [`super::jobs`] and continues as a job.
+//! killed: it is handed to [`super::jobs`] and continues as a job. If no job can start
+//! (its grant's job limit or disk share), it runs on inline to its own timeout and its
+//! answer says why it did not become a job (§15).
 //!
 //! **The command string.** It is passed to bash as one argv element (`bash -c <command>`);
 //! handnode never splices arguments into a shell string of its own.
@@ -178,8 +180,11 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         cx.ctl.clone(),
     );
     let inline_wait = cx.limits.inline_wait;
+    // Why the call did not become a job at its inline limit, for its answer.
+    let not_a_job: Arc<Mutex<Option<String>>> = Arc::default();
     if Duration::from_secs(timeout_secs) > inline_wait {
         let slot = Arc::clone(&slot);
+        let not_a_job = Arc::clone(&not_a_job);
         let admit = super::jobs::table::Admit {
             id: Some(job_id),
             scope: super::jobs::tools::scope(&cx).to_string(),
@@ -194,14 +199,39 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
             inline_wait,
             Box::new(move |so_far| {
                 let done = take(&slot)?;
-                super::jobs::tools::continue_as_job(&jobs, admit, so_far, inline_wait, cap, done)
+                match super::jobs::tools::continue_as_job(
+                    &jobs,
+                    admit,
+                    so_far,
+                    inline_wait,
+                    cap,
+                    done,
+                ) {
+                    Ok(continued) => Some(continued),
+                    Err((done, why)) => {
+                        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(done);
+                        *not_a_job.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!(
+                            "[still running after {} s, it could not continue as a job ({why}), \
+                             so it ran on inline to its own timeout]",
+                            inline_wait.as_secs_f64()
+                        ));
+                        None
+                    }
+                }
             }),
         ));
     }
     cx.host.processes.spawn(cmd, spec, move |run| {
         let Some(done) = take(&slot) else { return };
         match run {
-            Ok(run) => done.complete(render(&run, timeout_secs, cap)),
+            Ok(run) => {
+                let why = not_a_job.lock().unwrap_or_else(|e| e.into_inner()).take();
+                // Rendered when the reply can be sent (§15): until then the output waits
+                // as the bytes read, not as a reply several times their size.
+                done.complete(ToolOutput::Later(crate::wire::mcp::Later::new(move || {
+                    render(&run, timeout_secs, cap, why.as_deref())
+                })))
+            }
             Err(e) => done.complete(ToolOutput::tool_error(spawn_error(&program, &e))),
         }
     });
@@ -219,28 +249,18 @@ fn spawn_error(program: &Path, e: &std::io::Error) -> String {
 }
 
 /// The `CallToolResult` of a finished run.
-pub(crate) fn render(run: &RunResult, timeout_secs: u64, cap: u64) -> ToolOutput {
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
+pub(crate) fn render(
+    run: &RunResult,
+    timeout_secs: u64,
+    cap: u64,
+    not_a_job: Option<&str>,
+) -> ToolOutput {
     let timed_out = run.end == End::TimedOut;
     let cancelled = run.end == End::Cancelled;
     let is_error = run.exit_code != 0 || run.end != End::Exited;
     let duration_ms = u64::try_from(run.duration.as_millis()).unwrap_or(u64::MAX);
 
-    let mut text = String::with_capacity(stdout.len() + stderr.len() + 128);
-    let end_line = |text: &mut String| {
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-    };
-    text.push_str(&stdout);
-    if !stderr.is_empty() {
-        end_line(&mut text);
-        text.push_str("--- stderr ---\n");
-        text.push_str(&stderr);
-    }
-    end_line(&mut text);
-    text.push_str(&match run.end {
+    let mut status = match run.end {
         End::Exited => format!("[exit {} after {duration_ms} ms]", run.exit_code),
         End::TimedOut => format!(
             "[timed out after {timeout_secs} s: process group killed, exit {}]",
@@ -252,7 +272,7 @@ pub(crate) fn render(run: &RunResult, timeout_secs: u64, cap: u64) -> ToolOutput
              exit {}]",
             run.exit_code
         ),
-    });
+    };
     let truncated: Vec<&str> = [
         ("stdout", run.stdout_truncated),
         ("stderr", run.stderr_truncated),
@@ -261,26 +281,30 @@ pub(crate) fn render(run: &RunResult, timeout_secs: u64, cap: u64) -> ToolOutput
     .filter_map(|(name, t)| t.then_some(name))
     .collect();
     if !truncated.is_empty() {
-        text.push_str(&format!(
+        status.push_str(&format!(
             " [{} truncated to its first {cap} bytes: raise max_output_bytes or filter the \
              output]",
             truncated.join(" and ")
         ));
     }
-    ToolOutput::Result(json!({
-        "content": [{"type": "text", "text": text}],
-        "structuredContent": {
-            "stdout": stdout,
-            "stderr": stderr,
-            "exit_code": run.exit_code,
-            "timed_out": timed_out,
-            "cancelled": cancelled,
-            "stdout_truncated": run.stdout_truncated,
-            "stderr_truncated": run.stderr_truncated,
-            "duration_ms": duration_ms,
-        },
-        "isError": is_error,
-    }))
+    if let Some(why) = not_a_job {
+        status.push(' ');
+        status.push_str(why);
+    }
+    // Each output byte once (§15): the streams are in the text, and structuredContent
+    // says where.
+    let mut structured = json!({
+        "exit_code": run.exit_code,
+        "timed_out": timed_out,
+        "cancelled": cancelled,
+        "stdout_truncated": run.stdout_truncated,
+        "stderr_truncated": run.stderr_truncated,
+        "duration_ms": duration_ms,
+    });
+    if let Some(why) = not_a_job {
+        structured["not_a_job"] = json!(why);
+    }
+    super::jobs::tools::stream_reply(&run.stdout, &run.stderr, &status, &structured, is_error)
 }
 
 #[cfg(test)]

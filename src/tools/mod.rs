@@ -137,6 +137,8 @@ pub struct GrantNote {
     /// Tools whose calls wait for a person's decision (§10), so the agent knows why such a
     /// call takes a while and what its refusal means.
     pub approve: Vec<String>,
+    /// How long such a call waits for a decision (`--approval-timeout-ms`).
+    pub approval_wait: Duration,
 }
 
 impl GrantNote {
@@ -156,11 +158,21 @@ impl GrantNote {
         }
         if !self.approve.is_empty() {
             text.push_str(&format!(
-                " Each call of {} waits until the person who lent the box allows it (at most 100 s); a denied or unanswered call says so and did not run.",
-                self.approve.join(", ")
+                " Each call of {} waits until the person who lent the box allows it (at most {}); a denied or unanswered call says so and did not run.",
+                self.approve.join(", "),
+                wait_text(self.approval_wait)
             ));
         }
         text
+    }
+}
+
+/// A wait as the agent reads it: whole seconds (rounded up), or milliseconds under one.
+fn wait_text(wait: Duration) -> String {
+    if wait < Duration::from_secs(1) {
+        format!("{} ms", wait.as_millis())
+    } else {
+        format!("{} s", wait.as_millis().div_ceil(1000))
     }
 }
 
@@ -210,6 +222,9 @@ pub struct ToolConfig {
     pub upload_bytes: u64,
     /// What a lent folder must neither be nor hold (`files::folder::vet`).
     pub protected: files::folder::Protected,
+    /// An upstream MCP server is configured, so the browser tools of a profile other than
+    /// `browser` exist here; without one `sys_info` does not list them.
+    pub upstreams: bool,
 }
 
 impl Default for ToolConfig {
@@ -226,6 +241,7 @@ impl Default for ToolConfig {
             jobs: jobs::table::JobConfig::default(),
             upload_bytes: crate::config::Limits::default().upload_bytes,
             protected: files::folder::Protected::default(),
+            upstreams: true,
         }
     }
 }
@@ -511,7 +527,7 @@ impl Catalog for ConnCatalog<'_> {
         }
         text.push_str(&format!(
             "handnode serves this Linux box's tools. Profile '{profile}': {} ",
-            self.policy.summary()
+            self.policy.summary_with(self.upstream.is_some())
         ));
         text.push_str(
             "Screen coordinates for mouse are pixels of the unscaled screenshot of the chosen \
@@ -781,6 +797,7 @@ mod tests {
             session: "laptop".into(),
             expires_at: 0,
             approve: vec!["bash".into()],
+            approval_wait: Duration::from_secs(60),
         };
         let observe = ToolPolicy::fixed(Profile::Observe).unwrap();
         let cat = ConnCatalog {
@@ -794,8 +811,9 @@ mod tests {
         assert!(description.contains("profile 'observe' until 1970-01-01T00:00:00Z"));
         assert!(!description.contains("It may use"), "no lists, no list");
         assert!(cat.instructions().contains("laptop"));
-        assert!(description
-            .contains("Each call of bash waits until the person who lent the box allows it"));
+        assert!(description.contains(
+            "Each call of bash waits until the person who lent the box allows it (at most 60 s)"
+        ));
         // Under a custom grant every description says what the agent may use.
         let policy = custom(&["sys_info", "browser_snapshot"], &[]);
         let cat = ConnCatalog {
@@ -812,8 +830,28 @@ mod tests {
                 && description.contains("It may use: sys_info, browser_snapshot"),
             "{description}"
         );
-        assert!(cat
-            .instructions()
-            .contains("It may use: sys_info, browser_snapshot"));
+        assert!(cat.instructions().contains(
+            "It may use: sys_info (no browser tools: this box has no upstream MCP server configured)."
+        ));
+    }
+
+    /// Issue 30: without an upstream the owner's instructions list no browser_* tool.
+    #[test]
+    fn instructions_name_only_the_tools_that_exist_here() {
+        let owner = ToolPolicy::fixed(Profile::Owner).unwrap();
+        let cat = ConnCatalog {
+            grant: None,
+            upstream: None,
+            browsers: None,
+            policy: &owner,
+        };
+        let text = cat.instructions();
+        assert!(!text.contains("browser_"), "{text}");
+        assert!(
+            text.contains("no browser tools: this box has no upstream"),
+            "{text}"
+        );
+        assert_eq!(wait_text(Duration::from_millis(1500)), "2 s");
+        assert_eq!(wait_text(Duration::from_millis(300)), "300 ms");
     }
 }

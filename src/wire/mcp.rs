@@ -543,12 +543,30 @@ pub fn result_reply(id: &Value, result: Value) -> String {
         id: &'a Value,
         result: &'a Value,
     }
-    serde_json::to_string(&Reply {
-        jsonrpc: "2.0",
-        id,
-        result: &result,
-    })
-    .expect("a JSON value always serializes")
+    // Sized up front from the text and data blocks: a reply of megabytes then never
+    // exists twice while its buffer grows (§15 counts what a reply holds).
+    let hint: usize = result["content"]
+        .as_array()
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str().or(b["data"].as_str()))
+                .map(str::len)
+                .sum()
+        })
+        .unwrap_or(0);
+    let mut out = Vec::with_capacity(hint + 1024);
+    serde_json::to_writer(
+        &mut out,
+        &Reply {
+            jsonrpc: "2.0",
+            id,
+            result: &result,
+        },
+    )
+    .expect("a JSON value always serializes");
+    drop(result);
+    String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
 /// A successful JSON-RPC response around a result that is already JSON text.
@@ -578,6 +596,9 @@ pub enum ToolOutput {
         json: std::sync::Arc<str>,
         is_error: bool,
     },
+    /// A `CallToolResult` serialized for this one reply (a tool's output written straight
+    /// as JSON): the reply is built around it in place, never copied (§15).
+    Json { json: String, is_error: bool },
     /// Bad argument shapes: a JSON-RPC `-32602`.
     InvalidParams(String),
     /// A JSON-RPC error other than bad params (overload, upstream protocol failure).
@@ -585,6 +606,45 @@ pub enum ToolOutput {
     /// A call held for approval that did not run (denied, expired): an `isError` result
     /// whose text says why, audited `not_approved`.
     NotApproved(String),
+    /// A result produced only when its reply can be sent (§15): a job's output stays in
+    /// its files until the connection has room for it. A grant thread runs it when its
+    /// socket takes what it owes; [`tool_reply`] runs it at once.
+    Later(Later),
+}
+
+type Produce = Box<dyn FnOnce() -> ToolOutput + Send>;
+
+/// The producer of a [`ToolOutput::Later`]: run once.
+#[derive(Clone)]
+pub struct Later(std::sync::Arc<std::sync::Mutex<Option<Produce>>>);
+
+impl Later {
+    pub fn new(produce: impl FnOnce() -> ToolOutput + Send + 'static) -> Self {
+        Later(std::sync::Arc::new(std::sync::Mutex::new(Some(Box::new(
+            produce,
+        )))))
+    }
+
+    /// Produce the output (a second run, which no caller makes, answers a tool error).
+    pub fn run(self) -> ToolOutput {
+        let produce = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match produce {
+            Some(produce) => produce(),
+            None => ToolOutput::tool_error("this result was already sent"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Later {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Later(..)")
+    }
+}
+
+impl PartialEq for Later {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl ToolOutput {
@@ -609,8 +669,12 @@ impl ToolOutput {
             ToolOutput::Result(_) => Outcome::Ok,
             ToolOutput::Encoded { is_error: true, .. } => Outcome::ToolError,
             ToolOutput::Encoded { .. } => Outcome::Ok,
+            ToolOutput::Json { is_error: true, .. } => Outcome::ToolError,
+            ToolOutput::Json { .. } => Outcome::Ok,
             ToolOutput::InvalidParams(_) | ToolOutput::RpcError { .. } => Outcome::RpcError,
             ToolOutput::NotApproved(_) => Outcome::NotApproved,
+            // Known once produced; whoever produces it reports that one.
+            ToolOutput::Later(_) => Outcome::Ok,
         }
     }
 }
@@ -618,10 +682,22 @@ impl ToolOutput {
 /// Serialize a tool call's reply, replacing a result that would exceed `max_bytes` on the
 /// wire with an `isError` result that says how large it was.
 pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, Outcome) {
+    let mut output = output;
+    while let ToolOutput::Later(later) = output {
+        output = later.run();
+    }
     let outcome = output.outcome();
     let encoded = match output {
         ToolOutput::Result(result) => result_reply(id, result),
         ToolOutput::Encoded { json, .. } => encoded_result_reply(id, &json),
+        ToolOutput::Json { mut json, .. } => {
+            // In place: the prefix moves the bytes within the buffer, which has room.
+            let prefix = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"#);
+            json.reserve(prefix.len() + 1);
+            json.insert_str(0, &prefix);
+            json.push('}');
+            json
+        }
         ToolOutput::InvalidParams(msg) => {
             error_reply(id, INVALID_PARAMS, &format!("Invalid params: {msg}"))
         }
@@ -630,6 +706,7 @@ pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, 
             id,
             json!({"content": [{"type": "text", "text": text}], "isError": true}),
         ),
+        ToolOutput::Later(_) => unreachable!("produced above"),
     };
     if encoded.len() <= max_bytes {
         return (encoded, outcome);
