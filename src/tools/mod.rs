@@ -529,6 +529,12 @@ impl Catalog for ConnCatalog<'_> {
             "handnode serves this Linux box's tools. Profile '{profile}': {} ",
             self.policy.summary_with(self.upstream.is_some())
         ));
+        if self.policy.confined() {
+            text.push_str(
+                "file_get, file_put and file_list work beneath the one folder this grant \
+                 lends: every path is relative to it, and nothing outside it can be reached. ",
+            );
+        }
         text.push_str(
             "Screen coordinates for mouse are pixels of the unscaled screenshot of the chosen \
              display, origin top-left; screenshot reports the coordinate space with every image. \
@@ -833,6 +839,19 @@ mod tests {
         assert!(cat.instructions().contains(
             "It may use: sys_info (no browser tools: this box has no upstream MCP server configured)."
         ));
+        assert!(
+            !cat.instructions().contains("lends"),
+            "no folder, no word of one"
+        );
+        // A grant that lends a folder says so, and what paths mean there.
+        let files = ToolPolicy::fixed(Profile::Files).unwrap();
+        let cat = ConnCatalog {
+            grant: Some(&note),
+            upstream: None,
+            browsers: None,
+            policy: &files,
+        };
+        assert!(cat.instructions().contains("every path is relative to it"));
     }
 
     /// Issue 30: without an upstream the owner's instructions list no browser_* tool.
