@@ -1,24 +1,15 @@
-//! Link-time layout of the release binary (issue 5: idle RSS and binary size).
+//! Link-time options of the release binary, and the target triple.
 //!
-//! Two linker options, each applied only where it is known to work, and reported with a
-//! `cargo:warning` where it is not so the figures in docs/performance.md are not silently
-//! lost:
-//!
-//! * `--symbol-ordering-file=link/startup.order`: the functions that run from `main` to an
-//!   idle, ready daemon (recorded by `scripts/order-file.sh` under callgrind) are placed
-//!   together at the start of `.text`. Without it, fat LTO scatters them over the whole
-//!   text, and since the kernel maps a faulting page's neighbourhood (fault-around, whole
-//!   large folios), an idle daemon kept nearly all of its 2 MiB of code resident. Needs
-//!   LLD, which rustc uses for `x86_64-unknown-linux-gnu` since 1.90; names it does not
-//!   find (after a code change) are skipped, so a stale file costs memory, not a build.
 //! * `-z pack-relative-relocs` (DT_RELR): the ~5 000 relative relocations of a PIE take
 //!   ~4 KiB instead of ~130 KiB. The binary then needs glibc >= 2.36 to start, so it is
 //!   used only when the glibc we link against defines `GLIBC_ABI_DT_RELR` (a binary built
-//!   on an older system keeps running there).
+//!   on an older system keeps running there). Needs LLD, which rustc uses for
+//!   `x86_64-unknown-linux-gnu` since 1.90; where it is missing a `cargo:warning` says so,
+//!   so the size figures in docs/performance.md are not silently lost.
 //!
-//! `HANDNODE_PLAIN_LINK=1` turns both off. Both apply only when building for the host and
+//! `HANDNODE_PLAIN_LINK=1` turns it off. It applies only when building for the host and
 //! the host is `x86_64-unknown-linux-gnu`: a cross build (the Pi artifacts of
-//! `scripts/build-static.sh`) links with a GNU cross `ld` that knows neither.
+//! `scripts/build-static.sh`) links with a GNU cross `ld` that does not know it.
 //!
 //! It also passes the target triple to the crate as `HANDNODE_TARGET` (`src/base/build_info.rs`),
 //! for any target and profile.
@@ -27,7 +18,6 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=link/startup.order");
     println!("cargo:rerun-if-env-changed=HANDNODE_PLAIN_LINK");
     let env = |k: &str| std::env::var(k).unwrap_or_default();
     println!("cargo:rustc-env=HANDNODE_TARGET={}", env("TARGET"));
@@ -42,24 +32,17 @@ fn main() {
         return;
     }
     // A linker chosen by the user (config `linker`, `-C linker=…`, another flavour) may be
-    // GNU ld, which knows neither option.
+    // GNU ld, which does not know the option.
     let flags = env("CARGO_ENCODED_RUSTFLAGS");
     let own_linker = !env("RUSTC_LINKER").is_empty()
         || flags.contains("linker")
         || flags.contains("link-self-contained");
     if own_linker || !rustc_links_with_lld() {
         println!(
-            "cargo:warning=release link without the startup symbol order and packed relocations \
-             (needs rustc >= 1.90 with its default LLD): a larger idle RSS and binary"
+            "cargo:warning=release link without packed relocations \
+             (needs rustc >= 1.90 with its default LLD): a larger binary"
         );
         return;
-    }
-    let order = format!("{}/link/startup.order", env("CARGO_MANIFEST_DIR"));
-    if std::path::Path::new(&order).is_file() {
-        println!("cargo:rustc-link-arg-bin=handnode=-Wl,--symbol-ordering-file={order}");
-        println!("cargo:rustc-link-arg-bin=handnode=-Wl,--no-warn-symbol-ordering");
-    } else {
-        println!("cargo:warning={order} is missing; run scripts/order-file.sh");
     }
     if glibc_has_dt_relr() {
         println!("cargo:rustc-link-arg-bin=handnode=-Wl,-z,pack-relative-relocs");

@@ -109,7 +109,7 @@ impl Opts {
                         "bench [--bin PATH] [--static-bin PATH] [--static-libc NAME] [--quick] \
                          [--only SECTION,...] [--placement NAME] [--server-cpu N]\n\
                          sections: memory, latency (= ping, sys_info, bash, pipelined, hol), \
-                         approval, attach, redial, screenshot, browser, audit, jobs, owed, files"
+                         approval, attach, redial, screenshot, browser, audit, jobs, owed, containment, files"
                     );
                     std::process::exit(0);
                 }
@@ -1503,11 +1503,11 @@ fn bench_memory(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     r.put("rss_idle_kib", rss, "KiB", None);
     r.put("rss_anon_idle_kib", anon, "KiB", None);
     r.put("threads_idle", d.threads() as f64, "threads", None);
-    r.check("rss_idle_kib", "<= 3072 KiB".into(), Some(rss <= 3072.0));
+    r.check("rss_idle_kib", "<= 6144 KiB".into(), Some(rss <= 6144.0));
     r.check(
         "rss_anon_idle_kib",
-        "<= 3072 KiB".into(),
-        Some(anon <= 3072.0),
+        "<= 6144 KiB".into(),
+        Some(anon <= 6144.0),
     );
 
     let n = o.n(100);
@@ -1528,7 +1528,7 @@ fn bench_memory(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
         "KiB",
         None,
     );
-    r.check("rss_per_grant_kib", "<= 400 KiB".into(), Some(per <= 400.0));
+    r.check("rss_per_grant_kib", "<= 256 KiB".into(), Some(per <= 256.0));
 
     let big = format!("head -c {BIG_REPLY_STDOUT_BYTES} /dev/zero | tr '\\0' x");
     let mut reply_bytes = 0;
@@ -1560,8 +1560,8 @@ fn bench_memory(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     r.put("rss_per_grant_after_reply_kib", per_big, "KiB", None);
     r.check(
         "rss_per_grant_after_reply_kib",
-        "<= 400 KiB".into(),
-        Some(per_big <= 400.0),
+        "<= 256 KiB".into(),
+        Some(per_big <= 256.0),
     );
     for (grant, _) in &grants {
         d.revoke(grant);
@@ -1702,6 +1702,93 @@ fn start_job(conn: &mut PodConn, command: &str) -> String {
         .as_str()
         .unwrap_or_else(|| panic!("bash_start: {}", clip(&r.to_string())))
         .to_string()
+}
+
+/// Wait until every pid in `pids` has exited (pidfds: no polling); `false` past `limit`.
+fn all_gone(pids: &[i32], limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    for &pid in pids {
+        let Some(p) = rustix::process::Pid::from_raw(pid) else {
+            continue;
+        };
+        let Ok(fd) = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()) else {
+            continue; // gone already
+        };
+        let poller = handnode::base::wake::Poller::new().expect("epoll");
+        poller.add(&fd, 1, true, false).expect("watch a pidfd");
+        let left = deadline.saturating_duration_since(Instant::now());
+        if poller.wait(Some(left)).expect("epoll wait").is_empty() {
+            return false;
+        }
+    }
+    true
+}
+
+/// Issue 24: a grant with 50 processes (a job's shell and 49 `sleep`s, some in sessions of
+/// their own), revoke → all gone, beside the floor: the bench SIGKILLs 50 `sleep`s of its
+/// own by pid and waits for each.
+fn bench_grant_kill(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
+    let rounds = o.n(20);
+    let mut floor = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let mut children: Vec<Child> = (0..50)
+            .map(|_| {
+                Command::new("sleep")
+                    .arg("300")
+                    .stdin(Stdio::null())
+                    .spawn()
+                    .expect("start sleep")
+            })
+            .collect();
+        let t = Instant::now();
+        for c in &children {
+            let pid = rustix::process::Pid::from_raw(c.id() as i32).expect("a pid");
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+        for c in &mut children {
+            let _ = c.wait();
+        }
+        floor.push(ms(t.elapsed()));
+    }
+    let floor_p50 = percentile(&floor, 0.5);
+    r.put("kill50_floor_ms", floor_p50, "ms", None);
+    let mut samples = Vec::with_capacity(rounds);
+    for i in 0..rounds {
+        let (grant, mut conn) = attach_ready(d, pod, &format!("gk-{i}"), "owner");
+        let job = start_job(
+            &mut conn,
+            "for i in $(seq 49); do if [ $((i % 2)) = 0 ]; then setsid sleep 300 & else sleep 300 & fi;              echo $!; done; echo $$; echo ready; wait",
+        );
+        let pids: Vec<i32> = loop {
+            let r = conn.call_tool("bash_poll", json!({"job_id": job, "wait_secs": 10}));
+            let out = r["structuredContent"]["stdout"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            if out.contains("ready") {
+                break out.lines().filter_map(|l| l.parse().ok()).collect();
+            }
+        };
+        assert_eq!(pids.len(), 50, "the grant runs 50 processes");
+        let t = Instant::now();
+        let req = d.send_request("DELETE", &format!("/attach/{grant}"), None);
+        assert!(
+            all_gone(&pids, Duration::from_secs(10)),
+            "a grant's process outlived revoke"
+        );
+        samples.push(ms(t.elapsed()));
+        let (status, v) = DaemonProc::read_response(req);
+        assert_eq!(status, 204, "DELETE: {v}");
+        let _ = conn.expect_close();
+    }
+    let p50 = percentile(&samples, 0.5);
+    r.put("grant_kill_ms", p50, "ms", Some(floor_p50));
+    r.put("grant_kill_ms_p99", percentile(&samples, 0.99), "ms", None);
+    r.check(
+        "grant_kill_ms",
+        "<= 1000 ms (every process within a second)".into(),
+        Some(percentile(&samples, 0.99) <= 1000.0),
+    );
 }
 
 /// Wait for a job's end with long-polls that read nothing (offsets past any output).
@@ -2321,10 +2408,11 @@ fn bench_audit(r: &mut Report, o: &Opts, dir: &Path) {
     );
 }
 
-/// Largest stripped dynamic release binary (bytes): 4 MiB, room for unwinding (issue 12).
-const MAX_DYNAMIC_BINARY_BYTES: u64 = 4 << 20;
-/// Largest stripped static release binary (bytes): 5 MiB.
-const MAX_STATIC_BINARY_BYTES: u64 = 5 << 20;
+/// Largest stripped dynamic release binary (bytes): 5 MiB (issue 25 moved it from 4 to make
+/// room for plain code over byte-saving tricks).
+const MAX_DYNAMIC_BINARY_BYTES: u64 = 5 << 20;
+/// Largest stripped static release binary (bytes): 6 MiB.
+const MAX_STATIC_BINARY_BYTES: u64 = 6 << 20;
 
 /// `<= N MiB (bytes)`, as a target is shown.
 fn size_target(bytes: u64) -> String {
@@ -2501,6 +2589,10 @@ fn main() {
     if o.runs("jobs") {
         eprintln!("bench: jobs");
         bench_jobs(&mut r, &o, &d, &mut pod);
+    }
+    if o.runs("containment") {
+        eprintln!("bench: containment (grant_kill_ms)");
+        bench_grant_kill(&mut r, &o, &d, &mut pod);
     }
     if o.runs("files") {
         eprintln!("bench: files");

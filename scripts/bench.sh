@@ -12,7 +12,8 @@
 # ratio to a floor taken in the same run. Needs no network beyond crates.io for the build.
 # --quick runs a tenth of each count (a smoke run); --only runs some sections (memory,
 # latency = ping,sys_info,bash,pipelined,hol; approval, attach, redial, screenshot, audit, jobs,
-# owed = owed_reply_peak_kib, issue 23's memory flood beside --write-buffer-bytes; files), floors always.
+# owed = owed_reply_peak_kib, issue 23's memory flood beside --write-buffer-bytes,
+# containment = grant_kill_ms beside killing 50 processes by pid; files), floors always.
 # --placement pins processes to CPUs (needs taskset, util-linux) so that a floor and the
 # daemon figure it is compared with cross the same CPU boundaries: on a VM a loopback round
 # trip takes ~7 us when both ends share a vCPU and ~60 us when the wake-up crosses to
@@ -48,12 +49,6 @@ command -v cargo >/dev/null || die "cargo not found; install Rust from https://r
 note "building the release binary ..."
 cargo build --release --bin handnode >&2 || die "cargo build --release failed (output above)"
 bin=$PWD/target/release/handnode
-# A stale startup order leaves start-up functions scattered over the text, which costs idle
-# RSS (rss_idle_kib); say so up front rather than leave a miss unexplained.
-if [ "$(uname -m)" = x86_64 ]; then
-    scripts/order-file.sh --check >/dev/null 2>&1 \
-        || note "warning: link/startup.order is stale (scripts/order-file.sh --check); idle RSS will read high until it is re-recorded"
-fi
 
 static_args=()
 if [ "$static" = 1 ]; then

@@ -35,6 +35,14 @@ scratch_dir e2e
 base_env=(env -i "PATH=$PATH" "HOME=$tmp/home" "RUST_LOG=${RUST_LOG:-debug}")
 mkdir -p "$tmp/home"
 
+# The owner profile's local tools, sorted, as a jq array: read from the binary's registry
+# (`handnode tools`), never written down here.
+owner_tools="$("${binc[@]}" tools --profile owner --json | jq -c '[.tools[].name] | sort')"
+if [ -z "$owner_tools" ] || [ "$owner_tools" = "[]" ]; then
+    echo "FAIL: handnode tools --profile owner --json listed nothing"
+    exit 1
+fi
+
 # curl with a bound on every request. Prints the body, then the status on a line of its own.
 http() {
     curl -sS --max-time 10 -w '\n%{http_code}' "$@"
@@ -81,8 +89,8 @@ check "notifications/initialized → 202 with no body" \
     test "$(status_of "$reply")" = 202 -a -z "$(body_of "$reply")"
 reply="$(http "${mcp_headers[@]}" "${sess[@]}" \
     -d '{"jsonrpc":"2.0","id":2,"method":"tools/list"}' "$daemon_url/mcp")"
-check_json "tools/list → the 5 local tools" "$(body_of "$reply")" \
-    '[.result.tools[].name] | sort == ["bash","bash_cancel","bash_list","bash_poll","bash_start","key","mouse","screenshot","sys_info"]'
+check_json "tools/list → the owner's local tools, as \`handnode tools\` lists them" "$(body_of "$reply")" \
+    "[.result.tools[].name] | sort == $owner_tools"
 check_json "every tool carries all four annotations as booleans" "$(body_of "$reply")" \
     '[.result.tools[].annotations | [.readOnlyHint, .destructiveHint, .idempotentHint, .openWorldHint] | map(type == "boolean") | all] | all'
 reply="$(http "${mcp_headers[@]}" "${sess[@]}" \
@@ -157,7 +165,7 @@ expect "initialize" '.id == "init" and .result.serverInfo.name == "handnode" and
 send '{"jsonrpc":"2.0","method":"notifications/initialized"}'
 if [ "$n" -eq 1 ]; then
     send '{"jsonrpc":"2.0","id":2,"method":"tools/list"}'
-    expect "tools/list" '[.result.tools[].name] | sort == ["bash","bash_cancel","bash_list","bash_poll","bash_start","key","mouse","screenshot","sys_info"]'
+    expect "tools/list" "[.result.tools[].name] | sort == $OWNER_TOOLS"
     send '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sys_info","arguments":{}}}'
     expect "tools/call sys_info" '.id == 3 and .result.isError != true and (.result.structuredContent.hostname | type == "string")'
     send '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo e2e"}}}'
@@ -204,7 +212,7 @@ start_pod() {
         # Skip ports something already answers on.
         (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
         # -B: messages up to 1 MiB (websocat's default is 64 KiB; a pod takes 16 MiB).
-        POD_DIR="$dir" "$websocat" --header-to-env Authorization -q -t -E -e -B 1048576 \
+        POD_DIR="$dir" OWNER_TOOLS="$owner_tools" "$websocat" --header-to-env Authorization -q -t -E -e -B 1048576 \
             --close-status-code "$code" --close-reason e2e \
             "ws-l:127.0.0.1:$port" "sh-c:$driver" 2>"$dir/websocat.log" &
         pid=$!

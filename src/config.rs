@@ -179,6 +179,13 @@ pub struct Limits {
     /// Mints (`POST /attach` with `admin_credential`) waiting for their pods at once; each
     /// waits on a thread of its own, never on an admin handler. One more gets `429`.
     pub max_mints: usize,
+    /// Most memory (bytes) one grant's processes may use together (§16); `POST /attach`
+    /// may ask for less.
+    pub grant_memory_max: u64,
+    /// Most processes one grant may run at once.
+    pub grant_pids_max: u64,
+    /// One grant's CPU weight against the daemon's own 100.
+    pub grant_cpu_weight: u64,
 }
 
 /// Bytes a running job may hold per stream beyond what its files hold (§15): reserved
@@ -225,6 +232,20 @@ impl Default for Limits {
             approval_waiters: 16,
             approval_args_bytes: 64 << 10,
             max_mints: 8,
+            grant_memory_max: crate::cgroup::Limits::defaults().memory_max,
+            grant_pids_max: crate::cgroup::Limits::defaults().pids_max,
+            grant_cpu_weight: crate::cgroup::Limits::defaults().cpu_weight,
+        }
+    }
+}
+
+impl Limits {
+    /// The most any grant gets: the `--grant-*` flags.
+    pub fn grant_ceiling(&self) -> crate::cgroup::Limits {
+        crate::cgroup::Limits {
+            memory_max: self.grant_memory_max,
+            pids_max: self.grant_pids_max,
+            cpu_weight: self.grant_cpu_weight,
         }
     }
 }
@@ -268,6 +289,8 @@ pub struct Config {
     /// The admin API's Unix socket for the box owner's own CLI (peers of this uid only);
     /// `None`: not served.
     pub local_socket: Option<PathBuf>,
+    /// `--containment subreaper`: never use cgroups (§16), as where none is usable.
+    pub force_subreaper: bool,
     pub timing: Timing,
     pub limits: Limits,
 }
@@ -299,6 +322,7 @@ impl Config {
             notify_program: None,
             sd_notify: false,
             local_socket: None,
+            force_subreaper: false,
             timing: Timing::default(),
             limits: Limits::default(),
         }
@@ -1130,6 +1154,63 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
     millis!("sys-info-ttl-ms", sys_info_ttl, "1000", "How long sys_info reuses what it read from /proc (memory, uptime, load, tailnet addresses)."),
     millis!("display-helper-timeout-ms", display_helper_timeout, "10000", "Longest one display helper (grim, xdotool, wtype) may run."),
     Flag {
+        name: "containment",
+        env: true,
+        default: "auto",
+        help: "What holds a grant's processes: auto (a cgroup per grant where one can be made, else a child subreaper) or subreaper (never cgroups).",
+        kind: Kind::Text {
+            metavar: "auto|subreaper",
+            set: |d, v| {
+                d.config.force_subreaper = match v.as_str() {
+                    "auto" => false,
+                    "subreaper" => true,
+                    other => {
+                        return Err(format!(
+                            "--containment must be auto or subreaper, not {other:?}"
+                        ))
+                    }
+                };
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "grant-memory-max",
+        env: true,
+        default: "",
+        help: "Most memory one grant's processes may use together (default: half of this box's RAM); past it the kernel kills one and the call says so. POST /attach may ask for less.",
+        kind: Kind::Int {
+            metavar: "BYTES",
+            min: 1 << 20,
+            max: 1 << 50,
+            set: |d, v| d.config.limits.grant_memory_max = v,
+        },
+    },
+    Flag {
+        name: "grant-pids-max",
+        env: true,
+        default: "1024",
+        help: "Most processes (and threads) one grant may run at once; a fork past it fails. POST /attach may ask for less.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 4_194_304,
+            set: |d, v| d.config.limits.grant_pids_max = v,
+        },
+    },
+    Flag {
+        name: "grant-cpu-weight",
+        env: true,
+        default: "50",
+        help: "One grant's CPU weight (1-10000) against the daemon's own 100, so handnode keeps answering under a grant's load. POST /attach may ask for less.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 10_000,
+            set: |d, v| d.config.limits.grant_cpu_weight = v,
+        },
+    },
+    Flag {
         name: "job-output-bytes",
         env: true,
         default: "16777216",
@@ -1278,6 +1359,7 @@ impl Config {
             notify_program: None,
             sd_notify: true,
             local_socket: None,
+            force_subreaper: false,
             timing: Timing::default(),
             limits: Limits::default(),
         }
@@ -1328,6 +1410,7 @@ pub(crate) fn serve_help() -> String {
 Usage:\n  \
   handnode [serve] [FLAGS]          run the daemon (the default)\n  \
   handnode doctor [--json]          what works on this box and how to fix the rest\n  \
+  handnode tools [--profile P]      the tools this binary serves (--json for scripts)\n  \
   handnode grant --runtime URL --session S (--secret-file F | --admin-credential-file F) [...]\n  \
   handnode grants [--json]          list a running daemon's grants\n  \
   handnode revoke ID | --all        end a grant, or all of them\n  \

@@ -7,6 +7,7 @@ pub mod audit;
 pub mod auth;
 pub mod base;
 pub mod browser;
+pub mod cgroup;
 pub mod config;
 pub mod containment;
 pub mod grants;
@@ -68,6 +69,8 @@ pub struct Daemon {
     approvals_guard: Option<grants::approvals::ApprovalsGuard>,
     audit_guard: Option<audit::AuditGuard>,
     jobs: Arc<tools::jobs::table::JobTable>,
+    /// Killed last: nothing a grant started outlives the daemon (§16).
+    confine: Arc<cgroup::Confine>,
     sd_notify: bool,
     /// Stopped after the grants, so no browser outlives the daemon.
     browsers: Option<Arc<browser::Browsers>>,
@@ -109,6 +112,14 @@ impl Daemon {
         let metrics = Arc::new(metrics::Metrics::new());
         let mut scrub_values = Vec::new();
         scrub_values.extend(config.token.clone());
+        // Containment first (§16): what a SIGKILLed daemon with this state dir left running
+        // dies before anything starts, and the browser tier and the tools share it.
+        let confine = cgroup::Confine::start(cgroup::Settings::for_state_dir(
+            &config.state_dir,
+            config.force_subreaper,
+            config.limits.grant_ceiling(),
+        ));
+        confine.clean_leftovers();
         let tool_config = tools::ToolConfig {
             scrub_env: vec![
                 "HANDNODE_TOKEN".into(),
@@ -123,6 +134,7 @@ impl Daemon {
             sys_info_ttl: config.timing.sys_info_ttl,
             display_helper_timeout: config.timing.display_helper_timeout,
             display_env: config.display_env.clone(),
+            confine: Some(Arc::clone(&confine)),
             jobs: tools::jobs::table::JobConfig {
                 dir: Some(config.state_dir.join(tools::jobs::table::DIR_NAME)),
                 window: config.limits.job_output_bytes,
@@ -269,6 +281,7 @@ impl Daemon {
             approvals_guard: Some(approvals_guard),
             audit_guard: Some(audit_guard),
             jobs,
+            confine,
             sd_notify: config.sd_notify,
             browsers,
             state_lock: Some(state_lock),
@@ -315,6 +328,7 @@ impl Daemon {
         }
         // A job never outlives the daemon; its end is recorded before the audit closes.
         self.jobs.shutdown();
+        self.confine.stop();
         self.audit_guard.take();
         self.state_lock.take();
     }

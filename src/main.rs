@@ -41,22 +41,10 @@ impl log::Log for SecretSafeLogger {
 }
 
 fn init_logging() {
-    // Our own line format (env_logger's default one, uncoloured): its formatter, colour and
-    // timestamp crates were ~20 KiB of the binary.
+    // env_logger's standard line (RFC 3339 time, level, target, message), coloured only on
+    // a terminal.
     let logger =
-        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-            .format(|out, record| {
-                use std::io::Write;
-                writeln!(
-                    out,
-                    "[{} {:<5} {}] {}",
-                    handnode::base::timefmt::rfc3339(handnode::base::timefmt::now_unix()),
-                    record.level(),
-                    record.target(),
-                    record.args()
-                )
-            })
-            .build();
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).build();
     let max = logger.filter();
     if log::set_logger(Box::leak(Box::new(SecretSafeLogger(logger)))).is_ok() {
         log::set_max_level(max);
@@ -106,6 +94,7 @@ fn main() -> ExitCode {
             exit(0)
         }
         Command::Doctor(args) => exit(doctor::main(&args)),
+        Command::Tools(args) => exit(handnode::ops::tool_list::main(&args)),
         Command::Serve(config) => serve(config),
         operator => exit(cli::main(&operator)),
     }

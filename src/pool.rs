@@ -19,6 +19,8 @@ use crate::wire::mcp::{ToolOutput, SERVER_ERROR};
 pub struct JobCtl {
     cancelled: AtomicBool,
     groups: Mutex<Vec<Pid>>,
+    /// The cgroups of the call's runs (§16): signalled and killed with the groups.
+    cgroups: Mutex<Vec<Arc<crate::cgroup::RunGroup>>>,
     hooks: Mutex<Vec<CancelHook>>,
 }
 
@@ -72,6 +74,31 @@ impl JobCtl {
         for pgid in groups.iter() {
             let _ = rustix::process::kill_process_group(*pgid, signal);
         }
+        drop(groups);
+        let cgroups: Vec<_> = self
+            .cgroups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for group in cgroups {
+            group.signal(signal);
+        }
+    }
+
+    /// Tie a run's cgroup to this call: cancelling kills it whole. Killed at once if the
+    /// call was already cancelled.
+    pub fn register_cgroup(&self, group: Arc<crate::cgroup::RunGroup>) {
+        let mut cgroups = self.cgroups.lock().unwrap_or_else(|e| e.into_inner());
+        if self.is_cancelled() {
+            group.kill();
+        }
+        cgroups.push(group);
+    }
+
+    /// Forget a run's cgroup (its run ended, or it moved to a job).
+    pub fn unregister_cgroup(&self, group: &crate::cgroup::RunGroup) {
+        let mut cgroups = self.cgroups.lock().unwrap_or_else(|e| e.into_inner());
+        cgroups.retain(|g| !std::ptr::eq(Arc::as_ptr(g), group));
     }
 
     /// Whether a process group is registered (its leader not yet reaped).

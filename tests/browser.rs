@@ -268,6 +268,19 @@ fn each_browser_grant_has_a_throwaway_browser_of_its_own() {
     assert!(seen.contains("cookies: hn=alpha"), "A's own cookie: {seen}");
     let a_dirs = browser_dirs(&dir.0, &a_id);
     assert_eq!(a_dirs.len(), 1, "{a_dirs:?}");
+    // Every process of A's browser lives in A's cgroup (§16), where the box gives cgroups.
+    if d.grant(&a_id)["containment"] == "cgroup" {
+        let pids = sweep::processes(&a_dirs[0]);
+        assert!(!pids.is_empty());
+        for pid in pids {
+            let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+            let v2 = cg.lines().find_map(|l| l.strip_prefix("0::")).unwrap_or("");
+            assert!(
+                cg.is_empty() || v2.contains(&format!("/grants/{a_id}/")),
+                "browser process {pid} is outside its grant's cgroup: {cg}"
+            );
+        }
+    }
 
     // B and the owner's persistent upstream do not.
     let (_b_id, mut b) = d.attached(&pod, "grant-b", "browser");

@@ -15,7 +15,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use common::*;
-use handnode::profiles::{profile_error, MAX_LIST_NAMES, MAX_TOOL_NAME_BYTES};
+use handnode::profiles::{profile_error, Class, Profile, MAX_LIST_NAMES, MAX_TOOL_NAME_BYTES};
+use handnode::tools;
 use handnode::tools::policy::{
     classify, ALLOW_NEEDS_CUSTOM_ERROR, CUSTOM_NEEDS_ALLOW_ERROR, NO_TOOLS_ERROR,
 };
@@ -350,15 +351,12 @@ fn a_pattern_never_reaches_a_tool_without_a_class_which_only_owner_sees() {
 fn deny_subtracts_from_any_profile_and_the_check_follows() {
     let pod = StubPod::start();
     let d = TestDaemon::with("custom-deny", quiet_liveness);
-    // desktop without its shell tools does not reach a shell. Which those are, and what
-    // is left, comes from the registry.
-    let desktop =
-        handnode::tools::policy::ToolPolicy::fixed(handnode::profiles::Profile::Desktop).unwrap();
-    let (shell, rest): (Vec<&str>, Vec<&str>) =
-        handnode::tools::names(handnode::profiles::Profile::Desktop)
-            .into_iter()
-            .partition(|t| desktop.class_of(t) == Some(handnode::profiles::Class::Shell));
-    assert!(shell.contains(&"bash") && rest.contains(&"sys_info"));
+    // desktop without its shell tools does not reach a shell. Which tools those are, and
+    // what is left, comes from the registry.
+    let (shell, rest): (Vec<&str>, Vec<&str>) = tools::allowed(Profile::Desktop)
+        .map(|t| t.name)
+        .partition(|name| tools::class_of(name) == Some(Class::Shell));
+    assert!(!shell.is_empty() && !rest.is_empty(), "{shell:?} {rest:?}");
     let (id, mut conn) = d.attached_with(
         &pod,
         body(&pod, "tame", json!({"profile": "desktop", "deny": shell})),
@@ -379,7 +377,7 @@ fn deny_subtracts_from_any_profile_and_the_check_follows() {
         (g["shell"].as_str(), g["allow"].clone(), g["deny"].clone()),
         (Some("no"), json!([]), json!([]))
     );
-    assert_eq!(strings(&g["tools"]), ["sys_info", "screenshot"]);
+    assert_eq!(strings(&g["tools"]), tools::names(Profile::Observe));
     let pod3 = StubPod::start();
     let (id3, _c) = d.attached(&pod3, "desk", "desktop");
     let g = d.grant(&id3);
@@ -424,7 +422,7 @@ fn every_rule_answers_its_400_naming_the_value_and_changes_nothing() {
             "unknown tool in deny: Bash".into(),
         ),
         (
-            json!({"profile": "observe", "deny": ["sys_info", "screenshot"]}),
+            json!({"profile": "observe", "deny": tools::names(Profile::Observe)}),
             NO_TOOLS_ERROR.into(),
         ),
         (

@@ -166,23 +166,26 @@ fn names(list: &Value) -> Vec<String> {
 
 #[test]
 fn job_tools_are_listed_for_owner_and_desktop_never_observe() {
+    use handnode::profiles::Profile;
+    use handnode::tools::jobs::tools::{CANCEL, LIST, POLL, START};
     let pod = StubPod::start();
     let d = daemon("jobtools", |_| {});
-    for (session, profile) in [("own", "owner"), ("desk", "desktop"), ("obs", "observe")] {
-        let (_, mut conn) = d.attached(&pod, session, profile);
+    for profile in [Profile::Owner, Profile::Desktop, Profile::Observe] {
+        let (_, mut conn) = d.attached(&pod, profile.as_str(), profile.as_str());
         let list = conn.request(json!(1), "tools/list", json!({}));
         let listed = names(&list);
-        for tool in ["bash_start", "bash_poll", "bash_list", "bash_cancel"] {
+        for tool in [&START, &POLL, &LIST, &CANCEL] {
+            let name = tool.name;
             assert_eq!(
-                listed.contains(&tool.to_string()),
-                profile != "observe",
-                "{profile} {tool}"
+                listed.contains(&name.to_string()),
+                tool.allowed_in(profile),
+                "{profile} {name}"
             );
-            if profile == "observe" {
-                let r = conn.call_tool(json!(2), tool, json!({"job_id": "x", "command": "id"}));
+            if !tool.allowed_in(profile) {
+                let r = conn.call_tool(json!(2), name, json!({"job_id": "x", "command": "id"}));
                 assert_eq!(
                     r["error"]["message"],
-                    format!("Invalid params: unknown tool: {tool}")
+                    format!("Invalid params: unknown tool: {name}")
                 );
                 continue;
             }
@@ -190,16 +193,10 @@ fn job_tools_are_listed_for_owner_and_desktop_never_observe() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .find(|t| t["name"] == tool)
+                .find(|t| t["name"] == name)
                 .unwrap();
-            let read_only = matches!(tool, "bash_poll" | "bash_list");
-            assert_eq!(t["annotations"]["readOnlyHint"], read_only, "{tool}");
-            assert_eq!(
-                t["annotations"]["destructiveHint"],
-                tool == "bash_start",
-                "{tool}"
-            );
-            assert!(t["description"].as_str().unwrap().len() > 200, "{tool}");
+            assert_eq!(t["annotations"], tool.annotations().to_json(), "{name}");
+            assert!(t["description"].as_str().unwrap().len() > 200, "{name}");
         }
     }
 }

@@ -196,6 +196,9 @@ struct Proc {
     fault: Option<String>,
     /// When it closed its stdout plus [`STDOUT_EOF_GRACE`]: killed then if still alive.
     eof_deadline: Option<Instant>,
+    /// A grant's browser runs in a cgroup under the grant's (§16): killed with it, and
+    /// when this browser is dropped.
+    _confine: Option<Arc<crate::cgroup::RunGroup>>,
 }
 
 impl Proc {
@@ -516,7 +519,19 @@ impl Supervisor {
                 ));
             }
         }
-        let mut cmd = Command::new(&argv[0]);
+        // A grant's browser lives in its grant's cgroup, under its limits (§16); the probe
+        // belongs to no grant. The subreaper fallback has no group to put it in.
+        let confine = match (grant, &self.options.env.confine) {
+            (Some(g), Some(c)) if c.containment().mode().is_some() => Some(
+                c.run(g, true, "browser")
+                    .map_err(|e| format!("cannot contain {}: {e}", argv[0]))?,
+            ),
+            _ => None,
+        };
+        let mut cmd = match &confine {
+            Some(group) => group.command(Path::new(&argv[0])),
+            None => Command::new(&argv[0]),
+        };
         cmd.args(&args)
             .current_dir(dir)
             .env_clear()
@@ -588,6 +603,7 @@ impl Supervisor {
             note: grant.and_then(|g| self.notes.remove(g)),
             fault: None,
             eof_deadline: None,
+            _confine: confine,
         };
         log::info!(
             "{} started (pid {}, dir {})",

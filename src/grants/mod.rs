@@ -68,6 +68,8 @@ pub struct AttachRequest {
     pub source: SecretSource,
     /// Tools whose every call waits for a person's decision (§10), as given.
     pub approve: Option<Approve>,
+    /// `"limits"` as given (§16): checked against the `--grant-*` flags by the registry.
+    pub limits: Option<Value>,
     /// `replace`: `Some(false)` refuses (`409`) to end a live grant of the same target with
     /// different tools; absent, such a request replaces it (contract §3).
     pub replace: Option<bool>,
@@ -128,6 +130,7 @@ impl AttachRequest {
                 "approve",
                 "folder",
                 "replace",
+                "limits",
             ]
             .contains(&key.as_str())
             {
@@ -210,6 +213,7 @@ impl AttachRequest {
             source,
             approve,
             replace,
+            limits: obj.get("limits").filter(|v| !v.is_null()).cloned(),
         })
     }
 }
@@ -281,6 +285,10 @@ struct Entry {
     status: Arc<Mutex<Status>>,
     handle: Option<GrantHandle>,
     ended_at: Option<Instant>,
+    /// Its limits (§16), asked for or the flags'; `None` in `grants.json` when the flags'.
+    limits: crate::cgroup::Limits,
+    asked_limits: bool,
+    confine: Arc<crate::cgroup::Confine>,
 }
 
 impl Entry {
@@ -322,6 +330,7 @@ impl Entry {
                 .policy
                 .folder()
                 .map(|f| f.to_string_lossy().into_owned()),
+            limits: self.asked_limits.then_some(self.limits),
         }
     }
 
@@ -381,6 +390,9 @@ impl Entry {
         }
         v.insert("calls".into(), json!(status.calls));
         v.insert("jobs".into(), json!(jobs));
+        for (key, value) in self.confine.grant_fields(self.limits) {
+            v.insert(key.into(), value);
+        }
         if let Some(err) = &status.last_error {
             v.insert("last_error".into(), json!(err));
         }
@@ -680,32 +692,53 @@ impl Registry {
     }
 
     /// Whether a request for a target with a live grant renews it (same profile, the
-    /// same lists and the same `approve`) rather than replacing it. A grant's tools never
+    /// same lists, the same `approve` and the same limits) rather than replacing it. A grant's tools never
     /// change in place.
-    fn renews(live: &Entry, policy: &ToolPolicy, approve: &Option<Approve>) -> bool {
+    fn renews(
+        live: &Entry,
+        policy: &ToolPolicy,
+        approve: &Option<Approve>,
+        limits: crate::cgroup::Limits,
+    ) -> bool {
         live.policy.profile() == policy.profile()
             && live.policy.lists().same_as(policy.lists())
             && live.policy.folder() == policy.folder()
             && Approve::same(&live.approve, approve)
+            && live.limits == limits
     }
 
     /// `Err(WouldReplace)` when the target has a live grant this request would replace.
-    fn refuse_replace(&self, target: &str, req: &AttachRequest) -> Result<(), AttachError> {
+    fn refuse_replace(
+        &self,
+        target: &str,
+        req: &AttachRequest,
+        limits: crate::cgroup::Limits,
+    ) -> Result<(), AttachError> {
         let inner = self.lock();
         match inner
             .entries
             .iter()
             .find(|e| e.target == target && e.is_live())
         {
-            Some(live) if !Self::renews(live, &req.policy, &req.approve) => Err(
-                AttachError::WouldReplace(Self::would_replace(live, &req.policy, &req.approve)),
-            ),
+            Some(live) if !Self::renews(live, &req.policy, &req.approve, limits) => {
+                Err(AttachError::WouldReplace(Self::would_replace(
+                    live,
+                    &req.policy,
+                    &req.approve,
+                    limits,
+                )))
+            }
             _ => Ok(()),
         }
     }
 
     /// The `409` of a refused replace: which grant, and what differs.
-    fn would_replace(live: &Entry, policy: &ToolPolicy, approve: &Option<Approve>) -> String {
+    fn would_replace(
+        live: &Entry,
+        policy: &ToolPolicy,
+        approve: &Option<Approve>,
+        limits: crate::cgroup::Limits,
+    ) -> String {
         let mut differs = Vec::new();
         if live.policy.profile() != policy.profile() {
             differs.push(format!(
@@ -722,6 +755,9 @@ impl Registry {
         }
         if live.policy.folder() != policy.folder() {
             differs.push("lent folder".to_string());
+        }
+        if live.limits != limits {
+            differs.push("limits".to_string());
         }
         format!(
             "grant {} already lends this box to session {} at this runtime with other tools ({}); a grant's tools never change in place: replace it (it ends `replaced`) with --replace (\"replace\": true), or revoke it first",
@@ -749,9 +785,6 @@ impl Registry {
             )
             .map_err(AttachError::BadRequest)?;
         }
-        if req.replace == Some(false) {
-            self.refuse_replace(&target, &req)?;
-        }
         let visible = visible_tools(&req.policy, self.services.upstream.as_deref());
         let gated = match &req.approve {
             Some(approve) => approve.resolve(&visible).map_err(AttachError::BadRequest)?,
@@ -761,6 +794,17 @@ impl Registry {
             .approve
             .as_ref()
             .is_some_and(|a| a.gates_unclassified(&req.policy));
+        let confine = Arc::clone(&self.services.host.confine);
+        let limits = match &req.limits {
+            Some(v) => crate::cgroup::Limits::from_request(v, confine.ceiling())
+                .map_err(AttachError::BadRequest)?,
+            None => confine.ceiling(),
+        };
+        let asked_limits = req.limits.is_some();
+        // Checked before any mint: a refused request changes nothing, at the pod neither.
+        if req.replace == Some(false) {
+            self.refuse_replace(&target, &req, limits)?;
+        }
         let now = SystemTime::now();
         let (secret, ttl) = match req.source {
             SecretSource::Given(secret) => (secret, req.ttl_secs),
@@ -797,17 +841,18 @@ impl Registry {
             // Again under the lock: a grant may have come while the pod minted.
             if req.replace == Some(false) {
                 if let Some(i) = existing {
-                    if !Self::renews(&inner.entries[i], &req.policy, &req.approve) {
+                    if !Self::renews(&inner.entries[i], &req.policy, &req.approve, limits) {
                         return Err(AttachError::WouldReplace(Self::would_replace(
                             &inner.entries[i],
                             &req.policy,
                             &req.approve,
+                            limits,
                         )));
                     }
                 }
             }
             match existing {
-                Some(i) if Self::renews(&inner.entries[i], &req.policy, &req.approve) => {
+                Some(i) if Self::renews(&inner.entries[i], &req.policy, &req.approve, limits) => {
                     let entry = &mut inner.entries[i];
                     let previous = std::mem::replace(&mut entry.principal, principal.to_string());
                     let new_secret = !entry.secret.matches(secret.expose());
@@ -838,8 +883,7 @@ impl Registry {
                     if let Some(i) = existing {
                         let old = &mut inner.entries[i];
                         old.end_here(EndReason::Replaced);
-                        self.jobs().end_scope(&old.id);
-                        self.services.host.files.end_scope(&old.id);
+                        self.end_processes(&old.id);
                         info!(
                             "grant {} replaced (profile {} -> {}; tool lists {})",
                             old.id,
@@ -888,7 +932,11 @@ impl Registry {
                         status,
                         handle: Some(handle),
                         ended_at: None,
+                        limits,
+                        asked_limits,
+                        confine: Arc::clone(&confine),
                     };
+                    confine.set_limits(&id, limits);
                     let record = entry.lifecycle(LifecycleEvent::Created, None, None);
                     inner.entries.push(entry);
                     let durable = self
@@ -924,8 +972,7 @@ impl Registry {
         };
         // The secret is dropped here, and from disk with the persist below.
         entry.end_here(EndReason::Cancelled);
-        self.jobs().end_scope(id);
-        self.services.host.files.end_scope(id);
+        self.end_processes(id);
         self.approvals.withdraw_grant(id);
         let record = entry.lifecycle(LifecycleEvent::Revoked, Some("cancelled".into()), None);
         let who = (entry.session.clone(), entry.profile());
@@ -995,6 +1042,15 @@ impl Registry {
     /// The job table: a grant's jobs end with it.
     fn jobs(&self) -> &crate::tools::jobs::table::JobTable {
         &self.services.host.jobs
+    }
+
+    /// A grant ended: its jobs end (§9), and everything it started dies with its cgroup
+    /// (§16), whatever left the jobs' process groups.
+    fn end_processes(&self, grant_id: &str) {
+        self.jobs().end_scope(grant_id);
+        self.services.host.confine.end_grant(grant_id);
+        // Its unfinished uploads' part files go with it.
+        self.services.host.files.end_scope(grant_id);
     }
 
     /// Ids of the live grants.
@@ -1115,7 +1171,18 @@ impl Registry {
             };
             match self.spawn(spec, &gate) {
                 Ok((handle, status)) => {
+                    // Never more than the flags allow now.
+                    let ceiling = self.services.host.confine.ceiling();
+                    let limits = g.limits.map_or(ceiling, |l| crate::cgroup::Limits {
+                        memory_max: l.memory_max.min(ceiling.memory_max),
+                        pids_max: l.pids_max.min(ceiling.pids_max),
+                        cpu_weight: l.cpu_weight.min(ceiling.cpu_weight),
+                    });
+                    self.services.host.confine.set_limits(&g.id, limits);
                     inner.entries.push(Entry {
+                        limits,
+                        asked_limits: g.limits.is_some(),
+                        confine: Arc::clone(&self.services.host.confine),
                         target: target_key(&g.runtime, &g.session),
                         id: g.id,
                         runtime: g.runtime,
@@ -1174,8 +1241,7 @@ impl Registry {
             return;
         }
         entry.mark_ended();
-        self.jobs().end_scope(grant_id);
-        self.services.host.files.end_scope(grant_id);
+        self.end_processes(grant_id);
         self.approvals.withdraw_grant(grant_id);
         let event = match reason {
             EndReason::Deadline | EndReason::GrantExpired => LifecycleEvent::Expired,

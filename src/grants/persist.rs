@@ -63,6 +63,8 @@ pub struct StoredGrant {
     pub approved_for_grant: Vec<String>,
     /// The lent folder (§18), as vetted at `POST /attach`; vetted again at resume.
     pub folder: Option<String>,
+    /// The limits the grant asked for at `POST /attach` (§16); `None` = the flags'.
+    pub limits: Option<crate::cgroup::Limits>,
 }
 
 /// What [`GrantStore::load`] (or [`parse`]) found.
@@ -119,6 +121,7 @@ struct WireGrant<'a> {
     approved_for_grant: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
     folder: Option<&'a str>,
+    limits: Option<crate::cgroup::Limits>,
 }
 
 impl GrantStore {
@@ -280,6 +283,7 @@ fn encode(grants: &[StoredGrant]) -> Vec<u8> {
                 approve: g.approve.as_ref().map(Approve::to_json),
                 approved_for_grant: &g.approved_for_grant,
                 folder: g.folder.as_deref(),
+                limits: g.limits,
             })
             .collect(),
     };
@@ -421,7 +425,12 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
     if expires_at <= now_unix {
         return Err("expired".to_string());
     }
+    // Unreadable limits fall back to the flags' (never more than the daemon allows).
+    let limits = obj
+        .get("limits")
+        .and_then(|v| serde_json::from_value(v.clone()).ok());
     Ok(StoredGrant {
+        limits,
         id: id.to_string(),
         runtime: runtime.to_string(),
         session: session.to_string(),
@@ -556,6 +565,7 @@ mod tests {
             approve: None,
             approved_for_grant: Vec::new(),
             folder: None,
+            limits: None,
         }
     }
 

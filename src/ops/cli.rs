@@ -47,6 +47,8 @@ pub enum Command {
     Serve(crate::config::Config),
     /// Report what works on this box.
     Doctor(config::DoctorArgs),
+    /// List the registry's tools (`ops::tool_list`).
+    Tools(crate::ops::tool_list::ToolsArgs),
     /// Ask a running daemon to attach to a pod session.
     Grant(GrantArgs),
     /// List a running daemon's grants.
@@ -64,7 +66,8 @@ pub enum Command {
 }
 
 /// The subcommands, for errors and help.
-const SUBCOMMANDS: &str = "serve, doctor, grant, grants, revoke, approvals, approve, deny, help";
+const SUBCOMMANDS: &str =
+    "serve, doctor, tools, grant, grants, revoke, approvals, approve, deny, help";
 
 /// Turn argv (without the program name) and the environment into what to do.
 ///
@@ -73,8 +76,8 @@ const SUBCOMMANDS: &str = "serve, doctor, grant, grants, revoke, approvals, appr
 pub fn parse(args: &[String], env: &HashMap<String, String>) -> Result<Command, Error> {
     let (sub, rest) = match args.first().map(String::as_str) {
         Some(
-            word @ ("serve" | "doctor" | "grant" | "grants" | "revoke" | "approvals" | "approve"
-            | "deny" | "help"),
+            word @ ("serve" | "doctor" | "tools" | "grant" | "grants" | "revoke" | "approvals"
+            | "approve" | "deny" | "help"),
         ) => (word, &args[1..]),
         Some(word) if !word.starts_with('-') => {
             return Err(Error::Config(format!(
@@ -103,6 +106,7 @@ pub fn parse(args: &[String], env: &HashMap<String, String>) -> Result<Command, 
             no_positional("doctor", &positional)?;
             Ok(Command::Doctor(args))
         }
+        "tools" => crate::ops::tool_list::parse(rest).map(Command::Tools),
         _ => parse_operator(sub, rest, env),
     }
 }
@@ -117,6 +121,7 @@ fn help_for(sub: &str) -> Result<String, Error> {
             render_flags(&mut out, &[config::DOCTOR_FLAGS]);
             Ok(out)
         }
+        "tools" => Ok(crate::ops::tool_list::HELP.to_string()),
         "grant" | "grants" | "revoke" | "approvals" | "approve" | "deny" => Ok(help(sub)),
         other => Err(Error::Config(format!(
             "no help for '{other}'; subcommands are {SUBCOMMANDS}"

@@ -413,6 +413,7 @@ pub fn checks(
     } else {
         out.push(check("user", Status::Ok, "not root", None));
     }
+    out.push(containment_check(crate::cgroup::probe()));
     out.push(token_check(env));
     out.extend(login_without_token(env));
     if list_env(env, "HANDNODE_ALLOW_LOGIN") && !list_env(env, "HANDNODE_ALLOW_HOST") {
@@ -425,6 +426,33 @@ pub fn checks(
         ));
     }
     (out, probe.to_json())
+}
+
+/// What contains a grant's processes (§16), and how to get cgroups when it is the
+/// subreaper. Run outside the service, this says what a daemon started the same way gets.
+pub fn containment_check(probe: Result<crate::cgroup::Mode, String>) -> Check {
+    match probe {
+        Ok(mode) => check(
+            "containment",
+            Status::Ok,
+            format!(
+                "cgroup ({}): each grant gets a cgroup with memory, process and CPU limits, and nothing a grant starts outlives it",
+                mode.as_str()
+            ),
+            None,
+        ),
+        Err(why) => check(
+            "containment",
+            Status::Warn,
+            format!(
+                "subreaper: {why}; a grant's processes are killed only where they can be                  attributed, and no limits apply"
+            ),
+            Some(
+                "run handnode as the systemd user unit (contrib/systemd/handnode.service, which                  sets Delegate=yes) on a cgroup v2 system, or as root"
+                    .into(),
+            ),
+        ),
+    }
 }
 
 /// The report as people read it.
@@ -715,6 +743,25 @@ mod tests {
     }
 
     #[test]
+    fn containment_says_which_and_how_to_get_cgroups() {
+        let ok = containment_check(Ok(crate::cgroup::Mode::Hybrid));
+        assert_eq!(ok.status, Status::Ok);
+        assert!(ok.detail.starts_with("cgroup (hybrid)"), "{}", ok.detail);
+        let no = containment_check(Err("no cgroup2 hierarchy is mounted".into()));
+        assert_eq!(no.status, Status::Warn);
+        assert!(
+            no.detail.starts_with("subreaper: no cgroup2"),
+            "{}",
+            no.detail
+        );
+        let fix = no.fix.unwrap();
+        assert!(
+            fix.contains("Delegate=yes") && fix.contains("cgroup v2"),
+            "{fix}"
+        );
+    }
+
+    #[test]
     fn xset_blanking_is_reported_with_the_fix() {
         let q = "Screen Saver:\n  prefer blanking:  yes    allow exposures:  yes\n  timeout:  600    cycle:  600\nDPMS (Energy Star):\n  Standby: 600    Suspend: 600    Off: 600\n  DPMS is Enabled\n  Monitor is On\n";
         let c = xset_blanking(q);
@@ -800,7 +847,7 @@ mod tests {
         };
         let lines = display_checks(&probe, &cfg, &ProcessWatcher::start().unwrap());
         let mut checked = 0;
-        for tool in crate::tools::TOOLS {
+        for tool in crate::tools::registered() {
             let line = lines.iter().find(|c| c.name == tool.name);
             match tool.needs {
                 crate::tools::Needs::Display(_) => {

@@ -1,6 +1,8 @@
-//! The operator's side: the command line and its subcommands, `doctor`, and telling systemd
+//! The operator's side: the command line and its subcommands, `doctor`, `tools` (the
+//! registry's list for scripts), and telling systemd
 //! that the daemon is ready or stopping.
 
 pub mod cli;
 pub mod doctor;
 pub mod sdnotify;
+pub mod tool_list;

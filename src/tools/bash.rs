@@ -73,42 +73,40 @@ which user it runs as.",
 };
 
 fn schema() -> Value {
-    crate::tools::schema(&format!(
-        r#"{{
+    json!({
         "type": "object",
-        "properties": {{
-            "command": {{
+        "properties": {
+            "command": {
                 "type": "string",
                 "minLength": 1,
                 "description": "The bash script to run, e.g. \"ls -la /etc | head\"."
-            }},
-            "cwd": {{
+            },
+            "cwd": {
                 "type": "string",
                 "description": "Working directory; must exist. Relative paths and the default are taken from the home directory of the user handnode runs as."
-            }},
-            "timeout_secs": {{
+            },
+            "timeout_secs": {
                 "type": "integer",
                 "minimum": 1,
-                "maximum": {MAX_TIMEOUT_SECS},
-                "default": {DEFAULT_TIMEOUT_SECS},
+                "maximum": MAX_TIMEOUT_SECS,
+                "default": DEFAULT_TIMEOUT_SECS,
                 "description": "Kill the process group after this many seconds (exit 137). A command still running at the call's inline limit (100 s under a grant) continues as a job until then."
-            }},
-            "max_output_bytes": {{
+            },
+            "max_output_bytes": {
                 "type": "integer",
                 "minimum": 1,
-                "maximum": {MAX_OUTPUT_BYTES},
-                "default": {DEFAULT_MAX_OUTPUT_BYTES},
+                "maximum": MAX_OUTPUT_BYTES,
+                "default": DEFAULT_MAX_OUTPUT_BYTES,
                 "description": "Bytes of stdout and of stderr kept (each); the rest is read and discarded, and stdout_truncated/stderr_truncated is set."
-            }},
-            "env": {{
+            },
+            "env": {
                 "type": "object",
-                "additionalProperties": {{"type": "string"}},
+                "additionalProperties": {"type": "string"},
                 "description": "Extra environment variables for the command, name to value."
-            }}
-        }},
+            }
+        },
         "required": ["command"]
-    }}"#
-    ))
+    })
 }
 
 /// The validated arguments of one call.
@@ -166,11 +164,11 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
     };
     // Allocated now: the marker variable must be in the environment from the start.
     let job_id = super::jobs::table::new_job_id();
-    let (cmd, program) = match command(&cx, &args.command, args.cwd.as_deref(), &args.env, &job_id)
-    {
-        Ok(built) => built,
-        Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
-    };
+    let (cmd, program, confine) =
+        match command(&cx, &args.command, args.cwd.as_deref(), &args.env, &job_id) {
+            Ok(built) => built,
+            Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
+        };
     let timeout_secs = args.timeout_secs;
     let cap = args.max_output_bytes;
     let slot: Slot = Arc::new(Mutex::new(Some(done)));
@@ -179,6 +177,7 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         cap as usize,
         cx.ctl.clone(),
     );
+    spec.confine = confine;
     let inline_wait = cx.limits.inline_wait;
     // Why the call did not become a job at its inline limit, for its answer.
     let not_a_job: Arc<Mutex<Option<String>>> = Arc::default();
@@ -261,6 +260,12 @@ pub(crate) fn render(
     let duration_ms = u64::try_from(run.duration.as_millis()).unwrap_or(u64::MAX);
 
     let mut status = match run.end {
+        // The grant's memory limit killed it: say so, not just "exit 137".
+        _ if run.oom_limit.is_some() => format!(
+            "[{}, exit {}]",
+            crate::cgroup::oom_message(run.oom_limit.unwrap_or(0)),
+            run.exit_code
+        ),
         End::Exited => format!("[exit {} after {duration_ms} ms]", run.exit_code),
         End::TimedOut => format!(
             "[timed out after {timeout_secs} s: process group killed, exit {}]",

@@ -45,6 +45,38 @@ pub static TOOLS: &[&Tool] = &[
     &files::LIST,
 ];
 
+/// The tools in force: [`TOOLS`]. Everything that lists, finds, classifies or reports on
+/// local tools reads them through here, so a unit test can put a scratch tool beside the
+/// real ones on its own thread ([`with_scratch_tools`]) and see it flow everywhere.
+pub fn registered() -> &'static [&'static Tool] {
+    #[cfg(test)]
+    if let Some(tools) = SCRATCH.with(std::cell::Cell::get) {
+        return tools;
+    }
+    TOOLS
+}
+
+#[cfg(test)]
+thread_local! {
+    static SCRATCH: std::cell::Cell<Option<&'static [&'static Tool]>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` on this thread with `extra` registered after [`TOOLS`] (tests only).
+#[cfg(test)]
+pub(crate) fn with_scratch_tools<R>(extra: &[&'static Tool], f: impl FnOnce() -> R) -> R {
+    let tools: Vec<&'static Tool> = TOOLS.iter().chain(extra).copied().collect();
+    SCRATCH.with(|s| s.set(Some(Vec::leak(tools))));
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            SCRATCH.with(|s| s.set(None));
+        }
+    }
+    let _reset = Reset;
+    f()
+}
+
 /// One local tool, declared once in its own module and registered in [`TOOLS`].
 #[derive(Debug)]
 pub struct Tool {
@@ -95,7 +127,7 @@ impl Tool {
 
 /// The registered tool called `name`.
 pub fn find(name: &str) -> Option<&'static Tool> {
-    TOOLS.iter().copied().find(|t| t.name == name)
+    registered().iter().copied().find(|t| t.name == name)
 }
 
 /// A registered tool's class.
@@ -112,18 +144,15 @@ pub fn class_of_any(name: &str) -> Option<Class> {
 
 /// The tools `profile` allows, in listing order.
 pub fn allowed(profile: Profile) -> impl Iterator<Item = &'static Tool> {
-    TOOLS.iter().copied().filter(move |t| t.allowed_in(profile))
+    registered()
+        .iter()
+        .copied()
+        .filter(move |t| t.allowed_in(profile))
 }
 
 /// The names of the tools `profile` allows, in listing order.
 pub fn names(profile: Profile) -> Vec<&'static str> {
     allowed(profile).map(|t| t.name).collect()
-}
-
-/// A built-in input schema from its JSON text. Text rather than `json!`: the macro built
-/// each schema with ~10 KiB of code.
-pub(crate) fn schema(text: &str) -> Value {
-    serde_json::from_str(text).expect("a built-in schema is valid JSON")
 }
 
 /// What the agent must know about the grant it works under. The pod answers the agent's
@@ -225,6 +254,9 @@ pub struct ToolConfig {
     /// An upstream MCP server is configured, so the browser tools of a profile other than
     /// `browser` exist here; without one `sys_info` does not list them.
     pub upstreams: bool,
+    /// Containment (§16); `None` uses no cgroup and changes nothing about the process
+    /// (unit tests of other modules).
+    pub confine: Option<Arc<crate::cgroup::Confine>>,
 }
 
 impl Default for ToolConfig {
@@ -242,6 +274,7 @@ impl Default for ToolConfig {
             upload_bytes: crate::config::Limits::default().upload_bytes,
             protected: files::folder::Protected::default(),
             upstreams: true,
+            confine: None,
         }
     }
 }
@@ -305,6 +338,8 @@ pub struct ToolHost {
     pub jobs: Arc<jobs::table::JobTable>,
     /// Unfinished `file_put` uploads, per grant.
     pub files: files::uploads::Uploads,
+    /// The grants' cgroups (§16): every child a tool starts runs in one.
+    pub confine: Arc<crate::cgroup::Confine>,
 }
 
 impl ToolHost {
@@ -317,6 +352,10 @@ impl ToolHost {
             display: display::DisplayState::default(),
             jobs: jobs::table::JobTable::new(config.jobs.clone()),
             files: files::uploads::Uploads::new(config.upload_bytes),
+            confine: config
+                .confine
+                .clone()
+                .unwrap_or_else(crate::cgroup::Confine::inert),
             config,
         }))
     }
@@ -441,7 +480,7 @@ impl Catalog for ConnCatalog<'_> {
             }
             return tools;
         }
-        let mut tools: Vec<Value> = TOOLS
+        let mut tools: Vec<Value> = registered()
             .iter()
             .filter(|t| self.policy.allows(t.name))
             .map(|t| {
@@ -456,7 +495,7 @@ impl Catalog for ConnCatalog<'_> {
             .collect();
         if let Some(up) = self.upstream {
             let mut seen: std::collections::HashSet<String> =
-                TOOLS.iter().map(|t| t.name.to_string()).collect();
+                registered().iter().map(|t| t.name.to_string()).collect();
             for (_, tool) in up.tools() {
                 let Some(name) = tool.get("name").and_then(Value::as_str) else {
                     continue;
@@ -550,8 +589,14 @@ mod tests {
 
     #[test]
     fn every_tool_is_registered_once_with_a_class_reason_and_a_profile() {
+        check_registry();
+    }
+
+    /// What `tools::tests` demand of every registered tool (see ARCHITECTURE.md, "Adding a
+    /// tool").
+    fn check_registry() {
         let mut seen = std::collections::HashSet::new();
-        for tool in TOOLS {
+        for tool in registered() {
             assert!(seen.insert(tool.name), "{} is registered twice", tool.name);
             assert!(
                 !tool.name.is_empty() && !tool.name.starts_with("browser_"),
@@ -575,6 +620,74 @@ mod tests {
             assert_eq!(find(tool.name).map(|t| t.name), Some(tool.name));
         }
         assert!(find("no_such_tool").is_none());
+    }
+
+    /// The issue's newcomer tool: read-only, in `owner` and `observe`. Its module would be
+    /// this static; its registration one line in [`TOOLS`].
+    static UPTIME: Tool = Tool {
+        name: "uptime",
+        class: Class::Observe,
+        class_reason: "reads how long the box has been up",
+        description: "How long this box has been up.",
+        input_schema: || json!({"type": "object", "properties": {}}),
+        start: |_, _, done| done.complete(ToolOutput::Result(json!({"content": []}))),
+        inline: None,
+        needs: Needs::Nothing,
+        profiles: &[Profile::Owner, Profile::Observe],
+    };
+
+    /// Adding a tool is its module plus one registration line: with `UPTIME` registered
+    /// and nothing else edited, it is listed, placed in its profiles only, classified,
+    /// annotated, resolved, counted by the escalation check, and reported by `sys_info`.
+    #[test]
+    fn a_scratch_tool_flows_everywhere_from_its_registration_alone() {
+        with_scratch_tools(&[&UPTIME], || {
+            check_registry();
+            assert_eq!(registered().len(), TOOLS.len() + 1);
+            assert!(find("uptime").is_some());
+            for profile in Profile::ALL {
+                assert_eq!(
+                    names(profile).contains(&"uptime"),
+                    UPTIME.profiles.contains(&profile),
+                    "{profile}"
+                );
+            }
+            let entry = policy::classify("uptime").expect("classified");
+            assert_eq!(
+                (entry.class, entry.reason, entry.origin),
+                (Class::Observe, UPTIME.class_reason, policy::Origin::Local)
+            );
+            assert_eq!(class_of_any("uptime"), Some(Class::Observe));
+            let observe = ToolPolicy::fixed(Profile::Observe).unwrap();
+            assert!(observe.tools().contains(&"uptime"));
+            assert_eq!(observe.escalation(|_| false).shell, policy::Shell::No);
+            assert!(!ToolPolicy::fixed(Profile::Desktop)
+                .unwrap()
+                .allows("uptime"));
+            let cat = ConnCatalog {
+                grant: None,
+                upstream: None,
+                browsers: None,
+                policy: &observe,
+            };
+            let listed = cat.list();
+            let tool = listed
+                .iter()
+                .find(|t| t["name"] == "uptime")
+                .expect("listed");
+            assert_eq!(tool["annotations"], Class::Observe.annotations().to_json());
+            assert_eq!(cat.resolve("uptime"), Resolution::Visible(Route::Local));
+            let custom = custom(&["upt*"], &[]);
+            assert_eq!(custom.tools(), ["uptime"]);
+            let facts = sysinfo::StaticFacts::gather();
+            let display = display::Probe::working_x11().to_json();
+            let status = sysinfo::tool_status(&observe, &facts, &display);
+            assert!(
+                status.contains(&json!({"name": "uptime", "works": true})),
+                "{status:?}"
+            );
+        });
+        assert!(find("uptime").is_none(), "the scratch registry is gone");
     }
 
     /// Every fixed profile's policy (custom has no list of its own).

@@ -57,7 +57,7 @@ pub struct Entry {
 /// Every classified tool, once: the local tools in listing order, then the upstream
 /// table in its order. This is the order of a grant's `tools`.
 pub fn classified() -> impl Iterator<Item = Entry> {
-    let local = super::TOOLS.iter().map(|t| Entry {
+    let local = super::registered().iter().map(|t| Entry {
         name: t.name,
         class: t.class,
         reason: t.class_reason,
@@ -773,7 +773,7 @@ mod tests {
             ),
             (
                 Profile::Observe,
-                lists(&[], &["sys_info", "screenshot"]),
+                lists(&[], &crate::tools::names(Profile::Observe)),
                 NO_TOOLS_ERROR.into(),
             ),
             (

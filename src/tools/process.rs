@@ -21,11 +21,12 @@
 //!
 //! **When a run ends.** A run ends when the group *leader* (the process we spawned)
 //! exits. Whatever the leader wrote is already in the pipes and is drained; then the rest
-//! of the group is SIGKILLed. So `sleep 100 &` left behind by a shell does not keep the
-//! call open (it would otherwise hold the pipes until it ends) and does not outlive the
-//! call. A process that must outlive the call has to leave the group on purpose
-//! (`setsid -f cmd >log 2>&1`); we then stop reading its pipes, and it gets `EPIPE` if it
-//! still writes to them.
+//! of the group and the run's cgroup ([`RunSpec::confine`], §16) are SIGKILLed. So
+//! `sleep 100 &` left behind by a shell does not keep the call open (it would otherwise
+//! hold the pipes until it ends) and does not outlive the call, and neither does a
+//! process that left the group (`setsid`, a double fork): nothing a run starts outlives
+//! it. Without a cgroup (the subreaper fallback) what left the group is killed when it
+//! still carries the run's marker variable.
 //!
 //! **Timeout and cancel.** At the deadline the watcher SIGKILLs the whole group; a cancel
 //! ([`JobCtl::cancel`]) does the same from the cancelling thread. Either way the leader's
@@ -50,6 +51,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use rustix::process::{Pid, PidfdFlags, Signal};
 
 use crate::base::wake::{Poller, Waker, WAKE_KEY};
+use crate::cgroup::RunGroup;
 use crate::pool::JobCtl;
 
 /// Exit code reported for a group we killed: 128 + SIGKILL, as a shell reports it.
@@ -136,6 +138,9 @@ pub struct RunSpec {
     pub on_spawn: Option<OnSpawn>,
     /// Read as the child's stdin; `None` is `/dev/null`.
     pub stdin: Option<File>,
+    /// The run's cgroup (§16), which `cmd` was built to enter ([`RunGroup::command`]):
+    /// every end of the run kills it whole.
+    pub confine: Option<Arc<RunGroup>>,
 }
 
 impl RunSpec {
@@ -149,6 +154,7 @@ impl RunSpec {
             inline: None,
             on_spawn: None,
             stdin: None,
+            confine: None,
         }
     }
 }
@@ -194,6 +200,8 @@ pub struct RunResult {
     pub end: End,
     /// From spawn to the moment the end was observed.
     pub duration: Duration,
+    /// The grant's memory limit (bytes) when the kernel's OOM killer ended the run.
+    pub oom_limit: Option<u64>,
 }
 
 pub type OnExit = Box<dyn FnOnce(RunResult) + Send>;
@@ -299,7 +307,12 @@ impl ProcessWatcher {
             Ok(mut entry) => {
                 entry.on_exit = Some(Box::new(move |r| on_exit(Ok(r))));
                 if let Err(Msg::Child(mut entry)) = self.send(Msg::Child(entry)) {
-                    abandon(&mut entry.child, entry.pgid, &entry.ctl);
+                    abandon(
+                        &mut entry.child,
+                        entry.pgid,
+                        &entry.ctl,
+                        entry.confine.as_deref(),
+                    );
                     let on_exit = entry.on_exit.take().expect("set above");
                     drop(entry);
                     // Unreachable while `self` lives; kept total rather than panicking.
@@ -343,6 +356,9 @@ impl ProcessWatcher {
         // False means the call was cancelled first: the group is already killed, and the
         // watcher reaps it and reports the cancel like any other.
         let _ = spec.ctl.register_group(pgid);
+        if let Some(group) = &spec.confine {
+            spec.ctl.register_cgroup(Arc::clone(group));
+        }
 
         let prepared = (|| -> io::Result<(OwnedFd, ChildStdout, ChildStderr)> {
             let pidfd = rustix::process::pidfd_open(pgid, PidfdFlags::empty()).map_err(|e| {
@@ -385,10 +401,11 @@ impl ProcessWatcher {
                     forced: None,
                     ctl: spec.ctl,
                     on_exit: None,
+                    confine: spec.confine,
                 }))
             }
             Err(e) => {
-                abandon(&mut child, pgid, &spec.ctl);
+                abandon(&mut child, pgid, &spec.ctl, spec.confine.as_deref());
                 Err(e)
             }
         }
@@ -418,6 +435,7 @@ fn report_aborted(on_exit: OnExit) {
         status: None,
         end: End::Aborted,
         duration: Duration::ZERO,
+        oom_limit: None,
     });
 }
 
@@ -437,8 +455,12 @@ impl Drop for ProcessWatcher {
 }
 
 /// Kill a group we will not watch, and reap its leader (it dies at once: SIGKILL).
-fn abandon(child: &mut Child, pgid: Pid, ctl: &JobCtl) {
+fn abandon(child: &mut Child, pgid: Pid, ctl: &JobCtl, confine: Option<&RunGroup>) {
     let _ = rustix::process::kill_process_group(pgid, Signal::KILL);
+    if let Some(group) = confine {
+        group.kill();
+        ctl.unregister_cgroup(group);
+    }
     ctl.unregister_group(pgid);
     let _ = child.wait();
 }
@@ -534,9 +556,19 @@ struct Entry {
     ctl: Arc<JobCtl>,
     /// Always `Some` once handed to the watcher.
     on_exit: Option<OnExit>,
+    /// The run's cgroup: killed with the group at every end.
+    confine: Option<Arc<RunGroup>>,
 }
 
 impl Entry {
+    /// SIGKILL the run's process group and its cgroup.
+    fn kill(&self) {
+        let _ = rustix::process::kill_process_group(self.pgid, Signal::KILL);
+        if let Some(group) = &self.confine {
+            group.kill();
+        }
+    }
+
     /// The key of the job this run feeds, if it is one.
     fn job_key(&self) -> Option<u64> {
         self.sink.as_ref().map(|s| s.key())
@@ -568,9 +600,13 @@ impl Entry {
         };
         // `None`: the run goes on inline to its own timeout, as it began.
         if let Some(job) = convert(so_far) {
-            // The group leaves the call (whose socket may go) for the job.
+            // The group leaves the call (whose socket may go) for the job, with its cgroup.
             self.ctl.unregister_group(self.pgid);
             let _ = job.ctl.register_group(self.pgid);
+            if let Some(group) = &self.confine {
+                self.ctl.unregister_cgroup(group);
+                job.ctl.register_cgroup(Arc::clone(group));
+            }
             self.ctl = job.ctl;
             self.sink = Some(job.sink);
             self.on_exit = Some(job.on_exit);
@@ -706,7 +742,7 @@ impl Watcher {
         let now = Instant::now();
         for entry in self.entries.values_mut() {
             if entry.forced.is_none() && entry.deadline <= now {
-                let _ = rustix::process::kill_process_group(entry.pgid, Signal::KILL);
+                entry.kill();
                 entry.forced = Some(End::TimedOut);
             }
             if entry.forced.is_none() && entry.convert_at.is_some_and(|at| at <= now) {
@@ -744,7 +780,8 @@ impl Watcher {
     fn finish(&mut self, id: u64, abort: Option<End>) -> Option<u64> {
         let mut entry = self.entries.remove(&id)?;
         // The leader is at worst a zombie until reaped below, so the pgid is still ours.
-        let _ = rustix::process::kill_process_group(entry.pgid, Signal::KILL);
+        // Its cgroup goes with it: nothing the run started outlives it (§16).
+        entry.kill();
         entry.pump(
             Which::Stdout,
             &self.poller,
@@ -761,6 +798,9 @@ impl Watcher {
         entry.err.close(&self.poller);
         let _ = self.poller.delete(&entry.pidfd);
         entry.ctl.unregister_group(entry.pgid);
+        if let Some(group) = &entry.confine {
+            entry.ctl.unregister_cgroup(group);
+        }
         let status = match entry.child.try_wait() {
             Ok(Some(status)) => Some(status),
             // Only reached on abort, right after the SIGKILL above: a short wait.
@@ -793,6 +833,14 @@ impl Watcher {
             status,
             end,
             duration: entry.started.elapsed(),
+            // Killed by SIGKILL while the grant's OOM count rose: its memory limit did it.
+            // (the killed one may be a child: the leader then exits 137).
+            oom_limit: match (status, &entry.confine) {
+                (Some(s), Some(group)) if s.signal() == Some(9) || s.code() == Some(137) => {
+                    group.oom_limit()
+                }
+                _ => None,
+            },
         };
         if let Some(on_exit) = entry.on_exit.take() {
             on_exit(result);

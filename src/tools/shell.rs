@@ -9,6 +9,9 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Arc;
+
+use crate::cgroup::RunGroup;
 
 use serde_json::{Map, Value};
 
@@ -16,8 +19,11 @@ use super::args::{self, Naming};
 use super::CallContext;
 
 /// Environment variable every job's processes carry (its job id), so recovery can tell a
-/// job's orphans from strangers that reuse its process group id.
-pub const MARKER_ENV: &str = "HN_JOB_ID";
+/// job's orphans from strangers that reuse its process group id, and the subreaper
+/// fallback can attribute them (declared with the containment that reads it).
+pub const MARKER_ENV: &str = crate::cgroup::MARKER_ENV;
+/// The job scope, and the cgroup, of the owner's `/mcp` calls (a grant's are its id).
+pub const OWNER_SCOPE: &str = "owner";
 
 /// `command`: a non-empty string without NUL bytes.
 pub(crate) fn command_field(map: &Map<String, Value>) -> Result<String, String> {
@@ -86,6 +92,12 @@ pub(crate) fn int_field(
     Ok(args::int(map, field, range, Naming::Plain, Some(why))?.map_or(default, |v| v as u64))
 }
 
+/// The job scope of a call, which is also its cgroup's grant: its grant, or the owner's
+/// `/mcp`.
+pub(crate) fn scope(cx: &CallContext) -> &str {
+    cx.grant.as_ref().map_or(OWNER_SCOPE, |g| g.id.as_str())
+}
+
 /// `$HOME` when it is a directory.
 fn home_dir() -> Option<PathBuf> {
     std::env::var_os("HOME")
@@ -114,15 +126,16 @@ fn resolve_cwd(cwd: Option<&str>) -> Result<Option<PathBuf>, String> {
 }
 
 /// The `bash -c <command>` of a call or job: the daemon's bash, the scrubbed
-/// environment plus the caller's `env` plus the job marker, the working directory. The
-/// `Err` is a tool error's text.
+/// environment plus the caller's `env` plus the job marker, the working directory, and
+/// the run's cgroup under its grant (§16), which the command enters before bash starts.
+/// The `Err` is a tool error's text.
 pub(crate) fn command(
     cx: &CallContext,
     script: &str,
     cwd: Option<&str>,
     env: &[(String, String)],
     job_id: &str,
-) -> Result<(Command, PathBuf), String> {
+) -> Result<(Command, PathBuf, Option<Arc<RunGroup>>), String> {
     let cwd = resolve_cwd(cwd)?;
     // The bash found on the daemon's PATH at start, so a caller's PATH in `env` cannot
     // change which program runs.
@@ -132,7 +145,12 @@ pub(crate) fn command(
         .bash
         .clone()
         .unwrap_or_else(|| PathBuf::from("bash"));
-    let mut cmd = Command::new(&program);
+    let group = cx
+        .host
+        .confine
+        .run(scope(cx), cx.grant.is_some(), job_id)
+        .map_err(|e| format!("could not contain the command: {e}"))?;
+    let mut cmd = group.command(&program);
     cmd.arg("-c")
         .arg(script)
         .env_clear()
@@ -146,5 +164,5 @@ pub(crate) fn command(
     if let Some(cwd) = cwd {
         cmd.current_dir(cwd);
     }
-    Ok((cmd, program))
+    Ok((cmd, program, Some(group)))
 }

@@ -258,7 +258,7 @@ pub(crate) fn tailnet_addresses() -> Vec<String> {
 /// `{name, works, why?}` for every local tool the caller's policy allows, from the fact
 /// each tool [`Needs`].
 pub(crate) fn tool_status(policy: &ToolPolicy, facts: &StaticFacts, display: &Value) -> Vec<Value> {
-    super::TOOLS
+    super::registered()
         .iter()
         .filter(|tool| policy.allows(tool.name))
         .map(|tool| {
@@ -396,12 +396,17 @@ fn collect_from(
     // Uptime keeps counting while the copy ages.
     let uptime = live.uptime.map(|u| u + age.as_secs());
     let load = live.load;
+    let confine = &cx.host.confine;
     let grant = cx.grant.as_ref().map(|g| {
+        // The grant's limits and what it uses of them now (§16).
+        let usage = confine.usage_json(&g.id);
         json!({
             "id": g.id,
             "session": g.session,
             "expires_at": crate::base::timefmt::rfc3339(g.expires_at),
             "expires_in_secs": g.expires_at.saturating_sub(now),
+            "limits": usage["limits"],
+            "usage": usage.get("usage").cloned().unwrap_or(Value::Null),
         })
     });
     let tools = tool_status(&cx.policy, facts, &display);
@@ -442,6 +447,10 @@ fn collect_from(
     map.insert("display".into(), display);
     map.insert("tools".into(), Value::Array(tools));
     map.insert("grant".into(), grant.unwrap_or(Value::Null));
+    map.insert("containment".into(), confine.containment().as_str().into());
+    if let Some(mode) = confine.containment().mode() {
+        map.insert("cgroup_mode".into(), mode.as_str().into());
+    }
     if let Some(because) = escalation.because {
         map.insert("shell_because".into(), because.into());
     }
@@ -530,6 +539,19 @@ pub(crate) fn summary(info: &Value) -> String {
             "\nno grant: the box's owner on the local /mcp endpoint (profile {})",
             s(&info["profile"])
         )),
+    }
+    if let Some(limits) = info["grant"]["limits"].as_object() {
+        let usage = &info["grant"]["usage"];
+        out.push_str(&format!(
+            "\nthis grant's processes ({}{}): memory {} of {} bytes, processes {} of {}, cpu weight {}",
+            s(&info["containment"]),
+            info["cgroup_mode"].as_str().map(|m| format!(" {m}")).unwrap_or_default(),
+            usage["memory_bytes"],
+            limits["memory_max"],
+            usage["pids"],
+            limits["pids_max"],
+            limits["cpu_weight"],
+        ));
     }
     let allowed: Vec<String> = info["allowed_tools"]
         .as_array()
@@ -898,8 +920,12 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
             "{text}"
         );
         assert_eq!(s["shell"], "no");
-        assert_eq!(s["allowed_tools"], json!(["sys_info", "screenshot"]));
-        assert!(text.contains("you may use: sys_info, screenshot\nreaches a shell: no"));
+        let observe = crate::tools::names(Profile::Observe);
+        assert_eq!(s["allowed_tools"], json!(observe));
+        assert!(text.contains(&format!(
+            "you may use: {}\nreaches a shell: no",
+            observe.join(", ")
+        )));
     }
 
     #[test]

@@ -61,7 +61,7 @@ use crate::tools::process::{End, JobSink, RunResult, Which};
 use crate::tools::shell::MARKER_ENV;
 
 /// The job scope of the owner's `/mcp` (grant scopes are grant ids).
-pub const OWNER_SCOPE: &str = "owner";
+pub use crate::tools::shell::OWNER_SCOPE;
 /// Name of the jobs dir inside the state dir.
 pub const DIR_NAME: &str = "jobs";
 /// Mode of the jobs dir and every scope dir.
@@ -1006,6 +1006,12 @@ impl JobTable {
             (None, End::Cancelled) => (State::Killed, Some("cancelled")),
             (None, End::Aborted) => (State::Killed, Some("daemon_stopped")),
         };
+        // Killed by the grant's memory limit: say so, whoever else wanted it stopped.
+        let oom = run.oom_limit.map(crate::cgroup::oom_message);
+        let (state, reason) = match &oom {
+            Some(why) => (State::Killed, Some(why.as_str())),
+            None => (state, reason),
+        };
         let duration_ms = job.started.elapsed().as_millis() as u64;
         {
             let mut st = job.lock_status();
@@ -1637,6 +1643,7 @@ mod tests {
             status: None,
             end: End::Exited,
             duration: Duration::ZERO,
+            oom_limit: None,
         });
     }
 

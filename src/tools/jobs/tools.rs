@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use crate::pool::Completion;
 use crate::profiles::{Class, Profile};
 use crate::tools::args::object;
-use crate::tools::jobs::table::{Admit, Job, JobTable, State, Stop, OWNER_SCOPE};
+use crate::tools::jobs::table::{Admit, Job, JobTable, State, Stop};
 use crate::tools::process::{Continued, RunSpec, SoFar, Wait};
 use crate::tools::shell::{command_field, cwd_field, env_field, int_field};
 use crate::tools::{CallContext, Needs, Tool};
@@ -109,56 +109,50 @@ that already ended changes nothing and says so.",
 };
 
 fn start_schema() -> Value {
-    crate::tools::schema(&format!(
-        r#"{{
+    json!({
         "type": "object",
-        "properties": {{
-            "command": {{"type": "string", "minLength": 1, "description": "The bash script to run, e.g. \"make -j4 2>&1\"."}},
-            "cwd": {{"type": "string", "description": "Working directory; must exist. Relative paths and the default are taken from the home directory of the user handnode runs as."}},
-            "env": {{"type": "object", "additionalProperties": {{"type": "string"}}, "description": "Extra environment variables, name to value."}},
-            "timeout_secs": {{"type": "integer", "minimum": 0, "maximum": {MAX_JOB_TIMEOUT_SECS}, "default": 0, "description": "Kill the job's process group after this many seconds; 0 = run until the grant ends."}}
-        }},
+        "properties": {
+            "command": {"type": "string", "minLength": 1, "description": "The bash script to run, e.g. \"make -j4 2>&1\"."},
+            "cwd": {"type": "string", "description": "Working directory; must exist. Relative paths and the default are taken from the home directory of the user handnode runs as."},
+            "env": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Extra environment variables, name to value."},
+            "timeout_secs": {"type": "integer", "minimum": 0, "maximum": MAX_JOB_TIMEOUT_SECS, "default": 0, "description": "Kill the job's process group after this many seconds; 0 = run until the grant ends."}
+        },
         "required": ["command"]
-    }}"#
-    ))
+    })
 }
 
 fn poll_schema() -> Value {
-    crate::tools::schema(&format!(
-        r#"{{
+    json!({
         "type": "object",
-        "properties": {{
-            "job_id": {{"type": "string", "description": "The job_id bash_start (or bash) returned."}},
-            "stdout_offset": {{"type": "integer", "minimum": 0, "default": 0, "description": "Absolute byte offset in stdout to read from: the previous answer's stdout_next."}},
-            "stderr_offset": {{"type": "integer", "minimum": 0, "default": 0, "description": "Absolute byte offset in stderr to read from: the previous answer's stderr_next."}},
-            "max_bytes": {{"type": "integer", "minimum": 1, "maximum": {MAX_POLL_BYTES}, "default": {DEFAULT_POLL_BYTES}, "description": "Most bytes returned per stream."}},
-            "wait_secs": {{"type": "integer", "minimum": 0, "maximum": {MAX_WAIT_SECS}, "default": 0, "description": "Wait up to this long for output past the offsets or the job's end; answers as soon as either happens."}}
-        }},
+        "properties": {
+            "job_id": {"type": "string", "description": "The job_id bash_start (or bash) returned."},
+            "stdout_offset": {"type": "integer", "minimum": 0, "default": 0, "description": "Absolute byte offset in stdout to read from: the previous answer's stdout_next."},
+            "stderr_offset": {"type": "integer", "minimum": 0, "default": 0, "description": "Absolute byte offset in stderr to read from: the previous answer's stderr_next."},
+            "max_bytes": {"type": "integer", "minimum": 1, "maximum": MAX_POLL_BYTES, "default": DEFAULT_POLL_BYTES, "description": "Most bytes returned per stream."},
+            "wait_secs": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_SECS, "default": 0, "description": "Wait up to this long for output past the offsets or the job's end; answers as soon as either happens."}
+        },
         "required": ["job_id"]
-    }}"#
-    ))
+    })
 }
 
 fn list_schema() -> Value {
-    crate::tools::schema(r#"{"type": "object", "properties": {}}"#)
+    json!({"type": "object", "properties": {}})
 }
 
 fn cancel_schema() -> Value {
-    crate::tools::schema(
-        r#"{
+    json!({
         "type": "object",
         "properties": {
             "job_id": {"type": "string", "description": "The job to stop."},
             "signal": {"type": "string", "enum": ["TERM", "KILL"], "default": "TERM", "description": "TERM: ask the process group to stop, KILL 5 s later if it is still alive. KILL: stop it now."}
         },
         "required": ["job_id"]
-    }"#,
-    )
+    })
 }
 
 /// The job scope of a call: its grant, or the owner's `/mcp`.
 pub fn scope(cx: &CallContext) -> &str {
-    cx.grant.as_ref().map_or(OWNER_SCOPE, |g| g.id.as_str())
+    crate::tools::shell::scope(cx)
 }
 
 /// `job_id`: a string. Whether it names a job is answered later, as a tool error.
@@ -280,10 +274,11 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
     let jobs = Arc::clone(&cx.host.jobs);
     let job_id = crate::tools::jobs::table::new_job_id();
     // Checked before anything is reserved, so a bad cwd changes nothing.
-    let (cmd, _) = match crate::tools::shell::command(&cx, &script, cwd.as_deref(), &env, &job_id) {
-        Ok(built) => built,
-        Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
-    };
+    let (cmd, _, confine) =
+        match crate::tools::shell::command(&cx, &script, cwd.as_deref(), &env, &job_id) {
+            Ok(built) => built,
+            Err(msg) => return done.complete(ToolOutput::tool_error(msg)),
+        };
     let job = match jobs.admit(Admit {
         id: Some(job_id),
         scope: scope(&cx).to_string(),
@@ -318,6 +313,7 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         inline: None,
         on_spawn: Some(on_spawn),
         stdin: None,
+        confine,
     };
     let on_exit = jobs.on_exit(Arc::clone(&job));
     cx.host.processes.spawn(cmd, spec, move |run| match run {
@@ -840,7 +836,6 @@ pub fn cancel(args: Value, cx: CallContext, done: Completion) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn the_job_tools_are_owner_and_desktop_only_with_their_classes() {
