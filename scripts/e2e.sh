@@ -97,7 +97,7 @@ reply="$(http "${mcp_headers[@]}" "${sess[@]}" \
     -d '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo hi"}}}' \
     "$daemon_url/mcp")"
 check_json "tools/call bash echo hi → hi" "$(body_of "$reply")" \
-    '.id == 3 and .result.isError == false and .result.structuredContent.stdout == "hi\n" and (.result.content[0].text | startswith("hi"))'
+    '.id == 3 and .result.isError == false and (.result | .content[0].text[.structuredContent.stdout_range[0]:.structuredContent.stdout_range[1]]) == "hi\n" and (.result.content[0].text | startswith("hi"))'
 # The README's own two curl lines: no session header, minimal initialize params.
 readme=(-H "Authorization: Bearer $token" -H 'Content-Type: application/json')
 reply="$(http "${readme[@]}" \
@@ -109,7 +109,7 @@ reply="$(http "${readme[@]}" \
     -d '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo hi"}}}' \
     "$daemon_url/mcp")"
 check_json "README: tools/call bash echo hi without a session → hi" "$(body_of "$reply")" \
-    '.id == 2 and .result.structuredContent.stdout == "hi\n"'
+    '.id == 2 and (.result | .content[0].text[.structuredContent.stdout_range[0]:.structuredContent.stdout_range[1]]) == "hi\n"'
 reply="$(http -H 'Authorization: Bearer not-the-token' -H 'Content-Type: application/json' \
     -d "$init" "$daemon_url/mcp")"
 check "a wrong token → 401" test "$(status_of "$reply")" = 401
@@ -169,11 +169,11 @@ if [ "$n" -eq 1 ]; then
     send '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sys_info","arguments":{}}}'
     expect "tools/call sys_info" '.id == 3 and .result.isError != true and (.result.structuredContent.hostname | type == "string")'
     send '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo e2e"}}}'
-    expect "tools/call bash echo e2e" '.id == 4 and .result.isError == false and .result.structuredContent.stdout == "e2e\n"'
+    expect "tools/call bash echo e2e" '.id == 4 and .result.isError == false and (.result | .content[0].text[.structuredContent.stdout_range[0]:.structuredContent.stdout_range[1]]) == "e2e\n"'
     # A reply over 64 KiB goes out as a fragmented message (frames of at most 64 KiB): it
     # must reach the pod as one whole message, here one line of about 400 KB.
     send '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"bash","arguments":{"command":"printf %0200000d 0","max_output_bytes":262144}}}'
-    expect "a 400 KB reply (fragmented) arrives whole" '.id == 5 and .result.isError == false and (.result.structuredContent.stdout | length == 200000 and test("^0+$"))'
+    expect "a 400 KB reply (fragmented) arrives whole" '.id == 5 and .result.isError == false and ((.result | .content[0].text[.structuredContent.stdout_range[0]:.structuredContent.stdout_range[1]]) | length == 200000 and test("^0+$"))'
     # A job: its second line comes 0.3 s after the first, so the waiting poll is answered
     # by the output, well before its 10 s.
     send '{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"bash_start","arguments":{"command":"echo started; sleep 0.3; echo job-line; exec sleep 1000"}}}'
@@ -181,7 +181,7 @@ if [ "$n" -eq 1 ]; then
     job="$(jq -r '.result.structuredContent.job_id' <<<"$last" 2>/dev/null)"
     send "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"bash_poll\",\"arguments\":{\"job_id\":\"$job\",\"stdout_offset\":8,\"wait_secs\":10}}}"
     asked=$(date +%s%N)
-    expect "bash_poll wait_secs answers with the new line" '.id == 7 and .result.structuredContent.stdout == "job-line\n" and .result.structuredContent.state == "running"'
+    expect "bash_poll wait_secs answers with the new line" '.id == 7 and (.result | .content[0].text[.structuredContent.stdout_range[0]:.structuredContent.stdout_range[1]]) == "job-line\n" and .result.structuredContent.state == "running"'
     waited_ms=$(( ($(date +%s%N) - asked) / 1000000 ))
     if [ "$waited_ms" -lt 5000 ]; then note "PASS bash_poll answered on output (${waited_ms} ms)"; else note "FAIL bash_poll waited ${waited_ms} ms"; fi
     send "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":{\"name\":\"bash_cancel\",\"arguments\":{\"job_id\":\"$job\"}}}"
@@ -332,7 +332,7 @@ send '{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVers
 expect "initialize" '.id == "init"'
 if [ "$n" -eq 1 ]; then
     send '{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo approved-e2e"}}}'
-    expect "the approved bash ran and answered" '.id == 10 and .result.isError == false and .result.structuredContent.stdout == "approved-e2e\n"'
+    expect "the approved bash ran and answered" '.id == 10 and .result.isError == false and (.result | .content[0].text[.structuredContent.stdout_range[0]:.structuredContent.stdout_range[1]]) == "approved-e2e\n"'
     send "{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"tools/call\",\"params\":{\"name\":\"bash\",\"arguments\":{\"command\":\"touch $dir/denied-ran\"}}}"
     expect "the denied bash is answered isError, denied" '.id == 11 and .result.isError == true and (.result.content[0].text | test("^denied by token: not on this box; it did not run$"))'
     note "turn done"

@@ -5,6 +5,13 @@
 // Prints PASS/FAIL per step and "N passed, M failed"; exits 1 on any failure.
 'use strict';
 
+// A stream of a bash reply: the [start, end) UTF-8 byte range of the text block that
+// structuredContent names (docs/protocol.md, Streams in a reply).
+function streamOf(text, range) {
+  if (!Array.isArray(range)) return undefined;
+  return Buffer.from(text, 'utf8').subarray(range[0], range[1]).toString('utf8');
+}
+
 const path = require('node:path');
 const { createRequire } = require('node:module');
 
@@ -161,7 +168,8 @@ async function main() {
     const r = await bounded(client.callTool({ name: 'bash', arguments: { command: 'echo hi' } }));
     const text = (r.content || []).filter((c) => c.type === 'text').map((c) => c.text).join('');
     check('tools/call bash echo hi → hi', !r.isError && text.startsWith('hi') &&
-      (!r.structuredContent || r.structuredContent.stdout === 'hi\n'), JSON.stringify(r));
+      (!r.structuredContent || streamOf(text, r.structuredContent.stdout_range) === 'hi\n'),
+      JSON.stringify(r));
   } catch (e) {
     check('tools/call bash echo hi', false, e.stack);
   }
