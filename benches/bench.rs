@@ -109,7 +109,7 @@ impl Opts {
                         "bench [--bin PATH] [--static-bin PATH] [--static-libc NAME] [--quick] \
                          [--only SECTION,...] [--placement NAME] [--server-cpu N]\n\
                          sections: memory, latency (= ping, sys_info, bash, pipelined, hol), \
-                         approval, attach, redial, screenshot, browser, audit, jobs, owed, containment"
+                         approval, attach, redial, screenshot, browser, audit, jobs, owed, containment, files"
                     );
                     std::process::exit(0);
                 }
@@ -1809,6 +1809,79 @@ fn wait_job_end(conn: &mut PodConn, job: &str) -> Value {
 
 /// The job figures (issue 14): a waiting poll's wake beside a bare pipe's, a job's output
 /// rate beside the same command writing to a file, and the daemon's RSS while it runs.
+/// Bytes `file_get` moves per call in the file figures (its maximum), and the file read.
+const FILE_CHUNK_BYTES: usize = 4 << 20;
+const FILE_BYTES: usize = 64 << 20;
+
+/// `file_get_mb_per_s`: a 64 MiB file of a lent folder read in 4 MiB `file_get` ranges
+/// through the stub pod (the bench parses each reply and decodes its base64), beside
+/// `ws_b64_mb_per_s`: the same bytes base64-encoded, sent through the WebSocket echo child
+/// and decoded again, 4 MiB per message. Blocks of each alternate; MB are 10^6 bytes of
+/// the file.
+fn bench_files(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod, echo: &mut Echo) {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let total = if o.quick { FILE_BYTES / 4 } else { FILE_BYTES };
+    let folder = d.dir.join("lent");
+    std::fs::create_dir_all(&folder).unwrap();
+    let mut data = vec![0u8; total];
+    getrandom::fill(&mut data).expect("random bytes");
+    std::fs::write(folder.join("blob.bin"), &data).unwrap();
+    let body = json!({"runtime": pod.runtime(), "session": "files", "profile": "files",
+                      "folder": folder, "ttl_secs": 3600, "secret": POD_SECRET});
+    let (status, v) = d.http("POST", "/attach", Some(&body));
+    assert_eq!(status, 202, "POST /attach: {v}");
+    let grant = v["id"].as_str().expect("grant id").to_string();
+    let mut a = pod.arrival("files");
+    a.conn.initialize();
+    a.conn.request("tools/list", json!({}));
+    let mut conn = a.conn;
+
+    let mut get_all = || {
+        let t = Instant::now();
+        let mut offset = 0usize;
+        while offset < total {
+            let res = conn.call_tool(
+                "file_get",
+                json!({"path": "blob.bin", "offset": offset, "length": FILE_CHUNK_BYTES}),
+            );
+            let blob = res["content"][0]["resource"]["blob"]
+                .as_str()
+                .unwrap_or_else(|| panic!("file_get: {}", clip(&res.to_string())));
+            let bytes = b64.decode(blob).expect("base64 blob");
+            assert!(!bytes.is_empty(), "file_get returned nothing at {offset}");
+            offset += bytes.len();
+        }
+        vec![total as f64 / 1e6 / t.elapsed().as_secs_f64()]
+    };
+    let mut echo_all = || {
+        let t = Instant::now();
+        for chunk in data.chunks(FILE_CHUNK_BYTES) {
+            send_text(&mut echo.ws, b64.encode(chunk));
+            let back = recv_text(&mut echo.ws, "base64 echo");
+            assert_eq!(
+                b64.decode(back.as_bytes()).expect("base64").len(),
+                chunk.len()
+            );
+        }
+        vec![total as f64 / 1e6 / t.elapsed().as_secs_f64()]
+    };
+    // One warm pass of each, then alternating blocks.
+    get_all();
+    echo_all();
+    let (floor, figure) = interleave(3, &mut echo_all, &mut get_all);
+    let (floor50, figure50) = (percentile(&floor, 0.5), percentile(&figure, 0.5));
+    r.put("ws_b64_mb_per_s", floor50, "MB/s", None);
+    r.put("file_get_mb_per_s", figure50, "MB/s", Some(floor50));
+    r.check(
+        "file_get_mb_per_s",
+        format!(">= 50 % of ws_b64_mb_per_s = {:.0} MB/s", floor50 / 2.0),
+        Some(figure50 >= floor50 / 2.0),
+    );
+    drop(conn);
+    d.revoke(&grant);
+}
+
 fn bench_jobs(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     let (grant, mut conn) = attach_ready(d, pod, "jobs", "owner");
     let dir = d.dir.join("fifos");
@@ -2520,6 +2593,10 @@ fn main() {
     if o.runs("containment") {
         eprintln!("bench: containment (grant_kill_ms)");
         bench_grant_kill(&mut r, &o, &d, &mut pod);
+    }
+    if o.runs("files") {
+        eprintln!("bench: files");
+        bench_files(&mut r, &o, &d, &mut pod, &mut echo);
     }
     drop(d);
     if o.runs("browser") {

@@ -159,6 +159,8 @@ pub struct Limits {
     pub job_disk_share: Option<u64>,
     /// Running jobs per grant (and on the owner's `/mcp`).
     pub jobs_per_grant: usize,
+    /// Bytes of unfinished `file_put` uploads (part files) one grant may hold.
+    pub upload_bytes: u64,
     /// Running jobs on this box.
     pub jobs_total: usize,
     /// Throwaway browsers (one per `browser` grant) running at once.
@@ -222,6 +224,7 @@ impl Default for Limits {
             job_disk_bytes: 256 << 20,
             job_disk_share: None,
             jobs_per_grant: 16,
+            upload_bytes: 1 << 30,
             jobs_total: 64,
             max_browsers: 2,
             approvals_pending: 256,
@@ -1229,6 +1232,18 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
             min: 2,
             max: 1 << 40,
             set: |d, v| d.config.limits.job_disk_bytes = v,
+        },
+    },
+    Flag {
+        name: "upload-bytes",
+        env: true,
+        default: "1073741824",
+        help: "Bytes of unfinished file_put uploads (hidden part files) one grant may hold; a chunk past it is refused. Part files are removed when the grant ends.",
+        kind: Kind::Int {
+            metavar: "BYTES",
+            min: 1,
+            max: 1 << 40,
+            set: |d, v| d.config.limits.upload_bytes = v,
         },
     },
     Flag {

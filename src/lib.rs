@@ -147,6 +147,8 @@ impl Daemon {
                 kept_per_scope: tools::jobs::table::DEFAULT_KEPT_PER_SCOPE,
                 audit_args: config.audit_args,
             },
+            upload_bytes: config.limits.upload_bytes,
+            protected: protected_dirs(&config),
             upstreams: !config.upstreams.is_empty(),
         };
         let browsers = match &config.browser_command {
@@ -344,4 +346,32 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// What a lent folder must neither be nor hold (`tools::files::folder::vet`): the state and
+/// config dirs, `~` and its dirs of secrets, and wherever the admin token was read from
+/// (`--token-file`, `$CREDENTIALS_DIRECTORY`) when that is a file of its own.
+fn protected_dirs(config: &Config) -> tools::files::folder::Protected {
+    let absolute = |v: std::ffi::OsString| {
+        let p = std::path::PathBuf::from(v);
+        p.is_absolute().then_some(p)
+    };
+    let home = std::env::var_os("HOME").and_then(absolute);
+    let mut protected = tools::files::folder::Protected::new(
+        &config.state_dir,
+        &config.config_dir,
+        home.as_deref(),
+    );
+    if let Some(dir) = std::env::var_os("CREDENTIALS_DIRECTORY").and_then(absolute) {
+        protected = protected.with("the credentials dir", dir);
+    }
+    if let Some(token) = config
+        .token_source
+        .as_deref()
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_absolute())
+    {
+        protected = protected.with("the admin token file", token);
+    }
+    protected
 }

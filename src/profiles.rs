@@ -10,7 +10,8 @@
 //! and are declared shell-equivalent below. `observe` and `browser` are boundaries:
 //! `browser` holds no local tool and only the classified `observe`/`act` browser tools
 //! (minus `browser_evaluate`) of [`BROWSER_TOOL_CLASSES`], served by a throwaway browser
-//! of the grant's own (`crate::browser`).
+//! of the grant's own (`crate::browser`). `files` is a boundary too: `sys_info` and the
+//! file tools, confined beneath the folder the grant lends (`crate::tools::files`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -24,6 +25,8 @@ pub enum Profile {
     Observe,
     /// Browser tools only, each grant with a throwaway browser of its own (contract §12).
     Browser,
+    /// `sys_info` and the file tools, confined to the grant's lent folder (contract §18).
+    Files,
     /// No list of its own: the grant's `allow` list is its list.
     Custom,
 }
@@ -79,11 +82,12 @@ pub const BROWSER_NEEDS_COMMAND: &str = "the browser profile needs --browser-com
 
 impl Profile {
     /// Every profile, in the order error messages and docs list them.
-    pub const ALL: [Profile; 5] = [
+    pub const ALL: [Profile; 6] = [
         Profile::Owner,
         Profile::Desktop,
         Profile::Observe,
         Profile::Browser,
+        Profile::Files,
         Profile::Custom,
     ];
 
@@ -93,6 +97,7 @@ impl Profile {
             Profile::Desktop => "desktop",
             Profile::Observe => "observe",
             Profile::Browser => "browser",
+            Profile::Files => "files",
             Profile::Custom => "custom",
         }
     }
@@ -111,6 +116,10 @@ impl Profile {
                 "a throwaway browser of the grant's own, gone with the grant; nothing of this \
                  box itself"
             }
+            Profile::Files => {
+                "one folder you lend: it can read, write and list the files beneath it, and \
+                 nothing else of this box"
+            }
             Profile::Custom => "only the tools you list under Allow",
         }
     }
@@ -118,6 +127,13 @@ impl Profile {
     /// A profile with no list of its own: its tools are the grant's `allow` list.
     pub fn is_custom(self) -> bool {
         self == Profile::Custom
+    }
+
+    /// A profile whose grants must lend a folder (`POST /attach` `folder`): its file tools
+    /// are confined beneath it, which is what makes them `observe`/`act` rather than
+    /// `shell` (contract §18).
+    pub fn requires_folder(self) -> bool {
+        self == Profile::Files
     }
 
     /// Fixed profiles whose tools can reach a shell. A fixed profile not declared here
@@ -136,7 +152,7 @@ impl Profile {
         match self {
             Profile::Owner => true,
             Profile::Desktop => DESKTOP_BROWSER_TOOLS.contains(&tool),
-            Profile::Observe | Profile::Browser | Profile::Custom => false,
+            Profile::Observe | Profile::Browser | Profile::Files | Profile::Custom => false,
         }
     }
 
@@ -542,7 +558,7 @@ mod tests {
         }
         assert_eq!(
             profile_error(),
-            "profile must be one of owner, desktop, observe, browser, custom"
+            "profile must be one of owner, desktop, observe, browser, files, custom"
         );
         assert!(!profile_error().contains("sandbox"));
     }

@@ -28,7 +28,20 @@ fn table(out: &mut String, rows: &[Entry], policies: &[ToolPolicy]) {
     }
     let _ = writeln!(out, "{header} why |\n{rule}---|");
     for e in rows {
-        let _ = write!(out, "| `{}` | {} |", e.name, e.class.as_str());
+        match handnode::tools::files::confined_class(e.name) {
+            Some(confined) => {
+                let _ = write!(
+                    out,
+                    "| `{}` | {} ({} under a lent folder) |",
+                    e.name,
+                    e.class.as_str(),
+                    confined.as_str()
+                );
+            }
+            None => {
+                let _ = write!(out, "| `{}` | {} |", e.name, e.class.as_str());
+            }
+        }
         for p in policies {
             out.push_str(if p.allows(e.name) { " ✓ |" } else { " |" });
         }
@@ -69,6 +82,11 @@ has no class: only `owner` sees it, no `allow`/`deny` list can name it (a `*` pa
 matches it), it counts as `shell`, and the daemon logs it once when an upstream first offers
 it. Browser tools keep the annotations their server gives them; the class only decides who
 may use them.
+
+The file tools (`file_get`, `file_put`, `file_list`) reach any file of the daemon's user, so
+they are `shell`, except under a grant that lends a folder (`POST /attach` `folder`; the
+`files` profile requires one): confined beneath it by the kernel (`openat2`
+`RESOLVE_BENEATH`), they take the class in brackets, and their annotations follow it.
 
 {} tools are classified: {} `observe`, {} `act`, {} `shell`. A ✓ marks the tools a
 profile's own list holds; `custom` has no list of its own (its `allow` list is its list).
@@ -124,8 +142,12 @@ fn the_classes_doc_is_the_codes_table() {
 fn the_generated_doc_names_every_classified_tool_with_its_reason() {
     let doc = generate();
     for e in classified() {
+        let class = match handnode::tools::files::confined_class(e.name) {
+            Some(c) => format!("{} ({} under a lent folder)", e.class.as_str(), c.as_str()),
+            None => e.class.as_str().to_string(),
+        };
         assert!(
-            doc.contains(&format!("| `{}` | {} |", e.name, e.class.as_str())),
+            doc.contains(&format!("| `{}` | {class} |", e.name)),
             "{}",
             e.name
         );

@@ -526,6 +526,8 @@ fn in_a_browser_lend_attach_approve_watch_and_revoke() {
     let pod = StubPod::start();
     pod.script().expect_secret = Some("console-attach-secret".into());
     let command = "echo allowed-from-the-console";
+    // A folder the phone lends under `files`.
+    let folder = temp_dir("console-folder");
     let mut browser = Browser::start(
         "lend.cjs",
         &core,
@@ -536,6 +538,7 @@ fn in_a_browser_lend_attach_approve_watch_and_revoke() {
             ("CONSOLE_SESSION", "console-test".into()),
             ("SESSION_ERROR", handnode::grants::SESSION_ERROR.into()),
             ("BASH_COMMAND", command.into()),
+            ("CONSOLE_FOLDER", folder.display().to_string()),
             (
                 "SECRET_CHOICE_ERROR",
                 handnode::grants::SECRET_CHOICE_ERROR.into(),

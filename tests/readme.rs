@@ -113,6 +113,7 @@ const LEDGER: &[(&str, RunBy)] = &[
     ("scripts/ci/playwright.sh", RunBy::File("scripts/test.sh", "bash scripts/ci/playwright.sh")),
     ("handnode --browser-command", RunBy::File("tests/browser.rs", "(\"--browser-command\", &command)")),
     ("handnode grant --runtime wss://pod.example:8090 --session laptop --profile browser", RunBy::File("tests/browser.rs", "common::attach_body(&pod, \"grant-t\", \"browser\")")),
+    ("handnode grant --runtime wss://pod.example:8090 --session laptop --profile files", RunBy::File("tests/files.rs", "lend(&d, &pod, \"trav\", \"files\", &lent)")),
     ("handnode doctor --browser-command", RunBy::File("src/ops/doctor.rs", "browser_checks(")),
     ("handnode grant --runtime wss://pod.example:8090 --session laptop --profile desktop --approve shell", RunBy::File("tests/first_run.rs", "--approve shell --secret-file ~/attach-secret")),
     ("handnode approvals --watch", RunBy::File("tests/first_run.rs", "[\"approvals\", \"--watch\"]")),

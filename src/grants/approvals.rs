@@ -1165,12 +1165,13 @@ mod tests {
     #[test]
     fn approve_resolves_against_what_the_grant_sees() {
         let desktop = visible_tools(&fixed(Profile::Desktop), None);
-        assert_eq!(
-            Approve::Shell.resolve(&desktop).unwrap(),
-            ["bash", "bash_start", "key", "mouse"]
-                .map(String::from)
-                .into()
-        );
+        let shell: BTreeSet<String> = desktop
+            .iter()
+            .filter(|t| class_of_any(t) == Some(Class::Shell))
+            .cloned()
+            .collect();
+        assert!(shell.contains("bash") && shell.contains("key"));
+        assert_eq!(Approve::Shell.resolve(&desktop).unwrap(), shell);
         let observe = visible_tools(&fixed(Profile::Observe), None);
         assert!(Approve::Shell.resolve(&observe).unwrap().is_empty());
         assert_eq!(

@@ -99,6 +99,11 @@ impl Attached {
     }
 }
 
+/// `files` (or another profile that requires one) without `folder`.
+pub fn folder_required_error(profile: Profile) -> String {
+    format!("profile {profile} needs \"folder\": the absolute path of the directory to lend")
+}
+
 fn session_ok(s: &str) -> bool {
     (1..=32).contains(&s.len())
         && s.bytes()
@@ -123,6 +128,7 @@ impl AttachRequest {
                 "secret",
                 "admin_credential",
                 "approve",
+                "folder",
                 "replace",
                 "limits",
             ]
@@ -159,7 +165,15 @@ impl AttachRequest {
             allow: list("allow")?,
             deny: list("deny")?,
         };
-        let policy = ToolPolicy::new(profile, lists)?;
+        let folder = match obj.get("folder") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(f)) => Some(crate::tools::files::folder::parse(f)?),
+            Some(_) => return Err("folder must be a string (an absolute path)".into()),
+        };
+        if folder.is_none() && profile.requires_folder() {
+            return Err(folder_required_error(profile));
+        }
+        let policy = ToolPolicy::new(profile, lists)?.with_folder(folder);
         let ttl_secs = match obj.get("ttl_secs") {
             None => DEFAULT_TTL_SECS,
             Some(v) => match v.as_u64() {
@@ -312,6 +326,10 @@ impl Entry {
             secret: self.secret.clone(),
             approve: self.approve.clone(),
             approved_for_grant: self.gate.remembered(),
+            folder: self
+                .policy
+                .folder()
+                .map(|f| f.to_string_lossy().into_owned()),
             limits: self.asked_limits.then_some(self.limits),
         }
     }
@@ -330,6 +348,9 @@ impl Entry {
         v.insert("tools".into(), json!(self.policy.tools()));
         v.insert("allow".into(), json!(lists.allow));
         v.insert("deny".into(), json!(lists.deny));
+        if let Some(folder) = self.policy.folder() {
+            v.insert("folder".into(), json!(folder.to_string_lossy()));
+        }
         // `approve` as given (absent when none), what `remember` let through, and the
         // escalation check over every tool the policy can see, asking this grant's gate.
         if let Some(approve) = &self.approve {
@@ -681,6 +702,7 @@ impl Registry {
     ) -> bool {
         live.policy.profile() == policy.profile()
             && live.policy.lists().same_as(policy.lists())
+            && live.policy.folder() == policy.folder()
             && Approve::same(&live.approve, approve)
             && live.limits == limits
     }
@@ -731,6 +753,9 @@ impl Registry {
         if !Approve::same(&live.approve, approve) {
             differs.push("approve list".to_string());
         }
+        if live.policy.folder() != policy.folder() {
+            differs.push("lent folder".to_string());
+        }
         if live.limits != limits {
             differs.push("limits".to_string());
         }
@@ -751,6 +776,15 @@ impl Registry {
         principal: &str,
     ) -> Result<(Value, Attached), AttachError> {
         let target = target_key(&req.runtime, &req.session);
+        // Checked before any mint: a refused request changes nothing, at the pod neither.
+        if let Some(folder) = req.policy.folder() {
+            crate::tools::files::folder::vet(
+                folder,
+                &self.services.host.config.protected,
+                crate::tools::files::folder::open_folder,
+            )
+            .map_err(AttachError::BadRequest)?;
+        }
         let visible = visible_tools(&req.policy, self.services.upstream.as_deref());
         let gated = match &req.approve {
             Some(approve) => approve.resolve(&visible).map_err(AttachError::BadRequest)?,
@@ -1015,6 +1049,8 @@ impl Registry {
     fn end_processes(&self, grant_id: &str) {
         self.jobs().end_scope(grant_id);
         self.services.host.confine.end_grant(grant_id);
+        // Its unfinished uploads' part files go with it.
+        self.services.host.files.end_scope(grant_id);
     }
 
     /// Ids of the live grants.
@@ -1066,8 +1102,20 @@ impl Registry {
                 allow: g.allow.clone(),
                 deny: g.deny.clone(),
             };
+            let folder = g.folder.as_deref().map(std::path::PathBuf::from);
+            if let Some(folder) = &folder {
+                // Vetted again: a folder that no longer passes is not lent again.
+                if let Err(why) = crate::tools::files::folder::vet(
+                    folder,
+                    &self.services.host.config.protected,
+                    crate::tools::files::folder::open_folder,
+                ) {
+                    warn!("dropped persisted grant {}: {why}", g.id);
+                    continue;
+                }
+            }
             let policy = match ToolPolicy::resume(&g.profile, lists, &g.tools) {
-                Ok(policy) => Arc::new(policy),
+                Ok(policy) => Arc::new(policy.with_folder(folder)),
                 Err(why) => {
                     // Never widened: a grant whose lists no longer resolve, or a custom
                     // grant whose list would now mean other tools, is dropped, and

@@ -61,6 +61,8 @@ pub struct StoredGrant {
     pub approve: Option<Approve>,
     /// Tools allowed with `remember` until the grant ends.
     pub approved_for_grant: Vec<String>,
+    /// The lent folder (§18), as vetted at `POST /attach`; vetted again at resume.
+    pub folder: Option<String>,
     /// The limits the grant asked for at `POST /attach` (§16); `None` = the flags'.
     pub limits: Option<crate::cgroup::Limits>,
 }
@@ -118,6 +120,7 @@ struct WireGrant<'a> {
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     approved_for_grant: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
+    folder: Option<&'a str>,
     limits: Option<crate::cgroup::Limits>,
 }
 
@@ -279,6 +282,7 @@ fn encode(grants: &[StoredGrant]) -> Vec<u8> {
                 secret: g.secret.expose(),
                 approve: g.approve.as_ref().map(Approve::to_json),
                 approved_for_grant: &g.approved_for_grant,
+                folder: g.folder.as_deref(),
                 limits: g.limits,
             })
             .collect(),
@@ -391,6 +395,15 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
         }
         Some(_) => return Err("approved_for_grant is not a list of tool names".to_string()),
     };
+    let folder = match obj.get("folder") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(f)) if crate::tools::files::folder::parse(f).is_ok() => Some(f.clone()),
+        Some(_) => return Err("folder is not a plain absolute path".to_string()),
+    };
+    // A grant that needs a folder and has none would resume wider than it was lent.
+    if folder.is_none() && profile.parse().is_ok_and(Profile::requires_folder) {
+        return Err("folder missing for a profile that requires one".to_string());
+    }
     let principal = string_field(obj, "principal")?;
     let created_at = u64_field(obj, "created_at")?;
     let expires_at = u64_field(obj, "expires_at")?;
@@ -427,6 +440,7 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
         tools,
         approve,
         approved_for_grant,
+        folder,
         principal: principal.to_string(),
         created_at,
         expires_at,
@@ -550,6 +564,7 @@ mod tests {
             secret: Secret::new(format!("sekrit-value-{n}")),
             approve: None,
             approved_for_grant: Vec::new(),
+            folder: None,
             limits: None,
         }
     }
@@ -576,7 +591,11 @@ mod tests {
         let dir = tmp.0.join("nested/state");
         let store = GrantStore::open(&dir).unwrap();
         assert_eq!(mode(&dir), 0o700);
-        let grants = vec![grant(1, NOW + 100), grant(2, NOW + 200)];
+        let mut lent = grant(2, NOW + 200);
+        lent.profile = "files".into();
+        lent.tools = vec!["sys_info".into()];
+        lent.folder = Some("/srv/lent".into());
+        let grants = vec![grant(1, NOW + 100), lent];
         store.save(&grants).unwrap();
         assert_eq!(mode(&store.path()), 0o600);
         let report = store.load(NOW).unwrap();
@@ -788,11 +807,23 @@ mod tests {
             ),
             (
                 with("profile", Value::from("sandbox")),
-                "profile is not one of owner, desktop, observe, browser, custom",
+                "profile is not one of owner, desktop, observe, browser, files, custom",
+            ),
+            (
+                with("folder", Value::from("relative/dir")),
+                "folder is not a plain absolute path",
+            ),
+            (
+                with("folder", Value::from("/a/../b")),
+                "folder is not a plain absolute path",
+            ),
+            (
+                with("profile", Value::from("files")),
+                "folder missing for a profile that requires one",
             ),
             (
                 with("profile", Value::from("Owner")),
-                "profile is not one of owner, desktop, observe, browser, custom",
+                "profile is not one of owner, desktop, observe, browser, files, custom",
             ),
             (
                 with("allow", Value::from("bash")),

@@ -223,6 +223,8 @@ pub struct GrantArgs {
     pub credential: Credential,
     /// `approve` (§10): tool names, or `["shell"]` for the word.
     pub approve: Option<Vec<String>>,
+    /// The folder to lend (§18), made absolute against the working directory.
+    pub folder: Option<PathBuf>,
     pub wait: bool,
     /// How long `--wait` waits for the attach before it gives up (the grant keeps dialing).
     pub wait_secs: u64,
@@ -289,6 +291,7 @@ pub(crate) struct OperatorDraft {
     remember: bool,
     reason: Option<String>,
     approve: Option<Vec<String>>,
+    folder: Option<PathBuf>,
 }
 
 /// `--allow`/`--deny` values: each may itself be a comma-separated list.
@@ -391,7 +394,7 @@ const GRANT_FLAGS: &[Flag<OperatorDraft>] = &[
         name: "profile",
         env: false,
         default: "observe",
-        help: "Which tools the agent sees: owner, desktop, observe, browser (a throwaway browser of the grant's own; needs the daemon's --browser-command) or custom (the --allow list). Only observe and browser keep the agent out of this box's shell; the answer says whether the grant reaches one (shell yes|gated|no, and why).",
+        help: "Which tools the agent sees: owner, desktop, observe, browser (a throwaway browser of the grant's own; needs the daemon's --browser-command), files (sys_info and the file tools in the --folder you lend) or custom (the --allow list). Only observe, browser and files keep the agent out of this box's shell; the answer says whether the grant reaches one (shell yes|gated|no, and why).",
         kind: Kind::Text {
             metavar: "PROFILE",
             set: |d, v| {
@@ -483,6 +486,26 @@ const GRANT_FLAGS: &[Flag<OperatorDraft>] = &[
                     return Err("expected tool names such as bash,key, or shell".into());
                 }
                 d.approve = Some(names);
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "folder",
+        env: false,
+        default: "",
+        help: "Lend this directory: the file tools (file_get, file_put, file_list) reach it and nothing beneath or beside it can lead out (required by --profile files). A relative path is taken from the current directory; give the real path (no symlink on the way).",
+        kind: Kind::Text {
+            metavar: "DIR",
+            set: |d, v| {
+                let path = PathBuf::from(nonempty(v)?);
+                d.folder = Some(if path.is_absolute() {
+                    path
+                } else {
+                    std::env::current_dir()
+                        .map_err(|e| format!("cannot tell the current directory: {e}"))?
+                        .join(path)
+                });
                 Ok(())
             },
         },
@@ -730,6 +753,7 @@ fn parse_operator(
                 ttl_secs: draft.ttl_secs,
                 credential,
                 approve: draft.approve.take(),
+                folder: draft.folder.take(),
                 wait: draft.wait,
                 wait_secs: draft.wait_secs.unwrap_or(DEFAULT_WAIT_SECS),
                 replace: draft.replace,
@@ -787,7 +811,7 @@ fn parse_operator(
 /// `handnode grant|grants|revoke --help`.
 fn help(sub: &str) -> String {
     let head = match sub {
-        "grant" => "Usage: handnode grant --runtime URL --session NAME (--secret-file PATH | --admin-credential-file PATH)\n                      [--profile PROFILE] [--allow TOOL]... [--deny TOOL]... [--ttl DURATION]\n                      [--wait [--wait-secs N]] [--replace] [--json] [--url URL]\n\nAsk the running daemon to lend this box to a pod session; says whether it created, renewed\n(same tools again: same id and socket, new deadline and secret) or replaced (--replace, when\na live grant of the session has other tools) a grant. Exit 0 ok, 1 daemon unreachable or\nrefused, 2 bad usage or a replace without --replace, 3 the grant ended while --wait waited,\n4 --wait gave up after --wait-secs (the grant keeps dialing).\n",
+        "grant" => "Usage: handnode grant --runtime URL --session NAME (--secret-file PATH | --admin-credential-file PATH)\n                      [--profile PROFILE] [--allow TOOL]... [--deny TOOL]... [--ttl DURATION]\n                      [--folder DIR] [--wait [--wait-secs N]] [--replace] [--json] [--url URL]\n\nAsk the running daemon to lend this box to a pod session; says whether it created, renewed\n(same tools again: same id and socket, new deadline and secret) or replaced (--replace, when\na live grant of the session has other tools) a grant. Exit 0 ok, 1 daemon unreachable or\nrefused, 2 bad usage or a replace without --replace, 3 the grant ended while --wait waited,\n4 --wait gave up after --wait-secs (the grant keeps dialing).\n",
         "grants" => "Usage: handnode grants [--json] [--url URL]\n\nList the daemon's grants: live ones and those ended in the last 10 minutes.\n",
         "approvals" => "Usage: handnode approvals [--watch] [--json] [--url URL]\n\nList the tool calls waiting for your approval (a grant's approve list names their tool), oldest\nfirst, with their arguments. --watch keeps listing as calls arrive and leave.\n",
         "approve" => "Usage: handnode approve ID [--remember] [--url URL]\n\nLet one waiting call run. With --remember, later calls of its tool under that grant run\nwithout asking until the grant ends. Exit 1 when the id is unknown, already decided, expired\nor withdrawn.\n",
@@ -1083,6 +1107,9 @@ fn describe(grant: &Value) -> String {
             text.push_str(&format!("  {field}: {names}\n"));
         }
     }
+    if let Some(folder) = grant.get("folder").and_then(Value::as_str) {
+        text.push_str(&format!("  lent folder: {folder}\n"));
+    }
     let names = |v: Option<&Value>| match v {
         Some(Value::String(s)) => Some(s.clone()),
         Some(Value::Array(a)) if !a.is_empty() => Some(
@@ -1142,6 +1169,9 @@ fn grant(args: &GrantArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<i
     }
     if !args.deny.is_empty() {
         body["deny"] = json!(args.deny);
+    }
+    if let Some(folder) = &args.folder {
+        body["folder"] = json!(folder.to_string_lossy());
     }
     if let Some(ttl) = args.ttl_secs {
         body["ttl_secs"] = json!(ttl);
@@ -1699,6 +1729,27 @@ mod tests {
         assert_eq!(args.client.url, DEFAULT_URL);
         assert_eq!(args.client.token.as_ref().map(Secret::expose), Some("tok"));
         assert!(!format!("{args:?}").contains("attach-secret"));
+        assert_eq!(args.folder, None);
+        // --folder: absolute as given, relative from the working directory.
+        let Ok(Command::Grant(args)) = with(&[
+            "--secret-file",
+            &secret,
+            "--profile",
+            "files",
+            "--folder",
+            "/srv/lent",
+        ]) else {
+            panic!("not a grant");
+        };
+        assert_eq!(args.profile, Some(Profile::Files));
+        assert_eq!(args.folder, Some(PathBuf::from("/srv/lent")));
+        let Ok(Command::Grant(args)) = with(&["--secret-file", &secret, "--folder", "lent"]) else {
+            panic!("not a grant");
+        };
+        assert_eq!(
+            args.folder,
+            Some(std::env::current_dir().unwrap().join("lent"))
+        );
 
         let Ok(Command::Grant(args)) = with(&[
             "--admin-credential-file",
@@ -1759,7 +1810,7 @@ mod tests {
             (vec!["--secret-file", "/nonexistent"], "cannot read it"),
             (
                 vec!["--secret-file", &secret, "--profile", "sandbox"],
-                "profile must be one of owner, desktop, observe, browser, custom",
+                "profile must be one of owner, desktop, observe, browser, files, custom",
             ),
             (
                 vec!["--secret-file", &secret, "--ttl", "86401"],
@@ -1967,6 +2018,7 @@ mod tests {
             ttl_secs: Some(600),
             credential: Credential::Secret(Secret::new("s3")),
             approve: None,
+            folder: None,
             wait,
             wait_secs: DEFAULT_WAIT_SECS,
             replace: false,
@@ -2123,7 +2175,7 @@ mod tests {
     fn grant_sends_lists_and_shows_whether_the_grant_reaches_a_shell() {
         let reply = grant_json(
             "idle",
-            r#","profile":"custom","allow":["sys_info","bash"],"deny":[],"tools":["sys_info","bash"],"shell":"yes","shell_because":"bash is a shell tool""#,
+            r#","profile":"custom","allow":["sys_info","bash"],"deny":[],"tools":["sys_info","bash"],"folder":"/srv/lent","shell":"yes","shell_because":"bash is a shell tool""#,
         );
         let stub = Stub::start(vec![(202, reply)]);
         let Command::Grant(mut args) = grant_args(stub.client(Some("tok")), false) else {
@@ -2132,10 +2184,12 @@ mod tests {
         args.profile = None;
         args.allow = vec!["sys_info".into(), "bash".into()];
         args.deny = vec!["key".into()];
+        args.folder = Some(PathBuf::from("/srv/lent"));
         let (code, out, _) = run_captured(&Command::Grant(args));
         let seen = stub.finish();
         assert_eq!(code, EXIT_OK);
         let body: Value = serde_json::from_str(&seen[0].body).unwrap();
+        assert_eq!(body["folder"], "/srv/lent");
         assert_eq!(body["profile"], "custom", "--allow implies custom");
         assert_eq!(body["allow"], json!(["sys_info", "bash"]));
         assert_eq!(body["deny"], json!(["key"]));
@@ -2143,6 +2197,7 @@ mod tests {
             out.contains("  reaches the shell: yes (bash is a shell tool)\n")
                 && out.contains("  allow: sys_info, bash\n")
                 && out.contains("  tools: sys_info, bash\n")
+                && out.contains("  lent folder: /srv/lent\n")
                 && !out.contains("  deny:"),
             "{out}"
         );

@@ -9,6 +9,7 @@ pub mod args;
 pub mod bash;
 pub mod display;
 pub mod env;
+pub mod files;
 pub mod jobs;
 pub mod policy;
 pub mod process;
@@ -39,6 +40,9 @@ pub static TOOLS: &[&Tool] = &[
     &jobs::tools::POLL,
     &jobs::tools::LIST,
     &jobs::tools::CANCEL,
+    &files::GET,
+    &files::PUT,
+    &files::LIST,
 ];
 
 /// The tools in force: [`TOOLS`]. Everything that lists, finds, classifies or reports on
@@ -243,6 +247,10 @@ pub struct ToolConfig {
     pub display_env: Option<std::collections::BTreeMap<String, String>>,
     /// Long-running jobs: where their files go, their limits and timers.
     pub jobs: jobs::table::JobConfig,
+    /// Bytes of unfinished uploads (part files) one grant may hold (`--upload-bytes`).
+    pub upload_bytes: u64,
+    /// What a lent folder must neither be nor hold (`files::folder::vet`).
+    pub protected: files::folder::Protected,
     /// An upstream MCP server is configured, so the browser tools of a profile other than
     /// `browser` exist here; without one `sys_info` does not list them.
     pub upstreams: bool,
@@ -263,6 +271,8 @@ impl Default for ToolConfig {
             sys_info_ttl: crate::config::Timing::default().sys_info_ttl,
             display_env: None,
             jobs: jobs::table::JobConfig::default(),
+            upload_bytes: crate::config::Limits::default().upload_bytes,
+            protected: files::folder::Protected::default(),
             upstreams: true,
             confine: None,
         }
@@ -326,6 +336,8 @@ pub struct ToolHost {
     pub display: display::DisplayState,
     /// Every long-running job (`bash_start`, and `bash` past its inline limit).
     pub jobs: Arc<jobs::table::JobTable>,
+    /// Unfinished `file_put` uploads, per grant.
+    pub files: files::uploads::Uploads,
     /// The grants' cgroups (§16): every child a tool starts runs in one.
     pub confine: Arc<crate::cgroup::Confine>,
 }
@@ -339,6 +351,7 @@ impl ToolHost {
             sys_info_answers: sysinfo::AnswerCache::default(),
             display: display::DisplayState::default(),
             jobs: jobs::table::JobTable::new(config.jobs.clone()),
+            files: files::uploads::Uploads::new(config.upload_bytes),
             confine: config
                 .confine
                 .clone()
@@ -470,7 +483,15 @@ impl Catalog for ConnCatalog<'_> {
         let mut tools: Vec<Value> = registered()
             .iter()
             .filter(|t| self.policy.allows(t.name))
-            .map(|t| tool_json(t, note.as_deref()))
+            .map(|t| {
+                let mut json = tool_json(t, note.as_deref());
+                // Annotations follow the class under this policy (a lent folder makes the
+                // file tools observe/act).
+                if let Some(class) = self.policy.class_of(t.name) {
+                    json["annotations"] = class.annotations().to_json();
+                }
+                json
+            })
             .collect();
         if let Some(up) = self.upstream {
             let mut seen: std::collections::HashSet<String> =
@@ -547,6 +568,12 @@ impl Catalog for ConnCatalog<'_> {
             "handnode serves this Linux box's tools. Profile '{profile}': {} ",
             self.policy.summary_with(self.upstream.is_some())
         ));
+        if self.policy.confined() {
+            text.push_str(
+                "file_get, file_put and file_list work beneath the one folder this grant \
+                 lends: every path is relative to it, and nothing outside it can be reached. ",
+            );
+        }
         text.push_str(
             "Screen coordinates for mouse are pixels of the unscaled screenshot of the chosen \
              display, origin top-left; screenshot reports the coordinate space with every image. \
@@ -735,8 +762,15 @@ mod tests {
             if profile.is_shell_equivalent() {
                 continue;
             }
+            // The class the tool has there: a profile that requires a lent folder
+            // confines the file tools.
+            let policy = ToolPolicy::fixed(profile);
             for tool in allowed(profile) {
-                assert_ne!(tool.class, Class::Shell, "{profile} allows {}", tool.name);
+                let class = policy
+                    .as_ref()
+                    .and_then(|p| p.class_of(tool.name))
+                    .unwrap_or(tool.class);
+                assert_ne!(class, Class::Shell, "{profile} allows {}", tool.name);
             }
         }
     }
@@ -918,6 +952,19 @@ mod tests {
         assert!(cat.instructions().contains(
             "It may use: sys_info (no browser tools: this box has no upstream MCP server configured)."
         ));
+        assert!(
+            !cat.instructions().contains("lends"),
+            "no folder, no word of one"
+        );
+        // A grant that lends a folder says so, and what paths mean there.
+        let files = ToolPolicy::fixed(Profile::Files).unwrap();
+        let cat = ConnCatalog {
+            grant: Some(&note),
+            upstream: None,
+            browsers: None,
+            policy: &files,
+        };
+        assert!(cat.instructions().contains("every path is relative to it"));
     }
 
     /// Issue 30: without an upstream the owner's instructions list no browser_* tool.

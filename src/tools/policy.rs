@@ -13,9 +13,16 @@
 //! browser tier (`crate::browser`) serves the `browser` profile alone, whose effective
 //! tools are the tier's (minus its `deny`).
 //!
+//! A grant that lends a folder (contract §18) is *confined*: its file tools reach that
+//! folder and nothing else, so they take their confined class (`observe`/`act`,
+//! [`super::files::confined_class`]) instead of `shell`. The `files` profile is always
+//! confined (`POST /attach` requires its folder). [`ToolPolicy::class_of`] is the class a
+//! tool has under this policy; the escalation check and the annotations read it.
+//!
 //! Which tools wait for a person's decision is not a list here: `approve` is resolved by
 //! `crate::grants::approvals` into the grant's `Gate`, and [`escalation`] asks that gate.
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock};
 
 use crate::profiles::{Class, Profile, BROWSER_TOOL_CLASSES, MAX_LIST_NAMES, MAX_TOOL_NAME_BYTES};
@@ -184,6 +191,8 @@ pub struct ToolPolicy {
     profile: Profile,
     lists: ToolLists,
     tools: Vec<&'static str>,
+    /// The lent folder (vetted at `POST /attach`), beneath which the file tools work.
+    folder: Option<PathBuf>,
 }
 
 /// A list entry within the bounds, or the `400` that says which bound.
@@ -260,7 +269,38 @@ impl ToolPolicy {
             profile,
             lists,
             tools,
+            folder: None,
         })
+    }
+
+    /// This policy with a lent folder: its file tools are confined beneath it. The caller
+    /// vetted the folder (`tools::files::folder::vet`).
+    pub fn with_folder(mut self, folder: Option<PathBuf>) -> ToolPolicy {
+        self.folder = folder;
+        self
+    }
+
+    /// The lent folder, if any.
+    pub fn folder(&self) -> Option<&Path> {
+        self.folder.as_deref()
+    }
+
+    /// Whether the file tools are confined to a lent folder: a folder is lent, or the
+    /// profile requires one (a `files` policy without a folder runs no file call).
+    pub fn confined(&self) -> bool {
+        self.folder.is_some() || self.profile.requires_folder()
+    }
+
+    /// A classified tool's class under this policy: its confined class when the policy
+    /// is [`confined`](Self::confined) and it has one, else its own. `None`: no class.
+    pub fn class_of(&self, name: &str) -> Option<Class> {
+        let entry = classify(name)?;
+        if entry.origin == Origin::Local && self.confined() {
+            if let Some(class) = super::files::confined_class(name) {
+                return Some(class);
+            }
+        }
+        Some(entry.class)
     }
 
     /// A fixed profile with no lists. `None` for `custom`, which has no list of its own.
@@ -327,7 +367,7 @@ impl ToolPolicy {
         let unclassified = self.sees_unclassified().then_some((UNCLASSIFIED, None));
         self.tools
             .iter()
-            .map(|name| (*name, classify(name).map(|e| e.class)))
+            .map(|name| (*name, self.class_of(name)))
             .chain(unclassified)
     }
 
@@ -482,8 +522,9 @@ mod tests {
                 );
                 for tool in policy.tools() {
                     let entry = classify(tool).unwrap();
-                    assert_ne!(entry.class, Class::Shell, "{profile} holds {tool}");
-                    if entry.class == Class::Act {
+                    let class = policy.class_of(tool).unwrap();
+                    assert_ne!(class, Class::Shell, "{profile} holds {tool}");
+                    if class == Class::Act {
                         assert!(in_profile(profile, &entry), "{profile}: {tool}");
                     }
                     assert_ne!(Some(*tool), deny, "{profile}: denied {tool} stays");
@@ -497,6 +538,45 @@ mod tests {
             assert_eq!(classify(tool).unwrap().class, Class::Observe, "{tool}");
         }
         assert!(!observe.allows("browser_snapshot"));
+        assert!(boundaries_include_files());
+    }
+
+    fn boundaries_include_files() -> bool {
+        fixed().any(|p| p == Profile::Files && !p.is_shell_equivalent())
+    }
+
+    #[test]
+    fn a_lent_folder_confines_the_file_tools_and_nothing_else() {
+        let file_tools: Vec<&str> = super::super::TOOLS
+            .iter()
+            .filter(|t| super::super::files::confined_class(t.name).is_some())
+            .map(|t| t.name)
+            .collect();
+        assert!(!file_tools.is_empty());
+        // files: sys_info plus the file tools, no shell, whatever it denies.
+        let files = ToolPolicy::fixed(Profile::Files).unwrap();
+        assert!(files.confined());
+        let mut want = vec!["sys_info"];
+        want.extend(&file_tools);
+        assert_eq!(files.tools(), want.as_slice());
+        assert_eq!(files.escalation(none).shell, Shell::No);
+        // The same tools unconfined are shell tools: a custom list naming one without a
+        // folder reaches the shell, with a folder it does not.
+        for tool in &file_tools {
+            let bare = custom(&[tool]).unwrap();
+            assert_eq!(bare.escalation(none).shell, Shell::Yes, "{tool}");
+            let lent = custom(&[tool])
+                .unwrap()
+                .with_folder(Some(PathBuf::from("/srv/lent")));
+            assert_eq!(lent.escalation(none).shell, Shell::No, "{tool}");
+            assert_ne!(lent.class_of(tool), Some(Class::Shell));
+        }
+        // A folder changes no other tool's class: owner with a folder is still a shell.
+        let owner = ToolPolicy::fixed(Profile::Owner)
+            .unwrap()
+            .with_folder(Some(PathBuf::from("/srv/lent")));
+        assert_eq!(owner.class_of("bash"), Some(Class::Shell));
+        assert_eq!(owner.escalation(none).shell, Shell::Yes);
     }
 
     #[test]
@@ -512,7 +592,7 @@ mod tests {
             let has_shell = policy
                 .tools()
                 .iter()
-                .any(|t| classify(t).unwrap().class == Class::Shell);
+                .any(|t| policy.class_of(t).unwrap() == Class::Shell);
             if !profile.is_shell_equivalent() {
                 assert!(!has_shell, "{profile} holds a shell tool");
             }
@@ -560,10 +640,15 @@ mod tests {
         let policy = custom(&["browser_*"]).unwrap();
         assert_eq!(policy.escalation(none).shell, Shell::Yes);
         // Denying every shell tool of desktop leaves it no shell.
-        let tamed = ToolPolicy::new(
-            Profile::Desktop,
-            lists(&[], &["bash", "bash_start", "mouse", "key"]),
-        );
+        let desktop = ToolPolicy::fixed(Profile::Desktop).unwrap();
+        let shell_tools: Vec<&str> = desktop
+            .tools()
+            .iter()
+            .copied()
+            .filter(|t| desktop.class_of(t) == Some(Class::Shell))
+            .collect();
+        assert!(shell_tools.contains(&"bash"));
+        let tamed = ToolPolicy::new(Profile::Desktop, lists(&[], &shell_tools));
         assert_eq!(tamed.unwrap().escalation(none).shell, Shell::No);
     }
 

@@ -32,7 +32,12 @@ longest a call may run. Read-only; takes no arguments.",
     start,
     inline: Some(from_cache),
     needs: Needs::Nothing,
-    profiles: &[Profile::Owner, Profile::Desktop, Profile::Observe],
+    profiles: &[
+        Profile::Owner,
+        Profile::Desktop,
+        Profile::Observe,
+        Profile::Files,
+    ],
 };
 
 fn schema() -> Value {

@@ -15,6 +15,7 @@ const SESSION = h.env('CONSOLE_SESSION');
 const SESSION_ERROR = h.env('SESSION_ERROR');
 const COMMAND = h.env('BASH_COMMAND');
 const SECRET_CHOICE_ERROR = h.env('SECRET_CHOICE_ERROR');
+const FOLDER = h.env('CONSOLE_FOLDER');
 /** The thumbnail's period the page promises (ms). */
 const THUMB_MS = 2000;
 /** Slack for timer and event-loop jitter when checking that period (ms). */
@@ -255,11 +256,37 @@ h.run(async (browser) => {
   await p.click(`[data-grant="${other}"] button[data-action="revoke-go"]`);
   await p.waitForSelector(`#grants-ended [data-grant="${other}"]`);
 
+  // files: the folder is required (the error lands on the folder field), then lent, shown
+  // on the card, and sent again on renew.
+  await p.click('.tab[data-view="lend"]');
+  await p.fill('#lend-runtime', 'ws://127.0.0.1:1');
+  await p.fill('#lend-session', 'folder-check');
+  await p.check('input[name="profile"][value="files"]');
+  await p.fill('#lend-deny', '');
+  await p.fill('#lend-folder', '');
+  assert(!(await p.isVisible('#lend-warning')), 'files is a boundary: no shell warning');
+  await p.fill('#lend-credential', 'unused-secret');
+  await p.click('#lend-submit');
+  await p.waitForSelector('[data-error-for="folder"]:not(:empty)');
+  const folderError = await p.textContent('[data-error-for="folder"]');
+  assert(/needs "folder"/.test(folderError), 'the missing folder is said by its field: ' + folderError);
+  await p.fill('#lend-folder', FOLDER);
+  await p.fill('#lend-credential', 'unused-secret');
+  await p.click('#lend-submit');
+  await p.waitForSelector('#view-grants:not([hidden]) #grants-live [data-grant]');
+  const lent = await p.getAttribute('#grants-live [data-grant]', 'data-grant');
+  const folderCard = await p.textContent(`[data-grant="${lent}"]`);
+  assert(folderCard.includes(FOLDER), "the card shows the lent folder: " + folderCard);
+  await shot(p, 'phone-lend-folder');
+  await p.click(`[data-grant="${lent}"] button[data-action="revoke"]`);
+  await p.click(`[data-grant="${lent}"] button[data-action="revoke-go"]`);
+  await p.waitForSelector(`#grants-ended [data-grant="${lent}"]`);
+
   // One long-poll at a time: each GET /approvals waits for a change, and this session made
   // two (the held call, its Allow). A loop faster than the long-poll would show hundreds.
   const polls = seen.requests.filter((r) => r.method === 'GET' && new URL(r.url).pathname === '/approvals');
   assert(polls.length <= 6, `${polls.length} GET /approvals in one session`);
 
   h.refuseSurprises(seen, [400, 401]);
-  h.refuseSurprises(phone.seen, [401]);
+  h.refuseSurprises(phone.seen, [400, 401]); // 400: files without a folder
 });

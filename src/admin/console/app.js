@@ -315,6 +315,7 @@
     c.expires = fact(dl, 'expires');
     c.calls = fact(dl, 'calls');
     c.jobs = fact(dl, 'jobs');
+    c.folder = fact(dl, 'lent folder');
     c.approve = fact(dl, 'approve');
     c.remembered = fact(dl, 'approved for grant');
     c.ended = fact(dl, 'ended');
@@ -451,6 +452,7 @@
     showTools(c.tools, g.tools);
     show(c.allow, listText(g.allow));
     show(c.deny, listText(g.deny));
+    show(c.folder, g.folder || '');
     show(c.approve, g.approve === 'shell' ? 'every shell tool' : listText(g.approve));
     show(c.remembered, listText(g.approved_for_grant));
     show(c.ended, ended ? String(g.ended ?? '') : '');
@@ -504,8 +506,8 @@
       profile: g.profile,
       ttl_secs: Math.min(MAX_TTL_SECS, left + RENEW_SECS),
     };
-    // The same lists, or handnode would replace the grant instead of renewing it.
-    for (const k of ['allow', 'deny', 'approve']) {
+    // The same lists and folder, or handnode would replace the grant instead of renewing it.
+    for (const k of ['allow', 'deny', 'approve', 'folder']) {
       if (g[k] !== undefined && g[k] !== null) body[k] = g[k];
     }
     body[c.renewKind.value] = c.renewSecret.value.trim();
@@ -565,7 +567,7 @@
     const checked = lendForm.querySelector('input[name="profile"]:checked');
     const shell = checked ? checked.dataset.shell : '';
     if (shell === 'yes') {
-      text = `${profile} is shell-equivalent: with bash, or a mouse and keyboard that can open a terminal, the agent can do anything you can do on this box. Only observe and browser are boundaries. Lend it only to a session you would give a shell here.`;
+      text = `${profile} is shell-equivalent: with bash, or a mouse and keyboard that can open a terminal, the agent can do anything you can do on this box. Only observe, browser and files are boundaries. Lend it only to a session you would give a shell here.`;
       if (approve !== 'none') text += ' Approval does not make it a boundary: an allowed command does everything it says.';
     } else if (shell === 'list') {
       text = 'A list that contains a shell tool (bash, mouse, key, …) is shell-equivalent; the grant\'s shell field will say so.';
@@ -584,7 +586,8 @@
     if (status === 502) return 'credential';
     const m = message.toLowerCase();
     const table = [
-      ['runtime', 'runtime'], ['session', 'session'], ['profile', 'profile'], ['custom', 'profile'],
+      ['runtime', 'runtime'], ['session', 'session'], ['profile files needs', 'folder'],
+      ['folder', 'folder'], ['a lent folder', 'folder'], ['profile', 'profile'], ['custom', 'profile'],
       ['the browser profile', 'profile'], ['ttl_secs', 'ttl_secs'], ['provide exactly one', 'credential'],
       ['secret', 'credential'], ['admin_credential', 'credential'], ['approve', 'approve'],
       ['unknown tool in allow', 'allow'], ['allow', 'allow'], ['unknown tool in deny', 'deny'],
@@ -617,7 +620,7 @@
 
   /** Fields we sent that the grant JSON does not echo: a handnode too old for them. */
   function ignoredFields(sent, grant) {
-    return ['allow', 'deny', 'approve'].filter((k) => sent[k] !== undefined && grant && grant[k] === undefined);
+    return ['allow', 'deny', 'approve', 'folder'].filter((k) => sent[k] !== undefined && grant && grant[k] === undefined);
   }
 
   lendForm.addEventListener('submit', async (ev) => {
@@ -635,6 +638,8 @@
     if (profile === 'custom') body.allow = names($('lend-allow').value);
     const deny = names($('lend-deny').value);
     if (deny.length) body.deny = deny;
+    const folder = $('lend-folder').value.trim();
+    if (folder) body.folder = folder;
     const approve = radio('approve');
     if (approve === 'shell') body.approve = 'shell';
     else if (approve === 'named') body.approve = names($('lend-approve').value);

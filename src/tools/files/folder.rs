@@ -1,0 +1,424 @@
+//! Where a file tool's path leads: the lent folder of a grant (vetted at `POST /attach`,
+//! every path resolved beneath it with `openat2` `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`,
+//! contract §18), or, for a shell-equivalent grant without one, any absolute path.
+//!
+//! The kernel does the confining: a path is never checked and then opened (a symlink
+//! swapped in between would win), it is opened by `openat2` against the folder's own
+//! descriptor, which refuses `..` above it, absolute symlinks and magic links (`/proc/…`)
+//! as it resolves. The lexical checks before it only give a clearer message.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags, ResolveFlags, CWD};
+
+/// Longest path argument, in bytes (Linux's `PATH_MAX`).
+pub const MAX_PATH_BYTES: usize = 4096;
+
+/// The `400` for a lent folder on a kernel without `openat2` (before Linux 5.6): a folder
+/// is confined by the kernel or not lent at all, never by a looser emulation.
+pub const NO_OPENAT2: &str = "a lent folder needs openat2 (Linux 5.6 or later), which this \
+     kernel lacks; a folder cannot be confined here (lend a shell-equivalent profile without \
+     a folder instead)";
+
+/// Directories a lent folder must neither be nor hold, with what each is for the message:
+/// the daemon's state and config dirs, `~`, `~/.ssh`, `~/.config`, `~/.local`, `~/.gnupg`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Protected {
+    pub dirs: Vec<(&'static str, PathBuf)>,
+}
+
+impl Protected {
+    /// The list for a daemon with these dirs, and `home` (`$HOME`) when known.
+    pub fn new(state_dir: &Path, config_dir: &Path, home: Option<&Path>) -> Protected {
+        let mut dirs = vec![
+            ("the state dir", state_dir.to_path_buf()),
+            ("the config dir", config_dir.to_path_buf()),
+        ];
+        if let Some(home) = home {
+            dirs.push(("the home dir", home.to_path_buf()));
+            for sub in [".ssh", ".config", ".local", ".gnupg"] {
+                dirs.push(("a dir of secrets or settings", home.join(sub)));
+            }
+        }
+        Protected { dirs }.normalised()
+    }
+
+    /// This list with one more path a folder must not be or hold (a secret file, such as
+    /// the admin token's when it lies outside the config dir).
+    pub fn with(mut self, what: &'static str, path: PathBuf) -> Protected {
+        self.dirs.push((what, path));
+        self.normalised()
+    }
+
+    fn normalised(mut self) -> Protected {
+        let dirs = &mut self.dirs;
+        // Compared as real paths: a protected dir reached through a symlink is the same dir.
+        for (_, dir) in dirs.iter_mut() {
+            if let Ok(real) = std::fs::canonicalize(&*dir) {
+                *dir = real;
+            }
+        }
+        self
+    }
+}
+
+/// Opens a directory with `openat2` `RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`: the
+/// folder itself, at attach and at every call. A parameter so the `ENOSYS` path is tested.
+pub type Opener = fn(&Path) -> io::Result<OwnedFd>;
+
+/// The real opener.
+pub fn open_folder(path: &Path) -> io::Result<OwnedFd> {
+    rustix::fs::openat2(
+        CWD,
+        path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(io::Error::from)
+}
+
+/// The shape check of `POST /attach`'s `folder`: a plain absolute path (no `.` or `..`
+/// parts), at most [`MAX_PATH_BYTES`]. The file system is asked later ([`vet`]).
+pub fn parse(text: &str) -> Result<PathBuf, String> {
+    if text.is_empty() || text.len() > MAX_PATH_BYTES || text.contains('\0') {
+        return Err(format!(
+            "folder must be an absolute path of 1..={MAX_PATH_BYTES} bytes"
+        ));
+    }
+    let path = Path::new(text);
+    if !path.is_absolute() {
+        return Err("folder must be an absolute path".into());
+    }
+    if path
+        .components()
+        .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
+    {
+        return Err("folder must be a plain absolute path, without . or .. parts".into());
+    }
+    // Rebuilt from its components: `/a//b/` and `/a/b` are the same folder.
+    Ok(path.components().collect())
+}
+
+/// Vet a lent folder (contract §18): it exists, is reached without any symlink, is a
+/// directory of the daemon's user, and is not and does not hold a [`Protected`] dir (nor
+/// lie inside the state or config dir, `~/.ssh` or `~/.gnupg`). The error is the `400`.
+pub fn vet(folder: &Path, protected: &Protected, open: Opener) -> Result<(), String> {
+    let shown = folder.display();
+    let fd = match open(folder) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc_enosys()) => return Err(NO_OPENAT2.into()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(format!("folder {shown} does not exist"))
+        }
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
+            let real = std::fs::canonicalize(folder)
+                .map(|r| format!(" (it leads to {})", r.display()))
+                .unwrap_or_default();
+            return Err(format!(
+                "folder {shown} passes through a symlink{real}; lend the real path"
+            ));
+        }
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) => {
+            return Err(format!("folder {shown} is not a directory"))
+        }
+        Err(e) => return Err(format!("folder {shown} cannot be opened: {e}")),
+    };
+    owned_dir(fd.as_fd()).map_err(|why| format!("folder {shown} {why}"))?;
+    for (what, dir) in &protected.dirs {
+        if dir.starts_with(folder) {
+            let how = if dir == folder { "is" } else { "holds" };
+            return Err(format!(
+                "folder {shown} {how} {what} ({}); lend a folder that holds none of the \
+                 state dir, the config dir, ~, ~/.ssh, ~/.config, ~/.local or ~/.gnupg",
+                dir.display()
+            ));
+        }
+    }
+    // Inside a dir of secrets is as bad as holding it (the home dir itself is fine to
+    // lend a folder from).
+    for (what, dir) in protected.dirs.iter().filter(|(w, _)| *w != "the home dir") {
+        if folder.starts_with(dir) {
+            return Err(format!(
+                "folder {shown} lies inside {what} ({}); lend a folder elsewhere",
+                dir.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn libc_enosys() -> i32 {
+    rustix::io::Errno::NOSYS.raw_os_error()
+}
+
+/// `Ok` when `fd` is a directory owned by the daemon's user, else why not.
+fn owned_dir(fd: BorrowedFd<'_>) -> Result<(), &'static str> {
+    let st = rustix::fs::fstat(fd).map_err(|_| "cannot be examined")?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Directory {
+        return Err("is not a directory");
+    }
+    if st.st_uid != rustix::process::geteuid().as_raw() {
+        return Err("belongs to another user; lend a directory of the user handnode runs as");
+    }
+    Ok(())
+}
+
+/// Where one call's paths are resolved.
+#[derive(Debug)]
+pub enum Place {
+    /// Beneath a lent folder: paths are relative to this descriptor of it.
+    Folder { root: OwnedFd, path: PathBuf },
+    /// No folder (a shell-equivalent grant or the owner's `/mcp`): absolute paths,
+    /// resolved as any program of the box would.
+    Anywhere,
+}
+
+/// A path split into the directory it lies in and its last part.
+pub struct Split<'a> {
+    pub parent: &'a str,
+    pub name: &'a str,
+}
+
+impl Place {
+    /// The place of a call: its policy's folder opened again (it must still be a
+    /// directory of ours reached without a symlink), or anywhere.
+    pub fn of(folder: Option<&Path>) -> Result<Place, String> {
+        let Some(folder) = folder else {
+            return Ok(Place::Anywhere);
+        };
+        let root = open_folder(folder).map_err(|e| {
+            format!(
+                "the lent folder {} cannot be opened now: {e}",
+                folder.display()
+            )
+        })?;
+        owned_dir(root.as_fd())
+            .map_err(|why| format!("the lent folder {} {why}", folder.display()))?;
+        Ok(Place::Folder {
+            root,
+            path: folder.to_path_buf(),
+        })
+    }
+
+    /// Check a path argument's shape for this place: relative beneath a folder (no `..`,
+    /// no absolute path), absolute anywhere else. `allow_root`: the folder itself (`""`
+    /// or `.`) is a valid answer (for `file_list`).
+    pub fn check<'a>(&self, path: &'a str, allow_root: bool) -> Result<&'a str, String> {
+        if path.len() > MAX_PATH_BYTES || path.contains('\0') {
+            return Err(format!(
+                "path must be at most {MAX_PATH_BYTES} bytes without NUL"
+            ));
+        }
+        match self {
+            Place::Folder { .. } => {
+                if path.starts_with('/') {
+                    return Err(format!(
+                        "path must be relative to the lent folder; absolute paths are refused: {path}"
+                    ));
+                }
+                if path.split('/').any(|part| part == "..") {
+                    return Err(format!(
+                        "path must not contain ..: it would leave the lent folder: {path}"
+                    ));
+                }
+                let trimmed = path.trim_end_matches('/');
+                if !allow_root && (trimmed.is_empty() || trimmed == ".") {
+                    return Err("path must name a file beneath the lent folder".into());
+                }
+                Ok(if trimmed.is_empty() { "." } else { trimmed })
+            }
+            Place::Anywhere => {
+                if !path.starts_with('/') {
+                    return Err(format!(
+                        "path must be absolute (this grant lends no folder): {path}"
+                    ));
+                }
+                let trimmed = path.trim_end_matches('/');
+                Ok(if trimmed.is_empty() { "/" } else { trimmed })
+            }
+        }
+    }
+
+    /// Split a checked path into its directory and last part (which must be a plain name).
+    pub fn split<'a>(&self, path: &'a str) -> Result<Split<'a>, String> {
+        let (parent, name) = match path.rfind('/') {
+            Some(0) => ("/", &path[1..]),
+            Some(i) => (&path[..i], &path[i + 1..]),
+            None => (".", path),
+        };
+        if name.is_empty() || name == "." || name == ".." {
+            return Err(format!("path must end in a file name: {path}"));
+        }
+        Ok(Split { parent, name })
+    }
+
+    /// Open a checked path: beneath the folder with `openat2` `RESOLVE_BENEATH |
+    /// RESOLVE_NO_MAGICLINKS` (a symlink that leaves is refused, not followed), else as
+    /// given. The error says which.
+    pub fn open(&self, path: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, String> {
+        // openat2 refuses (EINVAL) any flag beside O_PATH but a few, and a mode without
+        // O_CREAT: add NOCTTY only where it is allowed.
+        let flags = if flags.contains(OFlags::PATH) {
+            flags | OFlags::CLOEXEC
+        } else {
+            flags | OFlags::CLOEXEC | OFlags::NOCTTY
+        };
+        let opened = match self {
+            Place::Folder { root, .. } => rustix::fs::openat2(
+                root,
+                path,
+                flags,
+                mode,
+                ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+            ),
+            Place::Anywhere => rustix::fs::openat(CWD, path, flags, mode),
+        };
+        opened.map_err(|e| self.explain(path, e))
+    }
+
+    /// Open a checked directory path for `*at` calls, creating missing directories
+    /// (0700) one part at a time when `mkdirs`, each beneath the folder like any open.
+    pub fn open_dir(&self, path: &str, mkdirs: bool) -> Result<OwnedFd, String> {
+        let flags = OFlags::PATH | OFlags::DIRECTORY;
+        match self.open(path, flags, Mode::empty()) {
+            Ok(fd) => return Ok(fd),
+            Err(e) if !mkdirs => return Err(e),
+            Err(_) => {}
+        }
+        let mut at = String::new();
+        for part in path.split('/') {
+            if at.is_empty() && part.is_empty() {
+                at.push('/');
+                continue;
+            }
+            if part.is_empty() || part == "." {
+                continue;
+            }
+            if !at.is_empty() && !at.ends_with('/') {
+                at.push('/');
+            }
+            at.push_str(part);
+            if let Err(first) = self.open(&at, flags, Mode::empty()) {
+                let parent = self.open(
+                    at.rsplit_once('/')
+                        .map_or(".", |(p, _)| if p.is_empty() { "/" } else { p }),
+                    flags,
+                    Mode::empty(),
+                );
+                let Ok(parent) = parent else {
+                    return Err(first);
+                };
+                match rustix::fs::mkdirat(&parent, part, Mode::from_raw_mode(0o700)) {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Err(e) => return Err(format!("cannot create the directory {at}: {e}")),
+                }
+            }
+        }
+        self.open(path, flags, Mode::empty())
+    }
+
+    fn explain(&self, path: &str, e: rustix::io::Errno) -> String {
+        use rustix::io::Errno;
+        let confined = matches!(self, Place::Folder { .. });
+        match e {
+            Errno::XDEV if confined => {
+                format!("path leads outside the lent folder (a symlink out is refused): {path}")
+            }
+            Errno::LOOP => format!("path has too many symlinks (a loop?): {path}"),
+            Errno::NOENT => format!("no such file or directory: {path}"),
+            Errno::NOTDIR => format!("a part of the path is not a directory: {path}"),
+            Errno::ACCESS | Errno::PERM => format!("permission denied: {path}"),
+            Errno::ISDIR => format!("path is a directory: {path}"),
+            Errno::NOSYS => NO_OPENAT2.into(),
+            e => format!("cannot open {path}: {e}"),
+        }
+    }
+
+    /// The path as shown in answers: relative to the folder, or absolute.
+    pub fn shown(&self, path: &str) -> String {
+        path.to_string()
+    }
+
+    /// A `file://` URI for a checked path (the folder joined in), for the resource block.
+    pub fn uri(&self, path: &str) -> String {
+        let full = match self {
+            Place::Folder { path: folder, .. } => folder.join(path),
+            Place::Anywhere => PathBuf::from(path),
+        };
+        let mut uri = String::from("file://");
+        for b in full.to_string_lossy().bytes() {
+            if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+                uri.push(b as char);
+            } else {
+                uri.push_str(&format!("%{b:02X}"));
+            }
+        }
+        uri
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::testutil::TempDir;
+
+    fn enosys(_: &Path) -> io::Result<OwnedFd> {
+        Err(io::Error::from_raw_os_error(libc_enosys()))
+    }
+
+    #[test]
+    fn without_openat2_a_folder_is_refused_not_emulated() {
+        let dir = TempDir::new("folder-enosys");
+        assert_eq!(
+            vet(&dir.0, &Protected::default(), enosys),
+            Err(NO_OPENAT2.to_string())
+        );
+        assert!(vet(&dir.0, &Protected::default(), open_folder).is_ok());
+    }
+
+    #[test]
+    fn folder_shapes() {
+        assert_eq!(parse("/a//b/"), Ok(PathBuf::from("/a/b")));
+        assert!(parse("a/b").unwrap_err().contains("absolute"));
+        assert!(parse("/a/../b").unwrap_err().contains(".."));
+        assert!(parse("").is_err());
+        assert!(parse(&format!("/{}", "a".repeat(MAX_PATH_BYTES))).is_err());
+    }
+
+    #[test]
+    fn protected_dirs_are_refused_whichever_way_round() {
+        let dir = TempDir::new("folder-protected");
+        let home = dir.0.join("home");
+        let state = dir.0.join("home/.local/state/handnode");
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::create_dir_all(home.join("work")).unwrap();
+        let p = Protected::new(&state, &dir.0.join("cfg"), Some(&home));
+        let err = vet(&home, &p, open_folder).unwrap_err();
+        assert!(err.contains("holds the state dir"), "{err}");
+        let other_home = dir.0.join("other-home");
+        std::fs::create_dir_all(&other_home).unwrap();
+        let q = Protected::new(&state, &dir.0.join("cfg"), Some(&other_home));
+        let err = vet(&other_home, &q, open_folder).unwrap_err();
+        assert!(err.contains("is the home dir"), "{err}");
+        let err = vet(&state, &p, open_folder).unwrap_err();
+        assert!(err.contains("is the state dir"), "{err}");
+        let err = vet(&dir.0, &p, open_folder).unwrap_err();
+        assert!(err.contains("holds"), "{err}");
+        let err = vet(&home.join(".local"), &p, open_folder).unwrap_err();
+        assert!(
+            err.contains("holds the state dir") || err.contains("is a dir"),
+            "{err}"
+        );
+        let err = vet(&state.join("..").join("handnode"), &p, open_folder);
+        assert!(err.is_err());
+        assert_eq!(vet(&home.join("work"), &p, open_folder), Ok(()));
+        let err = vet(&home.join("nope"), &p, open_folder).unwrap_err();
+        assert!(err.contains("does not exist"), "{err}");
+        std::os::unix::fs::symlink(home.join("work"), dir.0.join("link")).unwrap();
+        let err = vet(&dir.0.join("link"), &p, open_folder).unwrap_err();
+        assert!(err.contains("passes through a symlink"), "{err}");
+    }
+}
