@@ -116,7 +116,7 @@ pub struct Bwrap {
     pub program: PathBuf,
     /// Emptied directories: the state dir, the config dir, `$CREDENTIALS_DIRECTORY`.
     pub hide_dirs: Vec<PathBuf>,
-    /// Files that read empty: the token file (wherever it is).
+    /// Files that read empty: the token file (wherever it is), the local admin socket.
     pub hide_files: Vec<PathBuf>,
 }
 
@@ -140,7 +140,9 @@ impl Bwrap {
             args.push("--tmpfs".into());
             args.push(dir.into());
         }
-        for file in self.hide_files.iter().filter(|f| f.is_file()) {
+        // Files and sockets alike (a bind mount covers any non-directory).
+        let hidden = |f: &&PathBuf| f.symlink_metadata().is_ok_and(|m| !m.is_dir());
+        for file in self.hide_files.iter().filter(hidden) {
             args.push("--ro-bind".into());
             args.push("/dev/null".into());
             args.push(file.into());
@@ -193,14 +195,17 @@ fn hidden_dirs(config: &crate::config::Config) -> Vec<PathBuf> {
     dirs
 }
 
-/// The token file, wherever `--token-file` put it.
+/// The token file, wherever `--token-file` put it, and the local admin socket (issue 30),
+/// which answers any process of the daemon's uid without a credential: the browser runs
+/// as that uid, so inside it the socket's path is `/dev/null` and connecting fails.
 fn hidden_files(config: &crate::config::Config) -> Vec<PathBuf> {
     config
         .token_source
         .as_deref()
         .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
         .into_iter()
+        .chain(config.local_socket.clone())
+        .filter(|p| p.is_absolute())
         .collect()
 }
 

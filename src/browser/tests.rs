@@ -642,11 +642,14 @@ fn inside_bwrap_the_daemons_files_and_other_browsers_are_empty() {
     std::fs::write(state.join("grants.json"), "attach-secret-1").unwrap();
     let token = secrets.0.join("token");
     std::fs::write(&token, "admin-token-1").unwrap();
+    // The local admin socket answers the daemon's uid without a credential.
+    let socket = secrets.0.join("handnode.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
     let t = tier("normal", |o| {
         o.isolation = Isolation::Bwrap(super::Bwrap {
             program,
             hide_dirs: vec![state.clone()],
-            hide_files: vec![token.clone()],
+            hide_files: vec![token.clone(), socket.clone()],
         });
     });
     let find = |grant: &str, path: &std::path::Path| {
@@ -660,6 +663,8 @@ fn inside_bwrap_the_daemons_files_and_other_browsers_are_empty() {
     assert_eq!(find("grant-bw1", &state), "dir: ");
     assert_eq!(find("grant-bw1", &token), "file: ");
     assert_eq!(find("grant-bw1", &state.join("grants.json")), "none");
+    // The socket is /dev/null inside: nothing to connect to.
+    assert_eq!(find("grant-bw1", &socket), "file: ");
     // Its own directory is there; another grant's is not, nor the browsers' parent's
     // other contents.
     find("grant-bw2", &state);
