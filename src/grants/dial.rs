@@ -894,6 +894,7 @@ impl GrantThread {
                     name,
                     route,
                     arguments,
+                    form,
                 } => {
                     let (seq, ctl) = match calls.begin(&id, &name) {
                         Ok(started) => started,
@@ -915,7 +916,7 @@ impl GrantThread {
                     let reply_id = id.clone();
                     let max_outbound = self.limits.max_outbound_bytes;
                     let done = Completion::new(move |output| {
-                        let (text, outcome) = mcp::tool_reply(&reply_id, output, max_outbound);
+                        let (text, outcome) = form.reply(&reply_id, output, max_outbound);
                         let _ = tx.send(Finished {
                             conn,
                             id: reply_id,

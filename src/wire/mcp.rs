@@ -5,16 +5,109 @@
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-/// Protocol versions we negotiate. `2025-03-26` is deliberately absent: it requires batch
-/// support, which we refuse.
-pub const PROTOCOL_VERSIONS: [&str; 2] = ["2025-06-18", "2024-11-05"];
-pub const DEFAULT_PROTOCOL_VERSION: &str = PROTOCOL_VERSIONS[0];
+/// A protocol revision handnode speaks, each by its own rules (CONTRACT §6, §20).
+/// `2025-03-26` is deliberately absent: it requires batch support, which we refuse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Revision {
+    R2024_11_05,
+    R2025_06_18,
+    R2025_11_25,
+    /// Stateless: no `initialize`, `_meta` on every request, `server/discover`,
+    /// `resultType` on every result.
+    R2026_07_28,
+}
+
+impl Revision {
+    /// Every revision, newest first.
+    pub const ALL: [Revision; 4] = [
+        Revision::R2026_07_28,
+        Revision::R2025_11_25,
+        Revision::R2025_06_18,
+        Revision::R2024_11_05,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Revision::R2024_11_05 => "2024-11-05",
+            Revision::R2025_06_18 => "2025-06-18",
+            Revision::R2025_11_25 => "2025-11-25",
+            Revision::R2026_07_28 => "2026-07-28",
+        }
+    }
+
+    pub fn parse(version: &str) -> Option<Revision> {
+        Revision::ALL.into_iter().find(|r| r.as_str() == version)
+    }
+
+    /// 2026-07-28 basic/versioning "Terminology": a *modern* revision carries version and
+    /// capabilities on every request; a *legacy* one opens with `initialize`.
+    pub fn is_stateless(self) -> bool {
+        self >= Revision::R2026_07_28
+    }
+
+    /// 2025-11-25 server/tools "Error Handling" (SEP-1303): input validation errors are
+    /// tool execution errors (`isError`), so a model can correct itself; before, `-32602`.
+    pub fn invalid_arguments_are_tool_errors(self) -> bool {
+        self >= Revision::R2025_11_25
+    }
+}
+
+/// Protocol versions we speak, newest first (derived from [`Revision::ALL`]).
+pub const PROTOCOL_VERSIONS: [&str; 4] = [
+    Revision::ALL[0].as_str(),
+    Revision::ALL[1].as_str(),
+    Revision::ALL[2].as_str(),
+    Revision::ALL[3].as_str(),
+];
+/// What a legacy connection that never named a version we know is served as, and what
+/// handnode asks its own upstreams for: the revision the pod runtime speaks.
+pub const DEFAULT_REVISION: Revision = Revision::R2025_06_18;
+pub const DEFAULT_PROTOCOL_VERSION: &str = DEFAULT_REVISION.as_str();
+/// The newest revision negotiated through `initialize` (2025-11-25 lifecycle: a server
+/// that does not support the requested version answers another, SHOULD be its latest).
+pub const LATEST_LEGACY: Revision = Revision::R2025_11_25;
+/// The revisions served statelessly, as `server/discover` lists them.
+pub const STATELESS_VERSIONS: [&str; 1] = [Revision::R2026_07_28.as_str()];
 
 pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
 pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 pub const SERVER_ERROR: i64 = -32000;
+/// 2026-07-28 basic/index "Error Codes": HTTP headers that do not match the body.
+pub const HEADER_MISMATCH: i64 = -32020;
+/// 2026-07-28 basic/index "Error Codes": a request needs a capability the client did not
+/// declare in `io.modelcontextprotocol/clientCapabilities`.
+pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
+/// 2026-07-28 basic/index "Error Codes": the request's protocol version is not served.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+
+/// The reserved `_meta` keys of 2026-07-28 basic/index "Per-request protocol fields".
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// The tasks extension's identifier (2026-07-28 basic/versioning "Extension Negotiation").
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// The `Mcp-*` headers of one `POST /mcp` (2026-07-28 transports/streamable-http
+/// "Request Metadata"); the grant socket has none.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HttpHeaders<'a> {
+    /// `MCP-Protocol-Version`.
+    pub protocol_version: Option<&'a str>,
+    /// `Mcp-Method`.
+    pub method: Option<&'a str>,
+    /// `Mcp-Name`.
+    pub name: Option<&'a str>,
+}
+
+/// What one `POST /mcp` message produced: the HTTP status its reply goes out with, and the
+/// actions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HttpOutcome {
+    pub status: u16,
+    pub actions: Vec<Action>,
+}
 
 /// Where a visible tool is served from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,12 +168,14 @@ impl Outcome {
 pub enum Action {
     /// Send this serialized JSON-RPC message.
     Reply(String),
-    /// Run a tool; its reply is produced later with [`tool_reply`].
+    /// Run a tool; its reply is produced later with [`Form::reply`].
     Call {
         id: Value,
         name: String,
         route: Route,
         arguments: Value,
+        /// How the reply is framed: the request's revision (and task step).
+        form: Form,
     },
     /// `notifications/cancelled`: stop the call with this request id, send nothing.
     Cancel { id: Value },
@@ -88,11 +183,42 @@ pub enum Action {
     Refused { tool: String, outcome: Outcome },
 }
 
+/// How a tool call's output is put on the wire: by the rules of the request's revision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Form {
+    pub revision: Revision,
+}
+
+impl Form {
+    /// The legacy default: what a connection that never initialized is served as.
+    pub const DEFAULT: Form = Form {
+        revision: DEFAULT_REVISION,
+    };
+
+    /// Serialize a tool call's reply by this form's rules (see [`tool_reply`]).
+    pub fn reply(self, id: &Value, output: ToolOutput, max_bytes: usize) -> (String, Outcome) {
+        tool_reply_at(self.revision, id, output, max_bytes)
+    }
+}
+
+/// One request as the dispatcher serves it: its revision and what its client declared.
+struct Req<'a> {
+    id: Value,
+    method: &'a str,
+    params: Option<&'a RawValue>,
+    revision: Revision,
+    /// `io.modelcontextprotocol/clientCapabilities.extensions` names the tasks extension.
+    tasks: bool,
+}
+
+/// A refusal of a modern request before its method runs: the HTTP status and the reply.
+type Refusal = (u16, String);
+
 /// Per-connection protocol state. What the connection may use is the catalogue's
 /// business, not the dispatcher's.
 #[derive(Debug, Default)]
 pub struct Dispatcher {
-    negotiated: Option<&'static str>,
+    negotiated: Option<Revision>,
     initialized_notified: bool,
 }
 
@@ -103,7 +229,7 @@ impl Dispatcher {
 
     /// The protocol version agreed on `initialize`, if it has happened.
     pub fn negotiated_version(&self) -> Option<&'static str> {
-        self.negotiated
+        self.negotiated.map(Revision::as_str)
     }
 
     pub fn saw_initialized_notification(&self) -> bool {
@@ -116,6 +242,31 @@ impl Dispatcher {
     /// text borrowed from `bytes` and only the few the method needs are parsed (a 16 MiB
     /// `params` of `[0,0,…]` would be ~250 MB as a `Value`, and twice that once copied).
     pub fn handle(&mut self, bytes: &[u8], catalog: &dyn Catalog) -> Vec<Action> {
+        self.handle_on(bytes, catalog, None).actions
+    }
+
+    /// Handle one `POST /mcp` message: as [`Dispatcher::handle`], plus the checks of the
+    /// `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers and the HTTP status
+    /// the reply goes out with.
+    pub fn handle_http(
+        &mut self,
+        bytes: &[u8],
+        catalog: &dyn Catalog,
+        headers: &HttpHeaders<'_>,
+    ) -> HttpOutcome {
+        self.handle_on(bytes, catalog, Some(headers))
+    }
+
+    fn handle_on(
+        &mut self,
+        bytes: &[u8],
+        catalog: &dyn Catalog,
+        http: Option<&HttpHeaders<'_>>,
+    ) -> HttpOutcome {
+        let ok = |actions| HttpOutcome {
+            status: 200,
+            actions,
+        };
         let parse_error = |e: &dyn std::fmt::Display| {
             vec![Action::Reply(error_reply(
                 &Value::Null,
@@ -125,15 +276,15 @@ impl Dispatcher {
         };
         let text = match std::str::from_utf8(bytes) {
             Ok(text) => text,
-            Err(e) => return parse_error(&e),
+            Err(e) => return ok(parse_error(&e)),
         };
         // Validated first, with the parser's nesting limit, so exactly what a `Value` would
         // refuse is a parse error; nothing is allocated.
         if let Err(e) = raw::validate(text) {
-            return parse_error(&e);
+            return ok(parse_error(&e));
         }
-        match raw::members(text, &TOP_MEMBERS) {
-            Some(top) => self.handle_object(&top, catalog),
+        ok(match raw::members(text, &TOP_MEMBERS) {
+            Some(top) => return self.handle_object(&top, catalog, http),
             None if text.trim_start().starts_with('[') => vec![Action::Reply(error_reply(
                 &Value::Null,
                 INVALID_REQUEST,
@@ -144,14 +295,19 @@ impl Dispatcher {
                 INVALID_REQUEST,
                 "Invalid Request: a message must be a JSON object",
             ))],
-        }
+        })
     }
 
     fn handle_object(
         &mut self,
         top: &[Option<&RawValue>; TOP_MEMBERS.len()],
         catalog: &dyn Catalog,
-    ) -> Vec<Action> {
+        http: Option<&HttpHeaders<'_>>,
+    ) -> HttpOutcome {
+        let ok = |actions| HttpOutcome {
+            status: 200,
+            actions,
+        };
         let [jsonrpc, id, method, params, result, error] = *top;
         let id = id.map(raw::shallow);
         let id = id.as_ref();
@@ -170,27 +326,174 @@ impl Dispatcher {
             ))]
         };
         if jsonrpc.map(raw::shallow).as_ref().and_then(Value::as_str) != Some("2.0") {
-            return invalid("jsonrpc must be \"2.0\"");
+            return ok(invalid("jsonrpc must be \"2.0\""));
         }
         match id {
-            Some(Value::Null) => return invalid("id must not be null"),
+            Some(Value::Null) => return ok(invalid("id must not be null")),
             Some(v) if is_valid_id(v) => {}
             None => {}
-            Some(_) => return invalid("id must be a string or an integer of at most 64 bits"),
+            Some(_) => {
+                return ok(invalid(
+                    "id must be a string or an integer of at most 64 bits",
+                ))
+            }
         }
         let method = match method.map(raw::shallow) {
             Some(Value::String(m)) => m,
-            Some(_) => return invalid("method must be a string"),
+            Some(_) => return ok(invalid("method must be a string")),
             None if id.is_some() && (result.is_some() || error.is_some()) => {
                 // A response to something we never ask; nothing to do.
-                return Vec::new();
+                return ok(Vec::new());
             }
-            None => return invalid("method is missing"),
+            None => return ok(invalid("method is missing")),
         };
         if id.is_none() {
-            return self.handle_notification(&method, params);
+            return ok(self.handle_notification(&method, params));
         }
-        self.handle_request(reply_id, &method, params, catalog)
+        let req = match self.classify(reply_id, &method, params, http) {
+            Ok(req) => req,
+            Err((status, reply)) => {
+                return HttpOutcome {
+                    status,
+                    actions: vec![Action::Reply(reply)],
+                }
+            }
+        };
+        let actions = self.handle_request(&req, catalog);
+        // 2026-07-28 transports/streamable-http "Protocol Version Header": a method the
+        // server does not implement is `404 Not Found` with `-32601`.
+        let status = match (&actions[..], req.revision.is_stateless(), http) {
+            ([Action::Reply(text)], true, Some(_)) if is_method_not_found(text) => 404,
+            _ => 200,
+        };
+        HttpOutcome { status, actions }
+    }
+
+    /// Which revision's rules serve this request, after the checks that the revision's
+    /// envelope asks for (CONTRACT §20).
+    ///
+    /// A request is *modern* when its `_meta` names a protocol version, or when its
+    /// `MCP-Protocol-Version` header names a stateless revision (2026-07-28
+    /// basic/versioning "A dual-era server selects its behavior from how the client
+    /// opens"); anything else is served by the legacy rules of the revision negotiated on
+    /// `initialize` (or named by the header; else the default).
+    fn classify<'a>(
+        &self,
+        id: Value,
+        method: &'a str,
+        params: Option<&'a RawValue>,
+        http: Option<&HttpHeaders<'_>>,
+    ) -> Result<Req<'a>, Refusal> {
+        let meta = member(params, "_meta");
+        let fields = meta.and_then(|m| {
+            raw::members(m.get(), &[META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES])
+        });
+        let [meta_version, capabilities] = fields.unwrap_or([None, None]);
+        let meta_version = meta_version.map(raw::shallow);
+        let meta_version = meta_version.as_ref().and_then(Value::as_str);
+        let header_version = http.and_then(|h| h.protocol_version).map(str::trim);
+        let header_revision = header_version.and_then(Revision::parse);
+        let refuse = |status: u16, code: i64, message: String| {
+            Err((status, error_reply(&id, code, &message)))
+        };
+        let unsupported = |requested: &str| {
+            let body = json!({"jsonrpc": "2.0", "id": &id, "error": {
+                "code": UNSUPPORTED_PROTOCOL_VERSION,
+                "message": format!("Unsupported protocol version: {requested}; \
+                    this server speaks {} statelessly and {} through initialize",
+                    STATELESS_VERSIONS.join(", "),
+                    Revision::ALL.iter().filter(|r| !r.is_stateless())
+                        .map(|r| r.as_str()).collect::<Vec<_>>().join(", ")),
+                "data": {"supported": STATELESS_VERSIONS, "requested": requested},
+            }});
+            Err((400, body.to_string()))
+        };
+        let modern = meta_version.is_some() || header_revision.is_some_and(Revision::is_stateless);
+        if !modern {
+            // 2025-06-18 transports "Protocol Version Header": an invalid or unsupported
+            // MCP-Protocol-Version is `400 Bad Request`.
+            if let (Some(v), None) = (header_version, header_revision) {
+                return unsupported(v);
+            }
+            let revision = header_revision
+                .or(self.negotiated)
+                .unwrap_or(DEFAULT_REVISION);
+            return Ok(Req {
+                id,
+                method,
+                params,
+                revision,
+                tasks: false,
+            });
+        }
+        // 2026-07-28 transports/streamable-http "Protocol Version Header": the header
+        // MUST match `_meta`, else `400` HeaderMismatch.
+        if let (Some(h), Some(m)) = (http, meta_version) {
+            match header_version {
+                None => {
+                    let _ = h;
+                    return refuse(
+                        400,
+                        HEADER_MISMATCH,
+                        format!(
+                            "Header mismatch: the MCP-Protocol-Version header is required \
+                             (the body's _meta names {m})"
+                        ),
+                    );
+                }
+                Some(v) if v != m => {
+                    return refuse(
+                        400,
+                        HEADER_MISMATCH,
+                        format!(
+                            "Header mismatch: MCP-Protocol-Version header value '{v}' does \
+                             not match body value '{m}'"
+                        ),
+                    )
+                }
+                Some(_) => {}
+            }
+        }
+        // 2026-07-28 basic/index "Per-request protocol fields": a request missing a
+        // required field is malformed: `-32602`, on HTTP `400`.
+        let Some(version) = meta_version else {
+            return refuse(
+                400,
+                INVALID_PARAMS,
+                format!("Invalid params: _meta.\"{META_PROTOCOL_VERSION}\" (a string) is required"),
+            );
+        };
+        let revision = match Revision::parse(version) {
+            Some(r) if r.is_stateless() => r,
+            // 2026-07-28 basic/versioning "Protocol Version Negotiation".
+            _ => return unsupported(version),
+        };
+        if !capabilities.is_some_and(|c| c.get().starts_with('{')) {
+            return refuse(
+                400,
+                INVALID_PARAMS,
+                format!(
+                    "Invalid params: _meta.\"{META_CLIENT_CAPABILITIES}\" (an object) is required"
+                ),
+            );
+        }
+        if let Some(h) = http {
+            check_standard_headers(h, method, params).map_err(|msg| {
+                (
+                    400,
+                    error_reply(&id, HEADER_MISMATCH, &format!("Header mismatch: {msg}")),
+                )
+            })?;
+        }
+        let extensions = member(capabilities, "extensions");
+        let tasks = member(extensions, TASKS_EXTENSION).is_some_and(|t| t.get().starts_with('{'));
+        Ok(Req {
+            id,
+            method,
+            params,
+            revision,
+            tasks,
+        })
     }
 
     fn handle_notification(&mut self, method: &str, params: Option<&RawValue>) -> Vec<Action> {
@@ -207,52 +510,57 @@ impl Dispatcher {
         }
     }
 
-    fn handle_request(
-        &mut self,
-        id: Value,
-        method: &str,
-        params: Option<&RawValue>,
-        catalog: &dyn Catalog,
-    ) -> Vec<Action> {
-        let result = match method {
+    fn handle_request(&mut self, req: &Req<'_>, catalog: &dyn Catalog) -> Vec<Action> {
+        let (id, params) = (&req.id, req.params);
+        let stateless = req.revision.is_stateless();
+        let not_found = |other: &str| {
+            vec![Action::Reply(error_reply(
+                id,
+                METHOD_NOT_FOUND,
+                &format!("Method not found: {other}"),
+            ))]
+        };
+        let result = match req.method {
+            // 2026-07-28 changelog 2: the handshake is gone; 5: so is `ping`.
+            "initialize" | "ping" if stateless => return not_found(req.method),
             "initialize" => {
                 let requested = member(params, "protocolVersion").map(raw::shallow);
                 let requested = requested.as_ref().and_then(Value::as_str);
-                let version = PROTOCOL_VERSIONS
-                    .iter()
-                    .copied()
-                    .find(|v| Some(*v) == requested)
-                    .unwrap_or(DEFAULT_PROTOCOL_VERSION);
-                self.negotiated = Some(version);
+                let revision = negotiate(requested);
+                self.negotiated = Some(revision);
                 json!({
-                    "protocolVersion": version,
+                    "protocolVersion": revision.as_str(),
                     "capabilities": {"tools": {"listChanged": false}},
-                    "serverInfo": {"name": "handnode", "version": env!("CARGO_PKG_VERSION")},
+                    "serverInfo": server_info(),
                     "instructions": catalog.instructions(),
                 })
             }
+            // 2026-07-28 server/discover: servers MUST implement it.
+            "server/discover" if stateless => json!({
+                "supportedVersions": STATELESS_VERSIONS,
+                "capabilities": modern_capabilities(),
+                "serverInfo": server_info(),
+                "instructions": catalog.instructions(),
+            }),
             "ping" => json!({}),
             "tools/list" => json!({"tools": catalog.list()}),
             "resources/list" => json!({"resources": []}),
+            "resources/templates/list" => json!({"resourceTemplates": []}),
             "prompts/list" => json!({"prompts": []}),
-            "tools/call" => return self.tools_call(id, params, catalog),
-            other => {
-                return vec![Action::Reply(error_reply(
-                    &id,
-                    METHOD_NOT_FOUND,
-                    &format!("Method not found: {other}"),
-                ))]
-            }
+            "tools/call" => return self.tools_call(req, catalog),
+            other => return not_found(other),
         };
-        vec![Action::Reply(result_reply(&id, result))]
+        vec![Action::Reply(result_reply(
+            id,
+            frame_result(req.revision, req.method, result),
+        ))]
     }
 
-    fn tools_call(
-        &mut self,
-        id: Value,
-        params: Option<&RawValue>,
-        catalog: &dyn Catalog,
-    ) -> Vec<Action> {
+    fn tools_call(&mut self, req: &Req<'_>, catalog: &dyn Catalog) -> Vec<Action> {
+        let (id, params) = (&req.id, req.params);
+        let form = Form {
+            revision: req.revision,
+        };
         let refuse = |tool: &str, outcome: Outcome, msg: String| {
             vec![
                 Action::Reply(error_reply(&id, INVALID_PARAMS, &msg)),
@@ -299,10 +607,11 @@ impl Dispatcher {
         };
         match catalog.resolve(&name) {
             Resolution::Visible(route) => vec![Action::Call {
-                id,
+                id: id.clone(),
                 name,
                 route,
                 arguments,
+                form,
             }],
             resolution => {
                 let outcome = if resolution == Resolution::Hidden {
@@ -315,6 +624,132 @@ impl Dispatcher {
             }
         }
     }
+}
+
+/// The revision an `initialize` asking for `requested` gets: that one if it is a legacy
+/// revision we speak; the newest legacy one for a version newer than all of them (a
+/// modern client that opens the legacy way); else the default, which the pod runtime
+/// speaks.
+fn negotiate(requested: Option<&str>) -> Revision {
+    match requested.and_then(Revision::parse) {
+        Some(r) if !r.is_stateless() => r,
+        _ if requested.is_some_and(|v| v > LATEST_LEGACY.as_str()) => LATEST_LEGACY,
+        _ => DEFAULT_REVISION,
+    }
+}
+
+fn server_info() -> Value {
+    json!({"name": "handnode", "version": env!("CARGO_PKG_VERSION")})
+}
+
+/// What `server/discover` advertises. `resources` and `prompts` are declared because
+/// their lists are served (empty): 2026-07-28 server/discover, capabilities match what
+/// the server honors.
+fn modern_capabilities() -> Value {
+    json!({
+        "tools": {"listChanged": false},
+        "resources": {},
+        "prompts": {},
+    })
+}
+
+/// The methods whose results are cacheable (2026-07-28 changelog minor 5, SEP-2549).
+const CACHEABLE: [&str; 5] = [
+    "server/discover",
+    "tools/list",
+    "resources/list",
+    "resources/templates/list",
+    "prompts/list",
+];
+
+/// A result as `revision` frames it. From 2026-07-28 every result carries `resultType`
+/// (basic/index "ResultType") and the server names itself in `_meta` (basic/index
+/// "Per-response protocol fields"); cacheable ones carry `ttlMs` and `cacheScope`.
+/// `ttlMs` is 0: a grant's tool list changes when an upstream comes or goes, and a
+/// profile's list is the caller's own, hence `private`.
+fn frame_result(revision: Revision, method: &str, mut result: Value) -> Value {
+    if !revision.is_stateless() {
+        return result;
+    }
+    if let Value::Object(map) = &mut result {
+        map.insert("resultType".into(), json!("complete"));
+        map.entry("_meta")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .map(|meta| meta.insert(META_SERVER_INFO.into(), server_info()));
+        if CACHEABLE.contains(&method) {
+            map.insert("ttlMs".into(), json!(0));
+            map.insert("cacheScope".into(), json!("private"));
+        }
+    }
+    result
+}
+
+/// Is this serialized reply a `-32601`?
+fn is_method_not_found(reply: &str) -> bool {
+    serde_json::from_str::<Value>(reply)
+        .ok()
+        .and_then(|v| v.pointer("/error/code").and_then(Value::as_i64))
+        == Some(METHOD_NOT_FOUND)
+}
+
+/// 2026-07-28 transports/streamable-http "Standard Request Headers" and "Server
+/// Validation": `Mcp-Method` always, `Mcp-Name` for `tools/call`, `resources/read` and
+/// `prompts/get`, each equal to the body's value (surrounding whitespace is not part of
+/// an HTTP field value; `Mcp-Name` may be in the Base64 sentinel form).
+fn check_standard_headers(
+    headers: &HttpHeaders<'_>,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Result<(), String> {
+    match headers.method.map(str::trim) {
+        None => return Err("the Mcp-Method header is required".into()),
+        Some(m) if m != method => {
+            return Err(format!(
+                "Mcp-Method header value '{m}' does not match body value '{method}'"
+            ))
+        }
+        Some(_) => {}
+    }
+    let source = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" => "uri",
+        _ => return Ok(()),
+    };
+    let body = member(params, source).map(raw::shallow);
+    let Some(body) = body.as_ref().and_then(Value::as_str) else {
+        // No value to mirror: the method's own checks answer the malformed request.
+        return Ok(());
+    };
+    let Some(header) = headers.name.map(str::trim) else {
+        return Err(format!(
+            "the Mcp-Name header is required for {method} (body value '{body}')"
+        ));
+    };
+    let decoded = decode_header_value(header)?;
+    if decoded != body {
+        return Err(format!(
+            "Mcp-Name header value '{header}' does not match body value '{body}'"
+        ));
+    }
+    Ok(())
+}
+
+/// A header value in the Base64 sentinel form `=?base64?…?=` decoded, any other value as
+/// is (2026-07-28 transports/streamable-http "Value Encoding"); a malformed encoding is an
+/// error.
+fn decode_header_value(value: &str) -> Result<String, String> {
+    use base64::Engine as _;
+    let Some(encoded) = value
+        .strip_prefix("=?base64?")
+        .and_then(|v| v.strip_suffix("?="))
+    else {
+        return Ok(value.to_string());
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .map_err(|e| format!("header value '{value}' is not valid Base64: {e}"))?;
+    String::from_utf8(bytes).map_err(|_| format!("header value '{value}' is not UTF-8"))
 }
 
 /// The top-level members the dispatcher reads, in the order `raw::members` returns them.
@@ -615,12 +1050,35 @@ impl ToolOutput {
     }
 }
 
-/// Serialize a tool call's reply, replacing a result that would exceed `max_bytes` on the
-/// wire with an `isError` result that says how large it was.
+/// Serialize a tool call's reply by the default (legacy) revision's rules, replacing a
+/// result that would exceed `max_bytes` on the wire with an `isError` result that says how
+/// large it was.
 pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, Outcome) {
+    tool_reply_at(DEFAULT_REVISION, id, output, max_bytes)
+}
+
+/// [`tool_reply`] by the rules of `revision`: from 2025-11-25 bad arguments are a tool
+/// error, from 2026-07-28 the result carries `resultType` and the server's name.
+pub fn tool_reply_at(
+    revision: Revision,
+    id: &Value,
+    output: ToolOutput,
+    max_bytes: usize,
+) -> (String, Outcome) {
+    let output = match output {
+        ToolOutput::InvalidParams(msg) if revision.invalid_arguments_are_tool_errors() => {
+            ToolOutput::tool_error(format!("Invalid arguments: {msg}"))
+        }
+        other => other,
+    };
     let outcome = output.outcome();
     let encoded = match output {
-        ToolOutput::Result(result) => result_reply(id, result),
+        ToolOutput::Result(result) => {
+            result_reply(id, frame_result(revision, "tools/call", result))
+        }
+        ToolOutput::Encoded { json, .. } if revision.is_stateless() => {
+            encoded_result_reply(id, &with_result_type(&json))
+        }
         ToolOutput::Encoded { json, .. } => encoded_result_reply(id, &json),
         ToolOutput::InvalidParams(msg) => {
             error_reply(id, INVALID_PARAMS, &format!("Invalid params: {msg}"))
@@ -628,7 +1086,11 @@ pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, 
         ToolOutput::RpcError { code, message } => error_reply(id, code, &message),
         ToolOutput::NotApproved(text) => result_reply(
             id,
-            json!({"content": [{"type": "text", "text": text}], "isError": true}),
+            frame_result(
+                revision,
+                "tools/call",
+                json!({"content": [{"type": "text", "text": text}], "isError": true}),
+            ),
         ),
     };
     if encoded.len() <= max_bytes {
@@ -638,7 +1100,22 @@ pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, 
     let ToolOutput::Result(result) = too_large else {
         unreachable!("tool_error builds a result")
     };
-    (result_reply(id, result), Outcome::ToolError)
+    (
+        result_reply(id, frame_result(revision, "tools/call", result)),
+        Outcome::ToolError,
+    )
+}
+
+/// A serialized result object with `"resultType":"complete"` first (the result is passed
+/// through untouched otherwise, as an upstream's is).
+fn with_result_type(json: &str) -> String {
+    let body = json.trim_start().strip_prefix('{').unwrap_or("}");
+    let sep = if body.trim_start().starts_with('}') {
+        ""
+    } else {
+        ","
+    };
+    format!(r#"{{"resultType":"complete"{sep}{body}"#)
 }
 
 #[cfg(test)]
@@ -1107,7 +1584,8 @@ mod tests {
                 id: json!("c1"),
                 name: "bash".into(),
                 route: Route::Local,
-                arguments: json!({"command":"true"})
+                arguments: json!({"command":"true"}),
+                form: Form::DEFAULT,
             }]
         );
         let actions = run(
@@ -1120,7 +1598,8 @@ mod tests {
                 id: json!(2),
                 name: "browser_navigate".into(),
                 route: Route::Upstream(0),
-                arguments: json!({})
+                arguments: json!({}),
+                form: Form::DEFAULT,
             }]
         );
     }
@@ -1160,7 +1639,8 @@ mod tests {
                 id: json!(1),
                 name: "bash".into(),
                 route: Route::Local,
-                arguments: json!({"command": "b"})
+                arguments: json!({"command": "b"}),
+                form: Form::DEFAULT,
             }]
         );
         // Escaped member names are the names they spell.
@@ -1264,5 +1744,599 @@ mod tests {
         );
         let v: Value = serde_json::from_str(&reply).unwrap();
         assert_eq!(v["error"]["code"], INVALID_PARAMS);
+    }
+
+    // ---- revisions (CONTRACT §20) ----
+
+    /// The `_meta` every 2026-07-28 request carries (basic/index "Per-request protocol
+    /// fields"), with `extra` members merged into `params`.
+    fn modern(id: i64, method: &str, extra: Value) -> String {
+        let mut params = json!({"_meta": {
+            META_PROTOCOL_VERSION: "2026-07-28",
+            META_CLIENT_CAPABILITIES: {},
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+        }});
+        if let (Value::Object(p), Value::Object(e)) = (&mut params, extra) {
+            p.extend(e);
+        }
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+    }
+
+    /// The headers a conforming 2026-07-28 client sends with `msg`
+    /// (transports/streamable-http "Standard Request Headers").
+    fn conforming(msg: &str) -> (String, String, Option<String>) {
+        let v: Value = serde_json::from_str(msg).unwrap();
+        let method = v["method"].as_str().unwrap_or("").to_string();
+        let name = v["params"]["name"].as_str().map(str::to_string);
+        ("2026-07-28".into(), method, name)
+    }
+
+    fn http(profile: Profile, msg: &str, headers: HttpHeaders<'_>) -> (u16, Value) {
+        let out = Dispatcher::new().handle_http(msg.as_bytes(), &Fake(profile), &headers);
+        (out.status, single_reply(&out.actions))
+    }
+
+    #[test]
+    fn initialize_negotiates_each_legacy_revision_by_its_name() {
+        // 2025-11-25 basic/lifecycle "Version Negotiation": the same version if supported,
+        // else another one (SHOULD be the latest). The stateless revision is not reached
+        // through initialize (2026-07-28 basic/versioning "Compatibility Matrix").
+        let cases = [
+            ("2024-11-05", "2024-11-05"),
+            ("2025-06-18", "2025-06-18"),
+            ("2025-11-25", "2025-11-25"),
+            ("2026-07-28", "2025-11-25"),
+            ("2099-01-01", "2025-11-25"),
+            ("2025-03-26", "2025-06-18"),
+            ("1999-01-01", "2025-06-18"),
+        ];
+        for (asked, answered) in cases {
+            let mut d = Dispatcher::new();
+            let msg = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": asked}});
+            let reply = single_reply(&d.handle(msg.to_string().as_bytes(), &Fake(Profile::Owner)));
+            assert_eq!(reply["result"]["protocolVersion"], answered, "{asked}");
+            assert_eq!(d.negotiated_version(), Some(answered));
+            // A legacy result has no resultType (2026-07-28 basic/index "ResultType": its
+            // absence means complete).
+            assert!(reply["result"].get("resultType").is_none(), "{asked}");
+        }
+        for v in PROTOCOL_VERSIONS {
+            assert_eq!(Revision::parse(v).map(Revision::as_str), Some(v));
+        }
+    }
+
+    #[test]
+    fn stateless_requests_need_no_initialize_and_carry_result_type() {
+        // (case, message, json pointer, expected)
+        let cases: Vec<(&str, String, &str, Value)> = vec![
+            // server/discover: supported versions, capabilities, identity.
+            (
+                "discover versions",
+                modern(1, "server/discover", json!({})),
+                "/result/supportedVersions",
+                json!(["2026-07-28"]),
+            ),
+            (
+                "discover tools capability",
+                modern(1, "server/discover", json!({})),
+                "/result/capabilities/tools",
+                json!({"listChanged": false}),
+            ),
+            (
+                "discover server name",
+                modern(1, "server/discover", json!({})),
+                "/result/serverInfo/name",
+                json!("handnode"),
+            ),
+            (
+                "discover instructions",
+                modern(1, "server/discover", json!({})),
+                "/result/instructions",
+                json!("profile observe"),
+            ),
+            // basic/index "ResultType": every result carries one.
+            (
+                "discover resultType",
+                modern(1, "server/discover", json!({})),
+                "/result/resultType",
+                json!("complete"),
+            ),
+            (
+                "tools/list resultType",
+                modern(2, "tools/list", json!({})),
+                "/result/resultType",
+                json!("complete"),
+            ),
+            (
+                "tools/list tools",
+                modern(2, "tools/list", json!({})),
+                "/result/tools",
+                json!([{"name":"sys_info"},{"name":"screenshot"}]),
+            ),
+            // basic/index "Per-response protocol fields": serverInfo in _meta.
+            (
+                "serverInfo in _meta",
+                modern(2, "tools/list", json!({})),
+                "/result/_meta/io.modelcontextprotocol~1serverInfo/name",
+                json!("handnode"),
+            ),
+            // changelog minor 5 (SEP-2549): cacheable results carry ttlMs and cacheScope.
+            (
+                "tools/list ttlMs",
+                modern(2, "tools/list", json!({})),
+                "/result/ttlMs",
+                json!(0),
+            ),
+            (
+                "prompts/list cacheScope",
+                modern(3, "prompts/list", json!({})),
+                "/result/cacheScope",
+                json!("private"),
+            ),
+            (
+                "resources/templates/list",
+                modern(3, "resources/templates/list", json!({})),
+                "/result/resourceTemplates",
+                json!([]),
+            ),
+            // changelog major 2 and 5: initialize and ping are gone.
+            (
+                "initialize is not a method",
+                modern(4, "initialize", json!({"protocolVersion": "2026-07-28"})),
+                "/error/code",
+                json!(METHOD_NOT_FOUND),
+            ),
+            (
+                "ping is not a method",
+                modern(4, "ping", json!({})),
+                "/error/code",
+                json!(METHOD_NOT_FOUND),
+            ),
+            (
+                "unknown method keeps its id",
+                modern(44, "no/such", json!({})),
+                "/id",
+                json!(44),
+            ),
+            // basic/index "Per-request protocol fields": required fields → -32602.
+            (
+                "no clientCapabilities",
+                json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {"_meta":
+                    {META_PROTOCOL_VERSION: "2026-07-28"}}})
+                .to_string(),
+                "/error/code",
+                json!(INVALID_PARAMS),
+            ),
+            (
+                "clientCapabilities not an object",
+                json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {"_meta":
+                    {META_PROTOCOL_VERSION: "2026-07-28", META_CLIENT_CAPABILITIES: []}}})
+                .to_string(),
+                "/error/code",
+                json!(INVALID_PARAMS),
+            ),
+            // basic/versioning "Protocol Version Negotiation": unsupported → -32022 with
+            // what is supported and what was asked.
+            (
+                "unknown version",
+                json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list", "params": {"_meta":
+                    {META_PROTOCOL_VERSION: "v999", META_CLIENT_CAPABILITIES: {}}}})
+                .to_string(),
+                "/error/data",
+                json!({"supported": ["2026-07-28"], "requested": "v999"}),
+            ),
+            (
+                "a legacy version is not served statelessly",
+                json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list", "params": {"_meta":
+                    {META_PROTOCOL_VERSION: "2025-06-18", META_CLIENT_CAPABILITIES: {}}}})
+                .to_string(),
+                "/error/code",
+                json!(UNSUPPORTED_PROTOCOL_VERSION),
+            ),
+        ];
+        for (name, input, pointer, expected) in cases {
+            let mut d = Dispatcher::new();
+            let reply = single_reply(&d.handle(input.as_bytes(), &Fake(Profile::Observe)));
+            assert_eq!(reply.pointer(pointer), Some(&expected), "{name}: {reply}");
+            // basic/index "Statelessness": nothing is negotiated.
+            assert_eq!(d.negotiated_version(), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_stateless_tool_call_is_framed_by_its_own_revision() {
+        let actions = run(
+            Profile::Owner,
+            &modern(
+                7,
+                "tools/call",
+                json!({"name": "bash", "arguments": {"command": "true"}}),
+            ),
+        );
+        let [Action::Call { form, name, .. }] = &actions[..] else {
+            panic!("{actions:?}")
+        };
+        assert_eq!(
+            (name.as_str(), form.revision),
+            ("bash", Revision::R2026_07_28)
+        );
+        // A legacy connection keeps its own: a 2025-06-18 pod after initialize.
+        let mut d = Dispatcher::new();
+        d.handle(
+            br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}"#,
+            &Fake(Profile::Owner),
+        );
+        let actions = d.handle(
+            br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{}}}"#,
+            &Fake(Profile::Owner),
+        );
+        assert!(
+            matches!(&actions[..], [Action::Call { form, .. }] if form.revision == Revision::R2025_11_25),
+            "{actions:?}"
+        );
+        // ... and a stateless request on that same connection is still stateless.
+        let actions = d.handle(
+            modern(3, "tools/call", json!({"name": "bash"})).as_bytes(),
+            &Fake(Profile::Owner),
+        );
+        assert!(
+            matches!(&actions[..], [Action::Call { form, .. }] if form.revision == Revision::R2026_07_28),
+            "{actions:?}"
+        );
+    }
+
+    #[test]
+    fn invalid_arguments_are_a_tool_error_from_2025_11_25_on() {
+        // 2025-11-25 and 2026-07-28 server/tools "Error Handling": input validation errors
+        // are tool execution errors; 2025-06-18 and before answer -32602.
+        for revision in Revision::ALL {
+            let (text, outcome) = tool_reply_at(
+                revision,
+                &json!(9),
+                ToolOutput::InvalidParams("timeout_secs must be 1..=110".into()),
+                1 << 20,
+            );
+            let v: Value = serde_json::from_str(&text).unwrap();
+            if revision >= Revision::R2025_11_25 {
+                assert_eq!(v["result"]["isError"], true, "{revision:?}: {v}");
+                let msg = v["result"]["content"][0]["text"].as_str().unwrap();
+                assert!(msg.contains("timeout_secs must be 1..=110"), "{msg}");
+                assert_eq!(outcome, Outcome::ToolError);
+            } else {
+                assert_eq!(v["error"]["code"], INVALID_PARAMS, "{revision:?}: {v}");
+                assert_eq!(outcome, Outcome::RpcError);
+            }
+            assert_eq!(
+                v["result"].get("resultType").is_some(),
+                revision.is_stateless(),
+                "{revision:?}: {v}"
+            );
+        }
+    }
+
+    #[test]
+    fn stateless_tool_results_carry_result_type_however_they_were_made() {
+        let value = json!({"content": [{"type": "text", "text": "x"}], "isError": false});
+        let outputs = [
+            ToolOutput::Result(value.clone()),
+            ToolOutput::Encoded {
+                json: value.to_string().into(),
+                is_error: false,
+            },
+            ToolOutput::Encoded {
+                json: "{}".into(),
+                is_error: false,
+            },
+            ToolOutput::NotApproved("denied".into()),
+        ];
+        for output in outputs {
+            let (text, _) =
+                tool_reply_at(Revision::R2026_07_28, &json!(1), output.clone(), 1 << 20);
+            let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+            assert_eq!(v["result"]["resultType"], "complete", "{output:?}: {v}");
+            let (text, _) =
+                tool_reply_at(Revision::R2025_06_18, &json!(1), output.clone(), 1 << 20);
+            let v: Value = serde_json::from_str(&text).unwrap();
+            assert!(v["result"].get("resultType").is_none(), "{output:?}: {v}");
+        }
+        // The too-large replacement is framed too.
+        let (text, _) = tool_reply_at(
+            Revision::R2026_07_28,
+            &json!(1),
+            ToolOutput::text("y".repeat(500)),
+            100,
+        );
+        assert!(text.contains(r#""resultType":"complete""#), "{text}");
+    }
+
+    #[test]
+    fn http_headers_are_checked_as_the_2026_07_28_transport_says() {
+        let call = modern(1, "tools/call", json!({"name": "bash", "arguments": {}}));
+        let list = modern(2, "tools/list", json!({}));
+        let b64 = |s: &str| {
+            use base64::Engine as _;
+            format!(
+                "=?base64?{}?=",
+                base64::engine::general_purpose::STANDARD.encode(s)
+            )
+        };
+        let bash_b64 = b64("bash");
+        let unknown = modern(4, "x/y", json!({}));
+        let ping = modern(4, "ping", json!({}));
+        let v999 = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list", "params": {"_meta":
+            {META_PROTOCOL_VERSION: "v999", META_CLIENT_CAPABILITIES: {}}}})
+        .to_string();
+        // (case, message, protocol version, method, name, status, error code or 0)
+        let cases: Vec<(
+            &str,
+            &str,
+            Option<&str>,
+            Option<&str>,
+            Option<&str>,
+            u16,
+            i64,
+        )> = vec![
+            (
+                "conforming call",
+                &call,
+                Some("2026-07-28"),
+                Some("tools/call"),
+                Some("bash"),
+                200,
+                0,
+            ),
+            (
+                "conforming list",
+                &list,
+                Some("2026-07-28"),
+                Some("tools/list"),
+                None,
+                200,
+                0,
+            ),
+            // "Case Sensitivity" / RFC 9110: whitespace around a field value is not part of it.
+            (
+                "whitespace around values",
+                &call,
+                Some(" 2026-07-28 "),
+                Some(" tools/call "),
+                Some("  bash  "),
+                200,
+                0,
+            ),
+            // "Value Encoding": the Base64 sentinel is decoded before comparing.
+            (
+                "Base64 Mcp-Name",
+                &call,
+                Some("2026-07-28"),
+                Some("tools/call"),
+                Some(bash_b64.as_str()),
+                200,
+                0,
+            ),
+            (
+                "bad Base64 Mcp-Name",
+                &call,
+                Some("2026-07-28"),
+                Some("tools/call"),
+                Some("=?base64?YmFza!!?="),
+                400,
+                HEADER_MISMATCH,
+            ),
+            // "Server Validation": missing or mismatched standard headers → 400 -32020.
+            (
+                "Mcp-Method missing",
+                &list,
+                Some("2026-07-28"),
+                None,
+                None,
+                400,
+                HEADER_MISMATCH,
+            ),
+            (
+                "Mcp-Method mismatched",
+                &list,
+                Some("2026-07-28"),
+                Some("prompts/list"),
+                None,
+                400,
+                HEADER_MISMATCH,
+            ),
+            (
+                "Mcp-Method values are case-sensitive",
+                &list,
+                Some("2026-07-28"),
+                Some("TOOLS/LIST"),
+                None,
+                400,
+                HEADER_MISMATCH,
+            ),
+            (
+                "Mcp-Name missing",
+                &call,
+                Some("2026-07-28"),
+                Some("tools/call"),
+                None,
+                400,
+                HEADER_MISMATCH,
+            ),
+            (
+                "Mcp-Name mismatched",
+                &call,
+                Some("2026-07-28"),
+                Some("tools/call"),
+                Some("wrong_tool_name"),
+                400,
+                HEADER_MISMATCH,
+            ),
+            // "Protocol Version Header": MUST match _meta, else 400 HeaderMismatch.
+            (
+                "version header missing",
+                &list,
+                None,
+                Some("tools/list"),
+                None,
+                400,
+                HEADER_MISMATCH,
+            ),
+            (
+                "version header mismatched",
+                &list,
+                Some("2025-06-18"),
+                Some("tools/list"),
+                None,
+                400,
+                HEADER_MISMATCH,
+            ),
+            // basic/index "Per-request protocol fields": missing _meta → -32602, HTTP 400.
+            (
+                "header says 2026-07-28, body has no _meta",
+                r#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{}}"#,
+                Some("2026-07-28"),
+                Some("tools/list"),
+                None,
+                400,
+                INVALID_PARAMS,
+            ),
+            // "Protocol Version Header": a method not implemented → 404 -32601.
+            (
+                "unknown method",
+                &unknown,
+                Some("2026-07-28"),
+                Some("x/y"),
+                None,
+                404,
+                METHOD_NOT_FOUND,
+            ),
+            (
+                "removed ping",
+                &ping,
+                Some("2026-07-28"),
+                Some("ping"),
+                None,
+                404,
+                METHOD_NOT_FOUND,
+            ),
+            // An unsupported version → 400 UnsupportedProtocolVersion.
+            (
+                "unknown version in header and body",
+                &v999,
+                Some("v999"),
+                Some("tools/list"),
+                None,
+                400,
+                UNSUPPORTED_PROTOCOL_VERSION,
+            ),
+            // 2025-06-18 transports "Protocol Version Header": legacy, unsupported → 400.
+            (
+                "legacy with an unknown version header",
+                r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#,
+                Some("1999-01-01"),
+                None,
+                None,
+                400,
+                UNSUPPORTED_PROTOCOL_VERSION,
+            ),
+            // Legacy requests need none of the new headers.
+            (
+                "legacy without headers",
+                r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#,
+                None,
+                None,
+                None,
+                200,
+                0,
+            ),
+            (
+                "legacy 2025-11-25 header",
+                r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#,
+                Some("2025-11-25"),
+                None,
+                None,
+                200,
+                0,
+            ),
+            (
+                "legacy unknown method stays 200",
+                r#"{"jsonrpc":"2.0","id":7,"method":"x/y"}"#,
+                Some("2025-06-18"),
+                None,
+                None,
+                200,
+                METHOD_NOT_FOUND,
+            ),
+        ];
+        for (name, msg, version, method, mcp_name, status, code) in cases {
+            let headers = HttpHeaders {
+                protocol_version: version,
+                method,
+                name: mcp_name,
+            };
+            let out =
+                Dispatcher::new().handle_http(msg.as_bytes(), &Fake(Profile::Owner), &headers);
+            assert_eq!(out.status, status, "{name}: {:?}", out.actions);
+            if code == 0 {
+                assert!(
+                    out.actions
+                        .iter()
+                        .all(|a| !matches!(a, Action::Reply(t) if t.contains("\"error\""))),
+                    "{name}: {:?}",
+                    out.actions
+                );
+                continue;
+            }
+            let reply = single_reply(&out.actions);
+            assert_eq!(reply["error"]["code"], code, "{name}: {reply}");
+            // basic/index "Error Responses": the request's id, whatever the error.
+            let sent: Value = serde_json::from_str(msg).unwrap();
+            assert_eq!(reply["id"], sent["id"], "{name}: {reply}");
+        }
+        let (_, _, _) = conforming(&call);
+    }
+
+    #[test]
+    fn a_conforming_client_passes_every_header_check() {
+        for msg in [
+            modern(1, "tools/call", json!({"name": "sys_info"})),
+            modern(2, "tools/list", json!({})),
+            modern(3, "server/discover", json!({})),
+            modern(4, "prompts/list", json!({})),
+        ] {
+            let (version, method, name) = conforming(&msg);
+            let (status, reply) = {
+                let out = Dispatcher::new().handle_http(
+                    msg.as_bytes(),
+                    &Fake(Profile::Observe),
+                    &HttpHeaders {
+                        protocol_version: Some(&version),
+                        method: Some(&method),
+                        name: name.as_deref(),
+                    },
+                );
+                let reply = out.actions.iter().find_map(|a| match a {
+                    Action::Reply(t) => Some(serde_json::from_str::<Value>(t).unwrap()),
+                    _ => None,
+                });
+                (out.status, reply)
+            };
+            assert_eq!(status, 200, "{msg}: {reply:?}");
+            if let Some(reply) = reply {
+                assert!(reply.get("error").is_none(), "{msg}: {reply}");
+            }
+        }
+        let (status, reply) = http(
+            Profile::Observe,
+            &modern(5, "tools/list", json!({})),
+            HttpHeaders {
+                protocol_version: Some("2026-07-28"),
+                method: Some("tools/list"),
+                name: None,
+            },
+        );
+        assert_eq!(
+            (status, &reply["result"]["resultType"]),
+            (200, &json!("complete"))
+        );
     }
 }
