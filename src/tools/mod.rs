@@ -52,6 +52,9 @@ pub struct Tool {
     pub class_reason: &'static str,
     pub description: &'static str,
     pub input_schema: fn() -> Value,
+    /// The JSON Schema of the tool's `structuredContent`, for a tool that returns one
+    /// (MCP 2025-06-18 and later, server/tools "Output Schema": results then conform).
+    pub output_schema: Option<fn() -> Value>,
     /// Starts a call on a pool worker; must return quickly (see [`start_local`]).
     pub start: fn(Value, CallContext, Completion),
     /// An answer the caller's own thread may give at once from caches (see
@@ -363,12 +366,16 @@ pub fn tool_json(tool: &Tool, note: Option<&str>) -> Value {
         Some(note) => format!("{} {}", tool.description, note),
         None => tool.description.to_string(),
     };
-    json!({
+    let mut json = json!({
         "name": tool.name,
         "description": description,
         "inputSchema": (tool.input_schema)(),
         "annotations": tool.annotations().to_json(),
-    })
+    });
+    if let Some(schema) = tool.output_schema {
+        json["outputSchema"] = schema();
+    }
+    json
 }
 
 /// The catalogue one connection sees: local tools, then upstream tools, filtered by the
@@ -740,6 +747,14 @@ mod tests {
                     assert!(ann[key].is_boolean(), "{} lacks {key}", tool["name"]);
                 }
                 assert!(tool["inputSchema"]["type"] == "object", "{}", tool["name"]);
+                // Declared with the tool, once; listed as declared (2025-06-18 and later
+                // server/tools "Output Schema"; an object schema, as 2025-06-18 asks).
+                let name = tool["name"].as_str().unwrap();
+                let declared = find(name).and_then(|t| t.output_schema).map(|f| f());
+                assert_eq!(tool.get("outputSchema"), declared.as_ref(), "{name}");
+                if let Some(schema) = declared {
+                    assert_eq!(schema["type"], "object", "{name}");
+                }
             }
             let listed: Vec<Value> = cat.list().iter().map(|t| t["name"].clone()).collect();
             assert_eq!(listed, names(policy.profile()), "{policy:?}");
