@@ -117,3 +117,105 @@ fn the_pods_2025_06_18_is_answered_unchanged_beside_the_stateless_revision() {
     let again = conn.call_tool(json!(5), "bash", json!({"timeout_secs": -1}));
     assert_eq!(again["error"]["code"], -32602, "{again}");
 }
+
+/// [`with_meta`] for a client that negotiates the tasks extension (tasks extension
+/// "Capability Negotiation": per-request, in clientCapabilities.extensions).
+fn with_tasks(params: Value) -> Value {
+    let mut params = with_meta(params);
+    params["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    params
+}
+
+#[test]
+fn a_bash_call_as_a_task_is_a_job_of_the_grant_polled_and_cancelled_through_tasks() {
+    let pod = StubPod::start();
+    let d = TestDaemon::new("mcp-tasks");
+    let (_id, mut conn) = d.attached(&pod, "laptop", "owner");
+
+    // Tasks extension "Task Creation": resultType task, a flat Task, durably created.
+    let created = conn.request(
+        json!(1),
+        "tools/call",
+        with_tasks(json!({"name": "bash", "arguments": {"command": "echo hi; exit 3"}})),
+    );
+    let task = &created["result"];
+    assert_eq!(task["resultType"], "task", "{created}");
+    let task_id = task["taskId"].as_str().expect("taskId").to_string();
+    // The task is the job (§9): bash_list of this grant shows it.
+    let list = conn.call_tool(json!(2), "bash_list", json!({}));
+    let jobs = list["result"]["structuredContent"]["jobs"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(
+        jobs.iter().any(|j| j["job_id"] == task_id.as_str()),
+        "{list}"
+    );
+
+    // "Task Polling": tasks/get until terminal; the result is the bash call's.
+    let mut n = 10;
+    let done = poll_until(
+        || {
+            n += 1;
+            conn.request(
+                json!(n),
+                "tasks/get",
+                with_tasks(json!({"taskId": task_id})),
+            )
+        },
+        |r| r["result"]["status"] != "working",
+        |r| format!("the task never ended: {r}"),
+    );
+    let r = &done["result"];
+    assert_eq!(
+        (&r["resultType"], &r["status"]),
+        (&json!("complete"), &json!("completed")),
+        "{done}"
+    );
+    assert_eq!(r["result"]["structuredContent"]["stdout"], "hi\n", "{done}");
+    assert_eq!(r["result"]["structuredContent"]["exit_code"], 3, "{done}");
+    assert_eq!(r["result"]["isError"], true, "{done}");
+
+    // "Task Cancellation": acknowledged, and the job is killed: the task is cancelled.
+    let long = conn.request(
+        json!(100),
+        "tools/call",
+        with_tasks(json!({"name": "bash", "arguments": {"command": "sleep 60"}})),
+    );
+    let long_id = long["result"]["taskId"].as_str().unwrap().to_string();
+    let ack = conn.request(
+        json!(101),
+        "tasks/cancel",
+        with_tasks(json!({"taskId": long_id})),
+    );
+    assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    let mut n = 200;
+    let cancelled = poll_until(
+        || {
+            n += 1;
+            conn.request(
+                json!(n),
+                "tasks/get",
+                with_tasks(json!({"taskId": long_id})),
+            )
+        },
+        |r| r["result"]["status"] != "working",
+        |r| format!("the cancelled task kept working: {r}"),
+    );
+    assert_eq!(cancelled["result"]["status"], "cancelled", "{cancelled}");
+
+    // An unknown task is a JSON-RPC error; without the extension, -32021.
+    let unknown = conn.request(
+        json!(300),
+        "tasks/get",
+        with_tasks(json!({"taskId": "nope"})),
+    );
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    let gated = conn.request(
+        json!(301),
+        "tasks/get",
+        with_meta(json!({"taskId": task_id})),
+    );
+    assert_eq!(gated["error"]["code"], -32021, "{gated}");
+}

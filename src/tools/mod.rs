@@ -479,6 +479,20 @@ impl Catalog for ConnCatalog<'_> {
         Resolution::Unknown
     }
 
+    fn tasks(&self) -> Option<crate::wire::mcp::TaskTools> {
+        let tools = crate::wire::mcp::TaskTools {
+            call: bash::TOOL.name,
+            start: jobs::tools::START.name,
+            poll: jobs::tools::POLL.name,
+            cancel: jobs::tools::CANCEL.name,
+        };
+        let local = |name| self.resolve(name) == Resolution::Visible(Route::Local);
+        [tools.call, tools.start, tools.poll, tools.cancel]
+            .into_iter()
+            .all(local)
+            .then_some(tools)
+    }
+
     fn instructions(&self) -> String {
         let mut text = String::new();
         if let Some(note) = self.note() {

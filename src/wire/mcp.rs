@@ -138,6 +138,35 @@ pub trait Catalog {
     fn resolve(&self, name: &str) -> Resolution;
     /// The `instructions` text of `initialize` for this connection.
     fn instructions(&self) -> String;
+    /// The tools the tasks extension maps onto, when this connection may use all of them.
+    fn tasks(&self) -> Option<TaskTools> {
+        None
+    }
+}
+
+/// The tasks extension (`io.modelcontextprotocol/tasks`) on jobs (CONTRACT §9, §20): a
+/// call of `call` may be answered as a task, started with `start` (its `job_id` is the
+/// `taskId`); `tasks/get` reads it with `poll`, `tasks/cancel` stops it with `cancel`.
+/// Named by the tool registry, which owns the names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskTools {
+    pub call: &'static str,
+    pub start: &'static str,
+    pub poll: &'static str,
+    pub cancel: &'static str,
+}
+
+/// Which step of a task a job tool's output answers, and so how it is reshaped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskStep {
+    /// `tools/call` answered as a task: a `CreateTaskResult`.
+    Create,
+    /// `tasks/get`: the task's state, with the call's result once it ended.
+    Get,
+    /// `tasks/update`: an empty acknowledgement for a known task.
+    Update,
+    /// `tasks/cancel`: an empty acknowledgement.
+    Cancel,
 }
 
 /// Audit outcome of a tool call, as recorded in `audit.jsonl`.
@@ -187,17 +216,23 @@ pub enum Action {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Form {
     pub revision: Revision,
+    /// A job tool run for a step of the tasks extension.
+    pub task: Option<TaskStep>,
 }
 
 impl Form {
     /// The legacy default: what a connection that never initialized is served as.
     pub const DEFAULT: Form = Form {
         revision: DEFAULT_REVISION,
+        task: None,
     };
 
     /// Serialize a tool call's reply by this form's rules (see [`tool_reply`]).
     pub fn reply(self, id: &Value, output: ToolOutput, max_bytes: usize) -> (String, Outcome) {
-        tool_reply_at(self.revision, id, output, max_bytes)
+        match self.task {
+            Some(step) => tasks::reply(step, self.revision, id, output, max_bytes),
+            None => tool_reply_at(self.revision, id, output, max_bytes),
+        }
     }
 }
 
@@ -363,7 +398,12 @@ impl Dispatcher {
         // 2026-07-28 transports/streamable-http "Protocol Version Header": a method the
         // server does not implement is `404 Not Found` with `-32601`.
         let status = match (&actions[..], req.revision.is_stateless(), http) {
-            ([Action::Reply(text)], true, Some(_)) if is_method_not_found(text) => 404,
+            ([Action::Reply(text)], true, Some(_)) => match error_code(text) {
+                Some(METHOD_NOT_FOUND) => 404,
+                // basic/index: MissingRequiredClientCapability is `400` on HTTP.
+                Some(MISSING_CLIENT_CAPABILITY) => 400,
+                _ => 200,
+            },
             _ => 200,
         };
         HttpOutcome { status, actions }
@@ -548,6 +588,9 @@ impl Dispatcher {
             "resources/templates/list" => json!({"resourceTemplates": []}),
             "prompts/list" => json!({"prompts": []}),
             "tools/call" => return self.tools_call(req, catalog),
+            "tasks/get" | "tasks/update" | "tasks/cancel" if stateless => {
+                return tasks::request(req, catalog)
+            }
             other => return not_found(other),
         };
         vec![Action::Reply(result_reply(
@@ -560,6 +603,7 @@ impl Dispatcher {
         let (id, params) = (&req.id, req.params);
         let form = Form {
             revision: req.revision,
+            task: None,
         };
         let refuse = |tool: &str, outcome: Outcome, msg: String| {
             vec![
@@ -606,6 +650,27 @@ impl Dispatcher {
             }
         };
         match catalog.resolve(&name) {
+            Resolution::Visible(Route::Local) if req.tasks => match catalog.tasks() {
+                // Tasks extension, "Capability Negotiation": the server decides per request;
+                // handnode answers every `bash` call of a negotiating client as a task.
+                Some(t) if t.call == name => vec![Action::Call {
+                    id: id.clone(),
+                    name: t.start.to_string(),
+                    route: Route::Local,
+                    arguments: tasks::start_arguments(arguments),
+                    form: Form {
+                        task: Some(TaskStep::Create),
+                        ..form
+                    },
+                }],
+                _ => vec![Action::Call {
+                    id: id.clone(),
+                    name,
+                    route: Route::Local,
+                    arguments,
+                    form,
+                }],
+            },
             Resolution::Visible(route) => vec![Action::Call {
                 id: id.clone(),
                 name,
@@ -650,6 +715,7 @@ fn modern_capabilities() -> Value {
         "tools": {"listChanged": false},
         "resources": {},
         "prompts": {},
+        "extensions": {TASKS_EXTENSION: {}},
     })
 }
 
@@ -685,12 +751,11 @@ fn frame_result(revision: Revision, method: &str, mut result: Value) -> Value {
     result
 }
 
-/// Is this serialized reply a `-32601`?
-fn is_method_not_found(reply: &str) -> bool {
+/// The error code of a serialized reply, if it is an error.
+fn error_code(reply: &str) -> Option<i64> {
     serde_json::from_str::<Value>(reply)
         .ok()
         .and_then(|v| v.pointer("/error/code").and_then(Value::as_i64))
-        == Some(METHOD_NOT_FOUND)
 }
 
 /// 2026-07-28 transports/streamable-http "Standard Request Headers" and "Server
@@ -750,6 +815,228 @@ fn decode_header_value(value: &str) -> Result<String, String> {
         .decode(encoded)
         .map_err(|e| format!("header value '{value}' is not valid Base64: {e}"))?;
     String::from_utf8(bytes).map_err(|_| format!("header value '{value}' is not UTF-8"))
+}
+
+/// The tasks extension (`io.modelcontextprotocol/tasks`, SEP-2663, for 2026-07-28) mapped
+/// onto jobs (CONTRACT §9): the `taskId` is the `job_id`.
+mod tasks {
+    use serde_json::{json, Map, Value};
+
+    use super::{
+        error_reply, frame_result, member, raw, result_reply, Action, Catalog, Form, Outcome, Req,
+        Route, TaskStep, ToolOutput, INVALID_PARAMS, MISSING_CLIENT_CAPABILITY, TASKS_EXTENSION,
+    };
+
+    /// How often a client is asked to poll (Task `pollIntervalMs`).
+    pub(super) const POLL_INTERVAL_MS: u64 = 1000;
+    /// The most of each stream a finished task's result carries, as `bash`'s default
+    /// `max_output_bytes`.
+    pub(super) const RESULT_BYTES: u64 = 65_536;
+    /// `bash`'s default `timeout_secs`, which a task keeps.
+    const BASH_TIMEOUT_SECS: u64 = 60;
+
+    /// `bash` arguments as the job tool's: the same command, cwd, env and timeout (60 s
+    /// when not given, as for `bash`); `max_output_bytes` is a read's business.
+    pub(super) fn start_arguments(arguments: Value) -> Value {
+        let Value::Object(mut map) = arguments else {
+            return arguments;
+        };
+        map.remove("max_output_bytes");
+        map.entry("timeout_secs")
+            .or_insert_with(|| json!(BASH_TIMEOUT_SECS));
+        Value::Object(map)
+    }
+
+    /// `tasks/get`, `tasks/update`, `tasks/cancel`.
+    pub(super) fn request(req: &Req<'_>, catalog: &dyn Catalog) -> Vec<Action> {
+        let id = &req.id;
+        // Tasks extension, "Capability Negotiation": without the extension on the
+        // request, the methods are refused with MissingRequiredClientCapability.
+        if !req.tasks {
+            let body = json!({"jsonrpc": "2.0", "id": id, "error": {
+                "code": MISSING_CLIENT_CAPABILITY,
+                "message": format!("Missing required client capability: {} needs the \
+                    {TASKS_EXTENSION} extension in _meta clientCapabilities.extensions",
+                    req.method),
+                "data": {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+            }});
+            return vec![Action::Reply(body.to_string())];
+        }
+        let task_id = member(req.params, "taskId").map(raw::shallow);
+        let Some(Value::String(task_id)) = task_id else {
+            return vec![Action::Reply(error_reply(
+                id,
+                INVALID_PARAMS,
+                "Invalid params: taskId (a string) is required",
+            ))];
+        };
+        let Some(tools) = catalog.tasks() else {
+            return vec![Action::Reply(unknown_task(id, &task_id))];
+        };
+        let (step, name, arguments) = match req.method {
+            "tasks/get" => (
+                TaskStep::Get,
+                tools.poll,
+                json!({"job_id": task_id, "max_bytes": RESULT_BYTES}),
+            ),
+            "tasks/update" => (
+                TaskStep::Update,
+                tools.poll,
+                json!({"job_id": task_id, "max_bytes": 1}),
+            ),
+            _ => (TaskStep::Cancel, tools.cancel, json!({"job_id": task_id})),
+        };
+        vec![Action::Call {
+            id: id.clone(),
+            name: name.to_string(),
+            route: Route::Local,
+            arguments,
+            form: Form {
+                revision: req.revision,
+                task: Some(step),
+            },
+        }]
+    }
+
+    fn unknown_task(id: &Value, task_id: &str) -> String {
+        error_reply(
+            id,
+            INVALID_PARAMS,
+            &format!("Invalid params: unknown taskId: {task_id}"),
+        )
+    }
+
+    /// A job tool's output as the answer to a task step.
+    pub(super) fn reply(
+        step: TaskStep,
+        revision: super::Revision,
+        id: &Value,
+        output: ToolOutput,
+        max_bytes: usize,
+    ) -> (String, Outcome) {
+        let outcome = output.outcome();
+        let result = match output {
+            ToolOutput::Result(v) => v,
+            ToolOutput::Encoded { json, .. } => serde_json::from_str(&json).unwrap_or_default(),
+            // Anything else (a refusal, a bad argument): what the call itself would answer.
+            other => return super::tool_reply_at(revision, id, other, max_bytes),
+        };
+        let failed = result.get("isError") == Some(&Value::Bool(true));
+        let facts = &result["structuredContent"];
+        let task_id = facts["job_id"].as_str().unwrap_or_default();
+        let text = match step {
+            // The job did not start (limits, bad arguments): the call's own tool error.
+            TaskStep::Create if failed || task_id.is_empty() => {
+                return super::tool_reply_at(revision, id, ToolOutput::Result(result), max_bytes)
+            }
+            // Unknown (or another grant's) job: tasks/get SHOULD be a JSON-RPC error.
+            _ if failed || task_id.is_empty() => {
+                let id_text = result["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or("unknown task");
+                return (
+                    error_reply(id, INVALID_PARAMS, &format!("Invalid params: {id_text}")),
+                    Outcome::RpcError,
+                );
+            }
+            TaskStep::Create => {
+                let mut task = task_object(facts);
+                task.insert("resultType".into(), json!("task"));
+                result_reply(id, Value::Object(task))
+            }
+            TaskStep::Get => result_reply(
+                id,
+                frame_result(revision, "tasks/get", Value::Object(detailed(facts))),
+            ),
+            TaskStep::Update | TaskStep::Cancel => {
+                result_reply(id, frame_result(revision, "tasks/cancel", json!({})))
+            }
+        };
+        (text, outcome)
+    }
+
+    /// The `Task` of a job: its id, status, times, TTL and poll interval. A finished
+    /// job's record is kept 10 minutes after it ends (§9), not from its start, so no TTL
+    /// from creation is promised (`null`).
+    fn task_object(facts: &Value) -> Map<String, Value> {
+        let started = facts["started_at"].clone();
+        let updated = match facts.get("ended_at") {
+            Some(Value::String(_)) => facts["ended_at"].clone(),
+            _ => started.clone(),
+        };
+        let (status, message) = status(facts);
+        let mut task = Map::new();
+        task.insert("taskId".into(), facts["job_id"].clone());
+        task.insert("status".into(), json!(status));
+        task.insert("statusMessage".into(), json!(message));
+        task.insert("createdAt".into(), started);
+        task.insert("lastUpdatedAt".into(), updated);
+        task.insert("ttlMs".into(), Value::Null);
+        task.insert("pollIntervalMs".into(), json!(POLL_INTERVAL_MS));
+        task
+    }
+
+    /// Job state → task status: running is working; exited is completed (a non-zero exit
+    /// is a completed call whose result is `isError`, as the extension says); killed by
+    /// `tasks/cancel` is cancelled, killed otherwise (timeout, grant ended) completed with
+    /// an `isError` result, as `bash` answers a timeout.
+    fn status(facts: &Value) -> (&'static str, String) {
+        let reason = facts["reason"].as_str().unwrap_or("");
+        match facts["state"].as_str() {
+            Some("running") => ("working", "the command is running".into()),
+            Some("killed") if reason == "cancelled" => ("cancelled", "cancelled".into()),
+            Some("killed") => ("completed", format!("killed ({reason})")),
+            _ => (
+                "completed",
+                format!("exited {}", facts["exit_code"].as_i64().unwrap_or(-1)),
+            ),
+        }
+    }
+
+    /// A `tasks/get` answer: the task, and once it completed, the `bash` result the call
+    /// would have answered (its output from the start, at most [`RESULT_BYTES`] a stream).
+    fn detailed(facts: &Value) -> Map<String, Value> {
+        let mut task = task_object(facts);
+        if task["status"] != "completed" {
+            return task;
+        }
+        let reason = facts["reason"].as_str().unwrap_or("");
+        let exit_code = facts["exit_code"].as_i64().unwrap_or(137);
+        let timed_out = reason == "timeout";
+        let cut = |stream: &str| {
+            facts[format!("{stream}_total")].as_u64() > facts[format!("{stream}_next")].as_u64()
+        };
+        let stdout = facts["stdout"].as_str().unwrap_or("");
+        let stderr = facts["stderr"].as_str().unwrap_or("");
+        let mut text = stdout.to_string();
+        if !stderr.is_empty() {
+            text.push_str(&format!("\n[stderr]\n{stderr}"));
+        }
+        text.push_str(&format!(
+            "\n[{}]",
+            task["statusMessage"].as_str().unwrap_or("")
+        ));
+        let result = json!({
+            "content": [{"type": "text", "text": text}],
+            "structuredContent": {
+                "job_id": facts["job_id"],
+                "state": facts["state"],
+                "pid": facts["pid"],
+                "started_at": facts["started_at"],
+                "stdout": stdout,
+                "stderr": stderr,
+                "exit_code": exit_code,
+                "timed_out": timed_out,
+                "cancelled": false,
+                "stdout_truncated": cut("stdout"),
+                "stderr_truncated": cut("stderr"),
+                "duration_ms": facts["duration_ms"].as_u64().unwrap_or(0),
+            },
+            "isError": exit_code != 0 || facts["state"] == "killed",
+        });
+        task.insert("result".into(), result);
+        task
+    }
 }
 
 /// The top-level members the dispatcher reads, in the order `raw::members` returns them.
@@ -1163,6 +1450,14 @@ mod tests {
         }
         fn instructions(&self) -> String {
             format!("profile {}", self.0)
+        }
+        fn tasks(&self) -> Option<TaskTools> {
+            (self.0 != Profile::Observe).then_some(TaskTools {
+                call: "bash",
+                start: "bash_start",
+                poll: "bash_poll",
+                cancel: "bash_cancel",
+            })
         }
     }
 
@@ -2338,5 +2633,197 @@ mod tests {
             (status, &reply["result"]["resultType"]),
             (200, &json!("complete"))
         );
+    }
+
+    // ---- the tasks extension on jobs (CONTRACT §9, §20) ----
+
+    fn with_tasks(id: i64, method: &str, extra: Value) -> String {
+        let mut v: Value = serde_json::from_str(&modern(id, method, extra)).unwrap();
+        v["params"]["_meta"][META_CLIENT_CAPABILITIES] =
+            json!({"extensions": {TASKS_EXTENSION: {}}});
+        v.to_string()
+    }
+
+    #[test]
+    fn a_negotiating_clients_bash_call_becomes_a_job_and_tasks_map_onto_job_tools() {
+        let call = |msg: &str| match &run(Profile::Owner, msg)[..] {
+            [Action::Call {
+                name,
+                arguments,
+                form,
+                ..
+            }] => (name.clone(), arguments.clone(), form.task),
+            other => panic!("{msg}: {other:?}"),
+        };
+        // Tasks extension "Capability Negotiation": only for a request that declares it.
+        let bash =
+            json!({"name": "bash", "arguments": {"command": "make", "max_output_bytes": 10}});
+        assert_eq!(
+            call(&with_tasks(1, "tools/call", bash.clone())),
+            (
+                "bash_start".into(),
+                json!({"command": "make", "timeout_secs": 60}),
+                Some(TaskStep::Create)
+            )
+        );
+        assert_eq!(call(&modern(1, "tools/call", bash.clone())).2, None);
+        assert_eq!(call(&modern(1, "tools/call", bash)).0, "bash");
+        // Other tools are never tasks.
+        assert_eq!(
+            call(&with_tasks(1, "tools/call", json!({"name": "sys_info"}))),
+            ("sys_info".into(), json!({}), None)
+        );
+        let task = json!({"taskId": "j1"});
+        assert_eq!(
+            call(&with_tasks(2, "tasks/get", task.clone())),
+            (
+                "bash_poll".into(),
+                json!({"job_id": "j1", "max_bytes": tasks::RESULT_BYTES}),
+                Some(TaskStep::Get)
+            )
+        );
+        assert_eq!(
+            call(&with_tasks(3, "tasks/cancel", task.clone())),
+            (
+                "bash_cancel".into(),
+                json!({"job_id": "j1"}),
+                Some(TaskStep::Cancel)
+            )
+        );
+        assert_eq!(
+            call(&with_tasks(4, "tasks/update", task.clone())).2,
+            Some(TaskStep::Update)
+        );
+        // Without the extension: MissingRequiredClientCapability naming it, HTTP 400.
+        for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
+            let msg = modern(5, method, task.clone());
+            let (status, reply) = http(
+                Profile::Owner,
+                &msg,
+                HttpHeaders {
+                    protocol_version: Some("2026-07-28"),
+                    method: Some(method),
+                    name: None,
+                },
+            );
+            assert_eq!(
+                (status, &reply["error"]["code"]),
+                (400, &json!(MISSING_CLIENT_CAPABILITY)),
+                "{method}: {reply}"
+            );
+            assert_eq!(
+                reply["error"]["data"]["requiredCapabilities"]["extensions"][TASKS_EXTENSION],
+                json!({})
+            );
+        }
+        // A missing taskId is malformed; a legacy connection has no tasks methods.
+        let reply = single_reply(&run(Profile::Owner, &with_tasks(6, "tasks/get", json!({}))));
+        assert_eq!(reply["error"]["code"], INVALID_PARAMS, "{reply}");
+        let reply = single_reply(&run(
+            Profile::Owner,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":{"taskId":"j1"}}"#,
+        ));
+        assert_eq!(reply["error"]["code"], METHOD_NOT_FOUND, "{reply}");
+        // server/discover advertises the extension (and no v1-style `tasks` slot).
+        let reply = single_reply(&run(
+            Profile::Owner,
+            &modern(8, "server/discover", json!({})),
+        ));
+        let caps = &reply["result"]["capabilities"];
+        assert_eq!(caps["extensions"][TASKS_EXTENSION], json!({}), "{caps}");
+        assert!(caps.get("tasks").is_none(), "{caps}");
+    }
+
+    #[test]
+    fn job_tool_answers_become_task_answers() {
+        let form = |step| Form {
+            revision: Revision::R2026_07_28,
+            task: Some(step),
+        };
+        let job = |facts: Value, is_error: bool| ToolOutput::Encoded {
+            json: json!({"content": [{"type": "text", "text": "t"}],
+                "structuredContent": facts, "isError": is_error})
+            .to_string()
+            .into(),
+            is_error,
+        };
+        let started = json!({"job_id": "j1", "state": "running", "pid": 42,
+            "started_at": "2026-12-01T20:00:00Z"});
+        let reply = |step, out| -> Value {
+            serde_json::from_str(&form(step).reply(&json!(1), out, 1 << 20).0).unwrap()
+        };
+        // Tasks extension "Task Creation": resultType task, a flat Task.
+        let created = reply(TaskStep::Create, job(started.clone(), false));
+        let r = &created["result"];
+        assert_eq!(
+            (&r["resultType"], &r["taskId"], &r["status"]),
+            (&json!("task"), &json!("j1"), &json!("working")),
+            "{created}"
+        );
+        assert_eq!(r["createdAt"], "2026-12-01T20:00:00Z");
+        assert!(r["ttlMs"].is_null() && r["pollIntervalMs"].is_u64(), "{r}");
+        assert!(r.get("task").is_none(), "flat, no nested task: {r}");
+        // A start that was refused is the call's own tool error, not a task.
+        let refused = reply(
+            TaskStep::Create,
+            ToolOutput::tool_error("too many running jobs (16) under this grant"),
+        );
+        assert_eq!(refused["result"]["isError"], true, "{refused}");
+        assert_eq!(refused["result"]["resultType"], "complete", "{refused}");
+
+        // "Task Polling": tasks/get answers resultType complete and the task's state.
+        let poll = |state: &str, extra: Value| {
+            let mut facts = started.clone();
+            facts["state"] = json!(state);
+            for (k, v) in extra.as_object().unwrap() {
+                facts[k] = v.clone();
+            }
+            reply(TaskStep::Get, job(facts, false))["result"].clone()
+        };
+        let running = poll("running", json!({"stdout": "x", "stderr": ""}));
+        assert_eq!(
+            (&running["status"], &running["resultType"]),
+            (&json!("working"), &json!("complete"))
+        );
+        assert!(running.get("result").is_none(), "{running}");
+        let ended = json!({"stdout": "hi\n", "stderr": "", "stdout_next": 3, "stdout_total": 3,
+            "stderr_next": 0, "stderr_total": 0, "ended_at": "2026-12-01T20:00:01Z",
+            "duration_ms": 5});
+        let mut ok = ended.clone();
+        ok["exit_code"] = json!(0);
+        let done = poll("exited", ok);
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(done["lastUpdatedAt"], "2026-12-01T20:00:01Z");
+        // "completed": the result the call would have answered, isError included.
+        assert_eq!(done["result"]["structuredContent"]["stdout"], "hi\n");
+        assert_eq!(done["result"]["isError"], false);
+        let mut failed = ended.clone();
+        failed["exit_code"] = json!(3);
+        assert_eq!(poll("exited", failed)["result"]["isError"], true);
+        let mut timeout = ended.clone();
+        timeout["reason"] = json!("timeout");
+        timeout["exit_code"] = json!(137);
+        let t = poll("killed", timeout);
+        assert_eq!(
+            (&t["status"], &t["result"]["structuredContent"]["timed_out"]),
+            (&json!("completed"), &json!(true))
+        );
+        let mut cancelled = ended;
+        cancelled["reason"] = json!("cancelled");
+        assert_eq!(poll("killed", cancelled)["status"], "cancelled");
+        // An unknown (or another grant's) job: a JSON-RPC error.
+        let unknown = reply(TaskStep::Get, ToolOutput::tool_error("unknown job_id: zz"));
+        assert_eq!(unknown["error"]["code"], INVALID_PARAMS, "{unknown}");
+        assert!(unknown["error"]["message"].as_str().unwrap().contains("zz"));
+        // "Task Cancellation": an empty acknowledgement.
+        let ack = reply(
+            TaskStep::Cancel,
+            job(
+                json!({"job_id": "j1", "signal": "TERM", "state": "running"}),
+                false,
+            ),
+        );
+        assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+        assert!(ack["result"].get("taskId").is_none(), "{ack}");
     }
 }
