@@ -26,7 +26,8 @@ conformance="$MCP_CURRENT_PREFIX/node_modules/@modelcontextprotocol/conformance/
 # The conformance suite's server scenarios that need no fixture tools of the server's own
 # (the others call tools such as `test_missing_capability` or `slow_compute`).
 scenarios=(server-initialize server-session-lifecycle server-stateless ping tools-list
-    dns-rebinding-protection caching http-header-validation http-custom-header-server-validation)
+    dns-rebinding-protection caching http-header-validation http-custom-header-server-validation
+    tasks-capability-negotiation)
 
 release_binary "$root" || exit 1
 scratch_dir interop
