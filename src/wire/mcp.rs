@@ -607,7 +607,7 @@ impl Dispatcher {
         };
         let refuse = |tool: &str, outcome: Outcome, msg: String| {
             vec![
-                Action::Reply(error_reply(&id, INVALID_PARAMS, &msg)),
+                Action::Reply(error_reply(id, INVALID_PARAMS, &msg)),
                 Action::Refused {
                     tool: tool.to_string(),
                     outcome,
@@ -2363,15 +2363,16 @@ mod tests {
             {META_PROTOCOL_VERSION: "v999", META_CLIENT_CAPABILITIES: {}}}})
         .to_string();
         // (case, message, protocol version, method, name, status, error code or 0)
-        let cases: Vec<(
-            &str,
-            &str,
-            Option<&str>,
-            Option<&str>,
-            Option<&str>,
+        type Case<'a> = (
+            &'a str,
+            &'a str,
+            Option<&'a str>,
+            Option<&'a str>,
+            Option<&'a str>,
             u16,
             i64,
-        )> = vec![
+        );
+        let cases: Vec<Case> = vec![
             (
                 "conforming call",
                 &call,
