@@ -487,10 +487,14 @@ impl Catalog for ConnCatalog<'_> {
             cancel: jobs::tools::CANCEL.name,
         };
         let local = |name| self.resolve(name) == Resolution::Visible(Route::Local);
-        [tools.call, tools.start, tools.poll, tools.cancel]
-            .into_iter()
-            .all(local)
-            .then_some(tools)
+        // A call held for a person's decision (§10) stays one, asked as itself: a grant
+        // whose approvals gate any of these tools gets no tasks.
+        let gated = |name: &str| {
+            self.grant
+                .is_some_and(|g| g.approve.iter().any(|a| a == name))
+        };
+        let names = [tools.call, tools.start, tools.poll, tools.cancel];
+        (names.into_iter().all(local) && !names.into_iter().any(gated)).then_some(tools)
     }
 
     fn instructions(&self) -> String {
@@ -773,6 +777,49 @@ mod tests {
             let listed: Vec<Value> = cat.list().iter().map(|t| t["name"].clone()).collect();
             assert_eq!(listed, names(policy.profile()), "{policy:?}");
         }
+    }
+
+    #[test]
+    fn tasks_map_onto_the_registrys_job_tools_only_where_all_are_usable_and_ungated() {
+        fn catalog<'a>(policy: &'a ToolPolicy, grant: Option<&'a GrantNote>) -> ConnCatalog<'a> {
+            ConnCatalog {
+                grant,
+                upstream: None,
+                browsers: None,
+                policy,
+            }
+        }
+        let owner = ToolPolicy::owner();
+        let tools = catalog(&owner, None)
+            .tasks()
+            .expect("owner has the job tools");
+        assert_eq!(
+            (tools.call, tools.start, tools.poll, tools.cancel),
+            (
+                bash::TOOL.name,
+                jobs::tools::START.name,
+                jobs::tools::POLL.name,
+                jobs::tools::CANCEL.name
+            )
+        );
+        for policy in fixed() {
+            let has_all = [tools.call, tools.start, tools.poll, tools.cancel]
+                .iter()
+                .all(|n| names(policy.profile()).contains(n));
+            assert_eq!(
+                catalog(&policy, None).tasks().is_some(),
+                has_all,
+                "{policy:?}"
+            );
+        }
+        // A grant whose approvals gate bash keeps its bash calls synchronous (and asked).
+        let gated = GrantNote {
+            id: "g".into(),
+            session: "s".into(),
+            expires_at: 0,
+            approve: vec!["bash".into()],
+        };
+        assert_eq!(catalog(&owner, Some(&gated)).tasks(), None);
     }
 
     #[test]
