@@ -429,6 +429,9 @@ impl Dispatcher {
             raw::members(m.get(), &[META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES])
         });
         let [meta_version, capabilities] = fields.unwrap_or([None, None]);
+        // Naming the field at all makes the request modern; a value that is not a string
+        // is then a malformed request, not a legacy one.
+        let names_version = meta_version.is_some();
         let meta_version = meta_version.map(raw::shallow);
         let meta_version = meta_version.as_ref().and_then(Value::as_str);
         let header_version = http.and_then(|h| h.protocol_version).map(str::trim);
@@ -448,7 +451,7 @@ impl Dispatcher {
             }});
             Err((400, body.to_string()))
         };
-        let modern = meta_version.is_some() || header_revision.is_some_and(Revision::is_stateless);
+        let modern = names_version || header_revision.is_some_and(Revision::is_stateless);
         if !modern {
             // 2025-06-18 transports "Protocol Version Header": an invalid or unsupported
             // MCP-Protocol-Version is `400 Bad Request`.
@@ -2199,6 +2202,14 @@ mod tests {
                 "no clientCapabilities",
                 json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {"_meta":
                     {META_PROTOCOL_VERSION: "2026-07-28"}}})
+                .to_string(),
+                "/error/code",
+                json!(INVALID_PARAMS),
+            ),
+            (
+                "protocolVersion not a string",
+                json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {"_meta":
+                    {META_PROTOCOL_VERSION: 20260728, META_CLIENT_CAPABILITIES: {}}}})
                 .to_string(),
                 "/error/code",
                 json!(INVALID_PARAMS),
