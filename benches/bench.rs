@@ -109,7 +109,7 @@ impl Opts {
                         "bench [--bin PATH] [--static-bin PATH] [--static-libc NAME] [--quick] \
                          [--only SECTION,...] [--placement NAME] [--server-cpu N]\n\
                          sections: memory, latency (= ping, sys_info, bash, pipelined, hol), \
-                         approval, attach, redial, screenshot, browser, audit, jobs"
+                         approval, attach, redial, screenshot, browser, audit, jobs, owed"
                     );
                     std::process::exit(0);
                 }
@@ -1570,6 +1570,99 @@ fn bench_memory(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     r.put("rss_after_revoke_kib", d.rss_kib().0, "KiB", None);
 }
 
+/// Calls in flight on one grant (the cap) in the owed-replies flood.
+const OWED_CALLS: usize = 64;
+/// How long the daemon's memory is watched while it owes a pod that stopped reading.
+const OWED_WINDOW: Duration = Duration::from_secs(3);
+/// The daemon's `--write-buffer-bytes` in the owed-replies flood (its default).
+const OWED_WRITE_BUFFER_KIB: f64 = 4096.0;
+
+/// Issue 23's memory flood (§15): a job printed 1 MiB of invalid UTF-8 to each stream
+/// (each byte becomes 3 in a reply, so one `bash_poll` of it answers ~6 MiB), and 64
+/// `bash_poll`s of it are sent to a grant whose pod then reads nothing. The figure is the
+/// daemon's peak RSS growth while it owes them (VmHWM, reset first through `clear_refs`
+/// where allowed, else the highest VmRSS sampled), beside `--write-buffer-bytes`, which it
+/// should stay near: that plus one reply plus the one being produced.
+fn bench_owed(r: &mut Report, d: &DaemonProc, pod: &mut Pod) {
+    let (_, mut greedy) = attach_ready(d, pod, "owed-greedy", "owner");
+    let (_, mut other) = attach_ready(d, pod, "owed-other", "owner");
+    let started = greedy.call_tool(
+        "bash_start",
+        json!({"command": "head -c 1048576 /dev/zero | tr '\\0' '\\377'; \
+                           head -c 1048576 /dev/zero | tr '\\0' '\\377' >&2"}),
+    );
+    let job = started["structuredContent"]["job_id"]
+        .as_str()
+        .expect("a job")
+        .to_string();
+    let deadline = Instant::now() + WATCHDOG;
+    while greedy.call_tool(
+        "bash_poll",
+        json!({"job_id": job, "max_bytes": 1, "wait_secs": 5}),
+    )["structuredContent"]["state"]
+        != "exited"
+    {
+        assert!(
+            Instant::now() < deadline,
+            "watchdog: the flood's job never ended"
+        );
+    }
+    let status_kib = |field: &str| -> f64 {
+        std::fs::read_to_string(format!("/proc/{}/status", d.pid))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let reset = std::fs::write(format!("/proc/{}/clear_refs", d.pid), "5").is_ok();
+    let before = d.rss_kib().0;
+    for _ in 0..OWED_CALLS {
+        let id = greedy.next_id;
+        greedy.next_id += 1;
+        send_text(
+            &mut greedy.ws,
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                   "params": {"name": "bash_poll",
+                              "arguments": {"job_id": job, "max_bytes": 1_048_576}}})
+            .to_string(),
+        );
+    }
+    // The pod reads nothing more; the other grant is pinged, and the memory read, until
+    // the window ends.
+    let mut peak = before;
+    let mut rtts = Vec::new();
+    let window = Instant::now();
+    while window.elapsed() < OWED_WINDOW {
+        rtts.extend(other.sequential(1, ping_req));
+        peak = peak.max(d.rss_kib().0);
+    }
+    if reset {
+        peak = peak.max(status_kib("VmHWM:"));
+    }
+    let grown = peak - before;
+    r.put("owed_reply_peak_kib", grown, "KiB", None);
+    r.put("write_buffer_kib", OWED_WRITE_BUFFER_KIB, "KiB", None);
+    r.put(
+        "owed_other_grant_ping_p99_us",
+        percentile(&rtts, 0.99),
+        "us",
+        None,
+    );
+    r.check(
+        "owed_reply_peak_kib",
+        "< 32768 KiB (--write-buffer-bytes 4096 KiB + one ~6 MiB reply + the one produced)".into(),
+        Some(grown < 32768.0),
+    );
+    if !reset {
+        r.note(
+            "owed_reply_peak_kib",
+            "KiB",
+            "VmHWM could not be reset here: the peak is the highest VmRSS sampled".into(),
+        );
+    }
+}
+
 /// Bytes the throughput job writes to its stdout (the issue's 256 MiB).
 const JOB_OUTPUT_BYTES: u64 = 256 << 20;
 
@@ -2291,6 +2384,18 @@ fn main() {
         let mut pod = Pod::start();
         eprintln!("bench: memory (daemon pid {})", d.pid);
         bench_memory(&mut r, &o, &d, &mut pod);
+    }
+    if o.runs("owed") {
+        // On a fresh daemon too: its peak is this flood's alone.
+        let d = DaemonProc::start_with(
+            &o.bin,
+            &dir.join("owed"),
+            display.as_deref(),
+            &["--write-stall-ms".into(), "600000".into()],
+        );
+        let mut pod = Pod::start();
+        eprintln!("bench: owed replies (daemon pid {})", d.pid);
+        bench_owed(&mut r, &d, &mut pod);
     }
     eprintln!("bench: floors");
     let mut echo = floor_echo(&mut r, &o);

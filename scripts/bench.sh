@@ -11,7 +11,8 @@
 # pass/fail. Not part of CI: timings on a shared box are noisy, so every time figure is a
 # ratio to a floor taken in the same run. Needs no network beyond crates.io for the build.
 # --quick runs a tenth of each count (a smoke run); --only runs some sections (memory,
-# latency = ping,sys_info,bash,pipelined,hol; approval, attach, redial, screenshot, audit, jobs), floors always.
+# latency = ping,sys_info,bash,pipelined,hol; approval, attach, redial, screenshot, audit, jobs,
+# owed = owed_reply_peak_kib, issue 23's memory flood beside --write-buffer-bytes), floors always.
 # --placement pins processes to CPUs (needs taskset, util-linux) so that a floor and the
 # daemon figure it is compared with cross the same CPU boundaries: on a VM a loopback round
 # trip takes ~7 us when both ends share a vCPU and ~60 us when the wake-up crosses to

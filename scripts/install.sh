@@ -269,9 +269,17 @@ if [ "$changed" = 1 ] && [ -z "$prefix" ] && command -v systemctl >/dev/null \
     fi
 fi
 
+# A unit outside the user manager's search path must be linked before it can be enabled, so
+# that step comes first when it is needed.
+case "$unit_dir" in
+    "${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user" | "${XDG_DATA_HOME:-$HOME/.local/share}/systemd/user" \
+        | /usr/local/share/systemd/user | /usr/share/systemd/user) link_first= ;;
+    *) link_first="  systemctl --user link $unit_dir/handnode.service   # first: $unit_dir is not where a user manager looks" ;;
+esac
+echo
+echo "Next steps:"
+[ -z "$link_first" ] || echo "$link_first"
 cat <<EOF
-
-Next steps:
   sudo loginctl enable-linger "\$USER"        # run at boot and after logout, not only in a session
   systemctl --user daemon-reload
   systemctl --user enable --now handnode
@@ -280,11 +288,6 @@ EOF
 case ":$PATH:" in
     *":$bin_dir:"*) ;;
     *) echo "  $bin_dir is not on your PATH: add it to use 'handnode grant' and friends" ;;
-esac
-case "$unit_dir" in
-    "${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user" | "${XDG_DATA_HOME:-$HOME/.local/share}/systemd/user" \
-        | /usr/local/share/systemd/user | /usr/share/systemd/user) ;;
-    *) echo "  $unit_dir is not where a user manager looks: systemctl --user link $unit_dir/handnode.service" ;;
 esac
 if [ -e "$unit_dir/handnode-playwright.service" ]; then
     echo "  browser tools (optional): set up Playwright as in docs/upstream.md, then"

@@ -44,6 +44,14 @@ function check(name, ok, detail) {
   }
 }
 
+// A bash result's stdout: the streams are in its text block, `stdout_range` says where
+// (byte offsets of its UTF-8).
+function stdout(r) {
+  const text = Buffer.from(((r.content || [])[0] || {}).text || '', 'utf8');
+  const [a, b] = (r.structuredContent && r.structuredContent.stdout_range) || [0, 0];
+  return text.subarray(a, b).toString('utf8');
+}
+
 // Every step is bounded: a hang fails the step rather than the whole run.
 function bounded(promise, ms = 15000) {
   let timer;
@@ -161,7 +169,7 @@ async function main() {
     const r = await bounded(client.callTool({ name: 'bash', arguments: { command: 'echo hi' } }));
     const text = (r.content || []).filter((c) => c.type === 'text').map((c) => c.text).join('');
     check('tools/call bash echo hi → hi', !r.isError && text.startsWith('hi') &&
-      (!r.structuredContent || r.structuredContent.stdout === 'hi\n'), JSON.stringify(r));
+      (!r.structuredContent || stdout(r) === 'hi\n'), JSON.stringify(r));
   } catch (e) {
     check('tools/call bash echo hi', false, e.stack);
   }

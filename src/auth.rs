@@ -78,7 +78,7 @@ impl RequestFacts {
     }
 
     /// A loopback caller that no proxy relayed: the only caller `--insecure-local` admits.
-    fn is_local(&self) -> bool {
+    pub fn is_local(&self) -> bool {
         self.peer_is_loopback && self.tailscale_user_login.is_none() && self.forwarded_for.is_none()
     }
 }
@@ -158,6 +158,44 @@ impl Policy {
             return Decision::Allow("local".into());
         }
         deny("unauthenticated")
+    }
+}
+
+impl Policy {
+    /// What a client is told about a denial of `req` for `reason` (one of [`Policy::decide`]'s
+    /// reasons): which requirement failed and what to do instead. The client learns nothing
+    /// it did not send or could not read in `--help` (never the token, never the list).
+    pub fn explain(&self, reason: &str, req: &RequestFacts) -> String {
+        const LOCAL_SOCKET: &str =
+            "on the box itself, the CLI's default local socket ($XDG_RUNTIME_DIR/handnode.sock) needs no credential";
+        match reason {
+            "missing Authorization header" => format!(
+                "this daemon needs its admin token: send Authorization: Bearer <token> (the CLI reads --token-file, HANDNODE_TOKEN or <config dir>/token); {LOCAL_SOCKET}"
+            ),
+            "Authorization must be Bearer" => {
+                "the Authorization header must be Bearer <token>".to_string()
+            }
+            "bad token" => "the bearer token is not this daemon's admin token".to_string(),
+            "no Tailscale identity on request" if req.is_local() => format!(
+                "no Tailscale identity on this request (it came from loopback, not through tailscale serve), and --allow-login requires one{}: on the box, use the local socket ($XDG_RUNTIME_DIR/handnode.sock, the CLI's default, needs no credential), or come through tailscale serve",
+                if self.token.is_some() { " besides the token" } else { "" }
+            ),
+            "no Tailscale identity on request" => {
+                "no Tailscale identity on this request, and --allow-login requires one: come through tailscale serve".to_string()
+            }
+            r if r.starts_with("login ") => format!(
+                "the Tailscale {} is not in this daemon's --allow-login list",
+                truncate(r.trim_end_matches(" not allowed"))
+            ),
+            _ => format!(
+                "no credential this daemon takes: it wants {}; {LOCAL_SOCKET}",
+                if self.insecure_local {
+                    "a loopback request not relayed by a proxy"
+                } else {
+                    "its admin token or an allowed Tailscale login"
+                }
+            ),
+        }
     }
 }
 

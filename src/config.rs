@@ -76,8 +76,6 @@ pub struct Timing {
     pub mcp_inline_wait: Duration,
     /// How long a finished job's record and output files are kept.
     pub job_retention: Duration,
-    /// How long after its grant ended a grant's job files are removed, whatever is left.
-    pub grant_job_retention: Duration,
     /// `bash_cancel` with TERM: SIGKILL follows this long after, if the group still lives.
     pub job_kill_grace: Duration,
     /// A grant's browser without a call for this long is stopped (its pages are gone).
@@ -117,7 +115,6 @@ impl Default for Timing {
             inline_wait: Duration::from_secs(100),
             mcp_inline_wait: Duration::from_secs(600),
             job_retention: Duration::from_secs(600),
-            grant_job_retention: Duration::from_secs(600),
             job_kill_grace: Duration::from_secs(5),
             browser_idle: Duration::from_secs(600),
             browser_start_timeout: Duration::from_secs(30),
@@ -154,8 +151,12 @@ pub struct Limits {
     pub audit_keep: usize,
     /// Bytes of each job stream (stdout, stderr) kept on disk; older bytes are dropped.
     pub job_output_bytes: u64,
-    /// All job output files together (bytes); a running job reserves two windows.
+    /// All job output files together (bytes); a running job reserves what its files hold
+    /// plus a headroom (§15).
     pub job_disk_bytes: u64,
+    /// Job output disk one scope (a grant, the owner's `/mcp`) may hold or reserve
+    /// (`--job-disk-share`); `None`: a quarter of `job_disk_bytes`.
+    pub job_disk_share: Option<u64>,
     /// Running jobs per grant (and on the owner's `/mcp`).
     pub jobs_per_grant: usize,
     /// Running jobs on this box.
@@ -165,6 +166,9 @@ pub struct Limits {
     /// Calls held for approval at once, over all grants; past this a call is answered
     /// `isError` and does not run.
     pub approvals_pending: usize,
+    /// Calls of one grant held for approval at once (§15): past this that grant's call is
+    /// refused, so no grant can fill the box-wide bound above for the others.
+    pub approvals_pending_per_grant: usize,
     /// `GET /approvals?wait=N` long-polls parked at once; past this a `429`.
     pub approval_waiters: usize,
     /// Largest arguments (serialized JSON, bytes) a held call may carry: the person must be
@@ -173,6 +177,24 @@ pub struct Limits {
     /// Mints (`POST /attach` with `admin_credential`) waiting for their pods at once; each
     /// waits on a thread of its own, never on an admin handler. One more gets `429`.
     pub max_mints: usize,
+}
+
+/// Bytes a running job may hold per stream beyond what its files hold (§15): reserved
+/// at its start, restored as its files grow (`tools::bgjobs`).
+pub const JOB_HEADROOM_BYTES: u64 = 1 << 20;
+/// A job output file's header (`tools::bgjobs::HEADER_BYTES`, which a test keeps equal).
+pub const JOB_HEADER_BYTES: u64 = 32;
+
+impl Limits {
+    /// What a job reserves when it starts: a header and a headroom per stream.
+    pub fn job_start_bytes(&self) -> u64 {
+        2 * (JOB_HEADER_BYTES + JOB_HEADROOM_BYTES.min(self.job_output_bytes))
+    }
+
+    /// The job disk one scope may use: `--job-disk-share`, or a quarter of the box's.
+    pub fn job_disk_share(&self) -> u64 {
+        self.job_disk_share.unwrap_or(self.job_disk_bytes / 4)
+    }
 }
 
 impl Default for Limits {
@@ -191,10 +213,12 @@ impl Default for Limits {
             audit_keep: 5,
             job_output_bytes: 16 << 20,
             job_disk_bytes: 256 << 20,
+            job_disk_share: None,
             jobs_per_grant: 16,
             jobs_total: 64,
             max_browsers: 2,
             approvals_pending: 256,
+            approvals_pending_per_grant: 16,
             approval_waiters: 16,
             approval_args_bytes: 64 << 10,
             max_mints: 8,
@@ -238,6 +262,9 @@ pub struct Config {
     pub notify_program: Option<PathBuf>,
     /// Tell systemd (`NOTIFY_SOCKET`) when ready and when stopping.
     pub sd_notify: bool,
+    /// The admin API's Unix socket for the box owner's own CLI (peers of this uid only);
+    /// `None`: not served.
+    pub local_socket: Option<PathBuf>,
     pub timing: Timing,
     pub limits: Limits,
 }
@@ -268,6 +295,7 @@ impl Config {
             notify: false,
             notify_program: None,
             sd_notify: false,
+            local_socket: None,
             timing: Timing::default(),
             limits: Limits::default(),
         }
@@ -593,6 +621,8 @@ pub(crate) struct ServeDraft {
     token_file: Option<PathBuf>,
     state_dir: Option<PathBuf>,
     config_dir: Option<PathBuf>,
+    /// `--local-socket`: `Some(None)` is `none`.
+    local_socket: Option<Option<PathBuf>>,
 }
 
 fn path_value(value: String) -> Result<PathBuf, String> {
@@ -893,6 +923,19 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         },
     },
     Flag {
+        name: "local-socket",
+        env: true,
+        default: "$XDG_RUNTIME_DIR/handnode.sock (none without XDG_RUNTIME_DIR)",
+        help: "A Unix socket (0600) serving the admin API to processes of this daemon's own user only (their uid is checked), without the token: the box owner's CLI uses it by default. `none`: not served.",
+        kind: Kind::Text {
+            metavar: "PATH|none",
+            set: |d, v| {
+                d.local_socket = Some(if v == "none" { None } else { Some(path_value(v)?) });
+                Ok(())
+            },
+        },
+    },
+    Flag {
         name: "browser-dir",
         env: true,
         default: "$XDG_RUNTIME_DIR/handnode-browsers or /tmp/handnode-browsers-<uid>",
@@ -984,7 +1027,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         name: "write-buffer-bytes",
         env: true,
         default: "4194304",
-        help: "Replies owed on a grant socket (bytes) past which it is not read until the pod reads.",
+        help: "Replies owed on a grant socket (bytes) past which it is not read until the pod reads; a job's or bash's output is made into a reply only while fewer are owed, so a grant's replies hold at most this plus one reply.",
         kind: Kind::Int {
             metavar: "BYTES",
             min: 65_536,
@@ -1026,6 +1069,18 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
             min: 1,
             max: 65_536,
             set: |d, v| d.config.limits.approvals_pending = v as usize,
+        },
+    },
+    Flag {
+        name: "max-pending-per-grant",
+        env: true,
+        default: "16",
+        help: "Calls of one grant (or of the owner's /mcp) waiting for approval at once; one more of that grant's is answered with a tool error and does not run, so one grant never fills --max-pending-approvals for the others.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: 65_536,
+            set: |d, v| d.config.limits.approvals_pending_per_grant = v as usize,
         },
     },
     Flag {
@@ -1087,12 +1142,24 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         name: "job-disk-bytes",
         env: true,
         default: "268435456",
-        help: "Disk all job output files may use together; a running job reserves two windows (--job-output-bytes each), and a job that cannot fit is refused.",
+        help: "Disk all job output files may use together; a running job reserves what its files hold plus 1 MiB per stream, and a job that cannot start within it or its grant's --job-disk-share is refused.",
         kind: Kind::Int {
             metavar: "BYTES",
             min: 2,
             max: 1 << 40,
             set: |d, v| d.config.limits.job_disk_bytes = v,
+        },
+    },
+    Flag {
+        name: "job-disk-share",
+        env: true,
+        default: "",
+        help: "Disk the job output of one grant (or of the owner's /mcp) may use, default a quarter of --job-disk-bytes: a running job reserves what its files hold plus 1 MiB per stream, and past its grant's share its output keeps only its newest bytes, so one grant never fills the disk for the others.",
+        kind: Kind::Int {
+            metavar: "BYTES",
+            min: 2,
+            max: 1 << 40,
+            set: |d, v| d.config.limits.job_disk_share = Some(v),
         },
     },
     Flag {
@@ -1133,7 +1200,6 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
     },
     millis!("mcp-inline-wait-ms", mcp_inline_wait, "600000", "The same limit on the owner's /mcp."),
     millis!("job-retention-ms", job_retention, "600000", "How long a finished job's record and output are kept."),
-    millis!("grant-job-retention-ms", grant_job_retention, "600000", "How long after its grant ended all of a grant's job files are removed."),
     millis!("job-kill-grace-ms", job_kill_grace, "5000", "bash_cancel with TERM: SIGKILL follows this long after if the job's process group still lives."),
     millis!("browser-idle-ms", browser_idle, "600000", "A grant's browser without a call for this long is stopped; the next call starts a new one (and says the pages are gone)."),
     millis!("browser-start-timeout-ms", browser_start_timeout, "30000", "Longest a browser command may take to answer initialize."),
@@ -1196,6 +1262,7 @@ impl Config {
             notify: true,
             notify_program: None,
             sd_notify: true,
+            local_socket: None,
             timing: Timing::default(),
             limits: Limits::default(),
         }
@@ -1212,6 +1279,15 @@ pub fn default_state_dir(env: &HashMap<String, String>) -> Option<PathBuf> {
     absolute_env(env, "XDG_STATE_HOME")
         .or_else(|| absolute_env(env, "HOME").map(|h| h.join(".local/state")))
         .map(|d| d.join("handnode"))
+}
+
+/// Name of the admin API's Unix socket in `$XDG_RUNTIME_DIR` (the CLI's default way in).
+pub const LOCAL_SOCKET_NAME: &str = "handnode.sock";
+
+/// `$XDG_RUNTIME_DIR/handnode.sock`; none without a runtime dir (a shared `/tmp` is no
+/// place for it).
+pub fn default_local_socket(env: &HashMap<String, String>) -> Option<PathBuf> {
+    absolute_env(env, "XDG_RUNTIME_DIR").map(|d| d.join(LOCAL_SOCKET_NAME))
 }
 
 /// `$XDG_CONFIG_HOME/handnode`, else `~/.config/handnode`.
@@ -1264,6 +1340,7 @@ pub(crate) fn parse_serve(args: &[String], env: &HashMap<String, String>) -> Res
         token_file: None,
         state_dir: None,
         config_dir: None,
+        local_socket: None,
     };
     let positional = apply_flags(&[SERVE_FLAGS], args, env, &mut draft)?;
     no_positional("serve", &positional)?;
@@ -1287,6 +1364,10 @@ pub(crate) fn parse_serve(args: &[String], env: &HashMap<String, String>) -> Res
                     .into(),
             )
         })?;
+    config.local_socket = match draft.local_socket {
+        Some(chosen) => chosen,
+        None => default_local_socket(env),
+    };
     let timing = &config.timing;
     if timing.backoff_cap < timing.backoff_base {
         return Err(Error::Config(
@@ -1301,9 +1382,27 @@ pub(crate) fn parse_serve(args: &[String], env: &HashMap<String, String>) -> Res
     }
 
     let limits = &config.limits;
+    if limits.approvals_pending_per_grant >= limits.approvals_pending {
+        return Err(Error::Config(
+            "--max-pending-per-grant must be less than --max-pending-approvals, or one grant could hold every approval slot of the box"
+                .into(),
+        ));
+    }
     if limits.job_output_bytes.saturating_mul(2) > limits.job_disk_bytes {
         return Err(Error::Config(
             "--job-disk-bytes must hold at least one running job: two windows of --job-output-bytes"
+                .into(),
+        ));
+    }
+    let one_job = limits.job_start_bytes();
+    if limits.job_disk_share() < one_job {
+        return Err(Error::Config(format!(
+            "--job-disk-share must hold at least one starting job ({one_job} bytes: 1 MiB per stream, or --job-output-bytes if less)"
+        )));
+    }
+    if limits.job_disk_share() > limits.job_disk_bytes {
+        return Err(Error::Config(
+            "--job-disk-share must be at most --job-disk-bytes: it is one grant's part of it"
                 .into(),
         ));
     }
@@ -1535,7 +1634,7 @@ pub fn log_effective(config: &Config) {
         (None, _) => "no token".to_string(),
     };
     log::info!(
-        "handnode {} listening on {}; auth: {token}, allow-login {}, insecure-local {}; allow-host {}",
+        "handnode {} starting (admin API to listen on {}); auth: {token}, allow-login {}, insecure-local {}; allow-host {}",
         env!("CARGO_PKG_VERSION"),
         config.listen,
         list(&config.allow_logins),
@@ -1625,14 +1724,63 @@ mod tests {
             "{err}"
         );
         let c = serve(
-            &["--approval-waiters", "3", "--max-pending-approvals", "7"],
+            &[
+                "--approval-waiters",
+                "3",
+                "--max-pending-approvals",
+                "7",
+                "--max-pending-per-grant",
+                "6",
+            ],
             &env,
         )
         .unwrap();
         assert_eq!(
-            (c.limits.approval_waiters, c.limits.approvals_pending),
-            (3, 7)
+            (
+                c.limits.approval_waiters,
+                c.limits.approvals_pending,
+                c.limits.approvals_pending_per_grant
+            ),
+            (3, 7, 6)
         );
+        assert_eq!(Limits::default().approvals_pending_per_grant, 16);
+        // --job-disk-share: a quarter by default; at most the box's; at least one start.
+        assert_eq!(c.limits.job_disk_share(), 64 << 20);
+        let small = |share: &str| {
+            serve(
+                &[
+                    "--job-output-bytes",
+                    "1000",
+                    "--job-disk-bytes",
+                    "1000000",
+                    "--job-disk-share",
+                    share,
+                ],
+                &env,
+            )
+        };
+        assert_eq!(small("1000000").unwrap().limits.job_disk_share(), 1_000_000);
+        let err = small("1000001").unwrap_err();
+        assert!(err.contains("--job-disk-share must be at most"), "{err}");
+        let one_job = Limits::default().job_start_bytes();
+        assert_eq!(one_job, 2 * (32 + (1 << 20)));
+        let at = one_job.to_string();
+        serve(&["--job-disk-share", &at], &env).unwrap();
+        let below = (one_job - 1).to_string();
+        let err = serve(&["--job-disk-share", &below], &env).unwrap_err();
+        assert!(err.contains("at least one starting job"), "{err}");
+        // A grant's bound that reaches the box's would let one grant hold every slot.
+        let err = serve(
+            &[
+                "--max-pending-approvals",
+                "7",
+                "--max-pending-per-grant",
+                "7",
+            ],
+            &env,
+        )
+        .unwrap_err();
+        assert!(err.contains("--max-pending-per-grant"), "{err}");
     }
 
     #[test]

@@ -71,6 +71,8 @@ pub struct Daemon {
     sd_notify: bool,
     /// Stopped after the grants, so no browser outlives the daemon.
     browsers: Option<Arc<browser::Browsers>>,
+    /// Released last, once every job is killed and audited: the next daemon may then recover.
+    state_lock: Option<base::statedir::StateLock>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -91,6 +93,13 @@ impl Daemon {
         let tls = wire::tls::client_config(config.ca_file.as_deref())?;
         // Also with --no-persist: the audit log lives there.
         grants::persist::ensure_state_dir(&config.state_dir)?;
+        // Before anything in the state dir is read or changed (crash recovery kills the jobs
+        // a dead daemon left; grants resume and dial): a second daemon on a live one's state
+        // dir stops here, having touched nothing.
+        let state_lock = base::statedir::lock_state_dir(&config.state_dir)?;
+        // Bound before recovery too: a busy port stops a start before it changes anything.
+        let listener = admin::bind(config.listen, config.timing.admin_io_timeout)?;
+        let local_listener = config.local_socket.as_deref().and_then(admin::bind_local);
         let store = if config.persist {
             Some(grants::persist::GrantStore::open(&config.state_dir)?)
         } else {
@@ -118,14 +127,15 @@ impl Daemon {
                 dir: Some(config.state_dir.join(tools::jobs::table::DIR_NAME)),
                 window: config.limits.job_output_bytes,
                 disk_cap: config.limits.job_disk_bytes,
+                disk_share: config.limits.job_disk_share(),
                 per_scope: config.limits.jobs_per_grant,
                 total: config.limits.jobs_total,
                 retention: config.timing.job_retention,
-                scope_retention: config.timing.grant_job_retention,
                 kill_grace: config.timing.job_kill_grace,
                 kept_per_scope: tools::jobs::table::DEFAULT_KEPT_PER_SCOPE,
                 audit_args: config.audit_args,
             },
+            upstreams: !config.upstreams.is_empty(),
         };
         let browsers = match &config.browser_command {
             Some(argv) => Some(Arc::new(browser::Browsers::start(
@@ -189,6 +199,7 @@ impl Daemon {
             grants::approvals::HubConfig {
                 timeout: config.timing.approval_timeout,
                 max_pending: config.limits.approvals_pending,
+                max_pending_per_grant: config.limits.approvals_pending_per_grant,
                 max_waiters: config.limits.approval_waiters,
                 max_args_bytes: config.limits.approval_args_bytes,
                 audit_args: config.audit_args,
@@ -212,7 +223,6 @@ impl Daemon {
                 notify: config.notify,
             },
         );
-        let listener = admin::bind(config.listen, config.timing.admin_io_timeout)?;
         let state = Arc::new(admin::AdminState::new(
             policy,
             Arc::clone(&registry),
@@ -231,9 +241,16 @@ impl Daemon {
         let resumed = registry.resume()?;
         jobs.retain_scopes(&registry.live_ids());
         let (fatal_tx, fatal) = crossbeam_channel::unbounded();
-        let admin = admin::AdminServer::start(listener, Arc::clone(&state), fatal_tx)?;
+        let admin =
+            admin::AdminServer::start(listener, local_listener, Arc::clone(&state), fatal_tx)?;
         state.ready.store(true, std::sync::atomic::Ordering::SeqCst);
         log::info!("admin API listening on http://{}", admin.local_addr);
+        if let Some(path) = &admin.local_path {
+            log::info!(
+                "admin API also on the local socket {} (this user's processes only; the CLI's default)",
+                path.display()
+            );
+        }
         // A supervisor without sd_notify (or a test) can wait for this line.
         log::info!("ready: {resumed} persisted grant(s) resumed");
         if config.sd_notify {
@@ -252,6 +269,7 @@ impl Daemon {
             jobs,
             sd_notify: config.sd_notify,
             browsers,
+            state_lock: Some(state_lock),
         })
     }
 
@@ -296,6 +314,7 @@ impl Daemon {
         // A job never outlives the daemon; its end is recorded before the audit closes.
         self.jobs.shutdown();
         self.audit_guard.take();
+        self.state_lock.take();
     }
 }
 

@@ -213,7 +213,11 @@ fn mcp_over_http_as_a_new_user_would_use_it() {
         Some(&sid),
         json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo hi"}}}),
     );
-    assert_eq!(hi["result"]["structuredContent"]["stdout"], "hi\n", "{hi}");
+    assert_eq!(
+        with_streams(hi.clone())["result"]["structuredContent"]["stdout"],
+        "hi\n",
+        "{hi}"
+    );
     let (status, _, _) = mcp(
         &d,
         Some("no-such-session"),
@@ -287,4 +291,26 @@ fn readyz_and_metrics() {
         "{text}"
     );
     assert_eq!(http(d.addr, "GET", "/metrics", &[], None).0, 401);
+}
+
+#[test]
+fn get_one_approval_answers_404_for_unknown_and_401_without_auth() {
+    // 200 with the arguments whole is tests/approvals.rs's (it needs a held call).
+    let d = TestDaemon::new("approval-one");
+    let (status, v) = d.call(
+        "GET",
+        "/approvals/0b6f7d3e-1c2a-4f5e-9d8c-7b6a5f4e3d2c",
+        None,
+    );
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (404, Some("no such approval"))
+    );
+    assert_eq!(d.call("GET", "/approvals/not-an-id", None).0, 404);
+    assert_eq!(
+        http(d.addr, "GET", "/approvals/anything", &[], None).0,
+        401,
+        "the route needs the admin token"
+    );
+    assert_eq!(d.call("PUT", "/approvals/anything", None).0, 405);
 }

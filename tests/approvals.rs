@@ -552,7 +552,7 @@ fn bad_input_is_a_400_that_names_the_field_and_changes_nothing() {
     }
     assert_eq!(approvals(&d, "?wait=60").0, 200, "the bound itself is fine");
     assert_eq!(d.call("PUT", "/approvals", None).0, 405);
-    assert_eq!(d.call("GET", &path, None).0, 405);
+    assert_eq!(d.call("PATCH", &path, None).0, 405);
     // Nothing was decided.
     assert_eq!(approvals(&d, "").1.len(), 1);
     assert!(!file.exists());
@@ -726,4 +726,65 @@ fn a_notify_send_without_actions_falls_back_to_a_plain_notification() {
         "fallback\n"
     );
     let _ = std::fs::remove_dir_all(&tools);
+}
+
+#[test]
+fn one_grants_approval_flood_leaves_the_other_grants_their_slots() {
+    let pod = StubPod::start();
+    let d = TestDaemon::with("appr-shares", |c| {
+        quiet_liveness(c);
+        c.limits.approvals_pending_per_grant = 3;
+        c.limits.approvals_pending = 8;
+    });
+    let (_, mut a) = d.attached_with(&pod, desktop_with(&pod, "greedy", json!(["bash"])));
+    let (_, mut b) = d.attached_with(&pod, desktop_with(&pod, "other-b", json!(["bash"])));
+    let (_, mut c) = d.attached_with(&pod, desktop_with(&pod, "other-c", json!(["bash"])));
+    // The greedy grant: its bound (3) held, bound + 1 refused with the §15 words.
+    // {"command":"…"} is 14 bytes besides the command: the first two arguments make exactly
+    // the list's budget of 64 KiB together, so both are shown whole and the third is cut.
+    let first = "a".repeat(65_536 - 20 - 14);
+    send_bash(&mut a, "a1", &first);
+    send_bash(&mut a, "a2", "echo x");
+    send_bash(&mut a, "a3", "echo third");
+    wait_pending(&d, 3);
+    let r = a.call_tool(json!("a4"), "bash", json!({"command": "echo four"}));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(
+        text_of(&r).starts_with("too many of this grant's calls are waiting for approval (3)"),
+        "{r}"
+    );
+    // The others still hold calls: B up to its own bound, C too until the box's bound (8).
+    for i in 0..3 {
+        send_bash(&mut b, &format!("b{i}"), "echo b");
+    }
+    wait_pending(&d, 6);
+    send_bash(&mut c, "c0", "echo c");
+    send_bash(&mut c, "c1", "echo c");
+    let list = wait_pending(&d, 8);
+    // The box's bound + 1 is refused, to whoever asks.
+    let r = c.call_tool(json!("c2"), "bash", json!({"command": "echo c"}));
+    assert_eq!(
+        text_of(&r),
+        "too many calls are already waiting for approval (8); bash did not run"
+    );
+    // GET /approvals is bounded: the budget exactly, then cut; /approvals/{id} is whole.
+    assert_eq!(list[0]["arguments"]["command"], first.as_str());
+    assert_eq!(list[1]["arguments"]["command"], "echo x");
+    assert!(list[0].get("arguments_truncated").is_none());
+    assert!(list[1].get("arguments_truncated").is_none());
+    for cut in &list[2..] {
+        assert_eq!(cut["arguments_truncated"], true, "{cut}");
+        assert!(cut["arguments"].is_string(), "{cut}");
+    }
+    let third = list[2]["id"].as_str().unwrap();
+    let (status, whole) = d.call("GET", &format!("/approvals/{third}"), None);
+    assert_eq!(status, 200);
+    assert_eq!(whole["arguments"]["command"], "echo third");
+    assert!(whole.get("arguments_truncated").is_none());
+    // A decision frees the greedy grant's slot for it, and only for it.
+    assert_eq!(decide(&d, third, json!({"decision": "deny"})).0, 200);
+    assert_eq!(a.recv()["id"], "a3");
+    assert_eq!(d.call("GET", &format!("/approvals/{third}"), None).0, 404);
+    send_bash(&mut a, "a5", "echo again");
+    wait_pending(&d, 8);
 }

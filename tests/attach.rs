@@ -566,7 +566,8 @@ fn the_admin_api_refuses_bad_input_with_clear_errors() {
     assert_eq!(status, 401);
     assert_eq!(
         serde_json::from_slice::<Value>(&body).unwrap(),
-        json!({"error": "unauthorized"})
+        json!({"error": "unauthorized",
+               "reason": "the bearer token is not this daemon's admin token"})
     );
     let (status, _, body) = http(d.addr, "GET", "/healthz", &[], None);
     assert_eq!((status, body.as_slice()), (200, b"ok".as_slice()));
@@ -637,4 +638,88 @@ fn a_silent_socket_is_dropped_and_redialed() {
         g["last_error"].as_str().unwrap_or("").contains("silence"),
         "{g}"
     );
+}
+
+/// Issue 30: the `202` says what the request did; `replace:false` refuses to end a live
+/// grant with other tools (`409`, nothing changed); a renewal's new secret is not checked
+/// until the next dial, and the end it then causes names that renewal.
+#[test]
+fn attach_says_created_renewed_or_replaced_and_replace_false_refuses() {
+    let pod = StubPod::start();
+    let d = TestDaemon::with("attachsays", quiet_liveness);
+    let mut body = attach_body(&pod, "laptop", "desktop");
+    body["replace"] = json!(false);
+    let g = d.attach(body.clone());
+    assert_eq!(g["attach"], "created", "{g}");
+    let id = g["id"].as_str().unwrap().to_string();
+    let (_, mut conn) = pod.next_session();
+    d.wait_grant(&id, "attached", |g| g["state"] == "attached");
+
+    let g = d.attach(body.clone());
+    assert_eq!(
+        (
+            g["attach"].as_str(),
+            g["new_secret"].as_bool(),
+            g["id"].as_str()
+        ),
+        (Some("renewed"), Some(false), Some(id.as_str()))
+    );
+
+    let mut other = body.clone();
+    other["profile"] = json!("observe");
+    let (status, v) = d.call("POST", "/attach", Some(&other));
+    assert_eq!(status, 409, "{v}");
+    let msg = v["error"].as_str().unwrap();
+    assert!(
+        msg.contains(&id)
+            && msg.contains("profile desktop -> observe")
+            && msg.contains("--replace"),
+        "{msg}"
+    );
+    assert_eq!(
+        d.grant(&id)["state"],
+        "attached",
+        "the refused replace changed nothing"
+    );
+    assert_eq!(conn.ping(json!(1))["result"], json!({}));
+    let (status, v) = d.call(
+        "POST",
+        "/attach",
+        Some(&json!({"runtime": pod.runtime(),
+        "session": "laptop", "secret": "s", "replace": "yes"})),
+    );
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (400, Some("replace must be true or false"))
+    );
+
+    // A renewal with another secret: accepted now, tried at the next dial.
+    let mut renew = body.clone();
+    renew["secret"] = json!("mistyped");
+    let g = d.attach(renew);
+    assert_eq!(
+        (g["attach"].as_str(), g["new_secret"].as_bool()),
+        (Some("renewed"), Some(true))
+    );
+    pod.script().expect_secret = Some("s3cret-attach".into());
+    conn.close(1000);
+    assert_eq!(pod.next_upgrade().status, 401);
+    let g = d.wait_grant(&id, "ended", |g| g["state"] == "ended");
+    assert_eq!(g["ended"], "handshake_rejected_401", "{g}");
+    let error = g["last_error"].as_str().unwrap();
+    assert!(
+        error.starts_with("handshake 401: the pod refused the new secret from the renewal at ")
+            && error.contains(" by token"),
+        "{error}"
+    );
+
+    // With replace:true (or absent) a different profile replaces, and says which grant ended.
+    let g = d.attach(body.clone());
+    assert_eq!(g["attach"], "created", "the old one had ended: {g}");
+    let first = g["id"].as_str().unwrap().to_string();
+    let _ = pod.next_session();
+    other["replace"] = json!(true);
+    let g = d.attach(other);
+    assert_eq!(g["attach"], "replaced", "{g}");
+    assert_eq!(g["replaced_id"], first.as_str());
 }

@@ -248,3 +248,157 @@ fn a_sixteen_mib_message_costs_a_few_times_its_size() {
     drop(d);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Reset the daemon's VmHWM to its current VmRSS (`/proc/<pid>/clear_refs` `5`), so the
+/// peak read after a flood is that flood's; `false` where that is not allowed.
+fn reset_peak(pid: u32) -> bool {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
+}
+
+/// One of 64 requests in flight per grant (the in-flight cap).
+const IN_FLIGHT: usize = 64;
+
+/// How long the daemon's memory is watched while it owes a pod that stopped reading.
+const OWED_WINDOW: Duration = Duration::from_secs(3);
+
+#[test]
+fn owed_replies_of_a_pod_that_stopped_reading_stay_near_the_write_buffer() {
+    let dir = temp_dir("bp-owed");
+    let pod = StubPod::start();
+    // The production write buffer (4 MiB); no stall drop while the test measures.
+    let d = RealDaemon::start(&dir.join("state"), &[("--write-stall-ms", "600000")]);
+    let attach_owner = |session: &str| {
+        let (status, g) = d.call(
+            "POST",
+            "/attach",
+            Some(&attach_body(&pod, session, "owner")),
+        );
+        assert_eq!(status, 202, "{g}");
+        let id = g["id"].as_str().unwrap().to_string();
+        let (_, conn) = pod.next_session();
+        d.wait_grant(&id, "attached", |g| g["state"] == "attached");
+        conn
+    };
+    let mut greedy = attach_owner("greedy");
+    let mut other = attach_owner("other");
+    // A job that printed 1 MiB of invalid UTF-8 to each stream: each byte becomes U+FFFD
+    // (3 bytes), so one bash_poll of it answers about 6 MiB, and 64 of them 384 MiB.
+    let started = greedy.call_tool(
+        json!("start"),
+        "bash_start",
+        json!({"command": "head -c 1048576 /dev/zero | tr '\\0' '\\377'; \
+                            head -c 1048576 /dev/zero | tr '\\0' '\\377' >&2"}),
+    );
+    let job = started["result"]["structuredContent"]["job_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{started}"))
+        .to_string();
+    poll_until(
+        || {
+            greedy.call_tool(
+                json!("wait"),
+                "bash_poll",
+                json!({"job_id": job, "max_bytes": 1, "wait_secs": 5}),
+            )
+        },
+        |r| r["result"]["structuredContent"]["state"] == "exited",
+        |r| format!("watchdog: the job never ended: {r}"),
+    );
+    let ping_round_trip = |conn: &mut PodConn, id: u64| {
+        let at = Instant::now();
+        assert_eq!(conn.ping(json!(id))["result"], json!({}));
+        at.elapsed()
+    };
+    let p99 = |mut v: Vec<Duration>| {
+        v.sort();
+        v[(v.len() * 99).div_ceil(100) - 1]
+    };
+    let usual = p99((0..100).map(|i| ping_round_trip(&mut other, i)).collect());
+    let peak_reset = reset_peak(d.pid);
+    let rss_before = d.rss_kib();
+
+    // 64 bash_polls in flight; the pod reads nothing from here on.
+    for i in 0..IN_FLIGHT {
+        greedy.send(&json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+            "params": {"name": "bash_poll", "arguments": {"job_id": job, "max_bytes": 1_048_576}}}));
+    }
+    // While the daemon produces what it can send and then waits (a debug build takes
+    // about a second for that), the other grant's pings are answered; the daemon's
+    // memory is read at each. The window only bounds the measurement.
+    let mut during = Vec::new();
+    let mut rss_peak = rss_before;
+    let window = Instant::now();
+    while window.elapsed() < OWED_WINDOW {
+        during.push(ping_round_trip(&mut other, 1000 + during.len() as u64));
+        rss_peak = rss_peak.max(d.rss_kib());
+    }
+    let hwm = status_kib(d.pid, "VmHWM:");
+    let peak = if peak_reset {
+        hwm.max(rss_peak)
+    } else {
+        rss_peak
+    };
+    let grown_kib = peak.saturating_sub(rss_before);
+    let during = p99(during);
+    eprintln!(
+        "owed replies: {IN_FLIGHT} bash_polls of 2 x 1 MiB invalid UTF-8 to a pod that stopped \
+         reading: VmRSS {rss_before} KiB, peak {peak} KiB (VmHWM {}): owed_reply_peak_kib \
+         {grown_kib} with --write-buffer-bytes 4096 KiB; the other grant's ping p99 \
+         {usual:?} before, {during:?} during",
+        if peak_reset {
+            "reset before"
+        } else {
+            "not resettable here"
+        }
+    );
+    assert!(
+        grown_kib < 32 << 10,
+        "the daemon grew by {grown_kib} KiB under 64 owed replies"
+    );
+    // Once the pod reads again, replies arrive whole, each output byte once (the streams
+    // in the text, structuredContent saying where). Reading all 384 MiB takes a debug
+    // build over a minute; the first few show it.
+    let read_from = Instant::now();
+    greedy.set_read_timeout(WATCHDOG);
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        let text = loop {
+            match greedy.ws.read() {
+                Ok(tungstenite::Message::Text(t)) => break t,
+                Ok(_) => continue,
+                Err(e) if is_interrupted(&e) => continue,
+                Err(e) => panic!("reply {n} never came: {e}"),
+            }
+        };
+        assert!(
+            (6 << 20..7 << 20).contains(&text.len()),
+            "reply of {} bytes",
+            text.len()
+        );
+        assert!(
+            text.contains("\"stdout_range\":[0,3145728]"),
+            "{}",
+            &text[text.len() - 600..]
+        );
+        assert!(
+            !text.contains("\"stdout\":\""),
+            "a stream in structuredContent"
+        );
+        let id_at = text.find("\"id\":").unwrap() + 5;
+        let id: u64 = text[id_at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        ids.push(id);
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 4, "{ids:?}");
+    assert!(ids.iter().all(|&id| id < IN_FLIGHT as u64), "{ids:?}");
+    eprintln!("read 4 replies in {:?}", read_from.elapsed());
+    assert_eq!(other.ping(json!("after"))["result"], json!({}));
+    drop(d);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -38,11 +38,25 @@ fn secrets_never_reach_the_child_environment() {
         },
         Completion::new(move |out| tx.send(out).unwrap()),
     );
-    let ToolOutput::Result(result) = rx.recv_timeout(Duration::from_secs(30)).unwrap() else {
-        panic!("bash did not produce a result");
+    let out = match rx.recv_timeout(Duration::from_secs(30)).unwrap() {
+        // Produced when its reply can be sent (§15): here, now.
+        ToolOutput::Later(later) => later.run(),
+        out => out,
+    };
+    let result: serde_json::Value = match out {
+        ToolOutput::Result(result) => result,
+        ToolOutput::Json { json, .. } => serde_json::from_str(&json).unwrap(),
+        other => panic!("bash did not produce a result: {other:?}"),
     };
     assert_eq!(result["structuredContent"]["exit_code"], 0, "{result}");
-    let env = result["structuredContent"]["stdout"].as_str().unwrap();
+    // The streams are in the text block; structuredContent says where.
+    let text = result["content"][0]["text"].as_str().unwrap();
+    let [a, b] = [0, 1].map(|i| {
+        result["structuredContent"]["stdout_range"][i]
+            .as_u64()
+            .unwrap() as usize
+    });
+    let env = &text[a..b];
     for secret in [
         "admin-token-value",
         "attach-secret-value",

@@ -332,3 +332,27 @@ fn from_dist_does_not_mix_with_binary_or_uninstall() {
         "--from-dist needs a directory",
     );
 }
+
+/// Issue 30: with `--prefix`, the unit is outside the user manager's search path, so the
+/// next steps link it first, before `enable --now` (which would fail on an unknown unit).
+#[test]
+fn a_prefix_install_says_to_link_the_unit_before_enabling_it() {
+    let fx = Fixture::new();
+    let dist = fx.dist.to_str().unwrap();
+    let run = fx.install("x86_64", &["--from-dist", dist]);
+    assert!(run.ok, "{}{}", run.stdout, run.stderr);
+    let steps = &run.stdout[run.stdout.find("Next steps:").expect("next steps")..];
+    let link = steps
+        .find("systemctl --user link ")
+        .unwrap_or_else(|| panic!("no link step: {steps}"));
+    let reload = steps.find("systemctl --user daemon-reload").unwrap();
+    let enable = steps
+        .find("systemctl --user enable --now handnode")
+        .unwrap();
+    assert!(link < reload && reload < enable, "{steps}");
+    let unit = fx.prefix.join("share/systemd/user/handnode.service");
+    assert!(
+        steps.contains(&format!("systemctl --user link {}", unit.display())),
+        "{steps}"
+    );
+}

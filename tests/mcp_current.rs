@@ -18,6 +18,19 @@ fn with_meta(mut params: Value) -> Value {
     params
 }
 
+/// A result's stdout: the streams are in its text block, `stdout_range` says where.
+fn stdout(result: &Value) -> String {
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    let range = &result["structuredContent"]["stdout_range"];
+    let (a, b) = (
+        range[0].as_u64().unwrap_or(0),
+        range[1].as_u64().unwrap_or(0),
+    );
+    text.get(a as usize..b as usize)
+        .unwrap_or_default()
+        .to_string()
+}
+
 #[test]
 fn a_stateless_2026_07_28_tools_call_over_the_grant_socket() {
     let pod = StubPod::start();
@@ -44,7 +57,7 @@ fn a_stateless_2026_07_28_tools_call_over_the_grant_socket() {
     );
     let result = &call["result"];
     assert_eq!(result["resultType"], "complete", "{call}");
-    assert_eq!(result["structuredContent"]["stdout"], "hi\n", "{call}");
+    assert_eq!(stdout(result), "hi\n", "{call}");
     assert_eq!(result["isError"], false, "{call}");
     assert_eq!(
         result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "handnode",
@@ -101,7 +114,7 @@ fn the_pods_2025_06_18_is_answered_unchanged_beside_the_stateless_revision() {
     );
     assert_eq!(bad["error"]["code"], -32602, "{bad}");
     let ok = conn.call_tool(json!(2), "bash", json!({"command": "echo hi"}));
-    assert_eq!(ok["result"]["structuredContent"]["stdout"], "hi\n");
+    assert_eq!(stdout(&ok["result"]), "hi\n", "{ok}");
     assert!(ok["result"].get("resultType").is_none(), "{ok}");
     assert_eq!(conn.ping(json!(3))["result"], json!({}));
 
@@ -173,7 +186,7 @@ fn a_bash_call_as_a_task_is_a_job_of_the_grant_polled_and_cancelled_through_task
         (&json!("complete"), &json!("completed")),
         "{done}"
     );
-    assert_eq!(r["result"]["structuredContent"]["stdout"], "hi\n", "{done}");
+    assert_eq!(stdout(&r["result"]), "hi\n", "{done}");
     assert_eq!(r["result"]["structuredContent"]["exit_code"], 3, "{done}");
     assert_eq!(r["result"]["isError"], true, "{done}");
 

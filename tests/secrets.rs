@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::{http, temp_dir, StubPod, WATCHDOG};
+use common::{http, temp_dir, with_streams, StubPod, WATCHDOG};
 use realbin::{sigterm, spawn_daemon, wait_exit, ChildLog, KillOnDrop};
 use serde_json::{json, Value};
 
@@ -169,6 +169,7 @@ fn run_cli(args: &[&str], env: &[(&str, &str)]) -> Output {
 }
 
 fn bash_stdout(reply: &Value) -> String {
+    let reply = with_streams(reply.clone());
     let sc = &reply["result"]["structuredContent"];
     assert_eq!(sc["exit_code"], 0, "{reply}");
     sc["stdout"].as_str().expect("bash stdout").to_string()

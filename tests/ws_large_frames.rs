@@ -2,7 +2,7 @@
 //! as one fragmented message (a Text frame with FIN=0, then Continuation frames, each at
 //! most `FRAGMENT_BYTES`), small replies as single frames; whatever the socket accepts at a time, the
 //! bytes on the wire are the messages in the order they were queued, correctly masked, and
-//! the WebSocket is never handed more than about one fragment at once. End to end, a 3 MiB
+//! the WebSocket is never handed more than about one fragment at once. End to end, a 1.5 MiB
 //! reply through a grant reaches the stub pod as one message.
 
 mod common;
@@ -177,8 +177,8 @@ fn large_and_small_frames_arrive_whole_in_order() {
     }
 }
 
-/// `bash` printing 800 000 bytes on each of stdout and stderr: each is in the text block
-/// and in `structuredContent`, so the reply is over 3 MiB.
+/// `bash` printing 800 000 bytes on each of stdout and stderr: both are in the text block
+/// (once, §15), so the reply is over 1.5 MiB.
 fn three_mib_call(id: u64) -> Value {
     let n = 800_000;
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "bash",
@@ -188,6 +188,7 @@ fn three_mib_call(id: u64) -> Value {
 
 fn check_three_mib_reply(reply: &Value, id: u64) {
     assert_eq!(reply["id"], id, "{}", &reply.to_string()[..200]);
+    let reply = with_streams(reply.clone());
     let s = &reply["result"]["structuredContent"];
     assert_eq!(s["stdout"].as_str().map(str::len), Some(800_000));
     assert_eq!(s["stderr"].as_str().map(str::len), Some(800_000));
@@ -212,7 +213,12 @@ fn a_three_mib_reply_reaches_the_pod_as_one_message() {
             Err(e) => panic!("watchdog or error waiting for the reply: {e}"),
         }
     };
-    assert!(text.len() > 3 << 20, "{} bytes", text.len());
+    assert!(text.len() > 3 << 19, "{} bytes", text.len());
+    assert!(
+        text.len() < 2 << 20,
+        "each output byte once (§15): {} bytes",
+        text.len()
+    );
     let reply: Value = serde_json::from_str(&text).expect("one whole JSON message");
     check_three_mib_reply(&reply, 1);
     assert_eq!(conn.ping(json!(2))["result"], json!({}));
@@ -236,7 +242,7 @@ fn a_three_mib_reply_reaches_the_pod_as_one_message() {
     }
     assert_eq!(frames[0].0, 1, "a text message");
     assert!(
-        frames.len() >= (3 << 20) / FRAGMENT_BYTES,
+        frames.len() >= (3 << 19) / FRAGMENT_BYTES,
         "{} frames",
         frames.len()
     );
@@ -254,7 +260,7 @@ fn a_reply_over_the_outbound_cap_is_still_replaced_by_an_error() {
     let pod = StubPod::start();
     let d = TestDaemon::with("large-cap", |c| {
         quiet_liveness(c);
-        c.limits.max_outbound_bytes = 2 << 20;
+        c.limits.max_outbound_bytes = 1 << 20;
     });
     let (_, mut conn) = d.attached(&pod, "cap", "owner");
     let reply = conn.request(json!(1), "tools/call", three_mib_call(1)["params"].clone());

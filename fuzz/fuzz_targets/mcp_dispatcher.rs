@@ -169,6 +169,7 @@ fuzz_target!(|data: &[u8]| {
         session: "fuzz".into(),
         expires_at: 1_800_000_000,
         approve: Vec::new(),
+        approval_wait: std::time::Duration::from_secs(60),
     };
     let upstream = FakeUpstream;
     let catalog = ConnCatalog {

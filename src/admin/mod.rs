@@ -29,7 +29,7 @@ use crate::config::{Limits, Timing};
 use crate::containment::{self, Site};
 use crate::grants::approvals::{self, Approvals};
 use crate::grants::calls::{Calls, Services};
-use crate::grants::{AttachError, AttachRequest, Registry, SecretSource};
+use crate::grants::{AttachError, AttachRequest, Attached, Registry, SecretSource};
 use crate::metrics::Metrics;
 use crate::pool::Completion;
 use crate::tools::policy::ToolPolicy;
@@ -67,6 +67,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/console/{id}"),
     ("GET", "/audit"),
     ("GET", "/approvals"),
+    ("GET", "/approvals/{id}"),
     ("POST", "/approvals/{id}"),
     ("GET", "/metrics"),
     ("POST", "/mcp"),
@@ -140,6 +141,72 @@ pub fn bind(addr: SocketAddr, io_timeout: Duration) -> Result<TcpListener, Error
             .map_err(|e| Error::io("set admin socket timeout", e.into()))?;
     }
     Ok(listener)
+}
+
+/// The principal of a request that came over the local socket: a process of the daemon's
+/// own user (its uid checked at accept), which is the box's owner.
+pub const LOCAL_SOCKET_PRINCIPAL: &str = "local-socket";
+
+/// A check for [`tiny_http`]'s Unix listener: admit a peer whose uid (`SO_PEERCRED`) is `uid`,
+/// and give its socket the admin API's timeouts.
+pub fn peer_uid_is(
+    uid: u32,
+    io_timeout: Duration,
+) -> impl Fn(&std::os::unix::net::UnixStream) -> bool + Send + Sync {
+    move |conn| {
+        let ok =
+            rustix::net::sockopt::socket_peercred(conn).is_ok_and(|cred| cred.uid.as_raw() == uid);
+        if !ok {
+            warn!("admin: refused a local socket peer that is not uid {uid}");
+            return false;
+        }
+        conn.set_read_timeout(Some(io_timeout)).is_ok()
+            && conn.set_write_timeout(Some(io_timeout)).is_ok()
+    }
+}
+
+/// Bind the local socket at `path` (mode 0600), for the box owner's CLI. Not fatal: the TCP
+/// API works without it, so a failure is logged and `None` returned. A socket another live
+/// daemon answers on is left to it; a stale one (nobody answers) is replaced.
+pub fn bind_local(path: &std::path::Path) -> Option<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    use std::os::unix::net::{UnixListener, UnixStream};
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            warn!(
+                "local socket {} exists and is not a socket; not serving one (remove it, or set --local-socket)",
+                path.display()
+            );
+            return None;
+        }
+        if UnixStream::connect(path).is_ok() {
+            warn!(
+                "local socket {} is served by another running handnode; the CLI reaches that one by default (give it --url for this one)",
+                path.display()
+            );
+            return None;
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    let listener = match UnixListener::bind(path) {
+        Ok(l) => l,
+        Err(e) => {
+            warn!(
+                "cannot serve the local socket {}: {e}; the CLI needs the token",
+                path.display()
+            );
+            return None;
+        }
+    };
+    if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)) {
+        warn!(
+            "cannot narrow the local socket {} to 0600: {e}; not serving it",
+            path.display()
+        );
+        let _ = std::fs::remove_file(path);
+        return None;
+    }
+    Some(listener)
 }
 
 /// One `Mcp-Session-Id` session on `/mcp`.
@@ -216,6 +283,10 @@ impl AdminState {
 /// The running admin server. Dropping it stops the handler threads.
 pub struct AdminServer {
     handlers: Arc<Handlers>,
+    /// The local socket's server, when one is served.
+    local: Option<Arc<Handlers>>,
+    /// Where the local socket is, when one is served.
+    pub local_path: Option<std::path::PathBuf>,
     /// A second handle on the listening socket, only to break the accept loop in tests.
     listener: TcpListener,
     pub local_addr: SocketAddr,
@@ -227,12 +298,39 @@ struct Handlers {
     state: Arc<AdminState>,
     fatal: Sender<Error>,
     stopping: AtomicBool,
+    /// Requests come over the local socket (peer uid checked): they need no credential.
+    local: bool,
     /// Handlers blocked in `recv` right now.
     waiting: AtomicUsize,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Handlers {
+    fn new(server: Server, state: Arc<AdminState>, fatal: Sender<Error>, local: bool) -> Arc<Self> {
+        Arc::new(Handlers {
+            server,
+            state,
+            fatal,
+            stopping: AtomicBool::new(false),
+            local,
+            waiting: AtomicUsize::new(0),
+            threads: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Stop taking requests and join every handler thread.
+    fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        // No handler starts once `stopping` is set, so this list is final.
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for _ in &threads {
+            self.server.unblock();
+        }
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+
     /// Start one more handler unless one is waiting, all are started, or we are stopping.
     fn grow(self: &Arc<Self>) -> Result<(), Error> {
         let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
@@ -246,7 +344,11 @@ impl Handlers {
         // Counted as waiting from now, so racing callers do not start a second one.
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let spawned = std::thread::Builder::new()
-            .name(format!("admin-{}", threads.len()))
+            .name(format!(
+                "admin-{}{}",
+                if self.local { "l" } else { "" },
+                threads.len()
+            ))
             .spawn(move || this.run());
         match spawned {
             Ok(handle) => {
@@ -275,7 +377,7 @@ impl Handlers {
                     // A panic ends this one request: unwinding drops it unanswered, and the
                     // vendored tiny_http answers a dropped request 500 {"error":"internal error"}.
                     let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        handle(&self.state, request)
+                        handle(&self.state, request, self.local)
                     }));
                     if let Err(payload) = handled {
                         containment::caught(Site::Admin, "an admin request", payload.as_ref());
@@ -297,6 +399,7 @@ impl AdminServer {
     /// Serve on `listener`. If tiny_http's accept loop dies, the error is sent on `fatal`.
     pub fn start(
         listener: TcpListener,
+        local: Option<std::os::unix::net::UnixListener>,
         state: Arc<AdminState>,
         fatal: Sender<Error>,
     ) -> Result<AdminServer, Error> {
@@ -308,17 +411,33 @@ impl AdminServer {
             .map_err(|e| Error::io("clone admin listener", e))?;
         let server = Server::from_listener(listener, None)
             .map_err(|e| Error::AcceptLoop(format!("cannot start the admin server: {e}")))?;
-        let handlers = Arc::new(Handlers {
-            server,
-            state,
-            fatal,
-            stopping: AtomicBool::new(false),
-            waiting: AtomicUsize::new(0),
-            threads: Mutex::new(Vec::new()),
-        });
+        let local_path = local
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .and_then(|a| a.as_pathname().map(std::path::Path::to_path_buf));
+        let local = match local {
+            Some(listener) => {
+                let check = peer_uid_is(
+                    rustix::process::geteuid().as_raw(),
+                    state.timing.admin_io_timeout,
+                );
+                let server = Server::from_listener(
+                    tiny_http::Listener::UnixChecked(listener, Box::new(check)),
+                    None,
+                )
+                .map_err(|e| Error::AcceptLoop(format!("cannot serve the local socket: {e}")))?;
+                let handlers = Handlers::new(server, Arc::clone(&state), fatal.clone(), true);
+                handlers.grow()?;
+                Some(handlers)
+            }
+            None => None,
+        };
+        let handlers = Handlers::new(server, state, fatal, false);
         handlers.grow()?;
         Ok(AdminServer {
             handlers,
+            local,
+            local_path,
             listener: listener_handle,
             local_addr,
         })
@@ -336,20 +455,9 @@ impl AdminServer {
 
 impl Drop for AdminServer {
     fn drop(&mut self) {
-        self.handlers.stopping.store(true, Ordering::SeqCst);
-        // No handler starts once `stopping` is set, so this list is final.
-        let threads = std::mem::take(
-            &mut *self
-                .handlers
-                .threads
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        );
-        for _ in &threads {
-            self.handlers.server.unblock();
-        }
-        for t in threads {
-            let _ = t.join();
+        self.handlers.stop();
+        if let Some(local) = &self.local {
+            local.stop();
         }
     }
 }
@@ -448,7 +556,10 @@ fn guard(request: &Request, allow_hosts: &[String]) -> Result<(), (u16, &'static
     Ok(())
 }
 
-fn authenticate(state: &AdminState, request: &Request) -> Result<String, (u16, &'static str)> {
+fn authenticate(
+    state: &AdminState,
+    request: &Request,
+) -> Result<String, Response<std::io::Cursor<Vec<u8>>>> {
     let peer = request
         .remote_addr()
         .map(|a| a.ip())
@@ -478,7 +589,11 @@ fn authenticate(state: &AdminState, request: &Request) -> Result<String, (u16, &
                         shown_path(request),
                         label::cut(&reason, MAX_LOGGED_BYTES)
                     );
-                    Err((401, "unauthorized"))
+                    // `error` stays what clients key on; `reason` says which requirement failed.
+                    Err(json_response(
+                        401,
+                        &json!({"error": "unauthorized", "reason": state.policy.explain(&reason, &facts)}),
+                    ))
                 }
                 Verdict::Throttled { .. } => {
                     state.metrics.throttled();
@@ -487,7 +602,10 @@ fn authenticate(state: &AdminState, request: &Request) -> Result<String, (u16, &
                         request.method(),
                         shown_path(request)
                     );
-                    Err((429, "too many failed authentications; wait and retry"))
+                    Err(error_response(
+                        429,
+                        "too many failed authentications; wait and retry",
+                    ))
                 }
             }
         }
@@ -553,7 +671,7 @@ fn respond(request: Request, response: Response<std::io::Cursor<Vec<u8>>>) {
     }
 }
 
-fn handle(state: &Arc<AdminState>, mut request: Request) {
+fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
     if let Err((status, why)) = guard(&request, &state.allow_hosts) {
         info!(
             "admin: refused {} {}: {why}",
@@ -572,10 +690,12 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
     // caller cannot map the API.
     let principal = if public {
         String::new()
+    } else if local {
+        LOCAL_SOCKET_PRINCIPAL.to_string()
     } else {
         match authenticate(state, &request) {
             Ok(p) => p,
-            Err((status, msg)) => return respond(request, error_response(status, msg)),
+            Err(response) => return respond(request, response),
         }
     };
     #[cfg(test)]
@@ -662,13 +782,20 @@ fn handle(state: &Arc<AdminState>, mut request: Request) {
                 respond(request, error_response(404, "no such grant"))
             }
         }
-        ("GET", "/") => respond(request, console::response(&console::PAGE)),
+        ("GET", "/") => respond(
+            request,
+            console::response(console::page(state.services.browsers.is_some())),
+        ),
         ("GET", "/console/{id}") => match console::asset(id) {
             Some(asset) => respond(request, console::response(asset)),
             None => respond(request, error_response(404, "no such console file")),
         },
         ("GET", "/audit") => audit_get(state, request),
         ("GET", "/approvals") => approvals_get(state, request),
+        ("GET", "/approvals/{id}") => match state.approvals.get(id) {
+            Some(view) => respond(request, json_response(200, &view)),
+            None => respond(request, error_response(404, "no such approval")),
+        },
         ("POST", "/approvals/{id}") => {
             let id = id.to_string();
             approvals_post(state, request, &id, &principal)
@@ -834,7 +961,17 @@ fn approvals_post(state: &Arc<AdminState>, mut request: Request, id: &str, princ
 /// `POST /attach` once its body is valid: create or renew (minting first, if asked).
 fn attach(state: &AdminState, request: Request, req: AttachRequest, principal: &str) {
     match state.registry.attach(req, principal) {
-        Ok((view, _renewed)) => respond(request, json_response(202, &view)),
+        Ok((mut view, attached)) => {
+            // What this request did, beside the grant: the CLI and console say it.
+            view["attach"] = json!(attached.as_str());
+            match &attached {
+                Attached::Replaced(old) => view["replaced_id"] = json!(old),
+                Attached::Renewed { new_secret } => view["new_secret"] = json!(new_secret),
+                Attached::Created => {}
+            }
+            respond(request, json_response(202, &view))
+        }
+        Err(AttachError::WouldReplace(msg)) => respond(request, error_response(409, &msg)),
         Err(AttachError::Mint(e)) => respond(request, error_response(502, &e.to_string())),
         Err(AttachError::BadRequest(msg)) => respond(request, error_response(400, &msg)),
         Err(AttachError::Internal(msg)) => {

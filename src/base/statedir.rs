@@ -122,3 +122,79 @@ pub(crate) fn check_state_dir_meta(
     }
     Ok(())
 }
+
+/// The file in the state dir whose exclusive `flock` a running daemon holds for its whole
+/// life; it also holds that daemon's pid, so a second start can name it.
+pub const LOCK_FILE: &str = "handnode.lock";
+
+/// Proof that this process owns the state dir: the open lock file, whose `flock` the kernel
+/// releases when it is closed (on drop, or however the process dies: a `kill -9`'d daemon
+/// leaves no stale lock).
+#[derive(Debug)]
+pub struct StateLock {
+    _file: File,
+}
+
+/// Take the state dir for this process before anything reads or changes what is in it (crash
+/// recovery kills the jobs a dead daemon left, the grants resume and dial): a second daemon on
+/// the same dir must not do either to a live one. Refused at once, naming the running
+/// daemon's pid, when another process holds it.
+pub fn lock_state_dir(dir: &Path) -> Result<StateLock, Error> {
+    use std::io::{Read, Seek, Write};
+    let path = dir.join(LOCK_FILE);
+    let mut file = open_state_file(
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600),
+        &path,
+    )
+    .map_err(|e| Error::io(format!("cannot open the lock file {}", path.display()), e))?;
+    if let Err(e) = rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        if e != rustix::io::Errno::WOULDBLOCK {
+            return Err(Error::io(
+                format!("cannot lock {}", path.display()),
+                e.into(),
+            ));
+        }
+        let mut held = String::new();
+        let _ = file.read_to_string(&mut held);
+        let who = match held.trim().parse::<u32>() {
+            Ok(pid) => format!("handnode pid {pid}"),
+            Err(_) => "another handnode".to_string(),
+        };
+        return Err(Error::Config(format!(
+            "state dir {} is in use by {who}, which is running: nothing was changed; stop it first (systemctl --user stop handnode, or kill that pid), or give this one another --state-dir",
+            dir.display()
+        )));
+    }
+    // Ours now: record who holds it (best effort; the lock, not the text, is what counts).
+    let pid = std::process::id();
+    let _ = file
+        .set_len(0)
+        .and_then(|_| file.seek(io::SeekFrom::Start(0)))
+        .and_then(|_| file.write_all(format!("{pid}\n").as_bytes()));
+    Ok(StateLock { _file: file })
+}
+
+#[cfg(test)]
+mod lock_tests {
+    use super::*;
+    use crate::base::testutil::TempDir;
+
+    #[test]
+    fn a_second_lock_on_the_same_dir_is_refused_naming_the_holder() {
+        let dir = TempDir::new("statelock");
+        let first = lock_state_dir(&dir.0).unwrap();
+        let err = lock_state_dir(&dir.0).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("pid {}", std::process::id())) && err.contains("in use"),
+            "{err}"
+        );
+        drop(first);
+        // Released with the file: the next start takes it.
+        let _again = lock_state_dir(&dir.0).unwrap();
+    }
+}

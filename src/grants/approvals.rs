@@ -43,6 +43,14 @@ pub const MAX_WAIT_SECS: u64 = 60;
 pub const DESKTOP_PRINCIPAL: &str = "desktop";
 /// Characters of the one-line argument summary in the desktop notification.
 const SUMMARY_CHARS: usize = 200;
+/// Bytes of arguments (as compact JSON) one `GET /approvals` answer shows in full, over all
+/// its approvals (§15): oldest first, an approval whose arguments fit what is left shows
+/// them whole; the others show [`CUT_ARGS_BYTES`] of them as a string with
+/// `"arguments_truncated": true`, and `GET /approvals/{id}` has them whole. With 256
+/// pending approvals of 64 KiB each the answer stays under 1 MiB instead of 16.
+pub const LIST_ARGS_BUDGET: usize = 64 << 10;
+/// Bytes of a cut approval's arguments shown in `GET /approvals` (at a character boundary).
+pub const CUT_ARGS_BYTES: usize = 1024;
 /// Characters of a refused tool name echoed in a `400`.
 const SHOWN_NAME_CHARS: usize = 64;
 
@@ -427,6 +435,8 @@ pub struct HubConfig {
     /// How long a held call waits; capped at [`crate::config::MAX_APPROVAL_TIMEOUT`].
     pub timeout: Duration,
     pub max_pending: usize,
+    /// Held calls of one grant at once (`--max-pending-per-grant`).
+    pub max_pending_per_grant: usize,
     pub max_waiters: usize,
     pub max_args_bytes: usize,
     pub audit_args: bool,
@@ -638,6 +648,18 @@ impl Approvals {
                 "handnode is shutting down; {} did not run",
                 held.tool
             ))
+        } else if st
+            .pending
+            .iter()
+            .filter(|p| p.held.grant_id == held.grant_id)
+            .count()
+            >= self.config.max_pending_per_grant
+        {
+            Some(format!(
+                "too many of this grant's calls are waiting for approval ({}); {} did not run. \
+                 Wait for a decision on one of them.",
+                self.config.max_pending_per_grant, held.tool
+            ))
         } else if st.pending.len() >= self.config.max_pending {
             Some(format!(
                 "too many calls are already waiting for approval ({}); {} did not run",
@@ -686,6 +708,13 @@ impl Approvals {
     pub fn list(&self) -> (Value, String) {
         let st = self.lock();
         list_of(&st)
+    }
+
+    /// `GET /approvals/{id}`: one pending approval with its arguments whole, or `None`.
+    pub fn get(&self, id: &str) -> Option<Value> {
+        let st = self.lock();
+        let p = st.pending.iter().find(|p| p.id == id)?;
+        Some(Value::Object(p.view()))
     }
 
     /// Decide a held call. `None`: no such approval (unknown, decided, expired, withdrawn).
@@ -1011,7 +1040,28 @@ fn list_of(st: &State) -> (Value, String) {
         p.id.hash(&mut hasher);
     }
     let etag = format!("\"{:016x}\"", hasher.finish());
-    let list: Vec<Value> = st.pending.iter().map(|p| Value::Object(p.view())).collect();
+    let mut budget = LIST_ARGS_BUDGET;
+    let list: Vec<Value> = st
+        .pending
+        .iter()
+        .map(|p| {
+            let mut view = p.view();
+            let text = p.held.arguments.to_string();
+            if text.len() <= budget {
+                budget -= text.len();
+            } else {
+                let mut end = text.len().min(CUT_ARGS_BYTES);
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                view.insert("arguments".into(), json!(&text[..end]));
+                view.insert("arguments_truncated".into(), json!(true));
+                view.insert("arguments_bytes".into(), json!(text.len()));
+                budget = 0;
+            }
+            Value::Object(view)
+        })
+        .collect();
     (json!({ "approvals": list }), etag)
 }
 

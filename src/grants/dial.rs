@@ -5,8 +5,11 @@
 //! socket and on its wake handle, so a tool result, a revoke or a renew wakes it at once,
 //! and its only timers are real deadlines (grant deadline, ping, silence, write stall,
 //! backoff). The framing is `link`'s; this thread decides when to read: not while more
-//! than `--write-buffer-bytes` of replies are owed to a pod that does not read them.
+//! than `--write-buffer-bytes` of replies are owed to a pod that does not read them; and
+//! when to produce a reply that waits where its output is (`ToolOutput::Later`: a job's
+//! files, a run's bytes): only under that bound, one at a time (§15).
 
+use std::collections::VecDeque;
 use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -196,6 +199,9 @@ pub struct Status {
     pub last_error: Option<String>,
     /// Dial attempts made (handshakes started).
     pub dials: u64,
+    /// A renewal brought a different secret that no handshake has used yet: which one
+    /// ("the renewal at <time> by <principal>"), so a refusal of it says where it came from.
+    pub untried_renewal: Option<String>,
 }
 
 impl Default for Status {
@@ -207,6 +213,7 @@ impl Default for Status {
             calls: 0,
             last_error: None,
             dials: 0,
+            untried_renewal: None,
         }
     }
 }
@@ -236,8 +243,28 @@ pub struct Finished {
     conn: u64,
     id: Value,
     seq: u64,
-    text: String,
-    outcome: Outcome,
+    reply: Reply,
+}
+
+/// A finished call's reply: serialized, or to be produced when the socket has room (§15).
+#[derive(Debug)]
+enum Reply {
+    Text {
+        text: String,
+        outcome: Outcome,
+    },
+    /// Produced later, framed by its request's revision (`form`).
+    Later(mcp::Later, mcp::Form),
+}
+
+/// A reply owed and not yet produced: the call keeps its in-flight slot until then, so
+/// these are bounded by the in-flight cap.
+#[derive(Debug)]
+struct Owed {
+    id: Value,
+    seq: u64,
+    later: mcp::Later,
+    form: mcp::Form,
 }
 
 /// A finished tool call, for the audit log and metrics.
@@ -340,7 +367,14 @@ impl GrantThread {
             conn += 1;
             let mut attached_for = Duration::ZERO;
             let end = match self.connect() {
-                Ok(ws) => self.serve(ws, conn, &mut attached_for),
+                Ok(ws) => {
+                    // The pod took the secret: a renewal's secret is tried now.
+                    self.status
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .untried_renewal = None;
+                    self.serve(ws, conn, &mut attached_for)
+                }
                 Err(end) => {
                     if !matches!(end, ConnEnd::Exit(_)) {
                         self.events.dial_failed();
@@ -356,7 +390,18 @@ impl GrantThread {
                 },
                 ConnEnd::Status(status) => match handshake_disposition(status) {
                     Disposition::Stop(reason) => {
-                        self.set_last_error(format!("handshake {status}"));
+                        let renewal = self
+                            .status
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .untried_renewal
+                            .take();
+                        self.set_last_error(match renewal {
+                            Some(renewal) => format!(
+                                "handshake {status}: the pod refused the new secret from {renewal} (it was first used at this dial)"
+                            ),
+                            None => format!("handshake {status}"),
+                        });
                         return self.exit(Exit::End(reason));
                     }
                     Disposition::Redial => format!("handshake {status}"),
@@ -427,6 +472,15 @@ impl GrantThread {
     }
 
     fn apply_renew(&mut self, secret: Secret, deadline: SystemTime, principal: String) {
+        if !self.spec.secret.matches(secret.expose()) {
+            self.status
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .untried_renewal = Some(format!(
+                "the renewal at {} by {principal}",
+                crate::base::timefmt::rfc3339(crate::base::timefmt::now_unix())
+            ));
+        }
         self.spec.secret = secret;
         self.spec.deadline = deadline;
         self.spec.principal = principal;
@@ -618,6 +672,7 @@ impl GrantThread {
         let (results_tx, results_rx) = crossbeam_channel::unbounded::<Finished>();
         let waker = self.poller.waker();
         let mut calls = Calls::new(self.limits.max_in_flight);
+        let mut owed: VecDeque<Owed> = VecDeque::new();
         let mut dispatcher = Dispatcher::new();
         let mut last_inbound = Instant::now();
         let mut next_ping = last_inbound + self.timing.ping_interval;
@@ -634,26 +689,52 @@ impl GrantThread {
             if let Some(end) = self.serve_commands(&mut link) {
                 break end;
             }
-            // Results: written as soon as the worker finishes. They are in memory already
-            // and bounded by the in-flight cap, so they are queued even while paused.
+            // Results. One already serialized is in memory anyway (bounded by the in-flight
+            // cap and its tool's own cap), so it is queued even while paused. One produced
+            // later (a job's output, still in its files) waits, holding its call's slot,
+            // until the socket has taken what it owes: then the replies held here stay
+            // within --write-buffer-bytes plus the one being produced (§15).
             let mut finished = Vec::new();
             while let Ok(done) = results_rx.try_recv() {
                 if done.conn != conn {
                     continue;
                 }
+                let (text, outcome) = match done.reply {
+                    Reply::Text { text, outcome } => (text, outcome),
+                    Reply::Later(later, form) => {
+                        owed.push_back(Owed {
+                            id: done.id,
+                            seq: done.seq,
+                            later,
+                            form,
+                        });
+                        continue;
+                    }
+                };
                 let Some(call) = calls.finish(&done.id, done.seq) else {
                     continue;
                 };
-                finished.push(CallEvent {
-                    grant_id: self.spec.id.clone(),
-                    principal: self.spec.principal.clone(),
-                    session: self.spec.session.clone(),
-                    tool: call.tool,
-                    outcome: done.outcome,
-                    duration: call.started.elapsed(),
-                    arguments: call.arguments,
-                });
-                self.send_text(&mut link, done.text);
+                finished.push(self.finished_event(call, outcome));
+                self.send_text(&mut link, text);
+            }
+            while !self.paused(&link) {
+                let Some(next) = owed.pop_front() else { break };
+                // A call cancelled meanwhile is not produced at all.
+                let Some(call) = calls.finish(&next.id, next.seq) else {
+                    continue;
+                };
+                let (text, outcome) = next.form.reply(
+                    &next.id,
+                    mcp::ToolOutput::Later(next.later),
+                    self.limits.max_outbound_bytes,
+                );
+                finished.push(self.finished_event(call, outcome));
+                self.send_text(&mut link, text);
+                // Hand it to the socket now, so what is owed shrinks as the pod reads.
+                // (A write error shows again at the pump below, which ends the connection.)
+                if link.pump(false).is_err() {
+                    break;
+                }
             }
             if !finished.is_empty() {
                 // Replies go out before the calls are reported: the audit record wakes the
@@ -756,6 +837,10 @@ impl GrantThread {
             if reads >= MAX_READS_PER_TURN && want.0 {
                 continue;
             }
+            // The socket took enough to produce the next owed reply: no need to sleep.
+            if !owed.is_empty() && !self.paused(&link) {
+                continue;
+            }
             let now = Instant::now();
             let mut timeout = [
                 self.until_deadline(),
@@ -796,6 +881,19 @@ impl GrantThread {
             self.events.attachment(&self.spec.id, false);
         }
         end
+    }
+
+    /// The audit/metrics event of a call whose reply was just queued.
+    fn finished_event(&self, call: crate::grants::calls::InFlight, outcome: Outcome) -> CallEvent {
+        CallEvent {
+            grant_id: self.spec.id.clone(),
+            principal: self.spec.principal.clone(),
+            session: self.spec.session.clone(),
+            tool: call.tool,
+            outcome,
+            duration: call.started.elapsed(),
+            arguments: call.arguments,
+        }
     }
 
     /// Reading is paused while more than `--write-buffer-bytes` of replies are owed.
@@ -872,6 +970,7 @@ impl GrantThread {
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
             approve: self.approvals.gate.waiting_tools(),
+            approval_wait: self.timing.approval_timeout,
         };
         let actions = {
             let catalog = ConnCatalog {
@@ -916,13 +1015,18 @@ impl GrantThread {
                     let reply_id = id.clone();
                     let max_outbound = self.limits.max_outbound_bytes;
                     let done = Completion::new(move |output| {
-                        let (text, outcome) = form.reply(&reply_id, output, max_outbound);
+                        let reply = match output {
+                            mcp::ToolOutput::Later(later) => Reply::Later(later, form),
+                            output => {
+                                let (text, outcome) = form.reply(&reply_id, output, max_outbound);
+                                Reply::Text { text, outcome }
+                            }
+                        };
                         let _ = tx.send(Finished {
                             conn,
                             id: reply_id,
                             seq,
-                            text,
-                            outcome,
+                            reply,
                         });
                         wake.wake();
                     });

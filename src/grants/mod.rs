@@ -68,6 +68,33 @@ pub struct AttachRequest {
     pub source: SecretSource,
     /// Tools whose every call waits for a person's decision (§10), as given.
     pub approve: Option<Approve>,
+    /// `replace`: `Some(false)` refuses (`409`) to end a live grant of the same target with
+    /// different tools; absent, such a request replaces it (contract §3).
+    pub replace: Option<bool>,
+}
+
+/// What a `POST /attach` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attached {
+    Created,
+    /// The live grant of the target kept its id and socket; `new_secret`: the secret
+    /// differs from the one it had (used at the next dial, not checked now).
+    Renewed {
+        new_secret: bool,
+    },
+    /// The live grant with this id ended `replaced`.
+    Replaced(String),
+}
+
+impl Attached {
+    /// The `attach` field of the `202`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Attached::Created => "created",
+            Attached::Renewed { .. } => "renewed",
+            Attached::Replaced(_) => "replaced",
+        }
+    }
 }
 
 fn session_ok(s: &str) -> bool {
@@ -94,6 +121,7 @@ impl AttachRequest {
                 "secret",
                 "admin_credential",
                 "approve",
+                "replace",
             ]
             .contains(&key.as_str())
             {
@@ -155,6 +183,11 @@ impl AttachRequest {
             _ => return Err(SECRET_CHOICE_ERROR.into()),
         };
         let approve = Approve::from_json(obj.get("approve"))?;
+        let replace = match obj.get("replace") {
+            None | Some(Value::Null) => None,
+            Some(Value::Bool(b)) => Some(*b),
+            Some(_) => return Err("replace must be true or false".into()),
+        };
         Ok(AttachRequest {
             runtime,
             session,
@@ -162,6 +195,7 @@ impl AttachRequest {
             ttl_secs,
             source,
             approve,
+            replace,
         })
     }
 }
@@ -396,6 +430,8 @@ pub enum AttachError {
     ShuttingDown,
     /// The request names something this grant cannot have: `400` with this message.
     BadRequest(String),
+    /// `replace:false` and a live grant of the target has other tools: `409`.
+    WouldReplace(String),
 }
 
 struct Inner {
@@ -631,6 +667,45 @@ impl Registry {
             && Approve::same(&live.approve, approve)
     }
 
+    /// `Err(WouldReplace)` when the target has a live grant this request would replace.
+    fn refuse_replace(&self, target: &str, req: &AttachRequest) -> Result<(), AttachError> {
+        let inner = self.lock();
+        match inner
+            .entries
+            .iter()
+            .find(|e| e.target == target && e.is_live())
+        {
+            Some(live) if !Self::renews(live, &req.policy, &req.approve) => Err(
+                AttachError::WouldReplace(Self::would_replace(live, &req.policy, &req.approve)),
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    /// The `409` of a refused replace: which grant, and what differs.
+    fn would_replace(live: &Entry, policy: &ToolPolicy, approve: &Option<Approve>) -> String {
+        let mut differs = Vec::new();
+        if live.policy.profile() != policy.profile() {
+            differs.push(format!(
+                "profile {} -> {}",
+                live.profile(),
+                policy.profile()
+            ));
+        }
+        if !live.policy.lists().same_as(policy.lists()) {
+            differs.push("allow/deny lists".to_string());
+        }
+        if !Approve::same(&live.approve, approve) {
+            differs.push("approve list".to_string());
+        }
+        format!(
+            "grant {} already lends this box to session {} at this runtime with other tools ({}); a grant's tools never change in place: replace it (it ends `replaced`) with --replace (\"replace\": true), or revoke it first",
+            live.id,
+            live.session,
+            differs.join(", ")
+        )
+    }
+
     /// Create, renew or replace a grant (contract §3). Blocks for the mint, if any, and
     /// for the fsync of the grant and its audit record; returns the grant JSON and
     /// whether it was a renewal.
@@ -638,8 +713,12 @@ impl Registry {
         &self,
         req: AttachRequest,
         principal: &str,
-    ) -> Result<(Value, bool), AttachError> {
+    ) -> Result<(Value, Attached), AttachError> {
+        let target = target_key(&req.runtime, &req.session);
         // Checked before any mint: a refused request changes nothing, at the pod neither.
+        if req.replace == Some(false) {
+            self.refuse_replace(&target, &req)?;
+        }
         let visible = visible_tools(&req.policy, self.services.upstream.as_deref());
         let gated = match &req.approve {
             Some(approve) => approve.resolve(&visible).map_err(AttachError::BadRequest)?,
@@ -670,7 +749,6 @@ impl Registry {
             }
         };
         let deadline = now + Duration::from_secs(ttl);
-        let target = target_key(&req.runtime, &req.session);
 
         let mut to_join = Vec::new();
         let result = {
@@ -683,10 +761,23 @@ impl Registry {
                 .entries
                 .iter()
                 .position(|e| e.target == target && e.is_live());
+            // Again under the lock: a grant may have come while the pod minted.
+            if req.replace == Some(false) {
+                if let Some(i) = existing {
+                    if !Self::renews(&inner.entries[i], &req.policy, &req.approve) {
+                        return Err(AttachError::WouldReplace(Self::would_replace(
+                            &inner.entries[i],
+                            &req.policy,
+                            &req.approve,
+                        )));
+                    }
+                }
+            }
             match existing {
                 Some(i) if Self::renews(&inner.entries[i], &req.policy, &req.approve) => {
                     let entry = &mut inner.entries[i];
                     let previous = std::mem::replace(&mut entry.principal, principal.to_string());
+                    let new_secret = !entry.secret.matches(secret.expose());
                     entry.secret = secret.clone();
                     entry.deadline = deadline;
                     if let Some(h) = &entry.handle {
@@ -707,9 +798,10 @@ impl Registry {
                         "grant {} renewed by {principal}, ttl {ttl}s",
                         view["id"].as_str().unwrap_or("")
                     );
-                    Ok((view, true))
+                    Ok((view, Attached::Renewed { new_secret }))
                 }
                 existing => {
+                    let mut replaced = None;
                     if let Some(i) = existing {
                         let old = &mut inner.entries[i];
                         old.end_here(EndReason::Replaced);
@@ -729,6 +821,7 @@ impl Registry {
                             old.lifecycle(LifecycleEvent::Replaced, Some("replaced".into()), None);
                         self.audit.record(record);
                         self.approvals.withdraw_grant(&old.id);
+                        replaced = Some(old.id.clone());
                     }
                     let id = new_id();
                     let profile = req.policy.profile();
@@ -781,7 +874,7 @@ impl Registry {
                         view["session"].as_str().unwrap_or(""),
                         view["shell"].as_str().unwrap_or("")
                     );
-                    Ok((view, false))
+                    Ok((view, replaced.map_or(Attached::Created, Attached::Replaced)))
                 }
             }
         };

@@ -141,36 +141,54 @@ pub fn help_table_markdown() -> String {
 /// Env vars every subcommand reads besides the flag tables.
 const OTHER_KNOWN_ENV: [&str; 1] = [TOKEN_ENV];
 
+/// `HANDNODE_*` variables that are not settings but reach the daemon anyway: `cargo run`
+/// passes build.rs's `rustc-env` values on to the program it runs.
+const BUILD_ENV: [&str; 1] = ["HANDNODE_TARGET"];
+
 /// A `HANDNODE_*` variable no table knows is most likely a typo of one that does.
 fn warn_unknown_env(env: &HashMap<String, String>) {
+    for var in unknown_env(env) {
+        log::warn!("ignoring unknown env var {var} (see handnode --help for the names)");
+    }
+}
+
+/// The `HANDNODE_*` variables of `env` that nothing reads, sorted.
+fn unknown_env(env: &HashMap<String, String>) -> Vec<&String> {
     let known: Vec<String> = config::SERVE_FLAGS
         .iter()
         .map(Flag::env_name)
         .chain(env_names())
         .chain(OTHER_KNOWN_ENV.iter().map(|s| s.to_string()))
+        .chain(BUILD_ENV.iter().map(|s| s.to_string()))
         .collect();
     let mut unknown: Vec<&String> = env
         .keys()
         .filter(|k| k.starts_with(ENV_PREFIX) && !known.contains(k))
         .collect();
     unknown.sort();
-    for var in unknown {
-        log::warn!("ignoring unknown env var {var} (see handnode --help for the names)");
-    }
+    unknown
 }
 
 /// Exit codes of the operator subcommands.
 pub const EXIT_OK: i32 = 0;
 /// Daemon unreachable, or it refused.
 pub const EXIT_FAILURE: i32 = 1;
+/// Bad usage; also a `grant` that would replace a live grant without `--replace`.
+pub const EXIT_USAGE: i32 = 2;
 /// `grant --wait` saw the grant end before it attached.
 pub const EXIT_GRANT_ENDED: i32 = 3;
+/// `grant --wait` gave up after `--wait-secs`; the grant is live and keeps dialing.
+pub const EXIT_WAIT_GAVE_UP: i32 = 4;
+/// How long `grant --wait` waits for the attach unless `--wait-secs` says otherwise.
+pub const DEFAULT_WAIT_SECS: u64 = 30;
 
 /// How to reach the daemon.
 #[derive(Clone, Debug)]
 pub struct ClientArgs {
     /// Base URL without a trailing `/`.
     pub url: String,
+    /// The daemon's local socket, used instead of `url` when set.
+    pub socket: Option<std::path::PathBuf>,
     pub token: Option<Secret>,
     /// Where the token came from, for hints when the daemon says 401.
     pub token_source: Option<String>,
@@ -201,6 +219,10 @@ pub struct GrantArgs {
     /// `approve` (§10): tool names, or `["shell"]` for the word.
     pub approve: Option<Vec<String>>,
     pub wait: bool,
+    /// How long `--wait` waits for the attach before it gives up (the grant keeps dialing).
+    pub wait_secs: u64,
+    /// End a live grant of the same target that has other tools (else that is refused).
+    pub replace: bool,
     pub json: bool,
 }
 
@@ -254,6 +276,8 @@ pub(crate) struct OperatorDraft {
     secret_file: Option<PathBuf>,
     admin_credential_file: Option<PathBuf>,
     wait: bool,
+    wait_secs: Option<u64>,
+    replace: bool,
     json: bool,
     all: bool,
     watch: bool,
@@ -286,7 +310,7 @@ const CLIENT_FLAGS: &[Flag<OperatorDraft>] = &[
         name: "url",
         env: true,
         default: DEFAULT_URL,
-        help: "Base URL of the daemon's admin API (its --listen).",
+        help: "Base URL of the daemon's admin API (its --listen). Without it the daemon's local socket ($XDG_RUNTIME_DIR/handnode.sock, or HANDNODE_LOCAL_SOCKET) is used when there is one: no token needed, and it works with --allow-login.",
         kind: Kind::Text {
             metavar: "URL",
             set: |d, v| {
@@ -462,8 +486,32 @@ const GRANT_FLAGS: &[Flag<OperatorDraft>] = &[
         name: "wait",
         env: false,
         default: "",
-        help: "Wait until the grant is attached (exit 0) or has ended (exit 3).",
+        help: "Wait until the grant is attached (exit 0) or has ended (exit 3), at most --wait-secs (then exit 4: the grant keeps dialing until revoked or expired).",
         kind: Kind::Switch(|d| d.wait = true),
+    },
+    Flag {
+        name: "wait-secs",
+        env: false,
+        default: "30",
+        help: "How long --wait waits for the attach before it gives up with the last dial error.",
+        kind: Kind::Text {
+            metavar: "N",
+            set: |d, v| {
+                match v.trim().parse::<u64>() {
+                    Ok(n) if (1..=MAX_TTL_SECS).contains(&n) => d.wait_secs = Some(n),
+                    _ => return Err(format!("expected whole seconds, 1...{MAX_TTL_SECS}")),
+                }
+                d.wait = true;
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "replace",
+        env: false,
+        default: "",
+        help: "If a live grant already lends this box to the session with other tools (profile, lists or approve), end it (`replaced`) and lend this one. Without it that is refused; the same tools again renew the grant in place.",
+        kind: Kind::Switch(|d| d.replace = true),
     },
 ];
 
@@ -611,10 +659,24 @@ fn client_args(
     env: &HashMap<String, String>,
 ) -> Result<ClientArgs, Error> {
     let url = check_url(draft.url.as_deref().unwrap_or(DEFAULT_URL))?;
+    // No address asked for: the local socket, when a daemon serves one.
+    let socket = match draft.url {
+        Some(_) => None,
+        None => env
+            .get("HANDNODE_LOCAL_SOCKET")
+            .filter(|v| v.as_str() != "none" && !v.is_empty())
+            .map(std::path::PathBuf::from)
+            .or_else(|| config::default_local_socket(env))
+            .filter(|p| {
+                use std::os::unix::fs::FileTypeExt;
+                std::fs::metadata(p).is_ok_and(|m| m.file_type().is_socket())
+            }),
+    };
     let config_dir = draft.config_dir.take().or_else(|| default_config_dir(env));
     let token = resolve_token(draft.token_file.as_deref(), env, config_dir.as_deref())?;
     Ok(ClientArgs {
         url,
+        socket,
         token_source: token.as_ref().map(|t| t.source.clone()),
         token: token.map(|t| t.secret),
     })
@@ -664,6 +726,8 @@ fn parse_operator(
                 credential,
                 approve: draft.approve.take(),
                 wait: draft.wait,
+                wait_secs: draft.wait_secs.unwrap_or(DEFAULT_WAIT_SECS),
+                replace: draft.replace,
                 json: draft.json,
             }))
         }
@@ -718,7 +782,7 @@ fn parse_operator(
 /// `handnode grant|grants|revoke --help`.
 fn help(sub: &str) -> String {
     let head = match sub {
-        "grant" => "Usage: handnode grant --runtime URL --session NAME (--secret-file PATH | --admin-credential-file PATH)\n                      [--profile PROFILE] [--allow TOOL]... [--deny TOOL]... [--ttl DURATION]\n                      [--wait] [--json] [--url URL]\n\nAsk the running daemon to lend this box to a pod session. Exit 0 ok, 1 daemon unreachable or\nrefused, 2 bad usage, 3 the grant ended while --wait waited.\n",
+        "grant" => "Usage: handnode grant --runtime URL --session NAME (--secret-file PATH | --admin-credential-file PATH)\n                      [--profile PROFILE] [--allow TOOL]... [--deny TOOL]... [--ttl DURATION]\n                      [--wait [--wait-secs N]] [--replace] [--json] [--url URL]\n\nAsk the running daemon to lend this box to a pod session; says whether it created, renewed\n(same tools again: same id and socket, new deadline and secret) or replaced (--replace, when\na live grant of the session has other tools) a grant. Exit 0 ok, 1 daemon unreachable or\nrefused, 2 bad usage or a replace without --replace, 3 the grant ended while --wait waited,\n4 --wait gave up after --wait-secs (the grant keeps dialing).\n",
         "grants" => "Usage: handnode grants [--json] [--url URL]\n\nList the daemon's grants: live ones and those ended in the last 10 minutes.\n",
         "approvals" => "Usage: handnode approvals [--watch] [--json] [--url URL]\n\nList the tool calls waiting for your approval (a grant's approve list names their tool), oldest\nfirst, with their arguments. --watch keeps listing as calls arrive and leave.\n",
         "approve" => "Usage: handnode approve ID [--remember] [--url URL]\n\nLet one waiting call run. With --remember, later calls of its tool under that grant run\nwithout asking until the grant ends. Exit 1 when the id is unknown, already decided, expired\nor withdrawn.\n",
@@ -806,10 +870,13 @@ impl<'a> Client<'a> {
         let unreachable = |e: &dyn std::fmt::Display| {
             Failure(format!(
                 "cannot reach the daemon at {}: {e} (is it running? pass --url for another address)",
-                self.args.url
+                self.where_()
             ))
         };
-        let url = format!("{}{path}", self.args.url);
+        let url = match &self.args.socket {
+            Some(_) => format!("http://localhost{path}"),
+            None => format!("{}{path}", self.args.url),
+        };
         let target = Target::parse(&url).map_err(|e| unreachable(&e))?;
         let tls = match target.tls {
             true => Some(self.tls().map_err(|e| unreachable(&e))?),
@@ -834,7 +901,11 @@ impl<'a> Client<'a> {
             headers: &headers,
             body: body.as_deref().map(str::as_bytes),
         };
-        let response = httpc::send(&request, timeout, tls).map_err(|e| unreachable(&e))?;
+        let response = match &self.args.socket {
+            Some(socket) => httpc::send_unix(socket, &request, timeout),
+            None => httpc::send(&request, timeout, tls),
+        }
+        .map_err(|e| unreachable(&e))?;
         let status = response.status;
         let etag = response
             .header("etag")
@@ -851,6 +922,14 @@ impl<'a> Client<'a> {
         Ok(Reply { status, body, etag })
     }
 
+    /// Where the daemon is reached, for messages.
+    fn where_(&self) -> String {
+        match &self.args.socket {
+            Some(socket) => format!("the local socket {}", socket.display()),
+            None => self.args.url.clone(),
+        }
+    }
+
     /// A non-2xx answer as a message that says what to do about it.
     fn refused(&self, what: &str, reply: &Reply) -> Failure {
         let mut msg = format!(
@@ -858,7 +937,15 @@ impl<'a> Client<'a> {
             reply.status,
             reply.error_message()
         );
-        if reply.status == 401 {
+        if let Some(reason) = reply.body.get("reason").and_then(Value::as_str) {
+            msg.push_str(&format!(" ({reason})"));
+        }
+        let about_token = reply
+            .body
+            .get("reason")
+            .and_then(Value::as_str)
+            .is_none_or(|r| r.contains("admin token"));
+        if reply.status == 401 && about_token {
             match &self.args.token_source {
                 Some(source) => msg.push_str(&format!(
                     "; the token from {source} is not the daemon's"
@@ -916,6 +1003,18 @@ fn human_secs(secs: u64) -> String {
 
 /// A grant's state with what goes with it: `redialing in 4s (handshake 503)`, `ended: revoked`.
 fn state_line(grant: &Value) -> String {
+    let mut line = state_cell(grant);
+    if let Some(error) = grant.get("last_error").and_then(Value::as_str) {
+        line.push_str(&format!(" (last error: {error})"));
+    }
+    line
+}
+
+/// Longest last error the `grants` table shows (characters); `grant ID --json` has it whole.
+const MAX_ERROR_CELL: usize = 60;
+
+/// The state, its redial countdown and its end reason: the `grants` table's STATE column.
+fn state_cell(grant: &Value) -> String {
     let mut line = str_field(grant, "state").to_string();
     if let Some(secs) = grant.get("redial_in_secs").and_then(Value::as_u64) {
         line.push_str(&format!(" in {}", human_secs(secs)));
@@ -923,10 +1022,19 @@ fn state_line(grant: &Value) -> String {
     if let Some(reason) = grant.get("ended").and_then(Value::as_str) {
         line.push_str(&format!(": {reason}"));
     }
-    if let Some(error) = grant.get("last_error").and_then(Value::as_str) {
-        line.push_str(&format!(" (last error: {error})"));
-    }
     line
+}
+
+/// The last error, cut to [`MAX_ERROR_CELL`] characters, or `-`.
+fn error_cell(grant: &Value) -> String {
+    match grant.get("last_error").and_then(Value::as_str) {
+        Some(e) if e.chars().count() > MAX_ERROR_CELL => {
+            let cut: String = e.chars().take(MAX_ERROR_CELL - 1).collect();
+            format!("{cut}…")
+        }
+        Some(e) => e.to_string(),
+        None => "-".to_string(),
+    }
 }
 
 /// A list field of the grant JSON, comma-separated; `None` when absent or empty.
@@ -1000,9 +1108,11 @@ fn describe(grant: &Value) -> String {
 }
 
 fn print(out: &mut dyn Write, text: &str) -> Result<(), Failure> {
-    out.write_all(text.as_bytes())
-        .and_then(|_| out.flush())
-        .map_err(|e| Failure(format!("cannot write output: {e}")))
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        // The reader stopped reading (`handnode grants | head`): nothing to report.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.map_err(|e| Failure(format!("cannot write output: {e}"))),
+    }
 }
 
 fn pretty(value: &Value) -> String {
@@ -1042,7 +1152,12 @@ fn grant(args: &GrantArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<i
         Credential::Secret(s) => body["secret"] = json!(s.expose()),
         Credential::AdminCredential(s) => body["admin_credential"] = json!(s.expose()),
     }
+    body["replace"] = json!(args.replace);
     let reply = client.call("POST", "/attach", Some(&body))?;
+    if reply.status == 409 {
+        let _ = writeln!(err, "handnode: {}", reply.error_message());
+        return Ok(EXIT_USAGE);
+    }
     if !(200..300).contains(&reply.status) {
         return Err(client.refused("create the grant", &reply));
     }
@@ -1052,6 +1167,8 @@ fn grant(args: &GrantArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<i
         .and_then(Value::as_str)
         .map(str::to_string)
         .ok_or_else(|| Failure("the daemon's answer has no grant id".into()))?;
+    // What the request did, first: create, renew or replace look alike otherwise.
+    let _ = writeln!(err, "{}", attach_outcome(&grant, &args.credential));
     if !args.wait {
         print(
             out,
@@ -1067,17 +1184,36 @@ fn grant(args: &GrantArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<i
         print(out, &describe(&grant))?;
     }
     let path = format!("/attach/{id}");
-    let mut last_line = String::new();
+    let give_up = std::time::Instant::now() + Duration::from_secs(args.wait_secs);
+    // One line per change of state (not per tick of a redial countdown), so a log of it
+    // reads as what happened.
+    let mut last_state = String::new();
     let code = loop {
-        let line = state_line(&grant);
-        if line != last_line {
-            let _ = writeln!(err, "grant {id}: {line}");
-            last_line = line;
+        let now_state = change_key(&grant);
+        if now_state != last_state {
+            let _ = writeln!(err, "grant {id}: {}", state_line(&grant));
+            last_state = now_state;
         }
         match str_field(&grant, "state") {
             "attached" => break EXIT_OK,
             "ended" => break EXIT_GRANT_ENDED,
             _ => {}
+        }
+        if std::time::Instant::now() >= give_up {
+            let error = grant
+                .get("last_error")
+                .and_then(Value::as_str)
+                .map_or("no dial has failed yet".to_string(), |e| {
+                    format!("last dial error: {e}")
+                });
+            let _ = writeln!(
+                err,
+                "handnode: grant {id} is not attached after {} s ({}; {error}). It stays live and keeps dialing until {}; to stop it: handnode revoke {id}",
+                args.wait_secs,
+                str_field(&grant, "state"),
+                str_field(&grant, "expires_at"),
+            );
+            break EXIT_WAIT_GAVE_UP;
         }
         std::thread::sleep(POLL_INTERVAL);
         let reply = client.call("GET", &path, None)?;
@@ -1094,6 +1230,45 @@ fn grant(args: &GrantArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<i
         print(out, &pretty(&grant))?;
     }
     Ok(code)
+}
+
+/// What a grant's `--wait` lines change on: its state, end and last error.
+fn change_key(grant: &Value) -> String {
+    format!(
+        "{} {} {}",
+        str_field(grant, "state"),
+        str_field(grant, "ended"),
+        str_field(grant, "last_error")
+    )
+}
+
+/// The first line of `handnode grant`'s answer: created, renewed (and what a new secret
+/// means) or replaced, from the `202`'s `attach` field.
+fn attach_outcome(grant: &Value, credential: &Credential) -> String {
+    let id = str_field(grant, "id");
+    let session = str_field(grant, "session");
+    match str_field(grant, "attach") {
+        "renewed" => {
+            let mut line = format!(
+                "renewed grant {id} for session {session}: same id and socket, deadline now {}",
+                str_field(grant, "expires_at")
+            );
+            let new_secret = grant.get("new_secret").and_then(Value::as_bool) == Some(true);
+            if new_secret || matches!(credential, Credential::AdminCredential(_)) {
+                line.push_str(
+                    "; the new secret is used at the next dial and is not checked now (a pod that refuses it ends the grant handshake_rejected_401, naming this renewal)",
+                );
+            }
+            line
+        }
+        "replaced" => format!(
+            "replaced grant {} (it ended `replaced`) with grant {id} for session {session}",
+            str_field(grant, "replaced_id")
+        ),
+        "created" => format!("created grant {id} for session {session}"),
+        // A daemon that predates the field.
+        _ => format!("grant {id} for session {session}"),
+    }
 }
 
 fn list(client: &Client) -> Result<Vec<Value>, Failure> {
@@ -1152,18 +1327,21 @@ fn grants(args: &GrantsArgs, out: &mut dyn Write) -> Result<i32, Failure> {
         "CALLS",
         "JOBS",
         "RUNTIME",
+        "LAST ERROR",
     ]
     .map(String::from)
     .to_vec()];
     for g in &grants {
         rows.push(vec![
             str_field(g, "id").to_string(),
-            state_line(g),
+            state_cell(g),
             str_field(g, "profile").to_string(),
             shell_line(g),
             str_field(g, "session").to_string(),
+            // An ended grant expires in nothing.
             g.get("expires_in_secs")
                 .and_then(Value::as_u64)
+                .filter(|_| str_field(g, "state") != "ended")
                 .map_or("-".into(), human_secs),
             g.get("calls")
                 .and_then(Value::as_u64)
@@ -1173,6 +1351,7 @@ fn grants(args: &GrantsArgs, out: &mut dyn Write) -> Result<i32, Failure> {
                 .and_then(Value::as_u64)
                 .map_or("-".into(), |c| c.to_string()),
             str_field(g, "runtime").to_string(),
+            error_cell(g),
         ]);
     }
     print(out, &table(&rows))?;
@@ -1753,6 +1932,7 @@ mod tests {
         fn client(&self, token: Option<&str>) -> ClientArgs {
             ClientArgs {
                 url: self.url.clone(),
+                socket: None,
                 token: token.map(Secret::new),
                 token_source: token.map(|_| "a test".to_string()),
             }
@@ -1783,6 +1963,8 @@ mod tests {
             credential: Credential::Secret(Secret::new("s3")),
             approve: None,
             wait,
+            wait_secs: DEFAULT_WAIT_SECS,
+            replace: false,
             json: false,
         })
     }
@@ -1795,6 +1977,20 @@ mod tests {
             String::from_utf8(out).unwrap(),
             String::from_utf8(err).unwrap(),
         )
+    }
+
+    #[test]
+    fn cargo_runs_build_variable_is_not_an_unknown_env_var() {
+        let env: HashMap<String, String> = [
+            ("HANDNODE_TARGET", "x86_64-unknown-linux-gnu"),
+            ("HANDNODE_TOKEN", "t"),
+            ("HANDNODE_LISTEN", "127.0.0.1:1"),
+            ("HANDNODE_LISTNE", "typo"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(unknown_env(&env), [&"HANDNODE_LISTNE".to_string()]);
     }
 
     #[test]
@@ -1816,8 +2012,106 @@ mod tests {
         let body: Value = serde_json::from_str(&seen[0].body).unwrap();
         assert_eq!(
             body,
-            json!({"runtime":"wss://pod:8090","session":"laptop","profile":"observe","ttl_secs":600,"secret":"s3"})
+            json!({"runtime":"wss://pod:8090","session":"laptop","profile":"observe","ttl_secs":600,"secret":"s3","replace":false})
         );
+    }
+
+    /// Create, renew and replace read differently; a replace is refused unless asked for.
+    #[test]
+    fn grant_says_whether_it_created_renewed_or_replaced() {
+        let cases = [
+            (r#","attach":"created""#, "created grant g1 for session laptop"),
+            (
+                r#","attach":"renewed","new_secret":true"#,
+                "renewed grant g1 for session laptop: same id and socket, deadline now 2026-11-30T13:00:00Z; the new secret is used at the next dial and is not checked now",
+            ),
+            (
+                r#","attach":"replaced","replaced_id":"g0""#,
+                "replaced grant g0 (it ended `replaced`) with grant g1",
+            ),
+        ];
+        for (extra, want) in cases {
+            let stub = Stub::start(vec![(202, grant_json("idle", extra))]);
+            let (code, _, err) = run_captured(&grant_args(stub.client(Some("tok")), false));
+            stub.finish();
+            assert_eq!(code, EXIT_OK);
+            assert!(err.contains(want), "{want}: {err}");
+        }
+        // A renewal with the same secret says nothing about secrets.
+        let stub = Stub::start(vec![(
+            202,
+            grant_json("attached", r#","attach":"renewed","new_secret":false"#),
+        )]);
+        let (_, _, err) = run_captured(&grant_args(stub.client(Some("tok")), false));
+        stub.finish();
+        assert!(
+            err.contains("renewed grant g1") && !err.contains("secret"),
+            "{err}"
+        );
+
+        let stub = Stub::start(vec![(
+            409,
+            r#"{"error":"grant g0 already lends this box to session laptop at this runtime with other tools (profile desktop -> observe); ... with --replace"}"#.into(),
+        )]);
+        let Command::Grant(mut args) = grant_args(stub.client(Some("tok")), false) else {
+            unreachable!()
+        };
+        args.replace = true;
+        let (code, out, err) = run_captured(&Command::Grant(args));
+        let seen = stub.finish();
+        let body: Value = serde_json::from_str(&seen[0].body).unwrap();
+        assert_eq!(body["replace"], true, "--replace is sent");
+        assert_eq!(code, EXIT_USAGE, "{out}{err}");
+        assert!(
+            err.contains("grant g0 already lends") && err.contains("--replace"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn grant_wait_gives_up_after_wait_secs_with_the_last_error_and_exit_4() {
+        let stub = Stub::start(vec![(
+            202,
+            grant_json(
+                "redialing",
+                r#","redial_in_secs":4,"last_error":"connect: Connection refused""#,
+            ),
+        )]);
+        let Command::Grant(mut args) = grant_args(stub.client(Some("tok")), true) else {
+            unreachable!()
+        };
+        args.wait_secs = 0;
+        let (code, _, err) = run_captured(&Command::Grant(args));
+        stub.finish();
+        assert_eq!(code, EXIT_WAIT_GAVE_UP, "{err}");
+        assert!(
+            err.contains("grant g1 is not attached after 0 s (redialing; last dial error: connect: Connection refused)")
+                && err.contains("keeps dialing until 2026-11-30T13:00:00Z")
+                && err.contains("handnode revoke g1"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn grant_wait_prints_a_line_per_state_change_not_per_countdown_tick() {
+        let redialing = |secs: u32| {
+            grant_json(
+                "redialing",
+                &format!(r#","redial_in_secs":{secs},"last_error":"handshake 503""#),
+            )
+        };
+        let stub = Stub::start(vec![
+            (202, grant_json("idle", "")),
+            (200, redialing(3)),
+            (200, redialing(2)),
+            (200, redialing(1)),
+            (200, grant_json("attached", "")),
+        ]);
+        let (code, _, err) = run_captured(&grant_args(stub.client(Some("tok")), true));
+        stub.finish();
+        assert_eq!(code, EXIT_OK);
+        assert_eq!(err.matches("grant g1: redialing").count(), 1, "{err}");
+        assert_eq!(err.matches("grant g1: ").count(), 3, "{err}");
     }
 
     #[test]
@@ -1927,6 +2221,7 @@ mod tests {
             .unwrap()
             .port();
         let client = ClientArgs {
+            socket: None,
             url: format!("http://127.0.0.1:{port}"),
             token: None,
             token_source: None,
@@ -1947,7 +2242,13 @@ mod tests {
                 "attached",
                 r#","jobs":3,"shell":"yes","shell_because":"bash is a shell tool""#
             ),
-            grant_json("ended", r#","ended":"cancelled","shell":"no""#)
+            grant_json(
+                "ended",
+                &format!(
+                    r#","ended":"handshake_rejected_401","shell":"no","last_error":"handshake 401: {}""#,
+                    "x".repeat(200)
+                )
+            )
         );
         let stub = Stub::start(vec![(200, list), (200, r#"{"grants":[]}"#.into())]);
         let command = Command::Grants(GrantsArgs {
@@ -1968,7 +2269,23 @@ mod tests {
         assert_eq!(&lines[1][jobs_at..jobs_at + 1], "3", "{out}");
         assert_eq!(&lines[2][jobs_at..jobs_at + 1], "-", "{out}");
         assert!(lines[1].contains("yes (bash is a shell tool)"), "{out}");
-        assert!(lines[2].contains("ended: cancelled") && lines[2].contains(" no "));
+        assert!(lines[2].contains("ended: handshake_rejected_401") && lines[2].contains(" no "));
+        // The last error has a bounded column of its own, not the STATE column; an ended
+        // grant expires in nothing.
+        let state_at = lines[0].find("STATE").unwrap();
+        let profile_at = lines[0].find("PROFILE").unwrap();
+        assert!(
+            !lines[2][state_at..profile_at].contains("handshake 401"),
+            "{out}"
+        );
+        assert!(lines[0].ends_with("LAST ERROR"), "{out}");
+        assert!(
+            lines[2].ends_with('…') && lines[2].contains("handshake 401: xxx"),
+            "{out}"
+        );
+        assert!(lines[2].chars().count() < 200, "{out}");
+        let expires_at = lines[0].find("EXPIRES IN").unwrap();
+        assert_eq!(&lines[2][expires_at..expires_at + 2], "- ", "{out}");
         assert_eq!(out2, "no grants\n");
     }
 

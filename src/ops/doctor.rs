@@ -443,7 +443,11 @@ pub fn render(checks: &[Check]) -> String {
     }
     let failing = checks.iter().filter(|c| c.status == Status::Fail).count();
     let warning = checks.iter().filter(|c| c.status == Status::Warn).count();
-    text.push_str(&format!("{failing} not working, {warning} warnings\n"));
+    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+    text.push_str(&format!(
+        "{failing} not working, {}\n",
+        plural(warning, "warning")
+    ));
     text
 }
 
@@ -662,15 +666,26 @@ pub fn main(args: &crate::config::DoctorArgs) -> i32 {
         is_root,
         |argv| test_start(argv, &crate::browser::default_dir(&env)),
     ));
-    if args.json {
-        println!(
-            "{}",
+    let text = if args.json {
+        format!(
+            "{}\n",
             serde_json::to_string_pretty(&to_json(&checks, display)).unwrap_or_default()
-        );
+        )
     } else {
-        print!("{}", render(&checks));
+        render(&checks)
+    };
+    // Not print!: it panics when stdout is gone (`handnode doctor | head`). A reader that
+    // stopped reading is not a failure of the report; another write error is.
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => 0,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+        Err(e) => {
+            eprintln!("handnode doctor: cannot write the report: {e}");
+            1
+        }
     }
-    0
 }
 
 #[cfg(test)]
@@ -682,6 +697,21 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn the_summary_counts_in_the_right_number() {
+        let one = [check("a", Status::Warn, "x", None)];
+        assert!(
+            render(&one).ends_with("0 not working, 1 warning\n"),
+            "{}",
+            render(&one)
+        );
+        let two = [
+            check("a", Status::Warn, "x", None),
+            check("b", Status::Warn, "y", None),
+        ];
+        assert!(render(&two).ends_with("0 not working, 2 warnings\n"));
     }
 
     #[test]

@@ -13,7 +13,9 @@
 //! command, for jobs too).
 //!
 //! **Past the inline limit.** A command still running at the call's inline limit is not
-//! killed: it is handed to [`super::jobs`] and continues as a job.
+//! killed: it is handed to [`super::jobs`] and continues as a job. If no job can start
+//! (its grant's job limit or disk share), it runs on inline to its own timeout and its
+//! answer says why it did not become a job (§15).
 //!
 //! **The command string.** It is passed to bash as one argv element (`bash -c <command>`);
 //! handnode never splices arguments into a shell string of its own.
@@ -72,15 +74,18 @@ which user it runs as.",
 };
 
 /// `structuredContent` of a finished command, or of one that continued as a job (then
-/// with the job's facts and the offsets to poll from, and no exit code yet).
+/// with the job's facts and the offsets to poll from, and no exit code yet). The streams
+/// are in the text block; the ranges say where.
 fn output_schema() -> Value {
     let mut schema = super::jobs::tools::job_facts_schema();
     let props = schema["properties"]
         .as_object_mut()
         .expect("an object schema");
+    let range = super::jobs::tools::range_schema();
     for (name, prop) in [
-        ("stdout", json!({"type": "string"})),
-        ("stderr", json!({"type": "string"})),
+        ("stdout_range", range.clone()),
+        ("stderr_range", range),
+        ("not_a_job", json!({"type": "string"})),
         ("timed_out", json!({"type": "boolean"})),
         ("cancelled", json!({"type": "boolean"})),
         ("stdout_truncated", json!({"type": "boolean"})),
@@ -91,8 +96,8 @@ fn output_schema() -> Value {
         props.insert(name.into(), prop);
     }
     schema["required"] = json!([
-        "stdout",
-        "stderr",
+        "stdout_range",
+        "stderr_range",
         "stdout_truncated",
         "stderr_truncated",
         "duration_ms"
@@ -208,8 +213,11 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         cx.ctl.clone(),
     );
     let inline_wait = cx.limits.inline_wait;
+    // Why the call did not become a job at its inline limit, for its answer.
+    let not_a_job: Arc<Mutex<Option<String>>> = Arc::default();
     if Duration::from_secs(timeout_secs) > inline_wait {
         let slot = Arc::clone(&slot);
+        let not_a_job = Arc::clone(&not_a_job);
         let admit = super::jobs::table::Admit {
             id: Some(job_id),
             scope: super::jobs::tools::scope(&cx).to_string(),
@@ -224,14 +232,39 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
             inline_wait,
             Box::new(move |so_far| {
                 let done = take(&slot)?;
-                super::jobs::tools::continue_as_job(&jobs, admit, so_far, inline_wait, cap, done)
+                match super::jobs::tools::continue_as_job(
+                    &jobs,
+                    admit,
+                    so_far,
+                    inline_wait,
+                    cap,
+                    done,
+                ) {
+                    Ok(continued) => Some(continued),
+                    Err((done, why)) => {
+                        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(done);
+                        *not_a_job.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!(
+                            "[still running after {} s, it could not continue as a job ({why}), \
+                             so it ran on inline to its own timeout]",
+                            inline_wait.as_secs_f64()
+                        ));
+                        None
+                    }
+                }
             }),
         ));
     }
     cx.host.processes.spawn(cmd, spec, move |run| {
         let Some(done) = take(&slot) else { return };
         match run {
-            Ok(run) => done.complete(render(&run, timeout_secs, cap)),
+            Ok(run) => {
+                let why = not_a_job.lock().unwrap_or_else(|e| e.into_inner()).take();
+                // Rendered when the reply can be sent (§15): until then the output waits
+                // as the bytes read, not as a reply several times their size.
+                done.complete(ToolOutput::Later(crate::wire::mcp::Later::new(move || {
+                    render(&run, timeout_secs, cap, why.as_deref())
+                })))
+            }
             Err(e) => done.complete(ToolOutput::tool_error(spawn_error(&program, &e))),
         }
     });
@@ -249,28 +282,18 @@ fn spawn_error(program: &Path, e: &std::io::Error) -> String {
 }
 
 /// The `CallToolResult` of a finished run.
-pub(crate) fn render(run: &RunResult, timeout_secs: u64, cap: u64) -> ToolOutput {
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
+pub(crate) fn render(
+    run: &RunResult,
+    timeout_secs: u64,
+    cap: u64,
+    not_a_job: Option<&str>,
+) -> ToolOutput {
     let timed_out = run.end == End::TimedOut;
     let cancelled = run.end == End::Cancelled;
     let is_error = run.exit_code != 0 || run.end != End::Exited;
     let duration_ms = u64::try_from(run.duration.as_millis()).unwrap_or(u64::MAX);
 
-    let mut text = String::with_capacity(stdout.len() + stderr.len() + 128);
-    let end_line = |text: &mut String| {
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-    };
-    text.push_str(&stdout);
-    if !stderr.is_empty() {
-        end_line(&mut text);
-        text.push_str("--- stderr ---\n");
-        text.push_str(&stderr);
-    }
-    end_line(&mut text);
-    text.push_str(&match run.end {
+    let mut status = match run.end {
         End::Exited => format!("[exit {} after {duration_ms} ms]", run.exit_code),
         End::TimedOut => format!(
             "[timed out after {timeout_secs} s: process group killed, exit {}]",
@@ -282,7 +305,7 @@ pub(crate) fn render(run: &RunResult, timeout_secs: u64, cap: u64) -> ToolOutput
              exit {}]",
             run.exit_code
         ),
-    });
+    };
     let truncated: Vec<&str> = [
         ("stdout", run.stdout_truncated),
         ("stderr", run.stderr_truncated),
@@ -291,26 +314,30 @@ pub(crate) fn render(run: &RunResult, timeout_secs: u64, cap: u64) -> ToolOutput
     .filter_map(|(name, t)| t.then_some(name))
     .collect();
     if !truncated.is_empty() {
-        text.push_str(&format!(
+        status.push_str(&format!(
             " [{} truncated to its first {cap} bytes: raise max_output_bytes or filter the \
              output]",
             truncated.join(" and ")
         ));
     }
-    ToolOutput::Result(json!({
-        "content": [{"type": "text", "text": text}],
-        "structuredContent": {
-            "stdout": stdout,
-            "stderr": stderr,
-            "exit_code": run.exit_code,
-            "timed_out": timed_out,
-            "cancelled": cancelled,
-            "stdout_truncated": run.stdout_truncated,
-            "stderr_truncated": run.stderr_truncated,
-            "duration_ms": duration_ms,
-        },
-        "isError": is_error,
-    }))
+    if let Some(why) = not_a_job {
+        status.push(' ');
+        status.push_str(why);
+    }
+    // Each output byte once (§15): the streams are in the text, and structuredContent
+    // says where.
+    let mut structured = json!({
+        "exit_code": run.exit_code,
+        "timed_out": timed_out,
+        "cancelled": cancelled,
+        "stdout_truncated": run.stdout_truncated,
+        "stderr_truncated": run.stderr_truncated,
+        "duration_ms": duration_ms,
+    });
+    if let Some(why) = not_a_job {
+        structured["not_a_job"] = json!(why);
+    }
+    super::jobs::tools::stream_reply(&run.stdout, &run.stderr, &status, &structured, is_error)
 }
 
 #[cfg(test)]
@@ -340,9 +367,10 @@ mod tests {
 
     /// The result object of any output that is a `CallToolResult`, serialized or not.
     fn any_result(out: ToolOutput) -> Value {
-        match out {
+        match out.produced() {
             ToolOutput::Result(v) => v,
             ToolOutput::Encoded { json, .. } => serde_json::from_str(&json).unwrap(),
+            ToolOutput::Json { json, .. } => serde_json::from_str(&json).unwrap(),
             other => panic!("expected a result, got {other:?}"),
         }
     }
@@ -370,7 +398,7 @@ mod tests {
             json!({"command": "head -c 100 /dev/zero", "max_output_bytes": 10}),
             json!({"command": "sleep 5", "timeout_secs": 1}),
         ] {
-            let r = result(call_with(&host, CallLimits::GRANT, JobCtl::new(), args));
+            let r = any_result(call_with(&host, CallLimits::GRANT, JobCtl::new(), args));
             check(&TOOL, &r);
         }
         // A command still running at the inline limit continues as a job: the other shape.

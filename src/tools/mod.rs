@@ -136,6 +136,8 @@ pub struct GrantNote {
     /// Tools whose calls wait for a person's decision (§10), so the agent knows why such a
     /// call takes a while and what its refusal means.
     pub approve: Vec<String>,
+    /// How long such a call waits for a decision (`--approval-timeout-ms`).
+    pub approval_wait: Duration,
 }
 
 impl GrantNote {
@@ -155,11 +157,21 @@ impl GrantNote {
         }
         if !self.approve.is_empty() {
             text.push_str(&format!(
-                " Each call of {} waits until the person who lent the box allows it (at most 100 s); a denied or unanswered call says so and did not run.",
-                self.approve.join(", ")
+                " Each call of {} waits until the person who lent the box allows it (at most {}); a denied or unanswered call says so and did not run.",
+                self.approve.join(", "),
+                wait_text(self.approval_wait)
             ));
         }
         text
+    }
+}
+
+/// A wait as the agent reads it: whole seconds (rounded up), or milliseconds under one.
+fn wait_text(wait: Duration) -> String {
+    if wait < Duration::from_secs(1) {
+        format!("{} ms", wait.as_millis())
+    } else {
+        format!("{} s", wait.as_millis().div_ceil(1000))
     }
 }
 
@@ -205,6 +217,9 @@ pub struct ToolConfig {
     pub display_env: Option<std::collections::BTreeMap<String, String>>,
     /// Long-running jobs: where their files go, their limits and timers.
     pub jobs: jobs::table::JobConfig,
+    /// An upstream MCP server is configured, so the browser tools of a profile other than
+    /// `browser` exist here; without one `sys_info` does not list them.
+    pub upstreams: bool,
 }
 
 impl Default for ToolConfig {
@@ -219,6 +234,7 @@ impl Default for ToolConfig {
             sys_info_ttl: crate::config::Timing::default().sys_info_ttl,
             display_env: None,
             jobs: jobs::table::JobConfig::default(),
+            upstreams: true,
         }
     }
 }
@@ -515,7 +531,7 @@ impl Catalog for ConnCatalog<'_> {
         }
         text.push_str(&format!(
             "handnode serves this Linux box's tools. Profile '{profile}': {} ",
-            self.policy.summary()
+            self.policy.summary_with(self.upstream.is_some())
         ));
         text.push_str(
             "Screen coordinates for mouse are pixels of the unscaled screenshot of the chosen \
@@ -818,6 +834,7 @@ mod tests {
             session: "s".into(),
             expires_at: 0,
             approve: vec!["bash".into()],
+            approval_wait: Duration::from_secs(60),
         };
         assert_eq!(catalog(&owner, Some(&gated)).tasks(), None);
     }
@@ -829,6 +846,7 @@ mod tests {
             session: "laptop".into(),
             expires_at: 0,
             approve: vec!["bash".into()],
+            approval_wait: Duration::from_secs(60),
         };
         let observe = ToolPolicy::fixed(Profile::Observe).unwrap();
         let cat = ConnCatalog {
@@ -842,8 +860,9 @@ mod tests {
         assert!(description.contains("profile 'observe' until 1970-01-01T00:00:00Z"));
         assert!(!description.contains("It may use"), "no lists, no list");
         assert!(cat.instructions().contains("laptop"));
-        assert!(description
-            .contains("Each call of bash waits until the person who lent the box allows it"));
+        assert!(description.contains(
+            "Each call of bash waits until the person who lent the box allows it (at most 60 s)"
+        ));
         // Under a custom grant every description says what the agent may use.
         let policy = custom(&["sys_info", "browser_snapshot"], &[]);
         let cat = ConnCatalog {
@@ -860,8 +879,28 @@ mod tests {
                 && description.contains("It may use: sys_info, browser_snapshot"),
             "{description}"
         );
-        assert!(cat
-            .instructions()
-            .contains("It may use: sys_info, browser_snapshot"));
+        assert!(cat.instructions().contains(
+            "It may use: sys_info (no browser tools: this box has no upstream MCP server configured)."
+        ));
+    }
+
+    /// Issue 30: without an upstream the owner's instructions list no browser_* tool.
+    #[test]
+    fn instructions_name_only_the_tools_that_exist_here() {
+        let owner = ToolPolicy::fixed(Profile::Owner).unwrap();
+        let cat = ConnCatalog {
+            grant: None,
+            upstream: None,
+            browsers: None,
+            policy: &owner,
+        };
+        let text = cat.instructions();
+        assert!(!text.contains("browser_"), "{text}");
+        assert!(
+            text.contains("no browser tools: this box has no upstream"),
+            "{text}"
+        );
+        assert_eq!(wait_text(Duration::from_millis(1500)), "2 s");
+        assert_eq!(wait_text(Duration::from_millis(300)), "300 ms");
     }
 }

@@ -339,12 +339,34 @@ impl ToolPolicy {
 
     /// One sentence for the agent: what it may use here.
     pub fn summary(&self) -> String {
-        let mut text = format!("It may use: {}", self.tools.join(", "));
-        if self.sees_unclassified() {
+        self.summary_with(true)
+    }
+
+    /// [`ToolPolicy::summary`] of what exists here: without an upstream (`upstreams` false)
+    /// the browser tools of a non-`browser` profile are not there to use, so they are not
+    /// named (the `browser` profile's come from its own browser tier).
+    pub fn summary_with(&self, upstreams: bool) -> String {
+        let present = self.present_tools(upstreams);
+        let mut text = format!("It may use: {}", present.join(", "));
+        if present.len() < self.tools.len() {
+            text.push_str(" (no browser tools: this box has no upstream MCP server configured)");
+        } else if self.sees_unclassified() {
             text.push_str(", and any other tool of the configured upstreams");
         }
         text.push('.');
         text
+    }
+
+    /// The allowed tools that exist here: all of them with an upstream (or under the
+    /// `browser` profile), else only the box's own.
+    pub fn present_tools(&self, upstreams: bool) -> Vec<String> {
+        self.tools
+            .iter()
+            .filter(|n| {
+                upstreams || self.profile == Profile::Browser || crate::tools::find(n).is_some()
+            })
+            .map(|n| n.to_string())
+            .collect()
     }
 }
 

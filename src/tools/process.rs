@@ -112,7 +112,8 @@ pub struct Continued {
     pub on_exit: OnExit,
 }
 
-/// Offered a run at its inline limit: `Some` makes it a job, `None` kills its group.
+/// Offered a run at its inline limit: `Some` makes it a job; `None` leaves it a one-shot
+/// run to its own timeout (§15: it is never killed because it could not become a job).
 pub type Convert = Box<dyn FnOnce(SoFar<'_>) -> Option<Continued> + Send>;
 
 /// Called on the spawning thread with the new group's pgid and the leader's start time
@@ -549,7 +550,7 @@ impl Entry {
         }
     }
 
-    /// At the inline limit: become a job, or be killed.
+    /// At the inline limit: become a job, or run on inline.
     fn offer(&mut self) {
         self.convert_at = None;
         let Some(convert) = self.convert.take() else {
@@ -565,23 +566,18 @@ impl Entry {
             stderr_truncated: self.err.truncated,
             elapsed: self.started.elapsed(),
         };
-        match convert(so_far) {
-            Some(job) => {
-                // The group leaves the call (whose socket may go) for the job.
-                self.ctl.unregister_group(self.pgid);
-                let _ = job.ctl.register_group(self.pgid);
-                self.ctl = job.ctl;
-                self.sink = Some(job.sink);
-                self.on_exit = Some(job.on_exit);
-                self.out.kept = Vec::new();
-                self.err.kept = Vec::new();
-                if let (Some(out), Some(err)) = (&self.out.pipe, &self.err.pipe) {
-                    widen_pipes(out, err);
-                }
-            }
-            None => {
-                let _ = rustix::process::kill_process_group(self.pgid, Signal::KILL);
-                self.forced = Some(End::TimedOut);
+        // `None`: the run goes on inline to its own timeout, as it began.
+        if let Some(job) = convert(so_far) {
+            // The group leaves the call (whose socket may go) for the job.
+            self.ctl.unregister_group(self.pgid);
+            let _ = job.ctl.register_group(self.pgid);
+            self.ctl = job.ctl;
+            self.sink = Some(job.sink);
+            self.on_exit = Some(job.on_exit);
+            self.out.kept = Vec::new();
+            self.err.kept = Vec::new();
+            if let (Some(out), Some(err)) = (&self.out.pipe, &self.err.pipe) {
+                widen_pipes(out, err);
             }
         }
     }
@@ -1059,7 +1055,7 @@ mod tests {
     }
 
     #[test]
-    fn at_its_inline_limit_a_run_becomes_a_job_or_is_killed() {
+    fn at_its_inline_limit_a_run_becomes_a_job_or_runs_on_inline() {
         let w = ProcessWatcher::start().unwrap();
         let gate = fifo("inline");
         let sink = Arc::new(TestSink::default());
@@ -1102,15 +1098,28 @@ mod tests {
             "the call's own end is not reported"
         );
 
-        // Refused: the group is killed.
+        // Refused: the run goes on inline and ends on its own, with all its output.
+        let (offered_tx, offered) = crossbeam_channel::bounded(1);
         let mut spec = RunSpec::oneshot(WATCHDOG, 1024, JobCtl::new());
-        spec.inline = Some((Duration::from_millis(50), Box::new(|_| None)));
+        spec.inline = Some((
+            Duration::from_millis(50),
+            Box::new(move |_| {
+                offered_tx.send(()).unwrap();
+                None
+            }),
+        ));
         let (tx, rx) = crossbeam_channel::bounded(1);
         let mut cmd = Command::new("bash");
-        cmd.arg("-c").arg("sleep 300");
+        cmd.arg("-c").arg(format!(
+            "echo before; read l < '{}'; echo after",
+            gate.display()
+        ));
         w.spawn(cmd, spec, move |r| tx.send(r.unwrap()).unwrap());
+        offered.recv_timeout(WATCHDOG).unwrap();
+        release(&gate);
         let r = rx.recv_timeout(WATCHDOG).unwrap();
-        assert_eq!((r.end, r.exit_code), (End::TimedOut, KILLED_EXIT_CODE));
+        assert_eq!((r.end, r.exit_code), (End::Exited, 0));
+        assert_eq!(r.stdout, b"before\nafter\n");
         let _ = std::fs::remove_file(gate);
     }
 }

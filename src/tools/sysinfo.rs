@@ -450,7 +450,7 @@ fn collect_from(
             "user": facts.user,
         },
         "profile": cx.policy.profile().as_str(),
-        "allowed_tools": cx.policy.tools(),
+        "allowed_tools": cx.policy.present_tools(cx.host.config.upstreams),
         "upstream_tools_without_class": cx.policy.sees_unclassified(),
         "shell": escalation.shell.as_str(),
         "max_run_secs": cx.limits.max_run_secs,
@@ -896,6 +896,7 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
             session: "laptop".into(),
             expires_at: crate::base::timefmt::now_unix() + 3600,
             approve: Vec::new(),
+            approval_wait: std::time::Duration::from_secs(60),
         });
         let r = sys_info(cx);
         let s = &r["structuredContent"];
@@ -951,5 +952,30 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
             text.contains("you may use: sys_info, key, browser_snapshot\nreaches a shell: yes (key is a shell tool)"),
             "{text}"
         );
+    }
+
+    /// Issue 30: with no upstream configured the owner is not told of browser_* tools.
+    #[test]
+    fn lists_no_browser_tool_without_an_upstream() {
+        let host = crate::tools::ToolHost::new(crate::tools::ToolConfig {
+            display_env: Some(Default::default()),
+            upstreams: false,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut cx = cx(&host, CallLimits::LOCAL_HTTP, JobCtl::new());
+        cx.policy = Arc::new(ToolPolicy::fixed(Profile::Owner).unwrap());
+        let r = sys_info(cx);
+        let allowed = r["structuredContent"]["allowed_tools"].to_string();
+        assert!(
+            !allowed.contains("browser_") && allowed.contains("bash"),
+            "{allowed}"
+        );
+        let text = r["content"][0]["text"].as_str().unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("you may use:"))
+            .unwrap();
+        assert!(!line.contains("browser_"), "{line}");
     }
 }

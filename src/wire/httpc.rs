@@ -151,9 +151,15 @@ pub struct Request<'a> {
     pub body: Option<&'a [u8]>,
 }
 
+/// The socket of one exchange: TCP (plain or TLS), or the daemon's local Unix socket.
+enum Conn {
+    Net(ClientStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
 /// A reader whose socket timeouts follow one deadline.
 pub struct Deadlined {
-    conn: ClientStream,
+    conn: Conn,
     deadline: Instant,
 }
 
@@ -163,20 +169,32 @@ impl Deadlined {
         if left.is_zero() {
             return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
         }
-        self.conn.tcp().set_read_timeout(Some(left))?;
-        self.conn.tcp().set_write_timeout(Some(left))
+        match &self.conn {
+            Conn::Net(c) => {
+                c.tcp().set_read_timeout(Some(left))?;
+                c.tcp().set_write_timeout(Some(left))
+            }
+            Conn::Unix(u) => {
+                u.set_read_timeout(Some(left))?;
+                u.set_write_timeout(Some(left))
+            }
+        }
     }
 }
 
 impl Read for Deadlined {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.arm()?;
-        match self.conn.read(buf) {
+        let conn = match &mut self.conn {
+            Conn::Net(c) => c,
+            Conn::Unix(u) => return u.read(buf),
+        };
+        match conn.read(buf) {
             // A TLS peer that closes without close_notify ends the body like a plain EOF:
             // framing (length or chunks) still tells a complete body from a cut one.
             Err(e)
                 if e.kind() == io::ErrorKind::UnexpectedEof
-                    && matches!(self.conn, ClientStream::Tls(_)) =>
+                    && matches!(conn, ClientStream::Tls(_)) =>
             {
                 Ok(0)
             }
@@ -188,11 +206,17 @@ impl Read for Deadlined {
 impl Write for Deadlined {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.arm()?;
-        self.conn.write(buf)
+        match &mut self.conn {
+            Conn::Net(c) => c.write(buf),
+            Conn::Unix(u) => u.write(buf),
+        }
     }
     fn flush(&mut self) -> io::Result<()> {
         self.arm()?;
-        self.conn.flush()
+        match &mut self.conn {
+            Conn::Net(c) => c.flush(),
+            Conn::Unix(u) => u.flush(),
+        }
     }
 }
 
@@ -213,7 +237,37 @@ pub fn send(
     };
     let conn =
         ClientStream::new(tcp, &target.host, tls).map_err(|e| HttpError::Tls(e.to_string()))?;
-    let mut stream = Deadlined { conn, deadline };
+    exchange(
+        Deadlined {
+            conn: Conn::Net(conn),
+            deadline,
+        },
+        req,
+    )
+}
+
+/// [`send`] over the Unix socket at `socket` (the daemon's local socket); `req.target`
+/// gives the path and the `Host` header.
+pub fn send_unix(
+    socket: &std::path::Path,
+    req: &Request<'_>,
+    timeout: Duration,
+) -> Result<Response<BufReader<Deadlined>>, HttpError> {
+    let deadline = Instant::now() + timeout;
+    let conn = std::os::unix::net::UnixStream::connect(socket).map_err(HttpError::Connect)?;
+    exchange(
+        Deadlined {
+            conn: Conn::Unix(conn),
+            deadline,
+        },
+        req,
+    )
+}
+
+fn exchange(
+    mut stream: Deadlined,
+    req: &Request<'_>,
+) -> Result<Response<BufReader<Deadlined>>, HttpError> {
     stream.write_all(&request_head(req))?;
     if let Some(body) = req.body {
         stream.write_all(body)?;

@@ -917,10 +917,12 @@ mod tasks {
         output: ToolOutput,
         max_bytes: usize,
     ) -> (String, Outcome) {
+        let output = output.produced();
         let outcome = output.outcome();
         let result = match output {
             ToolOutput::Result(v) => v,
             ToolOutput::Encoded { json, .. } => serde_json::from_str(&json).unwrap_or_default(),
+            ToolOutput::Json { json, .. } => serde_json::from_str(&json).unwrap_or_default(),
             // Anything else (a refusal, a bad argument): what the call itself would answer.
             other => return super::tool_reply_at(revision, id, other, max_bytes),
         };
@@ -949,7 +951,7 @@ mod tasks {
             }
             TaskStep::Get => result_reply(
                 id,
-                frame_result(revision, "tasks/get", Value::Object(detailed(facts))),
+                frame_result(revision, "tasks/get", Value::Object(detailed(&result))),
             ),
             TaskStep::Update | TaskStep::Cancel => {
                 result_reply(id, frame_result(revision, "tasks/cancel", json!({})))
@@ -996,44 +998,36 @@ mod tasks {
         }
     }
 
-    /// A `tasks/get` answer: the task, and once it completed, the `bash` result the call
-    /// would have answered (its output from the start, at most [`RESULT_BYTES`] a stream).
-    fn detailed(facts: &Value) -> Map<String, Value> {
+    /// A `tasks/get` answer from a `bash_poll` result: the task, and once it completed,
+    /// the `bash` result the call would have answered: the poll's text block (the output
+    /// from the start, at most [`RESULT_BYTES`] a stream, and its status line) with the
+    /// ranges that find the streams in it.
+    fn detailed(poll: &Value) -> Map<String, Value> {
+        let facts = &poll["structuredContent"];
         let mut task = task_object(facts);
         if task["status"] != "completed" {
             return task;
         }
         let reason = facts["reason"].as_str().unwrap_or("");
         let exit_code = facts["exit_code"].as_i64().unwrap_or(137);
-        let timed_out = reason == "timeout";
         let cut = |stream: &str| {
             facts[format!("{stream}_total")].as_u64() > facts[format!("{stream}_next")].as_u64()
         };
-        let stdout = facts["stdout"].as_str().unwrap_or("");
-        let stderr = facts["stderr"].as_str().unwrap_or("");
-        let mut text = stdout.to_string();
-        if !stderr.is_empty() {
-            text.push_str(&format!("\n[stderr]\n{stderr}"));
-        }
-        text.push_str(&format!(
-            "\n[{}]",
-            task["statusMessage"].as_str().unwrap_or("")
-        ));
         let result = json!({
-            "content": [{"type": "text", "text": text}],
+            "content": poll["content"],
             "structuredContent": {
                 "job_id": facts["job_id"],
                 "state": facts["state"],
                 "pid": facts["pid"],
                 "started_at": facts["started_at"],
-                "stdout": stdout,
-                "stderr": stderr,
                 "exit_code": exit_code,
-                "timed_out": timed_out,
+                "timed_out": reason == "timeout",
                 "cancelled": false,
                 "stdout_truncated": cut("stdout"),
                 "stderr_truncated": cut("stderr"),
                 "duration_ms": facts["duration_ms"].as_u64().unwrap_or(0),
+                "stdout_range": facts["stdout_range"],
+                "stderr_range": facts["stderr_range"],
             },
             "isError": exit_code != 0 || facts["state"] == "killed",
         });
@@ -1268,12 +1262,30 @@ pub fn result_reply(id: &Value, result: Value) -> String {
         id: &'a Value,
         result: &'a Value,
     }
-    serde_json::to_string(&Reply {
-        jsonrpc: "2.0",
-        id,
-        result: &result,
-    })
-    .expect("a JSON value always serializes")
+    // Sized up front from the text and data blocks: a reply of megabytes then never
+    // exists twice while its buffer grows (§15 counts what a reply holds).
+    let hint: usize = result["content"]
+        .as_array()
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str().or(b["data"].as_str()))
+                .map(str::len)
+                .sum()
+        })
+        .unwrap_or(0);
+    let mut out = Vec::with_capacity(hint + 1024);
+    serde_json::to_writer(
+        &mut out,
+        &Reply {
+            jsonrpc: "2.0",
+            id,
+            result: &result,
+        },
+    )
+    .expect("a JSON value always serializes");
+    drop(result);
+    String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
 /// A successful JSON-RPC response around a result that is already JSON text.
@@ -1303,6 +1315,9 @@ pub enum ToolOutput {
         json: std::sync::Arc<str>,
         is_error: bool,
     },
+    /// A `CallToolResult` serialized for this one reply (a tool's output written straight
+    /// as JSON): the reply is built around it in place, never copied (§15).
+    Json { json: String, is_error: bool },
     /// Bad argument shapes: a JSON-RPC `-32602`.
     InvalidParams(String),
     /// A JSON-RPC error other than bad params (overload, upstream protocol failure).
@@ -1310,6 +1325,45 @@ pub enum ToolOutput {
     /// A call held for approval that did not run (denied, expired): an `isError` result
     /// whose text says why, audited `not_approved`.
     NotApproved(String),
+    /// A result produced only when its reply can be sent (§15): a job's output stays in
+    /// its files until the connection has room for it. A grant thread runs it when its
+    /// socket takes what it owes; [`tool_reply`] runs it at once.
+    Later(Later),
+}
+
+type Produce = Box<dyn FnOnce() -> ToolOutput + Send>;
+
+/// The producer of a [`ToolOutput::Later`]: run once.
+#[derive(Clone)]
+pub struct Later(std::sync::Arc<std::sync::Mutex<Option<Produce>>>);
+
+impl Later {
+    pub fn new(produce: impl FnOnce() -> ToolOutput + Send + 'static) -> Self {
+        Later(std::sync::Arc::new(std::sync::Mutex::new(Some(Box::new(
+            produce,
+        )))))
+    }
+
+    /// Produce the output (a second run, which no caller makes, answers a tool error).
+    pub fn run(self) -> ToolOutput {
+        let produce = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match produce {
+            Some(produce) => produce(),
+            None => ToolOutput::tool_error("this result was already sent"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Later {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Later(..)")
+    }
+}
+
+impl PartialEq for Later {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl ToolOutput {
@@ -1326,6 +1380,15 @@ impl ToolOutput {
         }))
     }
 
+    /// This output with any [`ToolOutput::Later`] produced.
+    pub fn produced(self) -> ToolOutput {
+        let mut output = self;
+        while let ToolOutput::Later(later) = output {
+            output = later.run();
+        }
+        output
+    }
+
     pub fn outcome(&self) -> Outcome {
         match self {
             ToolOutput::Result(v) if v.get("isError") == Some(&Value::Bool(true)) => {
@@ -1334,8 +1397,12 @@ impl ToolOutput {
             ToolOutput::Result(_) => Outcome::Ok,
             ToolOutput::Encoded { is_error: true, .. } => Outcome::ToolError,
             ToolOutput::Encoded { .. } => Outcome::Ok,
+            ToolOutput::Json { is_error: true, .. } => Outcome::ToolError,
+            ToolOutput::Json { .. } => Outcome::Ok,
             ToolOutput::InvalidParams(_) | ToolOutput::RpcError { .. } => Outcome::RpcError,
             ToolOutput::NotApproved(_) => Outcome::NotApproved,
+            // Known once produced; whoever produces it reports that one.
+            ToolOutput::Later(_) => Outcome::Ok,
         }
     }
 }
@@ -1355,7 +1422,7 @@ pub fn tool_reply_at(
     output: ToolOutput,
     max_bytes: usize,
 ) -> (String, Outcome) {
-    let output = match output {
+    let output = match output.produced() {
         ToolOutput::InvalidParams(msg) if revision.invalid_arguments_are_tool_errors() => {
             ToolOutput::tool_error(format!("Invalid arguments: {msg}"))
         }
@@ -1370,6 +1437,26 @@ pub fn tool_reply_at(
             encoded_result_reply(id, &with_result_type(&json))
         }
         ToolOutput::Encoded { json, .. } => encoded_result_reply(id, &json),
+        ToolOutput::Json { mut json, .. } => {
+            // In place: the prefix moves the bytes within the buffer, which has room.
+            let mut prefix = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"#);
+            if revision.is_stateless() && json.starts_with('{') {
+                // The result's own `{` becomes the prefix's, followed by `resultType`.
+                let head = framing_head(&json);
+                json.remove(0);
+                let sep = if json.trim_start().starts_with('}') {
+                    ""
+                } else {
+                    ","
+                };
+                prefix.push_str(&head);
+                prefix.push_str(sep);
+            }
+            json.reserve(prefix.len() + 1);
+            json.insert_str(0, &prefix);
+            json.push('}');
+            json
+        }
         ToolOutput::InvalidParams(msg) => {
             error_reply(id, INVALID_PARAMS, &format!("Invalid params: {msg}"))
         }
@@ -1382,6 +1469,7 @@ pub fn tool_reply_at(
                 json!({"content": [{"type": "text", "text": text}], "isError": true}),
             ),
         ),
+        ToolOutput::Later(_) => unreachable!("produced above"),
     };
     if encoded.len() <= max_bytes {
         return (encoded, outcome);
@@ -1396,8 +1484,9 @@ pub fn tool_reply_at(
     )
 }
 
-/// A serialized result object with `"resultType":"complete"` first (the result is passed
-/// through untouched otherwise, as an upstream's is).
+/// A serialized result object with `"resultType":"complete"` first, and the server's name
+/// in `_meta` unless the result has a `_meta` of its own (an upstream's result is passed
+/// through untouched otherwise).
 fn with_result_type(json: &str) -> String {
     let body = json.trim_start().strip_prefix('{').unwrap_or("}");
     let sep = if body.trim_start().starts_with('}') {
@@ -1405,7 +1494,20 @@ fn with_result_type(json: &str) -> String {
     } else {
         ","
     };
-    format!(r#"{{"resultType":"complete"{sep}{body}"#)
+    format!("{}{sep}{body}", framing_head(json))
+}
+
+/// The opening of a stateless result around the serialized result `json`: `{`,
+/// `resultType`, and `_meta` with the server's name when `json` names no `_meta` itself.
+fn framing_head(json: &str) -> String {
+    if json.contains(r#""_meta""#) {
+        r#"{"resultType":"complete""#.to_string()
+    } else {
+        format!(
+            r#"{{"resultType":"complete","_meta":{}"#,
+            json!({META_SERVER_INFO: server_info()})
+        )
+    }
 }
 
 #[cfg(test)]
@@ -2335,12 +2437,24 @@ mod tests {
                 is_error: false,
             },
             ToolOutput::NotApproved("denied".into()),
+            ToolOutput::Json {
+                json: value.to_string(),
+                is_error: false,
+            },
+            ToolOutput::Json {
+                json: "{}".into(),
+                is_error: false,
+            },
         ];
         for output in outputs {
             let (text, _) =
                 tool_reply_at(Revision::R2026_07_28, &json!(1), output.clone(), 1 << 20);
             let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
             assert_eq!(v["result"]["resultType"], "complete", "{output:?}: {v}");
+            assert_eq!(
+                v["result"]["_meta"][META_SERVER_INFO]["name"], "handnode",
+                "{output:?}: {v}"
+            );
             let (text, _) =
                 tool_reply_at(Revision::R2025_06_18, &json!(1), output.clone(), 1 << 20);
             let v: Value = serde_json::from_str(&text).unwrap();
@@ -2753,7 +2867,7 @@ mod tests {
             task: Some(step),
         };
         let job = |facts: Value, is_error: bool| ToolOutput::Encoded {
-            json: json!({"content": [{"type": "text", "text": "t"}],
+            json: json!({"content": [{"type": "text", "text": "hi\n[job exited 0]"}],
                 "structuredContent": facts, "isError": is_error})
             .to_string()
             .into(),
@@ -2792,13 +2906,16 @@ mod tests {
             }
             reply(TaskStep::Get, job(facts, false))["result"].clone()
         };
-        let running = poll("running", json!({"stdout": "x", "stderr": ""}));
+        let running = poll(
+            "running",
+            json!({"stdout_range": [0, 1], "stderr_range": [1, 1]}),
+        );
         assert_eq!(
             (&running["status"], &running["resultType"]),
             (&json!("working"), &json!("complete"))
         );
         assert!(running.get("result").is_none(), "{running}");
-        let ended = json!({"stdout": "hi\n", "stderr": "", "stdout_next": 3, "stdout_total": 3,
+        let ended = json!({"stdout_range": [0, 3], "stderr_range": [3, 3], "stdout_next": 3, "stdout_total": 3,
             "stderr_next": 0, "stderr_total": 0, "ended_at": "2026-12-01T20:00:01Z",
             "duration_ms": 5});
         let mut ok = ended.clone();
@@ -2807,7 +2924,11 @@ mod tests {
         assert_eq!(done["status"], "completed", "{done}");
         assert_eq!(done["lastUpdatedAt"], "2026-12-01T20:00:01Z");
         // "completed": the result the call would have answered, isError included.
-        assert_eq!(done["result"]["structuredContent"]["stdout"], "hi\n");
+        assert_eq!(
+            done["result"]["structuredContent"]["stdout_range"],
+            json!([0, 3])
+        );
+        assert_eq!(done["result"]["content"][0]["text"], "hi\n[job exited 0]");
         assert_eq!(done["result"]["isError"], false);
         let mut failed = ended.clone();
         failed["exit_code"] = json!(3);

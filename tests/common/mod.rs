@@ -360,8 +360,15 @@ impl PodConn {
         self.ws.send(m).unwrap();
     }
 
-    /// Next data message (text or binary) as JSON, skipping control frames.
+    /// Next data message (text or binary) as JSON, skipping control frames; a tool
+    /// result's streams are sliced out of its text block by their ranges into
+    /// `structuredContent.stdout`/`stderr` ([`with_streams`]), as a client would.
     pub fn recv(&mut self) -> Value {
+        with_streams(self.recv_raw())
+    }
+
+    /// Next data message exactly as it came over the wire.
+    pub fn recv_raw(&mut self) -> Value {
         loop {
             match self.ws.read() {
                 Ok(Message::Text(t)) => return serde_json::from_str(&t).expect("reply is JSON"),
@@ -910,4 +917,34 @@ pub fn settle(
             )
         },
     )
+}
+
+/// A reply (or a result) with the streams of its text block, located by
+/// `structuredContent.stdout_range`/`stderr_range` (UTF-8 byte offsets), added to its
+/// `structuredContent` as `stdout`/`stderr`. On the wire each output byte is in the text
+/// only (§15); tests read the streams as a structured client would slice them.
+pub fn with_streams(mut v: Value) -> Value {
+    let at = if v.get("result").is_some() {
+        &mut v["result"]
+    } else {
+        &mut v
+    };
+    let text = at["content"][0]["text"].as_str().unwrap_or("").to_string();
+    let Some(sc) = at
+        .get_mut("structuredContent")
+        .and_then(Value::as_object_mut)
+    else {
+        return v;
+    };
+    for name in ["stdout", "stderr"] {
+        let range = sc.get(&format!("{name}_range")).and_then(Value::as_array);
+        if let Some([a, b]) = range.map(Vec::as_slice) {
+            let (a, b) = (a.as_u64().unwrap() as usize, b.as_u64().unwrap() as usize);
+            let slice = text
+                .get(a..b)
+                .expect("a stream range on character boundaries");
+            sc.insert(name.to_string(), Value::String(slice.to_string()));
+        }
+    }
+    v
 }

@@ -40,7 +40,7 @@ pub const FAST_FLAGS: [(&str, &str); 8] = [
 /// own flags and environment.
 pub fn daemon_command(dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_handnode"));
-    cmd.args(["--listen", "127.0.0.1:0"])
+    cmd.args(["--listen", "127.0.0.1:0", "--local-socket", "none"])
         .arg("--state-dir")
         .arg(dir.join("state"))
         .arg("--config-dir")
@@ -260,6 +260,8 @@ impl RealDaemon {
             .arg("--config-dir")
             .arg(state_dir.join("config"))
             .args(["--no-notify", "--no-sd-notify", "--display-backend", "none"])
+            // Every test daemon would otherwise try the one $XDG_RUNTIME_DIR/handnode.sock.
+            .args(["--local-socket", "none"])
             .args(
                 all.iter()
                     .flat_map(|(f, v)| [*f, *v])

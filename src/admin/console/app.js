@@ -14,6 +14,8 @@
   };
   const REFRESH_MS = knob('refresh_ms', 2000, 200);
   const THUMB_MS = knob('thumb_ms', 2000, 2000);
+  /** Longest wait between screenshot tries after failures (each try is audited). */
+  const THUMB_BACKOFF_MAX_MS = 60000;
   /** Seconds one GET /approvals long-poll may wait (the API allows 60). */
   const LONG_POLL_SECS = 55;
   /** A long-poll answered sooner than this without a change means something is wrong. */
@@ -53,6 +55,7 @@
     activityGrant: '',
     activityCalls: -1,
     activityStale: 0,
+    lentBanner: null, // the grant id a "Lent to …" banner is about
   };
 
   class ApiError extends Error {
@@ -97,6 +100,7 @@
   }
 
   function banner(text, bad) {
+    state.lentBanner = null;
     const b = $('banner');
     b.textContent = text || '';
     b.hidden = !text;
@@ -241,6 +245,10 @@
   function takeGrants(data) {
     state.grants = Array.isArray(data && data.grants) ? data.grants : [];
     state.grantsAt = performance.now();
+    // "Lent to …" is about one grant: once it is revoked or ended, the banner goes.
+    if (state.lentBanner && !state.grants.some((g) => g.id === state.lentBanner && g.state !== 'ended')) {
+      banner('');
+    }
     renderGrants();
     if (state.view === 'activity') {
       renderActivityChoices();
@@ -301,6 +309,9 @@
     const dl = el('dl', { class: 'facts' });
     c.profile = fact(dl, 'profile');
     c.shell = fact(dl, 'shell');
+    c.tools = fact(dl, 'tools');
+    c.allow = fact(dl, 'allow');
+    c.deny = fact(dl, 'deny');
     c.expires = fact(dl, 'expires');
     c.calls = fact(dl, 'calls');
     c.jobs = fact(dl, 'jobs');
@@ -373,6 +384,35 @@
     dd.previousSibling.hidden = text === '';
   }
 
+  /** The tools a grant lends: the box's own by name, the browser's counted, named when opened. */
+  function showTools(dd, tools) {
+    if (!Array.isArray(tools)) return show(dd, '');
+    const key = tools.join(',');
+    if (dd.dataset.tools === key && !dd.hidden) return;
+    dd.dataset.tools = key;
+    const browser = tools.filter((t) => String(t).startsWith('browser_'));
+    const own = tools.filter((t) => !String(t).startsWith('browser_'));
+    dd.textContent = own.length || !browser.length ? (own.join(', ') || 'none') : '';
+    if (browser.length) {
+      if (own.length) dd.append(' and ');
+      dd.append(el('details', { class: 'inline' },
+        el('summary', { text: `${browser.length} browser tool${browser.length === 1 ? '' : 's'}` }),
+        el('span', { class: 'mono', text: browser.join(', ') })));
+    }
+    dd.hidden = false;
+    dd.previousSibling.hidden = false;
+  }
+
+  /** Who lent a grant, in words: the principals the API records are terse. */
+  function principalText(p) {
+    if (!p) return '';
+    return {
+      token: 'you, with the admin token',
+      'local-socket': 'you, on this box',
+      local: 'a process on this box (--insecure-local)',
+    }[p] || String(p);
+  }
+
   function listText(v) {
     if (v === undefined || v === null) return '';
     if (Array.isArray(v)) return v.join(', ');
@@ -407,11 +447,15 @@
     }
     show(c.calls, String(g.calls ?? 0));
     show(c.jobs, g.jobs === undefined ? '' : String(g.jobs));
-    show(c.approve, listText(g.approve));
+    // What is lent: the tools the agent sees, and the lists that made them.
+    showTools(c.tools, g.tools);
+    show(c.allow, listText(g.allow));
+    show(c.deny, listText(g.deny));
+    show(c.approve, g.approve === 'shell' ? 'every shell tool' : listText(g.approve));
     show(c.remembered, listText(g.approved_for_grant));
     show(c.ended, ended ? String(g.ended ?? '') : '');
     show(c.error, g.last_error ? String(g.last_error) : '');
-    show(c.by, g.principal || '');
+    show(c.by, principalText(g.principal));
     c.renewBtn.hidden = ended;
     c.revokeBtn.hidden = ended;
     if (ended) {
@@ -471,9 +515,14 @@
       c.renewSecret.value = '';
       c.renewForm.hidden = true;
       banner('');
-      c.note.textContent = r.data && r.data.id === g.id
-        ? `Renewed until ${clock(r.data.expires_at)}.`
-        : 'handnode replaced this grant with a new one (its lists differed).';
+      if (r.data && r.data.id === g.id) {
+        // handnode cannot check a secret: only the pod can, at the next dial.
+        c.note.textContent = `Renewed until ${clock(r.data.expires_at)}.` + (r.data.new_secret
+          ? ' The new secret is used at the next dial and is not checked now: if the pod refuses it, the grant ends (and says it was this renewal).'
+          : '');
+      } else {
+        c.note.textContent = 'handnode replaced this grant with a new one (its lists differed).';
+      }
       refreshGrants();
     } catch (e) {
       c.renewError.textContent = e.message;
@@ -553,6 +602,19 @@
     if (box && box.hidden) lendForm.querySelector('[data-error-for="form"]').textContent = message;
   }
 
+  /** What is wrong with a Lend body, field by field: [[field, message], …]. */
+  function lendProblems(body, approve) {
+    const out = [];
+    if (!/^wss?:\/\/[^\/?#:\s][^\s]*$/i.test(body.runtime)) out.push(['runtime', 'runtime must be a ws:// or wss:// URL']);
+    if (!/^[a-z0-9-]{1,32}$/.test(body.session)) out.push(['session', 'session must match [a-z0-9-]{1,32}']);
+    if (body.profile === 'custom' && !(body.allow && body.allow.length)) out.push(['allow', 'profile custom needs a non-empty allow list']);
+    if (approve === 'named' && !(Array.isArray(body.approve) && body.approve.length)) {
+      out.push(['approve', 'name the tools to ask about, or choose another option']);
+    }
+    if (!body.secret && !body.admin_credential) out.push(['credential', 'provide exactly one of secret or admin_credential']);
+    return out;
+  }
+
   /** Fields we sent that the grant JSON does not echo: a handnode too old for them. */
   function ignoredFields(sent, grant) {
     return ['allow', 'deny', 'approve'].filter((k) => sent[k] !== undefined && grant && grant[k] === undefined);
@@ -577,6 +639,13 @@
     if (approve === 'shell') body.approve = 'shell';
     else if (approve === 'named') body.approve = names($('lend-approve').value);
     body[radio('credential')] = $('lend-credential').value.trim();
+    // Every problem the page can see, at once, before anything is sent (the API names only
+    // the first; its words are used here too).
+    const problems = lendProblems(body, approve);
+    if (problems.length) {
+      for (const [field, message] of problems) fieldError(field, message);
+      return;
+    }
     busy([button], true);
     try {
       const r = await api('POST', '/attach', body);
@@ -588,6 +657,7 @@
         banner(`Lent to ${r.data.session}, but this handnode ignored ${ignored.join(' and ')} (it predates ${ignored.length > 1 ? 'them' : 'it'}): the grant is what the ${r.data.profile} profile alone gives. Revoke it if that is not what you meant.`, true);
       } else {
         banner(`Lent to ${r.data.session} (${r.data.profile}) until ${clock(r.data.expires_at)}.`);
+        state.lentBanner = r.data.id;
       }
       refreshGrants();
     } catch (e) {
@@ -707,8 +777,19 @@
       let c = approvalCards.get(a.id);
       if (!c) { c = makeApproval(a); approvalCards.set(a.id, c); }
       c.tool.textContent = String(a.tool);
-      c.sub.textContent = `${a.session} · ${a.profile} · lent by ${a.principal} · asked at ${clock(a.created_at)}`;
-      c.args.textContent = JSON.stringify(a.arguments, null, 2);
+      c.sub.textContent = `${a.session} · ${a.profile} · lent by ${principalText(a.principal)} · asked at ${clock(a.created_at)}`;
+      if (!a.arguments_truncated) {
+        c.args.textContent = JSON.stringify(a.arguments, null, 2);
+      } else if (!c.whole) {
+        // GET /approvals cuts arguments past its 64 KiB budget; a person decides on the
+        // whole command, so fetch this one whole.
+        c.whole = 'loading';
+        c.args.textContent = String(a.arguments) + '… (loading all of it)';
+        api('GET', '/approvals/' + encodeURIComponent(a.id)).then(({ data }) => {
+          c.whole = true;
+          c.args.textContent = JSON.stringify(data.arguments, null, 2);
+        }).catch(() => { c.whole = false; });
+      }
       c.left.textContent = '';
       if (a.expires_in_secs !== undefined) {
         c.left.append('answer within ', el('span', { 'data-left': String(a.expires_in_secs), 'data-at': String(state.approvalsAt) }));
@@ -727,7 +808,11 @@
   function renderActivityChoices() {
     const select = $('activity-grant');
     const grants = state.grants.slice().reverse(); // newest first
-    if (!state.activityGrant && grants.length) state.activityGrant = grants[0].id;
+    // Open on the newest grant that has calls to show, else the newest live one.
+    if (!state.activityGrant && grants.length) {
+      const pick = grants.find((g) => g.calls > 0) || grants.find((g) => g.state !== 'ended') || grants[0];
+      state.activityGrant = pick.id;
+    }
     const want = grants.map((g) => `${g.id}|${g.session}|${g.state}`).join(',');
     if (select.dataset.built !== want) {
       select.textContent = '';
@@ -790,6 +875,8 @@
   let thumbTimer = null;
   let thumbBusy = false;
   let thumbStarted = -Infinity;
+  /** The wait before the next screenshot: THUMB_MS, doubled after each failure. */
+  let thumbDelay = THUMB_MS;
   let rpcId = 0;
 
   function thumbWanted() {
@@ -807,7 +894,7 @@
       }
       return;
     }
-    const wait = Math.max(0, thumbStarted + THUMB_MS - performance.now());
+    const wait = Math.max(0, thumbStarted + thumbDelay - performance.now());
     thumbTimer = setTimeout(takeThumb, wait);
   }
 
@@ -832,22 +919,31 @@
         img.src = `data:${image.mimeType};base64,${image.data}`;
         img.hidden = false;
         note.textContent = `Taken ${new Date().toLocaleTimeString()}.`;
+        thumbDelay = THUMB_MS;
       } else {
-        img.hidden = true;
         const err = r.data && r.data.error ? r.data.error.message : text;
-        note.textContent = 'No screen: ' + (err || 'the screenshot tool gave no image');
+        thumbFailed(err || 'the screenshot tool gave no image');
       }
     } catch (e) {
-      img.hidden = true;
-      note.textContent = 'No screen: ' + e.message;
+      thumbFailed(e.message);
     } finally {
       thumbBusy = false;
       scheduleThumb();
     }
   }
 
+  /** A failed screenshot: say why, and wait twice as long before the next try (a box
+   * without a display fails every time, and each try is a call in the audit). */
+  function thumbFailed(why) {
+    $('thumb').hidden = true;
+    thumbDelay = Math.min(thumbDelay * 2, THUMB_BACKOFF_MAX_MS);
+    $('thumb-note').textContent = `No screen: ${why}. Trying again in ${Math.round(thumbDelay / 1000)} s (each try is a screenshot call, audited).`;
+  }
+
   document.addEventListener('visibilitychange', () => {
     if (document.visibilityState === 'visible') {
+      // Someone is looking again: try the screen soon, not after the backed-off wait.
+      thumbDelay = THUMB_MS;
       refreshGrants();
       scheduleThumb();
     } else {

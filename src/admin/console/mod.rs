@@ -20,25 +20,40 @@ pub struct Asset {
     pub body: &'static [u8],
 }
 
-/// The page itself, served at `/`: `index.html` with the Lend form's profile choices
-/// rendered in from [`Profile::ALL`].
-pub static PAGE: LazyLock<Asset> = LazyLock::new(|| {
-    static BODY: LazyLock<Vec<u8>> = LazyLock::new(|| {
-        let template = include_str!("index.html");
-        assert!(
-            template.contains(PROFILE_CHOICES),
-            "index.html has the profile choices mark"
-        );
-        template
-            .replacen(PROFILE_CHOICES, &profile_choices(), 1)
-            .into_bytes()
-    });
+/// The page itself, served at `/` by a daemon with `--browser-command`: `index.html` with
+/// the Lend form's profile choices rendered in from [`Profile::ALL`].
+pub static PAGE: LazyLock<Asset> = LazyLock::new(|| render(true));
+
+/// The page of a daemon without `--browser-command`: the `browser` choice is disabled and
+/// says why, before anyone submits it.
+pub static PAGE_WITHOUT_BROWSER: LazyLock<Asset> = LazyLock::new(|| render(false));
+
+/// The page for a daemon that has (or has not) the browser tier.
+pub fn page(browser_tier: bool) -> &'static Asset {
+    if browser_tier {
+        &PAGE
+    } else {
+        &PAGE_WITHOUT_BROWSER
+    }
+}
+
+fn render(browser_tier: bool) -> Asset {
+    let template = include_str!("index.html");
+    assert!(
+        template.contains(PROFILE_CHOICES),
+        "index.html has the profile choices mark"
+    );
+    let body = template.replacen(PROFILE_CHOICES, &profile_choices(browser_tier), 1);
     Asset {
         name: "index.html",
         content_type: "text/html; charset=utf-8",
-        body: BODY.as_slice(),
+        body: Box::leak(body.into_bytes().into_boxed_slice()),
     }
-});
+}
+
+/// Why the `browser` choice is disabled on a daemon without the browser tier.
+pub const NO_BROWSER_TIER: &str =
+    "Not on this box: it needs handnode's --browser-command (see handnode doctor).";
 
 /// Where `index.html` takes the profile choices: rendered from the daemon's own table, a
 /// profile added there is offered (with what it lends, and whether it is a boundary)
@@ -48,9 +63,10 @@ const PROFILE_CHOICES: &str = "<!-- profile choices: rendered from profiles::Pro
 /// One radio button per profile, `observe` (a boundary) checked. `data-shell` tells the
 /// page's script which warning to show: `yes` (shell-equivalent), `no` (a boundary) or
 /// `list` (it depends on the list, as the grant's `shell` field will say).
-fn profile_choices() -> String {
+fn profile_choices(browser_tier: bool) -> String {
     let mut html = String::new();
     for profile in Profile::ALL {
+        let unavailable = profile == Profile::Browser && !browser_tier;
         let (shell, verdict) = if profile.is_custom() {
             ("list", "Shell-equivalent if the list holds a shell tool.")
         } else if profile.is_shell_equivalent() {
@@ -79,14 +95,24 @@ fn profile_choices() -> String {
         let name = profile.as_str();
         let checked = if profile == Profile::Observe {
             " checked"
+        } else if unavailable {
+            " disabled"
         } else {
             ""
+        };
+        let why_not = if unavailable {
+            format!(
+                " <em class=\"unavailable\">{}</em>",
+                escape_html(NO_BROWSER_TIER)
+            )
+        } else {
+            String::new()
         };
         let tools = tools.map_or(String::new(), |t| format!(" ({})", escape_html(&t)));
         html.push_str(&format!(
             "      <label class=\"choice\"><input type=\"radio\" name=\"profile\" \
              value=\"{name}\" data-shell=\"{shell}\"{checked}>\n        \
-             <span><b>{name}</b>: {meaning}{tools}. {verdict}</span></label>\n",
+             <span><b>{name}</b>: {meaning}{tools}. {verdict}{why_not}</span></label>\n",
             meaning = escape_html(profile.meaning()),
         ));
     }
@@ -164,7 +190,15 @@ mod tests {
         }
         assert_eq!(page.matches("name=\"profile\"").count(), Profile::ALL.len());
         assert_eq!(page.matches(" checked>").count(), 4, "one per radio group");
-        let choices = profile_choices();
+        let choices = profile_choices(true);
+        let without = profile_choices(false);
+        assert!(
+            without.contains("value=\"browser\" data-shell=\"no\" disabled>")
+                && without.contains(NO_BROWSER_TIER),
+            "{without}"
+        );
+        assert_eq!(without.matches(" disabled>").count(), 1, "{without}");
+        assert!(!choices.contains("disabled"), "{choices}");
         let line = |name: &str| {
             choices
                 .lines()

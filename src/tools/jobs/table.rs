@@ -24,8 +24,16 @@
 //! They are not fsynced: they only have to survive the daemon being killed, which the
 //! page cache does; after a power loss the processes are gone anyway.
 //!
-//! **Disk.** A running job reserves two windows against `--job-disk-bytes`; when it ends
-//! the reservation shrinks to what its files hold. A start that cannot reserve is refused.
+//! **Disk (§15).** A job's reservation is what its files hold plus a bounded headroom
+//! ([`HEADROOM_BYTES`] per stream), never its maximum: a start reserves the headroom, and
+//! as the files grow the watcher asks the table for more. The table grants it while the
+//! job's scope (a grant, or the owner's `/mcp`) stays within `--job-disk-share` and the box
+//! within `--job-disk-bytes`; a stream that gets no more keeps its window at what it holds,
+//! dropping its oldest bytes (their blocks punched out of the file, so the disk really is
+//! given back) as a full window does. When a job ends its reservation shrinks to what its
+//! files hold, and when they are removed it is released. A start that cannot reserve its
+//! headroom is refused, saying whose share is full. An ended grant holds nothing: its files
+//! go when it ends (a running job's when it has been killed and reported).
 //!
 //! **Recovery.** At start every record is read. A job recorded as running is killed: its
 //! process group gets SIGKILL if its leader is still the process we started (same pid
@@ -71,7 +79,11 @@ const MAX_ENDED_SCOPES: usize = 1024;
 /// Longest shutdown waits for killed jobs to be reported ended (records, audit).
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 /// Size of a ring file's header (bytes): magic, window, start, total.
-pub const HEADER_BYTES: u64 = 32;
+pub const HEADER_BYTES: u64 = crate::config::JOB_HEADER_BYTES;
+/// Bytes a running job may hold per stream beyond what its files hold: reserved at its
+/// start and restored each time its files grow past the reservation (capped at the
+/// window). Asking the table once per this many bytes keeps the watcher's path cheap.
+pub const HEADROOM_BYTES: u64 = crate::config::JOB_HEADROOM_BYTES;
 const MAGIC: &[u8; 8] = b"hnjob01\n";
 /// Version of the record format.
 const RECORD_VERSION: u64 = 1;
@@ -85,10 +97,11 @@ pub struct JobConfig {
     pub window: u64,
     /// All job files together (`--job-disk-bytes`).
     pub disk_cap: u64,
+    /// All job files of one scope (`--job-disk-share`).
+    pub disk_share: u64,
     pub per_scope: usize,
     pub total: usize,
     pub retention: Duration,
-    pub scope_retention: Duration,
     pub kill_grace: Duration,
     pub kept_per_scope: usize,
     /// Record commands in the audit log (`--audit-args`).
@@ -103,10 +116,10 @@ impl Default for JobConfig {
             dir: None,
             window: limits.job_output_bytes,
             disk_cap: limits.job_disk_bytes,
+            disk_share: limits.job_disk_share(),
             per_scope: limits.jobs_per_grant,
             total: limits.jobs_total,
             retention: timing.job_retention,
-            scope_retention: timing.grant_job_retention,
             kill_grace: timing.job_kill_grace,
             kept_per_scope: DEFAULT_KEPT_PER_SCOPE,
             audit_args: false,
@@ -305,13 +318,41 @@ impl StreamFile {
         HEADER_BYTES + offset % self.window
     }
 
+    /// Bytes of output this stream holds (its header not included).
+    pub fn held(&self) -> u64 {
+        let total = self.total();
+        total - self.begin(total)
+    }
+
     /// Append `bytes` (single writer). A failed write drops everything before it from
     /// the window, so a reader never sees bytes that are not what was written.
     pub fn write(&self, bytes: &[u8]) {
+        self.write_within(bytes, u64::MAX);
+    }
+
+    /// Append `bytes`, keeping at most `limit` bytes of output after it (the job's share
+    /// of the disk, [`Job`]'s `write`): the oldest are dropped first, as by a full window,
+    /// and their blocks punched out of the file.
+    pub fn write_within(&self, bytes: &[u8], limit: u64) {
         let t = self.total.load(Ordering::SeqCst);
         let len = bytes.len() as u64;
-        // Only the last `window` bytes of a chunk can survive it.
-        let keep = len.min(self.window) as usize;
+        let limit = limit.min(self.window);
+        let end = t + len;
+        let old_start = self.start.load(Ordering::SeqCst);
+        let old_begin = self.begin(t);
+        // Where the retained bytes begin after this write, within `limit`.
+        let natural = old_start.max(end.saturating_sub(self.window));
+        let new_start = if end - natural > limit {
+            end - limit
+        } else {
+            old_start
+        };
+        if new_start != old_start {
+            // Before any byte moves, so a reader's check after its read sees it.
+            self.start.store(new_start, Ordering::SeqCst);
+        }
+        // Only the last `limit` bytes of a chunk can survive it.
+        let keep = len.min(limit) as usize;
         let mut at = t + (len - keep as u64);
         let mut rest = &bytes[bytes.len() - keep..];
         self.reserved.store(t + len, Ordering::SeqCst);
@@ -334,6 +375,35 @@ impl StreamFile {
         head[8..].copy_from_slice(&(t + len).to_le_bytes());
         let _ = self.file.write_all_at(&head, 16);
         self.total.store(t + len, Ordering::SeqCst);
+        // Give back the blocks of old bytes dropped by the limit whose positions no new
+        // byte took (those at or after `end - window`; earlier ones were overwritten).
+        let from = old_begin.max(end.saturating_sub(self.window));
+        let to = new_start.min(t);
+        if from < to {
+            self.punch(from, to);
+        }
+    }
+
+    /// Free the disk blocks of absolute offsets `[from, to)` (less than a window apart).
+    fn punch(&self, mut from: u64, to: u64) {
+        use rustix::fs::FallocateFlags;
+        while from < to {
+            let room = (self.window - from % self.window).min(to - from);
+            let done = rustix::fs::fallocate(
+                &self.file,
+                FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+                self.pos(from),
+                room,
+            );
+            if let Err(e) = done {
+                // The bytes are out of the window all the same; only the blocks stay.
+                if !self.failed.swap(true, Ordering::SeqCst) {
+                    log::warn!("job output: cannot free dropped bytes' blocks ({e})");
+                }
+                return;
+            }
+            from += room;
+        }
     }
 
     /// At most `max` bytes from absolute `offset` (an offset past the end reads nothing).
@@ -423,14 +493,35 @@ pub struct Job {
     dir: PathBuf,
     /// When its retention ends (once ended).
     expires: Mutex<Option<Instant>>,
+    /// Where it asks for more disk as its files grow.
+    table: Weak<JobTable>,
 }
 
 impl JobSink for Job {
     fn write(&self, which: Which, bytes: &[u8]) {
-        match which {
-            Which::Stdout => self.out.write(bytes),
-            Which::Stderr => self.err.write(bytes),
+        let (stream, other) = match which {
+            Which::Stdout => (&self.out, &self.err),
+            Which::Stderr => (&self.err, &self.out),
+        };
+        // What both files would hold after this write, if nothing were dropped.
+        let after = (stream.held() + bytes.len() as u64).min(stream.window)
+            + other.held()
+            + 2 * HEADER_BYTES;
+        let reserved = self.reserved.load(Ordering::SeqCst);
+        if after > reserved {
+            if let Some(table) = self.table.upgrade() {
+                // What the write needs and a fresh headroom, never more than two windows.
+                let most = 2 * (stream.window + HEADER_BYTES);
+                let headroom = HEADROOM_BYTES.min(stream.window);
+                let ask = (after + headroom).min(most).saturating_sub(reserved);
+                table.grow(self, ask);
+            }
         }
+        let limit = self
+            .reserved
+            .load(Ordering::SeqCst)
+            .saturating_sub(other.held() + 2 * HEADER_BYTES);
+        stream.write_within(bytes, limit);
     }
 
     fn key(&self) -> u64 {
@@ -575,7 +666,6 @@ pub trait JobMeter: Send + Sync {
 
 enum Chore {
     ExpireJob(Weak<Job>),
-    ExpireScope(String),
     Kill(Weak<Job>),
 }
 
@@ -691,7 +781,6 @@ impl JobTable {
                     }
                 }
             }
-            Chore::ExpireScope(scope) => self.expire_scope(&scope),
             Chore::Kill(job) => {
                 if let Some(job) = job.upgrade() {
                     // Groups are unregistered when their leader is reaped: an ended job
@@ -741,15 +830,31 @@ impl JobTable {
                 self.cfg.total
             ));
         }
-        let need = 2 * self.cfg.window;
+        let need = self.start_reservation();
+        let mine = scope_reserved(&inner, &req.scope);
+        if mine + need > self.cfg.disk_share {
+            let whose = if req.scope == OWNER_SCOPE {
+                "the owner's /mcp"
+            } else {
+                "this grant"
+            };
+            return Err(format!(
+                "cannot start a job: {whose}'s share of the disk for job output is used up: \
+                 its jobs hold or reserve {mine} of the {} bytes one grant may use \
+                 (--job-disk-share), and a new job needs {need}. Cancel a running job \
+                 (bash_cancel), or wait for a finished one's output to expire ({} s after it \
+                 ended).",
+                self.cfg.disk_share,
+                self.cfg.retention.as_secs()
+            ));
+        }
         if inner.reserved + need > self.cfg.disk_cap {
             return Err(format!(
-                "cannot start a job: its output needs up to {need} bytes of disk (two windows \
-                 of {} bytes, --job-output-bytes), but {} of the {} bytes allowed for job \
-                 output (--job-disk-bytes) are in use or reserved by other jobs. Cancel a \
-                 running job (bash_cancel), wait for one to finish and its output to expire \
-                 ({} s after it ended), or ask the box's owner to raise --job-disk-bytes.",
-                self.cfg.window,
+                "cannot start a job: its output needs {need} bytes of disk to begin with, but \
+                 {} of the {} bytes allowed for all job output on this box (--job-disk-bytes) \
+                 are in use or reserved. Cancel a running job (bash_cancel), wait for a \
+                 finished one's output to expire ({} s after it ended), or ask the box's \
+                 owner to raise --job-disk-bytes.",
                 inner.reserved,
                 self.cfg.disk_cap,
                 self.cfg.retention.as_secs()
@@ -810,10 +915,40 @@ impl JobTable {
             end_pending: AtomicBool::new(false),
             dir,
             expires: Mutex::new(None),
+            table: self.me.clone(),
         });
         inner.reserved += need;
         inner.jobs.push(Arc::clone(&job));
         Ok(job)
+    }
+
+    /// What a job reserves when it starts: two headers and a headroom per stream.
+    fn start_reservation(&self) -> u64 {
+        2 * (HEADER_BYTES + HEADROOM_BYTES.min(self.cfg.window))
+    }
+
+    /// `job`'s files are about to grow past its reservation: grant up to `ask` more bytes
+    /// while its scope stays within its share and the box within the cap. A job no longer
+    /// in the table (removed) gets nothing.
+    fn grow(&self, job: &Job, ask: u64) {
+        let mut inner = self.lock();
+        if !inner.jobs.iter().any(|j| std::ptr::eq(&**j, job)) {
+            return;
+        }
+        let mine = scope_reserved(&inner, &job.scope);
+        let room = self
+            .cfg
+            .disk_share
+            .saturating_sub(mine)
+            .min(self.cfg.disk_cap.saturating_sub(inner.reserved));
+        let granted = ask.min(room);
+        job.reserved.fetch_add(granted, Ordering::SeqCst);
+        inner.reserved += granted;
+    }
+
+    /// Bytes held or reserved by `scope`'s jobs.
+    pub fn scope_reserved_bytes(&self, scope: &str) -> u64 {
+        scope_reserved(&self.lock(), scope)
     }
 
     /// The job's process runs: record its pid and start time, audit the start.
@@ -902,7 +1037,9 @@ impl JobTable {
         if let Some(oldest) = oldest {
             self.remove(&oldest);
         }
-        self.schedule(expires, Chore::ExpireJob(Arc::downgrade(job)));
+        if !self.scope_ended(&job.scope) {
+            self.schedule(expires, Chore::ExpireJob(Arc::downgrade(job)));
+        }
         if let Some(hooks) = self.hooks.get() {
             hooks.metrics.job_ended(state.as_str());
         }
@@ -915,6 +1052,26 @@ impl JobTable {
             reason.map(|r| format!(", {r}")).unwrap_or_default()
         );
         self.report_end(job);
+        // A job of an ended grant goes as soon as its end is reported (§15): the grant
+        // holds nothing. Checked last, so an end that raced the grant's end is covered
+        // by one of the two.
+        if self.scope_ended(&job.scope) {
+            self.remove(job);
+            self.remove_scope_dir(&job.scope);
+        }
+    }
+
+    fn scope_ended(&self, scope: &str) -> bool {
+        self.lock().ended_scopes.iter().any(|s| s == scope)
+    }
+
+    /// Remove an ended scope's dir once no job of it is left in the table.
+    fn remove_scope_dir(&self, scope: &str) {
+        let empty = !self.lock().jobs.iter().any(|j| j.scope == scope);
+        if let (true, Some(dir)) = (empty, self.scope_dir(scope)) {
+            // Only empty: a job still being reported keeps its files until it is removed.
+            let _ = fs::remove_dir(&dir);
+        }
     }
 
     /// Last: shutdown waits on this, and the audit record must be queued by then. Under
@@ -996,10 +1153,10 @@ impl JobTable {
         true
     }
 
-    /// A grant ended: kill every job it runs, refuse new ones, and remove all its files
-    /// after `scope_retention`.
+    /// A grant ended: kill every job it runs, refuse new ones, and remove its files: a
+    /// finished job's now, a running one's as soon as its end is reported.
     pub fn end_scope(&self, scope: &str) {
-        let (running, any) = {
+        let (running, done) = {
             let mut inner = self.lock();
             if !inner.ended_scopes.iter().any(|s| s == scope) {
                 inner.ended_scopes.push(scope.to_string());
@@ -1008,12 +1165,9 @@ impl JobTable {
             let over = inner.ended_scopes.len().saturating_sub(MAX_ENDED_SCOPES);
             inner.ended_scopes.drain(..over);
             let mine: Vec<&Arc<Job>> = inner.jobs.iter().filter(|j| j.scope == scope).collect();
-            let running: Vec<Arc<Job>> = mine
-                .iter()
-                .filter(|j| j.is_running())
-                .map(|j| Arc::clone(j))
-                .collect();
-            (running, !mine.is_empty())
+            let (running, done): (Vec<Arc<Job>>, Vec<Arc<Job>>) =
+                mine.into_iter().cloned().partition(|j| j.is_running());
+            (running, done)
         };
         for job in &running {
             self.kill(job, "grant_ended");
@@ -1021,13 +1175,10 @@ impl JobTable {
         if !running.is_empty() {
             log::info!("grant {scope} ended: killed its {} job(s)", running.len());
         }
-        let has_dir = self.scope_dir(scope).is_some_and(|d| d.exists());
-        if any || has_dir {
-            self.schedule(
-                Instant::now() + self.cfg.scope_retention,
-                Chore::ExpireScope(scope.to_string()),
-            );
+        for job in &done {
+            self.remove(job);
         }
+        self.remove_scope_dir(scope);
     }
 
     fn kill(&self, job: &Job, why: &'static str) {
@@ -1038,28 +1189,8 @@ impl JobTable {
         job.ctl.cancel();
     }
 
-    fn expire_scope(&self, scope: &str) {
-        let jobs: Vec<Arc<Job>> = {
-            let mut inner = self.lock();
-            inner.ended_scopes.retain(|s| s != scope);
-            inner
-                .jobs
-                .iter()
-                .filter(|j| j.scope == scope)
-                .cloned()
-                .collect()
-        };
-        for job in &jobs {
-            self.remove(job);
-        }
-        if let Some(dir) = self.scope_dir(scope) {
-            // Only empty: a job still being reported keeps its files until it is removed.
-            let _ = fs::remove_dir(&dir);
-        }
-    }
-
     /// The grants that resumed at start; the scopes of any other grant are ended (their
-    /// files go after `scope_retention`, or with their jobs' own retention).
+    /// files go now).
     pub fn retain_scopes(&self, live: &[String]) {
         let scopes: Vec<String> = {
             let inner = self.lock();
@@ -1300,9 +1431,20 @@ impl JobTable {
             end_pending: AtomicBool::new(false),
             dir: dir.to_path_buf(),
             expires: Mutex::new(None),
+            table: self.me.clone(),
         });
         Some((job, running))
     }
+}
+
+/// Bytes held or reserved by `scope`'s jobs.
+fn scope_reserved(inner: &Inner, scope: &str) -> u64 {
+    inner
+        .jobs
+        .iter()
+        .filter(|j| j.scope == scope)
+        .map(|j| j.reserved.load(Ordering::SeqCst))
+        .sum()
 }
 
 /// Kill the process groups of jobs a crashed daemon left running (see the module doc):
@@ -1527,14 +1669,18 @@ mod tests {
 
     #[test]
     fn the_disk_cap_refuses_a_job_that_cannot_fit_and_says_what_to_do() {
+        // A window of 1000 bytes: the headroom is the window, a start reserves 2064.
         let tmp = TempDir::new("jobs");
-        let t = table(&tmp, |c| c.disk_cap = 4_500);
+        let t = table(&tmp, |c| {
+            c.disk_cap = 4_500;
+            c.disk_share = 4_500;
+        });
         let a = admit(&t, G1).unwrap();
-        admit(&t, G1).unwrap();
-        let err = admit(&t, G1).unwrap_err();
+        admit(&t, G2).unwrap();
+        let err = admit(&t, OWNER_SCOPE).unwrap_err();
         for needle in [
-            "2000 bytes",
-            "4000 of the 4500",
+            "2064 bytes",
+            "4128 of the 4500",
             "--job-disk-bytes",
             "bash_cancel",
         ] {
@@ -1543,17 +1689,95 @@ mod tests {
         let files = std::fs::read_dir(tmp.path("jobs").join(G1))
             .unwrap()
             .count();
-        assert_eq!(files, 4, "the refused start created nothing");
-        a.out.write(b"12345");
+        assert_eq!(files, 2, "the refused start created nothing");
+        JobSink::write(&*a, Which::Stdout, b"12345");
         end(&t, &a, 0);
-        assert_eq!(t.reserved_bytes(), 2000 + 2 * HEADER_BYTES + 5);
+        assert_eq!(t.reserved_bytes(), 2064 + 2 * HEADER_BYTES + 5);
         admit(&t, G1).unwrap();
+    }
+
+    #[test]
+    fn the_share_holds_its_bound_and_refuses_one_byte_more() {
+        // A window of 1000 bytes: a start reserves 2 × (32 + 1000) = 2064 bytes.
+        for (share, fits) in [(2 * 2064, 2), (2 * 2064 - 1, 1)] {
+            let tmp = TempDir::new("jobs-share-bound");
+            let t = table(&tmp, |c| c.disk_share = share);
+            for _ in 0..fits {
+                admit(&t, G1).unwrap();
+            }
+            let err = admit(&t, G1).unwrap_err();
+            assert!(err.contains(&format!("of the {share} bytes")), "{err}");
+            admit(&t, G2).unwrap();
+            admit(&t, OWNER_SCOPE).unwrap();
+        }
+    }
+
+    /// Disk blocks a file really uses.
+    fn allocated(path: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).unwrap().blocks() * 512
+    }
+
+    #[test]
+    fn a_scope_holds_at_most_its_share_and_the_others_still_start() {
+        const MIB: u64 = 1 << 20;
+        let tmp = TempDir::new("jobs-share");
+        let share = 3 * MIB + 4 * HEADER_BYTES;
+        let t = table(&tmp, |c| {
+            c.window = 2 * MIB;
+            c.disk_cap = 64 * MIB;
+            c.disk_share = share;
+        });
+        // A start reserves a header and 1 MiB of headroom per stream, not two windows.
+        let a = admit(&t, G1).unwrap();
+        assert_eq!(t.scope_reserved_bytes(G1), 2 * (MIB + HEADER_BYTES));
+        // One stream may use the job's whole headroom.
+        JobSink::write(&*a, Which::Stdout, &vec![b'o'; 2 * MIB as usize]);
+        assert_eq!(a.out.read(0, usize::MAX).data.len() as u64, 2 * MIB);
+        assert_eq!(t.scope_reserved_bytes(G1), 2 * (MIB + HEADER_BYTES));
+        // The share + 1 byte: a second job of this grant does not fit; another grant's does.
+        let err = admit(&t, G1).unwrap_err();
+        assert!(
+            err.contains("this grant's share") && err.contains("--job-disk-share"),
+            "{err}"
+        );
+        let b = admit(&t, G2).unwrap();
+        // At its share, a stream keeps only what fits and gives the rest of the disk back.
+        JobSink::write(&*a, Which::Stderr, &vec![b'e'; 2 * MIB as usize]);
+        assert_eq!(t.scope_reserved_bytes(G1), share);
+        let kept = a.err.held();
+        assert_eq!(kept, share - 2 * MIB - 2 * HEADER_BYTES);
+        let c = a.err.read(0, usize::MAX);
+        assert_eq!((c.skipped, c.data.len() as u64), (2 * MIB - kept, kept));
+        JobSink::write(&*a, Which::Stderr, &vec![b'f'; MIB as usize / 2]);
+        assert_eq!(a.err.held(), kept, "a full share keeps its size");
+        let c = a.err.read(0, usize::MAX);
+        assert!(c.data.ends_with(&vec![b'f'; MIB as usize / 2]));
+        let err_file = tmp.path("jobs").join(G1).join(format!("{}.err", a.id));
+        assert!(
+            allocated(&err_file) <= kept + 64 * 1024,
+            "dropped bytes' blocks were freed: {} allocated",
+            allocated(&err_file)
+        );
+        assert!(t.reserved_bytes() <= share + t.scope_reserved_bytes(G2));
+        // The other grant grows as it needs.
+        JobSink::write(&*b, Which::Stdout, &vec![b'x'; 2 * MIB as usize]);
+        assert_eq!(b.out.held(), 2 * MIB);
+        // An end gives back the headroom, a removal everything.
+        end(&t, &a, 0);
+        assert_eq!(
+            t.scope_reserved_bytes(G1),
+            2 * MIB + kept + 2 * HEADER_BYTES
+        );
+        t.end_scope(G1);
+        assert_eq!(t.scope_reserved_bytes(G1), 0);
+        assert!(!err_file.exists());
     }
 
     #[test]
     fn files_are_private_and_an_ended_scope_refuses_and_is_removed() {
         let tmp = TempDir::new("jobs");
-        let t = table(&tmp, |c| c.scope_retention = Duration::from_millis(50));
+        let t = table(&tmp, |_| {});
         let job = admit(&t, G1).unwrap();
         t.spawned(&job, 999_999, None);
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
@@ -1567,13 +1791,15 @@ mod tests {
             admit(&t, G1).unwrap_err(),
             "this grant has ended; no job can start under it"
         );
+        assert!(
+            dir.exists(),
+            "a running job keeps its files until it has ended"
+        );
+        // Its end removes them at once: an ended grant holds nothing.
         end(&t, &job, 0);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while dir.exists() {
-            assert!(Instant::now() < deadline, "watchdog: the scope dir stayed");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        assert!(!dir.exists());
         assert!(t.list(G1).is_empty());
+        assert_eq!(t.reserved_bytes(), 0);
     }
 
     #[test]

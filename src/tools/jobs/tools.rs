@@ -131,6 +131,11 @@ pub(crate) fn job_facts_schema() -> Value {
     })
 }
 
+/// A stream's `[start, end)` byte range in a reply's text block ([`Ranges`]).
+pub(crate) fn range_schema() -> Value {
+    json!({"type": "array", "items": {"type": "integer", "minimum": 0}})
+}
+
 /// [`job_facts_schema`] with more properties and more required ones.
 fn job_schema_with(props: Value, required: &[&str]) -> Value {
     let mut schema = job_facts_schema();
@@ -151,8 +156,8 @@ fn poll_output_schema() -> Value {
     let offset = json!({"type": "integer", "minimum": 0});
     job_schema_with(
         json!({
-            "stdout": {"type": "string"},
-            "stderr": {"type": "string"},
+            "stdout_range": range_schema(),
+            "stderr_range": range_schema(),
             "stdout_next": offset, "stderr_next": offset,
             "stdout_total": offset, "stderr_total": offset,
             "skipped_bytes": {"type": "object", "properties": {
@@ -160,8 +165,8 @@ fn poll_output_schema() -> Value {
             }},
         }),
         &[
-            "stdout",
-            "stderr",
+            "stdout_range",
+            "stderr_range",
             "stdout_next",
             "stderr_next",
             "stdout_total",
@@ -281,7 +286,7 @@ fn secs_text(d: Duration) -> String {
 
 /// A `CallToolResult` with one text block and `structuredContent`, serialized straight
 /// from `structured` (cheaper in code than building a `Value`).
-fn reply<S: Serialize>(text: &str, structured: &S, is_error: bool) -> ToolOutput {
+fn reply<S: Serialize>(text: String, structured: &S, is_error: bool) -> ToolOutput {
     #[derive(Serialize)]
     struct Block<'a> {
         #[serde(rename = "type")]
@@ -297,7 +302,10 @@ fn reply<S: Serialize>(text: &str, structured: &S, is_error: bool) -> ToolOutput
         is_error: bool,
     }
     let json = serde_json::to_string(&Reply {
-        content: [Block { kind: "text", text }],
+        content: [Block {
+            kind: "text",
+            text: &text,
+        }],
         structured,
         is_error,
     })
@@ -425,12 +433,12 @@ fn started(job: &Job) -> ToolOutput {
         id = job.id,
         pid = st.pid.unwrap_or(0)
     );
-    reply(&text, &JobFacts::of(job, &st), false)
+    reply(text, &JobFacts::of(job, &st), false)
 }
 
 /// A `bash` call at its inline limit (on the watcher thread): make it a job of the call's
-/// scope and answer the call with what it printed so far, or, if no job can start, answer
-/// why and let the watcher kill it.
+/// scope and answer the call with what it printed so far; or, if no job can start, hand
+/// the call's completion back with why, and the call runs on inline (§15).
 pub(crate) fn continue_as_job(
     jobs: &Arc<JobTable>,
     mut admit: Admit,
@@ -438,7 +446,7 @@ pub(crate) fn continue_as_job(
     inline_wait: Duration,
     cap: u64,
     done: Completion,
-) -> Option<Continued> {
+) -> Result<Continued, (Completion, String)> {
     // What the call dropped past its cap is gone: such a stream's file starts after it.
     if so_far.stdout_truncated {
         admit.stdout_start = so_far.stdout_total;
@@ -446,50 +454,18 @@ pub(crate) fn continue_as_job(
     if so_far.stderr_truncated {
         admit.stderr_start = so_far.stderr_total;
     }
-    let out = String::from_utf8_lossy(so_far.stdout);
-    let err = String::from_utf8_lossy(so_far.stderr);
-    let after = secs_text(inline_wait);
     let job = match jobs.admit(admit) {
         Ok(job) => job,
-        Err(why) => {
-            let text = streams_text(
-                &out,
-                &err,
-                &format!(
-                    "[still running after {after} and could not continue as a job: {why}; \
-                     process group killed, exit 137]"
-                ),
-            );
-            #[derive(Serialize)]
-            struct Killed<'a> {
-                stdout: &'a str,
-                stderr: &'a str,
-                exit_code: i32,
-                timed_out: bool,
-                cancelled: bool,
-                stdout_truncated: bool,
-                stderr_truncated: bool,
-                duration_ms: u64,
-            }
-            let killed = Killed {
-                stdout: &out,
-                stderr: &err,
-                exit_code: crate::tools::process::KILLED_EXIT_CODE,
-                timed_out: true,
-                cancelled: false,
-                stdout_truncated: so_far.stdout_truncated,
-                stderr_truncated: so_far.stderr_truncated,
-                duration_ms: so_far.elapsed.as_millis() as u64,
-            };
-            done.complete(reply(&text, &killed, true));
-            return None;
-        }
+        Err(why) => return Err((done, why)),
     };
+    let after = secs_text(inline_wait);
+    // Through the job's sink, so what it keeps counts against its share of the disk.
+    let sink: &dyn crate::tools::process::JobSink = &*job;
     if !so_far.stdout_truncated {
-        job.out.write(so_far.stdout);
+        sink.write(crate::tools::process::Which::Stdout, so_far.stdout);
     }
     if !so_far.stderr_truncated {
-        job.err.write(so_far.stderr);
+        sink.write(crate::tools::process::Which::Stderr, so_far.stderr);
     }
     let pid = so_far.pid.as_raw_nonzero().get();
     jobs.spawned(&job, pid, crate::tools::process::start_ticks(pid));
@@ -514,13 +490,10 @@ pub(crate) fn continue_as_job(
             truncated.join(" and ")
         ));
     }
-    let text = streams_text(&out, &err, &status);
     #[derive(Serialize)]
     struct AsJob<'a> {
         #[serde(flatten)]
         job: JobFacts<'a>,
-        stdout: &'a str,
-        stderr: &'a str,
         stdout_next: u64,
         stderr_next: u64,
         stdout_truncated: bool,
@@ -530,39 +503,142 @@ pub(crate) fn continue_as_job(
     let st = job.status();
     let as_job = AsJob {
         job: JobFacts::of(&job, &st),
-        stdout: &out,
-        stderr: &err,
         stdout_next: so_far.stdout_total,
         stderr_next: so_far.stderr_total,
         stdout_truncated: so_far.stdout_truncated,
         stderr_truncated: so_far.stderr_truncated,
         duration_ms: so_far.elapsed.as_millis() as u64,
     };
-    done.complete(reply(&text, &as_job, false));
-    Some(Continued {
+    done.complete(stream_reply(
+        so_far.stdout,
+        so_far.stderr,
+        &status,
+        &as_job,
+        false,
+    ));
+    Ok(Continued {
         sink: Arc::clone(&job) as Arc<dyn crate::tools::process::JobSink>,
         ctl: Arc::clone(&job.ctl),
         on_exit: jobs.on_exit(job),
     })
 }
 
-/// stdout, then stderr under a marker line, then a status line.
-fn streams_text(out: &str, err: &str, status: &str) -> String {
-    let mut text = String::with_capacity(out.len() + err.len() + status.len() + 16);
-    let end_line = |text: &mut String| {
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-    };
-    text.push_str(out);
+/// Where each stream's text lies in a reply's text block, as `[start, end)` byte offsets
+/// (UTF-8) into `content[0].text`. Each output byte goes into a reply once (§15): the
+/// streams are in the text block, and `structuredContent` says where instead of holding
+/// them a second time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct Ranges {
+    pub stdout_range: [usize; 2],
+    pub stderr_range: [usize; 2],
+}
+
+/// The line between stdout and stderr in a text block.
+const STDERR_MARK: &str = "--- stderr ---\n";
+
+/// A `CallToolResult` whose text block is stdout, then (if any) stderr under a marker
+/// line, then a status line, with `structured` plus the streams' [`Ranges`] as its
+/// `structuredContent`. The streams are bytes as read: they are made UTF-8 (invalid
+/// sequences as U+FFFD) and JSON-escaped straight into the result, so producing a reply
+/// of megabytes holds the bytes and the result, never a text copy in between (§15).
+pub(crate) fn stream_reply<S: Serialize>(
+    out: &[u8],
+    err: &[u8],
+    status: &str,
+    structured: &S,
+    is_error: bool,
+) -> ToolOutput {
+    // The text's layout first (lengths only), so the ranges are known before it is written.
+    let out_len = lossy_len(out);
+    let mut len = out_len;
+    let newline = |len: usize, last: Option<u8>| usize::from(len > 0 && last != Some(b'\n'));
+    let mut stderr_range = [out_len, out_len];
     if !err.is_empty() {
-        end_line(&mut text);
-        text.push_str("--- stderr ---\n");
-        text.push_str(err);
+        len += newline(len, out.last().copied()) + STDERR_MARK.len();
+        let err_len = lossy_len(err);
+        stderr_range = [len, len + err_len];
+        len += err_len;
     }
-    end_line(&mut text);
-    text.push_str(status);
-    text
+    let last = if err.is_empty() {
+        out.last()
+    } else {
+        err.last()
+    };
+    let status_nl = newline(len, last.copied());
+    let ranges = Ranges {
+        stdout_range: [0, out_len],
+        stderr_range,
+    };
+    #[derive(Serialize)]
+    struct WithRanges<'a, S> {
+        #[serde(flatten)]
+        structured: &'a S,
+        #[serde(flatten)]
+        ranges: Ranges,
+    }
+    let tail = serde_json::to_string(&WithRanges { structured, ranges })
+        .expect("a tool result always serializes");
+    let mut json = String::with_capacity(len + len / 8 + status.len() + tail.len() + 160);
+    json.push_str(r#"{"content":[{"type":"text","text":""#);
+    push_json_lossy(&mut json, out);
+    if !err.is_empty() {
+        if newline(out_len, out.last().copied()) == 1 {
+            json.push_str("\\n");
+        }
+        push_json_lossy(&mut json, STDERR_MARK.as_bytes());
+        push_json_lossy(&mut json, err);
+    }
+    if status_nl == 1 {
+        json.push_str("\\n");
+    }
+    push_json_lossy(&mut json, status.as_bytes());
+    json.push_str(r#""}],"structuredContent":"#);
+    json.push_str(&tail);
+    json.push_str(if is_error {
+        r#","isError":true}"#
+    } else {
+        r#","isError":false}"#
+    });
+    ToolOutput::Json { json, is_error }
+}
+
+/// Append `bytes` as the inside of a JSON string: made UTF-8 as `from_utf8_lossy` does, then
+/// escaped as JSON requires (quote, backslash, control characters).
+fn push_json_lossy(json: &mut String, bytes: &[u8]) {
+    for chunk in bytes.utf8_chunks() {
+        let valid = chunk.valid();
+        let mut from = 0;
+        for (i, b) in valid.bytes().enumerate() {
+            let escaped = match b {
+                b'"' => "\\\"",
+                b'\\' => "\\\\",
+                b'\n' => "\\n",
+                b'\r' => "\\r",
+                b'\t' => "\\t",
+                0..=0x1F => "",
+                _ => continue,
+            };
+            json.push_str(&valid[from..i]);
+            if escaped.is_empty() {
+                json.push_str(&format!("\\u{b:04x}"));
+            } else {
+                json.push_str(escaped);
+            }
+            from = i + 1;
+        }
+        json.push_str(&valid[from..]);
+        if !chunk.invalid().is_empty() {
+            json.push(char::REPLACEMENT_CHARACTER);
+        }
+    }
+}
+
+/// The length of `bytes` once made UTF-8 as `String::from_utf8_lossy` does.
+fn lossy_len(bytes: &[u8]) -> usize {
+    bytes
+        .utf8_chunks()
+        .map(|c| c.valid().len() + if c.invalid().is_empty() { 0 } else { 3 })
+        .sum()
 }
 
 /// The validated arguments of `bash_poll`.
@@ -622,7 +698,7 @@ pub fn poll(args: Value, cx: CallContext, done: Completion) {
         args.max_bytes as usize,
     );
     if args.wait_secs == 0 || job.has_news(so, se) {
-        return done.complete(poll_result(&job, so, se, max));
+        return done.complete(poll_later(job, so, se, max));
     }
     let ready = Arc::clone(&job);
     cx.host.processes.wait(Wait {
@@ -630,8 +706,16 @@ pub fn poll(args: Value, cx: CallContext, done: Completion) {
         deadline: Instant::now() + Duration::from_secs(args.wait_secs),
         ctl: Arc::clone(&cx.ctl),
         ready: Box::new(move || ready.has_news(so, se)),
-        answer: Box::new(move || done.complete(poll_result(&job, so, se, max))),
+        answer: Box::new(move || done.complete(poll_later(job, so, se, max))),
     });
+}
+
+/// `bash_poll`'s answer, read from the job's files only when the reply can be sent
+/// (§15): until then the output stays on disk, not in a reply waiting in memory.
+fn poll_later(job: Arc<Job>, so: u64, se: u64, max: usize) -> ToolOutput {
+    ToolOutput::Later(crate::wire::mcp::Later::new(move || {
+        poll_result(&job, so, se, max)
+    }))
 }
 
 /// What `bash_poll` answers about `job` from these offsets.
@@ -652,8 +736,6 @@ fn poll_result(job: &Job, stdout_offset: u64, stderr_offset: u64, max: usize) ->
             }
         }
     }
-    let stdout = String::from_utf8_lossy(&out.data);
-    let stderr = String::from_utf8_lossy(&err.data);
     #[derive(Serialize)]
     struct Skipped {
         stdout: u64,
@@ -663,8 +745,6 @@ fn poll_result(job: &Job, stdout_offset: u64, stderr_offset: u64, max: usize) ->
     struct Poll<'a> {
         #[serde(flatten)]
         job: JobFacts<'a>,
-        stdout: &'a str,
-        stderr: &'a str,
         stdout_next: u64,
         stderr_next: u64,
         stdout_total: u64,
@@ -672,19 +752,6 @@ fn poll_result(job: &Job, stdout_offset: u64, stderr_offset: u64, max: usize) ->
         #[serde(skip_serializing_if = "Option::is_none")]
         skipped_bytes: Option<Skipped>,
     }
-    let answer = Poll {
-        job: JobFacts::of(job, &st),
-        stdout: &stdout,
-        stderr: &stderr,
-        stdout_next: out.next,
-        stderr_next: err.next,
-        stdout_total: out.total,
-        stderr_total: err.total,
-        skipped_bytes: (out.skipped + err.skipped > 0).then_some(Skipped {
-            stdout: out.skipped,
-            stderr: err.skipped,
-        }),
-    };
     let mut status = match st.state {
         State::Running => format!(
             "[job {} running; poll again with stdout_offset {} and stderr_offset {}]",
@@ -720,7 +787,18 @@ fn poll_result(job: &Job, stdout_offset: u64, stderr_offset: u64, max: usize) ->
             ));
         }
     }
-    reply(&streams_text(&stdout, &stderr, &status), &answer, false)
+    let answer = Poll {
+        job: JobFacts::of(job, &st),
+        stdout_next: out.next,
+        stderr_next: err.next,
+        stdout_total: out.total,
+        stderr_total: err.total,
+        skipped_bytes: (out.skipped + err.skipped > 0).then_some(Skipped {
+            stdout: out.skipped,
+            stderr: err.skipped,
+        }),
+    };
+    stream_reply(&out.data, &err.data, &status, &answer, false)
 }
 
 /// The length of `data` without a UTF-8 sequence cut short at its end.
@@ -791,7 +869,7 @@ pub fn list(args: Value, cx: CallContext, done: Completion) {
     if lines.is_empty() {
         lines.push("no jobs under this grant".into());
     }
-    done.complete(reply(&lines.join("\n"), &List { jobs: items }, false));
+    done.complete(reply(lines.join("\n"), &List { jobs: items }, false));
 }
 
 /// `bash_cancel`: TERM (then KILL after the grace) or KILL a running job.
@@ -848,7 +926,7 @@ pub fn cancel(args: Value, cx: CallContext, done: Completion) {
         signal: name,
         state,
     };
-    done.complete(reply(&text, &answer, false));
+    done.complete(reply(text, &answer, false));
 }
 
 #[cfg(test)]
@@ -961,6 +1039,49 @@ mod tests {
         assert_eq!(list_schema()["type"], "object");
         assert_eq!(secs_text(Duration::from_secs(100)), "100 s");
         assert_eq!(secs_text(Duration::from_millis(300)), "0.3 s");
+    }
+
+    #[test]
+    fn streams_go_into_the_text_once_and_the_ranges_find_them() {
+        let cases: [(&[u8], &[u8]); 6] = [
+            (b"", b""),
+            (b"plain\n", b""),
+            (b"no newline", b"err"),
+            (
+                b"q\"uote\\ back\ttab\r\x01\x1f\x7f",
+                b"\xff\xfe\xe2\x82 cut",
+            ),
+            (b"", b"only stderr\n"),
+            ("é€😀".as_bytes(), b"\x00zero"),
+        ];
+        for (out, err) in cases {
+            let ToolOutput::Json { json, is_error } =
+                stream_reply(out, err, "[status]", &serde_json::json!({"k": 1}), true)
+            else {
+                panic!("a Json output")
+            };
+            assert!(is_error);
+            let v: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+            let text = v["content"][0]["text"].as_str().unwrap();
+            let sc = &v["structuredContent"];
+            let slice = |name: &str| {
+                let r = &sc[format!("{name}_range")];
+                &text[r[0].as_u64().unwrap() as usize..r[1].as_u64().unwrap() as usize]
+            };
+            assert_eq!(slice("stdout"), String::from_utf8_lossy(out), "{json}");
+            assert_eq!(slice("stderr"), String::from_utf8_lossy(err), "{json}");
+            assert!(text.ends_with("[status]"), "{text:?}");
+            assert_eq!(
+                text.matches("--- stderr ---").count(),
+                usize::from(!err.is_empty())
+            );
+            assert_eq!(
+                (sc["k"].as_u64(), v["isError"].as_bool()),
+                (Some(1), Some(true))
+            );
+            // Nothing of the streams in structuredContent.
+            assert!(sc.get("stdout").is_none() && sc.get("stderr").is_none());
+        }
     }
 
     #[test]

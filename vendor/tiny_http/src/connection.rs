@@ -12,6 +12,14 @@ pub enum Listener {
     Tcp(TcpListener),
     #[cfg(unix)]
     Unix(unix_net::UnixListener),
+    /// handnode patch: a Unix listener whose every accepted connection is first shown to the
+    /// check (handnode compares the peer's uid, `SO_PEERCRED`); one it refuses is closed, and
+    /// the accept loop goes on (it is reported as `ConnectionAborted`).
+    #[cfg(unix)]
+    UnixChecked(
+        unix_net::UnixListener,
+        Box<dyn Fn(&unix_net::UnixStream) -> bool + Send + Sync>,
+    ),
 }
 impl Listener {
     pub(crate) fn local_addr(&self) -> std::io::Result<ListenAddr> {
@@ -19,6 +27,8 @@ impl Listener {
             Self::Tcp(l) => l.local_addr().map(ListenAddr::from),
             #[cfg(unix)]
             Self::Unix(l) => l.local_addr().map(ListenAddr::from),
+            #[cfg(unix)]
+            Self::UnixChecked(l, _) => l.local_addr().map(ListenAddr::from),
         }
     }
 
@@ -29,6 +39,18 @@ impl Listener {
                 .map(|(conn, addr)| (Connection::from(conn), Some(addr))),
             #[cfg(unix)]
             Self::Unix(l) => l.accept().map(|(conn, _)| (Connection::from(conn), None)),
+            #[cfg(unix)]
+            Self::UnixChecked(l, admit) => {
+                let (conn, _) = l.accept()?;
+                if admit(&conn) {
+                    Ok((Connection::from(conn), None))
+                } else {
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        "peer refused by the listener's check",
+                    ))
+                }
+            }
         }
     }
 }
