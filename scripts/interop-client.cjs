@@ -5,13 +5,6 @@
 // Prints PASS/FAIL per step and "N passed, M failed"; exits 1 on any failure.
 'use strict';
 
-// A stream of a bash reply: the [start, end) UTF-8 byte range of the text block that
-// structuredContent names (docs/protocol.md, Streams in a reply).
-function streamOf(text, range) {
-  if (!Array.isArray(range)) return undefined;
-  return Buffer.from(text, 'utf8').subarray(range[0], range[1]).toString('utf8');
-}
-
 const path = require('node:path');
 const { createRequire } = require('node:module');
 
@@ -49,6 +42,14 @@ function check(name, ok, detail) {
     failed += 1;
     console.log(`FAIL: ${name}${detail === undefined ? '' : ` — ${detail}`}`);
   }
+}
+
+// A bash result's stdout: the streams are in its text block, `stdout_range` says where
+// (byte offsets of its UTF-8).
+function stdout(r) {
+  const text = Buffer.from(((r.content || [])[0] || {}).text || '', 'utf8');
+  const [a, b] = (r.structuredContent && r.structuredContent.stdout_range) || [0, 0];
+  return text.subarray(a, b).toString('utf8');
 }
 
 // Every step is bounded: a hang fails the step rather than the whole run.
@@ -168,8 +169,7 @@ async function main() {
     const r = await bounded(client.callTool({ name: 'bash', arguments: { command: 'echo hi' } }));
     const text = (r.content || []).filter((c) => c.type === 'text').map((c) => c.text).join('');
     check('tools/call bash echo hi → hi', !r.isError && text.startsWith('hi') &&
-      (!r.structuredContent || streamOf(text, r.structuredContent.stdout_range) === 'hi\n'),
-      JSON.stringify(r));
+      (!r.structuredContent || stdout(r) === 'hi\n'), JSON.stringify(r));
   } catch (e) {
     check('tools/call bash echo hi', false, e.stack);
   }

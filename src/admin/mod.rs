@@ -1009,8 +1009,9 @@ fn apply_actions(
                 name,
                 route,
                 arguments,
+                form,
             } => match calls.begin(&id, &name) {
-                Ok((seq, ctl)) => call = Some((id, name, route, arguments, seq, ctl)),
+                Ok((seq, ctl)) => call = Some((id, name, route, arguments, form, seq, ctl)),
                 Err(refusal) => reply = Some(mcp::error_reply(&id, refusal.code, &refusal.message)),
             },
             Action::Cancel { id } => {
@@ -1051,6 +1052,11 @@ fn mcp_post(state: &Arc<AdminState>, mut request: Request, principal: String) {
         Err(resp) => return respond(request, resp),
     };
     let session_id = request_header(&request, "Mcp-Session-Id").map(str::to_string);
+    let headers = mcp::HttpHeaders {
+        protocol_version: request_header(&request, "MCP-Protocol-Version"),
+        method: request_header(&request, "Mcp-Method"),
+        name: request_header(&request, "Mcp-Name"),
+    };
     let owner = ToolPolicy::owner();
     let catalog = ConnCatalog {
         grant: None,
@@ -1060,7 +1066,7 @@ fn mcp_post(state: &Arc<AdminState>, mut request: Request, principal: String) {
     };
     let mut sessions = state.sessions.lock().unwrap_or_else(|e| e.into_inner());
     let mut new_session = None;
-    let (reply, call) = match &session_id {
+    let (status, reply, call) = match &session_id {
         Some(id) => {
             let Some(session) = sessions.get_mut(id) else {
                 drop(sessions);
@@ -1070,8 +1076,9 @@ fn mcp_post(state: &Arc<AdminState>, mut request: Request, principal: String) {
                 );
             };
             session.last_used = Instant::now();
-            let actions = session.dispatcher.handle(&body, &catalog);
-            apply_actions(state, &principal, actions, &mut session.calls)
+            let out = session.dispatcher.handle_http(&body, &catalog, &headers);
+            let (reply, call) = apply_actions(state, &principal, out.actions, &mut session.calls);
+            (out.status, reply, call)
         }
         None => {
             let mut session = McpSession {
@@ -1079,8 +1086,8 @@ fn mcp_post(state: &Arc<AdminState>, mut request: Request, principal: String) {
                 calls: Calls::new(state.limits.max_in_flight),
                 last_used: Instant::now(),
             };
-            let actions = session.dispatcher.handle(&body, &catalog);
-            let outcome = apply_actions(state, &principal, actions, &mut session.calls);
+            let out = session.dispatcher.handle_http(&body, &catalog, &headers);
+            let (reply, call) = apply_actions(state, &principal, out.actions, &mut session.calls);
             // Only a client that initializes without a session gets one; any call it made
             // in the same message stays tracked by `session.calls` below.
             if session.dispatcher.negotiated_version().is_some() {
@@ -1100,7 +1107,7 @@ fn mcp_post(state: &Arc<AdminState>, mut request: Request, principal: String) {
                 // No session to cancel through: the call lives as long as its HTTP exchange.
                 session.calls.release_all();
             }
-            outcome
+            (out.status, reply, call)
         }
     };
     drop(sessions);
@@ -1110,6 +1117,7 @@ fn mcp_post(state: &Arc<AdminState>, mut request: Request, principal: String) {
     }
     let response = match reply {
         Some(text) => Response::from_data(text.into_bytes())
+            .with_status_code(status)
             .with_header(header("Content-Type", "application/json")),
         None => Response::from_data(Vec::new()).with_status_code(202),
     };
@@ -1125,6 +1133,7 @@ type PendingCall = (
     String,
     mcp::Route,
     Value,
+    mcp::Form,
     u64,
     Arc<crate::pool::JobCtl>,
 );
@@ -1136,7 +1145,7 @@ fn mcp_call(
     request: Request,
     principal: String,
     session_id: Option<String>,
-    (id, name, route, arguments, seq, ctl): PendingCall,
+    (id, name, route, arguments, form, seq, ctl): PendingCall,
 ) {
     let slot = match state.mcp_calls.try_acquire() {
         Ok(slot) => slot,
@@ -1185,7 +1194,7 @@ fn mcp_call(
         });
         let live = forget_call(&state, &session_id, &id, seq);
         let cancelled = ctl.is_cancelled() && !live;
-        let (text, outcome) = mcp::tool_reply(&id, output, state.limits.max_outbound_bytes);
+        let (text, outcome) = form.reply(&id, output, state.limits.max_outbound_bytes);
         let outcome = if cancelled {
             Outcome::ToolError
         } else {

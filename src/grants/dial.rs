@@ -249,8 +249,12 @@ pub struct Finished {
 /// A finished call's reply: serialized, or to be produced when the socket has room (§15).
 #[derive(Debug)]
 enum Reply {
-    Text { text: String, outcome: Outcome },
-    Later(mcp::Later),
+    Text {
+        text: String,
+        outcome: Outcome,
+    },
+    /// Produced later, framed by its request's revision (`form`).
+    Later(mcp::Later, mcp::Form),
 }
 
 /// A reply owed and not yet produced: the call keeps its in-flight slot until then, so
@@ -260,6 +264,7 @@ struct Owed {
     id: Value,
     seq: u64,
     later: mcp::Later,
+    form: mcp::Form,
 }
 
 /// A finished tool call, for the audit log and metrics.
@@ -696,11 +701,12 @@ impl GrantThread {
                 }
                 let (text, outcome) = match done.reply {
                     Reply::Text { text, outcome } => (text, outcome),
-                    Reply::Later(later) => {
+                    Reply::Later(later, form) => {
                         owed.push_back(Owed {
                             id: done.id,
                             seq: done.seq,
                             later,
+                            form,
                         });
                         continue;
                     }
@@ -717,7 +723,7 @@ impl GrantThread {
                 let Some(call) = calls.finish(&next.id, next.seq) else {
                     continue;
                 };
-                let (text, outcome) = mcp::tool_reply(
+                let (text, outcome) = next.form.reply(
                     &next.id,
                     mcp::ToolOutput::Later(next.later),
                     self.limits.max_outbound_bytes,
@@ -987,6 +993,7 @@ impl GrantThread {
                     name,
                     route,
                     arguments,
+                    form,
                 } => {
                     let (seq, ctl) = match calls.begin(&id, &name) {
                         Ok(started) => started,
@@ -1009,10 +1016,9 @@ impl GrantThread {
                     let max_outbound = self.limits.max_outbound_bytes;
                     let done = Completion::new(move |output| {
                         let reply = match output {
-                            mcp::ToolOutput::Later(later) => Reply::Later(later),
+                            mcp::ToolOutput::Later(later) => Reply::Later(later, form),
                             output => {
-                                let (text, outcome) =
-                                    mcp::tool_reply(&reply_id, output, max_outbound);
+                                let (text, outcome) = form.reply(&reply_id, output, max_outbound);
                                 Reply::Text { text, outcome }
                             }
                         };

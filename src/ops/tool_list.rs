@@ -174,6 +174,7 @@ mod tests {
             class_reason: "a test's",
             description: "A test's tool.",
             input_schema: || json!({"type": "object"}),
+            output_schema: None,
             start: |_, _, _| {},
             inline: None,
             needs: crate::tools::Needs::Nothing,

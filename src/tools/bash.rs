@@ -66,11 +66,44 @@ jobs it leaves behind (`cmd &`) are killed then; to leave a process running, det
 UTF-8, invalid bytes replaced. If handnode runs as root this is a root shell: sys_info says \
 which user it runs as.",
     input_schema: schema,
+    output_schema: Some(output_schema),
     start,
     inline: None,
     needs: Needs::Bash,
     profiles: &[Profile::Owner, Profile::Desktop],
 };
+
+/// `structuredContent` of a finished command, or of one that continued as a job (then
+/// with the job's facts and the offsets to poll from, and no exit code yet). The streams
+/// are in the text block; the ranges say where.
+fn output_schema() -> Value {
+    let mut schema = super::jobs::tools::job_facts_schema();
+    let props = schema["properties"]
+        .as_object_mut()
+        .expect("an object schema");
+    let range = super::jobs::tools::range_schema();
+    for (name, prop) in [
+        ("stdout_range", range.clone()),
+        ("stderr_range", range),
+        ("not_a_job", json!({"type": "string"})),
+        ("timed_out", json!({"type": "boolean"})),
+        ("cancelled", json!({"type": "boolean"})),
+        ("stdout_truncated", json!({"type": "boolean"})),
+        ("stderr_truncated", json!({"type": "boolean"})),
+        ("stdout_next", json!({"type": "integer", "minimum": 0})),
+        ("stderr_next", json!({"type": "integer", "minimum": 0})),
+    ] {
+        props.insert(name.into(), prop);
+    }
+    schema["required"] = json!([
+        "stdout_range",
+        "stderr_range",
+        "stdout_truncated",
+        "stderr_truncated",
+        "duration_ms"
+    ]);
+    schema
+}
 
 fn schema() -> Value {
     json!({
@@ -335,6 +368,76 @@ mod tests {
 
     fn call(args: Value) -> Value {
         result(call_with(&host(), CallLimits::GRANT, JobCtl::new(), args))
+    }
+
+    /// The result object of any output that is a `CallToolResult`, serialized or not.
+    fn any_result(out: ToolOutput) -> Value {
+        match out.produced() {
+            ToolOutput::Result(v) => v,
+            ToolOutput::Encoded { json, .. } => serde_json::from_str(&json).unwrap(),
+            ToolOutput::Json { json, .. } => serde_json::from_str(&json).unwrap(),
+            other => panic!("expected a result, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn structured_results_conform_to_the_declared_output_schemas() {
+        // MCP 2025-06-18 and later, server/tools "Output Schema": a tool that declares
+        // one MUST return structuredContent that conforms; clients validate it.
+        use crate::tools::jobs::tools as job;
+        let schema = |tool: &crate::tools::Tool| (tool.output_schema.expect(tool.name))();
+        let check = |tool: &crate::tools::Tool, r: &Value| {
+            conforms(&schema(tool), &r["structuredContent"])
+                .unwrap_or_else(|e| panic!("{}: {e}: {r}", tool.name));
+        };
+        let tmp = crate::base::testutil::TempDir::new("bash-output-schema");
+        let mut config = ToolConfig {
+            display_env: Some(Default::default()),
+            ..ToolConfig::default()
+        };
+        config.jobs.dir = Some(tmp.path("jobs"));
+        let host = super::super::ToolHost::new(config).unwrap();
+        for args in [
+            json!({"command": "echo hi"}),
+            json!({"command": "echo oops >&2; exit 3"}),
+            json!({"command": "head -c 100 /dev/zero", "max_output_bytes": 10}),
+            json!({"command": "sleep 5", "timeout_secs": 1}),
+        ] {
+            let r = any_result(call_with(&host, CallLimits::GRANT, JobCtl::new(), args));
+            check(&TOOL, &r);
+        }
+        // A command still running at the inline limit continues as a job: the other shape.
+        let limits = CallLimits {
+            inline_wait: std::time::Duration::from_millis(100),
+            ..CallLimits::GRANT
+        };
+        let r = any_result(call_with(
+            &host,
+            limits,
+            JobCtl::new(),
+            json!({"command": "echo started; sleep 30", "timeout_secs": 60}),
+        ));
+        check(&TOOL, &r);
+        let job_id = r["structuredContent"]["job_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{r}"))
+            .to_string();
+        let run = |start: fn(Value, crate::tools::CallContext, crate::pool::Completion),
+                   args: Value| {
+            let (done, rx) = completion();
+            start(args, cx(&host, CallLimits::GRANT, JobCtl::new()), done);
+            any_result(rx.recv_timeout(WATCHDOG).expect("job tool answered"))
+        };
+        check(&job::POLL, &run(job::poll, json!({"job_id": job_id})));
+        check(&job::LIST, &run(job::list, json!({})));
+        check(
+            &job::CANCEL,
+            &run(job::cancel, json!({"job_id": job_id, "signal": "KILL"})),
+        );
+        let started = run(job::start, json!({"command": "true"}));
+        check(&job::START, &started);
+        let id = started["structuredContent"]["job_id"].clone();
+        check(&job::CANCEL, &run(job::cancel, json!({"job_id": id})));
     }
 
     /// Wait until `pid` has exited (or is gone), failing after the watchdog.

@@ -88,6 +88,9 @@ pub struct Tool {
     pub class_reason: &'static str,
     pub description: &'static str,
     pub input_schema: fn() -> Value,
+    /// The JSON Schema of the tool's `structuredContent`, for a tool that returns one
+    /// (MCP 2025-06-18 and later, server/tools "Output Schema": results then conform).
+    pub output_schema: Option<fn() -> Value>,
     /// Starts a call on a pool worker; must return quickly (see [`start_local`]).
     pub start: fn(Value, CallContext, Completion),
     /// An answer the caller's own thread may give at once from caches (see
@@ -431,12 +434,16 @@ pub fn tool_json(tool: &Tool, note: Option<&str>) -> Value {
         Some(note) => format!("{} {}", tool.description, note),
         None => tool.description.to_string(),
     };
-    json!({
+    let mut json = json!({
         "name": tool.name,
         "description": description,
         "inputSchema": (tool.input_schema)(),
         "annotations": tool.annotations().to_json(),
-    })
+    });
+    if let Some(schema) = tool.output_schema {
+        json["outputSchema"] = schema();
+    }
+    json
 }
 
 /// The catalogue one connection sees: local tools, then upstream tools, filtered by the
@@ -548,6 +555,24 @@ impl Catalog for ConnCatalog<'_> {
         Resolution::Unknown
     }
 
+    fn tasks(&self) -> Option<crate::wire::mcp::TaskTools> {
+        let tools = crate::wire::mcp::TaskTools {
+            call: bash::TOOL.name,
+            start: jobs::tools::START.name,
+            poll: jobs::tools::POLL.name,
+            cancel: jobs::tools::CANCEL.name,
+        };
+        let local = |name| self.resolve(name) == Resolution::Visible(Route::Local);
+        // A call held for a person's decision (§10) stays one, asked as itself: a grant
+        // whose approvals gate any of these tools gets no tasks.
+        let gated = |name: &str| {
+            self.grant
+                .is_some_and(|g| g.approve.iter().any(|a| a == name))
+        };
+        let names = [tools.call, tools.start, tools.poll, tools.cancel];
+        (names.into_iter().all(local) && !names.into_iter().any(gated)).then_some(tools)
+    }
+
     fn instructions(&self) -> String {
         let mut text = String::new();
         if let Some(note) = self.note() {
@@ -630,6 +655,7 @@ mod tests {
         class_reason: "reads how long the box has been up",
         description: "How long this box has been up.",
         input_schema: || json!({"type": "object", "properties": {}}),
+        output_schema: None,
         start: |_, _, done| done.complete(ToolOutput::Result(json!({"content": []}))),
         inline: None,
         needs: Needs::Nothing,
@@ -903,10 +929,62 @@ mod tests {
                     assert!(ann[key].is_boolean(), "{} lacks {key}", tool["name"]);
                 }
                 assert!(tool["inputSchema"]["type"] == "object", "{}", tool["name"]);
+                // Declared with the tool, once; listed as declared (2025-06-18 and later
+                // server/tools "Output Schema"; an object schema, as 2025-06-18 asks).
+                let name = tool["name"].as_str().unwrap();
+                let declared = find(name).and_then(|t| t.output_schema).map(|f| f());
+                assert_eq!(tool.get("outputSchema"), declared.as_ref(), "{name}");
+                if let Some(schema) = declared {
+                    assert_eq!(schema["type"], "object", "{name}");
+                }
             }
             let listed: Vec<Value> = cat.list().iter().map(|t| t["name"].clone()).collect();
             assert_eq!(listed, names(policy.profile()), "{policy:?}");
         }
+    }
+
+    #[test]
+    fn tasks_map_onto_the_registrys_job_tools_only_where_all_are_usable_and_ungated() {
+        fn catalog<'a>(policy: &'a ToolPolicy, grant: Option<&'a GrantNote>) -> ConnCatalog<'a> {
+            ConnCatalog {
+                grant,
+                upstream: None,
+                browsers: None,
+                policy,
+            }
+        }
+        let owner = ToolPolicy::owner();
+        let tools = catalog(&owner, None)
+            .tasks()
+            .expect("owner has the job tools");
+        assert_eq!(
+            (tools.call, tools.start, tools.poll, tools.cancel),
+            (
+                bash::TOOL.name,
+                jobs::tools::START.name,
+                jobs::tools::POLL.name,
+                jobs::tools::CANCEL.name
+            )
+        );
+        for policy in fixed() {
+            let has_all = [tools.call, tools.start, tools.poll, tools.cancel]
+                .iter()
+                .all(|n| names(policy.profile()).contains(n));
+            assert_eq!(
+                catalog(&policy, None).tasks().is_some(),
+                has_all,
+                "{policy:?}"
+            );
+        }
+        // A grant whose approvals gate bash keeps its bash calls synchronous (and asked).
+        let gated = GrantNote {
+            id: "g".into(),
+            session: "s".into(),
+            expires_at: 0,
+            approve: vec!["bash".into()],
+            approval_wait: Duration::from_secs(60),
+        };
+        assert_eq!(catalog(&owner, Some(&gated)).tasks(), None);
     }
 
     #[test]

@@ -29,6 +29,7 @@ work here (and why not), the user handnode runs as, and the grant you are workin
 (profile, expiry, every tool it lets you use and whether that reaches a shell) with the \
 longest a call may run. Read-only; takes no arguments.",
     input_schema: schema,
+    output_schema: Some(output_schema),
     start,
     inline: Some(from_cache),
     needs: Needs::Nothing,
@@ -39,6 +40,29 @@ longest a call may run. Read-only; takes no arguments.",
         Profile::Files,
     ],
 };
+
+/// `structuredContent`: the facts every answer has are typed; the rest are described in
+/// the tool's description and may grow.
+fn output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "hostname": {"type": "string"},
+            "profile": {"type": "string"},
+            "agent": {"type": "object", "properties": {
+                "name": {"type": "string"},
+                "version": {"type": "string"},
+                "pid": {"type": "integer"},
+            }},
+            "tools": {"type": "array"},
+            "allowed_tools": {"type": "array", "items": {"type": "string"}},
+            "display": {"type": "object"},
+            "grant": {"type": ["object", "null"]},
+            "max_run_secs": {"type": "integer"},
+        },
+        "required": ["hostname", "profile", "agent", "tools", "display", "grant"],
+    })
+}
 
 fn schema() -> Value {
     json!({"type": "object", "properties": {}})

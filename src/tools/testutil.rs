@@ -65,3 +65,63 @@ pub fn result(out: ToolOutput) -> Value {
     }
     v
 }
+
+/// Whether `value` conforms to `schema`, for the JSON Schema keywords the tools' output
+/// schemas use (`type`, `properties`, `required`, `items`, `enum`, `minimum`): the check
+/// that a tool's `structuredContent` matches its declared `outputSchema` (MCP server/tools
+/// "Output Schema": servers MUST provide structured results that conform). An error names
+/// the path that does not.
+pub fn conforms(schema: &Value, value: &Value) -> Result<(), String> {
+    conforms_at(schema, value, "$")
+}
+
+fn conforms_at(schema: &Value, value: &Value, path: &str) -> Result<(), String> {
+    let type_ok = |t: &str| match t {
+        "object" => value.is_object(),
+        "array" => value.is_array(),
+        "string" => value.is_string(),
+        "integer" => value.is_i64() || value.is_u64(),
+        "number" => value.is_number(),
+        "boolean" => value.is_boolean(),
+        "null" => value.is_null(),
+        other => panic!("{path}: the checker does not know type {other}"),
+    };
+    match &schema["type"] {
+        Value::String(t) if !type_ok(t) => return Err(format!("{path}: {value} is not {t}")),
+        Value::Array(ts) if !ts.iter().filter_map(Value::as_str).any(type_ok) => {
+            return Err(format!("{path}: {value} is none of {ts:?}"))
+        }
+        _ => {}
+    }
+    if let Some(options) = schema["enum"].as_array() {
+        if !options.contains(value) {
+            return Err(format!("{path}: {value} is not one of {options:?}"));
+        }
+    }
+    if let (Some(min), Some(n)) = (schema["minimum"].as_f64(), value.as_f64()) {
+        if n < min {
+            return Err(format!("{path}: {n} < {min}"));
+        }
+    }
+    if let Value::Object(map) = value {
+        for name in schema["required"].as_array().into_iter().flatten() {
+            let name = name.as_str().unwrap_or_default();
+            if !map.contains_key(name) {
+                return Err(format!("{path}: required {name} is missing"));
+            }
+        }
+        if let Some(props) = schema["properties"].as_object() {
+            for (name, sub) in props {
+                if let Some(v) = map.get(name) {
+                    conforms_at(sub, v, &format!("{path}.{name}"))?;
+                }
+            }
+        }
+    }
+    if let (Value::Array(items), Some(sub)) = (value, schema.get("items")) {
+        for (i, v) in items.iter().enumerate() {
+            conforms_at(sub, v, &format!("{path}[{i}]"))?;
+        }
+    }
+    Ok(())
+}

@@ -5,16 +5,109 @@
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-/// Protocol versions we negotiate. `2025-03-26` is deliberately absent: it requires batch
-/// support, which we refuse.
-pub const PROTOCOL_VERSIONS: [&str; 2] = ["2025-06-18", "2024-11-05"];
-pub const DEFAULT_PROTOCOL_VERSION: &str = PROTOCOL_VERSIONS[0];
+/// A protocol revision handnode speaks, each by its own rules (CONTRACT §6, §20).
+/// `2025-03-26` is deliberately absent: it requires batch support, which we refuse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Revision {
+    R2024_11_05,
+    R2025_06_18,
+    R2025_11_25,
+    /// Stateless: no `initialize`, `_meta` on every request, `server/discover`,
+    /// `resultType` on every result.
+    R2026_07_28,
+}
+
+impl Revision {
+    /// Every revision, newest first.
+    pub const ALL: [Revision; 4] = [
+        Revision::R2026_07_28,
+        Revision::R2025_11_25,
+        Revision::R2025_06_18,
+        Revision::R2024_11_05,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Revision::R2024_11_05 => "2024-11-05",
+            Revision::R2025_06_18 => "2025-06-18",
+            Revision::R2025_11_25 => "2025-11-25",
+            Revision::R2026_07_28 => "2026-07-28",
+        }
+    }
+
+    pub fn parse(version: &str) -> Option<Revision> {
+        Revision::ALL.into_iter().find(|r| r.as_str() == version)
+    }
+
+    /// 2026-07-28 basic/versioning "Terminology": a *modern* revision carries version and
+    /// capabilities on every request; a *legacy* one opens with `initialize`.
+    pub fn is_stateless(self) -> bool {
+        self >= Revision::R2026_07_28
+    }
+
+    /// 2025-11-25 server/tools "Error Handling" (SEP-1303): input validation errors are
+    /// tool execution errors (`isError`), so a model can correct itself; before, `-32602`.
+    pub fn invalid_arguments_are_tool_errors(self) -> bool {
+        self >= Revision::R2025_11_25
+    }
+}
+
+/// Protocol versions we speak, newest first (derived from [`Revision::ALL`]).
+pub const PROTOCOL_VERSIONS: [&str; 4] = [
+    Revision::ALL[0].as_str(),
+    Revision::ALL[1].as_str(),
+    Revision::ALL[2].as_str(),
+    Revision::ALL[3].as_str(),
+];
+/// What a legacy connection that never named a version we know is served as, and what
+/// handnode asks its own upstreams for: the revision the pod runtime speaks.
+pub const DEFAULT_REVISION: Revision = Revision::R2025_06_18;
+pub const DEFAULT_PROTOCOL_VERSION: &str = DEFAULT_REVISION.as_str();
+/// The newest revision negotiated through `initialize` (2025-11-25 lifecycle: a server
+/// that does not support the requested version answers another, SHOULD be its latest).
+pub const LATEST_LEGACY: Revision = Revision::R2025_11_25;
+/// The revisions served statelessly, as `server/discover` lists them.
+pub const STATELESS_VERSIONS: [&str; 1] = [Revision::R2026_07_28.as_str()];
 
 pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
 pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 pub const SERVER_ERROR: i64 = -32000;
+/// 2026-07-28 basic/index "Error Codes": HTTP headers that do not match the body.
+pub const HEADER_MISMATCH: i64 = -32020;
+/// 2026-07-28 basic/index "Error Codes": a request needs a capability the client did not
+/// declare in `io.modelcontextprotocol/clientCapabilities`.
+pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
+/// 2026-07-28 basic/index "Error Codes": the request's protocol version is not served.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+
+/// The reserved `_meta` keys of 2026-07-28 basic/index "Per-request protocol fields".
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// The tasks extension's identifier (2026-07-28 basic/versioning "Extension Negotiation").
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// The `Mcp-*` headers of one `POST /mcp` (2026-07-28 transports/streamable-http
+/// "Request Metadata"); the grant socket has none.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HttpHeaders<'a> {
+    /// `MCP-Protocol-Version`.
+    pub protocol_version: Option<&'a str>,
+    /// `Mcp-Method`.
+    pub method: Option<&'a str>,
+    /// `Mcp-Name`.
+    pub name: Option<&'a str>,
+}
+
+/// What one `POST /mcp` message produced: the HTTP status its reply goes out with, and the
+/// actions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HttpOutcome {
+    pub status: u16,
+    pub actions: Vec<Action>,
+}
 
 /// Where a visible tool is served from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +138,35 @@ pub trait Catalog {
     fn resolve(&self, name: &str) -> Resolution;
     /// The `instructions` text of `initialize` for this connection.
     fn instructions(&self) -> String;
+    /// The tools the tasks extension maps onto, when this connection may use all of them.
+    fn tasks(&self) -> Option<TaskTools> {
+        None
+    }
+}
+
+/// The tasks extension (`io.modelcontextprotocol/tasks`) on jobs (CONTRACT §9, §20): a
+/// call of `call` may be answered as a task, started with `start` (its `job_id` is the
+/// `taskId`); `tasks/get` reads it with `poll`, `tasks/cancel` stops it with `cancel`.
+/// Named by the tool registry, which owns the names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskTools {
+    pub call: &'static str,
+    pub start: &'static str,
+    pub poll: &'static str,
+    pub cancel: &'static str,
+}
+
+/// Which step of a task a job tool's output answers, and so how it is reshaped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskStep {
+    /// `tools/call` answered as a task: a `CreateTaskResult`.
+    Create,
+    /// `tasks/get`: the task's state, with the call's result once it ended.
+    Get,
+    /// `tasks/update`: an empty acknowledgement for a known task.
+    Update,
+    /// `tasks/cancel`: an empty acknowledgement.
+    Cancel,
 }
 
 /// Audit outcome of a tool call, as recorded in `audit.jsonl`.
@@ -75,12 +197,14 @@ impl Outcome {
 pub enum Action {
     /// Send this serialized JSON-RPC message.
     Reply(String),
-    /// Run a tool; its reply is produced later with [`tool_reply`].
+    /// Run a tool; its reply is produced later with [`Form::reply`].
     Call {
         id: Value,
         name: String,
         route: Route,
         arguments: Value,
+        /// How the reply is framed: the request's revision (and task step).
+        form: Form,
     },
     /// `notifications/cancelled`: stop the call with this request id, send nothing.
     Cancel { id: Value },
@@ -88,11 +212,48 @@ pub enum Action {
     Refused { tool: String, outcome: Outcome },
 }
 
+/// How a tool call's output is put on the wire: by the rules of the request's revision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Form {
+    pub revision: Revision,
+    /// A job tool run for a step of the tasks extension.
+    pub task: Option<TaskStep>,
+}
+
+impl Form {
+    /// The legacy default: what a connection that never initialized is served as.
+    pub const DEFAULT: Form = Form {
+        revision: DEFAULT_REVISION,
+        task: None,
+    };
+
+    /// Serialize a tool call's reply by this form's rules (see [`tool_reply`]).
+    pub fn reply(self, id: &Value, output: ToolOutput, max_bytes: usize) -> (String, Outcome) {
+        match self.task {
+            Some(step) => tasks::reply(step, self.revision, id, output, max_bytes),
+            None => tool_reply_at(self.revision, id, output, max_bytes),
+        }
+    }
+}
+
+/// One request as the dispatcher serves it: its revision and what its client declared.
+struct Req<'a> {
+    id: Value,
+    method: &'a str,
+    params: Option<&'a RawValue>,
+    revision: Revision,
+    /// `io.modelcontextprotocol/clientCapabilities.extensions` names the tasks extension.
+    tasks: bool,
+}
+
+/// A refusal of a modern request before its method runs: the HTTP status and the reply.
+type Refusal = (u16, String);
+
 /// Per-connection protocol state. What the connection may use is the catalogue's
 /// business, not the dispatcher's.
 #[derive(Debug, Default)]
 pub struct Dispatcher {
-    negotiated: Option<&'static str>,
+    negotiated: Option<Revision>,
     initialized_notified: bool,
 }
 
@@ -103,7 +264,7 @@ impl Dispatcher {
 
     /// The protocol version agreed on `initialize`, if it has happened.
     pub fn negotiated_version(&self) -> Option<&'static str> {
-        self.negotiated
+        self.negotiated.map(Revision::as_str)
     }
 
     pub fn saw_initialized_notification(&self) -> bool {
@@ -116,6 +277,31 @@ impl Dispatcher {
     /// text borrowed from `bytes` and only the few the method needs are parsed (a 16 MiB
     /// `params` of `[0,0,…]` would be ~250 MB as a `Value`, and twice that once copied).
     pub fn handle(&mut self, bytes: &[u8], catalog: &dyn Catalog) -> Vec<Action> {
+        self.handle_on(bytes, catalog, None).actions
+    }
+
+    /// Handle one `POST /mcp` message: as [`Dispatcher::handle`], plus the checks of the
+    /// `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers and the HTTP status
+    /// the reply goes out with.
+    pub fn handle_http(
+        &mut self,
+        bytes: &[u8],
+        catalog: &dyn Catalog,
+        headers: &HttpHeaders<'_>,
+    ) -> HttpOutcome {
+        self.handle_on(bytes, catalog, Some(headers))
+    }
+
+    fn handle_on(
+        &mut self,
+        bytes: &[u8],
+        catalog: &dyn Catalog,
+        http: Option<&HttpHeaders<'_>>,
+    ) -> HttpOutcome {
+        let ok = |actions| HttpOutcome {
+            status: 200,
+            actions,
+        };
         let parse_error = |e: &dyn std::fmt::Display| {
             vec![Action::Reply(error_reply(
                 &Value::Null,
@@ -125,15 +311,15 @@ impl Dispatcher {
         };
         let text = match std::str::from_utf8(bytes) {
             Ok(text) => text,
-            Err(e) => return parse_error(&e),
+            Err(e) => return ok(parse_error(&e)),
         };
         // Validated first, with the parser's nesting limit, so exactly what a `Value` would
         // refuse is a parse error; nothing is allocated.
         if let Err(e) = raw::validate(text) {
-            return parse_error(&e);
+            return ok(parse_error(&e));
         }
-        match raw::members(text, &TOP_MEMBERS) {
-            Some(top) => self.handle_object(&top, catalog),
+        ok(match raw::members(text, &TOP_MEMBERS) {
+            Some(top) => return self.handle_object(&top, catalog, http),
             None if text.trim_start().starts_with('[') => vec![Action::Reply(error_reply(
                 &Value::Null,
                 INVALID_REQUEST,
@@ -144,14 +330,19 @@ impl Dispatcher {
                 INVALID_REQUEST,
                 "Invalid Request: a message must be a JSON object",
             ))],
-        }
+        })
     }
 
     fn handle_object(
         &mut self,
         top: &[Option<&RawValue>; TOP_MEMBERS.len()],
         catalog: &dyn Catalog,
-    ) -> Vec<Action> {
+        http: Option<&HttpHeaders<'_>>,
+    ) -> HttpOutcome {
+        let ok = |actions| HttpOutcome {
+            status: 200,
+            actions,
+        };
         let [jsonrpc, id, method, params, result, error] = *top;
         let id = id.map(raw::shallow);
         let id = id.as_ref();
@@ -170,27 +361,182 @@ impl Dispatcher {
             ))]
         };
         if jsonrpc.map(raw::shallow).as_ref().and_then(Value::as_str) != Some("2.0") {
-            return invalid("jsonrpc must be \"2.0\"");
+            return ok(invalid("jsonrpc must be \"2.0\""));
         }
         match id {
-            Some(Value::Null) => return invalid("id must not be null"),
+            Some(Value::Null) => return ok(invalid("id must not be null")),
             Some(v) if is_valid_id(v) => {}
             None => {}
-            Some(_) => return invalid("id must be a string or an integer of at most 64 bits"),
+            Some(_) => {
+                return ok(invalid(
+                    "id must be a string or an integer of at most 64 bits",
+                ))
+            }
         }
         let method = match method.map(raw::shallow) {
             Some(Value::String(m)) => m,
-            Some(_) => return invalid("method must be a string"),
+            Some(_) => return ok(invalid("method must be a string")),
             None if id.is_some() && (result.is_some() || error.is_some()) => {
                 // A response to something we never ask; nothing to do.
-                return Vec::new();
+                return ok(Vec::new());
             }
-            None => return invalid("method is missing"),
+            None => return ok(invalid("method is missing")),
         };
         if id.is_none() {
-            return self.handle_notification(&method, params);
+            return ok(self.handle_notification(&method, params));
         }
-        self.handle_request(reply_id, &method, params, catalog)
+        let req = match self.classify(reply_id, &method, params, http) {
+            Ok(req) => req,
+            Err((status, reply)) => {
+                return HttpOutcome {
+                    status,
+                    actions: vec![Action::Reply(reply)],
+                }
+            }
+        };
+        let actions = self.handle_request(&req, catalog);
+        // 2026-07-28 transports/streamable-http "Protocol Version Header": a method the
+        // server does not implement is `404 Not Found` with `-32601`.
+        let status = match (&actions[..], req.revision.is_stateless(), http) {
+            ([Action::Reply(text)], true, Some(_)) => match error_code(text) {
+                Some(METHOD_NOT_FOUND) => 404,
+                // basic/index: MissingRequiredClientCapability is `400` on HTTP.
+                Some(MISSING_CLIENT_CAPABILITY) => 400,
+                _ => 200,
+            },
+            _ => 200,
+        };
+        HttpOutcome { status, actions }
+    }
+
+    /// Which revision's rules serve this request, after the checks that the revision's
+    /// envelope asks for (CONTRACT §20).
+    ///
+    /// A request is *modern* when its `_meta` names a protocol version, or when its
+    /// `MCP-Protocol-Version` header names a stateless revision (2026-07-28
+    /// basic/versioning "A dual-era server selects its behavior from how the client
+    /// opens"); anything else is served by the legacy rules of the revision negotiated on
+    /// `initialize` (or named by the header; else the default).
+    fn classify<'a>(
+        &self,
+        id: Value,
+        method: &'a str,
+        params: Option<&'a RawValue>,
+        http: Option<&HttpHeaders<'_>>,
+    ) -> Result<Req<'a>, Refusal> {
+        let meta = member(params, "_meta");
+        let fields = meta.and_then(|m| {
+            raw::members(m.get(), &[META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES])
+        });
+        let [meta_version, capabilities] = fields.unwrap_or([None, None]);
+        // Naming the field at all makes the request modern; a value that is not a string
+        // is then a malformed request, not a legacy one.
+        let names_version = meta_version.is_some();
+        let meta_version = meta_version.map(raw::shallow);
+        let meta_version = meta_version.as_ref().and_then(Value::as_str);
+        let header_version = http.and_then(|h| h.protocol_version).map(str::trim);
+        let header_revision = header_version.and_then(Revision::parse);
+        let refuse = |status: u16, code: i64, message: String| {
+            Err((status, error_reply(&id, code, &message)))
+        };
+        let unsupported = |requested: &str| {
+            let body = json!({"jsonrpc": "2.0", "id": &id, "error": {
+                "code": UNSUPPORTED_PROTOCOL_VERSION,
+                "message": format!("Unsupported protocol version: {requested}; \
+                    this server speaks {} statelessly and {} through initialize",
+                    STATELESS_VERSIONS.join(", "),
+                    Revision::ALL.iter().filter(|r| !r.is_stateless())
+                        .map(|r| r.as_str()).collect::<Vec<_>>().join(", ")),
+                "data": {"supported": STATELESS_VERSIONS, "requested": requested},
+            }});
+            Err((400, body.to_string()))
+        };
+        let modern = names_version || header_revision.is_some_and(Revision::is_stateless);
+        if !modern {
+            // 2025-06-18 transports "Protocol Version Header": an invalid or unsupported
+            // MCP-Protocol-Version is `400 Bad Request`.
+            if let (Some(v), None) = (header_version, header_revision) {
+                return unsupported(v);
+            }
+            let revision = header_revision
+                .or(self.negotiated)
+                .unwrap_or(DEFAULT_REVISION);
+            return Ok(Req {
+                id,
+                method,
+                params,
+                revision,
+                tasks: false,
+            });
+        }
+        // 2026-07-28 transports/streamable-http "Protocol Version Header": the header
+        // MUST match `_meta`, else `400` HeaderMismatch.
+        if let (Some(h), Some(m)) = (http, meta_version) {
+            match header_version {
+                None => {
+                    let _ = h;
+                    return refuse(
+                        400,
+                        HEADER_MISMATCH,
+                        format!(
+                            "Header mismatch: the MCP-Protocol-Version header is required \
+                             (the body's _meta names {m})"
+                        ),
+                    );
+                }
+                Some(v) if v != m => {
+                    return refuse(
+                        400,
+                        HEADER_MISMATCH,
+                        format!(
+                            "Header mismatch: MCP-Protocol-Version header value '{v}' does \
+                             not match body value '{m}'"
+                        ),
+                    )
+                }
+                Some(_) => {}
+            }
+        }
+        // 2026-07-28 basic/index "Per-request protocol fields": a request missing a
+        // required field is malformed: `-32602`, on HTTP `400`.
+        let Some(version) = meta_version else {
+            return refuse(
+                400,
+                INVALID_PARAMS,
+                format!("Invalid params: _meta.\"{META_PROTOCOL_VERSION}\" (a string) is required"),
+            );
+        };
+        let revision = match Revision::parse(version) {
+            Some(r) if r.is_stateless() => r,
+            // 2026-07-28 basic/versioning "Protocol Version Negotiation".
+            _ => return unsupported(version),
+        };
+        if !capabilities.is_some_and(|c| c.get().starts_with('{')) {
+            return refuse(
+                400,
+                INVALID_PARAMS,
+                format!(
+                    "Invalid params: _meta.\"{META_CLIENT_CAPABILITIES}\" (an object) is required"
+                ),
+            );
+        }
+        if let Some(h) = http {
+            check_standard_headers(h, method, params).map_err(|msg| {
+                (
+                    400,
+                    error_reply(&id, HEADER_MISMATCH, &format!("Header mismatch: {msg}")),
+                )
+            })?;
+        }
+        let extensions = member(capabilities, "extensions");
+        let tasks = member(extensions, TASKS_EXTENSION).is_some_and(|t| t.get().starts_with('{'));
+        Ok(Req {
+            id,
+            method,
+            params,
+            revision,
+            tasks,
+        })
     }
 
     fn handle_notification(&mut self, method: &str, params: Option<&RawValue>) -> Vec<Action> {
@@ -207,55 +553,64 @@ impl Dispatcher {
         }
     }
 
-    fn handle_request(
-        &mut self,
-        id: Value,
-        method: &str,
-        params: Option<&RawValue>,
-        catalog: &dyn Catalog,
-    ) -> Vec<Action> {
-        let result = match method {
+    fn handle_request(&mut self, req: &Req<'_>, catalog: &dyn Catalog) -> Vec<Action> {
+        let (id, params) = (&req.id, req.params);
+        let stateless = req.revision.is_stateless();
+        let not_found = |other: &str| {
+            vec![Action::Reply(error_reply(
+                id,
+                METHOD_NOT_FOUND,
+                &format!("Method not found: {other}"),
+            ))]
+        };
+        let result = match req.method {
+            // 2026-07-28 changelog 2: the handshake is gone; 5: so is `ping`.
+            "initialize" | "ping" if stateless => return not_found(req.method),
             "initialize" => {
                 let requested = member(params, "protocolVersion").map(raw::shallow);
                 let requested = requested.as_ref().and_then(Value::as_str);
-                let version = PROTOCOL_VERSIONS
-                    .iter()
-                    .copied()
-                    .find(|v| Some(*v) == requested)
-                    .unwrap_or(DEFAULT_PROTOCOL_VERSION);
-                self.negotiated = Some(version);
+                let revision = negotiate(requested);
+                self.negotiated = Some(revision);
                 json!({
-                    "protocolVersion": version,
+                    "protocolVersion": revision.as_str(),
                     "capabilities": {"tools": {"listChanged": false}},
-                    "serverInfo": {"name": "handnode", "version": env!("CARGO_PKG_VERSION")},
+                    "serverInfo": server_info(),
                     "instructions": catalog.instructions(),
                 })
             }
+            // 2026-07-28 server/discover: servers MUST implement it.
+            "server/discover" if stateless => json!({
+                "supportedVersions": STATELESS_VERSIONS,
+                "capabilities": modern_capabilities(),
+                "serverInfo": server_info(),
+                "instructions": catalog.instructions(),
+            }),
             "ping" => json!({}),
             "tools/list" => json!({"tools": catalog.list()}),
             "resources/list" => json!({"resources": []}),
+            "resources/templates/list" => json!({"resourceTemplates": []}),
             "prompts/list" => json!({"prompts": []}),
-            "tools/call" => return self.tools_call(id, params, catalog),
-            other => {
-                return vec![Action::Reply(error_reply(
-                    &id,
-                    METHOD_NOT_FOUND,
-                    &format!("Method not found: {other}"),
-                ))]
+            "tools/call" => return self.tools_call(req, catalog),
+            "tasks/get" | "tasks/update" | "tasks/cancel" if stateless => {
+                return tasks::request(req, catalog)
             }
+            other => return not_found(other),
         };
-        vec![Action::Reply(result_reply(&id, result))]
+        vec![Action::Reply(result_reply(
+            id,
+            frame_result(req.revision, req.method, result),
+        ))]
     }
 
-    fn tools_call(
-        &mut self,
-        id: Value,
-        params: Option<&RawValue>,
-        catalog: &dyn Catalog,
-    ) -> Vec<Action> {
+    fn tools_call(&mut self, req: &Req<'_>, catalog: &dyn Catalog) -> Vec<Action> {
+        let (id, params) = (&req.id, req.params);
+        let form = Form {
+            revision: req.revision,
+            task: None,
+        };
         let refuse = |tool: &str, outcome: Outcome, msg: String| {
             vec![
-                Action::Reply(error_reply(&id, INVALID_PARAMS, &msg)),
+                Action::Reply(error_reply(id, INVALID_PARAMS, &msg)),
                 Action::Refused {
                     tool: tool.to_string(),
                     outcome,
@@ -298,11 +653,33 @@ impl Dispatcher {
             }
         };
         match catalog.resolve(&name) {
+            Resolution::Visible(Route::Local) if req.tasks => match catalog.tasks() {
+                // Tasks extension, "Capability Negotiation": the server decides per request;
+                // handnode answers every `bash` call of a negotiating client as a task.
+                Some(t) if t.call == name => vec![Action::Call {
+                    id: id.clone(),
+                    name: t.start.to_string(),
+                    route: Route::Local,
+                    arguments: tasks::start_arguments(arguments),
+                    form: Form {
+                        task: Some(TaskStep::Create),
+                        ..form
+                    },
+                }],
+                _ => vec![Action::Call {
+                    id: id.clone(),
+                    name,
+                    route: Route::Local,
+                    arguments,
+                    form,
+                }],
+            },
             Resolution::Visible(route) => vec![Action::Call {
-                id,
+                id: id.clone(),
                 name,
                 route,
                 arguments,
+                form,
             }],
             resolution => {
                 let outcome = if resolution == Resolution::Hidden {
@@ -314,6 +691,348 @@ impl Dispatcher {
                 refuse(&name, outcome, msg)
             }
         }
+    }
+}
+
+/// The revision an `initialize` asking for `requested` gets: that one if it is a legacy
+/// revision we speak; the newest legacy one for a version newer than all of them (a
+/// modern client that opens the legacy way); else the default, which the pod runtime
+/// speaks.
+fn negotiate(requested: Option<&str>) -> Revision {
+    match requested.and_then(Revision::parse) {
+        Some(r) if !r.is_stateless() => r,
+        _ if requested.is_some_and(|v| v > LATEST_LEGACY.as_str()) => LATEST_LEGACY,
+        _ => DEFAULT_REVISION,
+    }
+}
+
+fn server_info() -> Value {
+    json!({"name": "handnode", "version": env!("CARGO_PKG_VERSION")})
+}
+
+/// What `server/discover` advertises. `resources` and `prompts` are declared because
+/// their lists are served (empty): 2026-07-28 server/discover, capabilities match what
+/// the server honors.
+fn modern_capabilities() -> Value {
+    json!({
+        "tools": {"listChanged": false},
+        "resources": {},
+        "prompts": {},
+        "extensions": {TASKS_EXTENSION: {}},
+    })
+}
+
+/// The methods whose results are cacheable (2026-07-28 changelog minor 5, SEP-2549).
+const CACHEABLE: [&str; 5] = [
+    "server/discover",
+    "tools/list",
+    "resources/list",
+    "resources/templates/list",
+    "prompts/list",
+];
+
+/// A result as `revision` frames it. From 2026-07-28 every result carries `resultType`
+/// (basic/index "ResultType") and the server names itself in `_meta` (basic/index
+/// "Per-response protocol fields"); cacheable ones carry `ttlMs` and `cacheScope`.
+/// `ttlMs` is 0: a grant's tool list changes when an upstream comes or goes, and a
+/// profile's list is the caller's own, hence `private`.
+fn frame_result(revision: Revision, method: &str, mut result: Value) -> Value {
+    if !revision.is_stateless() {
+        return result;
+    }
+    if let Value::Object(map) = &mut result {
+        map.insert("resultType".into(), json!("complete"));
+        map.entry("_meta")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .map(|meta| meta.insert(META_SERVER_INFO.into(), server_info()));
+        if CACHEABLE.contains(&method) {
+            map.insert("ttlMs".into(), json!(0));
+            map.insert("cacheScope".into(), json!("private"));
+        }
+    }
+    result
+}
+
+/// The error code of a serialized reply, if it is an error.
+fn error_code(reply: &str) -> Option<i64> {
+    serde_json::from_str::<Value>(reply)
+        .ok()
+        .and_then(|v| v.pointer("/error/code").and_then(Value::as_i64))
+}
+
+/// 2026-07-28 transports/streamable-http "Standard Request Headers" and "Server
+/// Validation": `Mcp-Method` always, `Mcp-Name` for `tools/call`, `resources/read` and
+/// `prompts/get`, each equal to the body's value (surrounding whitespace is not part of
+/// an HTTP field value; `Mcp-Name` may be in the Base64 sentinel form).
+fn check_standard_headers(
+    headers: &HttpHeaders<'_>,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Result<(), String> {
+    match headers.method.map(str::trim) {
+        None => return Err("the Mcp-Method header is required".into()),
+        Some(m) if m != method => {
+            return Err(format!(
+                "Mcp-Method header value '{m}' does not match body value '{method}'"
+            ))
+        }
+        Some(_) => {}
+    }
+    let source = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" => "uri",
+        _ => return Ok(()),
+    };
+    let body = member(params, source).map(raw::shallow);
+    let Some(body) = body.as_ref().and_then(Value::as_str) else {
+        // No value to mirror: the method's own checks answer the malformed request.
+        return Ok(());
+    };
+    let Some(header) = headers.name.map(str::trim) else {
+        return Err(format!(
+            "the Mcp-Name header is required for {method} (body value '{body}')"
+        ));
+    };
+    let decoded = decode_header_value(header)?;
+    if decoded != body {
+        return Err(format!(
+            "Mcp-Name header value '{header}' does not match body value '{body}'"
+        ));
+    }
+    Ok(())
+}
+
+/// A header value in the Base64 sentinel form `=?base64?…?=` decoded, any other value as
+/// is (2026-07-28 transports/streamable-http "Value Encoding"); a malformed encoding is an
+/// error.
+fn decode_header_value(value: &str) -> Result<String, String> {
+    use base64::Engine as _;
+    let Some(encoded) = value
+        .strip_prefix("=?base64?")
+        .and_then(|v| v.strip_suffix("?="))
+    else {
+        return Ok(value.to_string());
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .map_err(|e| format!("header value '{value}' is not valid Base64: {e}"))?;
+    String::from_utf8(bytes).map_err(|_| format!("header value '{value}' is not UTF-8"))
+}
+
+/// The tasks extension (`io.modelcontextprotocol/tasks`, SEP-2663, for 2026-07-28) mapped
+/// onto jobs (CONTRACT §9): the `taskId` is the `job_id`.
+mod tasks {
+    use serde_json::{json, Map, Value};
+
+    use super::{
+        error_reply, frame_result, member, raw, result_reply, Action, Catalog, Form, Outcome, Req,
+        Route, TaskStep, ToolOutput, INVALID_PARAMS, MISSING_CLIENT_CAPABILITY, TASKS_EXTENSION,
+    };
+
+    /// How often a client is asked to poll (Task `pollIntervalMs`).
+    pub(super) const POLL_INTERVAL_MS: u64 = 1000;
+    /// The most of each stream a finished task's result carries, as `bash`'s default
+    /// `max_output_bytes`.
+    pub(super) const RESULT_BYTES: u64 = 65_536;
+    /// `bash`'s default `timeout_secs`, which a task keeps.
+    const BASH_TIMEOUT_SECS: u64 = 60;
+
+    /// `bash` arguments as the job tool's: the same command, cwd, env and timeout (60 s
+    /// when not given, as for `bash`); `max_output_bytes` is a read's business.
+    pub(super) fn start_arguments(arguments: Value) -> Value {
+        let Value::Object(mut map) = arguments else {
+            return arguments;
+        };
+        map.remove("max_output_bytes");
+        map.entry("timeout_secs")
+            .or_insert_with(|| json!(BASH_TIMEOUT_SECS));
+        Value::Object(map)
+    }
+
+    /// `tasks/get`, `tasks/update`, `tasks/cancel`.
+    pub(super) fn request(req: &Req<'_>, catalog: &dyn Catalog) -> Vec<Action> {
+        let id = &req.id;
+        // Tasks extension, "Capability Negotiation": without the extension on the
+        // request, the methods are refused with MissingRequiredClientCapability.
+        if !req.tasks {
+            let body = json!({"jsonrpc": "2.0", "id": id, "error": {
+                "code": MISSING_CLIENT_CAPABILITY,
+                "message": format!("Missing required client capability: {} needs the \
+                    {TASKS_EXTENSION} extension in _meta clientCapabilities.extensions",
+                    req.method),
+                "data": {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+            }});
+            return vec![Action::Reply(body.to_string())];
+        }
+        let task_id = member(req.params, "taskId").map(raw::shallow);
+        let Some(Value::String(task_id)) = task_id else {
+            return vec![Action::Reply(error_reply(
+                id,
+                INVALID_PARAMS,
+                "Invalid params: taskId (a string) is required",
+            ))];
+        };
+        let Some(tools) = catalog.tasks() else {
+            return vec![Action::Reply(unknown_task(id, &task_id))];
+        };
+        let (step, name, arguments) = match req.method {
+            "tasks/get" => (
+                TaskStep::Get,
+                tools.poll,
+                json!({"job_id": task_id, "max_bytes": RESULT_BYTES}),
+            ),
+            "tasks/update" => (
+                TaskStep::Update,
+                tools.poll,
+                json!({"job_id": task_id, "max_bytes": 1}),
+            ),
+            _ => (TaskStep::Cancel, tools.cancel, json!({"job_id": task_id})),
+        };
+        vec![Action::Call {
+            id: id.clone(),
+            name: name.to_string(),
+            route: Route::Local,
+            arguments,
+            form: Form {
+                revision: req.revision,
+                task: Some(step),
+            },
+        }]
+    }
+
+    fn unknown_task(id: &Value, task_id: &str) -> String {
+        error_reply(
+            id,
+            INVALID_PARAMS,
+            &format!("Invalid params: unknown taskId: {task_id}"),
+        )
+    }
+
+    /// A job tool's output as the answer to a task step.
+    pub(super) fn reply(
+        step: TaskStep,
+        revision: super::Revision,
+        id: &Value,
+        output: ToolOutput,
+        max_bytes: usize,
+    ) -> (String, Outcome) {
+        let output = output.produced();
+        let outcome = output.outcome();
+        let result = match output {
+            ToolOutput::Result(v) => v,
+            ToolOutput::Encoded { json, .. } => serde_json::from_str(&json).unwrap_or_default(),
+            ToolOutput::Json { json, .. } => serde_json::from_str(&json).unwrap_or_default(),
+            // Anything else (a refusal, a bad argument): what the call itself would answer.
+            other => return super::tool_reply_at(revision, id, other, max_bytes),
+        };
+        let failed = result.get("isError") == Some(&Value::Bool(true));
+        let facts = &result["structuredContent"];
+        let task_id = facts["job_id"].as_str().unwrap_or_default();
+        let text = match step {
+            // The job did not start (limits, bad arguments): the call's own tool error.
+            TaskStep::Create if failed || task_id.is_empty() => {
+                return super::tool_reply_at(revision, id, ToolOutput::Result(result), max_bytes)
+            }
+            // Unknown (or another grant's) job: tasks/get SHOULD be a JSON-RPC error.
+            _ if failed || task_id.is_empty() => {
+                let id_text = result["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or("unknown task");
+                return (
+                    error_reply(id, INVALID_PARAMS, &format!("Invalid params: {id_text}")),
+                    Outcome::RpcError,
+                );
+            }
+            TaskStep::Create => {
+                let mut task = task_object(facts);
+                task.insert("resultType".into(), json!("task"));
+                result_reply(id, Value::Object(task))
+            }
+            TaskStep::Get => result_reply(
+                id,
+                frame_result(revision, "tasks/get", Value::Object(detailed(&result))),
+            ),
+            TaskStep::Update | TaskStep::Cancel => {
+                result_reply(id, frame_result(revision, "tasks/cancel", json!({})))
+            }
+        };
+        (text, outcome)
+    }
+
+    /// The `Task` of a job: its id, status, times, TTL and poll interval. A finished
+    /// job's record is kept 10 minutes after it ends (§9), not from its start, so no TTL
+    /// from creation is promised (`null`).
+    fn task_object(facts: &Value) -> Map<String, Value> {
+        let started = facts["started_at"].clone();
+        let updated = match facts.get("ended_at") {
+            Some(Value::String(_)) => facts["ended_at"].clone(),
+            _ => started.clone(),
+        };
+        let (status, message) = status(facts);
+        let mut task = Map::new();
+        task.insert("taskId".into(), facts["job_id"].clone());
+        task.insert("status".into(), json!(status));
+        task.insert("statusMessage".into(), json!(message));
+        task.insert("createdAt".into(), started);
+        task.insert("lastUpdatedAt".into(), updated);
+        task.insert("ttlMs".into(), Value::Null);
+        task.insert("pollIntervalMs".into(), json!(POLL_INTERVAL_MS));
+        task
+    }
+
+    /// Job state → task status: running is working; exited is completed (a non-zero exit
+    /// is a completed call whose result is `isError`, as the extension says); killed by
+    /// `tasks/cancel` is cancelled, killed otherwise (timeout, grant ended) completed with
+    /// an `isError` result, as `bash` answers a timeout.
+    fn status(facts: &Value) -> (&'static str, String) {
+        let reason = facts["reason"].as_str().unwrap_or("");
+        match facts["state"].as_str() {
+            Some("running") => ("working", "the command is running".into()),
+            Some("killed") if reason == "cancelled" => ("cancelled", "cancelled".into()),
+            Some("killed") => ("completed", format!("killed ({reason})")),
+            _ => (
+                "completed",
+                format!("exited {}", facts["exit_code"].as_i64().unwrap_or(-1)),
+            ),
+        }
+    }
+
+    /// A `tasks/get` answer from a `bash_poll` result: the task, and once it completed,
+    /// the `bash` result the call would have answered: the poll's text block (the output
+    /// from the start, at most [`RESULT_BYTES`] a stream, and its status line) with the
+    /// ranges that find the streams in it.
+    fn detailed(poll: &Value) -> Map<String, Value> {
+        let facts = &poll["structuredContent"];
+        let mut task = task_object(facts);
+        if task["status"] != "completed" {
+            return task;
+        }
+        let reason = facts["reason"].as_str().unwrap_or("");
+        let exit_code = facts["exit_code"].as_i64().unwrap_or(137);
+        let cut = |stream: &str| {
+            facts[format!("{stream}_total")].as_u64() > facts[format!("{stream}_next")].as_u64()
+        };
+        let result = json!({
+            "content": poll["content"],
+            "structuredContent": {
+                "job_id": facts["job_id"],
+                "state": facts["state"],
+                "pid": facts["pid"],
+                "started_at": facts["started_at"],
+                "exit_code": exit_code,
+                "timed_out": reason == "timeout",
+                "cancelled": false,
+                "stdout_truncated": cut("stdout"),
+                "stderr_truncated": cut("stderr"),
+                "duration_ms": facts["duration_ms"].as_u64().unwrap_or(0),
+                "stdout_range": facts["stdout_range"],
+                "stderr_range": facts["stderr_range"],
+            },
+            "isError": exit_code != 0 || facts["state"] == "killed",
+        });
+        task.insert("result".into(), result);
+        task
     }
 }
 
@@ -661,6 +1380,15 @@ impl ToolOutput {
         }))
     }
 
+    /// This output with any [`ToolOutput::Later`] produced.
+    pub fn produced(self) -> ToolOutput {
+        let mut output = self;
+        while let ToolOutput::Later(later) = output {
+            output = later.run();
+        }
+        output
+    }
+
     pub fn outcome(&self) -> Outcome {
         match self {
             ToolOutput::Result(v) if v.get("isError") == Some(&Value::Bool(true)) => {
@@ -679,20 +1407,51 @@ impl ToolOutput {
     }
 }
 
-/// Serialize a tool call's reply, replacing a result that would exceed `max_bytes` on the
-/// wire with an `isError` result that says how large it was.
+/// Serialize a tool call's reply by the default (legacy) revision's rules, replacing a
+/// result that would exceed `max_bytes` on the wire with an `isError` result that says how
+/// large it was.
 pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, Outcome) {
-    let mut output = output;
-    while let ToolOutput::Later(later) = output {
-        output = later.run();
-    }
+    tool_reply_at(DEFAULT_REVISION, id, output, max_bytes)
+}
+
+/// [`tool_reply`] by the rules of `revision`: from 2025-11-25 bad arguments are a tool
+/// error, from 2026-07-28 the result carries `resultType` and the server's name.
+pub fn tool_reply_at(
+    revision: Revision,
+    id: &Value,
+    output: ToolOutput,
+    max_bytes: usize,
+) -> (String, Outcome) {
+    let output = match output.produced() {
+        ToolOutput::InvalidParams(msg) if revision.invalid_arguments_are_tool_errors() => {
+            ToolOutput::tool_error(format!("Invalid arguments: {msg}"))
+        }
+        other => other,
+    };
     let outcome = output.outcome();
     let encoded = match output {
-        ToolOutput::Result(result) => result_reply(id, result),
+        ToolOutput::Result(result) => {
+            result_reply(id, frame_result(revision, "tools/call", result))
+        }
+        ToolOutput::Encoded { json, .. } if revision.is_stateless() => {
+            encoded_result_reply(id, &with_result_type(&json))
+        }
         ToolOutput::Encoded { json, .. } => encoded_result_reply(id, &json),
         ToolOutput::Json { mut json, .. } => {
             // In place: the prefix moves the bytes within the buffer, which has room.
-            let prefix = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"#);
+            let mut prefix = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"#);
+            if revision.is_stateless() && json.starts_with('{') {
+                // The result's own `{` becomes the prefix's, followed by `resultType`.
+                let head = framing_head(&json);
+                json.remove(0);
+                let sep = if json.trim_start().starts_with('}') {
+                    ""
+                } else {
+                    ","
+                };
+                prefix.push_str(&head);
+                prefix.push_str(sep);
+            }
             json.reserve(prefix.len() + 1);
             json.insert_str(0, &prefix);
             json.push('}');
@@ -704,7 +1463,11 @@ pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, 
         ToolOutput::RpcError { code, message } => error_reply(id, code, &message),
         ToolOutput::NotApproved(text) => result_reply(
             id,
-            json!({"content": [{"type": "text", "text": text}], "isError": true}),
+            frame_result(
+                revision,
+                "tools/call",
+                json!({"content": [{"type": "text", "text": text}], "isError": true}),
+            ),
         ),
         ToolOutput::Later(_) => unreachable!("produced above"),
     };
@@ -715,7 +1478,36 @@ pub fn tool_reply(id: &Value, output: ToolOutput, max_bytes: usize) -> (String, 
     let ToolOutput::Result(result) = too_large else {
         unreachable!("tool_error builds a result")
     };
-    (result_reply(id, result), Outcome::ToolError)
+    (
+        result_reply(id, frame_result(revision, "tools/call", result)),
+        Outcome::ToolError,
+    )
+}
+
+/// A serialized result object with `"resultType":"complete"` first, and the server's name
+/// in `_meta` unless the result has a `_meta` of its own (an upstream's result is passed
+/// through untouched otherwise).
+fn with_result_type(json: &str) -> String {
+    let body = json.trim_start().strip_prefix('{').unwrap_or("}");
+    let sep = if body.trim_start().starts_with('}') {
+        ""
+    } else {
+        ","
+    };
+    format!("{}{sep}{body}", framing_head(json))
+}
+
+/// The opening of a stateless result around the serialized result `json`: `{`,
+/// `resultType`, and `_meta` with the server's name when `json` names no `_meta` itself.
+fn framing_head(json: &str) -> String {
+    if json.contains(r#""_meta""#) {
+        r#"{"resultType":"complete""#.to_string()
+    } else {
+        format!(
+            r#"{{"resultType":"complete","_meta":{}"#,
+            json!({META_SERVER_INFO: server_info()})
+        )
+    }
 }
 
 #[cfg(test)]
@@ -763,6 +1555,14 @@ mod tests {
         }
         fn instructions(&self) -> String {
             format!("profile {}", self.0)
+        }
+        fn tasks(&self) -> Option<TaskTools> {
+            (self.0 != Profile::Observe).then_some(TaskTools {
+                call: "bash",
+                start: "bash_start",
+                poll: "bash_poll",
+                cancel: "bash_cancel",
+            })
         }
     }
 
@@ -1184,7 +1984,8 @@ mod tests {
                 id: json!("c1"),
                 name: "bash".into(),
                 route: Route::Local,
-                arguments: json!({"command":"true"})
+                arguments: json!({"command":"true"}),
+                form: Form::DEFAULT,
             }]
         );
         let actions = run(
@@ -1197,7 +1998,8 @@ mod tests {
                 id: json!(2),
                 name: "browser_navigate".into(),
                 route: Route::Upstream(0),
-                arguments: json!({})
+                arguments: json!({}),
+                form: Form::DEFAULT,
             }]
         );
     }
@@ -1237,7 +2039,8 @@ mod tests {
                 id: json!(1),
                 name: "bash".into(),
                 route: Route::Local,
-                arguments: json!({"command": "b"})
+                arguments: json!({"command": "b"}),
+                form: Form::DEFAULT,
             }]
         );
         // Escaped member names are the names they spell.
@@ -1341,5 +2144,819 @@ mod tests {
         );
         let v: Value = serde_json::from_str(&reply).unwrap();
         assert_eq!(v["error"]["code"], INVALID_PARAMS);
+    }
+
+    // ---- revisions (CONTRACT §20) ----
+
+    /// The `_meta` every 2026-07-28 request carries (basic/index "Per-request protocol
+    /// fields"), with `extra` members merged into `params`.
+    fn modern(id: i64, method: &str, extra: Value) -> String {
+        let mut params = json!({"_meta": {
+            META_PROTOCOL_VERSION: "2026-07-28",
+            META_CLIENT_CAPABILITIES: {},
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+        }});
+        if let (Value::Object(p), Value::Object(e)) = (&mut params, extra) {
+            p.extend(e);
+        }
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+    }
+
+    /// The headers a conforming 2026-07-28 client sends with `msg`
+    /// (transports/streamable-http "Standard Request Headers").
+    fn conforming(msg: &str) -> (String, String, Option<String>) {
+        let v: Value = serde_json::from_str(msg).unwrap();
+        let method = v["method"].as_str().unwrap_or("").to_string();
+        let name = v["params"]["name"].as_str().map(str::to_string);
+        ("2026-07-28".into(), method, name)
+    }
+
+    fn http(profile: Profile, msg: &str, headers: HttpHeaders<'_>) -> (u16, Value) {
+        let out = Dispatcher::new().handle_http(msg.as_bytes(), &Fake(profile), &headers);
+        (out.status, single_reply(&out.actions))
+    }
+
+    #[test]
+    fn initialize_negotiates_each_legacy_revision_by_its_name() {
+        // 2025-11-25 basic/lifecycle "Version Negotiation": the same version if supported,
+        // else another one (SHOULD be the latest). The stateless revision is not reached
+        // through initialize (2026-07-28 basic/versioning "Compatibility Matrix").
+        let cases = [
+            ("2024-11-05", "2024-11-05"),
+            ("2025-06-18", "2025-06-18"),
+            ("2025-11-25", "2025-11-25"),
+            ("2026-07-28", "2025-11-25"),
+            ("2099-01-01", "2025-11-25"),
+            ("2025-03-26", "2025-06-18"),
+            ("1999-01-01", "2025-06-18"),
+        ];
+        for (asked, answered) in cases {
+            let mut d = Dispatcher::new();
+            let msg = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": asked}});
+            let reply = single_reply(&d.handle(msg.to_string().as_bytes(), &Fake(Profile::Owner)));
+            assert_eq!(reply["result"]["protocolVersion"], answered, "{asked}");
+            assert_eq!(d.negotiated_version(), Some(answered));
+            // A legacy result has no resultType (2026-07-28 basic/index "ResultType": its
+            // absence means complete).
+            assert!(reply["result"].get("resultType").is_none(), "{asked}");
+        }
+        for v in PROTOCOL_VERSIONS {
+            assert_eq!(Revision::parse(v).map(Revision::as_str), Some(v));
+        }
+    }
+
+    #[test]
+    fn stateless_requests_need_no_initialize_and_carry_result_type() {
+        // (case, message, json pointer, expected)
+        let cases: Vec<(&str, String, &str, Value)> = vec![
+            // server/discover: supported versions, capabilities, identity.
+            (
+                "discover versions",
+                modern(1, "server/discover", json!({})),
+                "/result/supportedVersions",
+                json!(["2026-07-28"]),
+            ),
+            (
+                "discover tools capability",
+                modern(1, "server/discover", json!({})),
+                "/result/capabilities/tools",
+                json!({"listChanged": false}),
+            ),
+            (
+                "discover server name",
+                modern(1, "server/discover", json!({})),
+                "/result/serverInfo/name",
+                json!("handnode"),
+            ),
+            (
+                "discover instructions",
+                modern(1, "server/discover", json!({})),
+                "/result/instructions",
+                json!("profile observe"),
+            ),
+            // basic/index "ResultType": every result carries one.
+            (
+                "discover resultType",
+                modern(1, "server/discover", json!({})),
+                "/result/resultType",
+                json!("complete"),
+            ),
+            (
+                "tools/list resultType",
+                modern(2, "tools/list", json!({})),
+                "/result/resultType",
+                json!("complete"),
+            ),
+            (
+                "tools/list tools",
+                modern(2, "tools/list", json!({})),
+                "/result/tools",
+                json!([{"name":"sys_info"},{"name":"screenshot"}]),
+            ),
+            // basic/index "Per-response protocol fields": serverInfo in _meta.
+            (
+                "serverInfo in _meta",
+                modern(2, "tools/list", json!({})),
+                "/result/_meta/io.modelcontextprotocol~1serverInfo/name",
+                json!("handnode"),
+            ),
+            // changelog minor 5 (SEP-2549): cacheable results carry ttlMs and cacheScope.
+            (
+                "tools/list ttlMs",
+                modern(2, "tools/list", json!({})),
+                "/result/ttlMs",
+                json!(0),
+            ),
+            (
+                "prompts/list cacheScope",
+                modern(3, "prompts/list", json!({})),
+                "/result/cacheScope",
+                json!("private"),
+            ),
+            (
+                "resources/templates/list",
+                modern(3, "resources/templates/list", json!({})),
+                "/result/resourceTemplates",
+                json!([]),
+            ),
+            // changelog major 2 and 5: initialize and ping are gone.
+            (
+                "initialize is not a method",
+                modern(4, "initialize", json!({"protocolVersion": "2026-07-28"})),
+                "/error/code",
+                json!(METHOD_NOT_FOUND),
+            ),
+            (
+                "ping is not a method",
+                modern(4, "ping", json!({})),
+                "/error/code",
+                json!(METHOD_NOT_FOUND),
+            ),
+            (
+                "unknown method keeps its id",
+                modern(44, "no/such", json!({})),
+                "/id",
+                json!(44),
+            ),
+            // basic/index "Per-request protocol fields": required fields → -32602.
+            (
+                "no clientCapabilities",
+                json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {"_meta":
+                    {META_PROTOCOL_VERSION: "2026-07-28"}}})
+                .to_string(),
+                "/error/code",
+                json!(INVALID_PARAMS),
+            ),
+            (
+                "protocolVersion not a string",
+                json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {"_meta":
+                    {META_PROTOCOL_VERSION: 20260728, META_CLIENT_CAPABILITIES: {}}}})
+                .to_string(),
+                "/error/code",
+                json!(INVALID_PARAMS),
+            ),
+            (
+                "clientCapabilities not an object",
+                json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {"_meta":
+                    {META_PROTOCOL_VERSION: "2026-07-28", META_CLIENT_CAPABILITIES: []}}})
+                .to_string(),
+                "/error/code",
+                json!(INVALID_PARAMS),
+            ),
+            // basic/versioning "Protocol Version Negotiation": unsupported → -32022 with
+            // what is supported and what was asked.
+            (
+                "unknown version",
+                json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list", "params": {"_meta":
+                    {META_PROTOCOL_VERSION: "v999", META_CLIENT_CAPABILITIES: {}}}})
+                .to_string(),
+                "/error/data",
+                json!({"supported": ["2026-07-28"], "requested": "v999"}),
+            ),
+            (
+                "a legacy version is not served statelessly",
+                json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list", "params": {"_meta":
+                    {META_PROTOCOL_VERSION: "2025-06-18", META_CLIENT_CAPABILITIES: {}}}})
+                .to_string(),
+                "/error/code",
+                json!(UNSUPPORTED_PROTOCOL_VERSION),
+            ),
+        ];
+        for (name, input, pointer, expected) in cases {
+            let mut d = Dispatcher::new();
+            let reply = single_reply(&d.handle(input.as_bytes(), &Fake(Profile::Observe)));
+            assert_eq!(reply.pointer(pointer), Some(&expected), "{name}: {reply}");
+            // basic/index "Statelessness": nothing is negotiated.
+            assert_eq!(d.negotiated_version(), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_stateless_tool_call_is_framed_by_its_own_revision() {
+        let actions = run(
+            Profile::Owner,
+            &modern(
+                7,
+                "tools/call",
+                json!({"name": "bash", "arguments": {"command": "true"}}),
+            ),
+        );
+        let [Action::Call { form, name, .. }] = &actions[..] else {
+            panic!("{actions:?}")
+        };
+        assert_eq!(
+            (name.as_str(), form.revision),
+            ("bash", Revision::R2026_07_28)
+        );
+        // A legacy connection keeps its own: a 2025-06-18 pod after initialize.
+        let mut d = Dispatcher::new();
+        d.handle(
+            br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}"#,
+            &Fake(Profile::Owner),
+        );
+        let actions = d.handle(
+            br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{}}}"#,
+            &Fake(Profile::Owner),
+        );
+        assert!(
+            matches!(&actions[..], [Action::Call { form, .. }] if form.revision == Revision::R2025_11_25),
+            "{actions:?}"
+        );
+        // ... and a stateless request on that same connection is still stateless.
+        let actions = d.handle(
+            modern(3, "tools/call", json!({"name": "bash"})).as_bytes(),
+            &Fake(Profile::Owner),
+        );
+        assert!(
+            matches!(&actions[..], [Action::Call { form, .. }] if form.revision == Revision::R2026_07_28),
+            "{actions:?}"
+        );
+    }
+
+    #[test]
+    fn invalid_arguments_are_a_tool_error_from_2025_11_25_on() {
+        // 2025-11-25 and 2026-07-28 server/tools "Error Handling": input validation errors
+        // are tool execution errors; 2025-06-18 and before answer -32602.
+        for revision in Revision::ALL {
+            let (text, outcome) = tool_reply_at(
+                revision,
+                &json!(9),
+                ToolOutput::InvalidParams("timeout_secs must be 1..=110".into()),
+                1 << 20,
+            );
+            let v: Value = serde_json::from_str(&text).unwrap();
+            if revision >= Revision::R2025_11_25 {
+                assert_eq!(v["result"]["isError"], true, "{revision:?}: {v}");
+                let msg = v["result"]["content"][0]["text"].as_str().unwrap();
+                assert!(msg.contains("timeout_secs must be 1..=110"), "{msg}");
+                assert_eq!(outcome, Outcome::ToolError);
+            } else {
+                assert_eq!(v["error"]["code"], INVALID_PARAMS, "{revision:?}: {v}");
+                assert_eq!(outcome, Outcome::RpcError);
+            }
+            assert_eq!(
+                v["result"].get("resultType").is_some(),
+                revision.is_stateless(),
+                "{revision:?}: {v}"
+            );
+        }
+    }
+
+    #[test]
+    fn stateless_tool_results_carry_result_type_however_they_were_made() {
+        let value = json!({"content": [{"type": "text", "text": "x"}], "isError": false});
+        let outputs = [
+            ToolOutput::Result(value.clone()),
+            ToolOutput::Encoded {
+                json: value.to_string().into(),
+                is_error: false,
+            },
+            ToolOutput::Encoded {
+                json: "{}".into(),
+                is_error: false,
+            },
+            ToolOutput::NotApproved("denied".into()),
+            ToolOutput::Json {
+                json: value.to_string(),
+                is_error: false,
+            },
+            ToolOutput::Json {
+                json: "{}".into(),
+                is_error: false,
+            },
+        ];
+        for output in outputs {
+            let (text, _) =
+                tool_reply_at(Revision::R2026_07_28, &json!(1), output.clone(), 1 << 20);
+            let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+            assert_eq!(v["result"]["resultType"], "complete", "{output:?}: {v}");
+            assert_eq!(
+                v["result"]["_meta"][META_SERVER_INFO]["name"], "handnode",
+                "{output:?}: {v}"
+            );
+            let (text, _) =
+                tool_reply_at(Revision::R2025_06_18, &json!(1), output.clone(), 1 << 20);
+            let v: Value = serde_json::from_str(&text).unwrap();
+            assert!(v["result"].get("resultType").is_none(), "{output:?}: {v}");
+        }
+        // The too-large replacement is framed too.
+        let (text, _) = tool_reply_at(
+            Revision::R2026_07_28,
+            &json!(1),
+            ToolOutput::text("y".repeat(500)),
+            100,
+        );
+        assert!(text.contains(r#""resultType":"complete""#), "{text}");
+    }
+
+    #[test]
+    fn http_headers_are_checked_as_the_2026_07_28_transport_says() {
+        let call = modern(1, "tools/call", json!({"name": "bash", "arguments": {}}));
+        let list = modern(2, "tools/list", json!({}));
+        let b64 = |s: &str| {
+            use base64::Engine as _;
+            format!(
+                "=?base64?{}?=",
+                base64::engine::general_purpose::STANDARD.encode(s)
+            )
+        };
+        let bash_b64 = b64("bash");
+        let unknown = modern(4, "x/y", json!({}));
+        let ping = modern(4, "ping", json!({}));
+        let v999 = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list", "params": {"_meta":
+            {META_PROTOCOL_VERSION: "v999", META_CLIENT_CAPABILITIES: {}}}})
+        .to_string();
+        // (case, message, protocol version, method, name, status, error code or 0)
+        type Case<'a> = (
+            &'a str,
+            &'a str,
+            Option<&'a str>,
+            Option<&'a str>,
+            Option<&'a str>,
+            u16,
+            i64,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "conforming call",
+                &call,
+                Some("2026-07-28"),
+                Some("tools/call"),
+                Some("bash"),
+                200,
+                0,
+            ),
+            (
+                "conforming list",
+                &list,
+                Some("2026-07-28"),
+                Some("tools/list"),
+                None,
+                200,
+                0,
+            ),
+            // "Case Sensitivity" / RFC 9110: whitespace around a field value is not part of it.
+            (
+                "whitespace around values",
+                &call,
+                Some(" 2026-07-28 "),
+                Some(" tools/call "),
+                Some("  bash  "),
+                200,
+                0,
+            ),
+            // "Value Encoding": the Base64 sentinel is decoded before comparing.
+            (
+                "Base64 Mcp-Name",
+                &call,
+                Some("2026-07-28"),
+                Some("tools/call"),
+                Some(bash_b64.as_str()),
+                200,
+                0,
+            ),
+            (
+                "bad Base64 Mcp-Name",
+                &call,
+                Some("2026-07-28"),
+                Some("tools/call"),
+                Some("=?base64?YmFza!!?="),
+                400,
+                HEADER_MISMATCH,
+            ),
+            // "Server Validation": missing or mismatched standard headers → 400 -32020.
+            (
+                "Mcp-Method missing",
+                &list,
+                Some("2026-07-28"),
+                None,
+                None,
+                400,
+                HEADER_MISMATCH,
+            ),
+            (
+                "Mcp-Method mismatched",
+                &list,
+                Some("2026-07-28"),
+                Some("prompts/list"),
+                None,
+                400,
+                HEADER_MISMATCH,
+            ),
+            (
+                "Mcp-Method values are case-sensitive",
+                &list,
+                Some("2026-07-28"),
+                Some("TOOLS/LIST"),
+                None,
+                400,
+                HEADER_MISMATCH,
+            ),
+            (
+                "Mcp-Name missing",
+                &call,
+                Some("2026-07-28"),
+                Some("tools/call"),
+                None,
+                400,
+                HEADER_MISMATCH,
+            ),
+            (
+                "Mcp-Name mismatched",
+                &call,
+                Some("2026-07-28"),
+                Some("tools/call"),
+                Some("wrong_tool_name"),
+                400,
+                HEADER_MISMATCH,
+            ),
+            // "Protocol Version Header": MUST match _meta, else 400 HeaderMismatch.
+            (
+                "version header missing",
+                &list,
+                None,
+                Some("tools/list"),
+                None,
+                400,
+                HEADER_MISMATCH,
+            ),
+            (
+                "version header mismatched",
+                &list,
+                Some("2025-06-18"),
+                Some("tools/list"),
+                None,
+                400,
+                HEADER_MISMATCH,
+            ),
+            // basic/index "Per-request protocol fields": missing _meta → -32602, HTTP 400.
+            (
+                "header says 2026-07-28, body has no _meta",
+                r#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{}}"#,
+                Some("2026-07-28"),
+                Some("tools/list"),
+                None,
+                400,
+                INVALID_PARAMS,
+            ),
+            // "Protocol Version Header": a method not implemented → 404 -32601.
+            (
+                "unknown method",
+                &unknown,
+                Some("2026-07-28"),
+                Some("x/y"),
+                None,
+                404,
+                METHOD_NOT_FOUND,
+            ),
+            (
+                "removed ping",
+                &ping,
+                Some("2026-07-28"),
+                Some("ping"),
+                None,
+                404,
+                METHOD_NOT_FOUND,
+            ),
+            // An unsupported version → 400 UnsupportedProtocolVersion.
+            (
+                "unknown version in header and body",
+                &v999,
+                Some("v999"),
+                Some("tools/list"),
+                None,
+                400,
+                UNSUPPORTED_PROTOCOL_VERSION,
+            ),
+            // 2025-06-18 transports "Protocol Version Header": legacy, unsupported → 400.
+            (
+                "legacy with an unknown version header",
+                r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#,
+                Some("1999-01-01"),
+                None,
+                None,
+                400,
+                UNSUPPORTED_PROTOCOL_VERSION,
+            ),
+            // Legacy requests need none of the new headers.
+            (
+                "legacy without headers",
+                r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#,
+                None,
+                None,
+                None,
+                200,
+                0,
+            ),
+            (
+                "legacy 2025-11-25 header",
+                r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#,
+                Some("2025-11-25"),
+                None,
+                None,
+                200,
+                0,
+            ),
+            (
+                "legacy unknown method stays 200",
+                r#"{"jsonrpc":"2.0","id":7,"method":"x/y"}"#,
+                Some("2025-06-18"),
+                None,
+                None,
+                200,
+                METHOD_NOT_FOUND,
+            ),
+        ];
+        for (name, msg, version, method, mcp_name, status, code) in cases {
+            let headers = HttpHeaders {
+                protocol_version: version,
+                method,
+                name: mcp_name,
+            };
+            let out =
+                Dispatcher::new().handle_http(msg.as_bytes(), &Fake(Profile::Owner), &headers);
+            assert_eq!(out.status, status, "{name}: {:?}", out.actions);
+            if code == 0 {
+                assert!(
+                    out.actions
+                        .iter()
+                        .all(|a| !matches!(a, Action::Reply(t) if t.contains("\"error\""))),
+                    "{name}: {:?}",
+                    out.actions
+                );
+                continue;
+            }
+            let reply = single_reply(&out.actions);
+            assert_eq!(reply["error"]["code"], code, "{name}: {reply}");
+            // basic/index "Error Responses": the request's id, whatever the error.
+            let sent: Value = serde_json::from_str(msg).unwrap();
+            assert_eq!(reply["id"], sent["id"], "{name}: {reply}");
+        }
+        let (_, _, _) = conforming(&call);
+    }
+
+    #[test]
+    fn a_conforming_client_passes_every_header_check() {
+        for msg in [
+            modern(1, "tools/call", json!({"name": "sys_info"})),
+            modern(2, "tools/list", json!({})),
+            modern(3, "server/discover", json!({})),
+            modern(4, "prompts/list", json!({})),
+        ] {
+            let (version, method, name) = conforming(&msg);
+            let (status, reply) = {
+                let out = Dispatcher::new().handle_http(
+                    msg.as_bytes(),
+                    &Fake(Profile::Observe),
+                    &HttpHeaders {
+                        protocol_version: Some(&version),
+                        method: Some(&method),
+                        name: name.as_deref(),
+                    },
+                );
+                let reply = out.actions.iter().find_map(|a| match a {
+                    Action::Reply(t) => Some(serde_json::from_str::<Value>(t).unwrap()),
+                    _ => None,
+                });
+                (out.status, reply)
+            };
+            assert_eq!(status, 200, "{msg}: {reply:?}");
+            if let Some(reply) = reply {
+                assert!(reply.get("error").is_none(), "{msg}: {reply}");
+            }
+        }
+        let (status, reply) = http(
+            Profile::Observe,
+            &modern(5, "tools/list", json!({})),
+            HttpHeaders {
+                protocol_version: Some("2026-07-28"),
+                method: Some("tools/list"),
+                name: None,
+            },
+        );
+        assert_eq!(
+            (status, &reply["result"]["resultType"]),
+            (200, &json!("complete"))
+        );
+    }
+
+    // ---- the tasks extension on jobs (CONTRACT §9, §20) ----
+
+    fn with_tasks(id: i64, method: &str, extra: Value) -> String {
+        let mut v: Value = serde_json::from_str(&modern(id, method, extra)).unwrap();
+        v["params"]["_meta"][META_CLIENT_CAPABILITIES] =
+            json!({"extensions": {TASKS_EXTENSION: {}}});
+        v.to_string()
+    }
+
+    #[test]
+    fn a_negotiating_clients_bash_call_becomes_a_job_and_tasks_map_onto_job_tools() {
+        let call = |msg: &str| match &run(Profile::Owner, msg)[..] {
+            [Action::Call {
+                name,
+                arguments,
+                form,
+                ..
+            }] => (name.clone(), arguments.clone(), form.task),
+            other => panic!("{msg}: {other:?}"),
+        };
+        // Tasks extension "Capability Negotiation": only for a request that declares it.
+        let bash =
+            json!({"name": "bash", "arguments": {"command": "make", "max_output_bytes": 10}});
+        assert_eq!(
+            call(&with_tasks(1, "tools/call", bash.clone())),
+            (
+                "bash_start".into(),
+                json!({"command": "make", "timeout_secs": 60}),
+                Some(TaskStep::Create)
+            )
+        );
+        assert_eq!(call(&modern(1, "tools/call", bash.clone())).2, None);
+        assert_eq!(call(&modern(1, "tools/call", bash)).0, "bash");
+        // Other tools are never tasks.
+        assert_eq!(
+            call(&with_tasks(1, "tools/call", json!({"name": "sys_info"}))),
+            ("sys_info".into(), json!({}), None)
+        );
+        let task = json!({"taskId": "j1"});
+        assert_eq!(
+            call(&with_tasks(2, "tasks/get", task.clone())),
+            (
+                "bash_poll".into(),
+                json!({"job_id": "j1", "max_bytes": tasks::RESULT_BYTES}),
+                Some(TaskStep::Get)
+            )
+        );
+        assert_eq!(
+            call(&with_tasks(3, "tasks/cancel", task.clone())),
+            (
+                "bash_cancel".into(),
+                json!({"job_id": "j1"}),
+                Some(TaskStep::Cancel)
+            )
+        );
+        assert_eq!(
+            call(&with_tasks(4, "tasks/update", task.clone())).2,
+            Some(TaskStep::Update)
+        );
+        // Without the extension: MissingRequiredClientCapability naming it, HTTP 400.
+        for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
+            let msg = modern(5, method, task.clone());
+            let (status, reply) = http(
+                Profile::Owner,
+                &msg,
+                HttpHeaders {
+                    protocol_version: Some("2026-07-28"),
+                    method: Some(method),
+                    name: None,
+                },
+            );
+            assert_eq!(
+                (status, &reply["error"]["code"]),
+                (400, &json!(MISSING_CLIENT_CAPABILITY)),
+                "{method}: {reply}"
+            );
+            assert_eq!(
+                reply["error"]["data"]["requiredCapabilities"]["extensions"][TASKS_EXTENSION],
+                json!({})
+            );
+        }
+        // A missing taskId is malformed; a legacy connection has no tasks methods.
+        let reply = single_reply(&run(Profile::Owner, &with_tasks(6, "tasks/get", json!({}))));
+        assert_eq!(reply["error"]["code"], INVALID_PARAMS, "{reply}");
+        let reply = single_reply(&run(
+            Profile::Owner,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":{"taskId":"j1"}}"#,
+        ));
+        assert_eq!(reply["error"]["code"], METHOD_NOT_FOUND, "{reply}");
+        // server/discover advertises the extension (and no v1-style `tasks` slot).
+        let reply = single_reply(&run(
+            Profile::Owner,
+            &modern(8, "server/discover", json!({})),
+        ));
+        let caps = &reply["result"]["capabilities"];
+        assert_eq!(caps["extensions"][TASKS_EXTENSION], json!({}), "{caps}");
+        assert!(caps.get("tasks").is_none(), "{caps}");
+    }
+
+    #[test]
+    fn job_tool_answers_become_task_answers() {
+        let form = |step| Form {
+            revision: Revision::R2026_07_28,
+            task: Some(step),
+        };
+        let job = |facts: Value, is_error: bool| ToolOutput::Encoded {
+            json: json!({"content": [{"type": "text", "text": "hi\n[job exited 0]"}],
+                "structuredContent": facts, "isError": is_error})
+            .to_string()
+            .into(),
+            is_error,
+        };
+        let started = json!({"job_id": "j1", "state": "running", "pid": 42,
+            "started_at": "2026-12-01T20:00:00Z"});
+        let reply = |step, out| -> Value {
+            serde_json::from_str(&form(step).reply(&json!(1), out, 1 << 20).0).unwrap()
+        };
+        // Tasks extension "Task Creation": resultType task, a flat Task.
+        let created = reply(TaskStep::Create, job(started.clone(), false));
+        let r = &created["result"];
+        assert_eq!(
+            (&r["resultType"], &r["taskId"], &r["status"]),
+            (&json!("task"), &json!("j1"), &json!("working")),
+            "{created}"
+        );
+        assert_eq!(r["createdAt"], "2026-12-01T20:00:00Z");
+        assert!(r["ttlMs"].is_null() && r["pollIntervalMs"].is_u64(), "{r}");
+        assert!(r.get("task").is_none(), "flat, no nested task: {r}");
+        // A start that was refused is the call's own tool error, not a task.
+        let refused = reply(
+            TaskStep::Create,
+            ToolOutput::tool_error("too many running jobs (16) under this grant"),
+        );
+        assert_eq!(refused["result"]["isError"], true, "{refused}");
+        assert_eq!(refused["result"]["resultType"], "complete", "{refused}");
+
+        // "Task Polling": tasks/get answers resultType complete and the task's state.
+        let poll = |state: &str, extra: Value| {
+            let mut facts = started.clone();
+            facts["state"] = json!(state);
+            for (k, v) in extra.as_object().unwrap() {
+                facts[k] = v.clone();
+            }
+            reply(TaskStep::Get, job(facts, false))["result"].clone()
+        };
+        let running = poll(
+            "running",
+            json!({"stdout_range": [0, 1], "stderr_range": [1, 1]}),
+        );
+        assert_eq!(
+            (&running["status"], &running["resultType"]),
+            (&json!("working"), &json!("complete"))
+        );
+        assert!(running.get("result").is_none(), "{running}");
+        let ended = json!({"stdout_range": [0, 3], "stderr_range": [3, 3], "stdout_next": 3, "stdout_total": 3,
+            "stderr_next": 0, "stderr_total": 0, "ended_at": "2026-12-01T20:00:01Z",
+            "duration_ms": 5});
+        let mut ok = ended.clone();
+        ok["exit_code"] = json!(0);
+        let done = poll("exited", ok);
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(done["lastUpdatedAt"], "2026-12-01T20:00:01Z");
+        // "completed": the result the call would have answered, isError included.
+        assert_eq!(
+            done["result"]["structuredContent"]["stdout_range"],
+            json!([0, 3])
+        );
+        assert_eq!(done["result"]["content"][0]["text"], "hi\n[job exited 0]");
+        assert_eq!(done["result"]["isError"], false);
+        let mut failed = ended.clone();
+        failed["exit_code"] = json!(3);
+        assert_eq!(poll("exited", failed)["result"]["isError"], true);
+        let mut timeout = ended.clone();
+        timeout["reason"] = json!("timeout");
+        timeout["exit_code"] = json!(137);
+        let t = poll("killed", timeout);
+        assert_eq!(
+            (&t["status"], &t["result"]["structuredContent"]["timed_out"]),
+            (&json!("completed"), &json!(true))
+        );
+        let mut cancelled = ended;
+        cancelled["reason"] = json!("cancelled");
+        assert_eq!(poll("killed", cancelled)["status"], "cancelled");
+        // An unknown (or another grant's) job: a JSON-RPC error.
+        let unknown = reply(TaskStep::Get, ToolOutput::tool_error("unknown job_id: zz"));
+        assert_eq!(unknown["error"]["code"], INVALID_PARAMS, "{unknown}");
+        assert!(unknown["error"]["message"].as_str().unwrap().contains("zz"));
+        // "Task Cancellation": an empty acknowledgement.
+        let ack = reply(
+            TaskStep::Cancel,
+            job(
+                json!({"job_id": "j1", "signal": "TERM", "state": "running"}),
+                false,
+            ),
+        );
+        assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+        assert!(ack["result"].get("taskId").is_none(), "{ack}");
     }
 }

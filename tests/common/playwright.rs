@@ -340,6 +340,7 @@ impl<'a> Conn<'a> {
                     name,
                     route,
                     arguments,
+                    ..
                 } => {
                     let output = self.run_call(&name, route, arguments);
                     let (text, _) = tool_reply(&id, output, 16 << 20);

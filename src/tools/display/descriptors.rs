@@ -14,6 +14,7 @@ pub static SCREENSHOT: Tool = Tool {
         The long edge is capped (default 1920 px); a result over max_bytes is refused with \
         advice. sys_info lists the displays.",
     input_schema: screenshot_schema,
+    output_schema: Some(screenshot_output_schema),
     start: screenshot,
     inline: None,
     needs: Needs::Display(Gui::Screenshot),
@@ -29,6 +30,7 @@ pub static MOUSE: Tool = Tool {
         Scroll: positive dy scrolls the content down (wheel towards you), negative up; \
         positive dx scrolls right.",
     input_schema: mouse_schema,
+    output_schema: Some(mouse_output_schema),
     start: mouse,
     inline: None,
     needs: Needs::Display(Gui::Mouse),
@@ -43,6 +45,7 @@ pub static KEY: Tool = Tool {
         [\"ctrl+l\", \"Return\", \"super+shift+4\"] (modifiers ctrl, shift, alt, super; aliases \
         control, option, meta/win/cmd). An unknown key name is an error listing valid names.",
     input_schema: key_schema,
+    output_schema: None,
     start: key,
     inline: None,
     needs: Needs::Display(Gui::Key),
@@ -106,5 +109,44 @@ pub(super) fn key_schema() -> Value {
                          "default": DEFAULT_KEY_DELAY_MS, "description": "Pause between keystrokes."}
         },
         "required": ["action"]
+    })
+}
+
+/// `structuredContent` of a screenshot: what was taken, and the space mouse uses.
+fn screenshot_output_schema() -> Value {
+    let size = json!({"type": "object", "properties": {
+        "width": {"type": "integer"}, "height": {"type": "integer"},
+    }, "required": ["width", "height"]});
+    json!({
+        "type": "object",
+        "properties": {
+            "display": {"type": "integer", "minimum": 0},
+            "display_name": {"type": ["string", "null"]},
+            "width": {"type": "integer"},
+            "height": {"type": "integer"},
+            "format": {"type": "string", "enum": ["png", "jpeg"]},
+            "bytes": {"type": "integer", "minimum": 0},
+            "scale": {"type": "number"},
+            "region": {"type": "object", "properties": {
+                "x": {"type": "integer"}, "y": {"type": "integer"},
+                "width": {"type": "integer"}, "height": {"type": "integer"},
+            }},
+            "coordinate_space": size,
+        },
+        "required": ["display", "width", "height", "format", "bytes", "scale", "coordinate_space"],
+    })
+}
+
+/// `structuredContent` of a pointer action: the display and its coordinate space.
+fn mouse_output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "display": {"type": "integer", "minimum": 0},
+            "coordinate_space": {"type": "object", "properties": {
+                "width": {"type": "integer"}, "height": {"type": "integer"},
+            }, "required": ["width", "height"]},
+        },
+        "required": ["display", "coordinate_space"],
     })
 }

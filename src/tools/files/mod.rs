@@ -52,6 +52,7 @@ pub static GET: Tool = Tool {
 {path, size, offset, length, eof, sha256 of this range, mtime}. Read a large file in ranges until \
 `eof`. Under a lent folder `path` is relative to it; otherwise it is absolute.",
     input_schema: get_schema,
+    output_schema: Some(get_output_schema),
     start: get_start,
     inline: None,
     needs: Needs::Nothing,
@@ -70,6 +71,7 @@ sees half a file; a wrong sha256 drops the upload and leaves `path` as it was. N
 0600. `mkdirs: true` creates missing directories. Unfinished uploads are removed when the grant \
 ends.",
     input_schema: put_schema,
+    output_schema: Some(put_output_schema),
     start: put_start,
     inline: None,
     needs: Needs::Nothing,
@@ -84,11 +86,62 @@ pub static LIST: Tool = Tool {
 and mtime, sorted by name, at most `max` (default 1000, at most 10000; `truncated` says when there \
 were more). Under a lent folder `path` is relative to it (\".\" is the folder); otherwise absolute.",
     input_schema: list_schema,
+    output_schema: Some(list_output_schema),
     start: list_start,
     inline: None,
     needs: Needs::Nothing,
     profiles: PROFILES,
 };
+
+/// `structuredContent` of `file_get`: the range read (the bytes are the resource block).
+fn get_output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "path": {"type": "string"},
+            "size": {"type": "integer", "minimum": 0},
+            "offset": {"type": "integer", "minimum": 0},
+            "length": {"type": "integer", "minimum": 0},
+            "eof": {"type": "boolean"},
+            "sha256": {"type": "string"},
+            "mtime": {},
+        },
+        "required": ["path", "size", "offset", "length", "eof", "sha256"],
+    })
+}
+
+/// `structuredContent` of `file_put`: a chunk received, or the file renamed into place.
+fn put_output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "path": {"type": "string"},
+            "received": {"type": "integer", "minimum": 0},
+            "size": {"type": "integer", "minimum": 0},
+            "sha256": {"type": "string"},
+            "final": {"type": "boolean"},
+        },
+        "required": ["path", "final"],
+    })
+}
+
+/// `structuredContent` of `file_list`: the entries, sorted by name.
+fn list_output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "path": {"type": "string"},
+            "entries": {"type": "array", "items": {"type": "object", "properties": {
+                "name": {"type": "string"},
+                "type": {"type": "string", "enum": ["file", "dir", "symlink", "other"]},
+                "size": {"type": "integer", "minimum": 0},
+                "mtime": {},
+            }, "required": ["name", "type"]}},
+            "truncated": {"type": "boolean"},
+        },
+        "required": ["path", "entries", "truncated"],
+    })
+}
 
 /// The class of a file tool under a lent folder, where it reaches that folder and
 /// nothing else; `None` for every other tool (its class does not depend on a folder).

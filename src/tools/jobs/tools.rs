@@ -50,6 +50,7 @@ redialled, if the pod restarts, or if the grant is renewed; it is killed when th
 until the grant ends; at most 86400). At most 16 jobs run at once per grant by default. The \
 result has job_id, pid, state (running) and started_at.",
     input_schema: start_schema,
+    output_schema: Some(start_output_schema),
     start,
     inline: None,
     needs: Needs::Bash,
@@ -72,6 +73,7 @@ kept. With wait_secs (0 to 100, default 0) the call waits until there is output 
 or the job ends, and answers at once when it does: a cheap way to follow a job. Text is UTF-8 \
 with invalid bytes replaced; offsets still count bytes.",
     input_schema: poll_schema,
+    output_schema: Some(poll_output_schema),
     start: poll,
     inline: None,
     needs: Needs::Bash,
@@ -87,6 +89,7 @@ they end (then their output is removed). Each has job_id, command (its first 102
 pid, exit_code, reason, started_at, ended_at, stdout_total and stderr_total. Jobs of other \
 grants are never shown.",
     input_schema: list_schema,
+    output_schema: Some(list_output_schema),
     start: list,
     inline: None,
     needs: Needs::Bash,
@@ -102,11 +105,100 @@ stop and sends KILL 5 s later if it is still alive; KILL stops it at once. Answe
 job's end (state killed, reason cancelled) shows in bash_poll and bash_list. Cancelling a job \
 that already ended changes nothing and says so.",
     input_schema: cancel_schema,
+    output_schema: Some(cancel_output_schema),
     start: cancel,
     inline: None,
     needs: Needs::Bash,
     profiles: &[Profile::Owner, Profile::Desktop],
 };
+
+/// The facts every job answer carries ([`JobFacts`]), as a JSON Schema object whose
+/// `properties` the tools extend.
+pub(crate) fn job_facts_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "job_id": {"type": "string"},
+            "state": {"type": "string", "enum": ["running", "exited", "killed"]},
+            "pid": {"type": ["integer", "null"]},
+            "started_at": {"type": "string"},
+            "exit_code": {"type": "integer"},
+            "reason": {"type": "string"},
+            "ended_at": {"type": "string"},
+            "duration_ms": {"type": "integer", "minimum": 0},
+        },
+        "required": ["job_id", "state", "pid", "started_at"],
+    })
+}
+
+/// A stream's `[start, end)` byte range in a reply's text block ([`Ranges`]).
+pub(crate) fn range_schema() -> Value {
+    json!({"type": "array", "items": {"type": "integer", "minimum": 0}})
+}
+
+/// [`job_facts_schema`] with more properties and more required ones.
+fn job_schema_with(props: Value, required: &[&str]) -> Value {
+    let mut schema = job_facts_schema();
+    if let (Some(to), Value::Object(from)) = (schema["properties"].as_object_mut(), props) {
+        to.extend(from);
+    }
+    if let Some(list) = schema["required"].as_array_mut() {
+        list.extend(required.iter().map(|r| json!(r)));
+    }
+    schema
+}
+
+fn start_output_schema() -> Value {
+    job_facts_schema()
+}
+
+fn poll_output_schema() -> Value {
+    let offset = json!({"type": "integer", "minimum": 0});
+    job_schema_with(
+        json!({
+            "stdout_range": range_schema(),
+            "stderr_range": range_schema(),
+            "stdout_next": offset, "stderr_next": offset,
+            "stdout_total": offset, "stderr_total": offset,
+            "skipped_bytes": {"type": "object", "properties": {
+                "stdout": offset, "stderr": offset,
+            }},
+        }),
+        &[
+            "stdout_range",
+            "stderr_range",
+            "stdout_next",
+            "stderr_next",
+            "stdout_total",
+            "stderr_total",
+        ],
+    )
+}
+
+fn list_output_schema() -> Value {
+    let offset = json!({"type": "integer", "minimum": 0});
+    let item = job_schema_with(
+        json!({"command": {"type": "string"}, "stdout_total": offset, "stderr_total": offset}),
+        &["command", "stdout_total", "stderr_total"],
+    );
+    json!({
+        "type": "object",
+        "properties": {"jobs": {"type": "array", "items": item}},
+        "required": ["jobs"],
+    })
+}
+
+fn cancel_output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "job_id": {"type": "string"},
+            "signal": {"type": "string", "enum": ["TERM", "KILL"]},
+            "state": {"type": "string", "enum": ["running", "exited", "killed"]},
+        },
+        "required": ["job_id", "signal", "state"],
+    })
+}
 
 fn start_schema() -> Value {
     json!({
