@@ -246,7 +246,15 @@ for triple in "${requested[@]}"; do
     std_args=()
     # -Zbuild-std is unstable: RUSTC_BOOTSTRAP lets this stable toolchain use it, as the fuzz
     # targets do. panic_unwind: a panic in one call must unwind, not abort the daemon.
-    [ "$t_std" != build-std ] || { build_env+=(RUSTC_BOOTSTRAP=1); std_args=("-Zbuild-std=std,panic_unwind"); }
+    # Its own target dir, too: RUSTC_BOOTSTRAP changes what some build scripts of the host
+    # (proc-macro2's) print, and in the shared dir that rebuilt the other targets' artifacts
+    # with different bytes on their next, otherwise no-op, build.
+    tdir=$target_dir
+    [ "$t_std" != build-std ] || {
+        build_env+=(RUSTC_BOOTSTRAP=1 "CARGO_TARGET_DIR=$target_dir/build-std")
+        std_args=("-Zbuild-std=std,panic_unwind")
+        tdir=$target_dir/build-std
+    }
     note "cargo build --release --target $triple${std_args[*]:+ ${std_args[*]}} (${build_env[*]:-host cc}, +crt-static) ..."
     start=$(date +%s)
     # With an explicit --target, RUSTFLAGS reaches only the target's artifacts: build scripts
@@ -259,7 +267,7 @@ for triple in "${requested[@]}"; do
     fi
     grep -E '^(warning|error)' "$scratch/$triple.cargo" >&2 || true
     secs=$(($(date +%s) - start))
-    bin=$target_dir/$triple/release/handnode
+    bin=$tdir/$triple/release/handnode
     size=$(stat -c %s "$bin")
     echo "path: $bin"
     echo "built in: ${secs} s"
