@@ -48,8 +48,11 @@ fuzz_target!(|data: &[u8]| {
     // Dressed the way a browser strips, the answer is the same.
     let dressed = format!(" \u{1}\t{}\n\u{1f} ", raw.replacen(':', "\t:", 1));
     assert_eq!(verdict.is_ok(), check(&dressed).is_ok(), "{raw:?} vs {dressed:?}");
+    // `about:blank` is matched exactly after the browser's stripping, so an upper-cased
+    // `ABOUT:BLANK` is refused: only texts whose browser view holds no `about:blank` must
+    // keep their answer (a fuzz run found `about:` + CRs + `blank`, which the raw text hides).
     let upper = raw.to_ascii_uppercase();
-    if !raw.to_ascii_lowercase().contains("about:blank") {
+    if !view.to_ascii_lowercase().contains("about:blank") {
         assert_eq!(verdict.is_ok(), check(&upper).is_ok(), "{raw:?} vs {upper:?}");
     }
 });
