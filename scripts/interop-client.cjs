@@ -14,54 +14,10 @@ const { StreamableHTTPClientTransport } = sdk('@modelcontextprotocol/sdk/client/
 const sdkVersion = require(path.join(process.env.MCP_SDK_PREFIX,
   'node_modules/@modelcontextprotocol/sdk/package.json')).version;
 
-/**
- * The local tools the owner's /mcp serves, from docs/classes.md (generated from the code's
- * tool table, and tests/classes_doc.rs fails when it differs): the rows of "## Local tools"
- * whose owner column is ticked. No upstream is configured here, so that is all of them.
- */
-function ownerLocalTools() {
-  const doc = require('node:fs').readFileSync(path.join(__dirname, '..', 'docs', 'classes.md'), 'utf8');
-  const section = doc.split('\n## Local tools')[1].split('\n## ')[0];
-  return section.split('\n')
-    .map((line) => line.split('|').map((cell) => cell.trim()))
-    .filter((cells) => /^`[a-z_]+`$/.test(cells[1] || '') && cells[3] === '✓')
-    .map((cells) => cells[1].slice(1, -1))
-    .sort();
-}
+const { ownerLocalTools, check, stdout, bounded, finish } = require('./interop-common.cjs');
 
 const base = process.env.HANDNODE_URL;
 const token = process.env.HANDNODE_TOKEN;
-let passed = 0;
-let failed = 0;
-
-function check(name, ok, detail) {
-  if (ok) {
-    passed += 1;
-    console.log(`PASS: ${name}`);
-  } else {
-    failed += 1;
-    console.log(`FAIL: ${name}${detail === undefined ? '' : ` — ${detail}`}`);
-  }
-}
-
-// A bash result's stdout: the streams are in its text block, `stdout_range` says where
-// (byte offsets of its UTF-8).
-function stdout(r) {
-  const text = Buffer.from(((r.content || [])[0] || {}).text || '', 'utf8');
-  const [a, b] = (r.structuredContent && r.structuredContent.stdout_range) || [0, 0];
-  return text.subarray(a, b).toString('utf8');
-}
-
-// Every step is bounded: a hang fails the step rather than the whole run.
-function bounded(promise, ms = 15000) {
-  let timer;
-  return Promise.race([
-    promise,
-    new Promise((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-    }),
-  ]).finally(() => clearTimeout(timer));
-}
 
 function connect(bearer) {
   const transport = new StreamableHTTPClientTransport(new URL('/mcp', base), {
@@ -227,6 +183,5 @@ async function main() {
 main()
   .catch((e) => check('the interop run', false, e.stack))
   .finally(() => {
-    console.log(`${passed} passed, ${failed} failed`);
-    process.exitCode = failed === 0 && passed > 0 ? 0 : 1;
+    finish();
   });
