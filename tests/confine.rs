@@ -23,27 +23,6 @@ use serde_json::{json, Value};
 /// How soon after an end every escaper must be gone.
 const WITHIN: Duration = Duration::from_secs(1);
 
-fn result(reply: &Value) -> &Value {
-    assert!(reply.get("error").is_none(), "expected a result: {reply}");
-    &reply["result"]
-}
-
-/// Whether this box gives the daemon cgroups; prints why not when it does not. As root
-/// (CI) it must.
-fn cgroups_here(grant: &Value) -> bool {
-    if grant["containment"] == "cgroup" {
-        return true;
-    }
-    assert!(
-        !rustix::process::geteuid().is_root(),
-        "root, yet the daemon fell back to the subreaper: {grant}"
-    );
-    eprintln!(
-        "skip: this box gives the daemon no cgroup (not root, no delegated cgroup v2): {grant}"
-    );
-    false
-}
-
 /// A bash script that starts three escapers, each writing its pid to `pids`, waits until
 /// all three did, prints `ready` and stays.
 fn escapers(dir: &Path) -> String {

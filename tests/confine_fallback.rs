@@ -10,12 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use serde_json::{json, Value};
-
-fn result(reply: &Value) -> &Value {
-    assert!(reply.get("error").is_none(), "expected a result: {reply}");
-    &reply["result"]
-}
+use serde_json::json;
 
 fn alive(pid: u64) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))

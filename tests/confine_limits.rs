@@ -16,25 +16,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{json, Value};
 
-fn result(reply: &Value) -> &Value {
-    assert!(reply.get("error").is_none(), "expected a result: {reply}");
-    &reply["result"]
-}
-
-fn cgroups_here(grant: &Value) -> bool {
-    if grant["containment"] == "cgroup" {
-        return true;
-    }
-    assert!(
-        !rustix::process::geteuid().is_root(),
-        "root, yet the daemon fell back to the subreaper: {grant}"
-    );
-    eprintln!(
-        "skip: this box gives the daemon no cgroup (not root, no delegated cgroup v2): {grant}"
-    );
-    false
-}
-
 fn limited(pod: &StubPod, d: &TestDaemon, session: &str, limits: Value) -> (String, PodConn) {
     let mut body = attach_body(pod, session, "owner");
     body["limits"] = limits;

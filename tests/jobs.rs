@@ -62,11 +62,6 @@ fn daemon(tag: &str, tweak: impl FnOnce(&mut handnode::Config)) -> TestDaemon {
 }
 
 /// The `result` of a tool call reply, which must not be a JSON-RPC error.
-fn result(reply: &Value) -> &Value {
-    assert!(reply.get("error").is_none(), "expected a result: {reply}");
-    &reply["result"]
-}
-
 fn text(r: &Value) -> &str {
     r["content"][0]["text"].as_str().unwrap_or("")
 }

@@ -948,3 +948,25 @@ pub fn with_streams(mut v: Value) -> Value {
     }
     v
 }
+
+/// The `result` of a JSON-RPC reply, which must not be an error.
+pub fn result(reply: &Value) -> &Value {
+    assert!(reply.get("error").is_none(), "expected a result: {reply}");
+    &reply["result"]
+}
+
+/// Whether this box gives the daemon cgroups; prints why not when it does not. As root
+/// (CI) it must.
+pub fn cgroups_here(grant: &Value) -> bool {
+    if grant["containment"] == "cgroup" {
+        return true;
+    }
+    assert!(
+        !rustix::process::geteuid().is_root(),
+        "root, yet the daemon fell back to the subreaper: {grant}"
+    );
+    eprintln!(
+        "skip: this box gives the daemon no cgroup (not root, no delegated cgroup v2): {grant}"
+    );
+    false
+}
