@@ -156,10 +156,10 @@ fn daemon(tag: &str) -> TestDaemon {
     TestDaemon::with(tag, quiet_liveness)
 }
 
-#[test]
-fn bash_cancel_kill_kills_every_escaper() {
+/// `bash_cancel` with `signal` ends every escaper of the job within [`WITHIN`].
+fn cancel_kills_every_escaper(tag: &str, signal: &str) {
     let pod = StubPod::start();
-    let d = daemon("confcancel");
+    let d = daemon(tag);
     let (id, mut conn) = d.attached(&pod, "laptop", "owner");
     if !cgroups_here(&d.grant(&id)) {
         return;
@@ -169,10 +169,15 @@ fn bash_cancel_kill_kills_every_escaper() {
     let r = conn.call_tool(
         json!("c"),
         "bash_cancel",
-        json!({"job_id": job, "signal": "KILL"}),
+        json!({"job_id": job, "signal": signal}),
     );
     assert_eq!(result(&r)["isError"], false, "{r}");
-    assert_all_dead(&pids, t0, "bash_cancel KILL");
+    assert_all_dead(&pids, t0, &format!("bash_cancel {signal}"));
+}
+
+#[test]
+fn bash_cancel_kill_kills_every_escaper() {
+    cancel_kills_every_escaper("confcancel", "KILL");
 }
 
 #[test]
@@ -386,23 +391,9 @@ fn a_sigkilled_daemons_leftover_cgroup_is_gone_after_restart() {
 
 #[test]
 fn bash_cancel_term_reaches_every_escaper() {
-    let pod = StubPod::start();
-    let d = daemon("confterm2");
-    let (id, mut conn) = d.attached(&pod, "laptop", "owner");
-    if !cgroups_here(&d.grant(&id)) {
-        return;
-    }
-    let (job, pids) = start_escapers(&mut conn, &d.dir);
-    let t0 = Instant::now();
-    let r = conn.call_tool(
-        json!("c"),
-        "bash_cancel",
-        json!({"job_id": job, "signal": "TERM"}),
-    );
-    assert_eq!(result(&r)["isError"], false, "{r}");
     // TERM goes to every process in the job's cgroup, and the shell's end kills the rest:
     // all within WITHIN, long before the KILL that follows 5 s later.
-    assert_all_dead(&pids, t0, "bash_cancel TERM");
+    cancel_kills_every_escaper("confterm2", "TERM");
 }
 
 #[test]
