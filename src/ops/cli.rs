@@ -21,7 +21,7 @@ use crate::config::{
     TOKEN_FILE_NAME,
 };
 use crate::profiles::Profile;
-use crate::wire::httpc::{self, Request, Target};
+use crate::wire::http::{Client as HttpClient, Request, Target};
 
 /// Where the daemon listens unless `--url` says otherwise.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:8795";
@@ -881,7 +881,7 @@ impl Reply {
 }
 
 /// A blocking HTTP client of one daemon's admin API. The token goes to the daemon and
-/// nowhere else: no proxy from the environment, no redirects ([`crate::wire::httpc`]).
+/// nowhere else: no proxy from the environment, no redirects ([`crate::wire::http`]).
 struct Client<'a> {
     args: &'a ClientArgs,
     /// Built on the first https call and kept: `revoke --all` makes one call per grant.
@@ -950,9 +950,10 @@ impl<'a> Client<'a> {
             body: body.as_deref().map(str::as_bytes),
         };
         let response = match &self.args.socket {
-            Some(socket) => httpc::send_unix(socket, &request, timeout),
-            None => httpc::send(&request, timeout, tls),
+            Some(socket) => HttpClient::unix(socket.clone(), timeout),
+            None => HttpClient::new(timeout, tls.cloned()),
         }
+        .send(&request)
         .map_err(|e| unreachable(&e))?;
         let status = response.status;
         let etag = response
