@@ -434,3 +434,287 @@ impl Transport for UnixTransport {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    const WATCHDOG: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn targets() {
+        let t = Target::parse("http://127.0.0.1:8931/mcp").unwrap();
+        assert_eq!(
+            t,
+            Target {
+                tls: false,
+                host: "127.0.0.1".into(),
+                port: 8931,
+                path: "/mcp".into()
+            }
+        );
+        assert_eq!(t.url(), "http://127.0.0.1:8931/mcp");
+        let t = Target::parse("HTTPS://[::1]/a?b=c#frag").unwrap();
+        assert!(t.tls);
+        assert_eq!(
+            (t.host.as_str(), t.port, t.path.as_str()),
+            ("::1", 443, "/a?b=c")
+        );
+        assert_eq!(t.url(), "https://[::1]:443/a?b=c");
+        assert_eq!(Target::parse("http://h").unwrap().path, "/");
+        assert_eq!(Target::parse("http://h?x").unwrap().path, "/?x");
+        for bad in [
+            "ftp://h/",
+            "/mcp",
+            "http://",
+            "http://u:p@h/",
+            "http://h:0/",
+            "http://h:99999/",
+            "http://h/a b",
+            "http://[::1/",
+        ] {
+            assert!(Target::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// Read one request (head, then a `Content-Length` body) from `s`.
+    fn read_request(s: &mut impl Read) -> String {
+        let mut got = Vec::new();
+        let mut byte = [0u8; 1];
+        while !got.ends_with(b"\r\n\r\n") {
+            assert_eq!(s.read(&mut byte).unwrap(), 1, "the request head was cut");
+            got.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&got).to_ascii_lowercase();
+        let length = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .map_or(0, |n| n.trim().parse().unwrap());
+        let mut body = vec![0u8; length];
+        s.read_exact(&mut body).unwrap();
+        got.extend_from_slice(&body);
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    /// A one-shot HTTP server on loopback: answers `reply` (None: never answers) and hands
+    /// back the request it read.
+    fn serve(reply: Option<&'static [u8]>) -> (u16, std::thread::JoinHandle<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.set_read_timeout(Some(WATCHDOG)).unwrap();
+            let request = read_request(&mut s);
+            match reply {
+                Some(reply) => s.write_all(reply).unwrap(),
+                // Hold the socket until the client gives up and closes it.
+                None => while s.read(&mut [0u8; 64]).is_ok_and(|n| n > 0) {},
+            }
+            request
+        });
+        (port, server)
+    }
+
+    fn get(path: &str) -> Request<'static> {
+        let target = Box::leak(Box::new(Target::parse(path).unwrap()));
+        Request {
+            method: "GET",
+            target,
+            headers: &[("Accept", "application/json")],
+            body: None,
+        }
+    }
+
+    #[test]
+    fn a_request_goes_as_given_and_a_redirect_comes_back_unfollowed() {
+        let (port, server) = serve(Some(
+            b"HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 2\r\n\r\nno",
+        ));
+        let target = Target::parse(&format!("http://127.0.0.1:{port}/p?q=1")).unwrap();
+        let client = Client::new(WATCHDOG, None);
+        assert!(client.agent.config().proxy().is_none());
+        let response = client
+            .send(&Request {
+                method: "POST",
+                target: &target,
+                headers: &[("Authorization", "Bearer t")],
+                body: Some(b"{}"),
+            })
+            .unwrap();
+        assert_eq!(response.status, 302);
+        assert_eq!(response.header("location"), Some(&b"/elsewhere"[..]));
+        assert_eq!(response.read_body(2).unwrap(), b"no");
+        let request = server.join().unwrap().to_ascii_lowercase();
+        assert!(request.starts_with("post /p?q=1 http/1.1\r\n"), "{request}");
+        assert!(request.contains(&format!("\r\nhost: 127.0.0.1:{port}\r\n")));
+        assert!(request.contains("\r\nauthorization: bearer t\r\n"));
+        assert!(request.contains("\r\ncontent-length: 2\r\n"), "{request}");
+        assert!(request.ends_with("\r\n\r\n{}"), "{request}");
+    }
+
+    #[test]
+    fn a_body_one_byte_over_the_cap_is_refused_and_at_the_cap_is_not() {
+        let client = Client::new(WATCHDOG, None);
+        for (raw, limit, ok) in [
+            (
+                &b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nabcd"[..],
+                4,
+                true,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nabcde",
+                4,
+                false,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\n0\r\n\r\n",
+                4,
+                false,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nabcde",
+                4,
+                false,
+            ),
+        ] {
+            let (port, server) = serve(Some(raw));
+            let response = client
+                .send(&get(&format!("http://127.0.0.1:{port}/")))
+                .unwrap();
+            match response.read_body(limit) {
+                Ok(body) => assert!(ok && body == b"abcd", "{body:?}"),
+                Err(e) => assert!(!ok && is_too_large(&e), "{e}"),
+            }
+            server.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_silent_server_times_out_naming_the_phase() {
+        let (port, server) = serve(None);
+        let client = Client::new(Duration::from_millis(300), None);
+        let err = client
+            .send(&get(&format!("http://127.0.0.1:{port}/")))
+            .unwrap_err();
+        assert!(matches!(err, HttpError::Timeout(_)), "{err}");
+        assert!(err.to_string().starts_with("timed out ("), "{err}");
+        drop(client);
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn a_closed_port_is_a_connect_error() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let err = Client::new(WATCHDOG, None)
+            .send(&get(&format!("http://127.0.0.1:{port}/")))
+            .unwrap_err();
+        assert!(matches!(err, HttpError::Connect(_)), "{err}");
+    }
+
+    #[test]
+    fn the_unix_socket_client_sends_the_path_to_the_socket() {
+        let dir = std::env::temp_dir().join(format!("hn-http-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.set_read_timeout(Some(WATCHDOG)).unwrap();
+            let request = read_request(&mut s);
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .unwrap();
+            request
+        });
+        let response = Client::unix(path.clone(), WATCHDOG)
+            .send(&get("http://localhost/status"))
+            .unwrap();
+        assert_eq!(response.status, 200);
+        assert_eq!(response.read_body(10).unwrap(), b"ok");
+        let request = server.join().unwrap().to_ascii_lowercase();
+        assert!(request.starts_with("get /status http/1.1\r\n"), "{request}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A one-shot HTTPS server on loopback with the test certificate (CN localhost, signed
+    /// by testdata/ca.pem).
+    fn serve_tls() -> (u16, std::thread::JoinHandle<Option<String>>) {
+        let certs = rustls_pemfile::certs(&mut &include_bytes!("testdata/server.pem")[..])
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = rustls_pemfile::private_key(&mut &include_bytes!("testdata/server.key")[..])
+            .unwrap()
+            .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (tcp, _) = listener.accept().unwrap();
+            tcp.set_read_timeout(Some(WATCHDOG)).unwrap();
+            let conn = rustls::ServerConnection::new(Arc::new(config)).unwrap();
+            let mut s = StreamOwned::new(conn, tcp);
+            // A client that refuses the certificate ends the handshake: no request.
+            let mut first = [0u8; 1];
+            if s.read(&mut first).unwrap_or(0) == 0 {
+                return None;
+            }
+            let mut rest = read_request(&mut s);
+            rest.insert(0, first[0] as char);
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nsec")
+                .unwrap();
+            s.conn.send_close_notify();
+            let _ = s.flush();
+            Some(rest)
+        });
+        (port, server)
+    }
+
+    #[test]
+    fn https_trusts_the_ca_file_roots_and_nothing_else() {
+        let dir = std::env::temp_dir().join(format!("hn-https-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, include_bytes!("testdata/ca.pem")).unwrap();
+        let with_ca = crate::wire::tls::client_config(Some(&ca)).unwrap();
+        let (port, server) = serve_tls();
+        let response = Client::new(WATCHDOG, Some(with_ca))
+            .send(&get(&format!("https://localhost:{port}/mint")))
+            .unwrap();
+        assert_eq!(response.status, 200);
+        assert_eq!(response.read_body(3).unwrap(), b"sec");
+        let request = server.join().unwrap().expect("a request over TLS");
+        assert!(request.starts_with("GET /mint HTTP/1.1\r\n"), "{request}");
+
+        // The webpki roots alone do not know the test CA.
+        let (port, server) = serve_tls();
+        let err = Client::new(
+            WATCHDOG,
+            Some(crate::wire::tls::client_config(None).unwrap()),
+        )
+        .send(&get(&format!("https://localhost:{port}/mint")))
+        .unwrap_err();
+        assert!(matches!(err, HttpError::Tls(_)), "{err:?}");
+        assert!(server.join().unwrap().is_none());
+
+        // No TLS configuration: https is refused before anything is sent.
+        let (port, server) = serve(Some(b"HTTP/1.1 200 OK\r\n\r\n"));
+        let err = Client::new(WATCHDOG, None)
+            .send(&get(&format!("https://localhost:{port}/")))
+            .unwrap_err();
+        assert!(matches!(err, HttpError::Tls(_)), "{err:?}");
+        drop(server);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
