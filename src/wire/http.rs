@@ -11,6 +11,7 @@
 //! version pin), and naming the failures (timeout, cap) in the callers' words.
 
 use std::io::{self, Read, Write};
+use std::net::ToSocketAddrs;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use std::time::Duration;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
 use ureq::http;
-use ureq::unversioned::resolver::DefaultResolver;
+use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, Either, LazyBuffers, NextTimeout, TcpConnector,
     Transport, TransportAdapter,
@@ -212,7 +213,7 @@ impl Client {
     pub fn new(timeout: Duration, tls: Option<Arc<ClientConfig>>) -> Client {
         let connector = ().chain(TcpConnector::default()).chain(Tls(tls));
         Client {
-            agent: ureq::Agent::with_parts(config(timeout), connector, DefaultResolver::default()),
+            agent: ureq::Agent::with_parts(config(timeout), connector, Resolve),
         }
     }
 
@@ -220,11 +221,7 @@ impl Client {
     /// the `Host` header.
     pub fn unix(socket: PathBuf, timeout: Duration) -> Client {
         Client {
-            agent: ureq::Agent::with_parts(
-                config(timeout),
-                ().chain(Unix(socket)),
-                DefaultResolver::default(),
-            ),
+            agent: ureq::Agent::with_parts(config(timeout), ().chain(Unix(socket)), Resolve),
         }
     }
 
@@ -266,6 +263,37 @@ fn config(timeout: Duration) -> ureq::config::Config {
         .user_agent(concat!("handnode/", env!("CARGO_PKG_VERSION")))
         .timeout_global(Some(timeout))
         .build()
+}
+
+/// Resolves on the calling thread, as the dial does. ureq's own resolver starts a thread
+/// per request to put the deadline on the lookup; the names here are local (loopback
+/// upstreams, the daemon, a pod named in /etc/hosts or DNS), and a lookup the resolver
+/// gives up on ends anyway.
+#[derive(Debug)]
+struct Resolve;
+
+impl Resolver for Resolve {
+    fn resolve(
+        &self,
+        uri: &http::Uri,
+        _: &ureq::config::Config,
+        _: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let host = uri.host().unwrap_or("");
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        // Target::url always names the port.
+        let port = uri.port_u16().unwrap_or(80);
+        let mut addrs = self.empty();
+        for addr in (host, port).to_socket_addrs()? {
+            if addrs.try_push(addr).is_err() {
+                break;
+            }
+        }
+        if addrs.is_empty() {
+            return Err(ureq::Error::HostNotFound);
+        }
+        Ok(addrs)
+    }
 }
 
 /// Wraps the TCP transport in TLS for `https://` with the daemon's rustls configuration.
