@@ -704,9 +704,7 @@ impl Client {
         };
         self.http.send(&request).map_err(|e| {
             Failure::Unreachable(match e {
-                HttpError::Timeout(phase) => {
-                    format!("no reply within {:?} ({phase})", self.timeout)
-                }
+                HttpError::Timeout(_) => format!("no reply within {:?}", self.timeout),
                 other => other.to_string(),
             })
         })
