@@ -1068,6 +1068,7 @@ impl Registry {
         self.services.host.confine.end_grant(grant_id);
         // Its unfinished uploads' part files go with it.
         self.services.host.files.end_scope(grant_id);
+        self.services.host.a11y.end_scope(grant_id);
     }
 
     /// Ids of the live grants.
