@@ -63,6 +63,8 @@ impl Session {
         env.insert("DISPLAY".to_string(), display);
         env.insert("XDG_RUNTIME_DIR".to_string(), dir.display().to_string());
         env.insert("HOME".to_string(), dir.display().to_string());
+        // zenity prints non-ASCII as '?' without a UTF-8 locale.
+        env.insert("LANG".to_string(), "C.UTF-8".to_string());
         env.insert(
             "PATH".to_string(),
             std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
@@ -103,7 +105,23 @@ impl Session {
     pub fn host(&self) -> Arc<ToolHost> {
         let mut env = self.env.clone();
         env.remove("HOME");
+        env.remove("LANG");
         host_with(DisplayBackend::X11, Some(env))
+    }
+
+    /// A tool host whose bus calls wait at most `timeout`.
+    pub fn host_timeout(&self, timeout: Duration) -> Arc<ToolHost> {
+        let mut env = self.env.clone();
+        env.remove("HOME");
+        env.remove("LANG");
+        ToolHost::new(handnode::tools::ToolConfig {
+            display_backend: DisplayBackend::X11,
+            display_env: Some(env),
+            display_probe_ttl: Duration::ZERO,
+            a11y_call_timeout: timeout,
+            ..handnode::tools::ToolConfig::default()
+        })
+        .expect("tool host")
     }
 
     /// Start zenity with `args` in this session.
@@ -113,7 +131,7 @@ impl Session {
             .env_clear()
             .envs(&self.env)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .expect("zenity starts");
@@ -184,6 +202,15 @@ pub struct Zenity(Option<Child>);
 impl Zenity {
     pub fn pid(&self) -> u32 {
         self.0.as_ref().unwrap().id()
+    }
+
+    /// Its standard output, once it has ended.
+    pub fn stdout(&mut self) -> String {
+        let mut out = String::new();
+        if let Some(mut s) = self.0.as_mut().unwrap().stdout.take() {
+            let _ = std::io::Read::read_to_string(&mut s, &mut out);
+        }
+        out
     }
 
     /// Its exit status within `limit` (a watchdog: `None` if it is still running).
@@ -430,6 +457,106 @@ fn observe_lists_the_snapshot_but_not_the_action() {
     assert!(!observe.contains(&act.name));
     assert_eq!(snapshot.class, handnode::profiles::Class::Observe);
     assert_eq!(act.class, handnode::profiles::Class::Shell);
+}
+
+#[test]
+fn set_text_is_read_back_and_the_application_sees_it() {
+    let Some(session) = Session::start("set_text") else {
+        return;
+    };
+    let host = session.host();
+    let mut zenity = session.zenity(&["--entry", "--text=Name?"]);
+    let snap = snapshot_until(&host, json!({"app": "zenity"}), |v| {
+        find_ref(v, "push button", "OK").is_some()
+            && v["structuredContent"]["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| {
+                    n["role"] == "text"
+                        && n["states"].as_array().unwrap().contains(&json!("editable"))
+                })
+    });
+    let field = snap["structuredContent"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["role"] == "text")
+        .unwrap()["ref"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = ok(call(
+        &host,
+        "desktop_act",
+        json!({"ref": field, "action": "set_text", "text": "héllo \"world\""}),
+    ));
+    assert_eq!(
+        out["structuredContent"]["element"]["value"], "héllo \"world\"",
+        "{out}"
+    );
+    ok(call(
+        &host,
+        "desktop_act",
+        json!({"ref": field, "action": "focus"}),
+    ));
+    // The ref still names the same field; the snapshot now shows its value.
+    let snap = ok(call(&host, "desktop_snapshot", json!({"app": "zenity"})));
+    assert!(
+        text(&snap).contains(r#"= "héllo \"world\"""#),
+        "{}",
+        text(&snap)
+    );
+    let okay = find_ref(&snap, "push button", "OK").unwrap();
+    ok(call(
+        &host,
+        "desktop_act",
+        json!({"ref": okay, "action": "press"}),
+    ));
+    let status = zenity
+        .wait(Duration::from_secs(20))
+        .expect("zenity ended after OK");
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(zenity.stdout().trim_end(), "héllo \"world\"");
+}
+
+#[test]
+fn a_hung_application_is_skipped_and_named() {
+    let Some(session) = Session::start("hung") else {
+        return;
+    };
+    let host = session.host_timeout(Duration::from_millis(300));
+    let zenity = session.zenity(&["--question", "--text=hang"]);
+    snapshot_until(&host, json!({}), |v| {
+        find_ref(v, "push button", "Yes").is_some()
+    });
+    // Stopped, it answers nothing; the snapshot still comes back, without it, and says so.
+    let stop = |sig: &str| {
+        assert!(Command::new("kill")
+            .args([sig, &zenity.pid().to_string()])
+            .status()
+            .unwrap()
+            .success());
+    };
+    stop("-STOP");
+    let started = Instant::now();
+    let out = ok(call(&host, "desktop_snapshot", json!({})));
+    stop("-CONT");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let t = text(&out);
+    assert!(t.contains("did not answer within 300 ms"), "{t}");
+    assert!(!t.contains("push button"), "{t}");
+    assert!(
+        out["structuredContent"]["skipped"][0]
+            .as_str()
+            .unwrap()
+            .contains(&zenity.pid().to_string()),
+        "{out}"
+    );
 }
 
 #[test]
