@@ -572,3 +572,32 @@ fn print_a_snapshot() {
         serde_json::to_string(&out["structuredContent"]).unwrap()
     );
 }
+
+#[test]
+fn doctor_says_the_accessibility_bus_is_up_and_how_to_turn_it_on() {
+    let Some(session) = Session::start("doctor") else {
+        return;
+    };
+    let host = session.host();
+    let probe = host.display.probe(&host.config, &host.processes);
+    let checks = handnode::ops::doctor::display_checks(&probe, &host.config, &host.processes);
+    let line = checks
+        .iter()
+        .find(|c| c.name == "accessibility bus")
+        .expect("an accessibility bus line");
+    assert!(line.detail.starts_with("up;"), "{line:?}");
+    let fix = line.fix.as_deref().unwrap();
+    assert!(
+        fix.contains("--force-renderer-accessibility")
+            && fix.contains("QT_LINUX_ACCESSIBILITY_ALWAYS_ON=1"),
+        "{fix}"
+    );
+    // Without a session bus the tools say what is missing.
+    let mut env = session.env.clone();
+    env.remove("DBUS_SESSION_BUS_ADDRESS");
+    env.remove("HOME");
+    env.remove("LANG");
+    let bare = host_with(DisplayBackend::X11, Some(env));
+    let err = tool_error(call(&bare, "desktop_snapshot", json!({})));
+    assert!(err.contains("DBUS_SESSION_BUS_ADDRESS"), "{err}");
+}

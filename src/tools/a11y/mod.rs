@@ -139,6 +139,32 @@ fn act_output_schema() -> Value {
     })
 }
 
+/// How to get applications onto the accessibility bus, for `doctor` and the tools' texts.
+pub const TURN_ON: &str = "applications join the accessibility bus when they start inside \
+    this session; GTK does so by itself, Chromium needs --force-renderer-accessibility, Qt \
+    needs QT_LINUX_ACCESSIBILITY_ALWAYS_ON=1 in its environment";
+
+/// Whether the accessibility bus answers, for `doctor`: where it is and how many
+/// applications are on it, or why not.
+pub fn bus_status(
+    env: &super::display::DisplayEnv,
+    timeout: std::time::Duration,
+) -> Result<String, String> {
+    let mut bus = bus::Bus::open(env, timeout)?;
+    let apps = bus
+        .call(bus::Req::new(
+            bus::REGISTRY,
+            bus::ROOT_PATH,
+            bus::ACCESSIBLE,
+            "GetChildren",
+        ))
+        .map_err(|e| {
+            format!("the accessibility bus is up, but its registry did not answer: {e}")
+        })?;
+    let n = apps.first().map_or(0, |a| a.items().len());
+    Ok(format!("up; {n} application(s) on it"))
+}
+
 /// The application an element belongs to: its accessible name and its process (from the
 /// accessibility bus's `GetConnectionUnixProcessID`), which the `apps` profile's check
 /// compares with the applications a grant may drive.

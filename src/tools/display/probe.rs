@@ -233,7 +233,10 @@ impl Probe {
         Probe {
             requested: DisplayBackend::X11,
             backend: Some(Backend::X11),
-            env: DisplayEnv::default(),
+            env: DisplayEnv {
+                dbus_session_bus_address: Some("unix:path=/nonexistent/bus".into()),
+                ..DisplayEnv::default()
+            },
             helpers: HELPERS
                 .iter()
                 .map(|(h, _)| (*h, Some(PathBuf::from("/nonexistent/bin").join(h))))
