@@ -177,6 +177,8 @@ struct Cand {
     depth: u32,
     /// The rect its scrolled ancestors show (screen pixels), if any.
     clip: Option<[i64; 4]>,
+    /// Its states and extents, when [`shown`] read them.
+    pre: Option<(u64, Option<[i64; 4]>)>,
 }
 
 /// Roles whose children show only inside their own rect (scrolled areas and lists, whose
@@ -250,12 +252,16 @@ fn shown(bus: &mut Bus, cands: Vec<Cand>) -> Vec<Cand> {
         let answers = bus.batch(&reqs);
         let mut any: Vec<bool> = vec![false; groups.len()];
         for (k, &(gi, i)) in asked.iter().enumerate() {
-            let c = &groups[gi].0[i];
+            let c = &mut groups[gi].0[i];
+            let bounds = bounds_of(&answers[2 * k + 1]);
+            if let Ok(v) = &answers[2 * k] {
+                c.pre = Some((state_bits(v), bounds));
+            }
             let ok = c.depth == 0
                 || answers[2 * k].as_ref().is_ok_and(|v| {
                     let bits = state_bits(v);
                     has(bits, state::SHOWING) && !has(bits, state::DEFUNCT)
-                }) && match (c.clip, bounds_of(&answers[2 * k + 1])) {
+                }) && match (c.clip, bounds) {
                     (Some(clip), Some(b)) => overlaps(b, clip),
                     // GTK gives a row scrolled out of a list no size.
                     (Some(_), None) => false,
@@ -347,6 +353,7 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
             parent: None,
             depth: 0,
             clip: None,
+            pre: None,
         });
     }
     if let Some(want) = &opts.app {
@@ -392,30 +399,39 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
         if kept.is_empty() {
             break;
         }
-        // Phase B: what each shown element is.
-        const PER: usize = 5;
-        let mut reqs = Vec::with_capacity(kept.len() * PER);
+        // Phase B: what each shown element is (its state and extents too, unless phase A
+        // read them already).
+        let mut spans = Vec::with_capacity(kept.len());
+        let mut reqs = Vec::with_capacity(kept.len() * 5);
         for c in &kept {
+            spans.push(reqs.len());
             reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetRoleName"));
             reqs.push(Req::prop(&c.bus, &c.path, ACCESSIBLE, "Name"));
-            reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetState"));
-            reqs.push(Req::new(&c.bus, &c.path, COMPONENT, "GetExtents").arg(A::U(0)));
             reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetChildren"));
+            if c.pre.is_none() {
+                reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetState"));
+                reqs.push(Req::new(&c.bus, &c.path, COMPONENT, "GetExtents").arg(A::U(0)));
+            }
         }
         let answers = bus.batch(&reqs);
         let mut next: Vec<Cand> = Vec::new();
         let mut want_value: Vec<usize> = Vec::new();
-        for (k, c) in kept.into_iter().enumerate() {
-            let a = &answers[k * PER..(k + 1) * PER];
+        for (k, mut c) in kept.into_iter().enumerate() {
+            let a = &answers[spans[k]..];
             let Some(role) = string_of(&a[0]) else {
                 continue; // gone, or not answering
             };
             let name = string_of(&a[1]).unwrap_or_default();
-            let states = a[2].as_ref().map(|v| state_bits(v)).unwrap_or(0);
+            let (states, bounds) = match c.pre.take() {
+                Some(pre) => pre,
+                None => (
+                    a[3].as_ref().map(|v| state_bits(v)).unwrap_or(0),
+                    bounds_of(&a[4]),
+                ),
+            };
             if has(states, state::DEFUNCT) {
                 continue;
             }
-            let bounds = bounds_of(&a[3]);
             let index = arena.len();
             let app = apps[c.app].clone();
             arena.push(Node {
@@ -449,7 +465,7 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
                 (true, Some(b)) => Some(c.clip.map_or(b, |cl| intersect(cl, b))),
                 _ => c.clip,
             };
-            let (kids, cut_short) = refs_of(&a[4], budget);
+            let (kids, cut_short) = refs_of(&a[2], budget);
             truncated |= cut_short;
             if c.depth + 1 > MAX_DEPTH {
                 truncated |= !kids.is_empty();
@@ -468,6 +484,7 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
                     parent: Some(index),
                     depth: c.depth + 1,
                     clip,
+                    pre: None,
                 });
             }
         }
