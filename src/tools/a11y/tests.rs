@@ -98,3 +98,37 @@ fn the_registry_places_the_tools_and_their_readiness() {
     let err = bare.ready(Gui::A11yAct).unwrap_err();
     assert!(err.contains("DBUS_SESSION_BUS_ADDRESS"), "{err}");
 }
+
+#[test]
+fn the_escalation_check_classifies_both_tools() {
+    use crate::tools::policy::{Shell, ToolLists, ToolPolicy};
+    let custom = |allow: &[&str]| {
+        ToolPolicy::new(
+            Profile::Custom,
+            ToolLists {
+                allow: allow.iter().map(|s| s.to_string()).collect(),
+                deny: Vec::new(),
+            },
+        )
+        .unwrap()
+        .escalation(|_| false)
+    };
+    assert_eq!(custom(&[SNAPSHOT.name, "screenshot"]).shell, Shell::No);
+    let yes = custom(&[SNAPSHOT.name, ACT.name]);
+    assert_eq!(yes.shell, Shell::Yes);
+    assert_eq!(yes.because.as_deref(), Some("desktop_act is a shell tool"));
+    // Under approval, the grant is gated.
+    let policy = ToolPolicy::new(
+        Profile::Custom,
+        ToolLists {
+            allow: vec![ACT.name.to_string()],
+            deny: Vec::new(),
+        },
+    )
+    .unwrap();
+    assert_eq!(policy.escalation(|n| n == ACT.name).shell, Shell::Gated);
+    // observe stays a boundary with the snapshot in it.
+    let observe = ToolPolicy::fixed(Profile::Observe).unwrap();
+    assert!(observe.allows(SNAPSHOT.name) && !observe.allows(ACT.name));
+    assert_eq!(observe.escalation(|_| false).shell, Shell::No);
+}
