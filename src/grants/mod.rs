@@ -1415,7 +1415,10 @@ mod tests {
                 "unknown tool in deny: browser_nope*",
             ),
             (
-                format!(r#"{{{ok},"deny":["sys_info","screenshot"],"secret":"x"}}"#),
+                format!(
+                    r#"{{{ok},"deny":{},"secret":"x"}}"#,
+                    serde_json::to_string(&crate::tools::names(Profile::Observe)).unwrap()
+                ),
                 crate::tools::policy::NO_TOOLS_ERROR,
             ),
             (format!(r#"{{{ok},"ttl_secs":0,"secret":"x"}}"#), TTL_ERROR),
