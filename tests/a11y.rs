@@ -542,6 +542,143 @@ fn set_text_is_read_back_and_the_application_sees_it() {
     assert_eq!(zenity.stdout().trim_end(), "héllo \"world\"");
 }
 
+/// The refs of the table cells, in order, with their names and states.
+fn cells(snap: &Value) -> Vec<(String, String, Vec<Value>)> {
+    snap["structuredContent"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["role"] == "table cell")
+        .map(|n| {
+            (
+                n["ref"].as_str().unwrap().to_string(),
+                n["name"].as_str().unwrap().to_string(),
+                n["states"].as_array().unwrap().clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn toggle_reports_the_new_state_and_the_application_sees_it() {
+    let Some(session) = Session::start("toggle") else {
+        return;
+    };
+    let host = session.host();
+    let mut zenity = session.zenity(&[
+        "--list",
+        "--checklist",
+        "--column=Pick",
+        "--column=Name",
+        "FALSE",
+        "apple",
+        "TRUE",
+        "pear",
+    ]);
+    let snap = snapshot_until(&host, json!({"app": "zenity"}), |v| cells(v).len() == 4);
+    let cells = cells(&snap);
+    let (apple_box, pear_box) = (&cells[0], &cells[2]);
+    assert_eq!(cells[1].1, "apple");
+    assert!(!apple_box.2.contains(&json!("checked")) && pear_box.2.contains(&json!("checked")));
+    let on = ok(call(
+        &host,
+        "desktop_act",
+        json!({"ref": apple_box.0, "action": "toggle"}),
+    ));
+    assert!(text(&on).ends_with("now on"), "{}", text(&on));
+    assert!(
+        on["structuredContent"]["element"]["states"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("checked")),
+        "{on}"
+    );
+    let off = ok(call(
+        &host,
+        "desktop_act",
+        json!({"ref": pear_box.0, "action": "toggle"}),
+    ));
+    assert!(text(&off).ends_with("now off"), "{}", text(&off));
+    let okay = find_ref(&snap, "push button", "OK").unwrap();
+    ok(call(
+        &host,
+        "desktop_act",
+        json!({"ref": okay, "action": "press"}),
+    ));
+    let status = zenity
+        .wait(Duration::from_secs(20))
+        .expect("zenity ended after OK");
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(zenity.stdout().trim_end(), "apple");
+}
+
+#[test]
+fn select_picks_a_row_and_scroll_to_brings_one_into_view() {
+    let Some(session) = Session::start("select") else {
+        return;
+    };
+    let host = session.host();
+    let rows: Vec<String> = (0..60).map(|i| format!("row {i}")).collect();
+    let mut args = vec!["--list", "--column=Name", "--height=300"];
+    args.extend(rows.iter().map(String::as_str));
+    let mut zenity = session.zenity(&args);
+    let snap = snapshot_until(&host, json!({"app": "zenity"}), |v| {
+        cells(v).iter().any(|c| c.1 == "row 2")
+    });
+    // A row scrolled away is not listed; with offscreen it is, and scroll_to shows it
+    // (GTK 3 scrolls a list by focusing the row, which in a list of one choice picks it).
+    assert!(find_ref(&snap, "table cell", "row 55").is_none());
+    let every = ok(call(
+        &host,
+        "desktop_snapshot",
+        json!({"app": "zenity", "offscreen": true}),
+    ));
+    let far = find_ref(&every, "table cell", "row 55").unwrap();
+    ok(call(
+        &host,
+        "desktop_act",
+        json!({"ref": far, "action": "scroll_to"}),
+    ));
+    let after = snapshot_until(&host, json!({"app": "zenity"}), |v| {
+        find_ref(v, "table cell", "row 55").is_some()
+    });
+    assert!(
+        find_ref(&after, "table cell", "row 0").is_none(),
+        "{}",
+        text(&after)
+    );
+    // select picks row 2, scrolled away now.
+    let every = ok(call(
+        &host,
+        "desktop_snapshot",
+        json!({"app": "zenity", "offscreen": true}),
+    ));
+    let row2 = find_ref(&every, "table cell", "row 2").unwrap();
+    let out = ok(call(
+        &host,
+        "desktop_act",
+        json!({"ref": row2, "action": "select"}),
+    ));
+    assert!(
+        out["structuredContent"]["element"]["states"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("selected")),
+        "{out}"
+    );
+    let okay = find_ref(&after, "push button", "OK").unwrap();
+    ok(call(
+        &host,
+        "desktop_act",
+        json!({"ref": okay, "action": "press"}),
+    ));
+    let status = zenity
+        .wait(Duration::from_secs(20))
+        .expect("zenity ended after OK");
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(zenity.stdout().trim_end(), "row 2");
+}
+
 #[test]
 fn a_hung_application_is_skipped_and_named() {
     let Some(session) = Session::start("hung") else {
@@ -631,9 +768,9 @@ fn print_a_list() {
         return;
     };
     let host = session.host();
-    let rows: Vec<String> = (0..100).map(|i| format!("row {i}")).collect();
-    let mut args = vec!["--list", "--column=Name", "--height=300"];
-    args.extend(rows.iter().map(String::as_str));
+    let args = std::env::var("PRINT_ZENITY")
+        .unwrap_or_else(|_| "--list --column=Name --height=300 a b c".into());
+    let args: Vec<&str> = args.split(' ').collect();
     let _zenity = session.zenity(&args);
     snapshot_until(&host, json!({"app": "zenity"}), |v| {
         text(v).contains("table cell")

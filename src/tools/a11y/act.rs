@@ -307,14 +307,23 @@ fn perform(bus: &mut Bus, a: &ActArgs, el: &ElementRef) -> Result<String, String
             Ok("focused".into())
         }
         "scroll_to" => {
+            let scrolled = bus.call(
+                Req::new(&el.bus, &el.path, COMPONENT, "ScrollTo").arg(A::U(SCROLL_ANYWHERE)),
+            );
+            if yes(scrolled, "scroll into view", a).is_ok() {
+                return Ok("scrolled into view".into());
+            }
+            // GTK 3 does not scroll on request (ScrollTo answers false); a list scrolls to
+            // the row that takes the focus.
             yes(
-                bus.call(
-                    Req::new(&el.bus, &el.path, COMPONENT, "ScrollTo").arg(A::U(SCROLL_ANYWHERE)),
-                ),
-                "scroll into view",
+                bus.call(Req::new(&el.bus, &el.path, COMPONENT, "GrabFocus")),
+                "scroll into view (its application neither scrolls on request nor takes focus there)",
                 a,
             )?;
-            Ok("scrolled into view".into())
+            Ok(
+                "scrolled into view by focusing it (its application does not scroll on request)"
+                    .into(),
+            )
         }
         "set_text" => {
             let text = a.text.as_deref().unwrap_or_default();
