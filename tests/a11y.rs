@@ -794,3 +794,95 @@ fn print_a_list() {
         }
     }
 }
+
+/// A call as a grant `id` makes it (its refs are the grant's own).
+fn call_in_grant(
+    host: &Arc<ToolHost>,
+    id: &str,
+    name: &str,
+    args: Value,
+) -> handnode::wire::mcp::ToolOutput {
+    use handnode::tools::{CallContext, CallLimits, GrantNote};
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let cx = CallContext {
+        policy: Arc::new(handnode::tools::policy::ToolPolicy::fixed(Profile::Desktop).unwrap()),
+        grant: Some(GrantNote {
+            id: id.to_string(),
+            session: "s".into(),
+            expires_at: u64::MAX / 2,
+            approve: Vec::new(),
+            approval_wait: Duration::from_secs(1),
+        }),
+        limits: CallLimits::GRANT,
+        ctl: handnode::pool::JobCtl::new(),
+        host: host.clone(),
+        principal: "test".into(),
+    };
+    handnode::tools::start_local(
+        name,
+        args,
+        cx,
+        handnode::pool::Completion::new(move |out| {
+            let _ = tx.send(out);
+        }),
+    );
+    rx.recv_timeout(CALL_WATCHDOG).expect("the call answered")
+}
+
+#[test]
+fn refs_belong_to_the_grant_that_took_the_snapshot() {
+    let Some((_session, host, mut zenity, _)) = question_buttons("grant_refs") else {
+        return;
+    };
+    let a = ok(call_in_grant(
+        &host,
+        "grant-a",
+        "desktop_snapshot",
+        json!({"app": "zenity"}),
+    ));
+    let yes = find_ref(&a, "push button", "Yes").unwrap();
+    // Another grant never took a snapshot: the ref means nothing there.
+    let err = tool_error(call_in_grant(
+        &host,
+        "grant-b",
+        "desktop_act",
+        json!({"ref": yes, "action": "press"}),
+    ));
+    assert!(
+        err.contains("is not a ref of your last desktop_snapshot"),
+        "{err}"
+    );
+    assert!(
+        zenity.wait(Duration::from_millis(200)).is_none(),
+        "zenity still runs"
+    );
+    // Its grant's end forgets them.
+    host.a11y.end_scope("grant-a");
+    let err = tool_error(call_in_grant(
+        &host,
+        "grant-a",
+        "desktop_act",
+        json!({"ref": yes, "action": "press"}),
+    ));
+    assert!(err.contains("take a new snapshot"), "{err}");
+    let a = ok(call_in_grant(
+        &host,
+        "grant-a",
+        "desktop_snapshot",
+        json!({"app": "zenity"}),
+    ));
+    let yes = find_ref(&a, "push button", "Yes").unwrap();
+    ok(call_in_grant(
+        &host,
+        "grant-a",
+        "desktop_act",
+        json!({"ref": yes, "action": "press"}),
+    ));
+    assert_eq!(
+        zenity
+            .wait(Duration::from_secs(20))
+            .expect("zenity ended")
+            .code(),
+        Some(0)
+    );
+}
