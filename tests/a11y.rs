@@ -472,13 +472,22 @@ fn snapshot_bounds_are_refused_at_bound_plus_one() {
 
 #[test]
 fn observe_lists_the_snapshot_but_not_the_action() {
+    use handnode::tools::a11y::{ACT, SNAPSHOT};
     let observe = handnode::tools::names(Profile::Observe);
-    let snapshot = handnode::tools::find("desktop_snapshot").unwrap();
-    let act = handnode::tools::find("desktop_act").unwrap();
-    assert!(observe.contains(&snapshot.name));
-    assert!(!observe.contains(&act.name));
-    assert_eq!(snapshot.class, handnode::profiles::Class::Observe);
-    assert_eq!(act.class, handnode::profiles::Class::Shell);
+    assert!(observe.contains(&SNAPSHOT.name));
+    assert!(!observe.contains(&ACT.name));
+    // Both are served (registered), with the classes the escalation check reads.
+    assert!(
+        handnode::tools::find(SNAPSHOT.name).is_some() && handnode::tools::find(ACT.name).is_some()
+    );
+    assert_eq!(
+        handnode::tools::class_of(SNAPSHOT.name),
+        Some(handnode::profiles::Class::Observe)
+    );
+    assert_eq!(
+        handnode::tools::class_of(ACT.name),
+        Some(handnode::profiles::Class::Shell)
+    );
 }
 
 #[test]
