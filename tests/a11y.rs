@@ -695,9 +695,10 @@ fn a_hung_application_is_skipped_and_named() {
     };
     let host = session.host_timeout(Duration::from_millis(300));
     let zenity = session.zenity(&["--question", "--text=hang"]);
-    snapshot_until(&host, json!({}), |v| {
+    let before = snapshot_until(&host, json!({}), |v| {
         find_ref(v, "push button", "Yes").is_some()
     });
+    let yes = find_ref(&before, "push button", "Yes").unwrap();
     // Stopped, it answers nothing; the snapshot still comes back, without it, and says so.
     let stop = |sig: &str| {
         assert!(Command::new("kill")
@@ -707,6 +708,16 @@ fn a_hung_application_is_skipped_and_named() {
             .success());
     };
     stop("-STOP");
+    // Acting on it says it does not answer (not that the element changed).
+    let err = tool_error(call(
+        &host,
+        "desktop_act",
+        json!({"ref": yes, "action": "press"}),
+    ));
+    assert_eq!(
+        err,
+        format!("{yes} (push button \"Yes\"): its application (zenity) did not answer within 300 ms: it may be busy or hung")
+    );
     let started = Instant::now();
     let out = ok(call(&host, "desktop_snapshot", json!({})));
     stop("-CONT");

@@ -208,13 +208,21 @@ fn stale(reference: &str, el: &ElementRef) -> String {
     )
 }
 
-/// The element as it is now, or `None` when it is gone.
-fn read_now(bus: &mut Bus, el: &ElementRef) -> Option<(String, String, u64)> {
+/// The element as it is now, or `None` when it is gone; `Err` when its application does
+/// not answer in time.
+fn read_now(bus: &mut Bus, el: &ElementRef) -> Result<Option<(String, String, u64)>, String> {
     let answers = bus.batch(&[
         Req::new(&el.bus, &el.path, ACCESSIBLE, "GetRoleName"),
         Req::prop(&el.bus, &el.path, ACCESSIBLE, "Name"),
         Req::new(&el.bus, &el.path, ACCESSIBLE, "GetState"),
     ]);
+    if answers.iter().any(|a| matches!(a, Err(DbusError::Timeout))) {
+        return Err(format!(
+            "its application ({}) did not answer within {} ms: it may be busy or hung",
+            el.app.name,
+            bus.timeout.as_millis()
+        ));
+    }
     let s = |a: &Result<Vec<Val>, DbusError>| -> Option<String> {
         a.as_ref()
             .ok()?
@@ -222,10 +230,11 @@ fn read_now(bus: &mut Bus, el: &ElementRef) -> Option<(String, String, u64)> {
             .as_str()
             .map(|s| tree::cut(s, tree::MAX_NAME_CHARS))
     };
-    let role = s(&answers[0])?;
-    let name = s(&answers[1])?;
-    let states = state_bits(answers[2].as_ref().ok()?);
-    (!has(states, state::DEFUNCT)).then_some((role, name, states))
+    let (Some(role), Some(name), Ok(st)) = (s(&answers[0]), s(&answers[1]), &answers[2]) else {
+        return Ok(None);
+    };
+    let states = state_bits(st);
+    Ok((!has(states, state::DEFUNCT)).then_some((role, name, states)))
 }
 
 /// The names of the element's accessible actions.
@@ -292,8 +301,9 @@ fn yes(answer: Result<Vec<Val>, DbusError>, what: &str, a: &ActArgs) -> Result<(
 /// Check the element is what the ref says, then act. Its note for the answer.
 fn perform(bus: &mut Bus, a: &ActArgs, el: &ElementRef) -> Result<String, String> {
     match read_now(bus, el) {
-        Some((role, name, _)) if role == el.role && name == el.name => {}
-        _ => return Err(stale(&a.reference, el)),
+        Ok(Some((role, name, _))) if role == el.role && name == el.name => {}
+        Ok(_) => return Err(stale(&a.reference, el)),
+        Err(why) => return Err(format!("{} ({}): {why}", a.reference, describe(el))),
     }
     match a.action {
         "press" => do_named(bus, a, el, PRESS_NAMES),
@@ -399,7 +409,11 @@ fn perform(bus: &mut Bus, a: &ActArgs, el: &ElementRef) -> Result<String, String
 fn answer(bus: &mut Bus, a: &ActArgs, el: &ElementRef, note: String) -> ToolOutput {
     let now = read_now(bus, el);
     let (text, element) = match now {
-        Some((role, name, states)) => {
+        Err(why) => (
+            format!("{} {note}; afterwards {why}", a.reference),
+            Value::Null,
+        ),
+        Ok(Some((role, name, states))) => {
             let mut node = Node::alone(
                 ElementRef {
                     role,
@@ -421,7 +435,7 @@ fn answer(bus: &mut Bus, a: &ActArgs, el: &ElementRef, note: String) -> ToolOutp
                 tree::node_json(&a.reference, &node, true),
             )
         }
-        None => (
+        Ok(None) => (
             format!(
                 "{} {note}; the element is gone now (its window closed or changed)",
                 a.reference

@@ -108,6 +108,8 @@ pub struct Bus {
     pub timeout: Duration,
     /// Bus names of applications that missed a deadline: asked nothing more.
     pub hung: HashSet<String>,
+    /// No call waits past this (the whole snapshot's budget), whatever its own deadline.
+    pub until: Option<Instant>,
 }
 
 impl Bus {
@@ -119,6 +121,7 @@ impl Bus {
             conn,
             timeout,
             hung: HashSet::new(),
+            until: None,
         })
     }
 
@@ -159,7 +162,9 @@ impl Bus {
                         member: r.member,
                         args: &args,
                     });
-                    inflight.push_back((next, serial, Instant::now() + self.timeout));
+                    let own = Instant::now() + self.timeout;
+                    let at = self.until.map_or(own, |u| u.min(own));
+                    inflight.push_back((next, serial, at));
                 }
                 next += 1;
             }

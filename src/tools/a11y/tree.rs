@@ -10,6 +10,10 @@ use super::bus::{Bus, Req, A, ACCESSIBLE, COMPONENT, DBUS, REGISTRY, ROOT_PATH, 
 use super::{ElementApp, ElementRef};
 use crate::wire::dbus::{DbusError, Val};
 
+/// The longest a whole snapshot may take, in call timeouts: applications that answer each
+/// call just in time must not hold the display thread for minutes.
+pub const SNAPSHOT_TIMEOUTS: u32 = 4;
+
 /// Deepest level read; deeper elements are left out (and the snapshot says truncated).
 pub const MAX_DEPTH: u32 = 64;
 /// Longest name or value kept (characters); the text line cuts names shorter still.
@@ -381,9 +385,17 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
     let mut roots: Vec<usize> = Vec::new();
     let mut truncated = false;
     let mut examined = 0usize;
+    let until = std::time::Instant::now() + bus.timeout * SNAPSHOT_TIMEOUTS;
+    bus.until = Some(until);
+    let mut slow = false;
     while !cands.is_empty() {
         if cancelled() {
             return Err("cancelled".into());
+        }
+        if std::time::Instant::now() >= until {
+            slow = true;
+            truncated = true;
+            break;
         }
         // Phase A: which of them are shown (applications always are).
         let mut kept: Vec<Cand> = if opts.offscreen {
@@ -513,6 +525,12 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
             }
         }
         cands = next;
+    }
+    if slow {
+        skipped.push(format!(
+            "the snapshot stopped after {} ms (applications answered slowly): the tree is incomplete",
+            timeout_ms * u128::from(SNAPSHOT_TIMEOUTS)
+        ));
     }
     for b in &bus.hung {
         if !skipped.iter().any(|s| s.contains(b.as_str())) {
