@@ -42,7 +42,9 @@ impl Session {
             ("/usr/libexec/at-spi-bus-launcher", "at-spi2-core"),
         ] {
             let found = if program.starts_with('/') {
+                // Older Debian and Ubuntu put it under /usr/lib/at-spi2-core.
                 Path::new(program).exists()
+                    || Path::new("/usr/lib/at-spi2-core/at-spi-bus-launcher").exists()
             } else {
                 handnode::tools::display::which(program, None).is_some()
             };
