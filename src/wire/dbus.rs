@@ -487,6 +487,21 @@ impl Conn {
         Ok(Some(()))
     }
 
+    /// A connection over a stream that needs no authentication: the fake bus of tests.
+    #[cfg(test)]
+    pub(crate) fn over(stream: UnixStream, max_message: usize) -> Conn {
+        Conn {
+            stream,
+            serial: 0,
+            max_message,
+            rbuf: Vec::new(),
+            skip: 0,
+            answers: HashMap::new(),
+            forgotten: Default::default(),
+            out: Vec::new(),
+        }
+    }
+
     /// How many answers are held unread (for bounding callers' pipelines).
     pub fn held(&self) -> usize {
         self.answers.len()
@@ -721,12 +736,54 @@ impl Reader<'_> {
     }
 }
 
+/// A fake bus's side of the wire, for tests elsewhere in the crate.
+#[cfg(test)]
+pub(crate) mod fake {
+    use super::*;
+
+    /// The first whole message of `buf`: its length, serial, destination and member.
+    pub fn call_at(buf: &[u8]) -> Option<(usize, u32, String, String)> {
+        if buf.len() < 16 {
+            return None;
+        }
+        let body = u32::from_le_bytes(buf[4..8].try_into().ok()?) as usize;
+        let serial = u32::from_le_bytes(buf[8..12].try_into().ok()?);
+        let fields = u32::from_le_bytes(buf[12..16].try_into().ok()?) as usize;
+        let total = align(16 + fields, 8) + body;
+        if buf.len() < total {
+            return None;
+        }
+        let mut r = Reader {
+            buf: &buf[..total],
+            pos: 12,
+            big: false,
+            depth: 0,
+        };
+        let f = r.value(b"a(yv)").ok()?;
+        let field = |code: u64| {
+            f.items()
+                .iter()
+                .find(|x| x.items().first().and_then(Val::as_u64) == Some(code))
+                .and_then(|x| x.items().get(1)?.as_str().map(str::to_string))
+                .unwrap_or_default()
+        };
+        Some((total, serial, field(6), field(3)))
+    }
+
+    /// A reply from the bus to call `reply_to`, its body one `u`.
+    pub fn reply_u(serial: u32, reply_to: u32, v: u32) -> Vec<u8> {
+        let mut body = Vec::new();
+        put_u32(&mut body, v);
+        tests::reply(serial, reply_to, "u", &body)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// A reply message as a bus would send it: little-endian, the given body.
-    fn reply(serial: u32, reply_to: u32, sig: &str, body: &[u8]) -> Vec<u8> {
+    pub(super) fn reply(serial: u32, reply_to: u32, sig: &str, body: &[u8]) -> Vec<u8> {
         let mut m = vec![b'l', 2, 0, 1];
         m.extend_from_slice(&(body.len() as u32).to_le_bytes());
         m.extend_from_slice(&serial.to_le_bytes());

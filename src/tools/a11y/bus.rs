@@ -125,6 +125,17 @@ impl Bus {
         })
     }
 
+    /// A bus over a connection already made (tests: a fake bus).
+    #[cfg(test)]
+    pub(crate) fn over(conn: Conn, timeout: Duration) -> Bus {
+        Bus {
+            conn,
+            timeout,
+            hung: HashSet::new(),
+            until: None,
+        }
+    }
+
     /// One call, waited for.
     pub fn call(&mut self, req: Req) -> Result<Vec<Val>, DbusError> {
         self.batch(&[req])

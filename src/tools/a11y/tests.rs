@@ -132,3 +132,90 @@ fn the_escalation_check_classifies_both_tools() {
     assert!(observe.allows(SNAPSHOT.name) && !observe.allows(ACT.name));
     assert_eq!(observe.escalation(|_| false).shell, Shell::No);
 }
+
+/// A fake bus on a socket pair: answers every call to `:1.good` with 7, never one to
+/// `:1.bad`; reports each call's destination as it comes.
+fn fake_bus(timeout: std::time::Duration) -> (bus::Bus, crossbeam_channel::Receiver<String>) {
+    use std::io::{Read, Write};
+    let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let mut serial = 100;
+        loop {
+            while let Some((len, reply_to, dest, _)) = crate::wire::dbus::fake::call_at(&buf) {
+                buf.drain(..len);
+                let _ = tx.send(dest.clone());
+                if dest == ":1.good" {
+                    serial += 1;
+                    let _ =
+                        theirs.write_all(&crate::wire::dbus::fake::reply_u(serial, reply_to, 7));
+                }
+            }
+            match theirs.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    });
+    let conn = crate::wire::dbus::Conn::over(ours, bus::MAX_MESSAGE);
+    (bus::Bus::over(conn, timeout), rx)
+}
+
+#[test]
+fn an_application_that_misses_a_deadline_is_marked_hung_and_asked_nothing_more() {
+    use crate::wire::dbus::{DbusError, Val};
+    use std::time::{Duration, Instant};
+    let (mut bus, seen) = fake_bus(Duration::from_millis(100));
+    let req = |dest: &str| bus::Req::new(dest, "/", bus::ACCESSIBLE, "GetRoleName");
+    let started = Instant::now();
+    let out = bus.batch(&[req(":1.good"), req(":1.bad"), req(":1.good")]);
+    assert_eq!(out[0], Ok(vec![Val::UInt(7)]));
+    assert_eq!(out[1], Err(DbusError::Timeout));
+    assert_eq!(out[2], Ok(vec![Val::UInt(7)]));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(bus.hung.contains(":1.bad"));
+    // Next batch: the hung one is not asked (its answer is at once), the other is.
+    let started = Instant::now();
+    let out = bus.batch(&[req(":1.bad"), req(":1.good")]);
+    assert_eq!(out[0], Err(DbusError::Timeout));
+    assert_eq!(out[1], Ok(vec![Val::UInt(7)]));
+    assert!(
+        started.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(bus);
+    // The fake bus ends when the connection closes (a watchdog in case it does not).
+    let mut dests = Vec::new();
+    while let Ok(d) = seen.recv_timeout(Duration::from_secs(10)) {
+        dests.push(d);
+    }
+    assert_eq!(
+        dests.iter().filter(|d| *d == ":1.bad").count(),
+        1,
+        "{dests:?}"
+    );
+    assert_eq!(
+        dests.iter().filter(|d| *d == ":1.good").count(),
+        3,
+        "{dests:?}"
+    );
+}
+
+#[test]
+fn a_batch_larger_than_the_window_is_answered_whole_and_in_order() {
+    use crate::wire::dbus::Val;
+    let (mut bus, _seen) = fake_bus(std::time::Duration::from_secs(10));
+    let reqs: Vec<bus::Req> = (0..bus::WINDOW * 3 + 1)
+        .map(|_| bus::Req::new(":1.good", "/", bus::ACCESSIBLE, "GetRoleName"))
+        .collect();
+    let out = bus.batch(&reqs);
+    assert_eq!(out.len(), reqs.len());
+    assert!(out.iter().all(|a| *a == Ok(vec![Val::UInt(7)])));
+}
