@@ -227,7 +227,14 @@ fn bounds_of(answer: &Result<Vec<Val>, DbusError>) -> Option<[i64; 4]> {
 
 /// The candidates that are shown: state `SHOWING` (not `DEFUNCT`) and, under a scrolled
 /// ancestor, inside its rect. Asked per parent a [`CHUNK`] at a time (see there).
-fn shown(bus: &mut Bus, cands: Vec<Cand>) -> Vec<Cand> {
+/// Stops asking (and says it cut the tree) once `examined` reaches `budget`.
+fn shown(
+    bus: &mut Bus,
+    cands: Vec<Cand>,
+    budget: usize,
+    examined: &mut usize,
+) -> (Vec<Cand>, bool) {
+    let mut cut = false;
     // Runs of siblings (candidates come parent by parent).
     let mut groups: Vec<(Vec<Cand>, usize, bool, bool)> = Vec::new(); // (cands, pos, seen shown, done)
     for c in cands {
@@ -240,8 +247,13 @@ fn shown(bus: &mut Bus, cands: Vec<Cand>) -> Vec<Cand> {
     loop {
         let mut reqs = Vec::new();
         let mut asked: Vec<(usize, usize)> = Vec::new();
-        for (gi, (g, pos, _, done)) in groups.iter().enumerate() {
+        for (gi, (g, pos, _, done)) in groups.iter_mut().enumerate() {
             if *done {
+                continue;
+            }
+            if *examined + asked.len() >= budget {
+                *done = true;
+                cut = true;
                 continue;
             }
             for (i, c) in g.iter().enumerate().skip(*pos).take(CHUNK) {
@@ -253,6 +265,7 @@ fn shown(bus: &mut Bus, cands: Vec<Cand>) -> Vec<Cand> {
         if asked.is_empty() {
             break;
         }
+        *examined += asked.len();
         let answers = bus.batch(&reqs);
         let mut any: Vec<bool> = vec![false; groups.len()];
         for (k, &(gi, i)) in asked.iter().enumerate() {
@@ -285,11 +298,12 @@ fn shown(bus: &mut Bus, cands: Vec<Cand>) -> Vec<Cand> {
             *seen |= any[gi];
         }
     }
-    groups
+    let kept = groups
         .into_iter()
         .zip(keep)
         .flat_map(|((g, ..), k)| g.into_iter().zip(k).filter(|(_, k)| *k).map(|(c, _)| c))
-        .collect()
+        .collect();
+    (kept, cut)
 }
 
 /// Read the tree. `cancelled` is asked between levels.
@@ -306,9 +320,11 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
             "the accessibility registry did not list the applications: {e}"
         ));
     }
-    // Budget of elements examined (shown or not): hidden rows of a long list cost a state
-    // call each, so they are bounded too.
+    // Budget of elements examined (asked whether they are shown): hidden rows of a long
+    // list cost calls too, so they are bounded as well. Candidates waiting to be examined
+    // are bounded separately (memory), as are the children taken from one answer.
     let budget = opts.max_nodes.saturating_mul(8).saturating_add(256);
+    let max_cands = budget.saturating_mul(4);
     let (app_refs, _) = refs_of(&apps_answer, budget);
     // Each application's name (to filter by `app`) and process id.
     let mut reqs = Vec::new();
@@ -401,7 +417,9 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
         let mut kept: Vec<Cand> = if opts.offscreen {
             std::mem::take(&mut cands)
         } else {
-            shown(bus, std::mem::take(&mut cands))
+            let (kept, cut) = shown(bus, std::mem::take(&mut cands), budget, &mut examined);
+            truncated |= cut;
+            kept
         };
         let room = opts.max_nodes.saturating_sub(arena.len());
         if kept.len() > room {
@@ -477,18 +495,17 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
                 (true, Some(b)) => Some(c.clip.map_or(b, |cl| intersect(cl, b))),
                 _ => c.clip,
             };
-            let (kids, cut_short) = refs_of(&a[2], budget);
+            let (kids, cut_short) = refs_of(&a[2], max_cands);
             truncated |= cut_short;
             if c.depth + 1 > MAX_DEPTH {
                 truncated |= !kids.is_empty();
                 continue;
             }
             for (b, p) in kids {
-                if examined >= budget {
+                if next.len() >= max_cands {
                     truncated = true;
                     break;
                 }
-                examined += 1;
                 next.push(Cand {
                     bus: b,
                     path: p,
