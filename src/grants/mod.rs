@@ -1062,12 +1062,14 @@ impl Registry {
     }
 
     /// A grant ended: its jobs end (§9), and everything it started dies with its cgroup
-    /// (§16), whatever left the jobs' process groups.
+    /// (§16), whatever left the jobs' process groups; what it kept in the tool host (upload
+    /// parts, accessibility refs) goes.
     fn end_processes(&self, grant_id: &str) {
         self.jobs().end_scope(grant_id);
         self.services.host.confine.end_grant(grant_id);
         // Its unfinished uploads' part files go with it.
         self.services.host.files.end_scope(grant_id);
+        // Its refs of its last desktop_snapshot, too.
         self.services.host.a11y.end_scope(grant_id);
     }
 
