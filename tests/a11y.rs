@@ -5,6 +5,7 @@
 //! Skips (saying why) only where Xvfb, dbus-daemon, zenity or at-spi2-core are absent; CI
 //! installs them (scripts/ci/packages.sh).
 
+mod common;
 mod displays;
 
 use std::collections::BTreeMap;
@@ -900,6 +901,62 @@ fn refs_belong_to_the_grant_that_took_the_snapshot() {
         "desktop_act",
         json!({"ref": yes, "action": "press"}),
     ));
+    assert_eq!(
+        zenity
+            .wait(Duration::from_secs(20))
+            .expect("zenity ended")
+            .code(),
+        Some(0)
+    );
+}
+
+/// The whole daemon: the owner's `/mcp` lists both tools with their output schema, and a
+/// snapshot and a press go through the display thread to zenity and back.
+#[test]
+fn through_the_daemon_a_snapshot_and_a_press_reach_zenity() {
+    let Some((session, _host, mut zenity, _)) = question_buttons("daemon") else {
+        return;
+    };
+    let mut env = session.env.clone();
+    env.remove("HOME");
+    env.remove("LANG");
+    let d = common::TestDaemon::with("a11y-daemon", |c| {
+        c.display_env = Some(env);
+        c.display_backend = DisplayBackend::X11;
+    });
+    let rpc = |id: u64, method: &str, params: Value| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let (status, reply) = d.call("POST", "/mcp", Some(&body));
+        assert_eq!(status, 200, "{reply}");
+        reply
+    };
+    let list = rpc(1, "tools/list", json!({}));
+    let tools = list["result"]["tools"].as_array().unwrap();
+    for tool in [
+        handnode::tools::a11y::SNAPSHOT.name,
+        handnode::tools::a11y::ACT.name,
+    ] {
+        let t = tools
+            .iter()
+            .find(|t| t["name"] == tool)
+            .unwrap_or_else(|| panic!("{tool} listed"));
+        assert!(t["outputSchema"]["properties"].is_object(), "{t}");
+    }
+    let snap = rpc(
+        2,
+        "tools/call",
+        json!({"name": "desktop_snapshot", "arguments": {"app": "zenity"}}),
+    );
+    let result = &snap["result"];
+    assert_ne!(result["isError"], true, "{snap}");
+    let yes = find_ref(result, "push button", "Yes").expect("Yes is listed");
+    let press = rpc(
+        3,
+        "tools/call",
+        json!({"name": "desktop_act", "arguments": {"ref": yes, "action": "press"}}),
+    );
+    assert_ne!(press["result"]["isError"], true, "{press}");
+    assert_eq!(press["result"]["structuredContent"]["action"], "press");
     assert_eq!(
         zenity
             .wait(Duration::from_secs(20))
