@@ -2184,11 +2184,12 @@ fn bench_a11y(r: &mut Report, o: &Opts, dir: &Path, display: Option<&str>) {
         .process_group(0)
         .spawn()
         .expect("dbus-daemon starts");
+    let stdout = bus.stdout.take().unwrap();
+    let _bus = Group(bus);
     let mut line = String::new();
-    BufReader::new(bus.stdout.take().unwrap())
+    BufReader::new(stdout)
         .read_line(&mut line)
         .expect("dbus-daemon prints its address");
-    let _bus = Group(bus);
     let address = line.trim().to_string();
     // The accessibility bus and its registry up before the window, as in a running session.
     let env = handnode::tools::display::DisplayEnv {

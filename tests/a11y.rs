@@ -29,8 +29,33 @@ const APPEAR: Duration = Duration::from_secs(30);
 pub struct Session {
     pub dir: PathBuf,
     pub env: BTreeMap<String, String>,
-    bus: Option<Child>,
+    // Dropped in this order: the buses, then the screen, then the directory.
+    _bus: BusGroup,
     _xvfb: Killed,
+    _dir: RemoveDir,
+}
+
+/// The session bus's process group (it and what it activated: at-spi-bus-launcher, the
+/// accessibility bus, the registry), killed when dropped, a panicking test's included.
+struct BusGroup(Child);
+
+impl Drop for BusGroup {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .status();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A directory removed when dropped.
+struct RemoveDir(PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl Session {
@@ -61,6 +86,7 @@ impl Session {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let dir_guard = RemoveDir(dir.clone());
         let (xvfb, display) = own_xvfb();
         let mut env = BTreeMap::new();
         env.insert("DISPLAY".to_string(), display);
@@ -84,6 +110,7 @@ impl Session {
             .spawn()
             .expect("dbus-daemon starts");
         let stdout = bus.stdout.take().unwrap();
+        let bus = BusGroup(bus);
         let (tx, rx) = crossbeam_channel::bounded(1);
         std::thread::spawn(move || {
             let mut line = String::new();
@@ -121,8 +148,9 @@ impl Session {
         Some(Session {
             dir,
             env,
-            bus: Some(bus),
+            _bus: bus,
             _xvfb: xvfb,
+            _dir: dir_guard,
         })
     }
 
@@ -161,20 +189,6 @@ impl Session {
             .spawn()
             .expect("zenity starts");
         Zenity(Some(child))
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        if let Some(mut bus) = self.bus.take() {
-            // The group: the bus and what it activated (at-spi-bus-launcher, its bus).
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", bus.id())])
-                .status();
-            let _ = bus.kill();
-            let _ = bus.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
