@@ -286,6 +286,9 @@ pub struct Config {
     /// Where each browser gets its own directory; `None` = `browser::default_dir`.
     pub browser_dir: Option<PathBuf>,
     pub browser_isolation: BrowserIsolation,
+    /// `--apps`: the desktop entries the `apps` profile may start and drive (§17),
+    /// resolved and vetted at start (`base::desktop_entry::resolve_apps`).
+    pub apps: Vec<crate::base::desktop_entry::DesktopEntry>,
     pub display_backend: DisplayBackend,
     /// Test override of the display variables graphical tools see (`DISPLAY`,
     /// `WAYLAND_DISPLAY`, …); `None` = this process's environment. Not a flag.
@@ -328,6 +331,7 @@ impl Config {
             browser_command: None,
             browser_dir: None,
             browser_isolation: BrowserIsolation::Auto,
+            apps: Vec::new(),
             display_backend: DisplayBackend::Auto,
             display_env: None,
             max_screenshot_edge: 1920,
@@ -663,6 +667,8 @@ pub(crate) struct ServeDraft {
     config_dir: Option<PathBuf>,
     /// `--local-socket`: `Some(None)` is `none`.
     local_socket: Option<Option<PathBuf>>,
+    /// `--apps` IDs, resolved against the environment's data dirs once all flags are in.
+    apps: Vec<String>,
 }
 
 fn path_value(value: String) -> Result<PathBuf, String> {
@@ -946,6 +952,25 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
             metavar: "COMMAND",
             set: |d, v| {
                 d.config.browser_command = Some(crate::base::browser_argv::parse_command(&v)?);
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "apps",
+        env: true,
+        default: "",
+        help: "Desktop entry IDs (e.g. org.gnome.Calculator, comma-separated or repeated) that `apps` grants may start (app_open) and drive (desktop_act), looked up under $XDG_DATA_HOME/applications and each $XDG_DATA_DIRS/*/applications. Terminal emulators, Terminal=true entries, settings and system tools, shells, interpreters and anything that runs commands by design are refused at start. You vouch for the apps you list: one that can run programs makes its grants a shell.",
+        kind: Kind::List {
+            metavar: "ID",
+            set: |d, v| {
+                d.apps = v
+                    .iter()
+                    .flat_map(|v| v.split(','))
+                    .map(str::trim)
+                    .filter(|v| !v.is_empty())
+                    .map(|v| crate::base::desktop_entry::check_id(v))
+                    .collect::<Result<_, _>>()?;
                 Ok(())
             },
         },
@@ -1388,6 +1413,7 @@ impl Config {
             browser_command: None,
             browser_dir: None,
             browser_isolation: BrowserIsolation::Auto,
+            apps: Vec::new(),
             display_backend: DisplayBackend::Auto,
             display_env: None,
             max_screenshot_edge: DEFAULT_MAX_SCREENSHOT_EDGE,
@@ -1465,6 +1491,23 @@ to <config dir>/{TOKEN_FILE_NAME}.\n\nFlags of serve:\n",
     out
 }
 
+/// `--apps` resolved in the daemon's environment (its XDG data dirs and `PATH`): every
+/// entry found and vetted, or exit 2 naming the first refused entry and why.
+fn resolve_apps(
+    ids: &[String],
+    env: &HashMap<String, String>,
+) -> Result<Vec<crate::base::desktop_entry::DesktopEntry>, Error> {
+    use crate::base::desktop_entry::{self as de, DataDirs};
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let dirs = DataDirs::from_env(|k| env.get(k).cloned());
+    let path = env
+        .get("PATH")
+        .map_or("/usr/local/bin:/usr/bin:/bin", String::as_str);
+    de::resolve_apps(ids, &dirs, path).map_err(|why| Error::Config(format!("--apps: {why}")))
+}
+
 /// `serve`'s flags and env into a validated [`Config`]. Also finds the admin token (see
 /// [`resolve_token`]); when no authentication is configured at all it first generates a
 /// token file at `<config dir>/token` (0600, dir 0700) and logs its path, never the token.
@@ -1475,9 +1518,11 @@ pub(crate) fn parse_serve(args: &[String], env: &HashMap<String, String>) -> Res
         state_dir: None,
         config_dir: None,
         local_socket: None,
+        apps: Vec::new(),
     };
     let positional = apply_flags(&[SERVE_FLAGS], args, env, &mut draft)?;
     no_positional("serve", &positional)?;
+    draft.config.apps = resolve_apps(&draft.apps, env)?;
 
     let mut config = draft.config;
     config.state_dir = draft
@@ -2441,5 +2486,44 @@ mod tests {
         assert_eq!(mask_url("http://u:p@h:1/mcp"), "http://***@h:1/mcp");
         assert_eq!(mask_url("http://h/a@b"), "http://h/a@b");
         assert_eq!(mask_url("https://h"), "https://h");
+    }
+
+    #[test]
+    fn apps_resolve_at_start_from_flags_or_env_and_a_terminal_is_refused_by_name() {
+        let tmp = TempDir::new("config-apps");
+        let apps = tmp.path("share/applications");
+        std::fs::create_dir_all(&apps).unwrap();
+        let entry = |exec: &str, extra: &str| {
+            format!("[Desktop Entry]\nType=Application\nName=X\nExec={exec}\n{extra}\n")
+        };
+        std::fs::write(apps.join("t.Ok.desktop"), entry("true %U", "")).unwrap();
+        std::fs::write(apps.join("t.Two.desktop"), entry("true", "")).unwrap();
+        std::fs::write(
+            apps.join("t.Term.desktop"),
+            entry("true", "Categories=System;TerminalEmulator;"),
+        )
+        .unwrap();
+        let data = tmp.path("share").display().to_string();
+        let env = env_in(&tmp, &[(TOKEN_ENV, "tok"), ("XDG_DATA_DIRS", &data)]);
+        let c = serve(&["--apps", "t.Ok,t.Two", "--apps", "t.Ok.desktop"], &env).unwrap();
+        let ids: Vec<&str> = c.apps.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["t.Ok", "t.Two"]);
+        assert_eq!(c.apps[0].argv, ["true"]);
+        let mut with_env = env.clone();
+        with_env.insert("HANDNODE_APPS".into(), "t.Two".into());
+        assert_eq!(serve(&[], &with_env).unwrap().apps[0].id, "t.Two");
+        assert!(serve(&[], &env).unwrap().apps.is_empty());
+        let err = serve(&["--apps", "t.Ok,t.Term"], &env).unwrap_err();
+        assert!(
+            err.starts_with("--apps: t.Term (")
+                && err.ends_with(
+                    "is refused: it is a terminal emulator (Categories has TerminalEmulator)"
+                ),
+            "{err}"
+        );
+        let err = serve(&["--apps", "t.Gone"], &env).unwrap_err();
+        assert!(err.starts_with("--apps: t.Gone: not found in "), "{err}");
+        let err = serve(&["--apps", "../t.Ok"], &env).unwrap_err();
+        assert!(err.contains("is not a desktop entry ID"), "{err}");
     }
 }
