@@ -150,6 +150,7 @@ impl Daemon {
             upload_bytes: config.limits.upload_bytes,
             protected: protected_dirs(&config),
             upstreams: !config.upstreams.is_empty(),
+            apps: config.apps.clone(),
         };
         // Bound (above) before the browsers start: they are told the listener's real port
         // to block.

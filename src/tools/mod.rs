@@ -5,6 +5,7 @@
 //! tests' expected lists are all derived from that list. Tool implementations live in the
 //! submodules.
 
+pub mod apps;
 pub mod args;
 pub mod bash;
 pub mod display;
@@ -43,6 +44,8 @@ pub static TOOLS: &[&Tool] = &[
     &files::GET,
     &files::PUT,
     &files::LIST,
+    &apps::LIST,
+    &apps::OPEN,
 ];
 
 /// The tools in force: [`TOOLS`]. Everything that lists, finds, classifies or reports on
@@ -257,6 +260,8 @@ pub struct ToolConfig {
     /// An upstream MCP server is configured, so the browser tools of a profile other than
     /// `browser` exist here; without one `sys_info` does not list them.
     pub upstreams: bool,
+    /// `--apps`: the desktop entries the `apps` profile may start and drive (§17).
+    pub apps: Vec<crate::base::desktop_entry::DesktopEntry>,
     /// Containment (§16); `None` uses no cgroup and changes nothing about the process
     /// (unit tests of other modules).
     pub confine: Option<Arc<crate::cgroup::Confine>>,
@@ -277,6 +282,7 @@ impl Default for ToolConfig {
             upload_bytes: crate::config::Limits::default().upload_bytes,
             protected: files::folder::Protected::default(),
             upstreams: true,
+            apps: Vec::new(),
             confine: None,
         }
     }
@@ -343,6 +349,8 @@ pub struct ToolHost {
     pub files: files::uploads::Uploads,
     /// The grants' cgroups (§16): every child a tool starts runs in one.
     pub confine: Arc<crate::cgroup::Confine>,
+    /// The apps each grant started with `app_open` (§17).
+    pub apps: apps::AppRuns,
 }
 
 impl ToolHost {
@@ -355,6 +363,7 @@ impl ToolHost {
             display: display::DisplayState::default(),
             jobs: jobs::table::JobTable::new(config.jobs.clone()),
             files: files::uploads::Uploads::new(config.upload_bytes),
+            apps: apps::AppRuns::default(),
             confine: config
                 .confine
                 .clone()
