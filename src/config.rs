@@ -969,7 +969,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
                     .flat_map(|v| v.split(','))
                     .map(str::trim)
                     .filter(|v| !v.is_empty())
-                    .map(|v| crate::base::desktop_entry::check_id(v))
+                    .map(crate::base::desktop_entry::check_id)
                     .collect::<Result<_, _>>()?;
                 Ok(())
             },

@@ -603,7 +603,7 @@ mod tests {
         }
         assert_eq!(
             profile_error(),
-            "profile must be one of owner, desktop, observe, browser, files, custom"
+            "profile must be one of owner, desktop, observe, browser, files, apps, custom"
         );
         assert!(!profile_error().contains("sandbox"));
     }

@@ -981,7 +981,7 @@ mod tests {
                 "its program calculator (bash) is a shell",
             ),
         ];
-        for (id, exec, extra, why) in cases {
+        for (id, exec, extra, _) in cases {
             write(
                 &sys.0,
                 &format!("applications/{id}.desktop"),
