@@ -80,6 +80,9 @@ pub struct Timing {
     pub sys_info_ttl: Duration,
     /// Longest one display helper (grim, xdotool, wtype, …) may run.
     pub display_helper_timeout: Duration,
+    /// Longest one call on the accessibility bus may wait for its answer: an application
+    /// that does not answer in time is left out of a snapshot (which says so).
+    pub a11y_call_timeout: Duration,
     /// Under a grant, a `bash` call whose command still runs after this long continues as
     /// a job (the pod gives up on a call at 120 s).
     pub inline_wait: Duration,
@@ -123,6 +126,7 @@ impl Default for Timing {
             display_probe_ttl: Duration::from_secs(2),
             sys_info_ttl: Duration::from_secs(1),
             display_helper_timeout: Duration::from_secs(10),
+            a11y_call_timeout: Duration::from_secs(2),
             inline_wait: Duration::from_secs(100),
             mcp_inline_wait: Duration::from_secs(600),
             job_retention: Duration::from_secs(600),
@@ -1213,6 +1217,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
     millis!("display-probe-ttl-ms", display_probe_ttl, "2000", "How long probed display facts are reused."),
     millis!("sys-info-ttl-ms", sys_info_ttl, "1000", "How long sys_info reuses what it read from /proc (memory, uptime, load, tailnet addresses)."),
     millis!("display-helper-timeout-ms", display_helper_timeout, "10000", "Longest one display helper (grim, xdotool, wtype) may run."),
+    millis!("a11y-call-timeout-ms", a11y_call_timeout, "2000", "Longest one accessibility-bus call may wait; an application that does not answer is left out of desktop_snapshot."),
     Flag {
         name: "containment",
         env: true,

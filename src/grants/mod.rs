@@ -1070,6 +1070,7 @@ impl Registry {
         self.services.host.files.end_scope(grant_id);
         // Its apps (app_open) go with it; the cgroup kill above already took them.
         self.services.host.apps.end_scope(grant_id);
+        self.services.host.a11y.end_scope(grant_id);
     }
 
     /// Ids of the live grants.

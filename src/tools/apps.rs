@@ -50,13 +50,15 @@ pub const MAX_RUNNING_APPS: usize = 16;
 pub const MAX_LISTED_APPS: usize = 500;
 
 /// The tool whose class is `act`, not `shell`, under `apps` (§17), and which asks
-/// [`may_drive`] there. Declared by the accessibility tools; named here so the class rule
-/// stays with the check that makes it true.
+/// [`may_drive`] there. Declared by the accessibility tools (`tools::a11y::ACT`, whose
+/// name `tools::tests` compares with this); named here so the class rule stays with the
+/// check that makes it true, without `apps` and `a11y` using each other.
 pub const DESKTOP_ACT: &str = "desktop_act";
 
 /// Variables of the daemon's environment an app inherits (exact names; a trailing `*` is
-/// a prefix). The display's own (`DISPLAY`, `WAYLAND_DISPLAY`, `XDG_RUNTIME_DIR`, `PATH`)
-/// come from the display probe's environment instead.
+/// a prefix). The display's own (`DISPLAY`, `WAYLAND_DISPLAY`, `XDG_RUNTIME_DIR`, `PATH`,
+/// the session and accessibility buses) come from the display probe's environment
+/// (`display::DisplayEnv`) and win over these.
 pub const APP_ENV: &[&str] = &[
     "HOME",
     "USER",
@@ -388,6 +390,13 @@ fn app_env(cx: &CallContext) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
         ("WAYLAND_DISPLAY", &display.wayland_display),
         ("XDG_RUNTIME_DIR", &display.xdg_runtime_dir),
         ("PATH", &display.path),
+        // The display's session bus and accessibility bus, where desktop_snapshot reads
+        // the app's tree.
+        (
+            "DBUS_SESSION_BUS_ADDRESS",
+            &display.dbus_session_bus_address,
+        ),
+        ("AT_SPI_BUS_ADDRESS", &display.at_spi_bus_address),
     ]
     .into_iter()
     .filter_map(|(k, v)| v.as_ref().map(|v| (k.to_string(), v.clone())))

@@ -5,6 +5,7 @@
 //! tests' expected lists are all derived from that list. Tool implementations live in the
 //! submodules.
 
+pub mod a11y;
 pub mod apps;
 pub mod args;
 pub mod bash;
@@ -37,6 +38,8 @@ pub static TOOLS: &[&Tool] = &[
     &display::SCREENSHOT,
     &display::MOUSE,
     &display::KEY,
+    &a11y::SNAPSHOT,
+    &a11y::ACT,
     &jobs::tools::START,
     &jobs::tools::POLL,
     &jobs::tools::LIST,
@@ -246,6 +249,8 @@ pub struct ToolConfig {
     pub display_probe_ttl: std::time::Duration,
     /// Longest one display helper (grim, xdotool, …) may run (`Timing::display_helper_timeout`).
     pub display_helper_timeout: std::time::Duration,
+    /// Longest one accessibility-bus call may wait (`Timing::a11y_call_timeout`).
+    pub a11y_call_timeout: std::time::Duration,
     /// How long `sys_info` reuses its `/proc` reads (`Timing::sys_info_ttl`).
     pub sys_info_ttl: std::time::Duration,
     /// Replaces the process environment for display probing and helpers (DISPLAY,
@@ -276,6 +281,7 @@ impl Default for ToolConfig {
             max_screenshot_edge: 1920,
             display_probe_ttl: crate::config::Timing::default().display_probe_ttl,
             display_helper_timeout: crate::config::Timing::default().display_helper_timeout,
+            a11y_call_timeout: crate::config::Timing::default().a11y_call_timeout,
             sys_info_ttl: crate::config::Timing::default().sys_info_ttl,
             display_env: None,
             jobs: jobs::table::JobConfig::default(),
@@ -351,6 +357,8 @@ pub struct ToolHost {
     pub confine: Arc<crate::cgroup::Confine>,
     /// The apps each grant started with `app_open` (§17).
     pub apps: apps::AppRuns,
+    /// Each grant's refs of its last `desktop_snapshot`.
+    pub a11y: a11y::Refs,
 }
 
 impl ToolHost {
@@ -364,6 +372,7 @@ impl ToolHost {
             jobs: jobs::table::JobTable::new(config.jobs.clone()),
             files: files::uploads::Uploads::new(config.upload_bytes),
             apps: apps::AppRuns::default(),
+            a11y: a11y::Refs::default(),
             confine: config
                 .confine
                 .clone()
@@ -620,6 +629,28 @@ impl Catalog for ConnCatalog<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn desktop_act_is_act_under_apps_and_a_shell_tool_everywhere_else() {
+        assert_eq!(a11y::ACT.name, apps::DESKTOP_ACT);
+        assert_eq!(a11y::ACT.class, Class::Shell);
+        let apps = ToolPolicy::fixed(Profile::Apps).unwrap();
+        assert!(apps.allows(a11y::ACT.name) && apps.allows(a11y::SNAPSHOT.name));
+        assert_eq!(apps.class_of(a11y::ACT.name), Some(Class::Act));
+        for profile in [Profile::Owner, Profile::Desktop] {
+            let p = ToolPolicy::fixed(profile).unwrap();
+            assert_eq!(p.class_of(a11y::ACT.name), Some(Class::Shell), "{profile}");
+        }
+        let custom = ToolPolicy::new(
+            Profile::Custom,
+            policy::ToolLists {
+                allow: vec![a11y::ACT.name.into()],
+                deny: Vec::new(),
+            },
+        )
+        .unwrap();
+        assert_eq!(custom.escalation(|_| false).shell, policy::Shell::Yes);
+    }
 
     #[test]
     fn every_tool_is_registered_once_with_a_class_reason_and_a_profile() {

@@ -1,0 +1,603 @@
+//! `desktop_snapshot` and `desktop_act` against a real GTK application (zenity) on Xvfb,
+//! with a private session bus and runtime directory per test, as contract §17 asks: the
+//! snapshot names the buttons, pressing one ends zenity with its exit status, a ref taken
+//! before the window closed is refused, a long list is cut at max_nodes and says so.
+//! Skips (saying why) only where Xvfb, dbus-daemon, zenity or at-spi2-core are absent; CI
+//! installs them (scripts/ci/packages.sh).
+
+mod displays;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use displays::*;
+use handnode::config::DisplayBackend;
+use handnode::profiles::Profile;
+use handnode::tools::ToolHost;
+use serde_json::{json, Value};
+
+/// How long a window may take to join the accessibility tree (measured ~0.45 s).
+const APPEAR: Duration = Duration::from_secs(30);
+
+/// A private desktop session on the test Xvfb: a 0700 runtime dir, a session bus, and the
+/// accessibility bus its first `GetAddress` starts. Everything is killed on drop.
+pub struct Session {
+    pub dir: PathBuf,
+    pub env: BTreeMap<String, String>,
+    bus: Option<Child>,
+    _xvfb: Killed,
+}
+
+impl Session {
+    /// `None` (with the reason printed) where the packages are absent.
+    pub fn start(test: &str) -> Option<Session> {
+        for (program, package) in [
+            ("Xvfb", "xvfb"),
+            ("dbus-daemon", "dbus-daemon"),
+            ("zenity", "zenity"),
+            ("/usr/libexec/at-spi-bus-launcher", "at-spi2-core"),
+        ] {
+            let found = if program.starts_with('/') {
+                Path::new(program).exists()
+            } else {
+                handnode::tools::display::which(program, None).is_some()
+            };
+            if !found {
+                eprintln!("SKIPPED {test}: {program} is not installed (apt install {package})");
+                return None;
+            }
+        }
+        use std::os::unix::fs::PermissionsExt;
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("handnode-a11y-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let (xvfb, display) = own_xvfb();
+        let mut env = BTreeMap::new();
+        env.insert("DISPLAY".to_string(), display);
+        env.insert("XDG_RUNTIME_DIR".to_string(), dir.display().to_string());
+        env.insert("HOME".to_string(), dir.display().to_string());
+        // zenity prints non-ASCII as '?' without a UTF-8 locale.
+        env.insert("LANG".to_string(), "C.UTF-8".to_string());
+        env.insert(
+            "PATH".to_string(),
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
+        );
+        use std::os::unix::process::CommandExt;
+        let mut bus = Command::new("dbus-daemon")
+            .args(["--session", "--nofork", "--print-address"])
+            .env_clear()
+            .envs(&env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("dbus-daemon starts");
+        let stdout = bus.stdout.take().unwrap();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let address = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("dbus-daemon printed its address");
+        let address = address.trim().to_string();
+        assert!(address.starts_with("unix:"), "{address}");
+        env.insert("DBUS_SESSION_BUS_ADDRESS".to_string(), address);
+        Some(Session {
+            dir,
+            env,
+            bus: Some(bus),
+            _xvfb: xvfb,
+        })
+    }
+
+    /// A tool host on this session's display and buses, with `timeout` per bus call.
+    pub fn host(&self) -> Arc<ToolHost> {
+        let mut env = self.env.clone();
+        env.remove("HOME");
+        env.remove("LANG");
+        host_with(DisplayBackend::X11, Some(env))
+    }
+
+    /// A tool host whose bus calls wait at most `timeout`.
+    pub fn host_timeout(&self, timeout: Duration) -> Arc<ToolHost> {
+        let mut env = self.env.clone();
+        env.remove("HOME");
+        env.remove("LANG");
+        ToolHost::new(handnode::tools::ToolConfig {
+            display_backend: DisplayBackend::X11,
+            display_env: Some(env),
+            display_probe_ttl: Duration::ZERO,
+            a11y_call_timeout: timeout,
+            ..handnode::tools::ToolConfig::default()
+        })
+        .expect("tool host")
+    }
+
+    /// Start zenity with `args` in this session.
+    pub fn zenity(&self, args: &[&str]) -> Zenity {
+        let child = Command::new("zenity")
+            .args(args)
+            .env_clear()
+            .envs(&self.env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("zenity starts");
+        Zenity(Some(child))
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(mut bus) = self.bus.take() {
+            // The group: the bus and what it activated (at-spi-bus-launcher, its bus).
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", bus.id())])
+                .status();
+            let _ = bus.kill();
+            let _ = bus.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// An Xvfb of this session's own: at-spi-bus-launcher publishes its bus on the X root
+/// window (`AT_SPI_BUS`), where GTK looks first, so sessions sharing a screen would find
+/// each other's bus. The display number is the first free one from 200 (tests run in
+/// parallel: a number another Xvfb took makes ours exit, and the next is tried).
+fn own_xvfb() -> (Killed, String) {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let base = 200 + (std::process::id() % 50) * 10;
+    for _ in 0..200 {
+        let n = base + NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst) % 500;
+        let socket = PathBuf::from(format!("/tmp/.X11-unix/X{n}"));
+        if socket.exists() || Path::new(&format!("/tmp/.X{n}-lock")).exists() {
+            continue;
+        }
+        let mut child = Command::new("Xvfb")
+            .args([
+                &format!(":{n}"),
+                "-screen",
+                "0",
+                "1024x768x24",
+                "-nolisten",
+                "tcp",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("Xvfb starts");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if socket.exists() {
+                return (Killed(child), format!(":{n}"));
+            }
+            if child.try_wait().unwrap().is_some() || Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    panic!("no free X display number for Xvfb");
+}
+
+/// A zenity killed when dropped, whose exit status a test can wait for.
+pub struct Zenity(Option<Child>);
+
+impl Zenity {
+    pub fn pid(&self) -> u32 {
+        self.0.as_ref().unwrap().id()
+    }
+
+    /// Its standard output, once it has ended.
+    pub fn stdout(&mut self) -> String {
+        let mut out = String::new();
+        if let Some(mut s) = self.0.as_mut().unwrap().stdout.take() {
+            let _ = std::io::Read::read_to_string(&mut s, &mut out);
+        }
+        out
+    }
+
+    /// Its exit status within `limit` (a watchdog: `None` if it is still running).
+    pub fn wait(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let child = self.0.as_mut().unwrap();
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Zenity {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Snapshot until `found` holds for it (the window joins the tree a while after the
+/// process starts), within [`APPEAR`]; the last result.
+pub fn snapshot_until(
+    host: &Arc<ToolHost>,
+    args: Value,
+    mut found: impl FnMut(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + APPEAR;
+    let mut last = Value::Null;
+    while Instant::now() < deadline {
+        let out = call(host, "desktop_snapshot", args.clone());
+        if let handnode::wire::mcp::ToolOutput::Result(v) = out {
+            if v.get("isError") != Some(&Value::Bool(true)) && found(&v) {
+                return v;
+            }
+            last = v;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("the window did not appear in the accessibility tree within {APPEAR:?}: {last}");
+}
+
+/// The ref of the first node with `role` and `name`.
+pub fn find_ref(result: &Value, role: &str, name: &str) -> Option<String> {
+    result["structuredContent"]["nodes"]
+        .as_array()?
+        .iter()
+        .find(|n| n["role"] == role && n["name"] == name)
+        .map(|n| n["ref"].as_str().unwrap().to_string())
+}
+
+fn text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap()
+}
+
+fn question_buttons(test: &str) -> Option<(Session, Arc<ToolHost>, Zenity, Value)> {
+    let session = Session::start(test)?;
+    let host = session.host();
+    let zenity = session.zenity(&["--question", "--text=Save the file?"]);
+    let snap = snapshot_until(&host, json!({"app": "zenity"}), |v| {
+        find_ref(v, "push button", "Yes").is_some() && find_ref(v, "push button", "No").is_some()
+    });
+    Some((session, host, zenity, snap))
+}
+
+#[test]
+fn snapshot_names_the_buttons_and_press_yes_ends_zenity_with_0() {
+    let Some((_session, host, mut zenity, snap)) = question_buttons("press_yes") else {
+        return;
+    };
+    let t = text(&snap);
+    assert!(t.contains("push button \"Yes\""), "{t}");
+    assert!(t.contains("push button \"No\""), "{t}");
+    assert!(
+        t.lines()
+            .next()
+            .unwrap()
+            .starts_with("[e1] application \"zenity\""),
+        "{t}"
+    );
+    let nodes = snap["structuredContent"]["nodes"].as_array().unwrap();
+    assert_eq!(snap["structuredContent"]["truncated"], false);
+    // The application's process is the zenity we started.
+    assert_eq!(nodes[0]["pid"], json!(zenity.pid()), "{}", nodes[0]);
+    let yes = nodes.iter().find(|n| n["name"] == "Yes").unwrap();
+    let b = &yes["bounds"];
+    assert!(
+        b["w"].as_i64().unwrap() > 0 && b["h"].as_i64().unwrap() > 0,
+        "{yes}"
+    );
+    assert!(yes["depth"].as_u64().unwrap() >= 2, "{yes}");
+    // Indented by depth.
+    let line = t.lines().find(|l| l.contains("\"Yes\"")).unwrap();
+    assert!(
+        line.starts_with(&"  ".repeat(yes["depth"].as_u64().unwrap() as usize)),
+        "{line}"
+    );
+
+    let reference = find_ref(&snap, "push button", "Yes").unwrap();
+    let out = ok(call(
+        &host,
+        "desktop_act",
+        json!({"ref": reference, "action": "press"}),
+    ));
+    assert!(
+        text(&out).to_lowercase().contains("\"click\" action"),
+        "{}",
+        text(&out)
+    );
+    let status = zenity
+        .wait(Duration::from_secs(20))
+        .expect("zenity ended after Yes");
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn press_no_ends_zenity_with_1_and_an_old_ref_is_then_refused() {
+    let Some((_session, host, mut zenity, snap)) = question_buttons("press_no") else {
+        return;
+    };
+    let no = find_ref(&snap, "push button", "No").unwrap();
+    let yes = find_ref(&snap, "push button", "Yes").unwrap();
+    ok(call(
+        &host,
+        "desktop_act",
+        json!({"ref": no, "action": "press"}),
+    ));
+    let status = zenity
+        .wait(Duration::from_secs(20))
+        .expect("zenity ended after No");
+    assert_eq!(status.code(), Some(1));
+    // The Yes ref was taken before the window closed.
+    let err = tool_error(call(
+        &host,
+        "desktop_act",
+        json!({"ref": yes, "action": "press"}),
+    ));
+    assert_eq!(
+        err,
+        format!("{yes} is no longer push button \"Yes\": take a new snapshot")
+    );
+}
+
+#[test]
+fn a_long_list_is_cut_at_max_nodes_and_says_so() {
+    let Some(session) = Session::start("long_list") else {
+        return;
+    };
+    let host = session.host();
+    let rows: Vec<String> = (0..300).map(|i| format!("row {i}")).collect();
+    let mut args = vec!["--list", "--column=Name", "--height=600"];
+    args.extend(rows.iter().map(String::as_str));
+    let _zenity = session.zenity(&args);
+    let snap = snapshot_until(&host, json!({"app": "zenity", "max_nodes": 30}), |v| {
+        text(v).contains("table cell")
+    });
+    let nodes = snap["structuredContent"]["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 30);
+    assert_eq!(snap["structuredContent"]["truncated"], true);
+    assert!(
+        text(&snap).contains("truncated at 30 elements"),
+        "{}",
+        text(&snap)
+    );
+    // Refs are numbered in tree order, and a ref past the snapshot is refused.
+    assert_eq!(nodes[29]["ref"], "e30");
+    let err = tool_error(call(
+        &host,
+        "desktop_act",
+        json!({"ref": "e31", "action": "focus"}),
+    ));
+    assert!(
+        err.contains("e31 is not a ref of your last desktop_snapshot"),
+        "{err}"
+    );
+    // Uncut, the whole window fits: more nodes, not truncated.
+    let all = ok(call(
+        &host,
+        "desktop_snapshot",
+        json!({"app": "zenity", "max_nodes": 4000}),
+    ));
+    assert!(all["structuredContent"]["nodes"].as_array().unwrap().len() > 30);
+}
+
+#[test]
+fn snapshot_bounds_are_refused_at_bound_plus_one() {
+    let Some(session) = Session::start("bounds") else {
+        return;
+    };
+    let host = session.host();
+    for bad in [
+        json!({"max_nodes": 4001}),
+        json!({"max_nodes": 0}),
+        json!({"offscreen": "yes"}),
+        json!({"app": "x".repeat(257)}),
+    ] {
+        let err = tool_error(call(&host, "desktop_snapshot", bad.clone()));
+        assert!(err.contains('`'), "{bad}: {err}");
+    }
+    let err = tool_error(call(
+        &host,
+        "desktop_act",
+        json!({"ref": "e1", "action": "set_text", "text": "x".repeat(100_001)}),
+    ));
+    assert!(err.contains("at most 100000 characters"), "{err}");
+    let err = tool_error(call(
+        &host,
+        "desktop_act",
+        json!({"ref": "e1", "action": "explode"}),
+    ));
+    assert!(err.contains("press, focus, set_text"), "{err}");
+    // No snapshot yet: no refs.
+    let err = tool_error(call(
+        &host,
+        "desktop_act",
+        json!({"ref": "e1", "action": "press"}),
+    ));
+    assert!(err.contains("take a new snapshot"), "{err}");
+    // An application that is not there is named as missing, with what is there.
+    let err = tool_error(call(
+        &host,
+        "desktop_snapshot",
+        json!({"app": "no-such-app"}),
+    ));
+    assert!(
+        err.contains("no application named \"no-such-app\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn observe_lists_the_snapshot_but_not_the_action() {
+    let observe = handnode::tools::names(Profile::Observe);
+    let snapshot = handnode::tools::find("desktop_snapshot").unwrap();
+    let act = handnode::tools::find("desktop_act").unwrap();
+    assert!(observe.contains(&snapshot.name));
+    assert!(!observe.contains(&act.name));
+    assert_eq!(snapshot.class, handnode::profiles::Class::Observe);
+    assert_eq!(act.class, handnode::profiles::Class::Shell);
+}
+
+#[test]
+fn set_text_is_read_back_and_the_application_sees_it() {
+    let Some(session) = Session::start("set_text") else {
+        return;
+    };
+    let host = session.host();
+    let mut zenity = session.zenity(&["--entry", "--text=Name?"]);
+    let snap = snapshot_until(&host, json!({"app": "zenity"}), |v| {
+        find_ref(v, "push button", "OK").is_some()
+            && v["structuredContent"]["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| {
+                    n["role"] == "text"
+                        && n["states"].as_array().unwrap().contains(&json!("editable"))
+                })
+    });
+    let field = snap["structuredContent"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["role"] == "text")
+        .unwrap()["ref"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = ok(call(
+        &host,
+        "desktop_act",
+        json!({"ref": field, "action": "set_text", "text": "héllo \"world\""}),
+    ));
+    assert_eq!(
+        out["structuredContent"]["element"]["value"], "héllo \"world\"",
+        "{out}"
+    );
+    ok(call(
+        &host,
+        "desktop_act",
+        json!({"ref": field, "action": "focus"}),
+    ));
+    // The ref still names the same field; the snapshot now shows its value.
+    let snap = ok(call(&host, "desktop_snapshot", json!({"app": "zenity"})));
+    assert!(
+        text(&snap).contains(r#"= "héllo \"world\"""#),
+        "{}",
+        text(&snap)
+    );
+    let okay = find_ref(&snap, "push button", "OK").unwrap();
+    ok(call(
+        &host,
+        "desktop_act",
+        json!({"ref": okay, "action": "press"}),
+    ));
+    let status = zenity
+        .wait(Duration::from_secs(20))
+        .expect("zenity ended after OK");
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(zenity.stdout().trim_end(), "héllo \"world\"");
+}
+
+#[test]
+fn a_hung_application_is_skipped_and_named() {
+    let Some(session) = Session::start("hung") else {
+        return;
+    };
+    let host = session.host_timeout(Duration::from_millis(300));
+    let zenity = session.zenity(&["--question", "--text=hang"]);
+    snapshot_until(&host, json!({}), |v| {
+        find_ref(v, "push button", "Yes").is_some()
+    });
+    // Stopped, it answers nothing; the snapshot still comes back, without it, and says so.
+    let stop = |sig: &str| {
+        assert!(Command::new("kill")
+            .args([sig, &zenity.pid().to_string()])
+            .status()
+            .unwrap()
+            .success());
+    };
+    stop("-STOP");
+    let started = Instant::now();
+    let out = ok(call(&host, "desktop_snapshot", json!({})));
+    stop("-CONT");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let t = text(&out);
+    assert!(t.contains("did not answer within 300 ms"), "{t}");
+    assert!(!t.contains("push button"), "{t}");
+    assert!(
+        out["structuredContent"]["skipped"][0]
+            .as_str()
+            .unwrap()
+            .contains(&zenity.pid().to_string()),
+        "{out}"
+    );
+}
+
+#[test]
+#[ignore = "prints a snapshot for a person to read"]
+fn print_a_snapshot() {
+    let Some((_session, host, _zenity, _)) = question_buttons("print") else {
+        return;
+    };
+    let out = ok(call(&host, "desktop_snapshot", json!({})));
+    println!("{}", text(&out));
+    println!(
+        "{}",
+        serde_json::to_string(&out["structuredContent"]).unwrap()
+    );
+}
+
+#[test]
+fn doctor_says_the_accessibility_bus_is_up_and_how_to_turn_it_on() {
+    let Some(session) = Session::start("doctor") else {
+        return;
+    };
+    let host = session.host();
+    let probe = host.display.probe(&host.config, &host.processes);
+    let checks = handnode::ops::doctor::display_checks(&probe, &host.config, &host.processes);
+    let line = checks
+        .iter()
+        .find(|c| c.name == "accessibility bus")
+        .expect("an accessibility bus line");
+    assert!(line.detail.starts_with("up;"), "{line:?}");
+    let fix = line.fix.as_deref().unwrap();
+    assert!(
+        fix.contains("--force-renderer-accessibility")
+            && fix.contains("QT_LINUX_ACCESSIBILITY_ALWAYS_ON=1"),
+        "{fix}"
+    );
+    // Without a session bus the tools say what is missing.
+    let mut env = session.env.clone();
+    env.remove("DBUS_SESSION_BUS_ADDRESS");
+    env.remove("HOME");
+    env.remove("LANG");
+    let bare = host_with(DisplayBackend::X11, Some(env));
+    let err = tool_error(call(&bare, "desktop_snapshot", json!({})));
+    assert!(err.contains("DBUS_SESSION_BUS_ADDRESS"), "{err}");
+}
