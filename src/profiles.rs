@@ -84,6 +84,11 @@ pub const MAX_LIST_NAMES: usize = 128;
 /// Longest name (or pattern) in such a list, in bytes; longer than any tool's name.
 pub const MAX_TOOL_NAME_BYTES: usize = 64;
 
+/// The tool that is `act` instead of `shell` under `apps` (contract §17): there
+/// `tools::apps::may_drive` holds it to elements of apps the grant started. Declared by
+/// `tools::a11y::ACT` (a test compares the names).
+pub const DESKTOP_ACT: &str = "desktop_act";
+
 /// The `400` for an `apps` grant on a box that lists no apps.
 pub const APPS_NEEDS_LIST: &str =
     "the apps profile needs --apps on this box: the owner lists the desktop apps it may start and drive";

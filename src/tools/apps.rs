@@ -41,7 +41,6 @@ use crate::base::desktop_entry::{self as de, DataDirs, DesktopEntry};
 use crate::cgroup::RunGroup;
 use crate::pool::{Completion, JobCtl};
 use crate::profiles::{Class, Profile};
-use crate::tools::policy::ToolPolicy;
 use crate::wire::mcp::ToolOutput;
 
 /// Most apps one grant (or the owner's `/mcp`) runs at once.
@@ -49,11 +48,9 @@ pub const MAX_RUNNING_APPS: usize = 16;
 /// Most entries `apps_list` answers under `owner`/`desktop` (all installed ones).
 pub const MAX_LISTED_APPS: usize = 500;
 
-/// The tool whose class is `act`, not `shell`, under `apps` (§17), and which asks
-/// [`may_drive`] there. Declared by the accessibility tools (`tools::a11y::ACT`, whose
-/// name `tools::tests` compares with this); named here so the class rule stays with the
-/// check that makes it true, without `apps` and `a11y` using each other.
-pub const DESKTOP_ACT: &str = "desktop_act";
+/// The tool whose class is `act`, not `shell`, under `apps` (§17; `ToolPolicy::class_of`
+/// says so), and which asks [`may_drive`] there (`profiles::DESKTOP_ACT`).
+pub const DESKTOP_ACT: &str = crate::profiles::DESKTOP_ACT;
 
 /// Variables of the daemon's environment an app inherits (exact names; a trailing `*` is
 /// a prefix). The display's own (`DISPLAY`, `WAYLAND_DISPLAY`, `XDG_RUNTIME_DIR`, `PATH`,
@@ -114,17 +111,11 @@ see its window.",
     profiles: PROFILES,
 };
 
-/// A tool's class under a policy whose apps are the listed ones ([`drives_listed_only`]);
-/// `None` for every tool whose class does not change there.
-pub fn confined_class(name: &str) -> Option<Class> {
-    (name == DESKTOP_ACT).then_some(Class::Act)
-}
-
-/// Whether `policy` may start and drive only the apps of `--apps`: every policy that is
-/// not shell-equivalent (`apps`, a `custom` list). Under `apps` `desktop_act` is `act`
-/// because [`may_drive`] holds it to those apps.
-pub fn drives_listed_only(policy: &ToolPolicy) -> bool {
-    !policy.profile().is_shell_equivalent()
+/// Whether a grant of `profile` may start and drive only the apps of `--apps`: every
+/// profile that is not shell-equivalent (`apps`, a `custom` list). Under `apps`
+/// `desktop_act` is `act` because [`may_drive`] holds it to those apps.
+pub fn drives_listed_only(profile: Profile) -> bool {
+    !profile.is_shell_equivalent()
 }
 
 fn schema(text: &str) -> Value {
@@ -247,7 +238,7 @@ impl AppRuns {
 /// `desktop_act` is a shell tool and every element may be driven. A `pid` of `None` (the
 /// accessibility bus did not say) is refused there.
 pub fn may_drive(cx: &CallContext, app: &str, pid: Option<u32>) -> Result<(), String> {
-    if !drives_listed_only(&cx.policy) {
+    if !drives_listed_only(cx.policy.profile()) {
         return Ok(());
     }
     let scope = super::shell::scope(cx);
@@ -263,7 +254,7 @@ pub fn may_drive(cx: &CallContext, app: &str, pid: Option<u32>) -> Result<(), St
 /// The entries this call may list and open: the listed ones, or (shell-equivalent
 /// grants) every installed entry a menu shows, bounded; `true` when cut.
 fn entries(cx: &CallContext) -> (Vec<DesktopEntry>, bool) {
-    if drives_listed_only(&cx.policy) {
+    if drives_listed_only(cx.policy.profile()) {
         return (cx.host.config.apps.clone(), false);
     }
     let dirs = DataDirs::from_env(|k| std::env::var(k).ok());
@@ -346,7 +337,7 @@ fn open_start(args: Value, cx: CallContext, done: Completion) {
 /// The entry `app` names for this call, or why it may not be opened here.
 fn entry_for(cx: &CallContext, given: &str) -> Result<DesktopEntry, String> {
     let id = de::check_id(given)?;
-    if drives_listed_only(&cx.policy) {
+    if drives_listed_only(cx.policy.profile()) {
         return cx
             .host
             .config
@@ -512,6 +503,7 @@ fn open(args: &Value, cx: &CallContext) -> Result<ToolOutput, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::policy::ToolPolicy;
     use crate::tools::testutil::{self, WATCHDOG};
     use crate::tools::{CallLimits, GrantNote, ToolConfig, ToolHost};
     use std::time::Instant;
@@ -746,12 +738,8 @@ mod tests {
     #[test]
     fn desktop_act_is_act_under_apps_only() {
         let apps = ToolPolicy::fixed(Profile::Apps).unwrap();
-        assert!(drives_listed_only(&apps));
-        assert!(!drives_listed_only(
-            &ToolPolicy::fixed(Profile::Desktop).unwrap()
-        ));
-        assert_eq!(confined_class(DESKTOP_ACT), Some(Class::Act));
-        assert_eq!(confined_class("bash"), None);
+        assert!(drives_listed_only(Profile::Apps) && drives_listed_only(Profile::Custom));
+        assert!(!drives_listed_only(Profile::Desktop) && !drives_listed_only(Profile::Owner));
         assert!(apps.tools().contains(&"app_open") && apps.tools().contains(&"apps_list"));
         assert!(!apps.tools().contains(&"bash"));
         assert_eq!(

@@ -300,11 +300,12 @@ impl ToolPolicy {
                 return Some(class);
             }
         }
-        // Under `apps`, desktop_act drives only the listed apps (`tools::apps::may_drive`).
-        if entry.origin == Origin::Local && self.profile.requires_apps() {
-            if let Some(class) = super::apps::confined_class(name) {
-                return Some(class);
-            }
+        // Under `apps`, desktop_act drives only the grant's own apps (`tools::apps::may_drive`).
+        if entry.origin == Origin::Local
+            && self.profile.requires_apps()
+            && name == crate::profiles::DESKTOP_ACT
+        {
+            return Some(Class::Act);
         }
         Some(entry.class)
     }

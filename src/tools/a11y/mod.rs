@@ -69,7 +69,7 @@ pub static ACT: Tool = Tool {
     inline: None,
     needs: Needs::Display(Gui::A11yAct),
     // Under `apps` it is `act`: `act::may_act` holds it to the apps that grant started
-    // (`tools::apps::may_drive`, `tools::apps::confined_class`).
+    // (`tools::apps::may_drive`; `ToolPolicy::class_of` makes it `act` there).
     profiles: &[Profile::Owner, Profile::Desktop, Profile::Apps],
 };
 
