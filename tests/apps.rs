@@ -112,6 +112,42 @@ fn an_apps_grant_needs_apps_on_the_box() {
     assert_eq!(v["error"], APPS_NEEDS_LIST);
 }
 
+#[test]
+fn a_stored_apps_grant_resumes_with_apps_and_is_dropped_without() {
+    let data = data_dir("apps-persist", &[("t.Sleep", "sleep 30", "")]);
+    let entries = handnode::base::desktop_entry::resolve_apps(
+        &["t.Sleep".to_string()],
+        &handnode::base::desktop_entry::DataDirs {
+            dirs: vec![data.join("share/applications")],
+        },
+        "/usr/bin:/bin",
+    )
+    .unwrap();
+    let dir = data.join("daemon");
+    let config = |apps: &[handnode::base::desktop_entry::DesktopEntry]| {
+        let mut c = common::test_config(&dir);
+        c.apps = apps.to_vec();
+        c
+    };
+    let mut d = TestDaemon::start(config(&entries), dir.clone());
+    let pod = StubPod::start();
+    let g = d.attach(common::attach_body(&pod, "s-keep", "apps"));
+    let id = g["id"].as_str().unwrap().to_string();
+    assert_eq!(g["shell"], "no", "{g}");
+    d.stop();
+    let mut d = TestDaemon::start(config(&entries), dir.clone());
+    assert_eq!(d.grant(&id)["profile"], "apps", "resumed with --apps");
+    d.stop();
+    let d = TestDaemon::start(config(&[]), dir.clone());
+    let (status, _) = d.call("GET", &format!("/attach/{id}"), None);
+    assert_eq!(
+        status, 404,
+        "an apps grant without --apps is dropped at load"
+    );
+    drop(d);
+    let _ = std::fs::remove_dir_all(&data);
+}
+
 fn call(conn: &mut common::PodConn, id: &mut u64, name: &str, args: Value) -> Value {
     *id += 1;
     conn.set_read_timeout(Duration::from_secs(30));
