@@ -866,6 +866,22 @@ mod tests {
     }
 
     #[test]
+    fn the_walk_enters_subdirectories_to_its_depth_and_no_deeper() {
+        let sys = TempDir::new("de-deep");
+        let at = "a/".repeat(MAX_DEPTH);
+        let past = "b/".repeat(MAX_DEPTH + 1);
+        write(&sys.0, &format!("applications/{at}x.desktop"), "");
+        write(&sys.0, &format!("applications/{past}y.desktop"), "");
+        let dirs = DataDirs {
+            dirs: vec![sys.path("applications")],
+        };
+        let at_id = format!("{}x", "a-".repeat(MAX_DEPTH));
+        assert!(dirs.find(&at_id).is_ok(), "at the depth bound");
+        let past_id = format!("{}y", "b-".repeat(MAX_DEPTH + 1));
+        assert!(dirs.find(&past_id).is_err(), "one level deeper");
+    }
+
+    #[test]
     fn the_scan_stops_at_its_bound_and_says_so() {
         let sys = TempDir::new("de-many");
         for i in 0..=MAX_SCAN_FILES {
@@ -1008,15 +1024,14 @@ mod tests {
             "applications/dir.desktop",
             "[Desktop Entry]\nType=Directory\nName=D\n",
         );
-        write(
-            &sys.0,
-            "applications/big.desktop",
-            &format!(
-                "{}#{}\n",
-                entry("true", ""),
-                "x".repeat(MAX_ENTRY_BYTES as usize)
-            ),
-        );
+        // Exactly the bound reads; one byte more does not.
+        let at_bound = |extra: usize| {
+            let head = entry("true", "");
+            let pad = MAX_ENTRY_BYTES as usize - head.len() - 2 + extra;
+            format!("{head}#{}\n", "x".repeat(pad))
+        };
+        write(&sys.0, "applications/full.desktop", &at_bound(0));
+        write(&sys.0, "applications/big.desktop", &at_bound(1));
         let dirs = DataDirs {
             dirs: vec![sys.path("applications")],
         };
@@ -1041,6 +1056,13 @@ mod tests {
             let err = resolve_apps(&ids(&[id]), &dirs, &path).unwrap_err();
             assert!(err.contains(why), "{id}: {err}");
         }
+        assert_eq!(
+            std::fs::metadata(sys.path("applications/full.desktop"))
+                .unwrap()
+                .len(),
+            MAX_ENTRY_BYTES
+        );
+        assert!(resolve_apps(&ids(&["full"]), &dirs, &path).is_ok());
         let ok = resolve_apps(&ids(&["ok", "ok.desktop"]), &dirs, &path).unwrap();
         assert_eq!(ok.len(), 1);
         assert_eq!(ok[0].argv, ["true", "--flag"]);

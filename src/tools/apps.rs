@@ -257,7 +257,7 @@ fn entries(cx: &CallContext) -> (Vec<DesktopEntry>, bool) {
     if drives_listed_only(cx.policy.profile()) {
         return (cx.host.config.apps.clone(), false);
     }
-    let dirs = DataDirs::from_env(|k| std::env::var(k).ok());
+    let dirs = data_dirs(cx);
     let path = search_path(cx);
     let (found, mut cut) = dirs.scan();
     let mut out = Vec::new();
@@ -275,6 +275,16 @@ fn entries(cx: &CallContext) -> (Vec<DesktopEntry>, bool) {
         out.push(entry);
     }
     (out, cut)
+}
+
+/// Where installed entries are looked up: the configured dirs (tests), else the daemon's
+/// `XDG_DATA_HOME`/`XDG_DATA_DIRS`, read now.
+fn data_dirs(cx: &CallContext) -> DataDirs {
+    cx.host
+        .config
+        .app_dirs
+        .clone()
+        .unwrap_or_else(|| DataDirs::from_env(|k| std::env::var(k).ok()))
 }
 
 /// The `PATH` programs are found on: the display environment's, else the daemon's.
@@ -357,7 +367,7 @@ fn entry_for(cx: &CallContext, given: &str) -> Result<DesktopEntry, String> {
                 )
             });
     }
-    let dirs = DataDirs::from_env(|k| std::env::var(k).ok());
+    let dirs = data_dirs(cx);
     let file = dirs.find(&id).map_err(|why| format!("{id}: {why}"))?;
     let entry = DesktopEntry::load(&id, &file, &search_path(cx))
         .map_err(|why| format!("{id} ({}) {why}", file.display()))?;
@@ -733,6 +743,61 @@ mod tests {
         pids.push(one);
         host.apps.end_scope("g-bound");
         until("every app's end", || pids.iter().all(|p| dead(*p)));
+    }
+
+    #[test]
+    fn owner_lists_installed_apps_up_to_the_bound_and_opens_any_of_them() {
+        let tmp = crate::base::testutil::TempDir::new("apps-installed");
+        let apps_dir = tmp.path("applications");
+        std::fs::create_dir_all(&apps_dir).unwrap();
+        let write = |id: &str, extra: &str| {
+            std::fs::write(
+                apps_dir.join(format!("{id}.desktop")),
+                format!("[Desktop Entry]\nType=Application\nName={id}\nExec=sleep 30\n{extra}\n"),
+            )
+            .unwrap();
+        };
+        for i in 0..MAX_LISTED_APPS {
+            write(&format!("a{i:04}"), "");
+        }
+        // Not shown by a menu: not listed, and not counted.
+        write("hidden", "NoDisplay=true");
+        write("tty", "Terminal=true");
+        write("gone", "Hidden=true");
+        let host = ToolHost::new(ToolConfig {
+            display_env: Some(Default::default()),
+            app_dirs: Some(DataDirs {
+                dirs: vec![apps_dir.clone()],
+            }),
+            ..ToolConfig::default()
+        })
+        .unwrap();
+        let owner = cx(&host, Profile::Owner, "g-owner");
+        let out = call(&LIST, &owner, json!({}));
+        assert_eq!(out["structuredContent"]["truncated"], false, "at the bound");
+        let listed = out["structuredContent"]["apps"].as_array().unwrap();
+        assert_eq!(listed.len(), MAX_LISTED_APPS);
+        assert!(listed
+            .iter()
+            .all(|a| a["id"].as_str().unwrap().starts_with('a')));
+        write("b-one-more", "");
+        let out = call(&LIST, &owner, json!({}));
+        assert_eq!(out["structuredContent"]["truncated"], true, "bound + 1");
+        assert_eq!(
+            out["structuredContent"]["apps"].as_array().unwrap().len(),
+            MAX_LISTED_APPS
+        );
+        assert!(text(&out).contains(&format!("only the first {MAX_LISTED_APPS}")));
+        assert!(call(&LIST, &owner, json!({"x": 1}))["isError"] == true);
+        // The owner opens any installed entry, even one --apps would refuse; apps does not.
+        let out = call(&OPEN, &owner, json!({"app": "tty"}));
+        assert!(out.get("isError").is_none(), "{out}");
+        let out = call(&OPEN, &owner, json!({"app": "gone"}));
+        assert!(text(&out).contains("is deleted (Hidden=true)"), "{out}");
+        let apps = cx(&host, Profile::Apps, "g-apps");
+        let out = call(&OPEN, &apps, json!({"app": "a0001"}));
+        assert!(text(&out).contains("it may open: none"), "{out}");
+        host.apps.end_scope("g-owner");
     }
 
     #[test]

@@ -267,6 +267,10 @@ pub struct ToolConfig {
     pub upstreams: bool,
     /// `--apps`: the desktop entries the `apps` profile may start and drive (§17).
     pub apps: Vec<crate::base::desktop_entry::DesktopEntry>,
+    /// Test override of where installed desktop entries are found (`apps_list`/`app_open`
+    /// under `owner`/`desktop`); `None` = the daemon's XDG data dirs. Not a flag.
+    #[doc(hidden)]
+    pub app_dirs: Option<crate::base::desktop_entry::DataDirs>,
     /// Containment (§16); `None` uses no cgroup and changes nothing about the process
     /// (unit tests of other modules).
     pub confine: Option<Arc<crate::cgroup::Confine>>,
@@ -289,6 +293,7 @@ impl Default for ToolConfig {
             protected: files::folder::Protected::default(),
             upstreams: true,
             apps: Vec::new(),
+            app_dirs: None,
             confine: None,
         }
     }
