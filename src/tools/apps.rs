@@ -232,13 +232,15 @@ impl AppRuns {
 }
 
 /// The check `desktop_act` makes before it acts on an element of application `app` (its
-/// accessible name, for the message) whose process is `pid`: under a policy that drives
-/// only the listed apps, the process must belong to an app this grant started with
+/// accessible name, for the message) whose process is `pid`: where `desktop_act` is `act`
+/// (the `apps` profile), the process must belong to an app this grant started with
 /// `app_open` (see the module doc for why not the name or `/proc/<pid>/exe`); elsewhere
 /// `desktop_act` is a shell tool and every element may be driven. A `pid` of `None` (the
 /// accessibility bus did not say) is refused there.
 pub fn may_drive(cx: &CallContext, app: &str, pid: Option<u32>) -> Result<(), String> {
-    if !drives_listed_only(cx.policy.profile()) {
+    // Exactly where the policy counts desktop_act as `act` (the `apps` profile): a grant
+    // that holds it as a shell tool (owner, desktop, a custom list) drives anything.
+    if cx.policy.class_of(DESKTOP_ACT) != Some(Class::Act) {
         return Ok(());
     }
     let scope = super::shell::scope(cx);
@@ -594,12 +596,47 @@ mod tests {
         out
     }
 
+    /// An "app" that starts a helper, as real apps do (built here, not vetted: the check is
+    /// about processes, not about what --apps refuses).
+    fn forks() -> DesktopEntry {
+        entry("t.Forks", &["sh", "-c", "sleep 30 & exec sleep 31"])
+    }
+
     #[test]
     fn may_drive_holds_an_element_to_the_processes_of_apps_this_grant_started() {
-        // An "app" that starts a helper, as real apps do (built here, not vetted: the
-        // check is about processes, not about what --apps refuses).
-        let app = entry("t.Forks", &["sh", "-c", "sleep 30 & exec sleep 31"]);
-        let host = host(vec![app]);
+        // Without cgroups: by the run's marker variable.
+        drive_check(host(vec![forks()]));
+    }
+
+    #[test]
+    fn may_drive_holds_an_element_to_the_run_cgroup_of_apps_this_grant_started() {
+        let tmp = crate::base::testutil::TempDir::new("apps-cgroup");
+        let confine = crate::cgroup::Confine::start(crate::cgroup::Settings::for_state_dir(
+            &tmp.0,
+            false,
+            crate::cgroup::Limits::defaults(),
+        ));
+        if confine.containment().mode().is_none() {
+            assert!(
+                !rustix::process::geteuid().is_root(),
+                "root, yet no cgroup: {:?}",
+                confine.why_not_cgroup()
+            );
+            eprintln!("skip: no cgroup here (not root, no delegated cgroup v2)");
+            return;
+        }
+        let host = ToolHost::new(ToolConfig {
+            display_env: Some(Default::default()),
+            apps: vec![forks()],
+            confine: Some(Arc::clone(&confine)),
+            ..ToolConfig::default()
+        })
+        .unwrap();
+        drive_check(host);
+        confine.stop();
+    }
+
+    fn drive_check(host: Arc<ToolHost>) {
         let g1 = cx(&host, Profile::Apps, "g1");
         let out = call(&OPEN, &g1, json!({"app": "t.Forks"}));
         assert!(out.get("isError").is_none(), "{out}");
@@ -625,6 +662,18 @@ mod tests {
         // Where desktop_act is a shell tool anyway, every element may be driven.
         let desktop = cx(&host, Profile::Desktop, "g3");
         assert_eq!(may_drive(&desktop, "x", Some(stranger.id())), Ok(()));
+        let mut custom = cx(&host, Profile::Apps, "g4");
+        custom.policy = Arc::new(
+            ToolPolicy::new(
+                Profile::Custom,
+                crate::tools::policy::ToolLists {
+                    allow: vec![DESKTOP_ACT.into()],
+                    deny: Vec::new(),
+                },
+            )
+            .unwrap(),
+        );
+        assert_eq!(may_drive(&custom, "x", Some(stranger.id())), Ok(()));
         // apps_list says it runs, for g1 only.
         let listed = call(&LIST, &g1, json!({}));
         assert_eq!(listed["structuredContent"]["apps"][0]["running"], true);
