@@ -1425,7 +1425,10 @@ mod tests {
                 "unknown tool in deny: browser_nope*",
             ),
             (
-                format!(r#"{{{ok},"deny":["sys_info","screenshot"],"secret":"x"}}"#),
+                format!(
+                    r#"{{{ok},"deny":{},"secret":"x"}}"#,
+                    serde_json::json!(crate::tools::names(Profile::Observe))
+                ),
                 crate::tools::policy::NO_TOOLS_ERROR,
             ),
             (format!(r#"{{{ok},"ttl_secs":0,"secret":"x"}}"#), TTL_ERROR),
