@@ -93,6 +93,28 @@ impl Session {
             .expect("dbus-daemon printed its address");
         let address = address.trim().to_string();
         assert!(address.starts_with("unix:"), "{address}");
+        // Bring the accessibility bus and its registry up first, as in a desktop session
+        // that has run a while: an application that starts while the launcher and the
+        // registry are still starting can miss registering (seen as a window that never
+        // joins the tree).
+        let display_env = handnode::tools::display::DisplayEnv {
+            dbus_session_bus_address: Some(address.clone()),
+            ..Default::default()
+        };
+        // The registry sometimes quits as it starts ("disconnected without replying"); it
+        // is started again by the next call.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let up = handnode::tools::a11y::bus_status(&display_env, Duration::from_secs(5));
+            if up.is_ok() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the accessibility bus did not come up: {up:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         env.insert("DBUS_SESSION_BUS_ADDRESS".to_string(), address);
         Some(Session {
             dir,
@@ -709,4 +731,38 @@ fn an_apps_grant_presses_only_buttons_of_the_apps_it_opened() {
         .wait(Duration::from_secs(20))
         .expect("the stranger ended after No");
     assert_eq!(status.code(), Some(1));
+}
+
+#[test]
+#[ignore = "prints a list's snapshot for a person to read"]
+fn print_a_list() {
+    let Some(session) = Session::start("print_list") else {
+        return;
+    };
+    let host = session.host();
+    let rows: Vec<String> = (0..100).map(|i| format!("row {i}")).collect();
+    let mut args = vec!["--list", "--column=Name", "--height=300"];
+    args.extend(rows.iter().map(String::as_str));
+    let _zenity = session.zenity(&args);
+    snapshot_until(&host, json!({"app": "zenity"}), |v| {
+        text(v).contains("table cell")
+    });
+    let t0 = Instant::now();
+    let out = ok(call(
+        &host,
+        "desktop_snapshot",
+        json!({"app": "zenity", "offscreen": true, "max_nodes": 4000}),
+    ));
+    println!("offscreen {:?}\n{}", t0.elapsed(), text(&out));
+    let t0 = Instant::now();
+    let out = ok(call(&host, "desktop_snapshot", json!({"app": "zenity"})));
+    println!("shown {:?}\n{}", t0.elapsed(), text(&out));
+    for n in out["structuredContent"]["nodes"].as_array().unwrap() {
+        if ["table", "scroll pane", "dialog"].contains(&n["role"].as_str().unwrap())
+            || n["name"] == "row 99"
+            || n["name"] == "row 5"
+        {
+            println!("{n}");
+        }
+    }
 }

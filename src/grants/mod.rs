@@ -1427,7 +1427,7 @@ mod tests {
             (
                 format!(
                     r#"{{{ok},"deny":{},"secret":"x"}}"#,
-                    serde_json::json!(crate::tools::names(Profile::Observe))
+                    serde_json::to_string(&crate::tools::names(Profile::Observe)).unwrap()
                 ),
                 crate::tools::policy::NO_TOOLS_ERROR,
             ),

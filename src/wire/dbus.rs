@@ -163,6 +163,8 @@ pub struct Conn {
     skip: usize,
     /// Written calls whose answers are not read yet (serial → answer once read).
     answers: HashMap<u32, Result<Vec<Val>, DbusError>>,
+    /// Calls given up on: their answers are dropped when they come.
+    forgotten: std::collections::HashSet<u32>,
     out: Vec<u8>,
 }
 
@@ -245,6 +247,7 @@ impl Conn {
             rbuf: Vec::new(),
             skip: 0,
             answers: HashMap::new(),
+            forgotten: Default::default(),
             out: Vec::new(),
         };
         conn.auth(deadline)?;
@@ -367,7 +370,9 @@ impl Conn {
     /// Forget an answer that is no longer wanted (its call timed out), so a late one is
     /// dropped when it comes.
     pub fn forget(&mut self, serial: u32) {
-        self.answers.remove(&serial);
+        if self.answers.remove(&serial).is_none() {
+            self.forgotten.insert(serial);
+        }
     }
 
     /// Read until one more message is parsed (kept if it is an answer); `false` at the
@@ -474,7 +479,7 @@ impl Conn {
         }
         if matches!(kind, 2 | 3) {
             if let Some(serial) = reply_serial {
-                if serial <= self.serial {
+                if serial <= self.serial && !self.forgotten.remove(&serial) {
                     self.answers.insert(serial, answer);
                 }
             }
@@ -753,6 +758,7 @@ mod tests {
             rbuf: Vec::new(),
             skip: 0,
             answers: HashMap::new(),
+            forgotten: Default::default(),
             out: Vec::new(),
         };
         (conn, b)

@@ -175,12 +175,128 @@ struct Cand {
     app: usize,
     parent: Option<usize>,
     depth: u32,
+    /// The rect its scrolled ancestors show (screen pixels), if any.
+    clip: Option<[i64; 4]>,
+    /// Its states and extents, when [`shown`] read them.
+    pre: Option<(u64, Option<[i64; 4]>)>,
+}
+
+/// Roles whose children show only inside their own rect (scrolled areas and lists, whose
+/// rows GTK reports as showing even when scrolled away).
+const CLIPS: &[&str] = &[
+    "scroll pane",
+    "viewport",
+    "table",
+    "tree table",
+    "tree",
+    "list",
+    "list box",
+];
+
+/// Children of one parent asked about at a time. Children are laid out in order, so once
+/// some were shown, a whole chunk of hidden ones means the rest are scrolled away too and
+/// are not asked about (a list of thousands of rows costs a few chunks, not a call a row).
+const CHUNK: usize = 64;
+
+fn intersect(a: [i64; 4], b: [i64; 4]) -> [i64; 4] {
+    let x = a[0].max(b[0]);
+    let y = a[1].max(b[1]);
+    let r = (a[0] + a[2]).min(b[0] + b[2]);
+    let bt = (a[1] + a[3]).min(b[1] + b[3]);
+    [x, y, (r - x).max(0), (bt - y).max(0)]
+}
+
+fn overlaps(a: [i64; 4], clip: [i64; 4]) -> bool {
+    a[0] < clip[0] + clip[2]
+        && clip[0] < a[0] + a[2]
+        && a[1] < clip[1] + clip[3]
+        && clip[1] < a[1] + a[3]
+}
+
+/// Extents of a `GetExtents` answer, when it has a size.
+fn bounds_of(answer: &Result<Vec<Val>, DbusError>) -> Option<[i64; 4]> {
+    let v = answer.as_ref().ok()?;
+    let n: Vec<i64> = v.first()?.items().iter().filter_map(Val::as_i64).collect();
+    (n.len() == 4 && n[2] > 0 && n[3] > 0 && n[0] > -100_000 && n[1] > -100_000)
+        .then(|| [n[0], n[1], n[2], n[3]])
+}
+
+/// The candidates that are shown: state `SHOWING` (not `DEFUNCT`) and, under a scrolled
+/// ancestor, inside its rect. Asked per parent a [`CHUNK`] at a time (see there).
+fn shown(bus: &mut Bus, cands: Vec<Cand>) -> Vec<Cand> {
+    // Runs of siblings (candidates come parent by parent).
+    let mut groups: Vec<(Vec<Cand>, usize, bool, bool)> = Vec::new(); // (cands, pos, seen shown, done)
+    for c in cands {
+        match groups.last_mut() {
+            Some((g, ..)) if g[0].parent == c.parent && c.parent.is_some() => g.push(c),
+            _ => groups.push((vec![c], 0, false, false)),
+        }
+    }
+    let mut keep: Vec<Vec<bool>> = groups.iter().map(|g| vec![false; g.0.len()]).collect();
+    loop {
+        let mut reqs = Vec::new();
+        let mut asked: Vec<(usize, usize)> = Vec::new();
+        for (gi, (g, pos, _, done)) in groups.iter().enumerate() {
+            if *done {
+                continue;
+            }
+            for (i, c) in g.iter().enumerate().skip(*pos).take(CHUNK) {
+                reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetState"));
+                reqs.push(Req::new(&c.bus, &c.path, COMPONENT, "GetExtents").arg(A::U(0)));
+                asked.push((gi, i));
+            }
+        }
+        if asked.is_empty() {
+            break;
+        }
+        let answers = bus.batch(&reqs);
+        let mut any: Vec<bool> = vec![false; groups.len()];
+        for (k, &(gi, i)) in asked.iter().enumerate() {
+            let c = &mut groups[gi].0[i];
+            let bounds = bounds_of(&answers[2 * k + 1]);
+            if let Ok(v) = &answers[2 * k] {
+                c.pre = Some((state_bits(v), bounds));
+            }
+            let ok = c.depth == 0
+                || answers[2 * k].as_ref().is_ok_and(|v| {
+                    let bits = state_bits(v);
+                    has(bits, state::SHOWING) && !has(bits, state::DEFUNCT)
+                }) && match (c.clip, bounds) {
+                    (Some(clip), Some(b)) => overlaps(b, clip),
+                    // GTK gives a row scrolled out of a list no size.
+                    (Some(_), None) => false,
+                    (None, _) => true,
+                };
+            keep[gi][i] = ok;
+            any[gi] |= ok;
+        }
+        for (gi, (g, pos, seen, done)) in groups.iter_mut().enumerate() {
+            if *done {
+                continue;
+            }
+            *pos = (*pos + CHUNK).min(g.len());
+            if (*seen && !any[gi]) || *pos >= g.len() {
+                *done = true;
+            }
+            *seen |= any[gi];
+        }
+    }
+    groups
+        .into_iter()
+        .zip(keep)
+        .flat_map(|((g, ..), k)| g.into_iter().zip(k).filter(|(_, k)| *k).map(|(c, _)| c))
+        .collect()
 }
 
 /// Read the tree. `cancelled` is asked between levels.
 pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<Snapshot, String> {
     let timeout_ms = bus.timeout.as_millis();
-    let apps_answer = bus.call(Req::new(REGISTRY, ROOT_PATH, ACCESSIBLE, "GetChildren"));
+    let mut apps_answer = bus.call(Req::new(REGISTRY, ROOT_PATH, ACCESSIBLE, "GetChildren"));
+    // The registry can quit as it starts (its call then ends "NoReply"); the bus starts it
+    // again for the next call.
+    if matches!(&apps_answer, Err(DbusError::Remote { name, .. }) if name.ends_with("NoReply")) {
+        apps_answer = bus.call(Req::new(REGISTRY, ROOT_PATH, ACCESSIBLE, "GetChildren"));
+    }
     if let Err(e) = &apps_answer {
         return Err(format!(
             "the accessibility registry did not list the applications: {e}"
@@ -236,6 +352,8 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
             app: apps.len() - 1,
             parent: None,
             depth: 0,
+            clip: None,
+            pre: None,
         });
     }
     if let Some(want) = &opts.app {
@@ -268,29 +386,11 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
             return Err("cancelled".into());
         }
         // Phase A: which of them are shown (applications always are).
-        let states: Vec<Option<u64>> = if opts.offscreen {
-            vec![None; cands.len()]
+        let mut kept: Vec<Cand> = if opts.offscreen {
+            std::mem::take(&mut cands)
         } else {
-            let reqs: Vec<Req> = cands
-                .iter()
-                .map(|c| Req::new(&c.bus, &c.path, ACCESSIBLE, "GetState"))
-                .collect();
-            bus.batch(&reqs)
-                .iter()
-                .map(|a| a.as_ref().ok().map(|v| state_bits(v)))
-                .collect()
+            shown(bus, std::mem::take(&mut cands))
         };
-        let mut kept: Vec<(Cand, Option<u64>)> = Vec::new();
-        for (c, s) in cands.drain(..).zip(states) {
-            let shown = match s {
-                _ if c.depth == 0 => true,
-                Some(bits) => has(bits, state::SHOWING) && !has(bits, state::DEFUNCT),
-                None => false,
-            };
-            if shown || opts.offscreen {
-                kept.push((c, s));
-            }
-        }
         let room = opts.max_nodes.saturating_sub(arena.len());
         if kept.len() > room {
             kept.truncate(room);
@@ -299,35 +399,39 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
         if kept.is_empty() {
             break;
         }
-        // Phase B: what each shown element is.
-        const PER: usize = 5;
-        let mut reqs = Vec::with_capacity(kept.len() * PER);
-        for (c, _) in &kept {
+        // Phase B: what each shown element is (its state and extents too, unless phase A
+        // read them already).
+        let mut spans = Vec::with_capacity(kept.len());
+        let mut reqs = Vec::with_capacity(kept.len() * 5);
+        for c in &kept {
+            spans.push(reqs.len());
             reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetRoleName"));
             reqs.push(Req::prop(&c.bus, &c.path, ACCESSIBLE, "Name"));
-            reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetState"));
-            reqs.push(Req::new(&c.bus, &c.path, COMPONENT, "GetExtents").arg(A::U(0)));
             reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetChildren"));
+            if c.pre.is_none() {
+                reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetState"));
+                reqs.push(Req::new(&c.bus, &c.path, COMPONENT, "GetExtents").arg(A::U(0)));
+            }
         }
         let answers = bus.batch(&reqs);
         let mut next: Vec<Cand> = Vec::new();
         let mut want_value: Vec<usize> = Vec::new();
-        for (k, (c, _)) in kept.into_iter().enumerate() {
-            let a = &answers[k * PER..(k + 1) * PER];
+        for (k, mut c) in kept.into_iter().enumerate() {
+            let a = &answers[spans[k]..];
             let Some(role) = string_of(&a[0]) else {
                 continue; // gone, or not answering
             };
             let name = string_of(&a[1]).unwrap_or_default();
-            let states = a[2].as_ref().map(|v| state_bits(v)).unwrap_or(0);
+            let (states, bounds) = match c.pre.take() {
+                Some(pre) => pre,
+                None => (
+                    a[3].as_ref().map(|v| state_bits(v)).unwrap_or(0),
+                    bounds_of(&a[4]),
+                ),
+            };
             if has(states, state::DEFUNCT) {
                 continue;
             }
-            let bounds = a[3].as_ref().ok().and_then(|v| {
-                let f = v.first()?.items();
-                let n: Vec<i64> = f.iter().filter_map(Val::as_i64).collect();
-                (n.len() == 4 && n[2] > 0 && n[3] > 0 && n[0] > -100_000 && n[1] > -100_000)
-                    .then(|| [n[0], n[1], n[2], n[3]])
-            });
             let index = arena.len();
             let app = apps[c.app].clone();
             arena.push(Node {
@@ -356,7 +460,12 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
             {
                 want_value.push(index);
             }
-            let (kids, cut_short) = refs_of(&a[4], budget);
+            // What its children are clipped to: a scrolled area shows only its own rect.
+            let clip = match (CLIPS.contains(&role.as_str()), bounds) {
+                (true, Some(b)) => Some(c.clip.map_or(b, |cl| intersect(cl, b))),
+                _ => c.clip,
+            };
+            let (kids, cut_short) = refs_of(&a[2], budget);
             truncated |= cut_short;
             if c.depth + 1 > MAX_DEPTH {
                 truncated |= !kids.is_empty();
@@ -374,6 +483,8 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
                     app: c.app,
                     parent: Some(index),
                     depth: c.depth + 1,
+                    clip,
+                    pre: None,
                 });
             }
         }
@@ -463,7 +574,8 @@ pub fn line(reference: &str, node: &Node, offscreen_checked: bool) -> String {
         out.push(' ');
         out.push_str(&quoted(&node.el.name, LINE_NAME_CHARS));
     }
-    let states = state_names(node.states, offscreen_checked);
+    // An application has no SHOWING state of its own.
+    let states = state_names(node.states, offscreen_checked && node.depth > 0);
     if !states.is_empty() {
         out.push_str(&format!(" ({})", states.join(", ")));
     }
@@ -484,7 +596,7 @@ pub fn node_json(reference: &str, node: &Node, offscreen_checked: bool) -> Value
         "ref": reference,
         "role": node.el.role,
         "name": node.el.name,
-        "states": state_names(node.states, offscreen_checked),
+        "states": state_names(node.states, offscreen_checked && node.depth > 0),
         "app": node.el.app.name,
         "depth": node.depth,
     });
