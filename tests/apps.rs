@@ -180,7 +180,12 @@ fn an_apps_grant_opens_only_its_listed_apps_without_arguments_or_secrets_and_the
     let d = RealDaemon::start_with_env(
         &state,
         &[("--apps", "t.Sleep")],
-        &[("XDG_DATA_DIRS", &share(&data)), ("LC_PAPER", TOKEN)],
+        &[
+            ("XDG_DATA_DIRS", &share(&data)),
+            ("LC_PAPER", TOKEN),
+            // A display name is all app_open asks of the display: the "app" is a sleep.
+            ("DISPLAY", ":99"),
+        ],
     );
     let pod = StubPod::start();
     let (status, g) = d.call(

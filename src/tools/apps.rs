@@ -429,6 +429,14 @@ fn open(args: &Value, cx: &CallContext) -> Result<ToolOutput, String> {
     };
     let entry = entry_for(cx, given)?;
     let program: PathBuf = entry.installed()?.to_path_buf();
+    let display = super::display::DisplayEnv::from_config(&cx.host.config);
+    if display.display.is_none() && display.wayland_display.is_none() {
+        // It would start, find no screen and exit: say so instead of a pid that is gone.
+        return Err(format!(
+            "{} needs a display, and this daemon has none (neither DISPLAY nor WAYLAND_DISPLAY is set; sys_info says what works here)",
+            entry.id
+        ));
+    }
     let scope = super::shell::scope(cx).to_string();
     let apps = &cx.host.apps;
     let key = {
@@ -533,9 +541,15 @@ mod tests {
         }
     }
 
+    /// A display environment naming a display (no test here needs a real one: the "apps"
+    /// are `sleep`s).
+    fn display_env() -> Option<std::collections::BTreeMap<String, String>> {
+        Some([("DISPLAY".to_string(), ":99".to_string())].into())
+    }
+
     fn host(apps: Vec<DesktopEntry>) -> Arc<ToolHost> {
         ToolHost::new(ToolConfig {
-            display_env: Some(Default::default()),
+            display_env: display_env(),
             apps,
             ..ToolConfig::default()
         })
@@ -626,7 +640,7 @@ mod tests {
             return;
         }
         let host = ToolHost::new(ToolConfig {
-            display_env: Some(Default::default()),
+            display_env: display_env(),
             apps: vec![forks()],
             confine: Some(Arc::clone(&confine)),
             ..ToolConfig::default()
@@ -814,7 +828,7 @@ mod tests {
         write("tty", "Terminal=true");
         write("gone", "Hidden=true");
         let host = ToolHost::new(ToolConfig {
-            display_env: Some(Default::default()),
+            display_env: display_env(),
             app_dirs: Some(DataDirs {
                 dirs: vec![apps_dir.clone()],
             }),
@@ -847,6 +861,22 @@ mod tests {
         let out = call(&OPEN, &apps, json!({"app": "a0001"}));
         assert!(text(&out).contains("it may open: none"), "{out}");
         host.apps.end_scope("g-owner");
+        // Without a display nothing is started.
+        let headless = ToolHost::new(ToolConfig {
+            display_env: Some(Default::default()),
+            app_dirs: Some(DataDirs {
+                dirs: vec![apps_dir.clone()],
+            }),
+            ..ToolConfig::default()
+        })
+        .unwrap();
+        let out = call(
+            &OPEN,
+            &cx(&headless, Profile::Owner, "g-h"),
+            json!({"app": "a0001"}),
+        );
+        assert!(text(&out).contains("a0001 needs a display"), "{out}");
+        assert!(headless.apps.running("g-h").is_empty());
     }
 
     #[test]
