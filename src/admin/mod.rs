@@ -791,7 +791,10 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
         }
         ("GET", "/") => respond(
             request,
-            console::response(console::page(state.services.browsers.is_some())),
+            console::response(console::page(
+                state.services.browsers.is_some(),
+                !state.services.host.config.apps.is_empty(),
+            )),
         ),
         ("GET", "/console/{id}") => match console::asset(id) {
             Some(asset) => respond(request, console::response(asset)),
