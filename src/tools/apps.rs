@@ -54,8 +54,8 @@ pub const DESKTOP_ACT: &str = crate::profiles::DESKTOP_ACT;
 
 /// Variables of the daemon's environment an app inherits (exact names; a trailing `*` is
 /// a prefix). The display's own (`DISPLAY`, `WAYLAND_DISPLAY`, `XDG_RUNTIME_DIR`, `PATH`,
-/// the session and accessibility buses) come from the display probe's environment
-/// (`display::DisplayEnv`) and win over these.
+/// the session and accessibility buses) come only from the call's display environment
+/// (`display::DisplayEnv`, [`call_display_env`]), never from the daemon's.
 pub const APP_ENV: &[&str] = &[
     "HOME",
     "USER",
@@ -65,8 +65,6 @@ pub const APP_ENV: &[&str] = &[
     "LC_*",
     "TZ",
     "XAUTHORITY",
-    "DBUS_SESSION_BUS_ADDRESS",
-    "AT_SPI_BUS_ADDRESS",
     "XDG_DATA_HOME",
     "XDG_DATA_DIRS",
     "XDG_CONFIG_HOME",
@@ -289,9 +287,16 @@ fn data_dirs(cx: &CallContext) -> DataDirs {
         .unwrap_or_else(|| DataDirs::from_env(|k| std::env::var(k).ok()))
 }
 
+/// The display variables an app of this call starts with: the box's display. The one
+/// place that says so: where a grant has a display of its own (§19) this is that display's
+/// (`display::call_display(cx).env`), so no app reaches the owner's screen or session bus.
+fn call_display_env(cx: &CallContext) -> super::display::DisplayEnv {
+    super::display::DisplayEnv::from_config(&cx.host.config)
+}
+
 /// The `PATH` programs are found on: the display environment's, else the daemon's.
 fn search_path(cx: &CallContext) -> String {
-    super::display::DisplayEnv::from_config(&cx.host.config)
+    call_display_env(cx)
         .path
         .or_else(|| std::env::var("PATH").ok())
         .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into())
@@ -387,7 +392,7 @@ fn app_env(cx: &CallContext) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
             })
         })
     });
-    let display = super::display::DisplayEnv::from_config(&cx.host.config);
+    let display = call_display_env(cx);
     let mut set: Vec<(String, String)> = [
         ("DISPLAY", &display.display),
         ("WAYLAND_DISPLAY", &display.wayland_display),
@@ -429,7 +434,7 @@ fn open(args: &Value, cx: &CallContext) -> Result<ToolOutput, String> {
     };
     let entry = entry_for(cx, given)?;
     let program: PathBuf = entry.installed()?.to_path_buf();
-    let display = super::display::DisplayEnv::from_config(&cx.host.config);
+    let display = call_display_env(cx);
     if display.display.is_none() && display.wayland_display.is_none() {
         // It would start, find no screen and exit: say so instead of a pid that is gone.
         return Err(format!(
