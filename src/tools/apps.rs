@@ -47,6 +47,8 @@ use crate::wire::mcp::ToolOutput;
 pub const MAX_RUNNING_APPS: usize = 16;
 /// Most entries `apps_list` answers under `owner`/`desktop` (all installed ones).
 pub const MAX_LISTED_APPS: usize = 500;
+/// Ended apps a grant's `apps_list` still reports (`last_exit`), newest kept.
+pub const MAX_ENDED_KEPT: usize = 16;
 
 /// The tool whose class is `act`, not `shell`, under `apps` (§17; `ToolPolicy::class_of`
 /// says so), and which asks [`may_drive`] there (`profiles::DESKTOP_ACT`).
@@ -83,7 +85,7 @@ pub static LIST: Tool = Tool {
     class_reason: "lists desktop entries and which of them run; changes nothing",
     description: "List the desktop apps this grant may open with app_open: each entry's `id` \
 (what app_open takes), `name` and whether it is `running` (started by this grant and still \
-up, with its pids). Under the apps profile these are the apps the box's owner listed; \
+up, with its pids), or how it last ended (`last_exit`). Under the apps profile these are the apps the box's owner listed; \
 otherwise the installed apps a menu would show (at most 500).",
     input_schema: list_schema,
     output_schema: Some(list_output_schema),
@@ -141,6 +143,11 @@ fn list_output_schema() -> Value {
                 "name": {"type": "string"},
                 "running": {"type": "boolean"},
                 "pids": {"type": "array", "items": {"type": "integer"}},
+                "last_exit": {"type": "object", "properties": {
+                    "pid": {"type": "integer"},
+                    "exit_code": {"type": "integer"},
+                    "after_ms": {"type": "integer", "minimum": 0},
+                }, "required": ["pid", "exit_code", "after_ms"]},
             }, "required": ["id", "name", "running"]}},
             "truncated": {"type": "boolean"},
         },
@@ -182,6 +189,18 @@ pub struct AppRuns {
 struct Runs {
     next_key: u64,
     by_scope: HashMap<String, Vec<Started>>,
+    /// How each scope's last apps ended, oldest first, at most [`MAX_ENDED_KEPT`]: so an
+    /// agent whose app exited at once learns it and how.
+    ended: HashMap<String, std::collections::VecDeque<Ended>>,
+}
+
+/// How one app a grant started ended.
+#[derive(Clone, Debug)]
+struct Ended {
+    id: String,
+    pid: i32,
+    exit_code: i32,
+    after_ms: u128,
 }
 
 fn lock(m: &Mutex<Runs>) -> std::sync::MutexGuard<'_, Runs> {
@@ -199,6 +218,25 @@ impl AppRuns {
         out
     }
 
+    /// The last end of each app of `scope` by entry ID.
+    fn last_exits(&self, scope: &str) -> HashMap<String, Ended> {
+        let runs = lock(&self.inner);
+        let mut out = HashMap::new();
+        for e in runs.ended.get(scope).into_iter().flatten() {
+            out.insert(e.id.clone(), e.clone());
+        }
+        out
+    }
+
+    fn ended(inner: &Mutex<Runs>, scope: &str, end: Ended) {
+        let mut runs = lock(inner);
+        let kept = runs.ended.entry(scope.to_string()).or_default();
+        if kept.len() == MAX_ENDED_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back(end);
+    }
+
     /// Whether process `pid` belongs to an app `scope` started (see [`may_drive`]).
     pub fn holds(&self, scope: &str, pid: i32) -> Option<String> {
         let runs = lock(&self.inner);
@@ -211,21 +249,31 @@ impl AppRuns {
 
     /// A grant ended: its apps are killed (their cgroups go with the grant's too).
     pub fn end_scope(&self, scope: &str) {
-        let gone = lock(&self.inner).by_scope.remove(scope);
+        let gone = {
+            let mut runs = lock(&self.inner);
+            runs.ended.remove(scope);
+            runs.by_scope.remove(scope)
+        };
         for s in gone.into_iter().flatten() {
             s.ctl.cancel();
             s.group.kill();
         }
     }
 
-    fn remove(inner: &Mutex<Runs>, scope: &str, key: u64) {
+    /// Forget a run that ended; `false` when it was no longer listed (its grant ended,
+    /// [`AppRuns::end_scope`]), so nothing is kept for a scope that is gone.
+    fn remove(inner: &Mutex<Runs>, scope: &str, key: u64) -> bool {
         let mut runs = lock(inner);
-        if let Some(list) = runs.by_scope.get_mut(scope) {
-            list.retain(|s| s.key != key);
-            if list.is_empty() {
-                runs.by_scope.remove(scope);
-            }
+        let Some(list) = runs.by_scope.get_mut(scope) else {
+            return false;
+        };
+        let before = list.len();
+        list.retain(|s| s.key != key);
+        let was = list.len() < before;
+        if list.is_empty() {
+            runs.by_scope.remove(scope);
         }
+        was
     }
 }
 
@@ -315,19 +363,27 @@ fn list(args: &Value, cx: &CallContext) -> Result<ToolOutput, String> {
         return Err(format!("apps_list takes no arguments; got {key}"));
     }
     let (entries, truncated) = entries(cx);
-    let running = cx.host.apps.running(super::shell::scope(cx));
+    let scope = super::shell::scope(cx);
+    let running = cx.host.apps.running(scope);
+    let exits = cx.host.apps.last_exits(scope);
     let mut lines = Vec::new();
     let apps: Vec<Value> = entries
         .iter()
         .map(|e| {
             let pids = running.get(&e.id).cloned().unwrap_or_default();
-            lines.push(format!(
-                "{} — {}{}",
-                e.id,
-                e.name,
-                if pids.is_empty() { "" } else { " (running)" }
-            ));
-            json!({"id": e.id, "name": e.name, "running": !pids.is_empty(), "pids": pids})
+            let mut app =
+                json!({"id": e.id, "name": e.name, "running": !pids.is_empty(), "pids": pids});
+            let state = match exits.get(&e.id) {
+                _ if !pids.is_empty() => " (running)".to_string(),
+                Some(x) => {
+                    app["last_exit"] =
+                        json!({"pid": x.pid, "exit_code": x.exit_code, "after_ms": x.after_ms});
+                    format!(" (ended: exit {} after {} ms)", x.exit_code, x.after_ms)
+                }
+                None => String::new(),
+            };
+            lines.push(format!("{} — {}{state}", e.id, e.name));
+            app
         })
         .collect();
     let mut text = if apps.is_empty() {
@@ -501,10 +557,25 @@ fn open(args: &Value, cx: &CallContext) -> Result<ToolOutput, String> {
     let exit_scope = scope.clone();
     let app_id = entry.id.clone();
     let (started_tx, started_rx) = crossbeam_channel::bounded(1);
+    let pid_at_end = Arc::clone(&pid_cell);
     cx.host.processes.spawn(cmd, spec, move |result| {
-        AppRuns::remove(&inner, &exit_scope, key);
+        let listed = AppRuns::remove(&inner, &exit_scope, key);
         match result {
-            Ok(r) => log::info!("app {app_id} ended (exit {})", r.exit_code),
+            Ok(r) if listed => {
+                log::info!("app {app_id} ended (exit {})", r.exit_code);
+                let pid = pid_at_end
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .unwrap_or_default();
+                let end = Ended {
+                    id: app_id,
+                    pid,
+                    exit_code: r.exit_code,
+                    after_ms: r.duration.as_millis(),
+                };
+                AppRuns::ended(&inner, &exit_scope, end);
+            }
+            Ok(_) => {}
             Err(e) => {
                 let _ = started_tx.send(e.to_string());
             }
@@ -660,7 +731,14 @@ mod tests {
         let out = call(&OPEN, &g1, json!({"app": "t.Forks"}));
         assert!(out.get("isError").is_none(), "{out}");
         let pid = out["structuredContent"]["pid"].as_i64().unwrap() as i32;
-        until("the helper", || !children(pid).is_empty());
+        // Once the app's shell has started its helper and become `sleep 31` (while a
+        // process execs, /proc shows no environment to read the marker from).
+        let execd = |p: i32| {
+            std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep\0"))
+        };
+        until("the helper and the exec", || {
+            execd(pid) && children(pid).first().is_some_and(|h| execd(*h))
+        });
         let helper = children(pid)[0];
         assert_eq!(may_drive(&g1, "forks", Some(pid as u32)), Ok(()));
         assert_eq!(may_drive(&g1, "forks", Some(helper as u32)), Ok(()));
@@ -882,6 +960,43 @@ mod tests {
         );
         assert!(text(&out).contains("a0001 needs a display"), "{out}");
         assert!(headless.apps.running("g-h").is_empty());
+    }
+
+    #[test]
+    fn an_app_that_ends_says_how_and_a_grant_keeps_its_last_ends_up_to_the_bound() {
+        let host = host(vec![entry("t.Exit", &["sh", "-c", "exit 3"])]);
+        let g = cx(&host, Profile::Apps, "g-exit");
+        let kept = |host: &ToolHost| {
+            lock(&host.apps.inner)
+                .ended
+                .get("g-exit")
+                .map_or(0, |e| e.len())
+        };
+        for i in 0..=MAX_ENDED_KEPT {
+            let out = call(&OPEN, &g, json!({"app": "t.Exit"}));
+            assert!(out.get("isError").is_none(), "{out}");
+            until("the app's end", || {
+                host.apps.running("g-exit").is_empty() && kept(&host) == (i + 1).min(MAX_ENDED_KEPT)
+            });
+        }
+        assert_eq!(
+            kept(&host),
+            MAX_ENDED_KEPT,
+            "bound + 1 ends, the bound kept"
+        );
+        let listed = call(&LIST, &g, json!({}));
+        let app = &listed["structuredContent"]["apps"][0];
+        assert_eq!(app["running"], false, "{listed}");
+        assert_eq!(app["last_exit"]["exit_code"], 3, "{listed}");
+        assert!(text(&listed).contains("(ended: exit 3 after "), "{listed}");
+        testutil::conforms(&list_output_schema(), &listed["structuredContent"]).unwrap();
+        // Another grant's apps_list knows nothing of it; the grant's end forgets it.
+        let other = call(&LIST, &cx(&host, Profile::Apps, "g-other"), json!({}));
+        assert!(other["structuredContent"]["apps"][0]
+            .get("last_exit")
+            .is_none());
+        host.apps.end_scope("g-exit");
+        assert_eq!(kept(&host), 0);
     }
 
     #[test]
