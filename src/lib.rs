@@ -133,6 +133,7 @@ impl Daemon {
             display_probe_ttl: config.timing.display_probe_ttl,
             sys_info_ttl: config.timing.sys_info_ttl,
             display_helper_timeout: config.timing.display_helper_timeout,
+            a11y_call_timeout: config.timing.a11y_call_timeout,
             display_env: config.display_env.clone(),
             confine: Some(Arc::clone(&confine)),
             jobs: tools::jobs::table::JobConfig {
@@ -150,6 +151,8 @@ impl Daemon {
             upload_bytes: config.limits.upload_bytes,
             protected: protected_dirs(&config),
             upstreams: !config.upstreams.is_empty(),
+            apps: config.apps.clone(),
+            app_dirs: None,
         };
         // Bound (above) before the browsers start: they are told the listener's real port
         // to block.

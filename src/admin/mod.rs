@@ -749,6 +749,12 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
                     error_response(400, crate::profiles::BROWSER_NEEDS_COMMAND),
                 );
             }
+            if req.policy.profile().requires_apps() && state.services.host.config.apps.is_empty() {
+                return respond(
+                    request,
+                    error_response(400, crate::profiles::APPS_NEEDS_LIST),
+                );
+            }
             if !matches!(req.source, SecretSource::AdminCredential(_)) {
                 return attach(state, request, req, &principal);
             }
@@ -785,7 +791,10 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
         }
         ("GET", "/") => respond(
             request,
-            console::response(console::page(state.services.browsers.is_some())),
+            console::response(console::page(
+                state.services.browsers.is_some(),
+                !state.services.host.config.apps.is_empty(),
+            )),
         ),
         ("GET", "/console/{id}") => match console::asset(id) {
             Some(asset) => respond(request, console::response(asset)),

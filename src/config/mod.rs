@@ -93,6 +93,9 @@ pub struct Timing {
     pub sys_info_ttl: Duration,
     /// Longest one display helper (grim, xdotool, wtype, …) may run.
     pub display_helper_timeout: Duration,
+    /// Longest one call on the accessibility bus may wait for its answer: an application
+    /// that does not answer in time is left out of a snapshot (which says so).
+    pub a11y_call_timeout: Duration,
     /// Under a grant, a `bash` call whose command still runs after this long continues as
     /// a job (the pod gives up on a call at 120 s).
     pub inline_wait: Duration,
@@ -136,6 +139,7 @@ impl Default for Timing {
             display_probe_ttl: Duration::from_secs(2),
             sys_info_ttl: Duration::from_secs(1),
             display_helper_timeout: Duration::from_secs(10),
+            a11y_call_timeout: Duration::from_secs(2),
             inline_wait: Duration::from_secs(100),
             mcp_inline_wait: Duration::from_secs(600),
             job_retention: Duration::from_secs(600),
@@ -299,6 +303,9 @@ pub struct Config {
     /// Where each browser gets its own directory; `None` = `browser::default_dir`.
     pub browser_dir: Option<PathBuf>,
     pub browser_isolation: BrowserIsolation,
+    /// `--apps`: the desktop entries the `apps` profile may start and drive (§17),
+    /// resolved and vetted at start (`base::desktop_entry::resolve_apps`).
+    pub apps: Vec<crate::base::desktop_entry::DesktopEntry>,
     pub display_backend: DisplayBackend,
     /// Test override of the display variables graphical tools see (`DISPLAY`,
     /// `WAYLAND_DISPLAY`, …); `None` = this process's environment. Not a flag.
@@ -341,6 +348,7 @@ impl Config {
             browser_command: None,
             browser_dir: None,
             browser_isolation: BrowserIsolation::Auto,
+            apps: Vec::new(),
             display_backend: DisplayBackend::Auto,
             display_env: None,
             max_screenshot_edge: 1920,
@@ -404,6 +412,7 @@ impl Config {
             browser_command: None,
             browser_dir: None,
             browser_isolation: BrowserIsolation::Auto,
+            apps: Vec::new(),
             display_backend: DisplayBackend::Auto,
             display_env: None,
             max_screenshot_edge: DEFAULT_MAX_SCREENSHOT_EDGE,

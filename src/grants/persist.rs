@@ -807,7 +807,7 @@ mod tests {
             ),
             (
                 with("profile", Value::from("sandbox")),
-                "profile is not one of owner, desktop, observe, browser, files, custom",
+                "profile is not one of owner, desktop, observe, browser, files, apps, custom",
             ),
             (
                 with("folder", Value::from("relative/dir")),
@@ -823,7 +823,7 @@ mod tests {
             ),
             (
                 with("profile", Value::from("Owner")),
-                "profile is not one of owner, desktop, observe, browser, files, custom",
+                "profile is not one of owner, desktop, observe, browser, files, apps, custom",
             ),
             (
                 with("allow", Value::from("bash")),

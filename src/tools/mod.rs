@@ -5,6 +5,8 @@
 //! tests' expected lists are all derived from that list. Tool implementations live in the
 //! submodules.
 
+pub mod a11y;
+pub mod apps;
 pub mod args;
 pub mod bash;
 pub mod display;
@@ -36,6 +38,8 @@ pub static TOOLS: &[&Tool] = &[
     &display::SCREENSHOT,
     &display::MOUSE,
     &display::KEY,
+    &a11y::SNAPSHOT,
+    &a11y::ACT,
     &jobs::tools::START,
     &jobs::tools::POLL,
     &jobs::tools::LIST,
@@ -43,6 +47,8 @@ pub static TOOLS: &[&Tool] = &[
     &files::GET,
     &files::PUT,
     &files::LIST,
+    &apps::LIST,
+    &apps::OPEN,
 ];
 
 /// The tools in force: [`TOOLS`]. Everything that lists, finds, classifies or reports on
@@ -243,6 +249,8 @@ pub struct ToolConfig {
     pub display_probe_ttl: std::time::Duration,
     /// Longest one display helper (grim, xdotool, …) may run (`Timing::display_helper_timeout`).
     pub display_helper_timeout: std::time::Duration,
+    /// Longest one accessibility-bus call may wait (`Timing::a11y_call_timeout`).
+    pub a11y_call_timeout: std::time::Duration,
     /// How long `sys_info` reuses its `/proc` reads (`Timing::sys_info_ttl`).
     pub sys_info_ttl: std::time::Duration,
     /// Replaces the process environment for display probing and helpers (DISPLAY,
@@ -257,6 +265,12 @@ pub struct ToolConfig {
     /// An upstream MCP server is configured, so the browser tools of a profile other than
     /// `browser` exist here; without one `sys_info` does not list them.
     pub upstreams: bool,
+    /// `--apps`: the desktop entries the `apps` profile may start and drive (§17).
+    pub apps: Vec<crate::base::desktop_entry::DesktopEntry>,
+    /// Test override of where installed desktop entries are found (`apps_list`/`app_open`
+    /// under `owner`/`desktop`); `None` = the daemon's XDG data dirs. Not a flag.
+    #[doc(hidden)]
+    pub app_dirs: Option<crate::base::desktop_entry::DataDirs>,
     /// Containment (§16); `None` uses no cgroup and changes nothing about the process
     /// (unit tests of other modules).
     pub confine: Option<Arc<crate::cgroup::Confine>>,
@@ -271,12 +285,15 @@ impl Default for ToolConfig {
             max_screenshot_edge: 1920,
             display_probe_ttl: crate::config::Timing::default().display_probe_ttl,
             display_helper_timeout: crate::config::Timing::default().display_helper_timeout,
+            a11y_call_timeout: crate::config::Timing::default().a11y_call_timeout,
             sys_info_ttl: crate::config::Timing::default().sys_info_ttl,
             display_env: None,
             jobs: jobs::table::JobConfig::default(),
             upload_bytes: crate::config::Limits::default().upload_bytes,
             protected: files::folder::Protected::default(),
             upstreams: true,
+            apps: Vec::new(),
+            app_dirs: None,
             confine: None,
         }
     }
@@ -343,6 +360,10 @@ pub struct ToolHost {
     pub files: files::uploads::Uploads,
     /// The grants' cgroups (§16): every child a tool starts runs in one.
     pub confine: Arc<crate::cgroup::Confine>,
+    /// The apps each grant started with `app_open` (§17).
+    pub apps: apps::AppRuns,
+    /// Each grant's refs of its last `desktop_snapshot`.
+    pub a11y: a11y::Refs,
 }
 
 impl ToolHost {
@@ -355,6 +376,8 @@ impl ToolHost {
             display: display::DisplayState::default(),
             jobs: jobs::table::JobTable::new(config.jobs.clone()),
             files: files::uploads::Uploads::new(config.upload_bytes),
+            apps: apps::AppRuns::default(),
+            a11y: a11y::Refs::default(),
             confine: config
                 .confine
                 .clone()
@@ -611,6 +634,28 @@ impl Catalog for ConnCatalog<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn desktop_act_is_act_under_apps_and_a_shell_tool_everywhere_else() {
+        assert_eq!(a11y::ACT.name, apps::DESKTOP_ACT);
+        assert_eq!(a11y::ACT.class, Class::Shell);
+        let apps = ToolPolicy::fixed(Profile::Apps).unwrap();
+        assert!(apps.allows(a11y::ACT.name) && apps.allows(a11y::SNAPSHOT.name));
+        assert_eq!(apps.class_of(a11y::ACT.name), Some(Class::Act));
+        for profile in [Profile::Owner, Profile::Desktop] {
+            let p = ToolPolicy::fixed(profile).unwrap();
+            assert_eq!(p.class_of(a11y::ACT.name), Some(Class::Shell), "{profile}");
+        }
+        let custom = ToolPolicy::new(
+            Profile::Custom,
+            policy::ToolLists {
+                allow: vec![a11y::ACT.name.into()],
+                deny: Vec::new(),
+            },
+        )
+        .unwrap();
+        assert_eq!(custom.escalation(|_| false).shell, policy::Shell::Yes);
+    }
 
     #[test]
     fn every_tool_is_registered_once_with_a_class_reason_and_a_profile() {

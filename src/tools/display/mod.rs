@@ -165,7 +165,8 @@ pub fn facts(host: &ToolHost) -> Value {
 }
 
 /// Run `work` on the display thread with a fresh probe; its output completes `done`.
-fn dispatch(
+/// The accessibility tools (`tools::a11y`) run here too, in order with clicks and keys.
+pub(crate) fn dispatch(
     cx: CallContext,
     done: Completion,
     tool: Gui,
