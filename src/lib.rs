@@ -69,6 +69,8 @@ pub struct Daemon {
     approvals_guard: Option<grants::approvals::ApprovalsGuard>,
     audit_guard: Option<audit::AuditGuard>,
     jobs: Arc<tools::jobs::table::JobTable>,
+    /// The tools' shared state: its grants' own displays (§19) stop with the daemon.
+    host: Arc<tools::ToolHost>,
     /// Killed last: nothing a grant started outlives the daemon (§16).
     confine: Arc<cgroup::Confine>,
     sd_notify: bool,
@@ -134,6 +136,7 @@ impl Daemon {
             sys_info_ttl: config.timing.sys_info_ttl,
             display_helper_timeout: config.timing.display_helper_timeout,
             display_env: config.display_env.clone(),
+            own_display: config.own_display.clone(),
             confine: Some(Arc::clone(&confine)),
             jobs: tools::jobs::table::JobConfig {
                 dir: Some(config.state_dir.join(tools::jobs::table::DIR_NAME)),
@@ -181,6 +184,8 @@ impl Daemon {
             .map_err(|e| Error::io("start the process watcher", e))?;
         let jobs = Arc::clone(&host.jobs);
         jobs.report_to(audit.clone(), metrics.clone());
+        // What a crashed run left of its grants' own displays (§19) goes before any resumes.
+        host.own_displays.clean_stale();
         // Before any grant resumes: what a crashed daemon left running is killed first.
         let recovered = jobs.recover().map_err(|e| {
             Error::Config(format!(
@@ -196,7 +201,7 @@ impl Daemon {
         }
         let services = Arc::new(grants::calls::Services {
             pool: pool::Pool::new(config.workers, config.limits.job_queue),
-            host,
+            host: Arc::clone(&host),
             upstream: if config.upstreams.is_empty() {
                 None
             } else {
@@ -288,6 +293,7 @@ impl Daemon {
             approvals_guard: Some(approvals_guard),
             audit_guard: Some(audit_guard),
             jobs,
+            host,
             confine,
             sd_notify: config.sd_notify,
             browsers,
@@ -335,6 +341,8 @@ impl Daemon {
         }
         // A job never outlives the daemon; its end is recorded before the audit closes.
         self.jobs.shutdown();
+        // Nor does a grant's own display (§19): stopped by SIGTERM before the cgroups go.
+        self.host.own_displays.shutdown();
         self.confine.stop();
         self.audit_guard.take();
         self.state_lock.take();

@@ -56,14 +56,20 @@ pub struct DisplayEnv {
     pub xdg_runtime_dir: Option<String>,
     pub swaysock: Option<String>,
     pub path: Option<String>,
+    /// The X cookie file (an own display's, §19; else the session's, if set).
+    pub xauthority: Option<String>,
+    /// The session bus (an own display's private one, §19; else the session's, if set).
+    pub dbus_session_bus_address: Option<String>,
 }
 
-pub(super) const DISPLAY_VARS: [&str; 5] = [
+pub(super) const DISPLAY_VARS: [&str; 7] = [
     "DISPLAY",
     "WAYLAND_DISPLAY",
     "XDG_RUNTIME_DIR",
     "SWAYSOCK",
     "PATH",
+    "XAUTHORITY",
+    "DBUS_SESSION_BUS_ADDRESS",
 ];
 
 impl DisplayEnv {
@@ -81,16 +87,20 @@ impl DisplayEnv {
             xdg_runtime_dir: get("XDG_RUNTIME_DIR"),
             swaysock: get("SWAYSOCK"),
             path: get("PATH"),
+            xauthority: get("XAUTHORITY"),
+            dbus_session_bus_address: get("DBUS_SESSION_BUS_ADDRESS"),
         }
     }
 
-    pub(super) fn pairs(&self) -> [(&'static str, &Option<String>); 5] {
+    pub fn pairs(&self) -> [(&'static str, &Option<String>); 7] {
         [
             ("DISPLAY", &self.display),
             ("WAYLAND_DISPLAY", &self.wayland_display),
             ("XDG_RUNTIME_DIR", &self.xdg_runtime_dir),
             ("SWAYSOCK", &self.swaysock),
             ("PATH", &self.path),
+            ("XAUTHORITY", &self.xauthority),
+            ("DBUS_SESSION_BUS_ADDRESS", &self.dbus_session_bus_address),
         ]
     }
 }
@@ -375,13 +385,28 @@ pub(super) const NO_DISPLAY: &str = "no display: neither WAYLAND_DISPLAY nor DIS
 /// Look at the environment and the display servers now. Cheap: environment, socket
 /// existence, `PATH`, and one short query of the chosen display server.
 pub fn probe_now(cfg: &ToolConfig, processes: &ProcessWatcher) -> Probe {
-    let env = DisplayEnv::from_config(cfg);
+    probe_with(
+        cfg,
+        DisplayEnv::from_config(cfg),
+        cfg.display_backend,
+        processes,
+    )
+}
+
+/// [`probe_now`] for a given environment and backend: a grant's own display (§19) is
+/// probed as X11 with its own variables.
+pub fn probe_with(
+    cfg: &ToolConfig,
+    env: DisplayEnv,
+    requested: DisplayBackend,
+    processes: &ProcessWatcher,
+) -> Probe {
     let helpers = HELPERS
         .iter()
         .map(|(h, _)| (*h, which(h, env.path.as_deref())))
         .collect();
     let mut p = Probe {
-        requested: cfg.display_backend,
+        requested,
         backend: None,
         env,
         helpers,
@@ -391,7 +416,7 @@ pub fn probe_now(cfg: &ToolConfig, processes: &ProcessWatcher) -> Probe {
         notes: Vec::new(),
     };
     let timeout = cfg.display_helper_timeout;
-    match cfg.display_backend {
+    match requested {
         DisplayBackend::None => {
             p.problem = Some(
                 "graphical tools are turned off on this box (--display-backend none); \

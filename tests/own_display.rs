@@ -1,0 +1,379 @@
+//! A desktop of the agent's own (contract §19): a grant with `"display":"own"` gets a
+//! headless X screen of its own. Against real `Xvfb`, `matchbox-window-manager`,
+//! `dbus-daemon`, `xterm` and `xdotool` (installed by `scripts/ci/displays.sh` and
+//! `scripts/ci/packages.sh`); the "owner's" display is a private Xvfb each test starts,
+//! whose framebuffer file (`-fbdir`) is compared byte for byte.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+/// What these tests run; without one they print why and skip (CI installs them all).
+const NEEDS: [&str; 4] = ["Xvfb", "xdotool", "xterm", "scrot"];
+
+fn skip(test: &str) -> bool {
+    for program in NEEDS {
+        if !Path::new("/usr/bin").join(program).exists() {
+            eprintln!("SKIPPED {test}: {program} is not installed");
+            return true;
+        }
+    }
+    false
+}
+
+/// The owner's screen: an Xvfb of the test's own with its framebuffer in a file.
+struct OwnerScreen {
+    child: Child,
+    display: String,
+    fb: PathBuf,
+}
+
+impl OwnerScreen {
+    fn start(dir: &Path) -> OwnerScreen {
+        let fbdir = dir.join("owner-fb");
+        std::fs::create_dir_all(&fbdir).unwrap();
+        let mut child = Command::new("Xvfb")
+            .args([
+                "-displayfd",
+                "1",
+                "-nolisten",
+                "tcp",
+                "-screen",
+                "0",
+                "320x240x24",
+            ])
+            .arg("-fbdir")
+            .arg(&fbdir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("Xvfb runs");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let number: u32 = line
+            .trim()
+            .parse()
+            .expect("Xvfb printed its display number");
+        OwnerScreen {
+            child,
+            display: format!(":{number}"),
+            fb: fbdir.join("Xvfb_screen0"),
+        }
+    }
+
+    fn pixels(&self) -> Vec<u8> {
+        std::fs::read(&self.fb).expect("the owner's framebuffer file")
+    }
+}
+
+impl Drop for OwnerScreen {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn daemon(tag: &str, owner: &OwnerScreen, max: usize) -> TestDaemon {
+    let display = owner.display.clone();
+    TestDaemon::with(tag, move |c| {
+        quiet_liveness(c);
+        c.display_env = Some(
+            [
+                ("DISPLAY", display.as_str()),
+                ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        );
+        c.own_display.size = (640, 480);
+        c.own_display.max = max;
+        c.own_display.stop_timeout = Duration::from_millis(500);
+    })
+}
+
+fn own_body(pod: &StubPod, session: &str, profile: &str) -> Value {
+    let mut body = attach_body(pod, session, profile);
+    body["display"] = json!("own");
+    body
+}
+
+struct Agent {
+    conn: PodConn,
+    next: u64,
+}
+
+impl Agent {
+    fn call(&mut self, tool: &str, args: Value) -> Value {
+        self.next += 1;
+        let reply = self.conn.call_tool(json!(self.next), tool, args);
+        result(&reply).clone()
+    }
+
+    fn ok(&mut self, tool: &str, args: Value) -> Value {
+        let r = self.call(tool, args.clone());
+        assert_ne!(r["isError"], true, "{tool} {args}: {r}");
+        r
+    }
+
+    fn bash(&mut self, command: &str) -> String {
+        let r = self.ok("bash", json!({ "command": command }));
+        r["structuredContent"]["stdout"]
+            .as_str()
+            .unwrap_or_else(|| panic!("bash stdout: {r}"))
+            .to_string()
+    }
+}
+
+fn agent(d: &TestDaemon, pod: &StubPod, session: &str) -> (String, Agent) {
+    let (id, mut conn) = d.attached_with(pod, own_body(pod, session, "desktop"));
+    conn.set_read_timeout(Duration::from_secs(30));
+    conn.initialize();
+    (id, Agent { conn, next: 100 })
+}
+
+/// What an own display's runtime directory records: (display number, Xvfb pid).
+fn record(d: &TestDaemon, grant: &str) -> (u32, u32) {
+    let text = std::fs::read(runtime_dir(d, grant).join("display.json"))
+        .expect("the own display's record");
+    let v: Value = serde_json::from_slice(&text).unwrap();
+    (
+        v["display"].as_u64().unwrap() as u32,
+        v["pids"][0].as_u64().unwrap() as u32,
+    )
+}
+
+fn runtime_dir(d: &TestDaemon, grant: &str) -> PathBuf {
+    let g = d.grant(grant);
+    PathBuf::from(
+        g["own_display"]["runtime_dir"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no runtime_dir: {g}")),
+    )
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie is gone for this purpose; the daemon reaps its own children.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.contains(") Z "))
+        .unwrap_or(false)
+}
+
+#[test]
+fn key_types_into_an_app_on_the_own_display_and_the_owners_screen_is_untouched() {
+    if skip("key_types_into_an_app_on_the_own_display") {
+        return;
+    }
+    let dir = temp_dir("own-display-owner");
+    let owner = OwnerScreen::start(&dir);
+    let before = owner.pixels();
+    let pod = StubPod::start();
+    let d = daemon("own-display-key", &owner, 2);
+    let (id, mut a) = agent(&d, &pod, "own-key");
+    let g = d.grant(&id);
+    assert_eq!(g["display"], "own", "{g}");
+    assert_eq!(g["own_display"]["running"], false, "started lazily: {g}");
+
+    // The first graphical call starts it, at --own-display-size.
+    let shot = a.ok("screenshot", json!({}));
+    let sc = &shot["structuredContent"];
+    assert_eq!(
+        (sc["width"].as_u64(), sc["height"].as_u64()),
+        (Some(640), Some(480)),
+        "{sc}"
+    );
+    assert_ne!(sc["display_name"], owner.display.as_str());
+    let g = d.grant(&id);
+    assert_eq!(g["own_display"]["running"], true, "{g}");
+    let (number, xvfb_pid) = record(&d, &id);
+    assert_eq!(sc["display_name"], format!(":{number}"));
+
+    // bash gets the own display's variables, not the owner's.
+    let env = a.bash("echo \"$DISPLAY|$XAUTHORITY|$XDG_RUNTIME_DIR|$DBUS_SESSION_BUS_ADDRESS\"");
+    let runtime = runtime_dir(&d, &id).display().to_string();
+    assert!(
+        env.trim().starts_with(&format!(
+            ":{number}|{runtime}/xauth|{runtime}|unix:path={runtime}/bus,guid="
+        )),
+        "bash's display environment: {env}; grant: {}",
+        d.grant(&id)
+    );
+
+    // An xterm started on it by the grant's job reads one line into a file; `key` types it.
+    let out = dir.join("typed.txt");
+    let script = format!(
+        "exec xterm -e bash -c 'read -r line; printf %s \"$line\" > {}'",
+        out.display()
+    );
+    a.ok("bash_start", json!({ "command": script }));
+    poll_until(
+        || a.bash("xdotool search --onlyvisible --class xterm || true"),
+        |found| !found.trim().is_empty(),
+        |found| format!("watchdog: the xterm never showed: {found:?}"),
+    );
+    // Focus is the window manager's; make sure the keystrokes go to the xterm.
+    a.bash("xdotool search --onlyvisible --class xterm windowactivate --sync || true");
+    a.ok("mouse", json!({"action": "move", "x": 320, "y": 240}));
+    a.ok(
+        "key",
+        json!({"action": "type", "text": "hello from my own desktop"}),
+    );
+    a.ok("key", json!({"action": "press", "keys": ["Return"]}));
+    let typed = poll_until(
+        || std::fs::read_to_string(&out).unwrap_or_default(),
+        |t| !t.is_empty(),
+        |t| format!("watchdog: the typed text never arrived: {t:?}"),
+    );
+    assert_eq!(typed, "hello from my own desktop");
+    assert!(
+        owner.pixels() == before,
+        "the owner's screen changed while the agent worked on its own"
+    );
+
+    // Revoke: nothing of it is left.
+    let (status, _) = d.call("DELETE", &format!("/attach/{id}"), None);
+    assert_eq!(status, 204);
+    let x_socket = PathBuf::from(format!("/tmp/.X11-unix/X{number}"));
+    let x_lock = PathBuf::from(format!("/tmp/.X{number}-lock"));
+    let runtime = PathBuf::from(runtime);
+    poll_until(
+        || {
+            (
+                alive(xvfb_pid),
+                x_socket.exists(),
+                x_lock.exists(),
+                runtime.exists(),
+            )
+        },
+        |left| *left == (false, false, false, false),
+        |left| format!("watchdog: after revoke (xvfb alive, socket, lock, dir) = {left:?}"),
+    );
+    // The xterm (and everything else the grant started on it) went with the grant.
+    let leftover = Command::new("pgrep")
+        .args(["-f", "typed.txt"])
+        .output()
+        .unwrap();
+    let pids = String::from_utf8_lossy(&leftover.stdout).to_string();
+    assert!(
+        pids.lines().all(|p| !alive(p.trim().parse().unwrap_or(0))),
+        "a process of the grant is left: {pids}"
+    );
+    assert!(owner.pixels() == before, "the owner's screen changed");
+}
+
+#[test]
+fn two_grants_see_only_their_own_screens_and_one_past_the_bound_is_refused() {
+    if skip("two_grants_see_only_their_own_screens") {
+        return;
+    }
+    let dir = temp_dir("own-display-two-owner");
+    let owner = OwnerScreen::start(&dir);
+    let pod = StubPod::start();
+    let d = daemon("own-display-two", &owner, 2);
+    let (ida, mut a) = agent(&d, &pod, "own-a");
+    let (idb, mut b) = agent(&d, &pod, "own-b");
+    let (_idc, mut c) = agent(&d, &pod, "own-c");
+
+    b.ok("screenshot", json!({}));
+    a.ok("screenshot", json!({}));
+    let (na, _) = record(&d, &ida);
+    let (nb, _) = record(&d, &idb);
+    assert_ne!(na, nb);
+
+    // One past --max-own-displays: isError with the reason, and no third server.
+    let refused = c.call("screenshot", json!({}));
+    assert_eq!(refused["isError"], true, "{refused}");
+    let text = refused["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("no own display available: 2 already running"),
+        "{text}"
+    );
+
+    // A's window is on A's screen only. B's screen first settles (its window manager
+    // may still be painting), then must not change.
+    let mut last = Value::Null;
+    let b_first = poll_until(
+        || {
+            let now = b.ok("screenshot", json!({}))["content"][0]["data"].clone();
+            let same = now == last;
+            last = now.clone();
+            (same, now)
+        },
+        |(same, _)| *same,
+        |_| "watchdog: B's screen never settled".into(),
+    )
+    .1;
+    a.ok(
+        "bash_start",
+        json!({"command": "exec xterm -title own-a-window"}),
+    );
+    poll_until(
+        || a.bash("xdotool search --onlyvisible --name own-a-window || true"),
+        |found| !found.trim().is_empty(),
+        |found| format!("watchdog: A's xterm never showed: {found:?}"),
+    );
+    assert_eq!(
+        b.bash("xdotool search --onlyvisible --name own-a-window || true")
+            .trim(),
+        "",
+        "B sees A's window"
+    );
+    let b_now = b.ok("screenshot", json!({}));
+    assert_eq!(
+        b_now["content"][0]["data"], b_first,
+        "B's screen changed when A opened a window"
+    );
+    // Knowing A's display number is not enough: B's cookie does not open it.
+    let probe = b.bash(&format!(
+        "DISPLAY=:{na} xdotool getdisplaygeometry 2>&1; echo rc=$?"
+    ));
+    assert!(probe.contains("rc=1"), "B reached A's display: {probe}");
+}
+
+#[test]
+fn display_own_needs_display_tools_and_bad_values_change_nothing() {
+    let pod = StubPod::start();
+    let d = TestDaemon::new("own-display-attach");
+    let mut body = attach_body(&pod, "own-bad", "custom");
+    body["allow"] = json!(["sys_info"]);
+    body["display"] = json!("own");
+    let (status, v) = d.call("POST", "/attach", Some(&body));
+    assert_eq!(status, 400, "{v}");
+    let why = v["error"].as_str().unwrap();
+    assert!(why.contains("needs a profile with display tools"), "{why}");
+    let mut body = attach_body(&pod, "own-bad", "desktop");
+    body["display"] = json!("mine");
+    let (status, v) = d.call("POST", "/attach", Some(&body));
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]
+        .as_str()
+        .unwrap()
+        .contains("display must be \"own\""));
+    let (_, list) = d.call("GET", "/attach", None);
+    assert_eq!(list["grants"].as_array().map(Vec::len), Some(0), "{list}");
+
+    // A grant with its own display keeps it across a restart (started again lazily).
+    let dir = d.dir.clone();
+    let (id, _conn) = d.attached_with(&pod, own_body(&pod, "own-keep", "observe"));
+    let g = d.grant(&id);
+    assert_eq!(g["display"], "own", "{g}");
+    let mut d = d;
+    d.stop();
+    let grants = std::fs::read_to_string(dir.join("state").join("grants.json")).unwrap();
+    assert!(grants.contains("\"display\": \"own\""), "{grants}");
+    let d2 = TestDaemon::start(test_config(&dir), dir.clone());
+    let g = d2.grant(&id);
+    assert_eq!(g["display"], "own", "{g}");
+    assert_eq!(g["own_display"]["running"], false, "{g}");
+    std::mem::forget(d); // its directory is d2's
+}
