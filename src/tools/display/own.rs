@@ -280,18 +280,22 @@ impl OwnDisplays {
             if !path.is_dir() {
                 continue;
             }
-            let record = Record::read(&path);
-            if let Some(r) = &record {
-                let daemon_alive = r.daemon_pid != std::process::id()
-                    && Path::new(&format!("/proc/{}", r.daemon_pid)).exists();
-                if daemon_alive {
-                    continue;
+            // A directory without a record is not one of ours (every start writes its
+            // record first): left alone.
+            let Some(r) = Record::read(&path) else {
+                continue;
+            };
+            let daemon_alive = r.daemon_pid != std::process::id()
+                && Path::new(&format!("/proc/{}", r.daemon_pid)).exists();
+            if daemon_alive {
+                continue;
+            }
+            for pid in &r.pids {
+                if carries_marker(*pid, &r.marker) {
+                    let _ = signal(*pid, rustix::process::Signal::KILL);
                 }
-                for pid in &r.pids {
-                    if carries_marker(*pid, &r.marker) {
-                        let _ = signal(*pid, rustix::process::Signal::KILL);
-                    }
-                }
+            }
+            if !r.pids.is_empty() {
                 remove_x_files(&self.opts.x_tmp, r.display, r.pids.first().copied());
             }
             log::info!(
@@ -344,6 +348,13 @@ struct Record {
 }
 
 impl Record {
+    /// Written to a temporary file and renamed, so a crash never leaves half a record.
+    fn write(&self, dir: &Path) -> std::io::Result<()> {
+        let tmp = dir.join(format!("{RECORD}.tmp"));
+        std::fs::write(&tmp, serde_json::to_vec(self).map_err(std::io::Error::other)?)?;
+        std::fs::rename(tmp, dir.join(RECORD))
+    }
+
     fn read(dir: &Path) -> Option<Record> {
         let text = std::fs::read(dir.join(RECORD)).ok()?;
         serde_json::from_slice(&text).ok()
@@ -485,9 +496,20 @@ impl OwnDisplay {
             let _ = std::fs::remove_dir_all(&dir);
             why
         };
+        let marker = format!("own-display-{}", self.grant);
+        // The record first, so a crash at any later point leaves a directory the next
+        // start knows to clean; completed with the pids below.
+        let mut record = Record {
+            daemon_pid: std::process::id(),
+            display: 0,
+            pids: Vec::new(),
+            marker: marker.clone(),
+        };
+        record
+            .write(&dir)
+            .map_err(|e| cleanup(format!("cannot write its record: {e}")))?;
         let cookie = dir.join("xauth");
         write_cookie(&cookie).map_err(|e| cleanup(format!("cannot write the X cookie: {e}")))?;
-        let marker = format!("own-display-{}", self.grant);
         let group = confine
             .run(&self.grant, true, &marker)
             .map_err(|e| cleanup(format!("could not contain it: {e}")))?;
@@ -615,16 +637,13 @@ impl OwnDisplay {
                 None
             }
         };
-        let mut pids = vec![xvfb_child.id()];
-        pids.extend(wm.iter().chain(bus.iter()).map(Child::id));
-        let record = Record {
-            daemon_pid: std::process::id(),
-            display: number,
-            pids,
-            marker,
-        };
-        if let Ok(text) = serde_json::to_vec(&record) {
-            let _ = std::fs::write(dir.join(RECORD), text);
+        record.display = number;
+        record.pids = vec![xvfb_child.id()];
+        record
+            .pids
+            .extend(wm.iter().chain(bus.iter()).map(Child::id));
+        if let Err(e) = record.write(&dir) {
+            log::warn!("grant {}: cannot update its own display's record: {e}", self.grant);
         }
         log::info!(
             "grant {}: own display {display} ({w}x{h}) started in {} ms",
@@ -865,3 +884,116 @@ pub fn with_started(own: Arc<OwnDisplay>, cx: CallContext, done: Completion, sta
 
 /// A tool start deferred until the own display is up.
 pub type Job2 = Box<dyn FnOnce(CallContext, Completion) + Send>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> PathBuf {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("hn-{tag}-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn own_display_size_bounds() {
+        assert_eq!(parse_size("1280x800"), Ok((1280, 800)));
+        assert_eq!(parse_size("64X64"), Ok((64, 64)));
+        assert_eq!(parse_size("8192x8192"), Ok((8192, 8192)));
+        for bad in [
+            "63x800", "8193x800", "800x63", "800x8193", "1280", "x800", "1280x", "-1x800",
+            "1280x800x24", "12 80x800", "",
+        ] {
+            let err = parse_size(bad).unwrap_err();
+            assert!(err.contains("--own-display-size"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn runtime_dir_names_are_short_and_plain() {
+        assert_eq!(dir_name("84bb92fd-13ed-4bd2-b32d-09c603fb1dac"), "84bb92fd13ed");
+        assert_eq!(dir_name("../../etc"), "etc");
+    }
+
+    #[test]
+    fn the_cookie_file_is_one_wildcard_mit_cookie_and_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = scratch("own-cookie");
+        let path = dir.join("xauth");
+        write_cookie(&path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[..2], &[0xff, 0xff], "FamilyWild");
+        assert_eq!(bytes.len(), 2 + 2 + 2 + 2 + 18 + 2 + 16);
+        assert_eq!(&bytes[8..26], b"MIT-MAGIC-COOKIE-1");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // Never overwritten in place.
+        assert!(write_cookie(&path).is_err());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// After a crash: what a dead daemon's record names is killed (only if it still
+    /// carries the marker) and its directory removed; a live daemon's is left alone.
+    #[test]
+    fn stale_displays_of_a_dead_daemon_are_cleaned_and_a_live_ones_kept() {
+        let parent = scratch("own-stale");
+        let xtmp = scratch("own-stale-xtmp");
+        let own = OwnDisplays::new(OwnOptions {
+            dir: Some(parent.clone()),
+            x_tmp: xtmp.clone(),
+            ..OwnOptions::default()
+        });
+        std::fs::create_dir_all(xtmp.join(".X11-unix")).unwrap();
+        let marker = "own-display-stale-test";
+        let mut left = std::process::Command::new("sleep")
+            .arg("60")
+            .env(MARKER_ENV, marker)
+            .spawn()
+            .unwrap();
+        let mut stranger = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+        // A daemon pid that is surely dead: a child that has been reaped.
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = gone.id();
+        gone.wait().unwrap();
+        let write = |name: &str, daemon_pid: u32, pids: Vec<u32>, display: u32| {
+            let dir = parent.join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            let r = Record {
+                daemon_pid,
+                display,
+                pids,
+                marker: marker.into(),
+            };
+            std::fs::write(dir.join(RECORD), serde_json::to_vec(&r).unwrap()).unwrap();
+            dir
+        };
+        let stale = write("stale", dead_pid, vec![left.id(), stranger.id()], 4242);
+        std::fs::write(xtmp.join(".X4242-lock"), format!("{:>10}\n", left.id())).unwrap();
+        std::fs::write(xtmp.join(".X11-unix/X4242"), "").unwrap();
+        // The parent of this test process stands for a daemon still running.
+        let live_daemon = rustix::process::getppid().map_or(1, |p| p.as_raw_nonzero().get() as u32);
+        let kept = write("kept", live_daemon, vec![stranger.id()], 4343);
+
+        assert_eq!(own.clean_stale(), 1);
+        assert!(!xtmp.join(".X4242-lock").exists());
+        assert!(!xtmp.join(".X11-unix/X4242").exists());
+        let status = left.wait().unwrap();
+        assert!(!status.success(), "the marked process was killed: {status:?}");
+        assert!(!stale.exists());
+        assert!(kept.exists(), "a live daemon's display is left alone");
+        assert!(
+            matches!(stranger.try_wait(), Ok(None)),
+            "a process without the marker is never signalled"
+        );
+        let _ = stranger.kill();
+        let _ = stranger.wait();
+        let stray = parent.join("not-ours");
+        std::fs::create_dir_all(&stray).unwrap();
+        assert_eq!(own.clean_stale(), 0);
+        assert!(stray.exists(), "a directory without a record is not touched");
+        let _ = std::fs::remove_dir_all(parent);
+        let _ = std::fs::remove_dir_all(xtmp);
+    }
+}
