@@ -198,6 +198,15 @@ fn key_types_into_an_app_on_the_own_display_and_the_owners_screen_is_untouched()
     let (number, xvfb_pid) = record(&d, &id);
     assert_eq!(sc["display_name"], format!(":{number}"));
 
+    // The console's Activity shows this screen: the same picture the grant sees.
+    let (status, screen) = d.call("GET", &format!("/attach/{id}/screen"), None);
+    assert_eq!(status, 200, "{screen}");
+    assert_eq!(screen["content"][0]["mimeType"], "image/jpeg", "{screen}");
+    assert_eq!(
+        screen["structuredContent"]["display_name"],
+        format!(":{number}")
+    );
+
     // bash gets the own display's variables, not the owner's.
     let env = a.bash("echo \"$DISPLAY|$XAUTHORITY|$XDG_RUNTIME_DIR|$DBUS_SESSION_BUS_ADDRESS\"");
     let runtime = runtime_dir(&d, &id).display().to_string();
@@ -367,6 +376,14 @@ fn display_own_needs_display_tools_and_bad_values_change_nothing() {
     let (id, _conn) = d.attached_with(&pod, own_body(&pod, "own-keep", "observe"));
     let g = d.grant(&id);
     assert_eq!(g["display"], "own", "{g}");
+    // The console's picture of it waits for the grant to start it; a grant without one
+    // has none.
+    let (status, v) = d.call("GET", &format!("/attach/{id}/screen"), None);
+    assert_eq!(status, 409, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("not running"), "{v}");
+    let (plain, _plain_conn) = d.attached(&pod, "own-plain", "observe");
+    let (status, v) = d.call("GET", &format!("/attach/{plain}/screen"), None);
+    assert_eq!(status, 404, "{v}");
     let mut d = d;
     d.stop();
     let grants = std::fs::read_to_string(dir.join("state").join("grants.json")).unwrap();

@@ -197,9 +197,10 @@ fn every_flag_parses() {
         (vec!["--display-backend=none"], |c| {
             assert_eq!(c.display_backend, DisplayBackend::None)
         }),
-        (vec!["--own-display-size", "800x600", "--max-own-displays", "16"], |c| {
-            assert_eq!((c.own_display.size, c.own_display.max), ((800, 600), 16))
-        }),
+        (
+            vec!["--own-display-size", "800x600", "--max-own-displays", "16"],
+            |c| assert_eq!((c.own_display.size, c.own_display.max), ((800, 600), 16)),
+        ),
         (vec!["--own-display-stop-timeout-ms", "5"], |c| {
             assert_eq!(c.own_display.stop_timeout, Duration::from_millis(5))
         }),

@@ -974,19 +974,31 @@
     const note = $('thumb-note');
     const img = $('thumb');
     try {
-      rpcId += 1;
-      const r = await api('POST', '/mcp', {
-        jsonrpc: '2.0', id: rpcId, method: 'tools/call',
-        params: { name: 'screenshot', arguments: { scale: THUMB_SCALE, format: 'jpeg', max_bytes: THUMB_MAX_BYTES } },
-      });
-      const result = r.data && r.data.result;
+      // A grant with a display of its own (§19): its screen, not the owner's.
+      const g = state.grants.find((x) => x.id === state.activityGrant);
+      const own = !!(g && g.display === 'own');
+      let result;
+      let r;
+      if (own) {
+        r = await api('GET', `/attach/${encodeURIComponent(g.id)}/screen`);
+        result = r.data;
+      } else {
+        rpcId += 1;
+        r = await api('POST', '/mcp', {
+          jsonrpc: '2.0', id: rpcId, method: 'tools/call',
+          params: { name: 'screenshot', arguments: { scale: THUMB_SCALE, format: 'jpeg', max_bytes: THUMB_MAX_BYTES } },
+        });
+        result = r.data && r.data.result;
+      }
       const blocks = result && Array.isArray(result.content) ? result.content : [];
       const image = blocks.find((b) => b && b.type === 'image' && typeof b.data === 'string');
       const text = blocks.filter((b) => b && b.type === 'text').map((b) => String(b.text)).join(' ');
       if (image && !result.isError && /^image\/(png|jpeg)$/.test(image.mimeType)) {
         img.src = `data:${image.mimeType};base64,${image.data}`;
         img.hidden = false;
-        note.textContent = `Taken ${new Date().toLocaleTimeString()}.`;
+        note.textContent = own
+          ? `The grant's own display (not yours), taken ${new Date().toLocaleTimeString()}.`
+          : `Taken ${new Date().toLocaleTimeString()}.`;
         thumbDelay = THUMB_MS;
       } else {
         const err = r.data && r.data.error ? r.data.error.message : text;

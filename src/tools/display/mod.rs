@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 
 use super::args::{self, Naming};
 use super::process::ProcessWatcher;
-use super::{CallContext, Needs, Tool, ToolConfig, ToolHost, TtlCache};
+use super::{CallContext, Needs, Tool, ToolConfig, TtlCache};
 use crate::config::DisplayBackend;
 use crate::pool::{Completion, JobCtl};
 use crate::profiles::{Class, Profile};
@@ -180,9 +180,22 @@ pub fn query(
     .map_err(RunError::message)
 }
 
-/// Backend, displays and which graphical tools work (and why not), for `sys_info`.
-pub fn facts(host: &ToolHost) -> Value {
-    host.display.probe(&host.config, &host.processes).to_json()
+/// Backend, displays and which graphical tools work (and why not), for `sys_info`: of
+/// the call's display (the grant's own, §19, when it has one).
+pub fn facts(cx: &CallContext) -> Value {
+    let host = &cx.host;
+    let Some(own) = own::own_of(cx) else {
+        return host.display.probe(&host.config, &host.processes).to_json();
+    };
+    let mut out = match own.env_now(&host.config) {
+        Some(env) => own
+            .state
+            .probe_env(&host.config, env, &host.processes)
+            .to_json(),
+        None => own::idle_facts(&host.config),
+    };
+    out["own_display"] = own.to_json();
+    out
 }
 
 /// Run `work` on the call's display thread with a fresh probe; its output completes

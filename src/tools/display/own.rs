@@ -351,7 +351,10 @@ impl Record {
     /// Written to a temporary file and renamed, so a crash never leaves half a record.
     fn write(&self, dir: &Path) -> std::io::Result<()> {
         let tmp = dir.join(format!("{RECORD}.tmp"));
-        std::fs::write(&tmp, serde_json::to_vec(self).map_err(std::io::Error::other)?)?;
+        std::fs::write(
+            &tmp,
+            serde_json::to_vec(self).map_err(std::io::Error::other)?,
+        )?;
         std::fs::rename(tmp, dir.join(RECORD))
     }
 
@@ -643,7 +646,10 @@ impl OwnDisplay {
             .pids
             .extend(wm.iter().chain(bus.iter()).map(Child::id));
         if let Err(e) = record.write(&dir) {
-            log::warn!("grant {}: cannot update its own display's record: {e}", self.grant);
+            log::warn!(
+                "grant {}: cannot update its own display's record: {e}",
+                self.grant
+            );
         }
         log::info!(
             "grant {}: own display {display} ({w}x{h}) started in {} ms",
@@ -828,6 +834,31 @@ fn log_tail(path: &Path) -> String {
     }
 }
 
+/// `sys_info`'s display facts for an own display that is not running yet: the graphical
+/// tools work if the X server is installed (the first call starts it).
+pub fn idle_facts(cfg: &ToolConfig) -> Value {
+    let path = DisplayEnv::from_config(cfg).path;
+    let xvfb = which(PROGRAMS[0].0, path.as_deref());
+    let tools: serde_json::Map<String, Value> = gui_tools()
+        .map(|(t, _)| {
+            let v = match &xvfb {
+                Some(_) => json!({"works": true}),
+                None => json!({"works": false, "why": format!(
+                    "this grant's own display needs Xvfb (apt install {})", PROGRAMS[0].1)}),
+            };
+            (t.name.to_string(), v)
+        })
+        .collect();
+    json!({
+        "backend": "x11",
+        "requested": "x11",
+        "problem": null,
+        "notes": ["this grant's own display starts on its first graphical call"],
+        "displays": [],
+        "tools": tools,
+    })
+}
+
 /// Whether own displays are possible here, and what to install: for `doctor`.
 pub fn doctor_facts(cfg: &ToolConfig) -> Value {
     let path = DisplayEnv::from_config(cfg).path;
@@ -903,8 +934,17 @@ mod tests {
         assert_eq!(parse_size("64X64"), Ok((64, 64)));
         assert_eq!(parse_size("8192x8192"), Ok((8192, 8192)));
         for bad in [
-            "63x800", "8193x800", "800x63", "800x8193", "1280", "x800", "1280x", "-1x800",
-            "1280x800x24", "12 80x800", "",
+            "63x800",
+            "8193x800",
+            "800x63",
+            "800x8193",
+            "1280",
+            "x800",
+            "1280x",
+            "-1x800",
+            "1280x800x24",
+            "12 80x800",
+            "",
         ] {
             let err = parse_size(bad).unwrap_err();
             assert!(err.contains("--own-display-size"), "{bad}: {err}");
@@ -913,7 +953,10 @@ mod tests {
 
     #[test]
     fn runtime_dir_names_are_short_and_plain() {
-        assert_eq!(dir_name("84bb92fd-13ed-4bd2-b32d-09c603fb1dac"), "84bb92fd13ed");
+        assert_eq!(
+            dir_name("84bb92fd-13ed-4bd2-b32d-09c603fb1dac"),
+            "84bb92fd13ed"
+        );
         assert_eq!(dir_name("../../etc"), "etc");
     }
 
@@ -952,7 +995,10 @@ mod tests {
             .env(MARKER_ENV, marker)
             .spawn()
             .unwrap();
-        let mut stranger = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+        let mut stranger = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
         // A daemon pid that is surely dead: a child that has been reaped.
         let mut gone = std::process::Command::new("true").spawn().unwrap();
         let dead_pid = gone.id();
@@ -980,7 +1026,10 @@ mod tests {
         assert!(!xtmp.join(".X4242-lock").exists());
         assert!(!xtmp.join(".X11-unix/X4242").exists());
         let status = left.wait().unwrap();
-        assert!(!status.success(), "the marked process was killed: {status:?}");
+        assert!(
+            !status.success(),
+            "the marked process was killed: {status:?}"
+        );
         assert!(!stale.exists());
         assert!(kept.exists(), "a live daemon's display is left alone");
         assert!(
@@ -992,7 +1041,10 @@ mod tests {
         let stray = parent.join("not-ours");
         std::fs::create_dir_all(&stray).unwrap();
         assert_eq!(own.clean_stale(), 0);
-        assert!(stray.exists(), "a directory without a record is not touched");
+        assert!(
+            stray.exists(),
+            "a directory without a record is not touched"
+        );
         let _ = std::fs::remove_dir_all(parent);
         let _ = std::fs::remove_dir_all(xtmp);
     }
