@@ -225,6 +225,8 @@ pub struct GrantArgs {
     pub approve: Option<Vec<String>>,
     /// The folder to lend (§18), made absolute against the working directory.
     pub folder: Option<PathBuf>,
+    /// `"display":"own"` (§19): the grant gets a headless display of its own.
+    pub own_display: bool,
     pub wait: bool,
     /// How long `--wait` waits for the attach before it gives up (the grant keeps dialing).
     pub wait_secs: u64,
@@ -295,6 +297,7 @@ pub(crate) struct OperatorDraft {
     reason: Option<String>,
     approve: Option<Vec<String>>,
     folder: Option<PathBuf>,
+    own_display: bool,
 }
 
 /// `--allow`/`--deny` values: each may itself be a comma-separated list.
@@ -492,6 +495,13 @@ const GRANT_FLAGS: &[Flag<OperatorDraft>] = &[
                 Ok(())
             },
         },
+    },
+    Flag {
+        name: "own-display",
+        env: false,
+        default: "",
+        help: "Give the grant a headless display of its own (\"display\":\"own\"), started on its first graphical or bash call, so the agent never touches your screen; needs a profile with display tools (desktop, owner, observe).",
+        kind: Kind::Switch(|d| d.own_display = true),
     },
     Flag {
         name: "folder",
@@ -771,6 +781,7 @@ fn parse_operator(
                 credential,
                 approve: draft.approve.take(),
                 folder: draft.folder.take(),
+                own_display: draft.own_display,
                 wait: draft.wait,
                 wait_secs: draft.wait_secs.unwrap_or(DEFAULT_WAIT_SECS),
                 replace: draft.replace,
@@ -829,7 +840,7 @@ fn parse_operator(
 /// `handnode grant|grants|revoke --help`.
 fn help(sub: &str) -> String {
     let head = match sub {
-        "grant" => "Usage: handnode grant --runtime URL --session NAME (--secret-file PATH | --admin-credential-file PATH)\n                      [--profile PROFILE] [--allow TOOL]... [--deny TOOL]... [--ttl DURATION]\n                      [--folder DIR] [--wait [--wait-secs N]] [--replace] [--json] [--url URL]\n\nAsk the running daemon to lend this box to a pod session; says whether it created, renewed\n(same tools again: same id and socket, new deadline and secret) or replaced (--replace, when\na live grant of the session has other tools) a grant. Exit 0 ok, 1 daemon unreachable or\nrefused, 2 bad usage or a replace without --replace, 3 the grant ended while --wait waited,\n4 --wait gave up after --wait-secs (the grant keeps dialing).\n",
+        "grant" => "Usage: handnode grant --runtime URL --session NAME (--secret-file PATH | --admin-credential-file PATH)\n                      [--profile PROFILE] [--allow TOOL]... [--deny TOOL]... [--ttl DURATION]\n                      [--folder DIR] [--own-display] [--wait [--wait-secs N]] [--replace] [--json] [--url URL]\n\nAsk the running daemon to lend this box to a pod session; says whether it created, renewed\n(same tools again: same id and socket, new deadline and secret) or replaced (--replace, when\na live grant of the session has other tools) a grant. Exit 0 ok, 1 daemon unreachable or\nrefused, 2 bad usage or a replace without --replace, 3 the grant ended while --wait waited,\n4 --wait gave up after --wait-secs (the grant keeps dialing).\n",
         "grants" => "Usage: handnode grants [--json] [--url URL]\n\nList the daemon's grants: live ones and those ended in the last 10 minutes.\n",
         "approvals" => "Usage: handnode approvals [--watch] [--json] [--url URL]\n\nList the tool calls waiting for your approval (a grant's approve list names their tool), oldest\nfirst, with their arguments. --watch keeps listing as calls arrive and leave.\n",
         "approve" => "Usage: handnode approve ID [--remember] [--url URL]\n\nLet one waiting call run. With --remember, later calls of its tool under that grant run\nwithout asking until the grant ends. Exit 1 when the id is unknown, already decided, expired\nor withdrawn.\n",
@@ -1129,6 +1140,9 @@ fn describe(grant: &Value) -> String {
     if let Some(folder) = grant.get("folder").and_then(Value::as_str) {
         text.push_str(&format!("  lent folder: {folder}\n"));
     }
+    if grant.get("display").and_then(Value::as_str) == Some("own") {
+        text.push_str("  display: its own (headless; your screen is not touched)\n");
+    }
     let names = |v: Option<&Value>| match v {
         Some(Value::String(s)) => Some(s.clone()),
         Some(Value::Array(a)) if !a.is_empty() => Some(
@@ -1191,6 +1205,9 @@ fn grant(args: &GrantArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<i
     }
     if let Some(folder) = &args.folder {
         body["folder"] = json!(folder.to_string_lossy());
+    }
+    if args.own_display {
+        body["display"] = json!("own");
     }
     if let Some(ttl) = args.ttl_secs {
         body["ttl_secs"] = json!(ttl);
@@ -2092,6 +2109,7 @@ mod tests {
             credential: Credential::Secret(Secret::new("s3")),
             approve: None,
             folder: None,
+            own_display: false,
             wait,
             wait_secs: DEFAULT_WAIT_SECS,
             replace: false,
@@ -2248,7 +2266,7 @@ mod tests {
     fn grant_sends_lists_and_shows_whether_the_grant_reaches_a_shell() {
         let reply = grant_json(
             "idle",
-            r#","profile":"custom","allow":["sys_info","bash"],"deny":[],"tools":["sys_info","bash"],"folder":"/srv/lent","shell":"yes","shell_because":"bash is a shell tool""#,
+            r#","profile":"custom","allow":["sys_info","bash"],"deny":[],"tools":["sys_info","bash"],"folder":"/srv/lent","display":"own","shell":"yes","shell_because":"bash is a shell tool""#,
         );
         let stub = Stub::start(vec![(202, reply)]);
         let Command::Grant(mut args) = grant_args(stub.client(Some("tok")), false) else {
@@ -2258,11 +2276,14 @@ mod tests {
         args.allow = vec!["sys_info".into(), "bash".into()];
         args.deny = vec!["key".into()];
         args.folder = Some(PathBuf::from("/srv/lent"));
+        args.own_display = true;
         let (code, out, _) = run_captured(&Command::Grant(args));
         let seen = stub.finish();
         assert_eq!(code, EXIT_OK);
         let body: Value = serde_json::from_str(&seen[0].body).unwrap();
         assert_eq!(body["folder"], "/srv/lent");
+        assert_eq!(body["display"], "own");
+        assert!(out.contains("  display: its own"), "{out}");
         assert_eq!(body["profile"], "custom", "--allow implies custom");
         assert_eq!(body["allow"], json!(["sys_info", "bash"]));
         assert_eq!(body["deny"], json!(["key"]));
