@@ -403,7 +403,7 @@ pub(crate) fn collect(cx: &CallContext) -> Value {
         cx.host
             .live
             .get(cx.host.config.sys_info_ttl, LiveFacts::read),
-        super::display::facts(cx),
+        super::display::call_facts(cx),
         crate::base::timefmt::now_unix(),
     )
 }

@@ -180,12 +180,16 @@ pub fn query(
     .map_err(RunError::message)
 }
 
-/// Backend, displays and which graphical tools work (and why not), for `sys_info`: of
-/// the call's display (the grant's own, §19, when it has one).
-pub fn facts(cx: &CallContext) -> Value {
+/// Backend, displays and which graphical tools work (and why not), of the box's display.
+pub fn facts(host: &super::ToolHost) -> Value {
+    host.display.probe(&host.config, &host.processes).to_json()
+}
+
+/// [`facts`] of the call's display (the grant's own, §19, when it has one), for `sys_info`.
+pub fn call_facts(cx: &CallContext) -> Value {
     let host = &cx.host;
     let Some(own) = own::own_of(cx) else {
-        return host.display.probe(&host.config, &host.processes).to_json();
+        return facts(host);
     };
     let mut out = match own.env_now(&host.config) {
         Some(env) => own
