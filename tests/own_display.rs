@@ -78,7 +78,10 @@ impl OwnerScreen {
 
 impl Drop for OwnerScreen {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // SIGTERM: a killed Xvfb would leave its socket and lock file behind.
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
         let _ = self.child.wait();
     }
 }
@@ -197,6 +200,11 @@ fn key_types_into_an_app_on_the_own_display_and_the_owners_screen_is_untouched()
     assert_eq!(g["own_display"]["running"], true, "{g}");
     let (number, xvfb_pid) = record(&d, &id);
     assert_eq!(sc["display_name"], format!(":{number}"));
+    // Its X server runs in the grant's cgroup (§16), under its limits.
+    if cgroups_here(&g) {
+        let cgroup = std::fs::read_to_string(format!("/proc/{xvfb_pid}/cgroup")).unwrap();
+        assert!(cgroup.contains(&format!("grants/{id}/")), "{cgroup}");
+    }
 
     // The console's Activity shows this screen: the same picture the grant sees.
     let (status, screen) = d.call("GET", &format!("/attach/{id}/screen"), None);
@@ -393,4 +401,34 @@ fn display_own_needs_display_tools_and_bad_values_change_nothing() {
     assert_eq!(g["display"], "own", "{g}");
     assert_eq!(g["own_display"]["running"], false, "{g}");
     std::mem::forget(d); // its directory is d2's
+}
+
+#[test]
+fn daemon_stop_leaves_nothing_of_an_own_display() {
+    if skip("daemon_stop_leaves_nothing_of_an_own_display") {
+        return;
+    }
+    let dir = temp_dir("own-display-stop-owner");
+    let owner = OwnerScreen::start(&dir);
+    let pod = StubPod::start();
+    let mut d = daemon("own-display-stop", &owner, 2);
+    let (id, mut a) = agent(&d, &pod, "own-stop");
+    a.ok("key", json!({"action": "press", "keys": ["shift"]}));
+    let (number, xvfb_pid) = record(&d, &id);
+    let runtime = runtime_dir(&d, &id);
+    assert!(alive(xvfb_pid));
+    let x_socket = PathBuf::from(format!("/tmp/.X11-unix/X{number}"));
+    let x_lock = PathBuf::from(format!("/tmp/.X{number}-lock"));
+    // (Xvfb -displayfd takes no lock file; the cleanup removes one if there is.)
+    assert_eq!(
+        (x_socket.exists(), runtime.exists()),
+        (true, true),
+        "display :{number} running"
+    );
+    d.stop();
+    // Daemon::stop returns after the display is stopped: nothing to wait for.
+    assert!(!alive(xvfb_pid), "Xvfb outlived the daemon");
+    assert!(!x_socket.exists(), "{} left", x_socket.display());
+    assert!(!x_lock.exists(), "{} left", x_lock.display());
+    assert!(!runtime.exists(), "{} left", runtime.display());
 }

@@ -262,7 +262,12 @@ impl OwnDisplays {
     pub fn shutdown(&self) {
         let all: Vec<Arc<OwnDisplay>> = lock(&self.entries).drain().map(|(_, d)| d).collect();
         for own in all {
-            own.end();
+            Arc::clone(&own).end();
+            // Before the daemon goes: wait for a start in progress, then stop it here.
+            let live = lock(&own.live).take();
+            if let Some(l) = live {
+                own.stop_live(l);
+            }
         }
     }
 
@@ -676,15 +681,37 @@ impl OwnDisplay {
         })
     }
 
-    /// The grant ended: stop the display and start nothing again.
-    fn end(&self) {
+    /// The grant ended: stop the display and start nothing again. Called under the
+    /// registry's lock, so it never waits on a start in progress (up to the start
+    /// timeout): then a thread of its own stops the display once the start is done.
+    fn end(self: Arc<Self>) {
         self.ended.store(true, std::sync::atomic::Ordering::SeqCst);
-        let live = lock(&self.live).take();
-        if let Some(l) = live {
-            self.stop_live(l);
-        }
         // The display thread ends when its queue's sender goes.
         lock(&self.state.queue).take();
+        let taken = match self.live.try_lock() {
+            Ok(mut live) => Some(live.take()),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner().take()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        match taken {
+            Some(Some(l)) => self.stop_live(l),
+            Some(None) => {}
+            None => {
+                let own = Arc::clone(&self);
+                let spawned = std::thread::Builder::new()
+                    .name("own-display-stop".into())
+                    .spawn(move || {
+                        let live = lock(&own.live).take();
+                        if let Some(l) = live {
+                            own.stop_live(l);
+                        }
+                    });
+                if let Err(e) = spawned {
+                    // The grant's cgroup kill and the next start's stale cleanup remain.
+                    log::warn!("grant {}: cannot stop its own display now: {e}", self.grant);
+                }
+            }
+        }
     }
 
     /// SIGTERM each process, wait up to the stop timeout, SIGKILL what is left; then the
