@@ -392,6 +392,27 @@ fn display_own_needs_display_tools_and_bad_values_change_nothing() {
     let (plain, _plain_conn) = d.attached(&pod, "own-plain", "observe");
     let (status, v) = d.call("GET", &format!("/attach/{plain}/screen"), None);
     assert_eq!(status, 404, "{v}");
+    // The display never changes in place: the same request with the box's display would
+    // replace the grant (refused here with what differs); the same again renews it.
+    let mut same = own_body(&pod, "own-keep", "observe");
+    same["replace"] = json!(false);
+    let (status, v) = d.call("POST", "/attach", Some(&same));
+    assert_eq!(
+        (status, v["attach"].as_str()),
+        (202, Some("renewed")),
+        "{v}"
+    );
+    let mut boxs = attach_body(&pod, "own-keep", "observe");
+    boxs["replace"] = json!(false);
+    let (status, v) = d.call("POST", "/attach", Some(&boxs));
+    assert_eq!(status, 409, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("display (own or the box's)"),
+        "{v}"
+    );
     let mut d = d;
     d.stop();
     let grants = std::fs::read_to_string(dir.join("state").join("grants.json")).unwrap();

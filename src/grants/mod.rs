@@ -742,6 +742,7 @@ impl Registry {
         live.policy.profile() == policy.profile()
             && live.policy.lists().same_as(policy.lists())
             && live.policy.folder() == policy.folder()
+            && live.policy.own_display() == policy.own_display()
             && Approve::same(&live.approve, approve)
             && live.limits == limits
     }
@@ -794,6 +795,9 @@ impl Registry {
         }
         if live.policy.folder() != policy.folder() {
             differs.push("lent folder".to_string());
+        }
+        if live.policy.own_display() != policy.own_display() {
+            differs.push("display (own or the box's)".to_string());
         }
         if live.limits != limits {
             differs.push("limits".to_string());
