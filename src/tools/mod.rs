@@ -404,15 +404,11 @@ pub fn start_local(name: &str, args: Value, cx: CallContext, done: Completion) {
     match find(name) {
         // A command's children get the grant's own display (§19): start it first.
         Some(tool) if tool.class == Class::Shell && tool.needs == Needs::Bash => {
-            match display::own::own_of(&cx) {
-                Some(own) => display::own::with_started(
-                    own,
-                    cx,
-                    done,
-                    Box::new(move |cx, done| (tool.start)(args, cx, done)),
-                ),
-                None => (tool.start)(args, cx, done),
-            }
+            display::own::with_call_display(
+                cx,
+                done,
+                Box::new(move |cx, done| (tool.start)(args, cx, done)),
+            )
         }
         Some(tool) => (tool.start)(args, cx, done),
         None => done.complete(ToolOutput::InvalidParams(format!("unknown tool: {name}"))),

@@ -940,6 +940,16 @@ pub fn with_started(own: Arc<OwnDisplay>, cx: CallContext, done: Completion, sta
     }
 }
 
+/// Run `start` once the call's display is usable: at once for the box's display, else
+/// via [`with_started`]. For tools that start children with the display's variables
+/// (`bash`, `bash_start`, `app_open`, …): inside `start`, [`call_display`] gives them.
+pub fn with_call_display(cx: CallContext, done: Completion, start: Job2) {
+    match own_of(&cx) {
+        Some(own) => with_started(own, cx, done, start),
+        None => start(cx, done),
+    }
+}
+
 /// A tool start deferred until the own display is up.
 pub type Job2 = Box<dyn FnOnce(CallContext, Completion) + Send>;
 
