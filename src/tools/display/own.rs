@@ -3,11 +3,15 @@
 //! first call that needs them and destroyed with it, so the agent never touches the
 //! owner's screen.
 //!
-//! **Why Xvfb and not headless sway.** Measured on the CI machine (`scripts/bench.sh`,
-//! `own_display_start_ms`): Xvfb answers `-displayfd` in about 60–90 ms and matchbox is
-//! managing it 10 ms later; sway refuses to run as root (CI runs the daemon as root) and
-//! needs a seat/`XDG_RUNTIME_DIR` dance per grant. The X11 tools (xdotool, scrot) are the
-//! ones the owner's X session already uses, and AT-SPI works over the private bus.
+//! **Why Xvfb and not headless sway.** Both start fast enough (measured on the 2-CPU build
+//! box under load ~7: Xvfb + matchbox ready in 290–430 ms by hand, headless sway with the
+//! pixman renderer in 100–160 ms; at low load Xvfb answers `-displayfd` in 60–90 ms and
+//! matchbox manages it 10 ms later; `scripts/bench.sh --only own_display`:
+//! `own_display_start_ms` 254 ms beside 196 ms for the same servers started by hand). The
+//! choice is made by what else holds: sway refuses to run as root ("Unable to drop root"),
+//! and CI and root installs run the daemon as root; sway needs a seat and a runtime dir
+//! per grant; the X11 helpers (`xdotool`, `scrot`) are the ones the X11 tools use already,
+//! and `xdotool` needs no Wayland virtual-input protocol.
 //!
 //! **The one value every tool reads.** [`call_display`] answers, for a call, which
 //! display it uses and with which variables ([`CallDisplay`]): the box's display
