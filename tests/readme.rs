@@ -114,7 +114,7 @@ const LEDGER: &[(&str, RunBy)] = &[
     ("handnode --browser-command", RunBy::File("tests/browser.rs", "(\"--browser-command\", &command)")),
     ("handnode grant --runtime wss://pod.example:8090 --session laptop --profile browser", RunBy::File("tests/browser.rs", "common::attach_body(&pod, \"grant-t\", \"browser\")")),
     ("handnode grant --runtime wss://pod.example:8090 --session laptop --profile files", RunBy::File("tests/files.rs", "lend(&d, &pod, \"trav\", \"files\", &lent)")),
-    ("handnode grant --runtime wss://pod.example:8090 --session laptop --profile desktop --own-display", RunBy::File("src/ops/cli.rs", "args.own_display = true")),
+    ("handnode grant --runtime wss://pod.example:8090 --session laptop --profile desktop --own-display", RunBy::File("src/ops/cli/mod.rs", "args.own_display = true")),
     ("handnode doctor --browser-command", RunBy::File("src/ops/doctor.rs", "browser_checks(")),
     ("handnode grant --runtime wss://pod.example:8090 --session laptop --profile desktop --approve shell", RunBy::File("tests/first_run.rs", "--approve shell --secret-file ~/attach-secret")),
     ("handnode approvals --watch", RunBy::File("tests/first_run.rs", "[\"approvals\", \"--watch\"]")),
