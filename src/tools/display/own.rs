@@ -238,6 +238,7 @@ impl OwnDisplays {
                 running: Arc::clone(&self.running),
                 state: DisplayState::default(),
                 live: Mutex::new(None),
+                shown: Mutex::new(None),
                 ended: std::sync::atomic::AtomicBool::new(false),
             })
         }))
@@ -328,8 +329,20 @@ pub struct OwnDisplay {
     /// The probe cache and the queue of this display's own thread.
     pub(super) state: DisplayState,
     live: Mutex<Option<Live>>,
+    /// What the running display is, for callers that must not wait on a start in progress
+    /// (which holds `live`): set when a start succeeds, cleared when it stops.
+    shown: Mutex<Option<Shown>>,
     /// The grant ended: nothing starts again.
     ended: std::sync::atomic::AtomicBool,
+}
+
+#[derive(Clone, Debug)]
+struct Shown {
+    number: u32,
+    dir: PathBuf,
+    env: DisplayEnv,
+    xvfb_pid: u32,
+    notes: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -384,12 +397,9 @@ impl OwnDisplay {
 
     /// The display's variables when it is running now (never waits on a start).
     pub fn env_now(&self, cfg: &ToolConfig) -> Option<DisplayEnv> {
-        let mut live = self.live.try_lock().ok()?;
-        let l = live.as_mut()?;
-        if !matches!(l.xvfb.try_wait(), Ok(None)) {
-            return None;
-        }
-        let mut env = l.env.clone();
+        let shown = lock(&self.shown);
+        let s = shown.as_ref().filter(|s| pid_runs(s.xvfb_pid))?;
+        let mut env = s.env.clone();
         env.path = DisplayEnv::from_config(cfg).path;
         Some(env)
     }
@@ -403,22 +413,22 @@ impl OwnDisplay {
         }
     }
 
-    /// Whether it is running now.
+    /// Whether it is running now (its X server has not exited).
     pub fn is_running(&self) -> bool {
-        lock(&self.live)
-            .as_mut()
-            .is_some_and(|l| matches!(l.xvfb.try_wait(), Ok(None)))
+        lock(&self.shown)
+            .as_ref()
+            .is_some_and(|s| pid_runs(s.xvfb_pid))
     }
 
     /// The display name (`:N`) while running.
     pub fn display_name(&self) -> Option<String> {
-        lock(&self.live).as_ref().map(|l| format!(":{}", l.number))
+        lock(&self.shown).as_ref().map(|s| format!(":{}", s.number))
     }
 
-    /// For the grant JSON and `sys_info`.
+    /// For the grant JSON and `sys_info`. Never waits on a start in progress.
     pub fn to_json(&self) -> Value {
-        let live = lock(&self.live);
-        match live.as_ref() {
+        let shown = lock(&self.shown);
+        match shown.as_ref().filter(|s| pid_runs(s.xvfb_pid)) {
             Some(l) => json!({
                 "own": true, "running": true, "display": format!(":{}", l.number),
                 "runtime_dir": l.dir.display().to_string(),
@@ -472,6 +482,13 @@ impl OwnDisplay {
             Ok(l) => {
                 let mut env = l.env.clone();
                 env.path = DisplayEnv::from_config(cfg).path;
+                *lock(&self.shown) = Some(Shown {
+                    number: l.number,
+                    dir: l.dir.clone(),
+                    env: l.env.clone(),
+                    xvfb_pid: l.xvfb.id(),
+                    notes: l.notes.clone(),
+                });
                 *live = Some(l);
                 Ok(env)
             }
@@ -721,6 +738,7 @@ impl OwnDisplay {
     /// SIGTERM each process, wait up to the stop timeout, SIGKILL what is left; then the
     /// X socket and lock file a killed Xvfb leaves, and the runtime directory.
     fn stop_live(&self, mut l: Live) {
+        lock(&self.shown).take();
         let xvfb_pid = l.xvfb.id();
         for child in [l.wm.as_mut(), l.bus.as_mut(), Some(&mut l.xvfb)]
             .into_iter()
@@ -761,6 +779,18 @@ pub fn dir_name(grant: &str) -> String {
         .filter(char::is_ascii_alphanumeric)
         .take(12)
         .collect()
+}
+
+/// Whether `pid` is a process that has not exited (a zombie has: its parent has not
+/// reaped it yet).
+fn pid_runs(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the last ')' (the command name may hold one).
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
 }
 
 /// SIGTERM, wait up to `patience` for the exit, SIGKILL, reap.
