@@ -165,6 +165,25 @@ fn runtime_dir(d: &TestDaemon, grant: &str) -> PathBuf {
     )
 }
 
+/// Live processes whose command line holds one of `marks`.
+fn processes_naming(marks: &[String]) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if alive(pid) && marks.iter().any(|m| cmdline.contains(m.as_str())) {
+            found.push(format!("{pid}: {cmdline}"));
+        }
+    }
+    found
+}
+
 fn alive(pid: u32) -> bool {
     // A zombie is gone for this purpose; the daemon reaps its own children.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -226,6 +245,19 @@ fn key_types_into_an_app_on_the_own_display_and_the_owners_screen_is_untouched()
         d.grant(&id)
     );
 
+    // Its private session bus starts the accessibility bus (§17) inside its runtime
+    // directory, when AT-SPI is installed.
+    if Path::new("/usr/libexec/at-spi-bus-launcher").exists() {
+        let a11y = a.bash(
+            "dbus-send --session --print-reply --dest=org.a11y.Bus /org/a11y/bus \
+             org.a11y.Bus.GetAddress 2>&1",
+        );
+        assert!(
+            a11y.contains(&format!("unix:path={runtime}/at-spi/")),
+            "{a11y}"
+        );
+    }
+
     // An xterm started on it by the grant's job reads one line into a file; `key` types it.
     let out = dir.join("typed.txt");
     let script = format!(
@@ -275,15 +307,13 @@ fn key_types_into_an_app_on_the_own_display_and_the_owners_screen_is_untouched()
         |left| *left == (false, false, false, false),
         |left| format!("watchdog: after revoke (xvfb alive, socket, lock, dir) = {left:?}"),
     );
-    // The xterm (and everything else the grant started on it) went with the grant.
-    let leftover = Command::new("pgrep")
-        .args(["-f", "typed.txt"])
-        .output()
-        .unwrap();
-    let pids = String::from_utf8_lossy(&leftover.stdout).to_string();
-    assert!(
-        pids.lines().all(|p| !alive(p.trim().parse().unwrap_or(0))),
-        "a process of the grant is left: {pids}"
+    // The xterm, the accessibility bus and everything else started on it went with the
+    // grant: no live process names its runtime directory or the xterm's output file.
+    let marks = [runtime.display().to_string(), out.display().to_string()];
+    poll_until(
+        || processes_naming(&marks),
+        |left| left.is_empty(),
+        |left| format!("watchdog: processes of the grant are left: {left:?}"),
     );
     assert!(owner.pixels() == before, "the owner's screen changed");
 }
