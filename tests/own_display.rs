@@ -486,7 +486,26 @@ fn daemon_stop_leaves_nothing_of_an_own_display() {
     let mut d = daemon("own-display-stop", &owner, 2);
     let (id, mut a) = agent(&d, &pod, "own-stop");
     a.ok("key", json!({"action": "press", "keys": ["shift"]}));
+    // An X server that dies (here SIGKILLed, which leaves its socket behind) is cleaned
+    // up and started again by the grant's next call.
+    let (dead_number, dead_pid) = record(&d, &id);
+    assert!(Command::new("kill")
+        .args(["-KILL", &dead_pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    poll_until(
+        || alive(dead_pid),
+        |a| !a,
+        |_| "watchdog: the killed Xvfb lives".into(),
+    );
+    a.ok("key", json!({"action": "press", "keys": ["shift"]}));
     let (number, xvfb_pid) = record(&d, &id);
+    assert_ne!(xvfb_pid, dead_pid, "a new X server");
+    if number != dead_number {
+        let stale = PathBuf::from(format!("/tmp/.X11-unix/X{dead_number}"));
+        assert!(!stale.exists(), "the dead server's socket is left");
+    }
     let runtime = runtime_dir(&d, &id);
     assert!(alive(xvfb_pid));
     let x_socket = PathBuf::from(format!("/tmp/.X11-unix/X{number}"));
