@@ -53,6 +53,8 @@ pub const DEFAULT_SIZE: (u32, u32) = (1280, 800);
 /// Smallest and largest edge `--own-display-size` accepts (pixels).
 pub const MIN_EDGE: u32 = 64;
 pub const MAX_EDGE: u32 = 8192;
+/// Ended grants remembered so a late call of one starts no display.
+const ENDED_KEPT: usize = 1024;
 /// Default and largest `--max-own-displays`.
 pub const DEFAULT_MAX: usize = 2;
 pub const MAX_MAX: usize = 16;
@@ -212,6 +214,9 @@ pub fn own_of(cx: &CallContext) -> Option<Arc<OwnDisplay>> {
 pub struct OwnDisplays {
     opts: OwnOptions,
     entries: Mutex<HashMap<String, Arc<OwnDisplay>>>,
+    /// Grants that ended, newest last (at most [`ENDED_KEPT`]): a call of one still in
+    /// flight gets an ended display, never a new one nobody would stop.
+    ended: Mutex<std::collections::VecDeque<String>>,
     running: Arc<Mutex<usize>>,
 }
 
@@ -220,6 +225,7 @@ impl OwnDisplays {
         OwnDisplays {
             opts,
             entries: Mutex::new(HashMap::new()),
+            ended: Mutex::new(std::collections::VecDeque::new()),
             running: Arc::new(Mutex::new(0)),
         }
     }
@@ -228,10 +234,10 @@ impl OwnDisplays {
         &self.opts
     }
 
-    /// The grant's own display (not started).
+    /// The grant's own display (not started); for a grant that has ended, one that
+    /// never starts.
     pub fn entry(&self, grant: &str) -> Arc<OwnDisplay> {
-        let mut entries = lock(&self.entries);
-        Arc::clone(entries.entry(grant.to_string()).or_insert_with(|| {
+        let make = |ended: bool| {
             Arc::new(OwnDisplay {
                 grant: grant.to_string(),
                 opts: self.opts.clone(),
@@ -239,9 +245,21 @@ impl OwnDisplays {
                 state: DisplayState::default(),
                 live: Mutex::new(None),
                 shown: Mutex::new(None),
-                ended: std::sync::atomic::AtomicBool::new(false),
+                ended: std::sync::atomic::AtomicBool::new(ended),
             })
-        }))
+        };
+        let mut entries = lock(&self.entries);
+        if let Some(own) = entries.get(grant) {
+            return Arc::clone(own);
+        }
+        if lock(&self.ended).iter().any(|g| g == grant) {
+            return make(true);
+        }
+        Arc::clone(
+            entries
+                .entry(grant.to_string())
+                .or_insert_with(|| make(false)),
+        )
     }
 
     /// The grant's own display if it has been asked for, without creating one.
@@ -257,7 +275,15 @@ impl OwnDisplays {
     /// The grant ended: stop its display (if any) and forget it. Waits at most the stop
     /// timeout for each process.
     pub fn end_grant(&self, grant: &str) {
-        let own = lock(&self.entries).remove(grant);
+        let own = {
+            let mut entries = lock(&self.entries);
+            let mut ended = lock(&self.ended);
+            if ended.len() >= ENDED_KEPT {
+                ended.pop_front();
+            }
+            ended.push_back(grant.to_string());
+            entries.remove(grant)
+        };
         if let Some(own) = own {
             own.end();
         }
@@ -1020,6 +1046,21 @@ mod tests {
             let err = parse_size(bad).unwrap_err();
             assert!(err.contains("--own-display-size"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn a_late_call_of_an_ended_grant_starts_nothing() {
+        let own = OwnDisplays::new(OwnOptions::default());
+        let before = own.entry("g-late");
+        own.end_grant("g-late");
+        let after = own.entry("g-late");
+        let confine = crate::cgroup::Confine::inert();
+        for d in [before, after] {
+            let err = d.ensure(&ToolConfig::default(), &confine).unwrap_err();
+            assert!(err.contains("has ended"), "{err}");
+        }
+        assert!(own.get("g-late").is_none(), "an ended grant is not kept");
+        assert_eq!(own.running(), 0);
     }
 
     #[test]
