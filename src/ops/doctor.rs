@@ -1029,14 +1029,14 @@ mod tests {
             Some("apt install matchbox-window-manager")
         );
         let none = own_display_check(&json!({"possible": false,
-            "missing": ["Xvfb (apt install xvfb)", "dbus-daemon (apt install dbus-daemon)"]}));
+            "missing": ["Xvfb (apt install xvfb)", "dbus-daemon (apt install dbus)"]}));
         assert_eq!(none.status, Status::Warn);
         assert!(
             none.detail.contains("cannot have a display of their own"),
             "{}",
             none.detail
         );
-        assert_eq!(none.fix.as_deref(), Some("apt install xvfb dbus-daemon"));
+        assert_eq!(none.fix.as_deref(), Some("apt install xvfb dbus"));
     }
 
     #[test]

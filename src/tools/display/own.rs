@@ -61,11 +61,7 @@ pub const MAX_MAX: usize = 16;
 /// The window manager, with the Debian package that ships it.
 pub const WINDOW_MANAGER: (&str, &str) = ("matchbox-window-manager", "matchbox-window-manager");
 /// What an own display needs: the X server, the window manager, the session bus.
-pub const PROGRAMS: [(&str, &str); 3] = [
-    ("Xvfb", "xvfb"),
-    WINDOW_MANAGER,
-    ("dbus-daemon", "dbus-daemon"),
-];
+pub const PROGRAMS: [(&str, &str); 3] = [("Xvfb", "xvfb"), WINDOW_MANAGER, ("dbus-daemon", "dbus")];
 /// The record of what runs in a runtime directory, for the stale cleanup after a crash.
 const RECORD: &str = "display.json";
 /// Longest stderr tail of a failed start quoted in the error.
@@ -685,7 +681,7 @@ impl OwnDisplay {
             }
             None => {
                 notes.push(
-                    "no session bus: install dbus-daemon (apt install dbus-daemon) for the \
+                    "no session bus: install dbus-daemon (apt install dbus) for the \
                      accessibility tools"
                         .into(),
                 );
