@@ -225,6 +225,17 @@ fn key_types_into_an_app_on_the_own_display_and_the_owners_screen_is_untouched()
         assert!(cgroup.contains(&format!("grants/{id}/")), "{cgroup}");
     }
 
+    // sys_info describes the grant's own display, not the owner's.
+    let info = a.ok("sys_info", json!({}));
+    let shown = &info["structuredContent"]["display"];
+    assert_eq!(
+        shown["displays"][0]["name"],
+        format!(":{number}"),
+        "{shown}"
+    );
+    assert_eq!(shown["displays"][0]["width"], 640, "{shown}");
+    assert_eq!(shown["own_display"]["running"], true, "{shown}");
+
     // The console's Activity shows this screen: the same picture the grant sees.
     let (status, screen) = d.call("GET", &format!("/attach/{id}/screen"), None);
     assert_eq!(status, 200, "{screen}");
