@@ -442,11 +442,6 @@ impl OwnDisplay {
             .is_some_and(|s| pid_runs(s.xvfb_pid))
     }
 
-    /// The display name (`:N`) while running.
-    pub fn display_name(&self) -> Option<String> {
-        lock(&self.shown).as_ref().map(|s| format!(":{}", s.number))
-    }
-
     /// For the grant JSON and `sys_info`. Never waits on a start in progress.
     pub fn to_json(&self) -> Value {
         let shown = lock(&self.shown);
@@ -973,7 +968,7 @@ pub fn doctor_facts(cfg: &ToolConfig) -> Value {
 /// children get its variables): at once when it is running, else on its display thread
 /// after starting it. A display that cannot start does not stop the command: it runs
 /// without any display variables (never the owner's).
-pub fn with_started(own: Arc<OwnDisplay>, cx: CallContext, done: Completion, start: Job2) {
+pub fn with_started(own: Arc<OwnDisplay>, cx: CallContext, done: Completion, start: DeferredStart) {
     if own.env_now(&cx.host.config).is_some() {
         return start(cx, done);
     }
@@ -999,7 +994,7 @@ pub fn with_started(own: Arc<OwnDisplay>, cx: CallContext, done: Completion, sta
 /// Run `start` once the call's display is usable: at once for the box's display, else
 /// via [`with_started`]. For tools that start children with the display's variables
 /// (`bash`, `bash_start`, `app_open`, …): inside `start`, [`call_display`] gives them.
-pub fn with_call_display(cx: CallContext, done: Completion, start: Job2) {
+pub fn with_call_display(cx: CallContext, done: Completion, start: DeferredStart) {
     match own_of(&cx) {
         Some(own) => with_started(own, cx, done, start),
         None => start(cx, done),
@@ -1007,7 +1002,7 @@ pub fn with_call_display(cx: CallContext, done: Completion, start: Job2) {
 }
 
 /// A tool start deferred until the own display is up.
-pub type Job2 = Box<dyn FnOnce(CallContext, Completion) + Send>;
+pub type DeferredStart = Box<dyn FnOnce(CallContext, Completion) + Send>;
 
 #[cfg(test)]
 mod tests {
