@@ -466,10 +466,11 @@ impl OwnDisplay {
         cfg: &ToolConfig,
         confine: &crate::cgroup::Confine,
     ) -> Result<DisplayEnv, String> {
+        let mut live = lock(&self.live);
+        // Checked under the lock: `end` sets the flag, then takes what the lock holds.
         if self.ended.load(std::sync::atomic::Ordering::SeqCst) {
             return Err("this grant has ended; its own display is gone".into());
         }
-        let mut live = lock(&self.live);
         if let Some(l) = live.as_mut() {
             if matches!(l.xvfb.try_wait(), Ok(None)) {
                 let mut env = l.env.clone();
