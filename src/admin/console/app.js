@@ -938,7 +938,7 @@
     m.textContent = more ? `Showing the newest ${calls.length}; older calls may be in the audit log.` : '';
   }
 
-  // ---- screen thumbnail (the owner's screenshot tool on /mcp) ----
+  // ---- screen thumbnail (the owner's screenshot tool on /mcp, or a grant's own display) ----
 
   let thumbTimer = null;
   let thumbBusy = false;
