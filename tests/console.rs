@@ -840,7 +840,21 @@ fn in_a_browser_the_activity_of_an_own_display_grant_shows_its_own_screen() {
     assert_ne!(shot["result"]["isError"], true, "{shot}");
     let mut browser = Browser::start("own.cjs", &core, &d, &[("OWN_GRANT", id.clone())]);
     browser.expect("shown");
+    browser.expect("lent");
     browser.finish();
+    let (_, list) = d.call("GET", "/attach", None);
+    let lent = list["grants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["session"] == "own-lent")
+        .unwrap_or_else(|| panic!("the form lent nothing: {list}"))
+        .clone();
+    assert_eq!(
+        (&lent["profile"], &lent["display"]),
+        (&json!("desktop"), &json!("own")),
+        "{lent}"
+    );
     // Each picture was audited as the owner's screenshot, not as the grant's call.
     d.wait_audit("the console's screenshot as the owner's call", |audit| {
         audit

@@ -25,5 +25,27 @@ h.run(async (browser) => {
   assert(owner.length === 0, "the owner's screen was asked for: " + owner.length);
   await shot(page, 'console-own-display');
   step('shown', { screens: screens.length });
-  h.refuseSurprises(seen, [401]);
+
+  // Lend one from the form: the checkbox asks for a screen of its own; with a profile
+  // without display tools the refusal lands on that field.
+  await page.click('.tab[data-view="lend"]');
+  await page.fill('#lend-runtime', 'ws://127.0.0.1:1');
+  await page.fill('#lend-session', 'own-lent');
+  await page.check('input[name="profile"][value="custom"]');
+  await page.fill('#lend-allow', 'sys_info');
+  await page.check('#lend-own-display');
+  await page.fill('#lend-credential', 'unused-secret');
+  await page.click('#lend-submit');
+  await page.waitForFunction(() => document.querySelector('[data-error-for="display"]').textContent !== '');
+  const why = await page.textContent('[data-error-for="display"]');
+  assert(/needs a profile with display tools/.test(why), 'the refusal is on the display field: ' + why);
+  await page.check('input[name="profile"][value="desktop"]');
+  await page.click('#lend-submit');
+  await page.waitForSelector('#view-grants:not([hidden])');
+  await page.waitForFunction(() => document.querySelectorAll('#grants-live [data-grant]').length === 2);
+  const lent = await page.getAttribute('#grants-live [data-grant]:not([data-grant="' + GRANT + '"])', 'data-grant');
+  assert(/^its own/.test(await h.fact(page, lent, 'screen')), 'the card says the screen is its own');
+  assert(/running/.test(await h.fact(page, GRANT, 'screen')), 'the running one says so');
+  step('lent', {});
+  h.refuseSurprises(seen, [400, 401]);
 });
