@@ -6,6 +6,7 @@
 //! dispatch and the operator subcommands' arguments live in `ops::cli`.
 
 mod flags;
+pub mod own_display;
 mod report;
 mod serve;
 mod token;
@@ -307,7 +308,7 @@ pub struct Config {
     pub max_screenshot_edge: u32,
     /// A grant's own display (§19): `--own-display-size`, `--max-own-displays`, its
     /// timeouts; `dir` (where runtime directories go) is not a flag.
-    pub own_display: crate::tools::display::OwnOptions,
+    pub own_display: own_display::OwnDisplaySettings,
     pub notify: bool,
     /// Test override of the `notify-send` program (default: found on `PATH`). Not a flag.
     #[doc(hidden)]
@@ -348,7 +349,7 @@ impl Config {
             display_backend: DisplayBackend::Auto,
             display_env: None,
             max_screenshot_edge: 1920,
-            own_display: crate::tools::display::OwnOptions {
+            own_display: own_display::OwnDisplaySettings {
                 dir: Some(displays_dir),
                 ..Default::default()
             },

@@ -379,7 +379,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         kind: Kind::Text {
             metavar: "WxH",
             set: |d, v| {
-                d.config.own_display.size = crate::tools::display::own::parse_size(&v)?;
+                d.config.own_display.size = super::own_display::parse_size(&v)?;
                 Ok(())
             },
         },
@@ -392,7 +392,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         kind: Kind::Int {
             metavar: "N",
             min: 1,
-            max: crate::tools::display::own::MAX_MAX as u64,
+            max: super::own_display::MAX_MAX as u64,
             set: |d, v| d.config.own_display.max = v as usize,
         },
     },

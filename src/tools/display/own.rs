@@ -46,18 +46,13 @@ use std::time::Instant;
 
 use super::*;
 use crate::cgroup::RunGroup;
-use crate::tools::shell::MARKER_ENV;
+use crate::cgroup::MARKER_ENV;
 
-/// Default `--own-display-size`.
-pub const DEFAULT_SIZE: (u32, u32) = (1280, 800);
-/// Smallest and largest edge `--own-display-size` accepts (pixels).
-pub const MIN_EDGE: u32 = 64;
-pub const MAX_EDGE: u32 = 8192;
 /// Ended grants remembered so a late call of one starts no display.
 const ENDED_KEPT: usize = 1024;
-/// Default and largest `--max-own-displays`.
-pub const DEFAULT_MAX: usize = 2;
-pub const MAX_MAX: usize = 16;
+pub use crate::config::own_display::*;
+/// How own displays are made here (the configuration's settings).
+pub type OwnOptions = OwnDisplaySettings;
 /// The window manager, with the Debian package that ships it.
 pub const WINDOW_MANAGER: (&str, &str) = ("matchbox-window-manager", "matchbox-window-manager");
 /// What an own display needs: the X server, the window manager, the session bus.
@@ -66,75 +61,6 @@ pub const PROGRAMS: [(&str, &str); 3] = [("Xvfb", "xvfb"), WINDOW_MANAGER, ("dbu
 const RECORD: &str = "display.json";
 /// Longest stderr tail of a failed start quoted in the error.
 const LOG_TAIL: usize = 400;
-
-/// Parse `--own-display-size`: `WxH`, each edge in `MIN_EDGE..=MAX_EDGE`.
-pub fn parse_size(text: &str) -> Result<(u32, u32), String> {
-    let wrong = || {
-        format!(
-            "--own-display-size must be WIDTHxHEIGHT with each edge {MIN_EDGE}..{MAX_EDGE}, \
-             e.g. 1280x800; got {text:?}"
-        )
-    };
-    let (w, h) = text.split_once(['x', 'X']).ok_or_else(wrong)?;
-    let edge = |s: &str| -> Result<u32, String> {
-        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) || s.len() > 6 {
-            return Err(wrong());
-        }
-        let n: u32 = s.parse().map_err(|_| wrong())?;
-        (MIN_EDGE..=MAX_EDGE)
-            .contains(&n)
-            .then_some(n)
-            .ok_or_else(wrong)
-    };
-    Ok((edge(w)?, edge(h)?))
-}
-
-/// How own displays are made here. Built from the configuration.
-#[derive(Clone, Debug)]
-pub struct OwnOptions {
-    pub size: (u32, u32),
-    /// Own displays running at once (`--max-own-displays`).
-    pub max: usize,
-    /// From spawning Xvfb to the display (and the bus) answering.
-    pub start_timeout: Duration,
-    /// From SIGTERM to SIGKILL when stopping.
-    pub stop_timeout: Duration,
-    /// Parent of every grant's runtime directory; `None`: the default
-    /// (`$XDG_RUNTIME_DIR/handnode-displays`, else `/tmp/handnode-displays-<uid>`).
-    pub dir: Option<PathBuf>,
-    /// Where the X server keeps its sockets and lock files (`/tmp`; a test may not change it,
-    /// Xvfb does not let it be changed, but the cleanup's reading of it is one place).
-    pub x_tmp: PathBuf,
-}
-
-impl Default for OwnOptions {
-    fn default() -> Self {
-        OwnOptions {
-            size: DEFAULT_SIZE,
-            max: DEFAULT_MAX,
-            start_timeout: Duration::from_secs(10),
-            stop_timeout: Duration::from_secs(2),
-            dir: None,
-            x_tmp: PathBuf::from("/tmp"),
-        }
-    }
-}
-
-impl OwnOptions {
-    /// The parent of the runtime directories.
-    pub fn parent(&self) -> PathBuf {
-        if let Some(d) = &self.dir {
-            return d.clone();
-        }
-        match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
-            Some(rt) => PathBuf::from(rt).join("handnode-displays"),
-            None => PathBuf::from(format!(
-                "/tmp/handnode-displays-{}",
-                rustix::process::getuid().as_raw()
-            )),
-        }
-    }
-}
 
 /// Which display one call uses, and the variables its children get: the one value every
 /// tool reads (see the module doc).
