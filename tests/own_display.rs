@@ -245,6 +245,15 @@ fn key_types_into_an_app_on_the_own_display_and_the_owners_screen_is_untouched()
         format!(":{number}")
     );
 
+    // Its runtime directory is private, and so is the cookie in it.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = runtime_dir(&d, &id);
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join("xauth")), 0o600);
+    }
+
     // bash gets the own display's variables, not the owner's.
     let env = a.bash("echo \"$DISPLAY|$XAUTHORITY|$XDG_RUNTIME_DIR|$DBUS_SESSION_BUS_ADDRESS\"");
     let runtime = runtime_dir(&d, &id).display().to_string();
