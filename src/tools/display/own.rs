@@ -786,7 +786,24 @@ fn remove_x_files(x_tmp: &Path, number: u32, xvfb_pid: Option<u32>) {
         return;
     }
     let _ = std::fs::remove_file(&lock_file);
-    let _ = std::fs::remove_file(x_tmp.join(".X11-unix").join(format!("X{number}")));
+    // Xvfb -displayfd takes no lock file, and a server started since may have taken the
+    // number and bound the path again: a socket someone listens on is never removed.
+    let socket = x_tmp.join(".X11-unix").join(format!("X{number}"));
+    if !unix_socket_bound(&socket) {
+        let _ = std::fs::remove_file(&socket);
+    }
+}
+
+/// Whether a process (of this network namespace) has a Unix socket bound at `path`.
+fn unix_socket_bound(path: &Path) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
+        return false;
+    };
+    let want = path.to_string_lossy();
+    table
+        .lines()
+        .skip(1)
+        .any(|l| l.split_whitespace().nth(7) == Some(want.as_ref()))
 }
 
 /// An Xauthority file with one wildcard MIT-MAGIC-COOKIE-1 entry (any display number: it
@@ -979,6 +996,24 @@ mod tests {
         }
         assert!(own.get("g-late").is_none(), "an ended grant is not kept");
         assert_eq!(own.running(), 0);
+    }
+
+    #[test]
+    fn a_socket_someone_listens_on_is_never_removed() {
+        let dir = scratch("own-bound");
+        std::fs::create_dir_all(dir.join(".X11-unix")).unwrap();
+        let path = dir.join(".X11-unix/X77");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        assert!(unix_socket_bound(&path));
+        remove_x_files(&dir, 77, None);
+        assert!(path.exists(), "a bound socket was removed");
+        drop(listener);
+        // What a killed server leaves: the file, bound by nobody.
+        let stale = dir.join(".X11-unix/X78");
+        std::fs::write(&stale, "").unwrap();
+        remove_x_files(&dir, 78, None);
+        assert!(!stale.exists(), "a stale socket is left");
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
