@@ -734,20 +734,37 @@ fn pid_runs(pid: u32) -> bool {
     }
 }
 
-/// SIGTERM, wait up to `patience` for the exit, SIGKILL, reap.
+/// SIGTERM, wait up to `patience` for the exit (on the child's pidfd, not a timer), SIGKILL,
+/// reap.
 fn stop_child(child: &mut Child, patience: Duration) {
     if matches!(child.try_wait(), Ok(Some(_))) {
         return;
     }
+    let pidfd = rustix::process::Pid::from_raw(child.id() as i32).and_then(|pid| {
+        rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+    });
     let _ = signal(child.id(), rustix::process::Signal::TERM);
-    let deadline = Instant::now() + patience;
-    // The exit of a child this thread owns: polled briefly (a TERMed Xvfb exits within
-    // milliseconds; the poll ends at the exit or the deadline).
-    while Instant::now() < deadline {
-        if matches!(child.try_wait(), Ok(Some(_))) {
-            return;
+    if let Some(fd) = &pidfd {
+        let deadline = Instant::now() + patience;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+            let ts = rustix::event::Timespec {
+                tv_sec: left.as_secs() as i64,
+                tv_nsec: left.subsec_nanos() as _,
+            };
+            match rustix::event::poll(&mut fds, Some(&ts)) {
+                Ok(_) if !fds[0].revents().is_empty() => break,
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(_) => break,
+            }
         }
-        std::thread::sleep(Duration::from_millis(2));
+    }
+    if matches!(child.try_wait(), Ok(Some(_))) {
+        return;
     }
     let _ = child.kill();
     let _ = child.wait();
@@ -1011,6 +1028,36 @@ mod tests {
         remove_x_files(&dir, 78, None);
         assert!(!stale.exists(), "a stale socket is left");
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn stopping_asks_with_term_first_and_kills_what_ignores_it() {
+        use std::os::unix::process::ExitStatusExt;
+        let mut polite = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        stop_child(&mut polite, Duration::from_secs(10));
+        assert_eq!(
+            polite.wait().unwrap().signal(),
+            Some(15),
+            "ended by SIGTERM"
+        );
+        let mut stubborn = std::process::Command::new("sh")
+            .args(["-c", "trap '' TERM; echo ready; exec sleep 60"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The trap is set once it has printed.
+        first_line(stubborn.stdout.take().unwrap(), Duration::from_secs(10)).unwrap();
+        let started = Instant::now();
+        stop_child(&mut stubborn, Duration::from_millis(100));
+        assert_eq!(
+            stubborn.wait().unwrap().signal(),
+            Some(9),
+            "ended by SIGKILL"
+        );
+        assert!(started.elapsed() >= Duration::from_millis(100));
     }
 
     #[test]
