@@ -109,7 +109,7 @@ impl Opts {
                         "bench [--bin PATH] [--static-bin PATH] [--static-libc NAME] [--quick] \
                          [--only SECTION,...] [--placement NAME] [--server-cpu N]\n\
                          sections: memory, latency (= ping, sys_info, bash, pipelined, hol), \
-                         approval, attach, redial, screenshot, browser, audit, jobs, owed, containment, files"
+                         approval, attach, redial, screenshot, browser, audit, jobs, owed, containment, files, a11y"
                     );
                     std::process::exit(0);
                 }
@@ -467,6 +467,17 @@ impl DaemonProc {
 
     /// [`DaemonProc::start`] with more flags.
     fn start_with(bin: &Path, dir: &Path, display: Option<&str>, extra: &[String]) -> DaemonProc {
+        DaemonProc::start_env(bin, dir, display, extra, &[])
+    }
+
+    /// [`DaemonProc::start_with`] with more environment (a session bus).
+    fn start_env(
+        bin: &Path,
+        dir: &Path,
+        display: Option<&str>,
+        extra: &[String],
+        env: &[(&str, &str)],
+    ) -> DaemonProc {
         let port = free_port();
         let token = random_hex(16);
         std::fs::create_dir_all(dir).unwrap();
@@ -479,6 +490,7 @@ impl DaemonProc {
             .arg(dir.join("config"))
             .args(["--no-notify", "--no-sd-notify"])
             .args(extra)
+            .envs(env.iter().copied())
             .env("HANDNODE_TOKEN", &token)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -2208,6 +2220,184 @@ fn bench_screenshot(
 }
 
 // ---------------------------------------------------------------------------------------
+// desktop_snapshot (contract §17): a `zenity --list` window of about 200 shown elements on
+// the bench's display, in a session bus of its own; beside it, screenshot on the same
+// display through the same daemon.
+
+/// Rows, columns and window height of the list: about 200 elements are shown on a
+/// 1280x800 screen (the rest of the rows are scrolled away, not shown, not listed).
+const A11Y_ROWS: usize = 400;
+const A11Y_COLUMNS: usize = 6;
+const A11Y_HEIGHT: &str = "--height=800";
+
+/// Kills a process group when dropped (the session bus and what it activated).
+struct Group(Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .status();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn bench_a11y(r: &mut Report, o: &Opts, dir: &Path, display: Option<&str>) {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let Some(display) = display else {
+        r.note("desktop_snapshot_ms", "ms", "no DISPLAY".into());
+        return;
+    };
+    for program in ["dbus-daemon", "zenity", "/usr/libexec/at-spi-bus-launcher"] {
+        let found = if program.starts_with('/') {
+            Path::new(program).exists()
+        } else {
+            Command::new("which")
+                .arg(program)
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !found {
+            r.note(
+                "desktop_snapshot_ms",
+                "ms",
+                format!("{program} is not installed (apt install zenity at-spi2-core dbus-daemon)"),
+            );
+            return;
+        }
+    }
+    let runtime = dir.join("a11y-runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let runtime_s = runtime.display().to_string();
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into());
+    let base: Vec<(&str, &str)> = vec![
+        ("DISPLAY", display),
+        ("XDG_RUNTIME_DIR", &runtime_s),
+        ("HOME", &runtime_s),
+        ("PATH", &path),
+    ];
+    let mut bus = Command::new("dbus-daemon")
+        .args(["--session", "--nofork", "--print-address"])
+        .env_clear()
+        .envs(base.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("dbus-daemon starts");
+    let stdout = bus.stdout.take().unwrap();
+    let _bus = Group(bus);
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("dbus-daemon prints its address");
+    let address = line.trim().to_string();
+    // The accessibility bus and its registry up before the window, as in a running session.
+    let env = handnode::tools::display::DisplayEnv {
+        dbus_session_bus_address: Some(address.clone()),
+        ..Default::default()
+    };
+    let deadline = Instant::now() + WATCHDOG;
+    while let Err(why) = handnode::tools::a11y::bus_status(&env, Duration::from_secs(5)) {
+        assert!(
+            Instant::now() < deadline,
+            "watchdog: no accessibility bus: {why}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let columns: Vec<String> = (0..A11Y_COLUMNS)
+        .map(|c| format!("--column=col {c}"))
+        .collect();
+    let cells: Vec<String> = (0..A11Y_ROWS * A11Y_COLUMNS)
+        .map(|i| format!("r{} c{}", i / A11Y_COLUMNS, i % A11Y_COLUMNS))
+        .collect();
+    let mut zenity = Command::new("zenity")
+        .args(["--list", "--width=1200", A11Y_HEIGHT])
+        .args(&columns)
+        .args(&cells)
+        .env_clear()
+        .envs(base.iter().copied())
+        .env("DBUS_SESSION_BUS_ADDRESS", &address)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("zenity starts");
+    let d = DaemonProc::start_env(
+        &o.bin,
+        &dir.join("a11y"),
+        Some(display),
+        &[],
+        &[
+            ("DBUS_SESSION_BUS_ADDRESS", &address),
+            ("XDG_RUNTIME_DIR", &runtime_s),
+        ],
+    );
+    let mut pod = Pod::start();
+    let (grant, mut conn) = attach_ready(&d, &mut pod, "a11y", "observe");
+    let args = json!({"app": "zenity"});
+    let deadline = Instant::now() + WATCHDOG;
+    let first = loop {
+        let res = conn.call_tool("desktop_snapshot", args.clone());
+        let text = res["content"][0]["text"].as_str().unwrap_or("").to_string();
+        if res["isError"] != true && text.contains("table cell") {
+            break res;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "watchdog: the list never appeared: {}",
+            clip(&res.to_string())
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let nodes = first["structuredContent"]["nodes"]
+        .as_array()
+        .map_or(0, Vec::len);
+    let text_kb = first["content"][0]["text"].as_str().map_or(0, str::len) as f64 / 1024.0;
+    let req = |name: &'static str, args: &'static str| {
+        move |id: u64| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{args}}}}}"#
+            )
+        }
+    };
+    let n = o.n(30);
+    let snaps: Vec<f64> = conn
+        .sequential(n, req("desktop_snapshot", r#"{"app":"zenity"}"#))
+        .into_iter()
+        .map(|u| u / 1e3)
+        .collect();
+    let shots: Vec<f64> = conn
+        .sequential(n, req("screenshot", "{}"))
+        .into_iter()
+        .map(|u| u / 1e3)
+        .collect();
+    let (p50, shot) = (percentile(&snaps, 0.5), percentile(&shots, 0.5));
+    r.put("desktop_snapshot_ms", p50, "ms", Some(shot));
+    r.put("desktop_snapshot_nodes", nodes as f64, "nodes", None);
+    r.put("desktop_snapshot_text_kb", text_kb, "KiB", None);
+    r.put("a11y_screenshot_rtt_p50", shot, "ms", None);
+    r.check(
+        "desktop_snapshot_ms",
+        format!("<= 150 ms ({nodes} elements; floor = screenshot_rtt_p50 here)"),
+        Some(p50 <= 150.0),
+    );
+    r.check(
+        "desktop_snapshot_text_kb",
+        "<= 16 KiB".into(),
+        Some(text_kb <= 16.0),
+    );
+    d.revoke(&grant);
+    let _ = zenity.kill();
+    let _ = zenity.wait();
+}
+
+// ---------------------------------------------------------------------------------------
 // The browser tier: a grant's first browser call (the browser starts) against starting the
 // same Playwright MCP command and navigating directly; the daemon's memory per browser grant.
 
@@ -2709,6 +2899,10 @@ fn main() {
         bench_files(&mut r, &o, &d, &mut pod, &mut echo);
     }
     drop(d);
+    if o.runs("a11y") {
+        eprintln!("bench: a11y (desktop_snapshot)");
+        bench_a11y(&mut r, &o, &dir, display.as_deref());
+    }
     if o.runs("browser") {
         eprintln!("bench: browser tier");
         bench_browser(&mut r, &o, &dir);

@@ -122,6 +122,7 @@ const LEDGER: &[(&str, RunBy)] = &[
     ("handnode deny <id> --reason", RunBy::File("tests/first_run.rs", "--approve shell --secret-file ~/attach-secret")),
     ("curl -s -D - -H \"Authorization: Bearer $TOKEN\" 'https://box.tailnet.ts.net/approvals?wait=60", RunBy::File("tests/approvals.rs", "?wait=5&seen={etag}")),
     ("curl -s -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{\"decision\"", RunBy::File("tests/approvals.rs", "\"decision\"")),
+    ("[e", RunBy::File("tests/a11y.rs", "push button \\\"Yes\\\"")),
     ("tail -f ~/.local/state/handnode/audit.jsonl", RunBy::NotHere("follows the log forever; the records it selects are asserted in tests/attach.rs and src/audit.rs")),
     ("handnode --token-file ~/.config/handnode/token --allow-login", RunBy::File("tests/local_socket.rs", "config.allow_hosts = vec![\"box.tail.ts.net\"")),
     ("curl -H \"Authorization: Bearer $(cat ~/.config/handnode/token)\" https://box.tailnet.ts.net:8795/attach", RunBy::File("tests/local_socket.rs", "(\"Host\", \"box.tail.ts.net\")")),

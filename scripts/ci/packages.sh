@@ -2,9 +2,11 @@
 # Debian packages every test run needs. Idempotent and quiet when everything is present.
 # bubblewrap: the throwaway browsers run inside bwrap (contract §14), and the tests prove
 # the daemon's files are empty there.
+# xvfb zenity at-spi2-core dbus-daemon: tests/a11y.rs drives a GTK dialog over the
+# accessibility bus on an Xvfb and session bus of its own (contract §17).
 set -euo pipefail
 need=()
-for pkg in "$@" pkg-config libssl-dev curl python3 jq procps bubblewrap; do
+for pkg in "$@" pkg-config libssl-dev curl python3 jq procps bubblewrap xvfb zenity at-spi2-core dbus-daemon; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

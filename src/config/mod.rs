@@ -94,6 +94,9 @@ pub struct Timing {
     pub sys_info_ttl: Duration,
     /// Longest one display helper (grim, xdotool, wtype, …) may run.
     pub display_helper_timeout: Duration,
+    /// Longest one call on the accessibility bus may wait for its answer: an application
+    /// that does not answer in time is left out of a snapshot (which says so).
+    pub a11y_call_timeout: Duration,
     /// Under a grant, a `bash` call whose command still runs after this long continues as
     /// a job (the pod gives up on a call at 120 s).
     pub inline_wait: Duration,
@@ -137,6 +140,7 @@ impl Default for Timing {
             display_probe_ttl: Duration::from_secs(2),
             sys_info_ttl: Duration::from_secs(1),
             display_helper_timeout: Duration::from_secs(10),
+            a11y_call_timeout: Duration::from_secs(2),
             inline_wait: Duration::from_secs(100),
             mcp_inline_wait: Duration::from_secs(600),
             job_retention: Duration::from_secs(600),

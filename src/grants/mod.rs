@@ -1104,7 +1104,8 @@ impl Registry {
     }
 
     /// A grant ended: its jobs end (§9), and everything it started dies with its cgroup
-    /// (§16), whatever left the jobs' process groups.
+    /// (§16), whatever left the jobs' process groups; what it kept in the tool host (upload
+    /// parts, accessibility refs) goes.
     fn end_processes(&self, grant_id: &str) {
         self.jobs().end_scope(grant_id);
         // Its own display (§19) first, by SIGTERM, so the X server removes its socket and
@@ -1113,6 +1114,8 @@ impl Registry {
         self.services.host.confine.end_grant(grant_id);
         // Its unfinished uploads' part files go with it.
         self.services.host.files.end_scope(grant_id);
+        // Its refs of its last desktop_snapshot, too.
+        self.services.host.a11y.end_scope(grant_id);
     }
 
     /// Ids of the live grants.
@@ -1468,7 +1471,10 @@ mod tests {
                 "unknown tool in deny: browser_nope*",
             ),
             (
-                format!(r#"{{{ok},"deny":["sys_info","screenshot"],"secret":"x"}}"#),
+                format!(
+                    r#"{{{ok},"deny":{},"secret":"x"}}"#,
+                    serde_json::to_string(&crate::tools::names(Profile::Observe)).unwrap()
+                ),
                 crate::tools::policy::NO_TOOLS_ERROR,
             ),
             (format!(r#"{{{ok},"ttl_secs":0,"secret":"x"}}"#), TTL_ERROR),

@@ -500,6 +500,24 @@ pub fn display_checks(probe: &Probe, cfg: &ToolConfig, processes: &ProcessWatche
             });
         }
     }
+    if probe.problem.is_none() && probe.ready(display::Gui::A11ySnapshot).is_ok() {
+        out.push(
+            match crate::tools::a11y::bus_status(&probe.env, cfg.a11y_call_timeout) {
+                Ok(detail) => check(
+                    "accessibility bus",
+                    Status::Ok,
+                    detail,
+                    Some(crate::tools::a11y::TURN_ON.into()),
+                ),
+                Err(why) => check(
+                    "accessibility bus",
+                    Status::Warn,
+                    why,
+                    Some(crate::tools::a11y::TURN_ON.into()),
+                ),
+            },
+        );
+    }
     if probe.problem.is_none() && probe.backend == Some(Backend::X11) {
         match display::query(probe, cfg, processes, "xset", &["q"]) {
             Ok(text) => out.extend(xset_blanking(&text)),

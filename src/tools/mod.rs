@@ -5,6 +5,7 @@
 //! tests' expected lists are all derived from that list. Tool implementations live in the
 //! submodules.
 
+pub mod a11y;
 pub mod args;
 pub mod bash;
 pub mod display;
@@ -36,6 +37,8 @@ pub static TOOLS: &[&Tool] = &[
     &display::SCREENSHOT,
     &display::MOUSE,
     &display::KEY,
+    &a11y::SNAPSHOT,
+    &a11y::ACT,
     &jobs::tools::START,
     &jobs::tools::POLL,
     &jobs::tools::LIST,
@@ -243,6 +246,8 @@ pub struct ToolConfig {
     pub display_probe_ttl: std::time::Duration,
     /// Longest one display helper (grim, xdotool, …) may run (`Timing::display_helper_timeout`).
     pub display_helper_timeout: std::time::Duration,
+    /// Longest one accessibility-bus call may wait (`Timing::a11y_call_timeout`).
+    pub a11y_call_timeout: std::time::Duration,
     /// How long `sys_info` reuses its `/proc` reads (`Timing::sys_info_ttl`).
     pub sys_info_ttl: std::time::Duration,
     /// Replaces the process environment for display probing and helpers (DISPLAY,
@@ -273,6 +278,7 @@ impl Default for ToolConfig {
             max_screenshot_edge: 1920,
             display_probe_ttl: crate::config::Timing::default().display_probe_ttl,
             display_helper_timeout: crate::config::Timing::default().display_helper_timeout,
+            a11y_call_timeout: crate::config::Timing::default().a11y_call_timeout,
             sys_info_ttl: crate::config::Timing::default().sys_info_ttl,
             display_env: None,
             jobs: jobs::table::JobConfig::default(),
@@ -353,6 +359,8 @@ pub struct ToolHost {
     pub confine: Arc<crate::cgroup::Confine>,
     /// The grants' own displays (§19).
     pub own_displays: display::OwnDisplays,
+    /// Each grant's refs of its last `desktop_snapshot`.
+    pub a11y: a11y::Refs,
 }
 
 impl ToolHost {
@@ -366,6 +374,7 @@ impl ToolHost {
             own_displays: display::OwnDisplays::new(config.own_display.clone()),
             jobs: jobs::table::JobTable::new(config.jobs.clone()),
             files: files::uploads::Uploads::new(config.upload_bytes),
+            a11y: a11y::Refs::default(),
             confine: config
                 .confine
                 .clone()

@@ -1,6 +1,8 @@
 //! The wire to pods and upstreams: the sans-IO MCP dispatcher, one grant socket's framing,
-//! TLS and the outbound HTTP client, and minting an attach secret at the pod.
+//! TLS and the outbound HTTP client, minting an attach secret at the pod, and the small
+//! synchronous D-Bus client of the accessibility bus.
 
+pub mod dbus;
 pub mod httpc;
 pub mod link;
 pub mod mcp;

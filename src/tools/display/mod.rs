@@ -204,8 +204,9 @@ pub fn call_facts(cx: &CallContext) -> Value {
 
 /// Run `work` on the call's display thread with a fresh probe; its output completes
 /// `done`. The display is the call's ([`own::call_display`]): the box's, or the grant's
-/// own, which this starts on first use (§19) on that display's own thread.
-fn dispatch(
+/// own, which this starts on first use (§19) on that display's own thread. The
+/// accessibility tools (`tools::a11y`) run here too, in order with clicks and keys.
+pub(crate) fn dispatch(
     cx: CallContext,
     done: Completion,
     tool: Gui,

@@ -633,6 +633,8 @@ impl OwnDisplay {
                 path: None,
                 xauthority: Some(cookie.display().to_string()),
                 dbus_session_bus_address: bus_address,
+                // Found through the bus (`org.a11y.Bus.GetAddress`) when asked.
+                at_spi_bus_address: None,
             },
             dir,
             xvfb: xvfb_child,

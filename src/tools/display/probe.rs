@@ -58,11 +58,14 @@ pub struct DisplayEnv {
     pub path: Option<String>,
     /// The X cookie file (an own display's, §19; else the session's, if set).
     pub xauthority: Option<String>,
-    /// The session bus (an own display's private one, §19; else the session's, if set).
+    /// The session bus, where `org.a11y.Bus.GetAddress` names the accessibility bus (an own
+    /// display's private one, §19).
     pub dbus_session_bus_address: Option<String>,
+    /// The accessibility bus itself, when the session says where it is.
+    pub at_spi_bus_address: Option<String>,
 }
 
-pub(super) const DISPLAY_VARS: [&str; 7] = [
+pub(super) const DISPLAY_VARS: [&str; 8] = [
     "DISPLAY",
     "WAYLAND_DISPLAY",
     "XDG_RUNTIME_DIR",
@@ -70,6 +73,7 @@ pub(super) const DISPLAY_VARS: [&str; 7] = [
     "PATH",
     "XAUTHORITY",
     "DBUS_SESSION_BUS_ADDRESS",
+    "AT_SPI_BUS_ADDRESS",
 ];
 
 impl DisplayEnv {
@@ -89,10 +93,11 @@ impl DisplayEnv {
             path: get("PATH"),
             xauthority: get("XAUTHORITY"),
             dbus_session_bus_address: get("DBUS_SESSION_BUS_ADDRESS"),
+            at_spi_bus_address: get("AT_SPI_BUS_ADDRESS"),
         }
     }
 
-    pub fn pairs(&self) -> [(&'static str, &Option<String>); 7] {
+    pub fn pairs(&self) -> [(&'static str, &Option<String>); 8] {
         [
             ("DISPLAY", &self.display),
             ("WAYLAND_DISPLAY", &self.wayland_display),
@@ -101,6 +106,7 @@ impl DisplayEnv {
             ("PATH", &self.path),
             ("XAUTHORITY", &self.xauthority),
             ("DBUS_SESSION_BUS_ADDRESS", &self.dbus_session_bus_address),
+            ("AT_SPI_BUS_ADDRESS", &self.at_spi_bus_address),
         ]
     }
 }
@@ -128,6 +134,11 @@ pub(super) fn install_hint(helper: &str) -> String {
     format!("{helper} is not installed (Debian/Ubuntu: apt install {package})")
 }
 
+/// Why the accessibility tools cannot work without a session bus.
+pub const NO_SESSION_BUS: &str = "neither AT_SPI_BUS_ADDRESS nor DBUS_SESSION_BUS_ADDRESS is set: \
+    the accessibility bus is found through the desktop session's D-Bus session bus (start the \
+    daemon inside the session, or set DBUS_SESSION_BUS_ADDRESS)";
+
 /// What a graphical tool asks of the display: [`Probe::ready`] answers for each. The
 /// tools themselves are registered in [`super::TOOLS`] with [`Needs::Display`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,11 +146,21 @@ pub enum Gui {
     Screenshot,
     Mouse,
     Key,
+    /// Reading the accessibility tree (`desktop_snapshot`).
+    A11ySnapshot,
+    /// Acting on an accessible element (`desktop_act`).
+    A11yAct,
 }
 
 impl Gui {
     /// Every variant, so a test can check each is registered exactly once.
-    pub const ALL: [Gui; 3] = [Gui::Screenshot, Gui::Mouse, Gui::Key];
+    pub const ALL: [Gui; 5] = [
+        Gui::Screenshot,
+        Gui::Mouse,
+        Gui::Key,
+        Gui::A11ySnapshot,
+        Gui::A11yAct,
+    ];
 
     /// The registered tool's name.
     pub fn name(self) -> &'static str {
@@ -218,7 +239,10 @@ impl Probe {
         Probe {
             requested: DisplayBackend::X11,
             backend: Some(Backend::X11),
-            env: DisplayEnv::default(),
+            env: DisplayEnv {
+                dbus_session_bus_address: Some("unix:path=/nonexistent/bus".into()),
+                ..DisplayEnv::default()
+            },
             helpers: HELPERS
                 .iter()
                 .map(|(h, _)| (*h, Some(PathBuf::from("/nonexistent/bin").join(h))))
@@ -237,6 +261,14 @@ impl Probe {
         }
         match (self.backend, tool) {
             (None, _) => Err("no display backend".into()),
+            (Some(_), Gui::A11ySnapshot | Gui::A11yAct) => {
+                if self.env.at_spi_bus_address.is_none()
+                    && self.env.dbus_session_bus_address.is_none()
+                {
+                    return Err(NO_SESSION_BUS.into());
+                }
+                Ok(())
+            }
             (Some(Backend::X11), Gui::Screenshot) => self.x11_grabber().map(drop),
             (Some(Backend::X11), Gui::Mouse | Gui::Key) => self.need("xdotool").map(drop),
             (Some(Backend::Wayland), Gui::Screenshot) => {
@@ -342,7 +374,14 @@ impl Probe {
             .env
             .pairs()
             .iter()
-            .filter(|(n, _)| *n != "PATH")
+            // The bus addresses say where sockets are, which is the accessibility
+            // section's business (`desktop_snapshot`), not the display's.
+            .filter(|(n, _)| {
+                !matches!(
+                    *n,
+                    "PATH" | "DBUS_SESSION_BUS_ADDRESS" | "AT_SPI_BUS_ADDRESS"
+                )
+            })
             .map(|(n, v)| (n.to_string(), json!(v)))
             .collect();
         let displays = self.displays.iter().map(|d| {

@@ -1,0 +1,650 @@
+//! Reading the accessibility tree into a snapshot: the applications on the registry, then
+//! breadth first, one pipelined batch per level (states first, so hidden elements cost one
+//! call; then role, name, extents, children and interfaces of the shown ones; then the value
+//! of the few that have one), bounded by `max_nodes` and a budget of elements examined;
+//! then the compact text (one line per element, indented by depth) and the structured form.
+
+use serde_json::{json, Value};
+
+use super::bus::{Bus, Req, A, ACCESSIBLE, COMPONENT, DBUS, REGISTRY, ROOT_PATH, TEXT, VALUE};
+use super::{ElementApp, ElementRef};
+use crate::wire::dbus::{DbusError, Val};
+
+/// The longest a whole snapshot may take, in call timeouts: applications that answer each
+/// call just in time must not hold the display thread for minutes.
+pub const SNAPSHOT_TIMEOUTS: u32 = 4;
+
+/// Deepest level read; deeper elements are left out (and the snapshot says truncated).
+pub const MAX_DEPTH: u32 = 64;
+/// Longest name or value kept (characters); the text line cuts names shorter still.
+pub const MAX_NAME_CHARS: usize = 400;
+/// Longest name in a text line (characters).
+pub const LINE_NAME_CHARS: usize = 100;
+/// Longest value read from a text field (characters).
+pub const MAX_VALUE_CHARS: i32 = 200;
+
+/// AT-SPI state bits (`AtspiStateType`) this module reads.
+pub mod state {
+    pub const ACTIVE: u32 = 1;
+    pub const CHECKED: u32 = 4;
+    pub const COLLAPSED: u32 = 5;
+    pub const DEFUNCT: u32 = 6;
+    pub const EDITABLE: u32 = 7;
+    pub const EXPANDABLE: u32 = 9;
+    pub const EXPANDED: u32 = 10;
+    pub const FOCUSED: u32 = 12;
+    pub const MODAL: u32 = 16;
+    pub const PRESSED: u32 = 20;
+    pub const SELECTED: u32 = 23;
+    pub const SENSITIVE: u32 = 24;
+    pub const SHOWING: u32 = 25;
+    pub const VISIBLE: u32 = 30;
+    pub const INDETERMINATE: u32 = 32;
+    pub const REQUIRED: u32 = 33;
+    pub const INVALID_ENTRY: u32 = 36;
+    pub const IS_DEFAULT: u32 = 39;
+    pub const READ_ONLY: u32 = 43;
+}
+
+/// The states a snapshot shows, in this order: the ones an agent acts on. The rest
+/// (enabled, visible, focusable, …) would be on nearly every line.
+const SHOWN_STATES: &[(u32, &str)] = &[
+    (state::FOCUSED, "focused"),
+    (state::CHECKED, "checked"),
+    (state::INDETERMINATE, "mixed"),
+    (state::PRESSED, "pressed"),
+    (state::SELECTED, "selected"),
+    (state::EXPANDED, "expanded"),
+    (state::EDITABLE, "editable"),
+    (state::READ_ONLY, "read-only"),
+    (state::REQUIRED, "required"),
+    (state::INVALID_ENTRY, "invalid"),
+    (state::IS_DEFAULT, "default"),
+    (state::MODAL, "modal"),
+    (state::ACTIVE, "active"),
+];
+
+/// States as one bit set.
+pub fn state_bits(answer: &[Val]) -> u64 {
+    let words = answer.first().map(Val::items).unwrap_or_default();
+    let lo = words.first().and_then(Val::as_u64).unwrap_or(0) & 0xffff_ffff;
+    let hi = words.get(1).and_then(Val::as_u64).unwrap_or(0) & 0xffff_ffff;
+    lo | (hi << 32)
+}
+
+pub fn has(states: u64, bit: u32) -> bool {
+    states & (1u64 << bit) != 0
+}
+
+/// The states a line shows.
+pub fn state_names(states: u64, showing_checked: bool) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = SHOWN_STATES
+        .iter()
+        .filter(|(bit, _)| has(states, *bit))
+        .map(|(_, n)| *n)
+        .collect();
+    if has(states, state::EXPANDABLE) && has(states, state::COLLAPSED) {
+        out.push("collapsed");
+    }
+    if has(states, state::VISIBLE) && !has(states, state::SENSITIVE) {
+        out.push("disabled");
+    }
+    if showing_checked && !has(states, state::SHOWING) {
+        out.push("offscreen");
+    }
+    out
+}
+
+/// What the caller asked for.
+#[derive(Clone, Debug)]
+pub struct Opts {
+    pub app: Option<String>,
+    pub max_nodes: usize,
+    pub offscreen: bool,
+}
+
+/// One element read.
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub el: ElementRef,
+    pub states: u64,
+    pub bounds: Option<[i64; 4]>,
+    pub value: Option<String>,
+    pub depth: u32,
+    children: Vec<usize>,
+}
+
+impl Node {
+    /// One element read on its own (after an action).
+    pub fn alone(el: ElementRef, states: u64) -> Node {
+        Node {
+            el,
+            states,
+            bounds: None,
+            value: None,
+            depth: 1,
+            children: Vec::new(),
+        }
+    }
+}
+
+/// A snapshot: the elements in tree order (depth first), and what was left out.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub nodes: Vec<Node>,
+    pub truncated: bool,
+    /// Applications that did not answer in time.
+    pub skipped: Vec<String>,
+    pub max_nodes: usize,
+}
+
+pub fn cut(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+fn string_of(answer: &Result<Vec<Val>, DbusError>) -> Option<String> {
+    answer
+        .as_ref()
+        .ok()?
+        .first()
+        .and_then(Val::as_str)
+        .map(|s| cut(s, MAX_NAME_CHARS))
+}
+
+/// The (bus name, path) pairs of an `a(so)` answer, at most `cap`.
+fn refs_of(answer: &Result<Vec<Val>, DbusError>, cap: usize) -> (Vec<(String, String)>, bool) {
+    let Ok(vals) = answer else {
+        return (Vec::new(), false);
+    };
+    let items = vals.first().map(Val::items).unwrap_or_default();
+    let out = items
+        .iter()
+        .take(cap)
+        .filter_map(|i| match i.items() {
+            [b, p] => Some((b.as_str()?.to_string(), p.as_str()?.to_string())),
+            _ => None,
+        })
+        .filter(|(b, p)| !b.is_empty() && p != "/org/a11y/atspi/null")
+        .collect();
+    (out, items.len() > cap)
+}
+
+/// A candidate for the next level: where it is, its application, and its parent.
+struct Cand {
+    bus: String,
+    path: String,
+    app: usize,
+    parent: Option<usize>,
+    depth: u32,
+    /// The rect its scrolled ancestors show (screen pixels), if any.
+    clip: Option<[i64; 4]>,
+    /// Its states and extents, when [`shown`] read them.
+    pre: Option<(u64, Option<[i64; 4]>)>,
+}
+
+/// Roles whose children show only inside their own rect (scrolled areas and lists, whose
+/// rows GTK reports as showing even when scrolled away).
+const CLIPS: &[&str] = &[
+    "scroll pane",
+    "viewport",
+    "table",
+    "tree table",
+    "tree",
+    "list",
+    "list box",
+];
+
+/// Children of one parent asked about at a time. Children are laid out in order, so once
+/// some were shown, a whole chunk of hidden ones means the rest are scrolled away too and
+/// are not asked about (a list of thousands of rows costs a few chunks, not a call a row).
+const CHUNK: usize = 64;
+
+fn intersect(a: [i64; 4], b: [i64; 4]) -> [i64; 4] {
+    let x = a[0].max(b[0]);
+    let y = a[1].max(b[1]);
+    let r = (a[0] + a[2]).min(b[0] + b[2]);
+    let bt = (a[1] + a[3]).min(b[1] + b[3]);
+    [x, y, (r - x).max(0), (bt - y).max(0)]
+}
+
+fn overlaps(a: [i64; 4], clip: [i64; 4]) -> bool {
+    a[0] < clip[0] + clip[2]
+        && clip[0] < a[0] + a[2]
+        && a[1] < clip[1] + clip[3]
+        && clip[1] < a[1] + a[3]
+}
+
+/// Extents of a `GetExtents` answer, when it has a size.
+fn bounds_of(answer: &Result<Vec<Val>, DbusError>) -> Option<[i64; 4]> {
+    let v = answer.as_ref().ok()?;
+    let n: Vec<i64> = v.first()?.items().iter().filter_map(Val::as_i64).collect();
+    (n.len() == 4 && n[2] > 0 && n[3] > 0 && n[0] > -100_000 && n[1] > -100_000)
+        .then(|| [n[0], n[1], n[2], n[3]])
+}
+
+/// The candidates that are shown: state `SHOWING` (not `DEFUNCT`) and, under a scrolled
+/// ancestor, inside its rect. Asked per parent a [`CHUNK`] at a time (see there).
+/// Stops asking (and says it cut the tree) once `examined` reaches `budget`.
+fn shown(
+    bus: &mut Bus,
+    cands: Vec<Cand>,
+    budget: usize,
+    examined: &mut usize,
+) -> (Vec<Cand>, bool) {
+    let mut cut = false;
+    // Runs of siblings (candidates come parent by parent).
+    let mut groups: Vec<(Vec<Cand>, usize, bool, bool)> = Vec::new(); // (cands, pos, seen shown, done)
+    for c in cands {
+        match groups.last_mut() {
+            Some((g, ..)) if g[0].parent == c.parent && c.parent.is_some() => g.push(c),
+            _ => groups.push((vec![c], 0, false, false)),
+        }
+    }
+    let mut keep: Vec<Vec<bool>> = groups.iter().map(|g| vec![false; g.0.len()]).collect();
+    loop {
+        let mut reqs = Vec::new();
+        let mut asked: Vec<(usize, usize)> = Vec::new();
+        for (gi, (g, pos, _, done)) in groups.iter_mut().enumerate() {
+            if *done {
+                continue;
+            }
+            if *examined + asked.len() >= budget {
+                *done = true;
+                cut = true;
+                continue;
+            }
+            for (i, c) in g.iter().enumerate().skip(*pos).take(CHUNK) {
+                reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetState"));
+                reqs.push(Req::new(&c.bus, &c.path, COMPONENT, "GetExtents").arg(A::U(0)));
+                asked.push((gi, i));
+            }
+        }
+        if asked.is_empty() {
+            break;
+        }
+        *examined += asked.len();
+        let answers = bus.batch(&reqs);
+        let mut any: Vec<bool> = vec![false; groups.len()];
+        for (k, &(gi, i)) in asked.iter().enumerate() {
+            let c = &mut groups[gi].0[i];
+            let bounds = bounds_of(&answers[2 * k + 1]);
+            if let Ok(v) = &answers[2 * k] {
+                c.pre = Some((state_bits(v), bounds));
+            }
+            let ok = c.depth == 0
+                || answers[2 * k].as_ref().is_ok_and(|v| {
+                    let bits = state_bits(v);
+                    has(bits, state::SHOWING) && !has(bits, state::DEFUNCT)
+                }) && match (c.clip, bounds) {
+                    (Some(clip), Some(b)) => overlaps(b, clip),
+                    // GTK gives a row scrolled out of a list no size.
+                    (Some(_), None) => false,
+                    (None, _) => true,
+                };
+            keep[gi][i] = ok;
+            any[gi] |= ok;
+        }
+        for (gi, (g, pos, seen, done)) in groups.iter_mut().enumerate() {
+            if *done {
+                continue;
+            }
+            *pos = (*pos + CHUNK).min(g.len());
+            if (*seen && !any[gi]) || *pos >= g.len() {
+                *done = true;
+            }
+            *seen |= any[gi];
+        }
+    }
+    let kept = groups
+        .into_iter()
+        .zip(keep)
+        .flat_map(|((g, ..), k)| g.into_iter().zip(k).filter(|(_, k)| *k).map(|(c, _)| c))
+        .collect();
+    (kept, cut)
+}
+
+/// Read the tree. `cancelled` is asked between levels.
+pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<Snapshot, String> {
+    let timeout_ms = bus.timeout.as_millis();
+    let mut apps_answer = bus.call(Req::new(REGISTRY, ROOT_PATH, ACCESSIBLE, "GetChildren"));
+    // The registry can quit as it starts (its call then ends "NoReply"); the bus starts it
+    // again for the next call.
+    if matches!(&apps_answer, Err(DbusError::Remote { name, .. }) if name.ends_with("NoReply")) {
+        apps_answer = bus.call(Req::new(REGISTRY, ROOT_PATH, ACCESSIBLE, "GetChildren"));
+    }
+    if let Err(e) = &apps_answer {
+        return Err(format!(
+            "the accessibility registry did not list the applications: {e}"
+        ));
+    }
+    // Budget of elements examined (asked whether they are shown): hidden rows of a long
+    // list cost calls too, so they are bounded as well. Candidates waiting to be examined
+    // are bounded separately (memory), as are the children taken from one answer.
+    let budget = opts.max_nodes.saturating_mul(8).saturating_add(256);
+    let max_cands = budget.saturating_mul(4);
+    let (app_refs, _) = refs_of(&apps_answer, budget);
+    // Each application's name (to filter by `app`) and process id.
+    let mut reqs = Vec::new();
+    for (b, p) in &app_refs {
+        reqs.push(Req::prop(b, p, ACCESSIBLE, "Name"));
+        reqs.push(
+            Req::new(
+                DBUS,
+                "/org/freedesktop/DBus",
+                DBUS,
+                "GetConnectionUnixProcessID",
+            )
+            .arg(A::S(b.clone())),
+        );
+    }
+    let answers = bus.batch(&reqs);
+    let mut apps: Vec<ElementApp> = Vec::new();
+    let mut cands: Vec<Cand> = Vec::new();
+    let mut skipped = Vec::new();
+    for (k, (b, p)) in app_refs.iter().enumerate() {
+        let name = string_of(&answers[2 * k]);
+        let pid = answers[2 * k + 1]
+            .as_ref()
+            .ok()
+            .and_then(|v| v.first()?.as_u64())
+            .and_then(|p| u32::try_from(p).ok());
+        let Some(name) = name else {
+            if matches!(answers[2 * k], Err(DbusError::Timeout)) {
+                skipped.push(format!(
+                    "an application ({b}{}) did not answer within {timeout_ms} ms and was left out",
+                    pid.map(|p| format!(", pid {p}")).unwrap_or_default()
+                ));
+            }
+            continue;
+        };
+        if let Some(want) = &opts.app {
+            if !name.eq_ignore_ascii_case(want) {
+                continue;
+            }
+        }
+        apps.push(ElementApp { name, pid });
+        cands.push(Cand {
+            bus: b.clone(),
+            path: p.clone(),
+            app: apps.len() - 1,
+            parent: None,
+            depth: 0,
+            clip: None,
+            pre: None,
+        });
+    }
+    if let Some(want) = &opts.app {
+        if apps.is_empty() {
+            let mut names: Vec<String> = app_refs
+                .iter()
+                .enumerate()
+                .filter_map(|(k, _)| string_of(&answers[2 * k]))
+                .filter(|n| !n.is_empty())
+                .collect();
+            names.sort();
+            names.dedup();
+            return Err(format!(
+                "no application named {want:?} is on the accessibility bus; there are: {}",
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ));
+        }
+    }
+
+    let mut arena: Vec<Node> = Vec::new();
+    let mut roots: Vec<usize> = Vec::new();
+    let mut truncated = false;
+    let mut examined = 0usize;
+    let until = std::time::Instant::now() + bus.timeout * SNAPSHOT_TIMEOUTS;
+    bus.until = Some(until);
+    let mut slow = false;
+    while !cands.is_empty() {
+        if cancelled() {
+            return Err("cancelled".into());
+        }
+        if std::time::Instant::now() >= until {
+            slow = true;
+            truncated = true;
+            break;
+        }
+        // Phase A: which of them are shown (applications always are).
+        let mut kept: Vec<Cand> = if opts.offscreen {
+            std::mem::take(&mut cands)
+        } else {
+            let (kept, cut) = shown(bus, std::mem::take(&mut cands), budget, &mut examined);
+            truncated |= cut;
+            kept
+        };
+        let room = opts.max_nodes.saturating_sub(arena.len());
+        if kept.len() > room {
+            kept.truncate(room);
+            truncated = true;
+        }
+        if kept.is_empty() {
+            break;
+        }
+        // Phase B: what each shown element is (its state and extents too, unless phase A
+        // read them already).
+        let mut spans = Vec::with_capacity(kept.len());
+        let mut reqs = Vec::with_capacity(kept.len() * 5);
+        for c in &kept {
+            spans.push(reqs.len());
+            reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetRoleName"));
+            reqs.push(Req::prop(&c.bus, &c.path, ACCESSIBLE, "Name"));
+            reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetChildren"));
+            if c.pre.is_none() {
+                reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetState"));
+                reqs.push(Req::new(&c.bus, &c.path, COMPONENT, "GetExtents").arg(A::U(0)));
+            }
+        }
+        let answers = bus.batch(&reqs);
+        let mut next: Vec<Cand> = Vec::new();
+        let mut want_value: Vec<usize> = Vec::new();
+        for (k, mut c) in kept.into_iter().enumerate() {
+            let a = &answers[spans[k]..];
+            let Some(role) = string_of(&a[0]) else {
+                continue; // gone, or not answering
+            };
+            let name = string_of(&a[1]).unwrap_or_default();
+            let (states, bounds) = match c.pre.take() {
+                Some(pre) => pre,
+                None => (
+                    a[3].as_ref().map(|v| state_bits(v)).unwrap_or(0),
+                    bounds_of(&a[4]),
+                ),
+            };
+            if has(states, state::DEFUNCT) {
+                continue;
+            }
+            let index = arena.len();
+            let app = apps[c.app].clone();
+            arena.push(Node {
+                el: ElementRef {
+                    bus: c.bus.clone(),
+                    path: c.path.clone(),
+                    role: role.clone(),
+                    name,
+                    app,
+                },
+                states,
+                bounds,
+                value: None,
+                depth: c.depth,
+                children: Vec::new(),
+            });
+            match c.parent {
+                Some(p) => arena[p].children.push(index),
+                None => roots.push(index),
+            }
+            if (has(states, state::EDITABLE) && role != "password text")
+                || matches!(
+                    role.as_str(),
+                    "slider" | "spin button" | "progress bar" | "scroll bar" | "level bar"
+                )
+            {
+                want_value.push(index);
+            }
+            // What its children are clipped to: a scrolled area shows only its own rect.
+            let clip = match (CLIPS.contains(&role.as_str()), bounds) {
+                (true, Some(b)) => Some(c.clip.map_or(b, |cl| intersect(cl, b))),
+                _ => c.clip,
+            };
+            let (kids, cut_short) = refs_of(&a[2], max_cands);
+            truncated |= cut_short;
+            if c.depth + 1 > MAX_DEPTH {
+                truncated |= !kids.is_empty();
+                continue;
+            }
+            for (b, p) in kids {
+                if next.len() >= max_cands {
+                    truncated = true;
+                    break;
+                }
+                next.push(Cand {
+                    bus: b,
+                    path: p,
+                    app: c.app,
+                    parent: Some(index),
+                    depth: c.depth + 1,
+                    clip,
+                    pre: None,
+                });
+            }
+        }
+        // Phase C: values (text of editable fields, the number of ranges).
+        if !want_value.is_empty() {
+            let reqs: Vec<Req> = want_value
+                .iter()
+                .map(|&i| {
+                    let el = &arena[i].el;
+                    if has(arena[i].states, state::EDITABLE) {
+                        Req::new(&el.bus, &el.path, TEXT, "GetText")
+                            .arg(A::I(0))
+                            .arg(A::I(MAX_VALUE_CHARS))
+                    } else {
+                        Req::prop(&el.bus, &el.path, VALUE, "CurrentValue")
+                    }
+                })
+                .collect();
+            for (&i, answer) in want_value.iter().zip(bus.batch(&reqs)) {
+                let Ok(v) = answer else { continue };
+                arena[i].value = match v.first() {
+                    Some(Val::Variant(inner)) => inner.as_f64().map(number),
+                    Some(other) => other.as_str().map(|s| cut(s, MAX_NAME_CHARS)),
+                    None => None,
+                };
+            }
+        }
+        cands = next;
+    }
+    if slow {
+        skipped.push(format!(
+            "the snapshot stopped after {} ms (applications answered slowly): the tree is incomplete",
+            timeout_ms * u128::from(SNAPSHOT_TIMEOUTS)
+        ));
+    }
+    for b in &bus.hung {
+        if !skipped.iter().any(|s| s.contains(b.as_str())) {
+            let app = arena
+                .iter()
+                .find(|n| &n.el.bus == b)
+                .map(|n| n.el.app.name.clone());
+            skipped.push(format!(
+                "an application ({b}{}) stopped answering within {timeout_ms} ms: its part of the tree is incomplete",
+                app.map(|a| format!(" {a:?}")).unwrap_or_default()
+            ));
+        }
+    }
+    // Depth-first order.
+    let mut order = Vec::with_capacity(arena.len());
+    let mut stack: Vec<usize> = roots.iter().rev().copied().collect();
+    while let Some(i) = stack.pop() {
+        order.push(i);
+        stack.extend(arena[i].children.iter().rev().copied());
+    }
+    let mut slots: Vec<Option<Node>> = arena.into_iter().map(Some).collect();
+    let nodes = order.into_iter().filter_map(|i| slots[i].take()).collect();
+    Ok(Snapshot {
+        nodes,
+        truncated,
+        skipped,
+        max_nodes: opts.max_nodes,
+    })
+}
+
+fn number(f: f64) -> String {
+    if f.fract() == 0.0 && f.abs() < 1e15 {
+        format!("{}", f as i64)
+    } else {
+        format!("{f}")
+    }
+}
+
+/// `"…"` with quotes and line breaks escaped, cut for a line.
+pub fn quoted(s: &str, max: usize) -> String {
+    let mut out = String::from("\"");
+    for c in cut(s, max).chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// One element's line, without indentation: `[e12] push button "Save" (focused)`.
+pub fn line(reference: &str, node: &Node, offscreen_checked: bool) -> String {
+    let mut out = format!("[{reference}] {}", node.el.role);
+    if !node.el.name.is_empty() {
+        out.push(' ');
+        out.push_str(&quoted(&node.el.name, LINE_NAME_CHARS));
+    }
+    // An application has no SHOWING state of its own.
+    let states = state_names(node.states, offscreen_checked && node.depth > 0);
+    if !states.is_empty() {
+        out.push_str(&format!(" ({})", states.join(", ")));
+    }
+    if let Some(v) = &node.value {
+        out.push_str(&format!(" = {}", quoted(v, LINE_NAME_CHARS)));
+    }
+    if node.depth == 0 {
+        if let Some(pid) = node.el.app.pid {
+            out.push_str(&format!(" pid {pid}"));
+        }
+    }
+    out
+}
+
+/// One element as `structuredContent` shows it.
+pub fn node_json(reference: &str, node: &Node, offscreen_checked: bool) -> Value {
+    let mut v = json!({
+        "ref": reference,
+        "role": node.el.role,
+        "name": node.el.name,
+        "states": state_names(node.states, offscreen_checked && node.depth > 0),
+        "app": node.el.app.name,
+        "depth": node.depth,
+    });
+    if let Some(value) = &node.value {
+        v["value"] = json!(value);
+    }
+    if let Some([x, y, w, h]) = node.bounds {
+        v["bounds"] = json!({"x": x, "y": y, "w": w, "h": h});
+    }
+    if node.depth == 0 {
+        if let Some(pid) = node.el.app.pid {
+            v["pid"] = json!(pid);
+        }
+    }
+    v
+}
