@@ -419,6 +419,32 @@ fn two_grants_see_only_their_own_screens_and_one_past_the_bound_is_refused() {
         b_now["content"][0]["data"], b_first,
         "B's screen changed when A opened a window"
     );
+    // The screen as text (§17) too: A's application is in A's accessibility tree (through
+    // A's private bus), and not in B's. Where AT-SPI and zenity are installed (CI).
+    let a11y_here = Path::new("/usr/libexec/at-spi-bus-launcher").exists()
+        || Path::new("/usr/lib/at-spi2-core/at-spi-bus-launcher").exists();
+    if a11y_here && Path::new("/usr/bin/zenity").exists() {
+        a.ok(
+            "bash_start",
+            json!({"command": "exec zenity --question --text=own-a-question"}),
+        );
+        poll_until(
+            || {
+                a.call("desktop_snapshot", json!({"app": "zenity"}))
+                    .to_string()
+            },
+            |snap| snap.contains("own-a-question"),
+            |snap| format!("watchdog: A's zenity never joined A's tree: {snap}"),
+        );
+        let theirs = b.call("desktop_snapshot", json!({})).to_string();
+        assert!(
+            !theirs.contains("own-a-question"),
+            "B sees A's application: {theirs}"
+        );
+    } else {
+        eprintln!("skipping the accessibility part: no at-spi2-core or zenity");
+    }
+
     // Knowing A's display number is not enough: B's cookie does not open it.
     let probe = b.bash(&format!(
         "DISPLAY=:{na} xdotool getdisplaygeometry 2>&1; echo rc=$?"
