@@ -979,6 +979,16 @@ impl RunGroup {
         }
     }
 
+    /// Whether process `pid` belongs to this run: it is in the run's cgroup2 subtree, or
+    /// (under the subreaper) it carries the run's marker. Exactly what the run's end kills;
+    /// `desktop_act` under `apps` asks it of an element's process (`tools::apps`).
+    pub fn holds(&self, pid: i32) -> bool {
+        match &self.dir {
+            Some(d) => pids_in(d).iter().any(|p| p.as_raw_nonzero().get() == pid),
+            None => subreaper::carries(pid, std::slice::from_ref(&self.marker)),
+        }
+    }
+
     /// Send `signal` to every process in the group (`bash_cancel`'s TERM).
     pub fn signal(&self, signal: Signal) {
         if signal == Signal::KILL {
@@ -1150,7 +1160,8 @@ pub mod subreaper {
             .unwrap_or_default()
     }
 
-    fn carries(pid: i32, markers: &[String]) -> bool {
+    /// Whether process `pid` carries one of `markers` in its environment.
+    pub fn carries(pid: i32, markers: &[String]) -> bool {
         let Ok(env) = fs::read(format!("/proc/{pid}/environ")) else {
             return false;
         };

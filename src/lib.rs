@@ -154,6 +154,8 @@ impl Daemon {
             upload_bytes: config.limits.upload_bytes,
             protected: protected_dirs(&config),
             upstreams: !config.upstreams.is_empty(),
+            apps: config.apps.clone(),
+            app_dirs: None,
         };
         // Bound (above) before the browsers start: they are told the listener's real port
         // to block.

@@ -11,7 +11,11 @@
 //! `browser` holds no local tool and only the classified `observe`/`act` browser tools
 //! (minus `browser_evaluate`) of [`BROWSER_TOOL_CLASSES`], served by a throwaway browser
 //! of the grant's own (`crate::browser`). `files` is a boundary too: `sys_info` and the
-//! file tools, confined beneath the folder the grant lends (`crate::tools::files`).
+//! file tools, confined beneath the folder the grant lends (`crate::tools::files`). `apps`
+//! is a boundary the owner vouches for: it starts and drives only the desktop apps of
+//! `--apps`, which refuses terminals, shells and whatever runs commands by design
+//! (`crate::base::desktop_entry`); `desktop_act` is `act` there, checked per element
+//! (`crate::tools::apps`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -27,6 +31,9 @@ pub enum Profile {
     Browser,
     /// `sys_info` and the file tools, confined to the grant's lent folder (contract §18).
     Files,
+    /// The desktop apps the owner listed with `--apps`: start them, read the screen, drive
+    /// their elements and nothing else's (contract §17).
+    Apps,
     /// No list of its own: the grant's `allow` list is its list.
     Custom,
 }
@@ -77,17 +84,27 @@ pub const MAX_LIST_NAMES: usize = 128;
 /// Longest name (or pattern) in such a list, in bytes; longer than any tool's name.
 pub const MAX_TOOL_NAME_BYTES: usize = 64;
 
+/// The tool that is `act` instead of `shell` under `apps` (contract §17): there
+/// `tools::apps::may_drive` holds it to elements of apps the grant started. Declared by
+/// `tools::a11y::ACT` (a test compares the names).
+pub const DESKTOP_ACT: &str = "desktop_act";
+
+/// The `400` for an `apps` grant on a box that lists no apps.
+pub const APPS_NEEDS_LIST: &str =
+    "the apps profile needs --apps on this box: the owner lists the desktop apps it may start and drive";
+
 /// The `400` for a `browser` grant on a box that has no `--browser-command`.
 pub const BROWSER_NEEDS_COMMAND: &str = "the browser profile needs --browser-command on this box";
 
 impl Profile {
     /// Every profile, in the order error messages and docs list them.
-    pub const ALL: [Profile; 6] = [
+    pub const ALL: [Profile; 7] = [
         Profile::Owner,
         Profile::Desktop,
         Profile::Observe,
         Profile::Browser,
         Profile::Files,
+        Profile::Apps,
         Profile::Custom,
     ];
 
@@ -98,6 +115,7 @@ impl Profile {
             Profile::Observe => "observe",
             Profile::Browser => "browser",
             Profile::Files => "files",
+            Profile::Apps => "apps",
             Profile::Custom => "custom",
         }
     }
@@ -120,6 +138,11 @@ impl Profile {
                 "one folder you lend: it can read, write and list the files beneath it, and \
                  nothing else of this box"
             }
+            Profile::Apps => {
+                "the desktop apps this box lists (--apps): start them, read the screen and drive \
+                 their buttons and fields, nothing else; you vouch for those apps (one that can \
+                 run programs is a shell)"
+            }
             Profile::Custom => "only the tools you list under Allow",
         }
     }
@@ -134,6 +157,12 @@ impl Profile {
     /// `shell` (contract §18).
     pub fn requires_folder(self) -> bool {
         self == Profile::Files
+    }
+
+    /// A profile whose grants need `--apps` on this box: its app tools start and drive
+    /// only the listed apps (contract §17); with none listed it would hold nothing.
+    pub fn requires_apps(self) -> bool {
+        self == Profile::Apps
     }
 
     /// Fixed profiles whose tools can reach a shell. A fixed profile not declared here
@@ -152,7 +181,11 @@ impl Profile {
         match self {
             Profile::Owner => true,
             Profile::Desktop => DESKTOP_BROWSER_TOOLS.contains(&tool),
-            Profile::Observe | Profile::Browser | Profile::Files | Profile::Custom => false,
+            Profile::Observe
+            | Profile::Browser
+            | Profile::Files
+            | Profile::Apps
+            | Profile::Custom => false,
         }
     }
 
@@ -575,7 +608,7 @@ mod tests {
         }
         assert_eq!(
             profile_error(),
-            "profile must be one of owner, desktop, observe, browser, files, custom"
+            "profile must be one of owner, desktop, observe, browser, files, apps, custom"
         );
         assert!(!profile_error().contains("sandbox"));
     }

@@ -1,7 +1,9 @@
 //! `desktop_snapshot` and `desktop_act` against a real GTK application (zenity) on Xvfb,
 //! with a private session bus and runtime directory per test, as contract §17 asks: the
 //! snapshot names the buttons, pressing one ends zenity with its exit status, a ref taken
-//! before the window closed is refused, a long list is cut at max_nodes and says so.
+//! before the window closed is refused, a long list is cut at max_nodes and says so, and an
+//! `apps` grant presses only buttons of the app it opened, never those of another zenity
+//! (in-process, and through a daemon's grant over the pod's socket).
 //! Skips (saying why) only where Xvfb, dbus-daemon, zenity or at-spi2-core are absent; CI
 //! installs them (scripts/ci/packages.sh).
 
@@ -978,4 +980,204 @@ fn through_the_daemon_a_snapshot_and_a_press_reach_zenity() {
             .code(),
         Some(0)
     );
+}
+
+/// `(application pid, ref)` of every node with `role` and `name`, by the application
+/// (depth 0) it is under.
+fn refs_by_app(result: &Value, role: &str, name: &str) -> Vec<(u64, String)> {
+    let mut out = Vec::new();
+    let mut app = 0;
+    for n in result["structuredContent"]["nodes"].as_array().unwrap() {
+        if n["depth"] == 0 {
+            app = n["pid"].as_u64().unwrap_or(0);
+        }
+        if n["role"] == role && n["name"] == name {
+            out.push((app, n["ref"].as_str().unwrap().to_string()));
+        }
+    }
+    out
+}
+
+#[test]
+fn an_apps_grant_presses_only_buttons_of_the_apps_it_opened() {
+    let Some(session) = Session::start("apps_grant") else {
+        return;
+    };
+    // The listed app, resolved from a desktop entry as `--apps` resolves it.
+    let data = session.dir.join("share/applications");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(
+        data.join("t.Zenity.desktop"),
+        "[Desktop Entry]\nType=Application\nName=Question\nExec=zenity --question \"--text=Listed app?\"\n",
+    )
+    .unwrap();
+    let dirs = handnode::base::desktop_entry::DataDirs {
+        dirs: vec![data.clone()],
+    };
+    let listed = handnode::base::desktop_entry::resolve_apps(
+        &["t.Zenity".to_string()],
+        &dirs,
+        &session.env["PATH"],
+    )
+    .unwrap();
+    let mut env = session.env.clone();
+    env.remove("HOME");
+    env.remove("LANG");
+    let host = ToolHost::new(handnode::tools::ToolConfig {
+        display_backend: DisplayBackend::X11,
+        display_env: Some(env),
+        display_probe_ttl: Duration::ZERO,
+        apps: listed,
+        ..handnode::tools::ToolConfig::default()
+    })
+    .unwrap();
+    // Another zenity, called "zenity" like the listed one: the name proves nothing.
+    let mut stranger = session.zenity(&["--question", "--text=Not listed?"]);
+    let opened = ok(call_as(
+        &host,
+        Profile::Apps,
+        "app_open",
+        json!({"app": "t.Zenity"}),
+    ));
+    let pid = opened["structuredContent"]["pid"].as_u64().unwrap();
+    let snap = snapshot_until(&host, json!({"app": "zenity"}), |v| {
+        let no = refs_by_app(v, "push button", "No");
+        no.iter().any(|(p, _)| *p == pid) && no.iter().any(|(p, _)| *p == stranger.pid() as u64)
+    });
+    let of = |who: u64, name: &str| {
+        refs_by_app(&snap, "push button", name)
+            .into_iter()
+            .find(|(p, _)| *p == who)
+            .unwrap()
+            .1
+    };
+    // The stranger's button is refused under apps, and the stranger keeps running.
+    let err = tool_error(call_as(
+        &host,
+        Profile::Apps,
+        "desktop_act",
+        json!({"ref": of(stranger.pid() as u64, "No"), "action": "press"}),
+    ));
+    assert_eq!(err, "zenity is not an app this grant may drive");
+    // The opened app's button works, and ends it.
+    ok(call_as(
+        &host,
+        Profile::Apps,
+        "desktop_act",
+        json!({"ref": of(pid, "Yes"), "action": "press"}),
+    ));
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map_or(true, |s| s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
+        }),
+        "the opened app did not end after Yes"
+    );
+    assert!(
+        stranger.wait(Duration::ZERO).is_none(),
+        "the refused press reached the stranger"
+    );
+    // The refusal was the check's: under desktop the same ref presses.
+    ok(call_as(
+        &host,
+        Profile::Desktop,
+        "desktop_act",
+        json!({"ref": of(stranger.pid() as u64, "No"), "action": "press"}),
+    ));
+    let status = stranger
+        .wait(Duration::from_secs(20))
+        .expect("the stranger ended after No");
+    assert_eq!(status.code(), Some(1));
+}
+
+/// The same through a grant of a daemon (its cgroups, its grant-scoped refs and apps): the
+/// agent's `app_open`, `desktop_snapshot` and `desktop_act` over the pod's socket.
+#[test]
+fn an_apps_grant_over_its_socket_drives_its_own_app_and_not_another() {
+    let Some(session) = Session::start("apps_socket") else {
+        return;
+    };
+    let data = session.dir.join("share/applications");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(
+        data.join("t.Zenity.desktop"),
+        "[Desktop Entry]\nType=Application\nName=Question\nExec=zenity --question \"--text=Listed app?\"\n",
+    )
+    .unwrap();
+    let listed = handnode::base::desktop_entry::resolve_apps(
+        &["t.Zenity".to_string()],
+        &handnode::base::desktop_entry::DataDirs { dirs: vec![data] },
+        &session.env["PATH"],
+    )
+    .unwrap();
+    let mut env = session.env.clone();
+    env.remove("HOME");
+    env.remove("LANG");
+    let d = common::TestDaemon::with("apps-socket", |c| {
+        common::quiet_liveness(c);
+        c.display_backend = DisplayBackend::X11;
+        c.display_env = Some(env);
+        c.apps = listed;
+    });
+    let pod = common::StubPod::start();
+    let (grant, mut conn) = d.attached(&pod, "apps-e2e", "apps");
+    conn.set_read_timeout(Duration::from_secs(60));
+    let mut id = 0;
+    let mut call = |name: &str, args: Value| {
+        id += 1;
+        conn.call_tool(json!(id), name, args)["result"].clone()
+    };
+    let mut stranger = session.zenity(&["--question", "--text=Not listed?"]);
+    let opened = call("app_open", json!({"app": "t.Zenity"}));
+    assert!(opened.get("isError").is_none(), "{opened}");
+    let pid = opened["structuredContent"]["pid"].as_u64().unwrap();
+    let deadline = Instant::now() + APPEAR;
+    let snap = loop {
+        let snap = call("desktop_snapshot", json!({"app": "zenity"}));
+        let no = if snap.get("isError").is_none() {
+            refs_by_app(&snap, "push button", "No")
+        } else {
+            Vec::new()
+        };
+        if no.iter().any(|(p, _)| *p == pid) && no.iter().any(|(p, _)| *p == stranger.pid() as u64)
+        {
+            break snap;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "both windows never appeared: {snap}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let of = |who: u64, name: &str| {
+        refs_by_app(&snap, "push button", name)
+            .into_iter()
+            .find(|(p, _)| *p == who)
+            .unwrap()
+            .1
+    };
+    let refused = call(
+        "desktop_act",
+        json!({"ref": of(stranger.pid() as u64, "No"), "action": "press"}),
+    );
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert_eq!(text(&refused), "zenity is not an app this grant may drive");
+    let pressed = call(
+        "desktop_act",
+        json!({"ref": of(pid, "Yes"), "action": "press"}),
+    );
+    assert!(pressed.get("isError").is_none(), "{pressed}");
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map_or(true, |s| s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
+        }),
+        "the opened app did not end after Yes"
+    );
+    assert!(
+        stranger.wait(Duration::ZERO).is_none(),
+        "the refused press reached the stranger"
+    );
+    let (status, _) = d.call("DELETE", &format!("/attach/{grant}"), None);
+    assert_eq!(status, 204);
 }

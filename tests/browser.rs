@@ -395,7 +395,7 @@ fn the_browser_profile_is_admitted_only_with_a_browser_command() {
     assert_eq!(status, 400);
     assert_eq!(
         reply["error"],
-        "profile must be one of owner, desktop, observe, browser, files, custom"
+        "profile must be one of owner, desktop, observe, browser, files, apps, custom"
     );
     assert!(pod.upgrades.try_recv().is_err(), "nothing dialed");
 

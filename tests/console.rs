@@ -62,8 +62,9 @@ fn the_page_and_its_files_are_served_without_a_token_with_every_security_header(
         header(&headers, "Content-Type"),
         Some("text/html; charset=utf-8")
     );
-    // No --browser-command here: the page that says the browser profile is not on this box.
-    assert_eq!(body, console::PAGE_WITHOUT_BROWSER.body);
+    // No --browser-command and no --apps here: the page that says those profiles are not
+    // on this box.
+    assert_eq!(body, console::page(false, false).body);
     check_security_headers("GET /", &headers);
     for asset in ASSETS {
         let path = format!("/console/{}", asset.name);

@@ -478,7 +478,7 @@ fn every_rule_answers_its_400_naming_the_value_and_changes_nothing() {
     }
     assert_eq!(
         profile_error(),
-        "profile must be one of owner, desktop, observe, browser, files, custom"
+        "profile must be one of owner, desktop, observe, browser, files, apps, custom"
     );
     // Nothing was created, dialled or written.
     assert_eq!(d.call("GET", "/attach", None).1["grants"], json!([]));

@@ -4,9 +4,10 @@
 # the daemon's files are empty there.
 # xvfb zenity at-spi2-core dbus-daemon: tests/a11y.rs drives a GTK dialog over the
 # accessibility bus on an Xvfb and session bus of its own (contract §17).
+# xterm: tests/apps.rs checks that `--apps` refuses the box's real terminal entry.
 set -euo pipefail
 need=()
-for pkg in "$@" pkg-config libssl-dev curl python3 jq procps bubblewrap xvfb zenity at-spi2-core dbus-daemon; do
+for pkg in "$@" pkg-config libssl-dev curl python3 jq procps bubblewrap xvfb zenity at-spi2-core dbus-daemon xterm; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

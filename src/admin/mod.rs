@@ -751,6 +751,12 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
                     error_response(400, crate::profiles::BROWSER_NEEDS_COMMAND),
                 );
             }
+            if req.policy.profile().requires_apps() && state.services.host.config.apps.is_empty() {
+                return respond(
+                    request,
+                    error_response(400, crate::profiles::APPS_NEEDS_LIST),
+                );
+            }
             if !matches!(req.source, SecretSource::AdminCredential(_)) {
                 return attach(state, request, req, &principal);
             }
@@ -788,7 +794,10 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
         ("GET", "/attach/{id}/screen") => own_screen::get(state, request, id, principal),
         ("GET", "/") => respond(
             request,
-            console::response(console::page(state.services.browsers.is_some())),
+            console::response(console::page(
+                state.services.browsers.is_some(),
+                !state.services.host.config.apps.is_empty(),
+            )),
         ),
         ("GET", "/console/{id}") => match console::asset(id) {
             Some(asset) => respond(request, console::response(asset)),

@@ -1,11 +1,12 @@
 //! Small base types every other layer uses and that use nothing of the crate outside
 //! `base`: errors, secrets, times, URLs, ids, labels, process hardening, wake handles,
-//! build facts, the state dir's file rules, the browser command's words, the URLs a browser may open, what
+//! build facts, the state dir's file rules, the browser command's words, the URLs a browser may open, desktop entries, what
 //! an approval shows, unit-test helpers.
 
 pub mod browser_argv;
 pub mod browser_url;
 pub mod build_info;
+pub mod desktop_entry;
 pub mod error;
 pub mod hardening;
 pub mod http_headers;

@@ -304,6 +304,9 @@ pub struct Config {
     /// Where each browser gets its own directory; `None` = `browser::default_dir`.
     pub browser_dir: Option<PathBuf>,
     pub browser_isolation: BrowserIsolation,
+    /// `--apps`: the desktop entries the `apps` profile may start and drive (§17),
+    /// resolved and vetted at start (`base::desktop_entry::resolve_apps`).
+    pub apps: Vec<crate::base::desktop_entry::DesktopEntry>,
     pub display_backend: DisplayBackend,
     /// Test override of the display variables graphical tools see (`DISPLAY`,
     /// `WAYLAND_DISPLAY`, …); `None` = this process's environment. Not a flag.
@@ -350,6 +353,7 @@ impl Config {
             browser_command: None,
             browser_dir: None,
             browser_isolation: BrowserIsolation::Auto,
+            apps: Vec::new(),
             display_backend: DisplayBackend::Auto,
             display_env: None,
             max_screenshot_edge: 1920,
@@ -417,6 +421,7 @@ impl Config {
             browser_command: None,
             browser_dir: None,
             browser_isolation: BrowserIsolation::Auto,
+            apps: Vec::new(),
             display_backend: DisplayBackend::Auto,
             display_env: None,
             max_screenshot_edge: DEFAULT_MAX_SCREENSHOT_EDGE,

@@ -11,6 +11,8 @@ pub(crate) struct ServeDraft {
     config_dir: Option<PathBuf>,
     /// `--local-socket`: `Some(None)` is `none`.
     local_socket: Option<Option<PathBuf>>,
+    /// `--apps` IDs, resolved against the environment's data dirs once all flags are in.
+    apps: Vec<String>,
 }
 
 fn path_value(value: String) -> Result<PathBuf, String> {
@@ -294,6 +296,25 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
             metavar: "COMMAND",
             set: |d, v| {
                 d.config.browser_command = Some(crate::base::browser_argv::parse_command(&v)?);
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "apps",
+        env: true,
+        default: "",
+        help: "Desktop entry IDs (e.g. org.gnome.Calculator, comma-separated or repeated) that `apps` grants may start (app_open) and drive (desktop_act), looked up under $XDG_DATA_HOME/applications and each $XDG_DATA_DIRS/*/applications. Terminal emulators, Terminal=true entries, settings and system tools, shells, interpreters and anything that runs commands by design are refused at start. You vouch for the apps you list: one that can run programs makes its grants a shell.",
+        kind: Kind::List {
+            metavar: "ID",
+            set: |d, v| {
+                d.apps = v
+                    .iter()
+                    .flat_map(|v| v.split(','))
+                    .map(str::trim)
+                    .filter(|v| !v.is_empty())
+                    .map(crate::base::desktop_entry::check_id)
+                    .collect::<Result<_, _>>()?;
                 Ok(())
             },
         },
@@ -801,6 +822,23 @@ to <config dir>/{TOKEN_FILE_NAME}.\n\nFlags of serve:\n",
     out
 }
 
+/// `--apps` resolved in the daemon's environment (its XDG data dirs and `PATH`): every
+/// entry found and vetted, or exit 2 naming the first refused entry and why.
+fn resolve_apps(
+    ids: &[String],
+    env: &HashMap<String, String>,
+) -> Result<Vec<crate::base::desktop_entry::DesktopEntry>, Error> {
+    use crate::base::desktop_entry::{self as de, DataDirs};
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let dirs = DataDirs::from_env(|k| env.get(k).cloned());
+    let path = env
+        .get("PATH")
+        .map_or("/usr/local/bin:/usr/bin:/bin", String::as_str);
+    de::resolve_apps(ids, &dirs, path).map_err(|why| Error::Config(format!("--apps: {why}")))
+}
+
 /// `serve`'s flags and env into a validated [`Config`]. Also finds the admin token (see
 /// [`resolve_token`]); when no authentication is configured at all it first generates a
 /// token file at `<config dir>/token` (0600, dir 0700) and logs its path, never the token.
@@ -811,9 +849,11 @@ pub(crate) fn parse_serve(args: &[String], env: &HashMap<String, String>) -> Res
         state_dir: None,
         config_dir: None,
         local_socket: None,
+        apps: Vec::new(),
     };
     let positional = apply_flags(&[SERVE_FLAGS], args, env, &mut draft)?;
     no_positional("serve", &positional)?;
+    draft.config.apps = resolve_apps(&draft.apps, env)?;
 
     let mut config = draft.config;
     config.state_dir = draft

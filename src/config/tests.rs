@@ -644,3 +644,42 @@ fn warnings_name_the_risky_settings() {
     config.listen = "0.0.0.0:8795".parse().unwrap();
     assert!(warnings(&config, false)[0].contains("not loopback"));
 }
+
+#[test]
+fn apps_resolve_at_start_from_flags_or_env_and_a_terminal_is_refused_by_name() {
+    let tmp = TempDir::new("config-apps");
+    let apps = tmp.path("share/applications");
+    std::fs::create_dir_all(&apps).unwrap();
+    let entry = |exec: &str, extra: &str| {
+        format!("[Desktop Entry]\nType=Application\nName=X\nExec={exec}\n{extra}\n")
+    };
+    std::fs::write(apps.join("t.Ok.desktop"), entry("true %U", "")).unwrap();
+    std::fs::write(apps.join("t.Two.desktop"), entry("true", "")).unwrap();
+    std::fs::write(
+        apps.join("t.Term.desktop"),
+        entry("true", "Categories=System;TerminalEmulator;"),
+    )
+    .unwrap();
+    let data = tmp.path("share").display().to_string();
+    let env = env_in(&tmp, &[(TOKEN_ENV, "tok"), ("XDG_DATA_DIRS", &data)]);
+    let c = serve(&["--apps", "t.Ok,t.Two", "--apps", "t.Ok.desktop"], &env).unwrap();
+    let ids: Vec<&str> = c.apps.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, ["t.Ok", "t.Two"]);
+    assert_eq!(c.apps[0].argv, ["true"]);
+    let mut with_env = env.clone();
+    with_env.insert("HANDNODE_APPS".into(), "t.Two".into());
+    assert_eq!(serve(&[], &with_env).unwrap().apps[0].id, "t.Two");
+    assert!(serve(&[], &env).unwrap().apps.is_empty());
+    let err = serve(&["--apps", "t.Ok,t.Term"], &env).unwrap_err();
+    assert!(
+        err.starts_with("--apps: t.Term (")
+            && err.ends_with(
+                "is refused: it is a terminal emulator (Categories has TerminalEmulator)"
+            ),
+        "{err}"
+    );
+    let err = serve(&["--apps", "t.Gone"], &env).unwrap_err();
+    assert!(err.starts_with("--apps: t.Gone: not found in "), "{err}");
+    let err = serve(&["--apps", "../t.Ok"], &env).unwrap_err();
+    assert!(err.contains("is not a desktop entry ID"), "{err}");
+}

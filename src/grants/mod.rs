@@ -1114,6 +1114,8 @@ impl Registry {
         self.services.host.confine.end_grant(grant_id);
         // Its unfinished uploads' part files go with it.
         self.services.host.files.end_scope(grant_id);
+        // Its apps (app_open) go with it; the cgroup kill above already took them.
+        self.services.host.apps.end_scope(grant_id);
         // Its refs of its last desktop_snapshot, too.
         self.services.host.a11y.end_scope(grant_id);
     }
@@ -1203,6 +1205,14 @@ impl Registry {
                     "dropped persisted grant {}: {}",
                     g.id,
                     crate::profiles::BROWSER_NEEDS_COMMAND
+                );
+                continue;
+            }
+            if policy.profile().requires_apps() && self.services.host.config.apps.is_empty() {
+                warn!(
+                    "dropped persisted grant {}: {}",
+                    g.id,
+                    crate::profiles::APPS_NEEDS_LIST
                 );
                 continue;
             }

@@ -819,7 +819,7 @@ mod tests {
             ),
             (
                 with("profile", Value::from("sandbox")),
-                "profile is not one of owner, desktop, observe, browser, files, custom",
+                "profile is not one of owner, desktop, observe, browser, files, apps, custom",
             ),
             (
                 with("folder", Value::from("relative/dir")),
@@ -835,7 +835,7 @@ mod tests {
             ),
             (
                 with("profile", Value::from("Owner")),
-                "profile is not one of owner, desktop, observe, browser, files, custom",
+                "profile is not one of owner, desktop, observe, browser, files, apps, custom",
             ),
             (
                 with("allow", Value::from("bash")),

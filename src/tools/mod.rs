@@ -6,6 +6,7 @@
 //! submodules.
 
 pub mod a11y;
+pub mod apps;
 pub mod args;
 pub mod bash;
 pub mod display;
@@ -46,6 +47,8 @@ pub static TOOLS: &[&Tool] = &[
     &files::GET,
     &files::PUT,
     &files::LIST,
+    &apps::LIST,
+    &apps::OPEN,
 ];
 
 /// The tools in force: [`TOOLS`]. Everything that lists, finds, classifies or reports on
@@ -262,6 +265,12 @@ pub struct ToolConfig {
     /// An upstream MCP server is configured, so the browser tools of a profile other than
     /// `browser` exist here; without one `sys_info` does not list them.
     pub upstreams: bool,
+    /// `--apps`: the desktop entries the `apps` profile may start and drive (§17).
+    pub apps: Vec<crate::base::desktop_entry::DesktopEntry>,
+    /// Test override of where installed desktop entries are found (`apps_list`/`app_open`
+    /// under `owner`/`desktop`); `None` = the daemon's XDG data dirs. Not a flag.
+    #[doc(hidden)]
+    pub app_dirs: Option<crate::base::desktop_entry::DataDirs>,
     /// Containment (§16); `None` uses no cgroup and changes nothing about the process
     /// (unit tests of other modules).
     pub confine: Option<Arc<crate::cgroup::Confine>>,
@@ -285,6 +294,8 @@ impl Default for ToolConfig {
             upload_bytes: crate::config::Limits::default().upload_bytes,
             protected: files::folder::Protected::default(),
             upstreams: true,
+            apps: Vec::new(),
+            app_dirs: None,
             confine: None,
             own_display: display::OwnOptions::default(),
         }
@@ -359,6 +370,8 @@ pub struct ToolHost {
     pub confine: Arc<crate::cgroup::Confine>,
     /// The grants' own displays (§19).
     pub own_displays: display::OwnDisplays,
+    /// The apps each grant started with `app_open` (§17).
+    pub apps: apps::AppRuns,
     /// Each grant's refs of its last `desktop_snapshot`.
     pub a11y: a11y::Refs,
 }
@@ -374,6 +387,7 @@ impl ToolHost {
             own_displays: display::OwnDisplays::new(config.own_display.clone()),
             jobs: jobs::table::JobTable::new(config.jobs.clone()),
             files: files::uploads::Uploads::new(config.upload_bytes),
+            apps: apps::AppRuns::default(),
             a11y: a11y::Refs::default(),
             confine: config
                 .confine
@@ -639,6 +653,28 @@ impl Catalog for ConnCatalog<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn desktop_act_is_act_under_apps_and_a_shell_tool_everywhere_else() {
+        assert_eq!(a11y::ACT.name, apps::DESKTOP_ACT);
+        assert_eq!(a11y::ACT.class, Class::Shell);
+        let apps = ToolPolicy::fixed(Profile::Apps).unwrap();
+        assert!(apps.allows(a11y::ACT.name) && apps.allows(a11y::SNAPSHOT.name));
+        assert_eq!(apps.class_of(a11y::ACT.name), Some(Class::Act));
+        for profile in [Profile::Owner, Profile::Desktop] {
+            let p = ToolPolicy::fixed(profile).unwrap();
+            assert_eq!(p.class_of(a11y::ACT.name), Some(Class::Shell), "{profile}");
+        }
+        let custom = ToolPolicy::new(
+            Profile::Custom,
+            policy::ToolLists {
+                allow: vec![a11y::ACT.name.into()],
+                deny: Vec::new(),
+            },
+        )
+        .unwrap();
+        assert_eq!(custom.escalation(|_| false).shell, policy::Shell::Yes);
+    }
 
     #[test]
     fn every_tool_is_registered_once_with_a_class_reason_and_a_profile() {

@@ -328,6 +328,13 @@ impl ToolPolicy {
                 return Some(class);
             }
         }
+        // Under `apps`, desktop_act drives only the grant's own apps (`tools::apps::may_drive`).
+        if entry.origin == Origin::Local
+            && self.profile.requires_apps()
+            && name == crate::profiles::DESKTOP_ACT
+        {
+            return Some(Class::Act);
+        }
         Some(entry.class)
     }
 

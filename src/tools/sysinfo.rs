@@ -38,6 +38,7 @@ longest a call may run. Read-only; takes no arguments.",
         Profile::Desktop,
         Profile::Observe,
         Profile::Files,
+        Profile::Apps,
     ],
 };
 

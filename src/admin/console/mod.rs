@@ -20,36 +20,42 @@ pub struct Asset {
     pub body: &'static [u8],
 }
 
-/// The page itself, served at `/` by a daemon with `--browser-command`: `index.html` with
-/// the Lend form's profile choices rendered in from [`Profile::ALL`].
-pub static PAGE: LazyLock<Asset> = LazyLock::new(|| render(true));
+/// The page itself, served at `/` by a daemon with `--browser-command` and `--apps`:
+/// `index.html` with the Lend form's profile choices rendered in from [`Profile::ALL`].
+pub static PAGE: LazyLock<Asset> = LazyLock::new(|| render(true, true));
 
-/// The page of a daemon without `--browser-command`: the `browser` choice is disabled and
+/// The page for each `(browser tier, apps)` a daemon may have: a profile the box cannot
+/// serve (`browser` without `--browser-command`, `apps` without `--apps`) is disabled and
 /// says why, before anyone submits it.
-pub static PAGE_WITHOUT_BROWSER: LazyLock<Asset> = LazyLock::new(|| render(false));
+static PAGES: [LazyLock<Asset, fn() -> Asset>; 4] = [
+    LazyLock::new(|| render(false, false)),
+    LazyLock::new(|| render(false, true)),
+    LazyLock::new(|| render(true, false)),
+    LazyLock::new(|| render(true, true)),
+];
 
-/// The page for a daemon that has (or has not) the browser tier.
-pub fn page(browser_tier: bool) -> &'static Asset {
-    if browser_tier {
-        &PAGE
-    } else {
-        &PAGE_WITHOUT_BROWSER
-    }
+/// The page for a daemon that has (or has not) the browser tier and listed apps.
+pub fn page(browser_tier: bool, apps: bool) -> &'static Asset {
+    &PAGES[usize::from(browser_tier) * 2 + usize::from(apps)]
 }
 
-fn render(browser_tier: bool) -> Asset {
+fn render(browser_tier: bool, apps: bool) -> Asset {
     let template = include_str!("index.html");
     assert!(
         template.contains(PROFILE_CHOICES),
         "index.html has the profile choices mark"
     );
-    let body = template.replacen(PROFILE_CHOICES, &profile_choices(browser_tier), 1);
+    let body = template.replacen(PROFILE_CHOICES, &profile_choices(browser_tier, apps), 1);
     Asset {
         name: "index.html",
         content_type: "text/html; charset=utf-8",
         body: Box::leak(body.into_bytes().into_boxed_slice()),
     }
 }
+
+/// Why the `apps` choice is disabled on a daemon without `--apps`.
+pub const NO_APPS: &str =
+    "Not on this box: it needs handnode's --apps, the desktop apps you vouch for.";
 
 /// Why the `browser` choice is disabled on a daemon without the browser tier.
 pub const NO_BROWSER_TIER: &str =
@@ -63,10 +69,15 @@ const PROFILE_CHOICES: &str = "<!-- profile choices: rendered from profiles::Pro
 /// One radio button per profile, `observe` (a boundary) checked. `data-shell` tells the
 /// page's script which warning to show: `yes` (shell-equivalent), `no` (a boundary) or
 /// `list` (it depends on the list, as the grant's `shell` field will say).
-fn profile_choices(browser_tier: bool) -> String {
+fn profile_choices(browser_tier: bool, apps: bool) -> String {
     let mut html = String::new();
     for profile in Profile::ALL {
-        let unavailable = profile == Profile::Browser && !browser_tier;
+        let missing = match profile {
+            Profile::Browser if !browser_tier => Some(NO_BROWSER_TIER),
+            Profile::Apps if !apps => Some(NO_APPS),
+            _ => None,
+        };
+        let unavailable = missing.is_some();
         let (shell, verdict) = if profile.is_custom() {
             ("list", "Shell-equivalent if the list holds a shell tool.")
         } else if profile.is_shell_equivalent() {
@@ -100,13 +111,9 @@ fn profile_choices(browser_tier: bool) -> String {
         } else {
             ""
         };
-        let why_not = if unavailable {
-            format!(
-                " <em class=\"unavailable\">{}</em>",
-                escape_html(NO_BROWSER_TIER)
-            )
-        } else {
-            String::new()
+        let why_not = match missing {
+            Some(why) => format!(" <em class=\"unavailable\">{}</em>", escape_html(why)),
+            None => String::new(),
         };
         let tools = tools.map_or(String::new(), |t| format!(" ({})", escape_html(&t)));
         html.push_str(&format!(
@@ -190,14 +197,25 @@ mod tests {
         }
         assert_eq!(page.matches("name=\"profile\"").count(), Profile::ALL.len());
         assert_eq!(page.matches(" checked>").count(), 4, "one per radio group");
-        let choices = profile_choices(true);
-        let without = profile_choices(false);
+        let choices = profile_choices(true, true);
+        let without = profile_choices(false, true);
         assert!(
             without.contains("value=\"browser\" data-shell=\"no\" disabled>")
                 && without.contains(NO_BROWSER_TIER),
             "{without}"
         );
         assert_eq!(without.matches(" disabled>").count(), 1, "{without}");
+        let no_apps = profile_choices(true, false);
+        assert!(
+            no_apps.contains("value=\"apps\" data-shell=\"no\" disabled>")
+                && no_apps.contains(NO_APPS),
+            "{no_apps}"
+        );
+        assert_eq!(no_apps.matches(" disabled>").count(), 1, "{no_apps}");
+        assert_eq!(
+            profile_choices(false, false).matches(" disabled>").count(),
+            2
+        );
         assert!(!choices.contains("disabled"), "{choices}");
         let line = |name: &str| {
             choices

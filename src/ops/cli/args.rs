@@ -223,7 +223,7 @@ pub(super) const GRANT_FLAGS: &[Flag<OperatorDraft>] = &[
         name: "profile",
         env: false,
         default: "observe",
-        help: "Which tools the agent sees: owner, desktop, observe, browser (a throwaway browser of the grant's own; needs the daemon's --browser-command), files (sys_info and the file tools in the --folder you lend) or custom (the --allow list). Only observe, browser and files keep the agent out of this box's shell; the answer says whether the grant reaches one (shell yes|gated|no, and why).",
+        help: "Which tools the agent sees: owner, desktop, observe, browser (a throwaway browser of the grant's own; needs the daemon's --browser-command), files (sys_info and the file tools in the --folder you lend), apps (start and drive only the desktop apps of the daemon's --apps) or custom (the --allow list). Only observe, browser, files and apps keep the agent out of this box's shell (apps as far as the listed apps do); the answer says whether the grant reaches one (shell yes|gated|no, and why).",
         kind: Kind::Text {
             metavar: "PROFILE",
             set: |d, v| {

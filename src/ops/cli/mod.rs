@@ -477,7 +477,7 @@ mod tests {
             (vec!["--secret-file", "/nonexistent"], "cannot read it"),
             (
                 vec!["--secret-file", &secret, "--profile", "sandbox"],
-                "profile must be one of owner, desktop, observe, browser, files, custom",
+                "profile must be one of owner, desktop, observe, browser, files, apps, custom",
             ),
             (
                 vec!["--secret-file", &secret, "--ttl", "86401"],

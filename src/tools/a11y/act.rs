@@ -32,11 +32,13 @@ const TOGGLE_NAMES: &[&str] = &["toggle", "click", "press", "activate"];
 const SCROLL_ANYWHERE: u32 = 6;
 
 /// Whether this call may act on an element of `app`. Every grant that can call
-/// `desktop_act` may act anywhere today; the `apps` profile (contract §17) plugs its check
-/// here: only the applications its `--apps` lists, else
-/// `<app> is not an app this grant may drive`.
-pub fn may_act(_cx: &CallContext, _app: &ElementApp) -> Result<(), String> {
-    Ok(())
+/// Whether this grant may act on an element of `app`: under the `apps` profile only on
+/// the processes of apps it started with `app_open` (by the pid the bus daemon reports for
+/// the application's connection, never its self-chosen name), else
+/// `<app> is not an app this grant may drive`; elsewhere anywhere
+/// ([`crate::tools::apps::may_drive`]).
+pub fn may_act(cx: &CallContext, app: &ElementApp) -> Result<(), String> {
+    crate::tools::apps::may_drive(cx, &app.name, app.pid)
 }
 
 pub(super) fn snapshot(args: Value, cx: CallContext, done: Completion) {

@@ -44,7 +44,12 @@ pub static SNAPSHOT: Tool = Tool {
     start: act::snapshot,
     inline: None,
     needs: Needs::Display(Gui::A11ySnapshot),
-    profiles: &[Profile::Owner, Profile::Desktop, Profile::Observe],
+    profiles: &[
+        Profile::Owner,
+        Profile::Desktop,
+        Profile::Observe,
+        Profile::Apps,
+    ],
 };
 
 pub static ACT: Tool = Tool {
@@ -63,7 +68,9 @@ pub static ACT: Tool = Tool {
     start: act::act,
     inline: None,
     needs: Needs::Display(Gui::A11yAct),
-    profiles: &[Profile::Owner, Profile::Desktop],
+    // Under `apps` it is `act`: `act::may_act` holds it to the apps that grant started
+    // (`tools::apps::may_drive`; `ToolPolicy::class_of` makes it `act` there).
+    profiles: &[Profile::Owner, Profile::Desktop, Profile::Apps],
 };
 
 fn snapshot_schema() -> Value {

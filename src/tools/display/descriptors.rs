@@ -18,7 +18,14 @@ pub static SCREENSHOT: Tool = Tool {
     start: screenshot,
     inline: None,
     needs: Needs::Display(Gui::Screenshot),
-    profiles: &[Profile::Owner, Profile::Desktop, Profile::Observe],
+    // `apps` too: it only reads, shows no more than desktop_snapshot already tells (the
+    // whole desktop's text), and lets the agent see what desktop_act did (§17).
+    profiles: &[
+        Profile::Owner,
+        Profile::Desktop,
+        Profile::Observe,
+        Profile::Apps,
+    ],
 };
 pub static MOUSE: Tool = Tool {
     name: "mouse",
