@@ -588,3 +588,91 @@ fn daemon_stop_leaves_nothing_of_an_own_display() {
     assert!(!left_behind(&x_lock), "{} left", x_lock.display());
     assert!(!runtime.exists(), "{} left", runtime.display());
 }
+
+/// `app_open` under an `apps` grant with its own display: the app gets that display (and
+/// its cookie and bus), started by the call itself, never the owner's.
+#[test]
+fn app_open_starts_the_app_on_the_grants_own_display() {
+    if skip("app_open_starts_the_app_on_the_grants_own_display") {
+        return;
+    }
+    let dir = temp_dir("own-display-apps");
+    let owner = OwnerScreen::start(&dir);
+    let apps_dir = dir.join("share/applications");
+    std::fs::create_dir_all(&apps_dir).unwrap();
+    std::fs::write(
+        apps_dir.join("t.Sleep.desktop"),
+        "[Desktop Entry]\nType=Application\nName=t.Sleep app\nExec=sleep 30\n",
+    )
+    .unwrap();
+    let entries = handnode::base::desktop_entry::resolve_apps(
+        &["t.Sleep".to_string()],
+        &handnode::base::desktop_entry::DataDirs {
+            dirs: vec![apps_dir],
+        },
+        "/usr/bin:/bin",
+    )
+    .unwrap();
+    let display = owner.display.clone();
+    let d = TestDaemon::with("own-display-apps-d", move |c| {
+        quiet_liveness(c);
+        c.display_env = Some(
+            [
+                ("DISPLAY", display.as_str()),
+                ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        );
+        c.apps = entries;
+    });
+    let pod = StubPod::start();
+    let (id, mut conn) = d.attached_with(&pod, own_body(&pod, "own-apps", "apps"));
+    conn.set_read_timeout(Duration::from_secs(30));
+    let mut a = Agent { conn, next: 100 };
+    // The display starts with the call that needs it.
+    assert_eq!(d.grant(&id)["own_display"]["running"], false);
+    let opened = a.ok("app_open", json!({"app": "t.Sleep"}));
+    let pid = opened["structuredContent"]["pid"].as_i64().unwrap();
+    let (number, _) = record(&d, &id);
+    let runtime = runtime_dir(&d, &id);
+    // Once the cgroup trampoline has exec'd the app.
+    poll_until(
+        || std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default(),
+        |c| c.starts_with(b"sleep") || c.windows(6).any(|w| w == b"sleep\0"),
+        |c| {
+            format!(
+                "watchdog: the app never ran: {:?}",
+                String::from_utf8_lossy(c)
+            )
+        },
+    );
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let environ: Vec<String> = environ
+        .split(|b| *b == 0)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .collect();
+    let var = |name: &str| {
+        environ
+            .iter()
+            .find_map(|v| v.strip_prefix(&format!("{name}=")).map(str::to_string))
+    };
+    assert_eq!(var("DISPLAY"), Some(format!(":{number}")), "{environ:?}");
+    assert_eq!(
+        var("XAUTHORITY"),
+        Some(runtime.join("xauth").display().to_string())
+    );
+    assert!(
+        var("DBUS_SESSION_BUS_ADDRESS").is_some_and(|a| a.contains(&runtime.display().to_string())),
+        "{environ:?}"
+    );
+    assert_ne!(var("DISPLAY"), Some(owner.display.clone()));
+    let (status, _) = d.call("DELETE", &format!("/attach/{id}"), None);
+    assert_eq!(status, 204);
+    poll_until(
+        || alive(pid as u32),
+        |a| !a,
+        |_| "watchdog: the app outlived its grant".into(),
+    );
+}
