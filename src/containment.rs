@@ -146,10 +146,10 @@ mod tests {
     }
 
     fn admin(addr: SocketAddr, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        let target = crate::wire::httpc::Target::parse(&format!("http://{addr}{path}")).unwrap();
+        let target = crate::wire::http::Target::parse(&format!("http://{addr}{path}")).unwrap();
         let auth = format!("Bearer {TOKEN}");
         let body = body.map(Value::to_string);
-        let req = crate::wire::httpc::Request {
+        let req = crate::wire::http::Request {
             method,
             target: &target,
             headers: &[
@@ -158,7 +158,9 @@ mod tests {
             ],
             body: body.as_deref().map(str::as_bytes),
         };
-        let resp = crate::wire::httpc::send(&req, WATCHDOG, None).expect("the admin API answers");
+        let resp = crate::wire::http::Client::new(WATCHDOG, None)
+            .send(&req)
+            .expect("the admin API answers");
         let status = resp.status;
         let bytes = resp.read_body(1 << 20).unwrap();
         let v = serde_json::from_slice(&bytes)

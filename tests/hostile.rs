@@ -113,23 +113,13 @@ fn raw_exchange(addr: std::net::SocketAddr, raw: &str) -> Vec<(u16, String)> {
     let mut out = Vec::new();
     let mut rest = &all[..];
     while !rest.is_empty() {
-        let mut response = handnode::wire::httpc::read_head(rest).expect("an HTTP response");
-        let status = response.status;
-        let len: usize = response
-            .headers()
-            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-            .map(|(_, v)| String::from_utf8_lossy(v).trim().parse().unwrap())
-            .expect("tiny_http sizes these bodies");
-        let head_len = all.len() - rest.len()
-            + rest
-                .windows(4)
-                .position(|w| w == b"\r\n\r\n")
-                .expect("end of head")
-            + 4;
-        let _ = &mut response;
-        let body = String::from_utf8_lossy(&all[head_len..head_len + len]).to_string();
-        out.push((status, body));
-        rest = &all[head_len + len..];
+        let (status, headers, body, used) = parse_response(rest).expect("an HTTP response");
+        assert!(
+            headers.iter().any(|(k, _)| k == "content-length"),
+            "tiny_http sizes these bodies"
+        );
+        out.push((status, String::from_utf8_lossy(&body).to_string()));
+        rest = &rest[used..];
     }
     out
 }

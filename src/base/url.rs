@@ -1,6 +1,6 @@
 //! URL and authority parsing shared by everything that dials or requests: `ws`/`wss`
 //! endpoints (the dial, grant validation, `grants.json` drop rules), `http`/`https`
-//! targets (`httpc`, `mint`), and the longest runtime URL accepted. No I/O.
+//! targets (`http`, `mint`), and the longest runtime URL accepted. No I/O.
 
 /// Longest runtime URL we accept (bytes).
 pub const MAX_RUNTIME_URL_BYTES: usize = 2_048;

@@ -16,7 +16,7 @@ use crate::base::error::Error;
 use crate::config::Timing;
 use crate::pool::{Completion, JobCtl};
 use crate::tools::UpstreamSource;
-use crate::wire::httpc::{self, HttpError, Request, Target};
+use crate::wire::http::{self, HttpError, Request, Target};
 use crate::wire::mcp::{ToolOutput, DEFAULT_PROTOCOL_VERSION, SERVER_ERROR};
 
 /// I/O threads per upstream that carry tool calls (the list refresh has its own thread).
@@ -654,7 +654,7 @@ struct Client {
     name: String,
     url: String,
     target: Target,
-    tls: Option<Arc<rustls::ClientConfig>>,
+    http: http::Client,
     timeout: Duration,
     max_reply_bytes: usize,
     max_list_pages: usize,
@@ -681,7 +681,7 @@ impl Client {
             name,
             url,
             target,
-            tls,
+            http: http::Client::new(options.timeout, tls),
             timeout: options.timeout,
             max_reply_bytes: options.max_reply_bytes,
             max_list_pages: options.max_list_pages,
@@ -695,16 +695,16 @@ impl Client {
         method: &str,
         headers: &[(&str, &str)],
         body: Option<&[u8]>,
-    ) -> Result<httpc::Response<BufReader<httpc::Deadlined>>, Failure> {
+    ) -> Result<http::Response, Failure> {
         let request = Request {
             method,
             target: &self.target,
             headers,
             body,
         };
-        httpc::send(&request, self.timeout, self.tls.as_ref()).map_err(|e| {
+        self.http.send(&request).map_err(|e| {
             Failure::Unreachable(match e {
-                HttpError::Timeout => format!("no reply within {:?}", self.timeout),
+                HttpError::Timeout(_) => format!("no reply within {:?}", self.timeout),
                 other => other.to_string(),
             })
         })
@@ -910,9 +910,9 @@ impl Client {
 
     /// Name the two body-read failures that matter (size cap, timeout) in our own words.
     fn read_failure(&self, e: &std::io::Error) -> Failure {
-        if httpc::is_too_large(e) {
+        if http::is_too_large(e) {
             Failure::Invalid(format!("reply larger than {} bytes", self.max_reply_bytes))
-        } else if httpc::is_timeout(e) {
+        } else if http::is_timeout(e) {
             Failure::Unreachable(format!("no reply within {:?}", self.timeout))
         } else {
             Failure::Unreachable(format!("reading the reply failed: {e}"))

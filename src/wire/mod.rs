@@ -3,7 +3,7 @@
 //! synchronous D-Bus client of the accessibility bus.
 
 pub mod dbus;
-pub mod httpc;
+pub mod http;
 pub mod link;
 pub mod mcp;
 pub mod mint;

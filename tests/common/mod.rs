@@ -704,23 +704,82 @@ pub fn http(
 pub fn read_response(s: &mut TcpStream) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let mut raw = Vec::new();
     let _ = s.read_to_end(&mut raw);
-    // The daemon's own client parser: sized, chunked (tiny_http chunks bodies of 32 KiB
-    // and more) and close-delimited bodies alike.
-    let response = handnode::wire::httpc::read_head(&raw[..]).unwrap_or_else(|e| {
+    let (status, headers, body, _) = parse_response(&raw).unwrap_or_else(|e| {
         panic!(
-            "no HTTP response head ({e}): {:?}",
+            "no HTTP response ({e}): {:?}",
             String::from_utf8_lossy(&raw)
         )
     });
-    let status = response.status;
-    let headers = response
-        .headers()
-        .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v).trim().to_string()))
-        .collect();
-    let body = response
-        .read_body(u64::MAX)
-        .unwrap_or_else(|e| panic!("the HTTP response body: {e}"));
     (status, headers, body)
+}
+
+/// Status, headers, body, and the bytes of the raw input the response took.
+pub type ParsedResponse = (u16, Vec<(String, String)>, Vec<u8>, usize);
+
+/// One HTTP/1.1 response from the front of `raw`, as the tests read what the daemon sent on
+/// a raw socket: status, headers (names lower-case, values trimmed), the body (sized, chunked
+/// as tiny_http sends bodies of 32 KiB and more, or up to the end) and how many bytes of
+/// `raw` it took. The daemon's own client is ureq; this reader is for tests only.
+pub fn parse_response(raw: &[u8]) -> Result<ParsedResponse, String> {
+    let mut slots = [httparse::EMPTY_HEADER; 128];
+    let mut parsed = httparse::Response::new(&mut slots);
+    let head_len = match parsed.parse(raw).map_err(|e| e.to_string())? {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial => return Err("the response head is cut".into()),
+    };
+    let status = parsed.code.unwrap_or(0);
+    let headers: Vec<(String, String)> = parsed
+        .headers
+        .iter()
+        .map(|h| {
+            let value = String::from_utf8_lossy(h.value).trim().to_string();
+            (h.name.to_ascii_lowercase(), value)
+        })
+        .collect();
+    let value = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.to_ascii_lowercase())
+    };
+    let rest = &raw[head_len..];
+    if status / 100 == 1 || status == 204 || status == 304 {
+        return Ok((status, headers, Vec::new(), head_len));
+    }
+    if value("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+        let mut body = Vec::new();
+        let mut at = 0;
+        loop {
+            let line_end = rest[at..]
+                .windows(2)
+                .position(|w| w == b"\r\n")
+                .ok_or("a chunk size line is cut")?;
+            let line = String::from_utf8_lossy(&rest[at..at + line_end]).to_string();
+            let digits = line.split(';').next().unwrap_or("").trim();
+            let size = usize::from_str_radix(digits, 16)
+                .map_err(|_| format!("bad chunk size {line:?}"))?;
+            at += line_end + 2;
+            if size == 0 {
+                // No trailers from tiny_http: the blank line ends the message.
+                let end = rest[at..]
+                    .windows(2)
+                    .position(|w| w == b"\r\n")
+                    .ok_or("the last chunk is cut")?;
+                return Ok((status, headers, body, head_len + at + end + 2));
+            }
+            let chunk = rest.get(at..at + size).ok_or("a chunk is cut")?;
+            body.extend_from_slice(chunk);
+            at += size + 2;
+        }
+    }
+    if let Some(length) = value("content-length") {
+        let n: usize = length
+            .parse()
+            .map_err(|_| format!("Content-Length {length:?}"))?;
+        let body = rest.get(..n).ok_or("the body is cut")?.to_vec();
+        return Ok((status, headers, body, head_len + n));
+    }
+    Ok((status, headers, rest.to_vec(), raw.len()))
 }
 
 /// One unmasked WebSocket frame as a server (the pod) sends it.

@@ -31,7 +31,7 @@ impl Reply {
 }
 
 /// A blocking HTTP client of one daemon's admin API. The token goes to the daemon and
-/// nowhere else: no proxy from the environment, no redirects ([`crate::wire::httpc`]).
+/// nowhere else: no proxy from the environment, no redirects ([`crate::wire::http`]).
 pub(super) struct Client<'a> {
     pub(super) args: &'a ClientArgs,
     /// Built on the first https call and kept: `revoke --all` makes one call per grant.
@@ -105,9 +105,10 @@ impl<'a> Client<'a> {
             body: body.as_deref().map(str::as_bytes),
         };
         let response = match &self.args.socket {
-            Some(socket) => httpc::send_unix(socket, &request, timeout),
-            None => httpc::send(&request, timeout, tls),
+            Some(socket) => HttpClient::unix(socket.clone(), timeout),
+            None => HttpClient::new(timeout, tls.cloned()),
         }
+        .send(&request)
         .map_err(|e| unreachable(&e))?;
         let status = response.status;
         let etag = response

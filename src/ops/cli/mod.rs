@@ -21,7 +21,7 @@ use crate::config::{
     TOKEN_FILE_NAME,
 };
 use crate::profiles::Profile;
-use crate::wire::httpc::{self, Request, Target};
+use crate::wire::http::{Client as HttpClient, Request, Target};
 
 mod args;
 mod client;
