@@ -54,12 +54,17 @@ impl OwnerScreen {
             .stderr(Stdio::null())
             .spawn()
             .expect("Xvfb runs");
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
+        // Read on a thread of its own, under the watchdog: an Xvfb that hangs fails the test.
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("watchdog: the owner's Xvfb never printed its display number");
         let number: u32 = line
             .trim()
             .parse()
