@@ -1446,6 +1446,112 @@ fn bench_approval(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     d.revoke(&grant);
 }
 
+/// Start Xvfb (-displayfd), the window manager and a session bus by hand, as an own
+/// display does (§19), and stop them: the floor of `own_display_start_ms` (ms to ready).
+fn own_display_by_hand(dir: &Path) -> Option<f64> {
+    let run = dir.join("own-floor");
+    let _ = std::fs::remove_dir_all(&run);
+    std::fs::create_dir_all(&run).ok()?;
+    let t = Instant::now();
+    let mut xvfb = Command::new("Xvfb")
+        .args(["-displayfd", "1", "-nolisten", "tcp", "-noreset", "-s", "0"])
+        .args(["-screen", "0", "1280x800x24"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut line = String::new();
+    std::io::BufReader::new(xvfb.stdout.take()?)
+        .read_line(&mut line)
+        .ok()?;
+    let display = format!(":{}", line.trim());
+    let wm = Command::new("matchbox-window-manager")
+        .args(["-use_titlebar", "no"])
+        .env("DISPLAY", &display)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok();
+    let mut bus = Command::new("dbus-daemon")
+        .args(["--session", "--nofork", "--nopidfile", "--print-address=1"])
+        .arg(format!("--address=unix:path={}/bus", run.display()))
+        .env("DISPLAY", &display)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok();
+    if let Some(b) = bus.as_mut() {
+        let mut addr = String::new();
+        let _ = std::io::BufReader::new(b.stdout.take()?).read_line(&mut addr);
+    }
+    let took = ms(t.elapsed());
+    for mut c in [wm, bus].into_iter().flatten() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let _ = Command::new("kill").arg(xvfb.id().to_string()).status();
+    let _ = xvfb.wait();
+    let _ = std::fs::remove_dir_all(&run);
+    Some(took)
+}
+
+/// §19: a grant's own display, from its first graphical call (a `mouse move`) to the
+/// answer, beside the same servers started by hand; and the same call once it runs.
+fn bench_own_display(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod, dir: &Path) {
+    if Command::new("Xvfb")
+        .arg("-help")
+        .stderr(Stdio::null())
+        .status()
+        .is_err()
+    {
+        r.note(
+            "own_display_start_ms",
+            "ms",
+            "skipped: Xvfb is not installed".into(),
+        );
+        return;
+    }
+    let n = o.n(10).min(10);
+    let floor: Vec<f64> = (0..n).filter_map(|_| own_display_by_hand(dir)).collect();
+    let mut first = Vec::new();
+    let mut warm = Vec::new();
+    for i in 0..n {
+        let session = format!("own-{i}");
+        let body = json!({"runtime": pod.runtime(), "session": session, "profile": "desktop",
+                          "ttl_secs": 3600, "secret": POD_SECRET, "display": "own"});
+        let (status, v) = d.http("POST", "/attach", Some(&body));
+        assert_eq!(status, 202, "POST /attach: {v}");
+        let grant = v["id"].as_str().expect("grant id").to_string();
+        let mut a = pod.arrival(&session);
+        a.conn.initialize();
+        let t = Instant::now();
+        let out = a
+            .conn
+            .call_tool("mouse", json!({"action": "move", "x": 10, "y": 10}));
+        first.push(ms(t.elapsed()));
+        assert_ne!(out["isError"], true, "own display mouse: {out}");
+        let t = Instant::now();
+        a.conn
+            .call_tool("mouse", json!({"action": "move", "x": 20, "y": 20}));
+        warm.push(ms(t.elapsed()));
+        d.revoke(&grant);
+    }
+    let floor_p50 = (!floor.is_empty()).then(|| percentile(&floor, 0.5));
+    let p50 = percentile(&first, 0.5);
+    r.put("own_display_start_ms", p50, "ms", floor_p50);
+    r.put(
+        "own_display_warm_call_ms",
+        percentile(&warm, 0.5),
+        "ms",
+        None,
+    );
+    r.check(
+        "own_display_start_ms",
+        "<= 1500 ms (first call to ready, beside the servers started by hand)".into(),
+        Some(percentile(&first, 0.99) <= 1500.0),
+    );
+}
+
 fn bench_attach_revoke(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     let mut attach = Vec::new();
     let mut revoke = Vec::new();
@@ -2775,6 +2881,10 @@ fn main() {
     if o.runs("screenshot") {
         eprintln!("bench: screenshot");
         bench_screenshot(&mut r, &o, &d, &mut pod, grabber.as_ref());
+    }
+    if o.runs("own_display") {
+        eprintln!("bench: own display");
+        bench_own_display(&mut r, &o, &d, &mut pod, &dir);
     }
     if o.runs("jobs") {
         eprintln!("bench: jobs");

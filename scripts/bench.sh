@@ -12,6 +12,7 @@
 # ratio to a floor taken in the same run. Needs no network beyond crates.io for the build.
 # --quick runs a tenth of each count (a smoke run); --only runs some sections (memory,
 # latency = ping,sys_info,bash,pipelined,hol; approval, attach, redial, screenshot, audit, jobs,
+# own_display = own_display_start_ms beside Xvfb + window manager + bus started by hand,
 # owed = owed_reply_peak_kib, issue 23's memory flood beside --write-buffer-bytes,
 # containment = grant_kill_ms beside killing 50 processes by pid; files; a11y = desktop_snapshot_ms
 # of a zenity list of ~200 shown elements beside screenshot on the same display, needs zenity

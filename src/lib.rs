@@ -69,6 +69,8 @@ pub struct Daemon {
     approvals_guard: Option<grants::approvals::ApprovalsGuard>,
     audit_guard: Option<audit::AuditGuard>,
     jobs: Arc<tools::jobs::table::JobTable>,
+    /// The tools' shared state: its grants' own displays (§19) stop with the daemon.
+    host: Arc<tools::ToolHost>,
     /// Killed last: nothing a grant started outlives the daemon (§16).
     confine: Arc<cgroup::Confine>,
     sd_notify: bool,
@@ -135,6 +137,7 @@ impl Daemon {
             display_helper_timeout: config.timing.display_helper_timeout,
             a11y_call_timeout: config.timing.a11y_call_timeout,
             display_env: config.display_env.clone(),
+            own_display: config.own_display.clone(),
             confine: Some(Arc::clone(&confine)),
             jobs: tools::jobs::table::JobConfig {
                 dir: Some(config.state_dir.join(tools::jobs::table::DIR_NAME)),
@@ -184,6 +187,8 @@ impl Daemon {
             .map_err(|e| Error::io("start the process watcher", e))?;
         let jobs = Arc::clone(&host.jobs);
         jobs.report_to(audit.clone(), metrics.clone());
+        // What a crashed run left of its grants' own displays (§19) goes before any resumes.
+        host.own_displays.clean_stale();
         // Before any grant resumes: what a crashed daemon left running is killed first.
         let recovered = jobs.recover().map_err(|e| {
             Error::Config(format!(
@@ -199,7 +204,7 @@ impl Daemon {
         }
         let services = Arc::new(grants::calls::Services {
             pool: pool::Pool::new(config.workers, config.limits.job_queue),
-            host,
+            host: Arc::clone(&host),
             upstream: if config.upstreams.is_empty() {
                 None
             } else {
@@ -291,6 +296,7 @@ impl Daemon {
             approvals_guard: Some(approvals_guard),
             audit_guard: Some(audit_guard),
             jobs,
+            host,
             confine,
             sd_notify: config.sd_notify,
             browsers,
@@ -338,6 +344,8 @@ impl Daemon {
         }
         // A job never outlives the daemon; its end is recorded before the audit closes.
         self.jobs.shutdown();
+        // Nor does a grant's own display (§19): stopped by SIGTERM before the cgroups go.
+        self.host.own_displays.shutdown();
         self.confine.stop();
         self.audit_guard.take();
         self.state_lock.take();

@@ -816,3 +816,50 @@ fn in_a_browser_a_new_users_first_hour() {
         .count();
     assert!((1..=8).contains(&tries), "{tries} screenshot calls audited");
 }
+
+/// A grant with a display of its own (§19): the Activity view shows that display.
+#[test]
+fn in_a_browser_the_activity_of_an_own_display_grant_shows_its_own_screen() {
+    let core = match playwright_core() {
+        Ok(core) => core,
+        Err(why) => return eprintln!("SKIPPED in_a_browser_the_activity_of_an_own_display: {why}"),
+    };
+    if !std::path::Path::new("/usr/bin/Xvfb").exists() {
+        return eprintln!("SKIPPED in_a_browser_the_activity_of_an_own_display: no Xvfb");
+    }
+    let _one = ONE_BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    // The box's display is off: the thumbnail can only come from the grant's own.
+    let d = browser_daemon("console-own", |_| {});
+    let pod = StubPod::start();
+    let (id, mut conn) = d.attached_with(
+        &pod,
+        json!({"runtime": pod.runtime(), "session": "own-screen", "profile": "desktop",
+               "display": "own", "secret": "s3cret-attach"}),
+    );
+    conn.set_read_timeout(STEP_WATCHDOG);
+    let shot = conn.call_tool(json!(1), "screenshot", json!({"scale": 0.25}));
+    assert_ne!(shot["result"]["isError"], true, "{shot}");
+    let mut browser = Browser::start("own.cjs", &core, &d, &[("OWN_GRANT", id.clone())]);
+    browser.expect("shown");
+    browser.expect("lent");
+    browser.finish();
+    let (_, list) = d.call("GET", "/attach", None);
+    let lent = list["grants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["session"] == "own-lent")
+        .unwrap_or_else(|| panic!("the form lent nothing: {list}"))
+        .clone();
+    assert_eq!(
+        (&lent["profile"], &lent["display"]),
+        (&json!("desktop"), &json!("own")),
+        "{lent}"
+    );
+    // Each picture was audited as the owner's screenshot, not as the grant's call.
+    d.wait_audit("the console's screenshot as the owner's call", |audit| {
+        audit
+            .lines()
+            .any(|l| l.contains("\"tool\":\"screenshot\"") && !l.contains(&id))
+    });
+}

@@ -114,6 +114,7 @@ const LEDGER: &[(&str, RunBy)] = &[
     ("handnode --browser-command", RunBy::File("tests/browser.rs", "(\"--browser-command\", &command)")),
     ("handnode grant --runtime wss://pod.example:8090 --session laptop --profile browser", RunBy::File("tests/browser.rs", "common::attach_body(&pod, \"grant-t\", \"browser\")")),
     ("handnode grant --runtime wss://pod.example:8090 --session laptop --profile files", RunBy::File("tests/files.rs", "lend(&d, &pod, \"trav\", \"files\", &lent)")),
+    ("handnode grant --runtime wss://pod.example:8090 --session laptop --profile desktop --own-display", RunBy::File("src/ops/cli/mod.rs", "args.own_display = true")),
     ("handnode serve --apps", RunBy::File("tests/apps.rs", ".args([\"--apps\", apps])")),
     ("handnode grant --runtime wss://pod.example:8090 --session laptop --profile apps", RunBy::File("tests/apps.rs", "common::attach_body(&pod, \"s-apps\", \"apps\")")),
     ("handnode doctor --browser-command", RunBy::File("src/ops/doctor.rs", "browser_checks(")),

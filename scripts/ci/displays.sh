@@ -25,7 +25,10 @@ INTERVAL=0.1
 log() { echo "displays: $*" >&2; }
 
 install_packages() {
+    # matchbox-window-manager, dbus (dbus-daemon; its own package only on newer Debian): a
+    # grant's own display (§19, tests/own_display.rs).
     local pkgs=(xvfb xdotool scrot xterm x11-utils x11-xserver-utils sway grim wtype foot
+        matchbox-window-manager dbus
         foot-terminfo libnotify-bin fonts-dejavu-core)
     local missing=()
     for p in "${pkgs[@]}"; do

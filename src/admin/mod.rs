@@ -6,6 +6,7 @@
 pub mod activity;
 pub mod console;
 pub mod lanes;
+mod own_screen;
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -63,6 +64,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/attach"),
     ("GET", "/attach/{id}"),
     ("DELETE", "/attach/{id}"),
+    ("GET", "/attach/{id}/screen"),
     ("GET", "/"),
     ("GET", "/console/{id}"),
     ("GET", "/audit"),
@@ -789,6 +791,7 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
                 respond(request, error_response(404, "no such grant"))
             }
         }
+        ("GET", "/attach/{id}/screen") => own_screen::get(state, request, id, principal),
         ("GET", "/") => respond(
             request,
             console::response(console::page(

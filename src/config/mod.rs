@@ -6,6 +6,7 @@
 //! dispatch and the operator subcommands' arguments live in `ops::cli`.
 
 mod flags;
+pub mod own_display;
 mod report;
 mod serve;
 mod token;
@@ -312,6 +313,9 @@ pub struct Config {
     #[doc(hidden)]
     pub display_env: Option<std::collections::BTreeMap<String, String>>,
     pub max_screenshot_edge: u32,
+    /// A grant's own display (§19): `--own-display-size`, `--max-own-displays`, its
+    /// timeouts; `dir` (where runtime directories go) is not a flag.
+    pub own_display: own_display::OwnDisplaySettings,
     pub notify: bool,
     /// Test override of the `notify-send` program (default: found on `PATH`). Not a flag.
     #[doc(hidden)]
@@ -331,6 +335,7 @@ impl Config {
     /// A configuration for tests: loopback on an ephemeral port, the given state dir,
     /// no auth until the caller sets some.
     pub fn for_tests(state_dir: PathBuf) -> Self {
+        let displays_dir = state_dir.join("displays");
         Config {
             listen: "127.0.0.1:0".parse().expect("literal address"),
             token: None,
@@ -352,6 +357,10 @@ impl Config {
             display_backend: DisplayBackend::Auto,
             display_env: None,
             max_screenshot_edge: 1920,
+            own_display: own_display::OwnDisplaySettings {
+                dir: Some(displays_dir),
+                ..Default::default()
+            },
             notify: false,
             notify_program: None,
             sd_notify: false,
@@ -416,6 +425,7 @@ impl Config {
             display_backend: DisplayBackend::Auto,
             display_env: None,
             max_screenshot_edge: DEFAULT_MAX_SCREENSHOT_EDGE,
+            own_display: Default::default(),
             notify: true,
             notify_program: None,
             sd_notify: true,

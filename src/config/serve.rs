@@ -393,6 +393,55 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         },
     },
     Flag {
+        name: "own-display-size",
+        env: true,
+        default: "1280x800",
+        help: "Size of a grant's own display (\"display\":\"own\" at attach): WIDTHxHEIGHT, each edge 64..8192.",
+        kind: Kind::Text {
+            metavar: "WxH",
+            set: |d, v| {
+                d.config.own_display.size = super::own_display::parse_size(&v)?;
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "max-own-displays",
+        env: true,
+        default: "2",
+        help: "Own displays (one per grant that asked for \"display\":\"own\") running at once; a graphical call past that is answered `no own display available`.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: super::own_display::MAX_MAX as u64,
+            set: |d, v| d.config.own_display.max = v as usize,
+        },
+    },
+    Flag {
+        name: "own-display-start-timeout-ms",
+        env: true,
+        default: "10000",
+        help: "Longest an own display's X server (and its session bus) may take to answer.",
+        kind: Kind::Int {
+            metavar: "MS",
+            min: 1,
+            max: 600_000,
+            set: |d, v| d.config.own_display.start_timeout = Duration::from_millis(v),
+        },
+    },
+    Flag {
+        name: "own-display-stop-timeout-ms",
+        env: true,
+        default: "2000",
+        help: "Stopping an own display: SIGKILL follows SIGTERM after this long.",
+        kind: Kind::Int {
+            metavar: "MS",
+            min: 1,
+            max: 600_000,
+            set: |d, v| d.config.own_display.stop_timeout = Duration::from_millis(v),
+        },
+    },
+    Flag {
         name: "max-screenshot-edge",
         env: true,
         default: "1920",

@@ -197,6 +197,13 @@ fn every_flag_parses() {
         (vec!["--display-backend=none"], |c| {
             assert_eq!(c.display_backend, DisplayBackend::None)
         }),
+        (
+            vec!["--own-display-size", "800x600", "--max-own-displays", "16"],
+            |c| assert_eq!((c.own_display.size, c.own_display.max), ((800, 600), 16)),
+        ),
+        (vec!["--own-display-stop-timeout-ms", "5"], |c| {
+            assert_eq!(c.own_display.stop_timeout, Duration::from_millis(5))
+        }),
         (vec!["--max-screenshot-edge", "800"], |c| {
             assert_eq!(c.max_screenshot_edge, 800)
         }),
@@ -384,6 +391,21 @@ fn errors_say_what_to_fix() {
             vec!["--max-browsers", "0"],
             vec![],
             "--max-browsers: expected a whole number in 1...64",
+        ),
+        (
+            vec!["--max-own-displays", "17"],
+            vec![],
+            "--max-own-displays: expected a whole number in 1...16",
+        ),
+        (
+            vec!["--max-own-displays", "0"],
+            vec![],
+            "--max-own-displays: expected a whole number in 1...16",
+        ),
+        (
+            vec!["--own-display-size", "8193x800"],
+            vec![],
+            "--own-display-size must be WIDTHxHEIGHT with each edge 64..8192",
         ),
         (
             vec!["--upstream", "b=ftp://x"],

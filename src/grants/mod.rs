@@ -99,6 +99,10 @@ impl Attached {
     }
 }
 
+/// `"display"` other than `"own"` (§19).
+pub const DISPLAY_ERROR: &str = "display must be \"own\" (a headless display of the grant's own, \
+    so the owner's screen is never touched) or absent (the box's display)";
+
 /// `files` (or another profile that requires one) without `folder`.
 pub fn folder_required_error(profile: Profile) -> String {
     format!("profile {profile} needs \"folder\": the absolute path of the directory to lend")
@@ -131,6 +135,7 @@ impl AttachRequest {
                 "folder",
                 "replace",
                 "limits",
+                "display",
             ]
             .contains(&key.as_str())
             {
@@ -173,7 +178,14 @@ impl AttachRequest {
         if folder.is_none() && profile.requires_folder() {
             return Err(folder_required_error(profile));
         }
-        let policy = ToolPolicy::new(profile, lists)?.with_folder(folder);
+        let own_display = match obj.get("display") {
+            None | Some(Value::Null) => false,
+            Some(Value::String(s)) if s == "own" => true,
+            Some(_) => return Err(DISPLAY_ERROR.into()),
+        };
+        let policy = ToolPolicy::new(profile, lists)?
+            .with_folder(folder)
+            .with_own_display(own_display)?;
         let ttl_secs = match obj.get("ttl_secs") {
             None => DEFAULT_TTL_SECS,
             Some(v) => match v.as_u64() {
@@ -331,13 +343,20 @@ impl Entry {
                 .folder()
                 .map(|f| f.to_string_lossy().into_owned()),
             limits: self.asked_limits.then_some(self.limits),
+            display: self.policy.own_display().then(|| "own".to_string()),
         }
     }
 
     /// The grant JSON of contract §1.2 plus `jobs` (its running jobs). Never contains
     /// the secret.
     /// `isolation`: the browser tier's `browser_isolation`, shown on `browser` grants.
-    fn view(&self, jobs: usize, isolation: Option<&str>) -> Value {
+    /// `own`: the own displays (§19), for a grant with one.
+    fn view(
+        &self,
+        jobs: usize,
+        isolation: Option<&str>,
+        own: &crate::tools::display::OwnDisplays,
+    ) -> Value {
         let status = self.status();
         let now = SystemTime::now();
         let mut v = Map::new();
@@ -368,6 +387,14 @@ impl Entry {
                 "browser_isolation".into(),
                 json!(isolation.unwrap_or("none")),
             );
+        }
+        if self.policy.own_display() {
+            v.insert("display".into(), json!("own"));
+            let state = match own.get(&self.id) {
+                Some(d) => d.to_json(),
+                None => json!({"own": true, "running": false}),
+            };
+            v.insert("own_display".into(), state);
         }
         v.insert("principal".into(), json!(self.principal));
         v.insert("created_at".into(), json!(rfc3339(self.created_at)));
@@ -715,6 +742,7 @@ impl Registry {
         live.policy.profile() == policy.profile()
             && live.policy.lists().same_as(policy.lists())
             && live.policy.folder() == policy.folder()
+            && live.policy.own_display() == policy.own_display()
             && Approve::same(&live.approve, approve)
             && live.limits == limits
     }
@@ -767,6 +795,9 @@ impl Registry {
         }
         if live.policy.folder() != policy.folder() {
             differs.push("lent folder".to_string());
+        }
+        if live.policy.own_display() != policy.own_display() {
+            differs.push("display (own or the box's)".to_string());
         }
         if live.limits != limits {
             differs.push("limits".to_string());
@@ -878,8 +909,11 @@ impl Registry {
                         });
                     }
                     let record = entry.lifecycle(LifecycleEvent::Renewed, None, Some(previous));
-                    let view =
-                        entry.view(self.jobs().running_in(&entry.id), self.browser_isolation());
+                    let view = entry.view(
+                        self.jobs().running_in(&entry.id),
+                        self.browser_isolation(),
+                        &self.services.host.own_displays,
+                    );
                     self.persist(&inner)
                         .and_then(|_| self.audit.record_durable(record))
                         .map_err(|e| {
@@ -963,11 +997,11 @@ impl Registry {
                             "could not persist the grant: {e}"
                         )));
                     }
-                    let view = inner
-                        .entries
-                        .last()
-                        .expect("just pushed")
-                        .view(0, self.browser_isolation());
+                    let view = inner.entries.last().expect("just pushed").view(
+                        0,
+                        self.browser_isolation(),
+                        &self.services.host.own_displays,
+                    );
                     info!(
                         "grant {id} created for session {} ({profile}, shell {}) by {principal}, ttl {ttl}s",
                         view["session"].as_str().unwrap_or(""),
@@ -1032,11 +1066,13 @@ impl Registry {
     pub fn get(&self, id: &str) -> Option<Value> {
         let mut inner = self.lock();
         let dropped = self.prune(&mut inner);
-        let view = inner
-            .entries
-            .iter()
-            .find(|e| e.id == id)
-            .map(|e| e.view(self.jobs().running_in(&e.id), self.browser_isolation()));
+        let view = inner.entries.iter().find(|e| e.id == id).map(|e| {
+            e.view(
+                self.jobs().running_in(&e.id),
+                self.browser_isolation(),
+                &self.services.host.own_displays,
+            )
+        });
         drop(inner);
         drop(dropped);
         view
@@ -1049,7 +1085,13 @@ impl Registry {
         let views = inner
             .entries
             .iter()
-            .map(|e| e.view(self.jobs().running_in(&e.id), self.browser_isolation()))
+            .map(|e| {
+                e.view(
+                    self.jobs().running_in(&e.id),
+                    self.browser_isolation(),
+                    &self.services.host.own_displays,
+                )
+            })
             .collect();
         drop(inner);
         drop(dropped);
@@ -1066,6 +1108,9 @@ impl Registry {
     /// parts, accessibility refs) goes.
     fn end_processes(&self, grant_id: &str) {
         self.jobs().end_scope(grant_id);
+        // Its own display (§19) first, by SIGTERM, so the X server removes its socket and
+        // lock; the cgroup kill below would leave them.
+        self.services.host.own_displays.end_grant(grant_id);
         self.services.host.confine.end_grant(grant_id);
         // Its unfinished uploads' part files go with it.
         self.services.host.files.end_scope(grant_id);
@@ -1137,7 +1182,16 @@ impl Registry {
                 }
             }
             let policy = match ToolPolicy::resume(&g.profile, lists, &g.tools) {
-                Ok(policy) => Arc::new(policy.with_folder(folder)),
+                Ok(policy) => match policy
+                    .with_folder(folder)
+                    .with_own_display(g.display.as_deref() == Some("own"))
+                {
+                    Ok(policy) => Arc::new(policy),
+                    Err(why) => {
+                        warn!("dropped persisted grant {}: {why}", g.id);
+                        continue;
+                    }
+                },
                 Err(why) => {
                     // Never widened: a grant whose lists no longer resolve, or a custom
                     // grant whose list would now mean other tools, is dropped, and

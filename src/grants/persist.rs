@@ -65,6 +65,8 @@ pub struct StoredGrant {
     pub folder: Option<String>,
     /// The limits the grant asked for at `POST /attach` (§16); `None` = the flags'.
     pub limits: Option<crate::cgroup::Limits>,
+    /// `"own"`: the grant has a display of its own (§19), started again lazily on resume.
+    pub display: Option<String>,
 }
 
 /// What [`GrantStore::load`] (or [`parse`]) found.
@@ -122,6 +124,8 @@ struct WireGrant<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     folder: Option<&'a str>,
     limits: Option<crate::cgroup::Limits>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    display: Option<&'a str>,
 }
 
 impl GrantStore {
@@ -284,6 +288,7 @@ fn encode(grants: &[StoredGrant]) -> Vec<u8> {
                 approved_for_grant: &g.approved_for_grant,
                 folder: g.folder.as_deref(),
                 limits: g.limits,
+                display: g.display.as_deref(),
             })
             .collect(),
     };
@@ -404,6 +409,11 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
     if folder.is_none() && profile.parse().is_ok_and(Profile::requires_folder) {
         return Err("folder missing for a profile that requires one".to_string());
     }
+    let display = match obj.get("display") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(d)) if d == "own" => Some(d.clone()),
+        Some(_) => return Err("display is not \"own\"".to_string()),
+    };
     let principal = string_field(obj, "principal")?;
     let created_at = u64_field(obj, "created_at")?;
     let expires_at = u64_field(obj, "expires_at")?;
@@ -431,6 +441,7 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
         .and_then(|v| serde_json::from_value(v.clone()).ok());
     Ok(StoredGrant {
         limits,
+        display,
         id: id.to_string(),
         runtime: runtime.to_string(),
         session: session.to_string(),
@@ -566,6 +577,7 @@ mod tests {
             approved_for_grant: Vec::new(),
             folder: None,
             limits: None,
+            display: None,
         }
     }
 

@@ -591,6 +591,7 @@ pub fn checks(
         nsswitch.as_deref(),
     )];
     out.extend(display_checks(&probe, &cfg, processes));
+    out.push(own_display_check(&display::own::doctor_facts(&cfg)));
     out.extend(screen_guards(&running_commands()));
     out.push(match probe.helper("notify-send") {
         Some(_) => check(
@@ -629,6 +630,51 @@ pub fn checks(
         ));
     }
     (out, probe.to_json())
+}
+
+/// Whether a grant can have a display of its own here (§19), and what to install.
+pub fn own_display_check(facts: &Value) -> Check {
+    let missing: Vec<&str> = facts["missing"]
+        .as_array()
+        .map(|m| m.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let install = || {
+        let packages: Vec<&str> = display::own::PROGRAMS
+            .iter()
+            .filter(|(name, _)| missing.iter().any(|m| m.starts_with(name)))
+            .map(|(_, package)| *package)
+            .collect();
+        Some(format!("apt install {}", packages.join(" ")))
+    };
+    if facts["possible"] != true {
+        return check(
+            "own display",
+            Status::Warn,
+            format!(
+                "grants cannot have a display of their own (\"display\":\"own\"): missing {}",
+                missing.join(", ")
+            ),
+            install(),
+        );
+    }
+    if missing.is_empty() {
+        return check(
+            "own display",
+            Status::Ok,
+            "a grant may have a headless display of its own (\"display\":\"own\"): Xvfb, \
+             its window manager and a session bus are installed",
+            None,
+        );
+    }
+    check(
+        "own display",
+        Status::Warn,
+        format!(
+            "own displays work, without: {} (windows unplaced or no accessibility bus)",
+            missing.join(", ")
+        ),
+        install(),
+    )
 }
 
 /// What contains a grant's processes (§16), and how to get cgroups when it is the
@@ -987,6 +1033,28 @@ mod tests {
             check("b", Status::Warn, "y", None),
         ];
         assert!(render(&two).ends_with("0 not working, 2 warnings\n"));
+    }
+
+    #[test]
+    fn own_display_says_what_to_install() {
+        let ok = own_display_check(&json!({"possible": true, "missing": []}));
+        assert_eq!(ok.status, Status::Ok);
+        let no_wm = own_display_check(&json!({"possible": true,
+            "missing": ["matchbox-window-manager (apt install matchbox-window-manager)"]}));
+        assert_eq!(no_wm.status, Status::Warn);
+        assert_eq!(
+            no_wm.fix.as_deref(),
+            Some("apt install matchbox-window-manager")
+        );
+        let none = own_display_check(&json!({"possible": false,
+            "missing": ["Xvfb (apt install xvfb)", "dbus-daemon (apt install dbus)"]}));
+        assert_eq!(none.status, Status::Warn);
+        assert!(
+            none.detail.contains("cannot have a display of their own"),
+            "{}",
+            none.detail
+        );
+        assert_eq!(none.fix.as_deref(), Some("apt install xvfb dbus"));
     }
 
     #[test]

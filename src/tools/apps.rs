@@ -335,11 +335,11 @@ fn data_dirs(cx: &CallContext) -> DataDirs {
         .unwrap_or_else(|| DataDirs::from_env(|k| std::env::var(k).ok()))
 }
 
-/// The display variables an app of this call starts with: the box's display. The one
-/// place that says so: where a grant has a display of its own (§19) this is that display's
-/// (`display::call_display(cx).env`), so no app reaches the owner's screen or session bus.
+/// The display variables an app of this call starts with: the call's display
+/// (`display::call_display`), the box's, or the grant's own (§19), so no app of a grant
+/// with its own display reaches the owner's screen or session bus.
 fn call_display_env(cx: &CallContext) -> super::display::DisplayEnv {
-    super::display::DisplayEnv::from_config(&cx.host.config)
+    super::display::call_display(cx).env
 }
 
 /// The `PATH` programs are found on: the display environment's, else the daemon's.
@@ -401,10 +401,18 @@ fn list(args: &Value, cx: &CallContext) -> Result<ToolOutput, String> {
 }
 
 fn open_start(args: Value, cx: CallContext, done: Completion) {
-    done.complete(match open(&args, &cx) {
-        Ok(out) => out,
-        Err(why) => ToolOutput::tool_error(why),
-    });
+    // A grant's own display (§19) is started first (on its display thread), so the app
+    // gets its variables.
+    super::display::own::with_call_display(
+        cx,
+        done,
+        Box::new(move |cx, done| {
+            done.complete(match open(&args, &cx) {
+                Ok(out) => out,
+                Err(why) => ToolOutput::tool_error(why),
+            })
+        }),
+    );
 }
 
 /// The entry `app` names for this call, or why it may not be opened here.
@@ -454,6 +462,8 @@ fn app_env(cx: &CallContext) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
         ("WAYLAND_DISPLAY", &display.wayland_display),
         ("XDG_RUNTIME_DIR", &display.xdg_runtime_dir),
         ("PATH", &display.path),
+        // An own display's cookie (§19); else the session's, as kept above.
+        ("XAUTHORITY", &display.xauthority),
         // The display's session bus and accessibility bus, where desktop_snapshot reads
         // the app's tree.
         (

@@ -274,6 +274,8 @@ pub struct ToolConfig {
     /// Containment (§16); `None` uses no cgroup and changes nothing about the process
     /// (unit tests of other modules).
     pub confine: Option<Arc<crate::cgroup::Confine>>,
+    /// How a grant's own display is made (§19).
+    pub own_display: display::OwnOptions,
 }
 
 impl Default for ToolConfig {
@@ -295,6 +297,7 @@ impl Default for ToolConfig {
             apps: Vec::new(),
             app_dirs: None,
             confine: None,
+            own_display: display::OwnOptions::default(),
         }
     }
 }
@@ -331,6 +334,11 @@ impl<T> TtlCache<T> {
         (value, Duration::ZERO)
     }
 
+    /// Replace the value (it is known to be stale).
+    pub fn put(&self, value: Arc<T>) {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), value));
+    }
+
     /// The value and its age if a copy younger than `ttl` is at hand, without waiting (a
     /// computation in progress holds the lock): for callers that must not block.
     pub fn cached(&self, ttl: Duration) -> Option<(Arc<T>, Duration)> {
@@ -360,6 +368,8 @@ pub struct ToolHost {
     pub files: files::uploads::Uploads,
     /// The grants' cgroups (§16): every child a tool starts runs in one.
     pub confine: Arc<crate::cgroup::Confine>,
+    /// The grants' own displays (§19).
+    pub own_displays: display::OwnDisplays,
     /// The apps each grant started with `app_open` (§17).
     pub apps: apps::AppRuns,
     /// Each grant's refs of its last `desktop_snapshot`.
@@ -374,6 +384,7 @@ impl ToolHost {
             live: TtlCache::default(),
             sys_info_answers: sysinfo::AnswerCache::default(),
             display: display::DisplayState::default(),
+            own_displays: display::OwnDisplays::new(config.own_display.clone()),
             jobs: jobs::table::JobTable::new(config.jobs.clone()),
             files: files::uploads::Uploads::new(config.upload_bytes),
             apps: apps::AppRuns::default(),
@@ -414,6 +425,14 @@ pub fn start_local(name: &str, args: Value, cx: CallContext, done: Completion) {
         return;
     }
     match find(name) {
+        // A command's children get the grant's own display (§19): start it first.
+        Some(tool) if tool.class == Class::Shell && tool.needs == Needs::Bash => {
+            display::own::with_call_display(
+                cx,
+                done,
+                Box::new(move |cx, done| (tool.start)(args, cx, done)),
+            )
+        }
         Some(tool) => (tool.start)(args, cx, done),
         None => done.complete(ToolOutput::InvalidParams(format!("unknown tool: {name}"))),
     }

@@ -193,6 +193,8 @@ pub struct ToolPolicy {
     tools: Vec<&'static str>,
     /// The lent folder (vetted at `POST /attach`), beneath which the file tools work.
     folder: Option<PathBuf>,
+    /// `"display":"own"` (§19): the graphical tools and children use the grant's own display.
+    own_display: bool,
 }
 
 /// A list entry within the bounds, or the `400` that says which bound.
@@ -270,6 +272,7 @@ impl ToolPolicy {
             lists,
             tools,
             folder: None,
+            own_display: false,
         })
     }
 
@@ -278,6 +281,31 @@ impl ToolPolicy {
     pub fn with_folder(mut self, folder: Option<PathBuf>) -> ToolPolicy {
         self.folder = folder;
         self
+    }
+
+    /// This policy with the grant's own display (§19), or the `400` when none of its tools
+    /// uses a display.
+    pub fn with_own_display(mut self, own: bool) -> Result<ToolPolicy, String> {
+        if own
+            && !self.tools.iter().any(|t| {
+                super::find(t).is_some_and(|t| matches!(t.needs, super::Needs::Display(_)))
+            })
+        {
+            let names: Vec<&str> = super::display::gui_tools().map(|(t, _)| t.name).collect();
+            return Err(format!(
+                "\"display\":\"own\" needs a profile with display tools ({}); profile {} \
+                 has none",
+                names.join(", "),
+                self.profile
+            ));
+        }
+        self.own_display = own;
+        Ok(self)
+    }
+
+    /// Whether the grant has a display of its own (§19).
+    pub fn own_display(&self) -> bool {
+        self.own_display
     }
 
     /// The lent folder, if any.

@@ -151,14 +151,18 @@ pub(crate) fn command(
         .run(scope(cx), cx.grant.is_some(), job_id)
         .map_err(|e| format!("could not contain the command: {e}"))?;
     let mut cmd = group.command(&program);
+    // The call's display (§19): a grant's own display replaces the owner's session
+    // variables; the caller's `env` still wins.
+    let (unset, mut set) = super::display::call_display(cx).child_vars();
+    set.extend(env.iter().cloned());
     cmd.arg("-c")
         .arg(script)
         .env_clear()
         .envs(super::env::child_env(
             std::env::vars_os(),
             &cx.host.config,
-            &[],
-            env,
+            unset,
+            &set,
         ))
         .env(MARKER_ENV, job_id);
     if let Some(cwd) = cwd {

@@ -404,7 +404,7 @@ pub(crate) fn collect(cx: &CallContext) -> Value {
         cx.host
             .live
             .get(cx.host.config.sys_info_ttl, LiveFacts::read),
-        super::display::facts(&cx.host),
+        super::display::call_facts(cx),
         crate::base::timefmt::now_unix(),
     )
 }
@@ -617,6 +617,9 @@ pub fn start(_args: Value, cx: CallContext, done: Completion) {
 /// thread hops to a pool worker and back would cost more than the call.
 pub fn from_cache(cx: &CallContext) -> Option<ToolOutput> {
     let (live, age) = cx.host.live.cached(cx.host.config.sys_info_ttl)?;
+    if cx.policy.own_display() {
+        return None; // its own display's facts: answered on a worker
+    }
     let probe = cx.host.display.cached(&cx.host.config)?;
     let key = AnswerKey {
         policy: Arc::clone(&cx.policy),

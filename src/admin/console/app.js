@@ -316,6 +316,7 @@
     c.calls = fact(dl, 'calls');
     c.jobs = fact(dl, 'jobs');
     c.folder = fact(dl, 'lent folder');
+    c.screen = fact(dl, 'screen');
     c.approve = fact(dl, 'approve');
     c.remembered = fact(dl, 'approved for grant');
     c.ended = fact(dl, 'ended');
@@ -453,6 +454,8 @@
     show(c.allow, listText(g.allow));
     show(c.deny, listText(g.deny));
     show(c.folder, g.folder || '');
+    show(c.screen, g.display === 'own'
+      ? `its own${g.own_display && g.own_display.running ? ` (${g.own_display.display}, running)` : ' (starts on first use)'}` : '');
     show(c.approve, g.approve === 'shell' ? 'every shell tool' : listText(g.approve));
     show(c.remembered, listText(g.approved_for_grant));
     show(c.ended, ended ? String(g.ended ?? '') : '');
@@ -506,8 +509,9 @@
       profile: g.profile,
       ttl_secs: Math.min(MAX_TTL_SECS, left + RENEW_SECS),
     };
-    // The same lists and folder, or handnode would replace the grant instead of renewing it.
-    for (const k of ['allow', 'deny', 'approve', 'folder']) {
+    // The same lists, folder and display, or handnode would replace the grant instead of
+    // renewing it.
+    for (const k of ['allow', 'deny', 'approve', 'folder', 'display']) {
       if (g[k] !== undefined && g[k] !== null) body[k] = g[k];
     }
     body[c.renewKind.value] = c.renewSecret.value.trim();
@@ -592,6 +596,7 @@
       ['secret', 'credential'], ['admin_credential', 'credential'], ['approve', 'approve'],
       ['unknown tool in allow', 'allow'], ['allow', 'allow'], ['unknown tool in deny', 'deny'],
       ['deny', 'deny'], ['this grant would have no tools', 'allow'],
+      ['display', 'display'], ['"display":"own"', 'display'],
     ];
     for (const [prefix, field] of table) if (m.startsWith(prefix)) return field;
     return 'form';
@@ -620,7 +625,7 @@
 
   /** Fields we sent that the grant JSON does not echo: a handnode too old for them. */
   function ignoredFields(sent, grant) {
-    return ['allow', 'deny', 'approve', 'folder'].filter((k) => sent[k] !== undefined && grant && grant[k] === undefined);
+    return ['allow', 'deny', 'approve', 'folder', 'display'].filter((k) => sent[k] !== undefined && grant && grant[k] === undefined);
   }
 
   lendForm.addEventListener('submit', async (ev) => {
@@ -640,6 +645,7 @@
     if (deny.length) body.deny = deny;
     const folder = $('lend-folder').value.trim();
     if (folder) body.folder = folder;
+    if ($('lend-own-display').checked) body.display = 'own';
     const approve = radio('approve');
     if (approve === 'shell') body.approve = 'shell';
     else if (approve === 'named') body.approve = names($('lend-approve').value);
@@ -938,7 +944,7 @@
     m.textContent = more ? `Showing the newest ${calls.length}; older calls may be in the audit log.` : '';
   }
 
-  // ---- screen thumbnail (the owner's screenshot tool on /mcp) ----
+  // ---- screen thumbnail (the owner's screenshot tool on /mcp, or a grant's own display) ----
 
   let thumbTimer = null;
   let thumbBusy = false;
@@ -974,19 +980,31 @@
     const note = $('thumb-note');
     const img = $('thumb');
     try {
-      rpcId += 1;
-      const r = await api('POST', '/mcp', {
-        jsonrpc: '2.0', id: rpcId, method: 'tools/call',
-        params: { name: 'screenshot', arguments: { scale: THUMB_SCALE, format: 'jpeg', max_bytes: THUMB_MAX_BYTES } },
-      });
-      const result = r.data && r.data.result;
+      // A grant with a display of its own (§19): its screen, not the owner's.
+      const g = state.grants.find((x) => x.id === state.activityGrant);
+      const own = !!(g && g.display === 'own');
+      let result;
+      let r;
+      if (own) {
+        r = await api('GET', `/attach/${encodeURIComponent(g.id)}/screen`);
+        result = r.data;
+      } else {
+        rpcId += 1;
+        r = await api('POST', '/mcp', {
+          jsonrpc: '2.0', id: rpcId, method: 'tools/call',
+          params: { name: 'screenshot', arguments: { scale: THUMB_SCALE, format: 'jpeg', max_bytes: THUMB_MAX_BYTES } },
+        });
+        result = r.data && r.data.result;
+      }
       const blocks = result && Array.isArray(result.content) ? result.content : [];
       const image = blocks.find((b) => b && b.type === 'image' && typeof b.data === 'string');
       const text = blocks.filter((b) => b && b.type === 'text').map((b) => String(b.text)).join(' ');
       if (image && !result.isError && /^image\/(png|jpeg)$/.test(image.mimeType)) {
         img.src = `data:${image.mimeType};base64,${image.data}`;
         img.hidden = false;
-        note.textContent = `Taken ${new Date().toLocaleTimeString()}.`;
+        note.textContent = own
+          ? `The grant's own display (not yours), taken ${new Date().toLocaleTimeString()}.`
+          : `Taken ${new Date().toLocaleTimeString()}.`;
         thumbDelay = THUMB_MS;
       } else {
         const err = r.data && r.data.error ? r.data.error.message : text;

@@ -48,6 +48,8 @@ pub struct GrantArgs {
     pub approve: Option<Vec<String>>,
     /// The folder to lend (§18), made absolute against the working directory.
     pub folder: Option<PathBuf>,
+    /// `"display":"own"` (§19): the grant gets a headless display of its own.
+    pub own_display: bool,
     pub wait: bool,
     /// How long `--wait` waits for the attach before it gives up (the grant keeps dialing).
     pub wait_secs: u64,
@@ -118,6 +120,7 @@ pub(crate) struct OperatorDraft {
     reason: Option<String>,
     approve: Option<Vec<String>>,
     folder: Option<PathBuf>,
+    own_display: bool,
 }
 
 /// `--allow`/`--deny` values: each may itself be a comma-separated list.
@@ -315,6 +318,13 @@ pub(super) const GRANT_FLAGS: &[Flag<OperatorDraft>] = &[
                 Ok(())
             },
         },
+    },
+    Flag {
+        name: "own-display",
+        env: false,
+        default: "",
+        help: "Give the grant a headless display of its own (\"display\":\"own\"), started on its first graphical or bash call, so the agent never touches your screen; needs a profile with display tools (desktop, owner, observe).",
+        kind: Kind::Switch(|d| d.own_display = true),
     },
     Flag {
         name: "folder",
@@ -594,6 +604,7 @@ pub(super) fn parse_operator(
                 credential,
                 approve: draft.approve.take(),
                 folder: draft.folder.take(),
+                own_display: draft.own_display,
                 wait: draft.wait,
                 wait_secs: draft.wait_secs.unwrap_or(DEFAULT_WAIT_SECS),
                 replace: draft.replace,
@@ -652,7 +663,7 @@ pub(super) fn parse_operator(
 /// `handnode grant|grants|revoke --help`.
 pub(super) fn help(sub: &str) -> String {
     let head = match sub {
-        "grant" => "Usage: handnode grant --runtime URL --session NAME (--secret-file PATH | --admin-credential-file PATH)\n                      [--profile PROFILE] [--allow TOOL]... [--deny TOOL]... [--ttl DURATION]\n                      [--folder DIR] [--wait [--wait-secs N]] [--replace] [--json] [--url URL]\n\nAsk the running daemon to lend this box to a pod session; says whether it created, renewed\n(same tools again: same id and socket, new deadline and secret) or replaced (--replace, when\na live grant of the session has other tools) a grant. Exit 0 ok, 1 daemon unreachable or\nrefused, 2 bad usage or a replace without --replace, 3 the grant ended while --wait waited,\n4 --wait gave up after --wait-secs (the grant keeps dialing).\n",
+        "grant" => "Usage: handnode grant --runtime URL --session NAME (--secret-file PATH | --admin-credential-file PATH)\n                      [--profile PROFILE] [--allow TOOL]... [--deny TOOL]... [--ttl DURATION]\n                      [--folder DIR] [--own-display] [--wait [--wait-secs N]] [--replace] [--json] [--url URL]\n\nAsk the running daemon to lend this box to a pod session; says whether it created, renewed\n(same tools again: same id and socket, new deadline and secret) or replaced (--replace, when\na live grant of the session has other tools) a grant. Exit 0 ok, 1 daemon unreachable or\nrefused, 2 bad usage or a replace without --replace, 3 the grant ended while --wait waited,\n4 --wait gave up after --wait-secs (the grant keeps dialing).\n",
         "grants" => "Usage: handnode grants [--json] [--url URL]\n\nList the daemon's grants: live ones and those ended in the last 10 minutes.\n",
         "approvals" => "Usage: handnode approvals [--watch] [--json] [--url URL]\n\nList the tool calls waiting for your approval (a grant's approve list names their tool), oldest\nfirst, with their arguments. --watch keeps listing as calls arrive and leave.\n",
         "approve" => "Usage: handnode approve ID [--remember] [--url URL]\n\nLet one waiting call run. With --remember, later calls of its tool under that grant run\nwithout asking until the grant ends. Exit 1 when the id is unknown, already decided, expired\nor withdrawn.\n",

@@ -33,6 +33,9 @@ pub(super) fn grant(
     if let Some(folder) = &args.folder {
         body["folder"] = json!(folder.to_string_lossy());
     }
+    if args.own_display {
+        body["display"] = json!("own");
+    }
     if let Some(ttl) = args.ttl_secs {
         body["ttl_secs"] = json!(ttl);
     }

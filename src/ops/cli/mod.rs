@@ -686,6 +686,7 @@ mod tests {
             credential: Credential::Secret(Secret::new("s3")),
             approve: None,
             folder: None,
+            own_display: false,
             wait,
             wait_secs: DEFAULT_WAIT_SECS,
             replace: false,
@@ -842,7 +843,7 @@ mod tests {
     fn grant_sends_lists_and_shows_whether_the_grant_reaches_a_shell() {
         let reply = grant_json(
             "idle",
-            r#","profile":"custom","allow":["sys_info","bash"],"deny":[],"tools":["sys_info","bash"],"folder":"/srv/lent","shell":"yes","shell_because":"bash is a shell tool""#,
+            r#","profile":"custom","allow":["sys_info","bash"],"deny":[],"tools":["sys_info","bash"],"folder":"/srv/lent","display":"own","shell":"yes","shell_because":"bash is a shell tool""#,
         );
         let stub = Stub::start(vec![(202, reply)]);
         let Command::Grant(mut args) = grant_args(stub.client(Some("tok")), false) else {
@@ -852,11 +853,14 @@ mod tests {
         args.allow = vec!["sys_info".into(), "bash".into()];
         args.deny = vec!["key".into()];
         args.folder = Some(PathBuf::from("/srv/lent"));
+        args.own_display = true;
         let (code, out, _) = run_captured(&Command::Grant(args));
         let seen = stub.finish();
         assert_eq!(code, EXIT_OK);
         let body: Value = serde_json::from_str(&seen[0].body).unwrap();
         assert_eq!(body["folder"], "/srv/lent");
+        assert_eq!(body["display"], "own");
+        assert!(out.contains("  display: its own"), "{out}");
         assert_eq!(body["profile"], "custom", "--allow implies custom");
         assert_eq!(body["allow"], json!(["sys_info", "bash"]));
         assert_eq!(body["deny"], json!(["key"]));

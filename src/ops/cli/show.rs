@@ -96,6 +96,9 @@ pub(super) fn describe(grant: &Value) -> String {
     if let Some(folder) = grant.get("folder").and_then(Value::as_str) {
         text.push_str(&format!("  lent folder: {folder}\n"));
     }
+    if grant.get("display").and_then(Value::as_str) == Some("own") {
+        text.push_str("  display: its own (headless; your screen is not touched)\n");
+    }
     let names = |v: Option<&Value>| match v {
         Some(Value::String(s)) => Some(s.clone()),
         Some(Value::Array(a)) if !a.is_empty() => Some(

@@ -8,6 +8,7 @@ mod descriptors;
 mod helper;
 mod image;
 pub mod keys;
+pub mod own;
 mod probe;
 mod tools;
 mod wayland;
@@ -24,7 +25,7 @@ use serde_json::{json, Value};
 
 use super::args::{self, Naming};
 use super::process::ProcessWatcher;
-use super::{CallContext, Needs, Tool, ToolConfig, ToolHost, TtlCache};
+use super::{CallContext, Needs, Tool, ToolConfig, TtlCache};
 use crate::config::DisplayBackend;
 use crate::pool::{Completion, JobCtl};
 use crate::profiles::{Class, Profile};
@@ -63,6 +64,7 @@ pub(super) const MAX_SCALE: f64 = 2.0;
 
 pub use arguments::*;
 pub use descriptors::*;
+pub use own::{call_display, CallDisplay, OwnDisplays, OwnOptions};
 pub use probe::*;
 pub use tools::*;
 
@@ -90,6 +92,25 @@ impl DisplayState {
         self.cache
             .get(cfg.display_probe_ttl, || probe_now(cfg, processes))
             .0
+    }
+
+    /// The probe of an own display (§19) with its variables, reused for
+    /// `display_probe_ttl` (a restarted display has new variables: probed afresh).
+    pub(super) fn probe_env(
+        &self,
+        cfg: &ToolConfig,
+        env: DisplayEnv,
+        processes: &ProcessWatcher,
+    ) -> Arc<Probe> {
+        let (probe, _) = self.cache.get(cfg.display_probe_ttl, || {
+            probe_with(cfg, env.clone(), DisplayBackend::X11, processes)
+        });
+        if probe.env == env {
+            return probe;
+        }
+        let fresh = Arc::new(probe_with(cfg, env, DisplayBackend::X11, processes));
+        self.cache.put(Arc::clone(&fresh));
+        fresh
     }
 
     /// Queue a graphical action for the display thread, starting it on first use. Actions
@@ -159,13 +180,32 @@ pub fn query(
     .map_err(RunError::message)
 }
 
-/// Backend, displays and which graphical tools work (and why not), for `sys_info`.
-pub fn facts(host: &ToolHost) -> Value {
+/// Backend, displays and which graphical tools work (and why not), of the box's display.
+pub fn facts(host: &super::ToolHost) -> Value {
     host.display.probe(&host.config, &host.processes).to_json()
 }
 
-/// Run `work` on the display thread with a fresh probe; its output completes `done`.
-/// The accessibility tools (`tools::a11y`) run here too, in order with clicks and keys.
+/// [`facts`] of the call's display (the grant's own, §19, when it has one), for `sys_info`.
+pub fn call_facts(cx: &CallContext) -> Value {
+    let host = &cx.host;
+    let Some(own) = own::own_of(cx) else {
+        return facts(host);
+    };
+    let mut out = match own.env_now(&host.config) {
+        Some(env) => own
+            .state
+            .probe_env(&host.config, env, &host.processes)
+            .to_json(),
+        None => own::idle_facts(&host.config),
+    };
+    out["own_display"] = own.to_json();
+    out
+}
+
+/// Run `work` on the call's display thread with a fresh probe; its output completes
+/// `done`. The display is the call's ([`own::call_display`]): the box's, or the grant's
+/// own, which this starts on first use (§19) on that display's own thread. The
+/// accessibility tools (`tools::a11y`) run here too, in order with clicks and keys.
 pub(crate) fn dispatch(
     cx: CallContext,
     done: Completion,
@@ -173,8 +213,10 @@ pub(crate) fn dispatch(
     work: impl FnOnce(&Probe, &CallContext) -> ToolOutput + Send + 'static,
 ) {
     let host = cx.host.clone();
+    let own = own::own_of(&cx);
     let slot = Arc::new(Mutex::new(Some(done)));
     let job_slot = slot.clone();
+    let job_own = own.clone();
     let job: Job = Box::new(move || {
         let Some(done) = job_slot.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return;
@@ -183,14 +225,31 @@ pub(crate) fn dispatch(
             done.complete(ToolOutput::tool_error("cancelled before it started"));
             return;
         }
-        let probe = cx.host.display.probe(&cx.host.config, &cx.host.processes);
+        let probe = match &job_own {
+            None => cx.host.display.probe(&cx.host.config, &cx.host.processes),
+            Some(own) => match own.ensure(&cx.host.config, &cx.host.confine) {
+                Ok(env) => own
+                    .state
+                    .probe_env(&cx.host.config, env, &cx.host.processes),
+                Err(why) => {
+                    return done.complete(ToolOutput::tool_error(format!(
+                        "{} unavailable: {why}",
+                        tool.name()
+                    )))
+                }
+            },
+        };
         let out = match probe.ready(tool) {
             Ok(()) => work(&probe, &cx),
             Err(why) => ToolOutput::tool_error(format!("{} unavailable: {why}", tool.name())),
         };
         done.complete(out);
     });
-    if let Err(why) = host.display.submit(job) {
+    let state = match &own {
+        Some(own) => &own.state,
+        None => &host.display,
+    };
+    if let Err(why) = state.submit(job) {
         if let Some(done) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
             done.complete(ToolOutput::tool_error(why));
         }

@@ -56,18 +56,22 @@ pub struct DisplayEnv {
     pub xdg_runtime_dir: Option<String>,
     pub swaysock: Option<String>,
     pub path: Option<String>,
-    /// The session bus, where `org.a11y.Bus.GetAddress` names the accessibility bus.
+    /// The X cookie file (an own display's, §19; else the session's, if set).
+    pub xauthority: Option<String>,
+    /// The session bus, where `org.a11y.Bus.GetAddress` names the accessibility bus (an own
+    /// display's private one, §19).
     pub dbus_session_bus_address: Option<String>,
     /// The accessibility bus itself, when the session says where it is.
     pub at_spi_bus_address: Option<String>,
 }
 
-pub(super) const DISPLAY_VARS: [&str; 7] = [
+pub(super) const DISPLAY_VARS: [&str; 8] = [
     "DISPLAY",
     "WAYLAND_DISPLAY",
     "XDG_RUNTIME_DIR",
     "SWAYSOCK",
     "PATH",
+    "XAUTHORITY",
     "DBUS_SESSION_BUS_ADDRESS",
     "AT_SPI_BUS_ADDRESS",
 ];
@@ -87,18 +91,20 @@ impl DisplayEnv {
             xdg_runtime_dir: get("XDG_RUNTIME_DIR"),
             swaysock: get("SWAYSOCK"),
             path: get("PATH"),
+            xauthority: get("XAUTHORITY"),
             dbus_session_bus_address: get("DBUS_SESSION_BUS_ADDRESS"),
             at_spi_bus_address: get("AT_SPI_BUS_ADDRESS"),
         }
     }
 
-    pub(super) fn pairs(&self) -> [(&'static str, &Option<String>); 7] {
+    pub fn pairs(&self) -> [(&'static str, &Option<String>); 8] {
         [
             ("DISPLAY", &self.display),
             ("WAYLAND_DISPLAY", &self.wayland_display),
             ("XDG_RUNTIME_DIR", &self.xdg_runtime_dir),
             ("SWAYSOCK", &self.swaysock),
             ("PATH", &self.path),
+            ("XAUTHORITY", &self.xauthority),
             ("DBUS_SESSION_BUS_ADDRESS", &self.dbus_session_bus_address),
             ("AT_SPI_BUS_ADDRESS", &self.at_spi_bus_address),
         ]
@@ -418,13 +424,28 @@ pub(super) const NO_DISPLAY: &str = "no display: neither WAYLAND_DISPLAY nor DIS
 /// Look at the environment and the display servers now. Cheap: environment, socket
 /// existence, `PATH`, and one short query of the chosen display server.
 pub fn probe_now(cfg: &ToolConfig, processes: &ProcessWatcher) -> Probe {
-    let env = DisplayEnv::from_config(cfg);
+    probe_with(
+        cfg,
+        DisplayEnv::from_config(cfg),
+        cfg.display_backend,
+        processes,
+    )
+}
+
+/// [`probe_now`] for a given environment and backend: a grant's own display (§19) is
+/// probed as X11 with its own variables.
+pub fn probe_with(
+    cfg: &ToolConfig,
+    env: DisplayEnv,
+    requested: DisplayBackend,
+    processes: &ProcessWatcher,
+) -> Probe {
     let helpers = HELPERS
         .iter()
         .map(|(h, _)| (*h, which(h, env.path.as_deref())))
         .collect();
     let mut p = Probe {
-        requested: cfg.display_backend,
+        requested,
         backend: None,
         env,
         helpers,
@@ -434,7 +455,7 @@ pub fn probe_now(cfg: &ToolConfig, processes: &ProcessWatcher) -> Probe {
         notes: Vec::new(),
     };
     let timeout = cfg.display_helper_timeout;
-    match cfg.display_backend {
+    match requested {
         DisplayBackend::None => {
             p.problem = Some(
                 "graphical tools are turned off on this box (--display-backend none); \

@@ -1,0 +1,84 @@
+//! A grant's own display (contract §19): its settings (`--own-display-size`,
+//! `--max-own-displays`, its timeouts), declared here below `tools`, which runs them
+//! (`tools::display::own`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Default `--own-display-size`.
+pub const DEFAULT_SIZE: (u32, u32) = (1280, 800);
+/// Smallest and largest edge `--own-display-size` accepts (pixels).
+pub const MIN_EDGE: u32 = 64;
+pub const MAX_EDGE: u32 = 8192;
+/// Default and largest `--max-own-displays`.
+pub const DEFAULT_MAX: usize = 2;
+pub const MAX_MAX: usize = 16;
+
+/// Parse `--own-display-size`: `WxH`, each edge in `MIN_EDGE..=MAX_EDGE`.
+pub fn parse_size(text: &str) -> Result<(u32, u32), String> {
+    let wrong = || {
+        format!(
+            "--own-display-size must be WIDTHxHEIGHT with each edge {MIN_EDGE}..{MAX_EDGE}, \
+             e.g. 1280x800; got {text:?}"
+        )
+    };
+    let (w, h) = text.split_once(['x', 'X']).ok_or_else(wrong)?;
+    let edge = |s: &str| -> Result<u32, String> {
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) || s.len() > 6 {
+            return Err(wrong());
+        }
+        let n: u32 = s.parse().map_err(|_| wrong())?;
+        (MIN_EDGE..=MAX_EDGE)
+            .contains(&n)
+            .then_some(n)
+            .ok_or_else(wrong)
+    };
+    Ok((edge(w)?, edge(h)?))
+}
+
+/// How own displays are made here. Built from the configuration.
+#[derive(Clone, Debug)]
+pub struct OwnDisplaySettings {
+    pub size: (u32, u32),
+    /// Own displays running at once (`--max-own-displays`).
+    pub max: usize,
+    /// From spawning Xvfb to the display (and the bus) answering.
+    pub start_timeout: Duration,
+    /// From SIGTERM to SIGKILL when stopping.
+    pub stop_timeout: Duration,
+    /// Parent of every grant's runtime directory; `None`: the default
+    /// (`$XDG_RUNTIME_DIR/handnode-displays`, else `/tmp/handnode-displays-<uid>`).
+    pub dir: Option<PathBuf>,
+    /// Where the X server keeps its sockets and lock files (`/tmp`; a test may not change it,
+    /// Xvfb does not let it be changed, but the cleanup's reading of it is one place).
+    pub x_tmp: PathBuf,
+}
+
+impl Default for OwnDisplaySettings {
+    fn default() -> Self {
+        OwnDisplaySettings {
+            size: DEFAULT_SIZE,
+            max: DEFAULT_MAX,
+            start_timeout: Duration::from_secs(10),
+            stop_timeout: Duration::from_secs(2),
+            dir: None,
+            x_tmp: PathBuf::from("/tmp"),
+        }
+    }
+}
+
+impl OwnDisplaySettings {
+    /// The parent of the runtime directories.
+    pub fn parent(&self) -> PathBuf {
+        if let Some(d) = &self.dir {
+            return d.clone();
+        }
+        match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+            Some(rt) => PathBuf::from(rt).join("handnode-displays"),
+            None => PathBuf::from(format!(
+                "/tmp/handnode-displays-{}",
+                rustix::process::getuid().as_raw()
+            )),
+        }
+    }
+}
