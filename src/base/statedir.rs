@@ -5,7 +5,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::base::error::Error;
 
@@ -133,6 +133,28 @@ pub const LOCK_FILE: &str = "handnode.lock";
 #[derive(Debug)]
 pub struct StateLock {
     _file: File,
+    path: PathBuf,
+}
+
+impl Drop for StateLock {
+    fn drop(&mut self) {
+        held_here().remove(&self.path);
+    }
+}
+
+/// Longest wait for a lock that names this very process but that no live [`StateLock`] of
+/// it holds: a child it forked keeps a copy of the lock file until it execs, so a daemon
+/// restarted in the same process (as the tests do) can find its predecessor's lock still
+/// held for a moment. Any other holder is refused at once.
+pub const FORKED_COPY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The lock files this process holds through a live [`StateLock`].
+fn held_here() -> std::sync::MutexGuard<'static, std::collections::HashSet<PathBuf>> {
+    static HELD: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<PathBuf>>> =
+        std::sync::OnceLock::new();
+    HELD.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
 }
 
 /// Take the state dir for this process before anything reads or changes what is in it (crash
@@ -152,7 +174,25 @@ pub fn lock_state_dir(dir: &Path) -> Result<StateLock, Error> {
         &path,
     )
     .map_err(|e| Error::io(format!("cannot open the lock file {}", path.display()), e))?;
-    if let Err(e) = rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+    let try_lock =
+        |file: &File| rustix::fs::flock(file, rustix::fs::FlockOperation::NonBlockingLockExclusive);
+    let mut locked = try_lock(&file);
+    if locked == Err(rustix::io::Errno::WOULDBLOCK) && !held_here().contains(&path) {
+        let mut held = String::new();
+        let _ = file.read_to_string(&mut held);
+        if held.trim().parse::<u32>() == Ok(std::process::id()) {
+            let deadline = std::time::Instant::now() + FORKED_COPY_WAIT;
+            while locked == Err(rustix::io::Errno::WOULDBLOCK)
+                && std::time::Instant::now() < deadline
+            {
+                // No signal exists for "the child exec'd"; the wait is bounded and rare.
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                locked = try_lock(&file);
+            }
+        }
+        let _ = file.seek(io::SeekFrom::Start(0));
+    }
+    if let Err(e) = locked {
         if e != rustix::io::Errno::WOULDBLOCK {
             return Err(Error::io(
                 format!("cannot lock {}", path.display()),
@@ -176,7 +216,8 @@ pub fn lock_state_dir(dir: &Path) -> Result<StateLock, Error> {
         .set_len(0)
         .and_then(|_| file.seek(io::SeekFrom::Start(0)))
         .and_then(|_| file.write_all(format!("{pid}\n").as_bytes()));
-    Ok(StateLock { _file: file })
+    held_here().insert(path.clone());
+    Ok(StateLock { _file: file, path })
 }
 
 #[cfg(test)]
@@ -196,5 +237,28 @@ mod lock_tests {
         drop(first);
         // Released with the file: the next start takes it.
         let _again = lock_state_dir(&dir.0).unwrap();
+    }
+
+    #[test]
+    fn a_copy_left_in_a_child_of_this_process_is_waited_for_not_refused() {
+        let dir = TempDir::new("statelock-fork");
+        let first = lock_state_dir(&dir.0).unwrap();
+        // What a forked child that has not exec'd yet holds: the same open file description.
+        let copy = first._file.try_clone().unwrap();
+        drop(first);
+        // The child execs a moment later, closing its copy.
+        let child = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            drop(copy);
+        });
+        let taken = lock_state_dir(&dir.0);
+        child.join().unwrap();
+        assert!(taken.is_ok(), "{:?}", taken.as_ref().err());
+        drop(taken);
+        // A holder that is not this process's own leftover is still refused at once.
+        let _mine = lock_state_dir(&dir.0).unwrap();
+        let started = std::time::Instant::now();
+        assert!(lock_state_dir(&dir.0).is_err());
+        assert!(started.elapsed() < FORKED_COPY_WAIT);
     }
 }
