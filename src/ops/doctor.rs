@@ -1170,7 +1170,9 @@ mod tests {
                     assert_eq!(line.status, Status::Ok, "{line:?}");
                     checked += 1;
                 }
-                crate::tools::Needs::Nothing | crate::tools::Needs::Bash => {
+                crate::tools::Needs::Nothing
+                | crate::tools::Needs::Bash
+                | crate::tools::Needs::Screen => {
                     assert!(line.is_none(), "{line:?}")
                 }
             }

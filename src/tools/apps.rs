@@ -107,7 +107,7 @@ see its window.",
     output_schema: Some(open_output_schema),
     start: open_start,
     inline: None,
-    needs: Needs::Nothing,
+    needs: Needs::Screen,
     profiles: PROFILES,
 };
 

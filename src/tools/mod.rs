@@ -120,6 +120,9 @@ pub enum Needs {
     Bash,
     /// The display backend's readiness for this graphical tool ([`display::Probe::ready`]).
     Display(display::Gui),
+    /// A screen of any backend for the windows it starts (`app_open`): the call's display
+    /// (the box's, or the grant's own) has a backend.
+    Screen,
 }
 
 impl Tool {
@@ -805,6 +808,28 @@ mod tests {
     }
 
     #[test]
+    fn app_open_works_only_where_there_is_a_screen() {
+        let facts = sysinfo::StaticFacts::gather();
+        let policy = ToolPolicy::fixed(Profile::Desktop).unwrap();
+        let status = |display: &Value| {
+            sysinfo::tool_status(&policy, &facts, display)
+                .into_iter()
+                .find(|t| t["name"] == apps::OPEN.name)
+                .expect("app_open is in desktop")
+        };
+        let x11 = display::Probe::working_x11().to_json();
+        assert_eq!(status(&x11)["works"], true);
+        let mut none = x11.clone();
+        none["backend"] = json!("none");
+        let t = status(&none);
+        assert_eq!(t["works"], false, "{t}");
+        assert!(t["why"].as_str().unwrap().contains("display"), "{t}");
+        let mut broken = x11;
+        broken["problem"] = json!("DISPLAY=:7 does not answer");
+        assert_eq!(status(&broken)["why"], "DISPLAY=:7 does not answer");
+    }
+
+    #[test]
     fn every_tool_has_a_readiness_fact_in_sys_info() {
         let facts = sysinfo::StaticFacts::gather();
         let display = display::Probe::working_x11().to_json();
@@ -837,7 +862,7 @@ mod tests {
                         tool.name
                     );
                 }
-                Needs::Nothing | Needs::Bash => {}
+                Needs::Nothing | Needs::Bash | Needs::Screen => {}
             }
         }
         for gui in display::Gui::ALL {

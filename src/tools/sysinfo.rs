@@ -291,6 +291,11 @@ pub(crate) fn tool_status(policy: &ToolPolicy, facts: &StaticFacts, display: &Va
             let status = match tool.needs {
                 Needs::Nothing => Ok(()),
                 Needs::Bash => facts.bash_status(),
+                Needs::Screen => match (display["backend"].as_str(), display["problem"].as_str()) {
+                    (_, Some(problem)) => Err(problem.to_string()),
+                    (Some(backend), None) if backend != "none" => Ok(()),
+                    _ => Err("no display to start windows on".to_string()),
+                },
                 Needs::Display(_) => match display["tools"].get(name) {
                     Some(t) if t["works"] == true => Ok(()),
                     Some(t) => Err(t["why"]

@@ -176,7 +176,7 @@ pub fn gui_tools() -> impl Iterator<Item = (&'static Tool, Gui)> {
         .iter()
         .filter_map(|t| match t.needs {
             Needs::Display(g) => Some((*t, g)),
-            Needs::Nothing | Needs::Bash => None,
+            Needs::Nothing | Needs::Bash | Needs::Screen => None,
         })
 }
 
