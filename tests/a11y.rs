@@ -834,40 +834,6 @@ fn print_a_list() {
     }
 }
 
-/// A call as a grant `id` makes it (its refs are the grant's own).
-fn call_in_grant(
-    host: &Arc<ToolHost>,
-    id: &str,
-    name: &str,
-    args: Value,
-) -> handnode::wire::mcp::ToolOutput {
-    use handnode::tools::{CallContext, CallLimits, GrantNote};
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    let cx = CallContext {
-        policy: Arc::new(handnode::tools::policy::ToolPolicy::fixed(Profile::Desktop).unwrap()),
-        grant: Some(GrantNote {
-            id: id.to_string(),
-            session: "s".into(),
-            expires_at: u64::MAX / 2,
-            approve: Vec::new(),
-            approval_wait: Duration::from_secs(1),
-        }),
-        limits: CallLimits::GRANT,
-        ctl: handnode::pool::JobCtl::new(),
-        host: host.clone(),
-        principal: "test".into(),
-    };
-    handnode::tools::start_local(
-        name,
-        args,
-        cx,
-        handnode::pool::Completion::new(move |out| {
-            let _ = tx.send(out);
-        }),
-    );
-    rx.recv_timeout(CALL_WATCHDOG).expect("the call answered")
-}
-
 #[test]
 fn refs_belong_to_the_grant_that_took_the_snapshot() {
     let Some((_session, host, mut zenity, _)) = question_buttons("grant_refs") else {

@@ -167,11 +167,46 @@ pub fn call_ctl(
     args: Value,
     ctl: Arc<JobCtl>,
 ) -> ToolOutput {
+    call_with(host, profile, None, name, args, ctl)
+}
+
+/// A `desktop` call as grant `id` makes it (what is kept per grant, such as accessibility
+/// refs, is that grant's own).
+pub fn call_in_grant(host: &Arc<ToolHost>, id: &str, name: &str, args: Value) -> ToolOutput {
+    let grant = tools::GrantNote {
+        id: id.to_string(),
+        session: "s".into(),
+        expires_at: u64::MAX / 2,
+        approve: Vec::new(),
+        approval_wait: Duration::from_secs(1),
+    };
+    call_with(
+        host,
+        Profile::Desktop,
+        Some(grant),
+        name,
+        args,
+        JobCtl::new(),
+    )
+}
+
+fn call_with(
+    host: &Arc<ToolHost>,
+    profile: Profile,
+    grant: Option<tools::GrantNote>,
+    name: &str,
+    args: Value,
+    ctl: Arc<JobCtl>,
+) -> ToolOutput {
     let (tx, rx) = crossbeam_channel::bounded(1);
+    let limits = match grant {
+        Some(_) => CallLimits::GRANT,
+        None => CallLimits::LOCAL_HTTP,
+    };
     let cx = CallContext {
         policy: Arc::new(ToolPolicy::fixed(profile).expect("a fixed profile")),
-        grant: None,
-        limits: CallLimits::LOCAL_HTTP,
+        grant,
+        limits,
         ctl,
         host: host.clone(),
         principal: "test".into(),
