@@ -177,20 +177,23 @@ pub fn lock_state_dir(dir: &Path) -> Result<StateLock, Error> {
     let try_lock =
         |file: &File| rustix::fs::flock(file, rustix::fs::FlockOperation::NonBlockingLockExclusive);
     let mut locked = try_lock(&file);
-    if locked == Err(rustix::io::Errno::WOULDBLOCK) && !held_here().contains(&path) {
+    // The pid the holder wrote (read again when asked: after a wait it may be another's).
+    let holder = |file: &mut File| -> Option<u32> {
         let mut held = String::new();
-        let _ = file.read_to_string(&mut held);
-        if held.trim().parse::<u32>() == Ok(std::process::id()) {
-            let deadline = std::time::Instant::now() + FORKED_COPY_WAIT;
-            while locked == Err(rustix::io::Errno::WOULDBLOCK)
-                && std::time::Instant::now() < deadline
-            {
-                // No signal exists for "the child exec'd"; the wait is bounded and rare.
-                std::thread::sleep(std::time::Duration::from_millis(5));
-                locked = try_lock(&file);
-            }
+        file.seek(io::SeekFrom::Start(0)).ok()?;
+        file.read_to_string(&mut held).ok()?;
+        held.trim().parse().ok()
+    };
+    if locked == Err(rustix::io::Errno::WOULDBLOCK)
+        && !held_here().contains(&path)
+        && holder(&mut file) == Some(std::process::id())
+    {
+        let deadline = std::time::Instant::now() + FORKED_COPY_WAIT;
+        while locked == Err(rustix::io::Errno::WOULDBLOCK) && std::time::Instant::now() < deadline {
+            // No signal exists for "the child exec'd"; the wait is bounded and rare.
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            locked = try_lock(&file);
         }
-        let _ = file.seek(io::SeekFrom::Start(0));
     }
     if let Err(e) = locked {
         if e != rustix::io::Errno::WOULDBLOCK {
@@ -199,11 +202,9 @@ pub fn lock_state_dir(dir: &Path) -> Result<StateLock, Error> {
                 e.into(),
             ));
         }
-        let mut held = String::new();
-        let _ = file.read_to_string(&mut held);
-        let who = match held.trim().parse::<u32>() {
-            Ok(pid) => format!("handnode pid {pid}"),
-            Err(_) => "another handnode".to_string(),
+        let who = match holder(&mut file) {
+            Some(pid) => format!("handnode pid {pid}"),
+            None => "another handnode".to_string(),
         };
         return Err(Error::Config(format!(
             "state dir {} is in use by {who}, which is running: nothing was changed; stop it first (systemctl --user stop handnode, or kill that pid), or give this one another --state-dir",
