@@ -457,24 +457,15 @@ fn app_env(cx: &CallContext) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
         })
     });
     let display = call_display_env(cx);
-    let mut set: Vec<(String, String)> = [
-        ("DISPLAY", &display.display),
-        ("WAYLAND_DISPLAY", &display.wayland_display),
-        ("XDG_RUNTIME_DIR", &display.xdg_runtime_dir),
-        ("PATH", &display.path),
-        // An own display's cookie (§19); else the session's, as kept above.
-        ("XAUTHORITY", &display.xauthority),
-        // The display's session bus and accessibility bus, where desktop_snapshot reads
-        // the app's tree.
-        (
-            "DBUS_SESSION_BUS_ADDRESS",
-            &display.dbus_session_bus_address,
-        ),
-        ("AT_SPI_BUS_ADDRESS", &display.at_spi_bus_address),
-    ]
-    .into_iter()
-    .filter_map(|(k, v)| v.as_ref().map(|v| (k.to_string(), v.clone())))
-    .collect();
+    // Every display variable (an own display's cookie, §19; the session and accessibility
+    // buses where desktop_snapshot reads the app's tree) but the compositor's control
+    // socket: an app has no business driving sway.
+    let mut set: Vec<(String, String)> = display
+        .pairs()
+        .into_iter()
+        .filter(|(name, _)| *name != "SWAYSOCK")
+        .filter_map(|(k, v)| v.as_ref().map(|v| (k.to_string(), v.clone())))
+        .collect();
     if display.path.is_none() {
         set.push(("PATH".into(), search_path(cx)));
     }
@@ -851,6 +842,37 @@ mod tests {
             text(&out).contains("not an app this grant may open"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn an_app_gets_every_display_variable_but_the_compositors_socket() {
+        let vars = [
+            ("DISPLAY", ":99"),
+            ("SWAYSOCK", "/run/sway.sock"),
+            ("XAUTHORITY", "/run/cookie"),
+            ("DBUS_SESSION_BUS_ADDRESS", "unix:path=/run/bus"),
+            ("AT_SPI_BUS_ADDRESS", "unix:path=/run/a11y"),
+        ];
+        let host = ToolHost::new(ToolConfig {
+            display_env: Some(
+                vars.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..ToolConfig::default()
+        })
+        .unwrap();
+        let env: std::collections::BTreeMap<_, _> = app_env(&cx(&host, Profile::Desktop, "g"))
+            .into_iter()
+            .map(|(k, v)| (k.into_string().unwrap(), v.into_string().unwrap()))
+            .collect();
+        for (name, value) in vars {
+            match name {
+                "SWAYSOCK" => assert!(!env.contains_key(name), "{env:?}"),
+                _ => assert_eq!(env.get(name).map(String::as_str), Some(value), "{name}"),
+            }
+        }
+        assert!(env.contains_key("PATH"), "{env:?}");
     }
 
     #[test]
