@@ -91,19 +91,22 @@ impl Drop for OwnerScreen {
     }
 }
 
+/// The daemon's display environment: the owner's screen, and a plain `PATH`.
+fn owner_env(display: &str) -> std::collections::BTreeMap<String, String> {
+    [
+        ("DISPLAY", display),
+        ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
 fn daemon(tag: &str, owner: &OwnerScreen, max: usize) -> TestDaemon {
     let display = owner.display.clone();
     TestDaemon::with(tag, move |c| {
         quiet_liveness(c);
-        c.display_env = Some(
-            [
-                ("DISPLAY", display.as_str()),
-                ("PATH", "/usr/local/bin:/usr/bin:/bin"),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        );
+        c.display_env = Some(owner_env(&display));
         c.own_display.size = (640, 480);
         c.own_display.max = max;
         c.own_display.stop_timeout = Duration::from_millis(500);
@@ -621,15 +624,7 @@ fn app_open_starts_the_app_on_the_grants_own_display() {
     let display = owner.display.clone();
     let d = TestDaemon::with("own-display-apps-d", move |c| {
         quiet_liveness(c);
-        c.display_env = Some(
-            [
-                ("DISPLAY", display.as_str()),
-                ("PATH", "/usr/local/bin:/usr/bin:/bin"),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        );
+        c.display_env = Some(owner_env(&display));
         c.apps = entries;
     });
     let pod = StubPod::start();
