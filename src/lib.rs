@@ -16,6 +16,7 @@ pub mod ops;
 pub mod pool;
 pub mod profiles;
 pub mod tools;
+pub mod walls;
 pub mod wire;
 
 pub use base::error::Error;
@@ -122,6 +123,14 @@ impl Daemon {
             config.limits.grant_ceiling(),
         ));
         confine.clean_leftovers();
+        // Where throwaway browsers live, when there is a browser tier: hidden from the
+        // shells of grants with their own display too.
+        let browser_dir = config.browser_command.as_ref().map(|_| {
+            config.browser_dir.clone().unwrap_or_else(|| {
+                let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+                browser::default_dir(&env)
+            })
+        });
         let tool_config = tools::ToolConfig {
             scrub_env: vec![
                 "HANDNODE_TOKEN".into(),
@@ -138,6 +147,7 @@ impl Daemon {
             a11y_call_timeout: config.timing.a11y_call_timeout,
             display_env: config.display_env.clone(),
             own_display: config.own_display.clone(),
+            own_display_walls: walls::for_own_display_shells(&config, browser_dir.clone())?,
             confine: Some(Arc::clone(&confine)),
             jobs: tools::jobs::table::JobConfig {
                 dir: Some(config.state_dir.join(tools::jobs::table::DIR_NAME)),
@@ -162,18 +172,14 @@ impl Daemon {
         let listen = listener
             .local_addr()
             .map_err(|e| Error::io("read the admin listener's address", e))?;
-        let browsers = match &config.browser_command {
-            Some(argv) => Some(Arc::new(browser::Browsers::start(
+        let browsers = match config.browser_command.as_ref().zip(browser_dir) {
+            Some((argv, dir)) => Some(Arc::new(browser::Browsers::start(
                 browser::BrowserOptions {
                     argv: argv.clone(),
                     max_browsers: config.limits.max_browsers,
                     idle: config.timing.browser_idle,
                     start_timeout: config.timing.browser_start_timeout,
-                    dir: config.browser_dir.clone().unwrap_or_else(|| {
-                        let env: std::collections::HashMap<String, String> =
-                            std::env::vars().collect();
-                        browser::default_dir(&env)
-                    }),
+                    dir,
                     env: tool_config.clone(),
                     max_message_bytes: config.limits.max_outbound_bytes,
                     probe: true,

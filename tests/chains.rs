@@ -26,12 +26,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{poll_until, quiet_liveness, PodConn, StubPod, TestDaemon};
-use handnode::browser::{BrowserOptions, Browsers, Bwrap, Isolation};
-use handnode::config::BrowserIsolation;
+use handnode::browser::{BrowserOptions, Browsers, Isolation};
+use handnode::config::IsolationMode;
 use handnode::pool::{Completion, JobCtl};
 use handnode::profiles::{Profile, BROWSER_URL_FIELDS};
 use handnode::tools::policy::{Shell, ToolLists, ToolPolicy};
 use handnode::tools::ToolConfig;
+use handnode::walls::{Bwrap, Kind};
 use handnode::wire::mcp::ToolOutput;
 use serde_json::{json, Value};
 
@@ -62,7 +63,7 @@ fn missing() -> Option<String> {
     if let Some(why) = playwright::missing() {
         return Some(why);
     }
-    handnode::browser::probe_bwrap(std::env::var_os("PATH").as_deref()).err()
+    handnode::walls::probe_bwrap(std::env::var_os("PATH").as_deref(), Kind::Browser).err()
 }
 
 /// The text blocks of a tool result, and whether it is an error.
@@ -201,7 +202,8 @@ fn bwrap_alone_keeps_the_token_unreadable_where_a_url_gets_through() {
     }
     let secret = format!("admin-token-{}", std::process::id());
     let (config_dir, token) = secret_file("chain-bw", &secret);
-    let program = handnode::browser::probe_bwrap(std::env::var_os("PATH").as_deref()).unwrap();
+    let program =
+        handnode::walls::probe_bwrap(std::env::var_os("PATH").as_deref(), Kind::Browser).unwrap();
     let url = format!("view-source:file://{}", token.display());
     // Control: without bwrap (and with the URL check out of the way) the token is read.
     let open = tier(Isolation::None, Vec::new());
@@ -329,7 +331,7 @@ struct Stage {
     _browsers: ShortDir,
 }
 
-fn stage(tag: &str, isolation: BrowserIsolation) -> Stage {
+fn stage(tag: &str, isolation: IsolationMode) -> Stage {
     let browsers = ShortDir::new("g");
     let pw_port = playwright::free_port();
     let token = format!("chain-admin-token-{tag}-{}", std::process::id());
@@ -501,7 +503,7 @@ fn run_chains(s: &Stage, kind: &str, conn: &mut PodConn, tools: &[String]) -> St
     shown
 }
 
-fn chains_hold(isolation: BrowserIsolation, tag: &str) {
+fn chains_hold(isolation: IsolationMode, tag: &str) {
     let s = stage(tag, isolation);
     let mut secrets = vec![s.d.token.clone()];
     // Kept open: a socket dropped here would redial and take the next grant's place.
@@ -511,7 +513,7 @@ fn chains_hold(isolation: BrowserIsolation, tag: &str) {
         assert_eq!(g["shell"], shell, "{kind}: {g}");
         if kind == "browser" {
             let want = match isolation {
-                BrowserIsolation::None => "none",
+                IsolationMode::None => "none",
                 _ => "bwrap",
             };
             assert_eq!(g["browser_isolation"], want, "{g}");
@@ -548,7 +550,7 @@ fn the_chains_fail_for_every_browser_boundary_with_bwrap() {
     if let Some(why) = missing() {
         return eprintln!("SKIPPED the_chains_fail_for_every_browser_boundary_with_bwrap: {why}");
     }
-    chains_hold(BrowserIsolation::Bwrap, "bw");
+    chains_hold(IsolationMode::Bwrap, "bw");
 }
 
 #[test]
@@ -558,7 +560,7 @@ fn the_chains_fail_for_every_browser_boundary_without_bwrap() {
             "SKIPPED the_chains_fail_for_every_browser_boundary_without_bwrap: {why}"
         );
     }
-    chains_hold(BrowserIsolation::None, "nb");
+    chains_hold(IsolationMode::None, "nb");
 }
 
 /// The escalation check's boundary claims that a browser can reach are the ones attacked

@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
+use handnode::walls::Kind;
 use serde_json::{json, Value};
 
 /// What these tests run; without one they print why and skip (CI installs them all).
@@ -103,6 +104,15 @@ fn owner_env(display: &str) -> std::collections::BTreeMap<String, String> {
 }
 
 fn daemon(tag: &str, owner: &OwnerScreen, max: usize) -> TestDaemon {
+    daemon_with(tag, owner, max, |_| {})
+}
+
+fn daemon_with(
+    tag: &str,
+    owner: &OwnerScreen,
+    max: usize,
+    tweak: impl FnOnce(&mut handnode::config::Config),
+) -> TestDaemon {
     let display = owner.display.clone();
     TestDaemon::with(tag, move |c| {
         quiet_liveness(c);
@@ -110,6 +120,7 @@ fn daemon(tag: &str, owner: &OwnerScreen, max: usize) -> TestDaemon {
         c.own_display.size = (640, 480);
         c.own_display.max = max;
         c.own_display.stop_timeout = Duration::from_millis(500);
+        tweak(c);
     })
 }
 
@@ -373,7 +384,13 @@ fn two_grants_see_only_their_own_screens_and_one_past_the_bound_is_refused() {
     let dir = temp_dir("own-display-two-owner");
     let owner = OwnerScreen::start(&dir);
     let pod = StubPod::start();
-    let d = daemon("own-display-two", &owner, 2);
+    // The local admin socket answers any process of the daemon's user without a token:
+    // the shortest way from a shell to another grant's screen (`GET /attach/<id>/screen`).
+    let socket = dir.join("admin.sock");
+    let sock = socket.clone();
+    let d = daemon_with("own-display-two", &owner, 2, move |c| {
+        c.local_socket = Some(sock)
+    });
     let (ida, mut a) = agent(&d, &pod, "own-a");
     let (idb, mut b) = agent(&d, &pod, "own-b");
     let (_idc, mut c) = agent(&d, &pod, "own-c");
@@ -458,16 +475,79 @@ fn two_grants_see_only_their_own_screens_and_one_past_the_bound_is_refused() {
         "DISPLAY=:{na} xdotool getdisplaygeometry 2>&1; echo rc=$?"
     ));
     assert!(probe.contains("rc=1"), "B reached A's display: {probe}");
-    // What is not claimed, checked so the docs stay honest: every grant runs as the
-    // daemon's user, so B's shell that reads A's cookie file does reach A's display (no
-    // bwrap around bash hides other grants' runtime directories). If this ever fails,
-    // something now walls grants apart: update docs/protocol.md and this test.
+    // B's shell runs inside its wall (§19, --own-display-isolation): each way a shell of
+    // the daemon's user would reach A's screen is tried, and each must fail. Outside the
+    // wall (this test's own process) each of them works, so a failure inside is the
+    // wall's doing.
+    let isolation = d.grant(&idb)["own_display"]["isolation"].clone();
+    if handnode::walls::probe_bwrap(std::env::var_os("PATH").as_deref(), Kind::Shell).is_err() {
+        assert_eq!(isolation, "none");
+        eprintln!("skipping the wall checks: bwrap cannot build a PID namespace here");
+        return;
+    }
+    assert_eq!(isolation, "bwrap");
     let a_cookie = runtime_dir(&d, &ida).join("xauth");
-    let reached = b.bash(&format!(
-        "XAUTHORITY={} DISPLAY=:{na} xdotool getdisplaygeometry 2>&1; echo rc=$?",
-        a_cookie.display()
-    ));
-    assert!(reached.contains("rc=0"), "{reached}");
+    let (_, a_xvfb) = record(&d, &ida);
+    let screen_path = format!("/attach/{ida}/screen");
+    let attempts = [
+        // A's cookie file, by its path.
+        format!("cat {} >/dev/null", a_cookie.display()),
+        // A's display with A's cookie.
+        format!(
+            "XAUTHORITY={} DISPLAY=:{na} xdotool getdisplaygeometry",
+            a_cookie.display()
+        ),
+        // A's cookie through A's X server's view of the file system.
+        format!("cat /proc/{a_xvfb}/root{} >/dev/null", a_cookie.display()),
+        // A's screen through the daemon's local admin socket.
+        format!(
+            "curl -sf --max-time 5 --unix-socket {} http://localhost{screen_path} -o /dev/null",
+            socket.display()
+        ),
+    ];
+    for attempt in &attempts {
+        let out = b.bash(&format!("{{ {attempt}; }} 2>&1; echo rc=$?"));
+        assert!(
+            !out.trim_end().ends_with("rc=0") && out.contains("rc="),
+            "B's shell got through its wall with `{attempt}`: {out}"
+        );
+    }
+    // The same steps outside the wall do work: the cookie is there, the socket answers.
+    assert!(std::fs::metadata(&a_cookie).is_ok_and(|m| m.len() > 0));
+    let outside = std::process::Command::new("curl")
+        .args(["-sf", "--max-time", "5", "--unix-socket"])
+        .arg(&socket)
+        .arg(format!("http://localhost{screen_path}"))
+        .args(["-o", "/dev/null"])
+        .status()
+        .expect("curl runs");
+    assert!(
+        outside.success(),
+        "the local socket did not give A's screen: {outside}"
+    );
+    // Nothing of handnode's state, and no process but its own, inside B's wall: its state
+    // dir holds only the mount point of the own displays' parent (tests keep that inside
+    // the state dir), and that parent holds only B's own runtime directory.
+    let state = d.state_dir();
+    let parent = runtime_dir(&d, &idb).parent().unwrap().to_path_buf();
+    assert!(std::fs::read_dir(&state).unwrap().count() > 1);
+    let listing = |dir: &Path| format!("ls -A {} | tr '\\n' ' '; echo", dir.display());
+    let state_seen = b.bash(&listing(&state));
+    assert_eq!(state_seen.trim(), "displays", "B sees handnode's state dir");
+    let parent_seen = b.bash(&listing(&parent));
+    let b_dir = runtime_dir(&d, &idb);
+    assert_eq!(
+        parent_seen.trim(),
+        b_dir.file_name().unwrap().to_str().unwrap(),
+        "B sees other own displays"
+    );
+    let pids = b.bash("ls /proc | grep -c '^[0-9]'");
+    assert!(
+        pids.trim().parse::<u32>().unwrap() < 10,
+        "B sees the box's processes: {pids}"
+    );
+    // A's own shell is walled too, and still has its own display.
+    assert!(a.bash("xdotool getdisplaygeometry").trim().contains(' '));
 }
 
 #[test]

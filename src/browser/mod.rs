@@ -91,7 +91,7 @@ pub enum Isolation {
     /// Started as it is: it sees every file the daemon's user can read.
     None,
     /// Started inside `bwrap`: a mount namespace in which the hidden paths are empty.
-    Bwrap(Bwrap),
+    Bwrap(crate::walls::Bwrap),
 }
 
 impl Isolation {
@@ -104,149 +104,18 @@ impl Isolation {
     }
 }
 
-/// The `bwrap` program and what it hides. Inside, the whole file system is the box's
-/// (`--dev-bind / /`: chromium needs `/dev/shm`, `/proc`, fonts, the display's sockets),
-/// except that each hidden directory is an empty tmpfs and each hidden file reads empty,
-/// and the browsers' parent directory is an empty tmpfs holding only this browser's own
-/// directory. `--die-with-parent` ends the browser if `bwrap` is killed. No new PID or
-/// network namespace: the sweep finds its processes by their tag in `/proc`, and the
-/// browser is meant to reach the network.
-#[derive(Clone, Debug)]
-pub struct Bwrap {
-    pub program: PathBuf,
-    /// Emptied directories: the state dir, the config dir, `$CREDENTIALS_DIRECTORY`.
-    pub hide_dirs: Vec<PathBuf>,
-    /// Files that read empty: the token file (wherever it is), the local admin socket.
-    pub hide_files: Vec<PathBuf>,
-}
-
-impl Bwrap {
-    /// `bwrap`'s arguments up to (not including) the browser's own argv, for a browser
-    /// whose directory is `own` under the browsers' parent `base`.
-    pub fn args(&self, own: &Path, base: &Path) -> Vec<std::ffi::OsString> {
-        let mut args: Vec<std::ffi::OsString> = vec![
-            "--die-with-parent".into(),
-            "--dev-bind".into(),
-            "/".into(),
-            "/".into(),
-        ];
-        // Parents before children: a tmpfs over a parent would cover a child's mount.
-        // Only paths that exist: with / bound, a missing mount point would be created on
-        // the box's own file system.
-        let mut dirs: Vec<&PathBuf> = self.hide_dirs.iter().filter(|d| d.is_dir()).collect();
-        dirs.sort_by_key(|d| d.components().count());
-        dirs.dedup();
-        for dir in dirs {
-            args.push("--tmpfs".into());
-            args.push(dir.into());
-        }
-        // Files and sockets alike (a bind mount covers any non-directory).
-        let hidden = |f: &&PathBuf| f.symlink_metadata().is_ok_and(|m| !m.is_dir());
-        for file in self.hide_files.iter().filter(hidden) {
-            args.push("--ro-bind".into());
-            args.push("/dev/null".into());
-            args.push(file.into());
-        }
-        args.push("--tmpfs".into());
-        args.push(base.into());
-        args.push("--bind".into());
-        args.push(own.into());
-        args.push(own.into());
-        args.push("--chdir".into());
-        args.push(own.into());
-        args.push("--".into());
-        args
-    }
-}
-
 /// The isolation `config` asks for, probed on this box: `--browser-isolation bwrap` that
 /// cannot work is a configuration error (exit 2); `auto` falls back to none and warns.
 pub fn isolation_for(config: &crate::config::Config) -> Result<Isolation, Error> {
-    use crate::config::BrowserIsolation as Mode;
-    if config.browser_isolation == Mode::None {
-        return Ok(Isolation::None);
-    }
-    match probe_bwrap(std::env::var_os("PATH").as_deref()) {
-        Ok(program) => Ok(Isolation::Bwrap(Bwrap {
-            program,
-            hide_dirs: hidden_dirs(config),
-            hide_files: hidden_files(config),
-        })),
-        Err(why) if config.browser_isolation == Mode::Bwrap => {
-            Err(Error::Config(format!("--browser-isolation bwrap: {why}")))
-        }
-        Err(why) => {
-            log::warn!(
-                "throwaway browsers run without isolation from handnode's files: {why}; \
-                 pass --browser-isolation none to silence this"
-            );
-            Ok(Isolation::None)
-        }
-    }
-}
-
-/// The directories a browser must find empty: the state dir (grants.json, the audit,
-/// jobs), the config dir (the default token file), `$CREDENTIALS_DIRECTORY`.
-fn hidden_dirs(config: &crate::config::Config) -> Vec<PathBuf> {
-    let mut dirs = vec![config.state_dir.clone(), config.config_dir.clone()];
-    if let Some(creds) = std::env::var_os("CREDENTIALS_DIRECTORY").filter(|c| !c.is_empty()) {
-        dirs.push(PathBuf::from(creds));
-    }
-    dirs
-}
-
-/// The token file, wherever `--token-file` put it, and the local admin socket (issue 30),
-/// which answers any process of the daemon's uid without a credential: the browser runs
-/// as that uid, so inside it the socket's path is `/dev/null` and connecting fails.
-fn hidden_files(config: &crate::config::Config) -> Vec<PathBuf> {
-    config
-        .token_source
-        .as_deref()
-        .map(PathBuf::from)
-        .into_iter()
-        .chain(config.local_socket.clone())
-        .filter(|p| p.is_absolute())
-        .collect()
-}
-
-/// Find `bwrap` on `path` (a `PATH` value) and check it can build the namespace here (it
-/// needs unprivileged user namespaces unless run as root). `Err` says what to do.
-pub fn probe_bwrap(path: Option<&std::ffi::OsStr>) -> Result<PathBuf, String> {
-    let found = path
-        .map(std::env::split_paths)
-        .into_iter()
-        .flatten()
-        .map(|d| d.join("bwrap"))
-        .find(|p| p.is_file());
-    let Some(program) = found else {
-        return Err("bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)".into());
-    };
-    let out = std::process::Command::new(&program)
-        .args([
-            "--die-with-parent",
-            "--dev-bind",
-            "/",
-            "/",
-            "--tmpfs",
-            "/tmp",
-            "--",
-            "true",
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .output();
-    match out {
-        Ok(o) if o.status.success() => Ok(program),
-        Ok(o) => Err(format!(
-            "{} does not work here ({}): {} (it needs unprivileged user namespaces: \
-             sysctl kernel.unprivileged_userns_clone=1, or an AppArmor profile for bwrap)",
-            program.display(),
-            o.status,
-            String::from_utf8_lossy(&o.stderr).trim()
-        )),
-        Err(e) => Err(format!("cannot run {}: {e}", program.display())),
-    }
+    let wall = crate::walls::for_mode(
+        config.browser_isolation,
+        crate::walls::Kind::Browser,
+        config,
+        Vec::new(),
+        Vec::new(),
+        "throwaway browsers run without isolation from handnode's files",
+    )?;
+    Ok(wall.map_or(Isolation::None, Isolation::Bwrap))
 }
 
 /// A throwaway browser's environment (contract §14), built from an allow-list of the

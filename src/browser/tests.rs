@@ -629,7 +629,10 @@ fn the_environment_is_an_allow_list_and_display_variables_only_when_headed() {
 
 #[test]
 fn inside_bwrap_the_daemons_files_and_other_browsers_are_empty() {
-    let program = match super::probe_bwrap(std::env::var_os("PATH").as_deref()) {
+    let program = match crate::walls::probe_bwrap(
+        std::env::var_os("PATH").as_deref(),
+        crate::walls::Kind::Browser,
+    ) {
         Ok(p) => p,
         Err(why) => {
             eprintln!("SKIPPED inside_bwrap_the_daemons_files_and_other_browsers_are_empty: {why}");
@@ -646,7 +649,7 @@ fn inside_bwrap_the_daemons_files_and_other_browsers_are_empty() {
     let socket = secrets.0.join("handnode.sock");
     let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
     let t = tier("normal", |o| {
-        o.isolation = Isolation::Bwrap(super::Bwrap {
+        o.isolation = Isolation::Bwrap(crate::walls::Bwrap {
             program,
             hide_dirs: vec![state.clone()],
             hide_files: vec![token.clone(), socket.clone()],

@@ -40,9 +40,10 @@ pub enum DisplayBackend {
     None,
 }
 
-/// `--browser-isolation`: how each throwaway browser is kept from the daemon's files.
+/// `--browser-isolation` and `--own-display-isolation`: whether a throwaway browser, or the
+/// shell of a grant with its own display, runs inside its `bwrap` wall (`crate::walls`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BrowserIsolation {
+pub enum IsolationMode {
     /// `bwrap` when it works on this box, else none (with a warning at start).
     Auto,
     /// `bwrap` or refuse to start.
@@ -303,7 +304,7 @@ pub struct Config {
     pub browser_command: Option<Vec<String>>,
     /// Where each browser gets its own directory; `None` = `browser::default_dir`.
     pub browser_dir: Option<PathBuf>,
-    pub browser_isolation: BrowserIsolation,
+    pub browser_isolation: IsolationMode,
     /// `--apps`: the desktop entries the `apps` profile may start and drive (§17),
     /// resolved and vetted at start (`base::desktop_entry::resolve_apps`).
     pub apps: Vec<crate::base::desktop_entry::DesktopEntry>,
@@ -352,7 +353,7 @@ impl Config {
             upstreams: Vec::new(),
             browser_command: None,
             browser_dir: None,
-            browser_isolation: BrowserIsolation::Auto,
+            browser_isolation: IsolationMode::Auto,
             apps: Vec::new(),
             display_backend: DisplayBackend::Auto,
             display_env: None,
@@ -420,7 +421,7 @@ impl Config {
             upstreams: Vec::new(),
             browser_command: None,
             browser_dir: None,
-            browser_isolation: BrowserIsolation::Auto,
+            browser_isolation: IsolationMode::Auto,
             apps: Vec::new(),
             display_backend: DisplayBackend::Auto,
             display_env: None,

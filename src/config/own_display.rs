@@ -49,6 +49,9 @@ pub struct OwnDisplaySettings {
     /// Parent of every grant's runtime directory; `None`: the default
     /// (`$XDG_RUNTIME_DIR/handnode-displays`, else `/tmp/handnode-displays-<uid>`).
     pub dir: Option<PathBuf>,
+    /// `--own-display-isolation`: whether the grant's `bash` and jobs run inside their
+    /// `bwrap` wall (`crate::walls::Bwrap::shell_args`).
+    pub isolation: super::IsolationMode,
     /// Where the X server keeps its sockets and lock files (`/tmp`; a test may not change it,
     /// Xvfb does not let it be changed, but the cleanup's reading of it is one place).
     pub x_tmp: PathBuf,
@@ -62,6 +65,7 @@ impl Default for OwnDisplaySettings {
             start_timeout: Duration::from_secs(10),
             stop_timeout: Duration::from_secs(2),
             dir: None,
+            isolation: super::IsolationMode::Auto,
             x_tmp: PathBuf::from("/tmp"),
         }
     }

@@ -100,6 +100,18 @@ fn parse_upstreams(values: Vec<String>) -> Result<Vec<(String, String)>, String>
     Ok(out)
 }
 
+/// `--browser-isolation` or `--own-display-isolation` (`flag`, without its dashes).
+fn parse_isolation(flag: &str, value: &str) -> Result<IsolationMode, String> {
+    match value {
+        "auto" => Ok(IsolationMode::Auto),
+        "bwrap" => Ok(IsolationMode::Bwrap),
+        "none" => Ok(IsolationMode::None),
+        other => Err(format!(
+            "--{flag} must be auto, bwrap or none, got {other:?}"
+        )),
+    }
+}
+
 fn parse_display_backend(value: &str) -> Result<DisplayBackend, String> {
     match value.trim().to_ascii_lowercase().as_str() {
         "auto" => Ok(DisplayBackend::Auto),
@@ -365,16 +377,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         kind: Kind::Text {
             metavar: "auto|bwrap|none",
             set: |d, v| {
-                d.config.browser_isolation = match v.as_str() {
-                    "auto" => BrowserIsolation::Auto,
-                    "bwrap" => BrowserIsolation::Bwrap,
-                    "none" => BrowserIsolation::None,
-                    other => {
-                        return Err(format!(
-                            "--browser-isolation must be auto, bwrap or none, got {other:?}"
-                        ))
-                    }
-                };
+                d.config.browser_isolation = parse_isolation("browser-isolation", &v)?;
                 Ok(())
             },
         },
@@ -415,6 +418,19 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
             min: 1,
             max: super::own_display::MAX_MAX as u64,
             set: |d, v| d.config.own_display.max = v as usize,
+        },
+    },
+    Flag {
+        name: "own-display-isolation",
+        env: true,
+        default: "auto",
+        help: "How the bash and jobs of a grant with its own display are walled off: bwrap (bubblewrap: a PID namespace of their own, and other grants' own displays, handnode's files, the owner's runtime dir and the browsers' dir are empty inside; start fails if bwrap does not work), none, or auto (bwrap when it works here, else none with a warning). `doctor` says which.",
+        kind: Kind::Text {
+            metavar: "auto|bwrap|none",
+            set: |d, v| {
+                d.config.own_display.isolation = parse_isolation("own-display-isolation", &v)?;
+                Ok(())
+            },
         },
     },
     Flag {

@@ -267,33 +267,58 @@ fn list_env(env: &HashMap<String, String>, key: &str) -> bool {
 /// Which wall stands between a throwaway browser and handnode's files
 /// (`HANDNODE_BROWSER_ISOLATION`, default `auto`; contract §14), and how to get `bwrap`.
 pub fn isolation_check(env: &HashMap<String, String>) -> Check {
+    wall_check(env, crate::walls::Kind::Browser)
+}
+
+/// Which wall stands around the shell of a grant with its own display
+/// (`HANDNODE_OWN_DISPLAY_ISOLATION`, default `auto`; §19), and how to get `bwrap`.
+pub fn own_display_isolation_check(env: &HashMap<String, String>) -> Check {
+    wall_check(env, crate::walls::Kind::Shell)
+}
+
+fn wall_check(env: &HashMap<String, String>, kind: crate::walls::Kind) -> Check {
+    use crate::walls::Kind;
+    let (name, var, walled, unwalled) = match kind {
+        Kind::Browser => (
+            "browser isolation",
+            "HANDNODE_BROWSER_ISOLATION",
+            "inside each throwaway browser the state dir, the config dir, the token file \
+             and other grants' browsers are empty",
+            "a throwaway browser can read every file handnode's user can (the URL \
+             allow-list still refuses file: and view-source:)",
+        ),
+        Kind::Shell => (
+            "own display isolation",
+            "HANDNODE_OWN_DISPLAY_ISOLATION",
+            "the bash and jobs of a grant with its own display see only their own \
+             processes, and other grants' displays, handnode's files and the owner's \
+             runtime dir are empty",
+            "the shells of grants with their own display can reach each other's screens \
+             and handnode's files",
+        ),
+    };
     let mode = env
-        .get("HANDNODE_BROWSER_ISOLATION")
+        .get(var)
         .map(|m| m.trim().to_ascii_lowercase())
         .unwrap_or_else(|| "auto".into());
     let get = "apt install bubblewrap (Debian/Ubuntu), then restart handnode";
     if mode == "none" {
         return check(
-            "browser isolation",
+            name,
             Status::Warn,
-            "none (--browser-isolation none): a throwaway browser can read every file \
-             handnode's user can (the URL allow-list still refuses file: and view-source:)",
-            Some(format!("{get} and drop --browser-isolation none")),
+            format!("none ({} none): {unwalled}", kind.flag()),
+            Some(format!("{get} and drop {} none", kind.flag())),
         );
     }
-    match crate::browser::probe_bwrap(env.get("PATH").map(std::ffi::OsStr::new)) {
+    match crate::walls::probe_bwrap(env.get("PATH").map(std::ffi::OsStr::new), kind) {
         Ok(program) => check(
-            "browser isolation",
+            name,
             Status::Ok,
-            format!(
-                "bwrap ({}): inside each throwaway browser the state dir, the config dir, \
-                 the token file and other grants' browsers are empty",
-                program.display()
-            ),
+            format!("bwrap ({}): {walled}", program.display()),
             None,
         ),
         Err(why) => check(
-            "browser isolation",
+            name,
             if mode == "bwrap" {
                 Status::Fail
             } else {
@@ -592,6 +617,7 @@ pub fn checks(
     )];
     out.extend(display_checks(&probe, &cfg, processes));
     out.push(own_display_check(&display::own::doctor_facts(&cfg)));
+    out.push(own_display_isolation_check(env));
     out.extend(screen_guards(&running_commands()));
     out.push(match probe.helper("notify-send") {
         Some(_) => check(
@@ -891,8 +917,11 @@ pub fn test_start(argv: &[String], base: &Path) -> Result<String, String> {
         probe: false,
         blocked_origins: Vec::new(),
         // Started as the daemon would: inside bwrap when it works here.
-        isolation: match crate::browser::probe_bwrap(std::env::var_os("PATH").as_deref()) {
-            Ok(program) => crate::browser::Isolation::Bwrap(crate::browser::Bwrap {
+        isolation: match crate::walls::probe_bwrap(
+            std::env::var_os("PATH").as_deref(),
+            crate::walls::Kind::Browser,
+        ) {
+            Ok(program) => crate::browser::Isolation::Bwrap(crate::walls::Bwrap {
                 program,
                 hide_dirs: Vec::new(),
                 hide_files: Vec::new(),
@@ -1018,6 +1047,19 @@ mod tests {
             ("HANDNODE_BROWSER_ISOLATION", "bwrap"),
         ]));
         assert_eq!(required.status, Status::Fail);
+        let shells = own_display_isolation_check(&env(&[
+            ("PATH", "/nonexistent"),
+            ("HANDNODE_OWN_DISPLAY_ISOLATION", "bwrap"),
+        ]));
+        assert_eq!(shells.status, Status::Fail);
+        assert_eq!(shells.name, "own display isolation");
+        let off = own_display_isolation_check(&env(&[("HANDNODE_OWN_DISPLAY_ISOLATION", "none")]));
+        assert_eq!(off.status, Status::Warn);
+        assert!(off
+            .fix
+            .as_deref()
+            .unwrap()
+            .contains("--own-display-isolation none"));
     }
 
     #[test]

@@ -279,6 +279,9 @@ pub struct ToolConfig {
     pub confine: Option<Arc<crate::cgroup::Confine>>,
     /// How a grant's own display is made (§19).
     pub own_display: display::OwnOptions,
+    /// The wall the `bash` and jobs of a grant with its own display run in (§19), probed
+    /// at start as `--own-display-isolation` asks; `None`: no wall.
+    pub own_display_walls: Option<crate::walls::Bwrap>,
 }
 
 impl Default for ToolConfig {
@@ -301,6 +304,7 @@ impl Default for ToolConfig {
             app_dirs: None,
             confine: None,
             own_display: display::OwnOptions::default(),
+            own_display_walls: None,
         }
     }
 }
@@ -387,7 +391,10 @@ impl ToolHost {
             live: TtlCache::default(),
             sys_info_answers: sysinfo::AnswerCache::default(),
             display: display::DisplayState::default(),
-            own_displays: display::OwnDisplays::new(config.own_display.clone()),
+            own_displays: display::OwnDisplays::new(
+                config.own_display.clone(),
+                config.own_display_walls.clone(),
+            ),
             jobs: jobs::table::JobTable::new(config.jobs.clone()),
             files: files::uploads::Uploads::new(config.upload_bytes),
             apps: apps::AppRuns::default(),

@@ -150,10 +150,23 @@ pub(crate) fn command(
         .confine
         .run(scope(cx), cx.grant.is_some(), job_id)
         .map_err(|e| format!("could not contain the command: {e}"))?;
-    let mut cmd = group.command(&program);
     // The call's display (§19): a grant's own display replaces the owner's session
-    // variables; the caller's `env` still wins.
-    let (unset, mut set) = super::display::call_display(cx).child_vars();
+    // variables; the caller's `env` still wins. Its shell runs inside its wall, where
+    // other grants' displays and handnode's files are not there.
+    let display = super::display::call_display(cx);
+    let wall = display
+        .own
+        .as_deref()
+        .and_then(|own| cx.host.own_displays.shell_wall(own));
+    let mut cmd = match wall {
+        Some((bwrap, args)) => {
+            let mut cmd = group.command(&bwrap);
+            cmd.args(args).arg(&program);
+            cmd
+        }
+        None => group.command(&program),
+    };
+    let (unset, mut set) = display.child_vars();
     set.extend(env.iter().cloned());
     cmd.arg("-c")
         .arg(script)

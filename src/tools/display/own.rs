@@ -28,13 +28,14 @@
 //! SIGKILL, then the X socket a killed Xvfb leaves behind (unless a server bound it since)
 //! and the runtime directory are removed. A display that died is started again by the next call.
 //!
-//! **Isolation, honestly.** Every grant runs as the daemon's user. A grant's tools only
-//! ever address its own display; X clients need the grant's cookie (`-auth`), so a
-//! process that knows only the display number is refused. But the cookie file is a file
-//! of that user: another shell-class grant's `bash` that knows where to look can read it.
-//! Own displays keep the agent out of the owner's screen and keep grants from stumbling
-//! on each other; they are not a wall between two shell grants (only `observe` is a
-//! boundary, §7).
+//! **Isolation.** Every grant runs as the daemon's user. A grant's tools only ever address
+//! its own display; X clients need the grant's cookie (`-auth`), so a process that knows
+//! only the display number is refused. The cookie file is a file of that user, so the
+//! `bash` and jobs of a grant with its own display run inside its wall
+//! ([`OwnDisplays::shell_wall`], `crate::walls`): their own PID namespace, and the parent
+//! of the runtime directories empty but for the grant's own. A grant without its own
+//! display is the owner's shell and is not walled (only `observe`, `browser`, `files`
+//! and `apps` are boundaries, §7).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -132,6 +133,8 @@ pub fn own_of(cx: &CallContext) -> Option<Arc<OwnDisplay>> {
 #[derive(Debug)]
 pub struct OwnDisplays {
     opts: OwnOptions,
+    /// The wall its grants' shells run in (`--own-display-isolation`); `None`: no wall.
+    walls: Option<crate::walls::Bwrap>,
     entries: Mutex<HashMap<String, Arc<OwnDisplay>>>,
     /// Grants that ended, newest last (at most [`ENDED_KEPT`]): a call of one still in
     /// flight gets an ended display, never a new one nobody would stop.
@@ -140,9 +143,10 @@ pub struct OwnDisplays {
 }
 
 impl OwnDisplays {
-    pub fn new(opts: OwnOptions) -> OwnDisplays {
+    pub fn new(opts: OwnOptions, walls: Option<crate::walls::Bwrap>) -> OwnDisplays {
         OwnDisplays {
             opts,
+            walls,
             entries: Mutex::new(HashMap::new()),
             ended: Mutex::new(std::collections::VecDeque::new()),
             running: Arc::new(Mutex::new(0)),
@@ -165,6 +169,7 @@ impl OwnDisplays {
                 live: Mutex::new(None),
                 shown: Mutex::new(None),
                 ended: std::sync::atomic::AtomicBool::new(ended),
+                isolation: self.isolation(),
             })
         };
         let mut entries = lock(&self.entries);
@@ -179,6 +184,28 @@ impl OwnDisplays {
                 .entry(grant.to_string())
                 .or_insert_with(|| make(false)),
         )
+    }
+
+    /// The grant JSON's and `sys_info`'s `isolation` of own-display shells: `bwrap` or
+    /// `none`.
+    pub fn isolation(&self) -> &'static str {
+        if self.walls.is_some() {
+            "bwrap"
+        } else {
+            "none"
+        }
+    }
+
+    /// The program and its arguments up to the shell, for `bash` or a job of the grant
+    /// whose own display is `own`: its wall (see `crate::walls`), in which the other
+    /// grants' runtime directories are empty. `None` when there is no wall here.
+    pub fn shell_wall(&self, own: &OwnDisplay) -> Option<(PathBuf, Vec<std::ffi::OsString>)> {
+        let walls = self.walls.as_ref()?;
+        let dir = lock(&own.shown).as_ref().map(|s| s.dir.clone());
+        Some((
+            walls.program.clone(),
+            walls.shell_args(&self.opts.parent(), dir.as_deref()),
+        ))
     }
 
     /// The grant's own display if it has been asked for, without creating one.
@@ -279,6 +306,8 @@ pub struct OwnDisplay {
     shown: Mutex<Option<Shown>>,
     /// The grant ended: nothing starts again.
     ended: std::sync::atomic::AtomicBool,
+    /// Whether its `bash` and jobs run walled (`bwrap`) or not (`none`).
+    isolation: &'static str,
 }
 
 #[derive(Clone, Debug)]
@@ -373,11 +402,13 @@ impl OwnDisplay {
                 "own": true, "running": true, "display": format!(":{}", l.number),
                 "runtime_dir": l.dir.display().to_string(),
                 "size": format!("{}x{}", self.opts.size.0, self.opts.size.1),
+                "isolation": self.isolation,
                 "notes": l.notes,
             }),
             None => json!({
                 "own": true, "running": false,
                 "size": format!("{}x{}", self.opts.size.0, self.opts.size.1),
+                "isolation": self.isolation,
             }),
         }
     }
@@ -1001,7 +1032,7 @@ mod tests {
 
     #[test]
     fn a_late_call_of_an_ended_grant_starts_nothing() {
-        let own = OwnDisplays::new(OwnOptions::default());
+        let own = OwnDisplays::new(OwnOptions::default(), None);
         let before = own.entry("g-late");
         own.end_grant("g-late");
         let after = own.entry("g-late");
@@ -1094,11 +1125,14 @@ mod tests {
     fn stale_displays_of_a_dead_daemon_are_cleaned_and_a_live_ones_kept() {
         let parent = scratch("own-stale");
         let xtmp = scratch("own-stale-xtmp");
-        let own = OwnDisplays::new(OwnOptions {
-            dir: Some(parent.clone()),
-            x_tmp: xtmp.clone(),
-            ..OwnOptions::default()
-        });
+        let own = OwnDisplays::new(
+            OwnOptions {
+                dir: Some(parent.clone()),
+                x_tmp: xtmp.clone(),
+                ..OwnOptions::default()
+            },
+            None,
+        );
         std::fs::create_dir_all(xtmp.join(".X11-unix")).unwrap();
         let marker = "own-display-stale-test";
         let mut left = std::process::Command::new("sleep")
