@@ -168,8 +168,9 @@ impl Metrics {
     }
 
     /// The `/metrics` body. `grants` is `(grant id, state)` for each grant the registry
-    /// lists; states are the grant JSON's `state` values.
-    pub fn render<S: AsRef<str>>(&self, grants: &[(S, &str)]) -> String {
+    /// lists; states are the grant JSON's `state` values. `own_displays` is how many
+    /// grants' own displays (§19) run now (`tools::display::OwnDisplays::running`).
+    pub fn render<S: AsRef<str>>(&self, grants: &[(S, &str)], own_displays: usize) -> String {
         let mut out = String::new();
 
         family(&mut out, "handnode_grants", "gauge", "Grants by state.");
@@ -273,6 +274,19 @@ impl Metrics {
                 n.load(Ordering::Relaxed),
             );
         }
+
+        family(
+            &mut out,
+            "handnode_own_displays_running",
+            "gauge",
+            "Grants' own displays (display own) running now.",
+        );
+        sample(
+            &mut out,
+            "handnode_own_displays_running",
+            &[],
+            own_displays as u64,
+        );
 
         counter(
             &mut out,
@@ -527,7 +541,7 @@ mod tests {
     #[test]
     fn empty_metrics_render_every_family_and_zero_states() {
         let m = Metrics::new();
-        let samples = parse(&m.render::<&str>(&[]));
+        let samples = parse(&m.render::<&str>(&[], 0));
         for state in GRANT_STATES {
             assert_eq!(
                 value(&samples, "handnode_grants", &[("state", state)]),
@@ -544,7 +558,7 @@ mod tests {
         ] {
             assert_eq!(value(&samples, name, &[]), Some(0), "{name}");
         }
-        let text = m.render::<&str>(&[]);
+        let text = m.render::<&str>(&[], 0);
         for site in ["tool", "grant", "admin", "audit"] {
             assert!(value(&samples, "handnode_panics_total", &[("site", site)]).is_some());
         }
@@ -579,7 +593,8 @@ mod tests {
             ("g2".to_string(), "attached"),
             ("g3".to_string(), "ended"),
         ];
-        let s = parse(&m.render(&grants));
+        let s = parse(&m.render(&grants, 1));
+        assert_eq!(value(&s, "handnode_own_displays_running", &[]), Some(1));
         assert_eq!(
             value(&s, "handnode_grants", &[("state", "attached")]),
             Some(2)
@@ -633,7 +648,7 @@ mod tests {
         let m = Metrics::new();
         let nasty = "evil\"} 1\nhandnode_dials_total 999\\";
         m.tool_call(nasty, Outcome::Denied);
-        let text = m.render(&[(nasty, "attached")]);
+        let text = m.render(&[(nasty, "attached")], 0);
         let s = parse(&text);
         // The hostile name comes back as its label (the line feed escaped) and injects no
         // sample; quotes and backslashes survive the label and are escaped by the format.
@@ -669,7 +684,7 @@ mod tests {
         m.tool_call("up_0", Outcome::RpcError);
         m.tool_call("browser_click", Outcome::Ok);
         m.tool_call("sys_info", Outcome::Ok);
-        let s = parse(&m.render::<&str>(&[]));
+        let s = parse(&m.render::<&str>(&[], 0));
         let tools: HashSet<&str> = s
             .iter()
             .filter(|(n, _, _)| n == "handnode_tool_calls_total")
@@ -711,7 +726,7 @@ mod tests {
             m.tool_call(&name, Outcome::RpcError);
             m.tool_call(&name, Outcome::Denied);
         }
-        let text = m.render::<&str>(&[]);
+        let text = m.render::<&str>(&[], 0);
         assert!(text.len() < 64 << 10, "{} bytes", text.len());
         let s = parse(&text);
         for (name, labels, _) in &s {
@@ -742,7 +757,7 @@ mod tests {
         }
         m.close(1000); // bound + 1
         m.close(4000);
-        let s = parse(&m.render::<&str>(&[]));
+        let s = parse(&m.render::<&str>(&[], 0));
         let codes: HashMap<&str, u64> = s
             .iter()
             .filter(|(n, _, _)| n == "handnode_closes_total")
@@ -771,7 +786,7 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        let s = parse(&m.render::<&str>(&[]));
+        let s = parse(&m.render::<&str>(&[], 0));
         assert_eq!(value(&s, "handnode_dials_total", &[]), Some(4000));
         assert_eq!(
             value(

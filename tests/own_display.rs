@@ -373,6 +373,14 @@ fn key_types_into_an_app_on_the_own_display_and_the_owners_screen_is_untouched()
         |left| left.is_empty(),
         |left| format!("watchdog: processes of the grant are left: {left:?}"),
     );
+    poll_until(
+        || {
+            let (_, _, body) = d.raw("GET", "/metrics", &[], None);
+            String::from_utf8(body).unwrap()
+        },
+        |text| text.contains("\nhandnode_own_displays_running 0\n"),
+        |text| format!("watchdog: /metrics still counts the display: {text}"),
+    );
     assert!(owner.pixels() == before, "the owner's screen changed");
 }
 
@@ -400,10 +408,19 @@ fn two_grants_see_only_their_own_screens_and_one_past_the_bound_is_refused() {
     let (na, _) = record(&d, &ida);
     let (nb, _) = record(&d, &idb);
     assert_ne!(na, nb);
+    let running = || {
+        let (_, _, body) = d.raw("GET", "/metrics", &[], None);
+        String::from_utf8(body).unwrap().lines().find_map(|l| {
+            l.strip_prefix("handnode_own_displays_running ")
+                .map(str::to_string)
+        })
+    };
+    assert_eq!(running().as_deref(), Some("2"));
 
     // One past --max-own-displays: isError with the reason, and no third server.
     let refused = c.call("screenshot", json!({}));
     assert_eq!(refused["isError"], true, "{refused}");
+    assert_eq!(running().as_deref(), Some("2"));
     let text = refused["content"][0]["text"].as_str().unwrap();
     assert!(
         text.contains("no own display available: 2 already running"),

@@ -814,7 +814,10 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
             approvals_post(state, request, &id, &principal)
         }
         ("GET", "/metrics") => {
-            let text = state.metrics.render(&state.registry.states());
+            let text = state.metrics.render(
+                &state.registry.states(),
+                state.services.host.own_displays.running(),
+            );
             respond(
                 request,
                 Response::from_data(text.into_bytes())
