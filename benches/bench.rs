@@ -1515,6 +1515,7 @@ fn bench_own_display(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod, di
     let floor: Vec<f64> = (0..n).filter_map(|_| own_display_by_hand(dir)).collect();
     let mut first = Vec::new();
     let mut warm = Vec::new();
+    let mut walled = Vec::new();
     for i in 0..n {
         let session = format!("own-{i}");
         let body = json!({"runtime": pod.runtime(), "session": session, "profile": "desktop",
@@ -1534,8 +1535,33 @@ fn bench_own_display(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod, di
         a.conn
             .call_tool("mouse", json!({"action": "move", "x": 20, "y": 20}));
         warm.push(ms(t.elapsed()));
+        // Its bash runs inside the grant's bwrap wall (where bwrap works): what that costs,
+        // on a warm grant (its first bash also makes the grant's cgroup).
+        a.conn.call_tool("bash", json!({"command": "true"}));
+        let t = Instant::now();
+        let out = a.conn.call_tool("bash", json!({"command": "true"}));
+        walled.push(ms(t.elapsed()));
+        assert_ne!(out["isError"], true, "own display bash: {out}");
         d.revoke(&grant);
     }
+    // The floor of the wall: bwrap with the same namespaces around `true`, by hand.
+    let wall_floor: Vec<f64> = (0..n)
+        .filter_map(|_| {
+            let t = Instant::now();
+            let ok = Command::new("bwrap")
+                .args(["--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc"])
+                .args(["--", "true"])
+                .status()
+                .is_ok_and(|s| s.success());
+            ok.then(|| ms(t.elapsed()))
+        })
+        .collect();
+    r.put(
+        "own_display_bash_true_ms",
+        percentile(&walled, 0.5),
+        "ms",
+        (!wall_floor.is_empty()).then(|| percentile(&wall_floor, 0.5)),
+    );
     let floor_p50 = (!floor.is_empty()).then(|| percentile(&floor, 0.5));
     let p50 = percentile(&first, 0.5);
     r.put("own_display_start_ms", p50, "ms", floor_p50);
