@@ -205,7 +205,8 @@ pub fn for_mode(
 
 /// The wall of own-display shells (§19), as `--own-display-isolation` asks: besides
 /// handnode's files, the owner's runtime directory (their session bus, Wayland socket,
-/// `systemd --user`) and `$XAUTHORITY`, and the browsers' directory (`browser_dir`). Other
+/// `systemd --user`), their X cookies (`$XAUTHORITY`, `~/.Xauthority`), and the browsers'
+/// directory (`browser_dir`). Other
 /// grants' own displays are hidden per call ([`Bwrap::shell_args`]).
 pub fn for_own_display_shells(
     config: &Config,
@@ -217,12 +218,17 @@ pub fn for_own_display_shells(
             .filter(|p| p.is_absolute())
     };
     let owner_runtime = env_path("XDG_RUNTIME_DIR").filter(|p| !is_shared_dir(p));
+    // X clients read `$XAUTHORITY`, else `~/.Xauthority`: both are the owner's cookies.
+    let cookies = env_path("XAUTHORITY")
+        .into_iter()
+        .chain(env_path("HOME").map(|h| h.join(".Xauthority")))
+        .collect();
     for_mode(
         config.own_display.isolation,
         Kind::Shell,
         config,
         owner_runtime.into_iter().chain(browser_dir).collect(),
-        env_path("XAUTHORITY").into_iter().collect(),
+        cookies,
         "the shells of grants with their own display are not walled from each other \
          or from handnode's files",
     )
