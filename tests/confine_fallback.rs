@@ -55,7 +55,11 @@ if os.fork(): os._exit(0)
 open(sys.argv[1], "a").write("d %d\n" % os.getpid())
 time.sleep(300)' "$P" </dev/null >/dev/null 2>&1
 env -u HN_JOB_ID setsid sleep 300 </dev/null >/dev/null 2>&1 &
-echo "u $!" >> "$P"
+u=$!
+# Listed once it is `sleep`: until then it may still be `env` in bash's process group with
+# the marker, which the cancel below would rightly kill.
+while [ "$(cat /proc/$u/comm 2>/dev/null)" != sleep ]; do sleep 0.01; done
+echo "u $u" >> "$P"
 while [ "$(wc -l < "$P")" -lt 3 ]; do sleep 0.01; done
 echo ready
 sleep 300"#,
