@@ -175,6 +175,42 @@ fn record(d: &TestDaemon, grant: &str) -> (u32, u32) {
     )
 }
 
+/// Every pid an own display's record names: Xvfb, the window manager, the bus.
+fn record_pids(d: &TestDaemon, grant: &str) -> Vec<u32> {
+    let text = std::fs::read(runtime_dir(d, grant).join("display.json"))
+        .expect("the own display's record");
+    let v: Value = serde_json::from_slice(&text).unwrap();
+    v["pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// Live processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            found.push(child);
+        }
+    }
+    found
+}
+
 fn runtime_dir(d: &TestDaemon, grant: &str) -> PathBuf {
     let g = d.grant(grant);
     PathBuf::from(
@@ -529,6 +565,60 @@ fn two_grants_see_only_their_own_screens_and_one_past_the_bound_is_refused() {
             "B's shell got through its wall with `{attempt}`: {out}"
         );
     }
+    // What B's display runs outside the wall starts nothing B chooses. Its private bus
+    // can start only the accessibility bus, and lets no one set the environment of what
+    // it starts (LD_PRELOAD would run code before any wall).
+    let mut bus = |method: &str, args: &str| {
+        b.bash(&format!(
+            "dbus-send --session --print-reply --dest=org.freedesktop.DBus \
+             /org/freedesktop/DBus org.freedesktop.DBus.{method} {args} 2>&1; echo rc=$?"
+        ))
+    };
+    let names = bus("ListActivatableNames", "");
+    let activatable: Vec<&str> = names
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("string \"")?.strip_suffix('"'))
+        .collect();
+    assert!(activatable.contains(&"org.freedesktop.DBus"), "{names}");
+    assert!(
+        activatable
+            .iter()
+            .all(|n| ["org.freedesktop.DBus", "org.a11y.Bus"].contains(n)),
+        "B's bus can start more than the accessibility bus: {names}"
+    );
+    let preload = bus(
+        "UpdateActivationEnvironment",
+        "dict:string:string:LD_PRELOAD,/nonexistent.so",
+    );
+    assert!(preload.contains("AccessDenied"), "{preload}");
+    // Its window manager's key bindings start no program (matchbox's own start an xterm
+    // on ctrl+alt+x, outside the wall). The chord, then alt+f4 closing B's window: once
+    // the window is gone the window manager has handled the chord before it.
+    let wm = record_pids(&d, &idb)[1];
+    b.ok(
+        "bash_start",
+        json!({"command": "exec xterm -title own-b-window"}),
+    );
+    let shown = "xdotool search --onlyvisible --name own-b-window || true";
+    poll_until(
+        || b.bash(shown),
+        |found| !found.trim().is_empty(),
+        |found| format!("watchdog: B's xterm never showed: {found:?}"),
+    );
+    b.ok(
+        "key",
+        json!({"action": "press", "keys": ["ctrl+alt+x", "alt+F4"]}),
+    );
+    poll_until(
+        || b.bash(shown),
+        |found| found.trim().is_empty(),
+        |found| format!("watchdog: alt+F4 did not close B's xterm: {found:?}"),
+    );
+    assert_eq!(
+        children_of(wm),
+        Vec::<u32>::new(),
+        "B's window manager started a program"
+    );
     // The same steps outside the wall do work: the cookie is there, the socket answers.
     assert!(std::fs::metadata(&a_cookie).is_ok_and(|m| m.len() > 0));
     let outside = std::process::Command::new("curl")
@@ -745,7 +835,35 @@ fn app_open_starts_the_app_on_the_grants_own_display() {
             )
         },
     );
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    // The app itself: `pid` is the process app_open started, which is the app or, on a
+    // box where the grant's wall works, the `bwrap` around it (§19).
+    let app = poll_until(
+        || {
+            let mut todo = vec![pid as u32];
+            let mut found = None;
+            while let Some(p) = todo.pop() {
+                let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+                if comm.trim() == "sleep" {
+                    found = Some(p);
+                    break;
+                }
+                todo.extend(children_of(p));
+            }
+            found
+        },
+        Option::is_some,
+        |_| "watchdog: no sleep under the app's process".into(),
+    )
+    .unwrap();
+    let walled =
+        handnode::walls::probe_bwrap(std::env::var_os("PATH").as_deref(), Kind::Shell).is_ok();
+    let pid_ns = |p: u32| std::fs::read_link(format!("/proc/{p}/ns/pid")).unwrap();
+    assert_eq!(
+        pid_ns(app) != pid_ns(std::process::id()),
+        walled,
+        "the app runs in a PID namespace of its own exactly when the wall works here"
+    );
+    let environ = std::fs::read(format!("/proc/{app}/environ")).unwrap();
     let environ: Vec<String> = environ
         .split(|b| *b == 0)
         .map(|v| String::from_utf8_lossy(v).into_owned())

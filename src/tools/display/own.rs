@@ -20,8 +20,9 @@
 //! **Life.** Nothing runs until the grant's first graphical call (or first `bash` /
 //! `bash_start`, whose children get its variables): that call, on the grant's own display
 //! thread, starts `Xvfb -displayfd 1 -nolisten tcp -auth <cookie>` (the display number is
-//! learned from its stdout, without races), the window manager, and `dbus-daemon
-//! --session` on a socket in the grant's 0700 runtime directory. All three run in one run
+//! learned from its stdout, without races), the window manager, and `dbus-daemon` with a
+//! session configuration of ours on a socket in the grant's 0700 runtime directory. All
+//! three run in one run
 //! group of the grant's cgroup (§16) and carry the job marker. It survives redials; it is
 //! stopped when the grant ends, on daemon stop, and on the next start after a crash
 //! ([`OwnDisplays::clean_stale`]): SIGTERM, up to `--own-display-stop-timeout-ms`, then
@@ -31,9 +32,12 @@
 //! **Isolation.** Every grant runs as the daemon's user. A grant's tools only ever address
 //! its own display; X clients need the grant's cookie (`-auth`), so a process that knows
 //! only the display number is refused. The cookie file is a file of that user, so the
-//! `bash` and jobs of a grant with its own display run inside its wall
-//! ([`OwnDisplays::shell_wall`], `crate::walls`): their own PID namespace, and the parent
-//! of the runtime directories empty but for the grant's own. A grant without its own
+//! `bash`, jobs and `app_open` apps of a grant with its own display run inside its wall
+//! ([`walled_command`], `crate::walls`): their own PID namespace, and the parent of the
+//! runtime directories empty but for the grant's own. What runs the display outside the
+//! wall starts nothing the agent chooses: the window manager's key bindings run no
+//! program (`WM_KEYS`), and the private bus starts only the accessibility bus and lets
+//! no one change what it starts with (`write_bus_config`). A grant without its own
 //! display is the owner's shell and is not walled (only `observe`, `browser`, `files`
 //! and `apps` are boundaries, §7).
 
@@ -572,8 +576,12 @@ impl OwnDisplay {
         // are not focused or placed).
         let wm = match which(WINDOW_MANAGER.0, path_var.as_deref()) {
             Some(path) => {
+                let keys = dir.join("kbdconfig");
+                std::fs::write(&keys, WM_KEYS)
+                    .map_err(|e| cleanup(format!("cannot write the key bindings: {e}")))?;
                 let mut cmd = group.command(&path);
-                cmd.args(["-use_titlebar", "no"])
+                cmd.args(["-use_titlebar", "no", "-kbdconfig"])
+                    .arg(&keys)
                     .env_clear()
                     .envs(child_env.clone())
                     .stdin(Stdio::null())
@@ -601,9 +609,11 @@ impl OwnDisplay {
         let mut bus_address = None;
         let bus = match which("dbus-daemon", path_var.as_deref()) {
             Some(path) => {
+                let config = write_bus_config(&dir, &bus_socket)
+                    .map_err(|e| cleanup(format!("cannot write the bus's configuration: {e}")))?;
                 let mut cmd = group.command(&path);
-                cmd.args(["--session", "--nofork", "--nopidfile", "--print-address=1"])
-                    .arg(format!("--address=unix:path={}", bus_socket.display()))
+                cmd.arg(format!("--config-file={}", config.display()))
+                    .args(["--nofork", "--nopidfile", "--print-address=1"])
                     .env_clear()
                     .envs(child_env.clone())
                     .stdin(Stdio::null())
@@ -853,6 +863,77 @@ fn unix_socket_bound(path: &Path) -> bool {
         .any(|l| l.split_whitespace().nth(7) == Some(want.as_ref()))
 }
 
+/// The window manager's key bindings. matchbox's default file starts programs
+/// (`<ctrl><alt>x=!xterm`), which would run outside the grant's wall as children of the
+/// window manager; these only move between windows and close one.
+const WM_KEYS: &str = "<alt>Tab=next\n<alt><shift>Tab=prev\n<alt>f4=close\n";
+
+/// Where the box's session services are declared, for the accessibility bus's entry.
+const SYSTEM_SERVICE_DIRS: [&str; 2] = [
+    "/usr/share/dbus-1/services",
+    "/usr/local/share/dbus-1/services",
+];
+/// The one session service the private bus may start: the accessibility bus (§17).
+const A11Y_SERVICE: &str = "org.a11y.Bus.service";
+
+/// The private bus's configuration, written into the runtime directory `dir`: a session
+/// bus like the box's, but the only service it can start is the accessibility bus (the
+/// box's own entry, copied), not every service under `~/.local/share/dbus-1/services`
+/// (which a grant's shell can write) or the box's portals; and no client may change the
+/// environment started services get (`UpdateActivationEnvironment`, an `LD_PRELOAD`
+/// away from running code outside the grant's wall).
+fn write_bus_config(dir: &Path, socket: &Path) -> std::io::Result<PathBuf> {
+    let services = dir.join("services");
+    std::fs::DirBuilder::new().mode(0o700).create(&services)?;
+    let a11y = SYSTEM_SERVICE_DIRS
+        .iter()
+        .map(|d| Path::new(d).join(A11Y_SERVICE))
+        .find_map(|p| std::fs::read_to_string(p).ok());
+    if let Some(entry) = a11y {
+        // `Name` and `Exec` only: our bus has no systemd to hand `SystemdService` to.
+        let kept: String = entry
+            .lines()
+            .filter(|l| l.starts_with('[') || l.starts_with("Name=") || l.starts_with("Exec="))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(services.join(A11Y_SERVICE), kept)?;
+    }
+    let config = dir.join("bus.conf");
+    std::fs::write(&config, bus_config_text(socket, &services))?;
+    Ok(config)
+}
+
+fn bus_config_text(socket: &Path, services: &Path) -> String {
+    let xml = |p: &Path| {
+        p.display()
+            .to_string()
+            .replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+    };
+    let (socket, services) = (xml(socket), xml(services));
+    format!(
+        r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <keep_umask/>
+  <listen>unix:path={socket}</listen>
+  <auth>EXTERNAL</auth>
+  <servicedir>{services}</servicedir>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+    <deny send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"
+          send_member="UpdateActivationEnvironment"/>
+  </policy>
+</busconfig>
+"#
+    )
+}
+
 /// An Xauthority file with one wildcard MIT-MAGIC-COOKIE-1 entry (any display number: it
 /// is written before the number is known), mode 0600.
 fn write_cookie(path: &Path) -> std::io::Result<()> {
@@ -989,6 +1070,27 @@ pub fn with_call_display(cx: CallContext, done: Completion, start: DeferredStart
     match own_of(&cx) {
         Some(own) => with_started(own, cx, done, start),
         None => start(cx, done),
+    }
+}
+
+/// The command that runs `program` for a call in the run `group`: inside the grant's wall
+/// when the call's grant has its own display and this box has the wall (`bash`, jobs and
+/// `app_open`: whatever a grant starts on its own display runs walled, so an app's
+/// "open a terminal" is walled too), else as `group.command` makes it. Add the program's
+/// arguments to it.
+pub fn walled_command(
+    cx: &CallContext,
+    group: &crate::cgroup::RunGroup,
+    program: &Path,
+) -> std::process::Command {
+    let wall = own_of(cx).and_then(|own| cx.host.own_displays.shell_wall(&own));
+    match wall {
+        Some((bwrap, args)) => {
+            let mut cmd = group.command(&bwrap);
+            cmd.args(args).arg(program);
+            cmd
+        }
+        None => group.command(program),
     }
 }
 
