@@ -565,6 +565,34 @@ fn two_grants_see_only_their_own_screens_and_one_past_the_bound_is_refused() {
             "B's shell got through its wall with `{attempt}`: {out}"
         );
     }
+    // B's file tools reach what its shell's wall shows, however the path is spelled:
+    // directly, through A's X server's /proc/<pid>/root, through a symlink B made.
+    b.bash(&format!(
+        "ln -sfn {} \"$XDG_RUNTIME_DIR/to-a\"",
+        a_cookie.display()
+    ));
+    let b_dir = runtime_dir(&d, &idb);
+    let tries = [
+        ("file_get", a_cookie.display().to_string()),
+        (
+            "file_get",
+            format!("/proc/{a_xvfb}/root{}", a_cookie.display()),
+        ),
+        ("file_get", b_dir.join("to-a").display().to_string()),
+        ("file_list", d.state_dir().display().to_string()),
+        ("file_list", runtime_dir(&d, &ida).display().to_string()),
+    ];
+    for (tool, path) in &tries {
+        let got = b.call(tool, json!({ "path": path }));
+        assert_eq!(got["isError"], true, "B's {tool} reached {path}: {got}");
+        let text = got["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("out of reach"), "{tool} {path}: {text}");
+    }
+    // Its own runtime directory stays in reach.
+    b.ok(
+        "file_get",
+        json!({"path": b_dir.join("xauth").display().to_string()}),
+    );
     // What B's display runs outside the wall starts nothing B chooses. Its private bus
     // can start only the accessibility bus, and lets no one set the environment of what
     // it starts (LD_PRELOAD would run code before any wall).

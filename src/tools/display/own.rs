@@ -34,7 +34,8 @@
 //! only the display number is refused. The cookie file is a file of that user, so the
 //! `bash`, jobs and `app_open` apps of a grant with its own display run inside its wall
 //! ([`walled_command`], `crate::walls`): their own PID namespace, and the parent of the
-//! runtime directories empty but for the grant's own. What runs the display outside the
+//! runtime directories empty but for the grant's own; its file tools, which run in the
+//! daemon, refuse the same paths ([`OwnDisplays::file_fence`]). What runs the display outside the
 //! wall starts nothing the agent chooses: the window manager's key bindings run no
 //! program (`WM_KEYS`), and the private bus starts only the accessibility bus and lets
 //! no one change what it starts with (`write_bus_config`). A grant without its own
@@ -210,6 +211,26 @@ impl OwnDisplays {
             walls.program.clone(),
             walls.shell_args(&self.opts.parent(), dir.as_deref()),
         ))
+    }
+
+    /// What the file tools of the grant whose own display is `own` may not reach: what its
+    /// shell's wall hides (see `crate::tools::files::folder::Fence`). `None` when there
+    /// is no wall here (then its shell reaches all of it anyway).
+    pub fn file_fence(&self, own: &OwnDisplay) -> Option<crate::tools::files::folder::Fence> {
+        let walls = self.walls.as_ref()?;
+        // Compared with the paths the kernel gives for open files: with symlinks resolved.
+        let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let hidden = walls
+            .hide_dirs
+            .iter()
+            .chain(&walls.hide_files)
+            .chain([&self.opts.parent()])
+            .map(|p| real(p))
+            .collect();
+        Some(crate::tools::files::folder::Fence {
+            hidden,
+            except: lock(&own.shown).as_ref().map(|s| real(&s.dir)),
+        })
     }
 
     /// The grant's own display if it has been asked for, without creating one.

@@ -172,8 +172,48 @@ pub enum Place {
     /// Beneath a lent folder: paths are relative to this descriptor of it.
     Folder { root: OwnedFd, path: PathBuf },
     /// No folder (a shell-equivalent grant or the owner's `/mcp`): absolute paths,
-    /// resolved as any program of the box would.
-    Anywhere,
+    /// resolved as any program of the box would, except what `Fence` keeps out.
+    Anywhere(Option<Fence>),
+}
+
+/// What the file tools of a grant with its own display may not reach (§19): what the wall
+/// around its shell hides, the other grants' own displays among it, and the box's `/proc`
+/// (whose `<pid>/root` shows any process's files; the wall has a `/proc` of its own).
+/// Checked on the descriptor a path opened to, by the path the kernel gives for it, so a
+/// symlink swapped in between the check and the read changes nothing.
+#[derive(Clone, Debug, Default)]
+pub struct Fence {
+    /// Directories and files refused, with all beneath them.
+    pub hidden: Vec<PathBuf>,
+    /// Beneath a hidden directory, still reachable: the grant's own runtime directory.
+    pub except: Option<PathBuf>,
+}
+
+impl Fence {
+    /// Whether the file at `real` (a path the kernel gave for an open descriptor) is
+    /// kept out.
+    pub fn refuses(&self, real: &Path) -> bool {
+        if self.except.as_deref().is_some_and(|e| real.starts_with(e)) {
+            return false;
+        }
+        real.starts_with("/proc") || self.hidden.iter().any(|h| real.starts_with(h))
+    }
+
+    /// `fd`, when what it opened is not kept out; `path` is the caller's, for the message.
+    fn admit(&self, fd: OwnedFd, path: &str) -> Result<OwnedFd, String> {
+        let link = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+        let real = std::fs::read_link(&link)
+            .map_err(|e| format!("{path}: cannot tell where it leads ({e})"))?;
+        if self.refuses(&real) {
+            return Err(format!(
+                "{path} is out of reach of a grant with its own display: it leads to {}, \
+                 which is hidden from this grant's tools as from its shell (handnode's \
+                 files, other grants' displays, the owner's session, /proc)",
+                real.display()
+            ));
+        }
+        Ok(fd)
+    }
 }
 
 /// A path split into the directory it lies in and its last part.
@@ -185,9 +225,9 @@ pub struct Split<'a> {
 impl Place {
     /// The place of a call: its policy's folder opened again (it must still be a
     /// directory of ours reached without a symlink), or anywhere.
-    pub fn of(folder: Option<&Path>) -> Result<Place, String> {
+    pub fn of(folder: Option<&Path>, fence: Option<Fence>) -> Result<Place, String> {
         let Some(folder) = folder else {
-            return Ok(Place::Anywhere);
+            return Ok(Place::Anywhere(fence));
         };
         let root = open_folder(folder).map_err(|e| {
             format!(
@@ -230,7 +270,7 @@ impl Place {
                 }
                 Ok(if trimmed.is_empty() { "." } else { trimmed })
             }
-            Place::Anywhere => {
+            Place::Anywhere(_) => {
                 if !path.starts_with('/') {
                     return Err(format!(
                         "path must be absolute (this grant lends no folder): {path}"
@@ -274,9 +314,13 @@ impl Place {
                 mode,
                 ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
             ),
-            Place::Anywhere => rustix::fs::openat(CWD, path, flags, mode),
+            Place::Anywhere(_) => rustix::fs::openat(CWD, path, flags, mode),
         };
-        opened.map_err(|e| self.explain(path, e))
+        let fd = opened.map_err(|e| self.explain(path, e))?;
+        match self {
+            Place::Anywhere(Some(fence)) => fence.admit(fd, path),
+            _ => Ok(fd),
+        }
     }
 
     /// Open a checked directory path for `*at` calls, creating missing directories
@@ -346,7 +390,7 @@ impl Place {
     pub fn uri(&self, path: &str) -> String {
         let full = match self {
             Place::Folder { path: folder, .. } => folder.join(path),
-            Place::Anywhere => PathBuf::from(path),
+            Place::Anywhere(_) => PathBuf::from(path),
         };
         let mut uri = String::from("file://");
         for b in full.to_string_lossy().bytes() {
@@ -362,6 +406,25 @@ impl Place {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_fence_refuses_what_is_hidden_and_proc_but_not_the_grants_own_directory() {
+        let fence = Fence {
+            hidden: vec![
+                PathBuf::from("/s/state"),
+                PathBuf::from("/s/state/displays"),
+            ],
+            except: Some(PathBuf::from("/s/state/displays/mine")),
+        };
+        assert!(fence.refuses(Path::new("/s/state/grants.json")));
+        assert!(fence.refuses(Path::new("/s/state/displays/theirs/xauth")));
+        assert!(fence.refuses(Path::new("/proc/1/root/etc/passwd")));
+        assert!(!fence.refuses(Path::new("/s/state/displays/mine/xauth")));
+        // Components, not prefixes of a name.
+        assert!(!fence.refuses(Path::new("/s/stateful/x")));
+        assert!(!fence.refuses(Path::new("/procfs-notes")));
+        assert!(!fence.refuses(Path::new("/home/me/notes")));
+    }
     use super::*;
     use crate::base::testutil::TempDir;
 

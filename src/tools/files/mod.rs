@@ -2,7 +2,8 @@
 //! with its SHA-256), `file_put` (chunks into a hidden part file renamed into place on
 //! `final`), `file_list` (a directory's entries). Under a grant that lends a folder every
 //! path is confined beneath it ([`folder`]); without one (a shell-equivalent grant or the
-//! owner's `/mcp`) paths are absolute and reach whatever the daemon's user can.
+//! owner's `/mcp`) paths are absolute and reach whatever the daemon's user can, except,
+//! for a grant with its own display, what the wall around its shell hides (`Fence`, §19).
 //!
 //! Their class is `shell` in general (reading and writing any file of the user reaches
 //! the shell: `~/.bashrc`, `~/.ssh/authorized_keys`), and `observe`/`act` under a lent
@@ -196,13 +197,16 @@ fn list_schema() -> Value {
 /// Where this call's paths lead: the grant's folder, or anywhere. A `files` policy always
 /// carries one (`POST /attach` requires it); a confined policy without one runs nothing.
 fn place(cx: &CallContext) -> Result<Place, String> {
+    // A grant with its own display reaches with these tools what its shell's wall shows.
+    let fence = crate::tools::display::own::own_of(cx)
+        .and_then(|own| cx.host.own_displays.file_fence(&own));
     match cx.policy.folder() {
-        Some(f) => Place::of(Some(f)),
+        Some(f) => Place::of(Some(f), None),
         None if cx.policy.confined() => Err(
             "this grant is confined to a lent folder but has none; lend it again with a folder"
                 .into(),
         ),
-        None => Place::of(None),
+        None => Place::of(None, fence),
     }
 }
 
