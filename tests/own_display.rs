@@ -550,6 +550,8 @@ fn two_grants_see_only_their_own_screens_and_one_past_the_bound_is_refused() {
             "XAUTHORITY={} DISPLAY=:{na} xdotool getdisplaygeometry",
             a_cookie.display()
         ),
+        // A's display with no cookie at all (X listens on an abstract socket too).
+        format!("XAUTHORITY=/dev/null DISPLAY=:{na} xdotool getdisplaygeometry"),
         // A's cookie through A's X server's view of the file system.
         format!("cat /proc/{a_xvfb}/root{} >/dev/null", a_cookie.display()),
         // A's screen through the daemon's local admin socket.
