@@ -118,6 +118,7 @@ const LEDGER: &[(&str, RunBy)] = &[
     ("handnode serve --apps", RunBy::File("tests/apps.rs", ".args([\"--apps\", apps])")),
     ("handnode grant --runtime wss://pod.example:8090 --session laptop --profile apps", RunBy::File("tests/apps.rs", "common::attach_body(&pod, \"s-apps\", \"apps\")")),
     ("handnode doctor --browser-command", RunBy::File("src/ops/doctor.rs", "browser_checks(")),
+    ("handnode doctor --apps", RunBy::File("src/ops/doctor.rs", "fn apps_names_every_refused_entry_and_why")),
     ("handnode grant --runtime wss://pod.example:8090 --session laptop --profile desktop --approve shell", RunBy::File("tests/first_run.rs", "--approve shell --secret-file ~/attach-secret")),
     ("handnode approvals --watch", RunBy::File("tests/first_run.rs", "[\"approvals\", \"--watch\"]")),
     ("handnode approve <id>", RunBy::File("tests/first_run.rs", "--approve shell --secret-file ~/attach-secret")),

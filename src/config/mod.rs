@@ -13,8 +13,8 @@ mod token;
 
 pub(crate) use flags::*;
 pub use report::*;
-pub use serve::DoctorArgs;
 pub(crate) use serve::*;
+pub use serve::{apps_lookup, DoctorArgs};
 pub use token::*;
 
 use std::collections::{BTreeMap, HashMap};

@@ -320,13 +320,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         kind: Kind::List {
             metavar: "ID",
             set: |d, v| {
-                d.apps = v
-                    .iter()
-                    .flat_map(|v| v.split(','))
-                    .map(str::trim)
-                    .filter(|v| !v.is_empty())
-                    .map(crate::base::desktop_entry::check_id)
-                    .collect::<Result<_, _>>()?;
+                d.apps = split_app_ids(&v)?;
                 Ok(())
             },
         },
@@ -424,7 +418,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         name: "own-display-isolation",
         env: true,
         default: "auto",
-        help: "How the bash and jobs of a grant with its own display are walled off: bwrap (bubblewrap: a PID namespace of their own, and other grants' own displays, handnode's files, the owner's runtime dir and the browsers' dir are empty inside; start fails if bwrap does not work), none, or auto (bwrap when it works here, else none with a warning). `doctor` says which.",
+        help: "How the bash, jobs and app_open apps of a grant with its own display are walled off: bwrap (bubblewrap: a PID namespace of their own, and other grants' own displays, handnode's files, the owner's runtime dir and the browsers' dir are empty inside, and the grant's file tools refuse the same paths; start fails if bwrap does not work), none, or auto (bwrap when it works here, else none with a warning). `doctor` says which.",
         kind: Kind::Text {
             metavar: "auto|bwrap|none",
             set: |d, v| {
@@ -777,6 +771,8 @@ pub struct DoctorArgs {
     pub json: bool,
     /// `--browser-command` (or its env var), split: the browser tier to test-start.
     pub browser_command: Option<Vec<String>>,
+    /// `--apps` (or its env var): the desktop entry IDs to look up and vet as `serve` would.
+    pub apps: Vec<String>,
 }
 
 /// Flags of `doctor`.
@@ -801,7 +797,31 @@ pub(crate) const DOCTOR_FLAGS: &[Flag<DoctorArgs>] = &[
             },
         },
     },
+    Flag {
+        name: "apps",
+        env: true,
+        default: "",
+        help: "The daemon's --apps: doctor looks up each desktop entry and says which `serve` would refuse, and why.",
+        kind: Kind::List {
+            metavar: "ID",
+            set: |d, v| {
+                d.apps = split_app_ids(&v)?;
+                Ok(())
+            },
+        },
+    },
 ];
+
+/// `--apps` values (repeated, comma-separated) into checked desktop entry IDs.
+fn split_app_ids(values: &[String]) -> Result<Vec<String>, String> {
+    values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(crate::base::desktop_entry::check_id)
+        .collect()
+}
 
 pub(crate) fn no_positional(sub: &str, positional: &[String]) -> Result<(), Error> {
     match positional.first() {
@@ -844,15 +864,25 @@ fn resolve_apps(
     ids: &[String],
     env: &HashMap<String, String>,
 ) -> Result<Vec<crate::base::desktop_entry::DesktopEntry>, Error> {
-    use crate::base::desktop_entry::{self as de, DataDirs};
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let dirs = DataDirs::from_env(|k| env.get(k).cloned());
+    let (dirs, path) = apps_lookup(env);
+    crate::base::desktop_entry::resolve_apps(ids, &dirs, &path)
+        .map_err(|why| Error::Config(format!("--apps: {why}")))
+}
+
+/// Where `--apps` entries are looked up and their programs found, from the daemon's
+/// environment: its XDG data dirs and its `PATH` (`serve` and `doctor` alike).
+pub fn apps_lookup(
+    env: &HashMap<String, String>,
+) -> (crate::base::desktop_entry::DataDirs, String) {
+    let dirs = crate::base::desktop_entry::DataDirs::from_env(|k| env.get(k).cloned());
     let path = env
         .get("PATH")
-        .map_or("/usr/local/bin:/usr/bin:/bin", String::as_str);
-    de::resolve_apps(ids, &dirs, path).map_err(|why| Error::Config(format!("--apps: {why}")))
+        .map_or("/usr/local/bin:/usr/bin:/bin", String::as_str)
+        .to_string();
+    (dirs, path)
 }
 
 /// `serve`'s flags and env into a validated [`Config`]. Also finds the admin token (see

@@ -290,9 +290,9 @@ fn wall_check(env: &HashMap<String, String>, kind: crate::walls::Kind) -> Check 
         Kind::Shell => (
             "own display isolation",
             "HANDNODE_OWN_DISPLAY_ISOLATION",
-            "the bash and jobs of a grant with its own display see only their own \
+            "the bash, jobs and apps of a grant with its own display see only their own \
              processes, and other grants' displays, handnode's files and the owner's \
-             runtime dir are empty",
+             runtime dir are empty (its file tools refuse them too)",
             "the shells of grants with their own display can reach each other's screens \
              and handnode's files",
         ),
@@ -328,6 +328,49 @@ fn wall_check(env: &HashMap<String, String>, kind: crate::walls::Kind) -> Check 
             Some(get.into()),
         ),
     }
+}
+
+/// `--apps` as `serve` would resolve it (§17): each entry looked up and vetted, every one
+/// reported (where `serve` stops at the first refused and exits 2).
+pub fn apps_check(ids: &[String], env: &HashMap<String, String>) -> Check {
+    let (dirs, path) = crate::config::apps_lookup(env);
+    let mut found = Vec::new();
+    let mut refused = Vec::new();
+    for id in ids {
+        match crate::base::desktop_entry::resolve_apps(std::slice::from_ref(id), &dirs, &path) {
+            Ok(entries) => found.extend(entries.iter().map(|e| match &e.program {
+                Some(program) => format!("{} ({})", e.id, program.display()),
+                None => format!("{} ({}, not installed)", e.id, e.argv[0]),
+            })),
+            Err(why) => refused.push(why),
+        }
+    }
+    if refused.is_empty() {
+        return check(
+            "apps",
+            Status::Ok,
+            format!("`apps` grants may start and drive: {}", found.join(", ")),
+            None,
+        );
+    }
+    check(
+        "apps",
+        Status::Fail,
+        format!(
+            "handnode would not start with this --apps: {}{}",
+            refused.join("; "),
+            if found.is_empty() {
+                String::new()
+            } else {
+                format!(" (fine: {})", found.join(", "))
+            }
+        ),
+        Some(
+            "take the refused entries out of --apps (install a missing app, or list its \
+             desktop entry under $XDG_DATA_HOME/applications)"
+                .into(),
+        ),
+    )
 }
 
 /// The `--blocked-origins` entries of `wanted` that `blocked` lacks. An entry counts in
@@ -985,6 +1028,9 @@ pub fn main(args: &crate::config::DoctorArgs) -> i32 {
     if args.browser_command.is_some() {
         checks.push(isolation_check(&env));
     }
+    if !args.apps.is_empty() {
+        checks.push(apps_check(&args.apps, &env));
+    }
     checks.extend(upstream_origin_checks(&env));
     let text = if args.json {
         format!(
@@ -1075,6 +1121,44 @@ mod tests {
             check("b", Status::Warn, "y", None),
         ];
         assert!(render(&two).ends_with("0 not working, 2 warnings\n"));
+    }
+
+    #[test]
+    fn apps_names_every_refused_entry_and_why() {
+        let dir = crate::base::testutil::TempDir::new("doctor-apps");
+        let apps = dir.path("share/applications");
+        std::fs::create_dir_all(&apps).unwrap();
+        std::fs::write(
+            apps.join("t.Sleep.desktop"),
+            "[Desktop Entry]\nType=Application\nName=Sleep\nExec=sleep 30\n",
+        )
+        .unwrap();
+        std::fs::write(
+            apps.join("t.Term.desktop"),
+            "[Desktop Entry]\nType=Application\nName=Term\nExec=sleep 30\nTerminal=true\n",
+        )
+        .unwrap();
+        let env = env(&[
+            ("XDG_DATA_HOME", dir.path("share").to_str().unwrap()),
+            ("XDG_DATA_DIRS", "/nonexistent"),
+            ("PATH", "/usr/bin:/bin"),
+        ]);
+        let ok = apps_check(&["t.Sleep".into()], &env);
+        assert_eq!(ok.status, Status::Ok, "{ok:?}");
+        assert!(
+            ok.detail.contains("t.Sleep (/usr/bin/sleep)")
+                || ok.detail.contains("t.Sleep (/bin/sleep)"),
+            "{ok:?}"
+        );
+        let bad = apps_check(
+            &["t.Sleep".into(), "t.Term".into(), "t.Missing".into()],
+            &env,
+        );
+        assert_eq!(bad.status, Status::Fail, "{bad:?}");
+        assert!(bad.detail.contains("t.Term"), "{bad:?}");
+        assert!(bad.detail.contains("t.Missing"), "{bad:?}");
+        assert!(bad.detail.contains("fine: t.Sleep"), "{bad:?}");
+        assert!(bad.fix.is_some());
     }
 
     #[test]

@@ -287,7 +287,8 @@ mod tests {
             parse_args(&["doctor", "--json"], &env),
             Ok(Command::Doctor(config::DoctorArgs {
                 json: true,
-                browser_command: None
+                browser_command: None,
+                ..
             }))
         ));
         assert!(matches!(
