@@ -921,3 +921,62 @@ fn app_open_starts_the_app_on_the_grants_own_display() {
         |_| "watchdog: the app outlived its grant".into(),
     );
 }
+
+/// Under `apps` with its own display, the app `app_open` starts runs inside the grant's wall
+/// (a PID namespace of its own), and `desktop_act` still knows it for the grant's own: the
+/// accessibility bus names its process by the box's pid, which is in the app's run.
+#[test]
+fn an_apps_grant_drives_its_walled_app_on_its_own_display() {
+    if skip("an_apps_grant_drives_its_walled_app_on_its_own_display") {
+        return;
+    }
+    let a11y_here = Path::new("/usr/libexec/at-spi-bus-launcher").exists()
+        || Path::new("/usr/lib/at-spi2-core/at-spi-bus-launcher").exists();
+    if !a11y_here || !Path::new("/usr/bin/zenity").exists() {
+        eprintln!("SKIPPED: no at-spi2-core or zenity");
+        return;
+    }
+    let dir = temp_dir("own-display-zenity");
+    let owner = OwnerScreen::start(&dir);
+    let apps_dir = dir.join("share/applications");
+    std::fs::create_dir_all(&apps_dir).unwrap();
+    std::fs::write(
+        apps_dir.join("t.Question.desktop"),
+        "[Desktop Entry]\nType=Application\nName=Question\nExec=zenity --question \"--text=Own question?\"\n",
+    )
+    .unwrap();
+    let entries = handnode::base::desktop_entry::resolve_apps(
+        &["t.Question".to_string()],
+        &handnode::base::desktop_entry::DataDirs {
+            dirs: vec![apps_dir],
+        },
+        "/usr/bin:/bin",
+    )
+    .unwrap();
+    let d = daemon_with("own-display-zenity-d", &owner, 1, move |c| c.apps = entries);
+    let pod = StubPod::start();
+    let (_id, mut conn) = d.attached_with(&pod, own_body(&pod, "own-zen", "apps"));
+    conn.set_read_timeout(Duration::from_secs(30));
+    let mut a = Agent { conn, next: 100 };
+    a.ok("app_open", json!({"app": "t.Question"}));
+    let snap = poll_until(
+        || a.call("desktop_snapshot", json!({"app": "zenity"})),
+        |s| s.to_string().contains("Own question?"),
+        |s| format!("watchdog: the app never joined the grant's tree: {s}"),
+    );
+    let nodes = snap["structuredContent"]["nodes"].as_array().unwrap();
+    let yes = nodes
+        .iter()
+        .find(|n| n["role"] == "push button" && n["name"] == "Yes")
+        .and_then(|n| n["ref"].as_str())
+        .unwrap_or_else(|| panic!("no Yes button: {snap}"))
+        .to_string();
+    let pressed = a.call("desktop_act", json!({"ref": yes, "action": "press"}));
+    assert_ne!(pressed["isError"], true, "{pressed}");
+    // Pressed for real: the question is gone from the grant's tree.
+    poll_until(
+        || a.call("desktop_snapshot", json!({})).to_string(),
+        |s| !s.contains("Own question?"),
+        |s| format!("watchdog: the question is still there after Yes: {s}"),
+    );
+}
