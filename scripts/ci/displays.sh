@@ -47,6 +47,19 @@ start_xvfb() {
     if xdpyinfo -display "$X_DISPLAY" >/dev/null 2>&1; then
         return 0
     fi
+    # A lock left by an Xvfb that was killed (a CI-like run's PID namespace ending
+    # SIGKILLs it) names a pid that may now be some other process: Xvfb would then refuse
+    # with "Server is already active". Nothing answers on the display (checked above), so
+    # a lock whose pid is not an Xvfb is stale.
+    local lock=/tmp/.X${X_DISPLAY#:}-lock
+    if [ -f "$lock" ]; then
+        local holder
+        holder=$(tr -d ' ' <"$lock")
+        if [ "$(cat "/proc/$holder/comm" 2>/dev/null)" != Xvfb ]; then
+            log "removing the stale $lock (pid $holder is not an Xvfb)"
+            rm -f "$lock" "/tmp/.X11-unix/X${X_DISPLAY#:}"
+        fi
+    fi
     log "starting Xvfb $X_DISPLAY ${X_SIZE}"
     setsid Xvfb "$X_DISPLAY" -screen 0 "${X_SIZE}x24" -noreset -nolisten tcp \
         >"$RUN_DIR/xvfb.log" 2>&1 </dev/null &
