@@ -266,9 +266,52 @@ fn handnode_files(config: &Config) -> Vec<PathBuf> {
         .collect()
 }
 
+/// What the file tools of a grant with its own display may not reach (§19): what the wall
+/// around its shell hides, the other grants' own displays among it, and the box's `/proc`
+/// (whose `<pid>/root` shows any process's files; the wall has a `/proc` of its own). The
+/// file tools run in the daemon, outside any wall, so they check each descriptor they open
+/// against it (`tools::files::folder`).
+#[derive(Clone, Debug, Default)]
+pub struct Fence {
+    /// Directories and files refused, with all beneath them.
+    pub hidden: Vec<PathBuf>,
+    /// Beneath a hidden directory, still reachable: the grant's own runtime directory.
+    pub except: Option<PathBuf>,
+}
+
+impl Fence {
+    /// Whether the file at `real` (a path the kernel gave for an open descriptor) is
+    /// kept out.
+    pub fn refuses(&self, real: &Path) -> bool {
+        if self.except.as_deref().is_some_and(|e| real.starts_with(e)) {
+            return false;
+        }
+        real.starts_with("/proc") || self.hidden.iter().any(|h| real.starts_with(h))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fence_refuses_what_is_hidden_and_proc_but_not_the_grants_own_directory() {
+        let fence = Fence {
+            hidden: vec![
+                PathBuf::from("/s/state"),
+                PathBuf::from("/s/state/displays"),
+            ],
+            except: Some(PathBuf::from("/s/state/displays/mine")),
+        };
+        assert!(fence.refuses(Path::new("/s/state/grants.json")));
+        assert!(fence.refuses(Path::new("/s/state/displays/theirs/xauth")));
+        assert!(fence.refuses(Path::new("/proc/1/root/etc/passwd")));
+        assert!(!fence.refuses(Path::new("/s/state/displays/mine/xauth")));
+        // Components, not prefixes of a name.
+        assert!(!fence.refuses(Path::new("/s/stateful/x")));
+        assert!(!fence.refuses(Path::new("/procfs-notes")));
+        assert!(!fence.refuses(Path::new("/home/me/notes")));
+    }
 
     fn strings(args: &[OsString]) -> Vec<String> {
         args.iter()

@@ -214,9 +214,9 @@ impl OwnDisplays {
     }
 
     /// What the file tools of the grant whose own display is `own` may not reach: what its
-    /// shell's wall hides (see `crate::tools::files::folder::Fence`). `None` when there
+    /// shell's wall hides (see `crate::walls::Fence`). `None` when there
     /// is no wall here (then its shell reaches all of it anyway).
-    pub fn file_fence(&self, own: &OwnDisplay) -> Option<crate::tools::files::folder::Fence> {
+    pub fn file_fence(&self, own: &OwnDisplay) -> Option<crate::walls::Fence> {
         let walls = self.walls.as_ref()?;
         // Compared with the paths the kernel gives for open files: with symlinks resolved.
         let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
@@ -227,7 +227,7 @@ impl OwnDisplays {
             .chain([&self.opts.parent()])
             .map(|p| real(p))
             .collect();
-        Some(crate::tools::files::folder::Fence {
+        Some(crate::walls::Fence {
             hidden,
             except: lock(&own.shown).as_ref().map(|s| real(&s.dir)),
         })

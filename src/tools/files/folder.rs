@@ -13,6 +13,8 @@ use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags, ResolveFlags, CWD};
 
+use crate::walls::Fence;
+
 /// Longest path argument, in bytes (Linux's `PATH_MAX`).
 pub const MAX_PATH_BYTES: usize = 4096;
 
@@ -176,44 +178,22 @@ pub enum Place {
     Anywhere(Option<Fence>),
 }
 
-/// What the file tools of a grant with its own display may not reach (§19): what the wall
-/// around its shell hides, the other grants' own displays among it, and the box's `/proc`
-/// (whose `<pid>/root` shows any process's files; the wall has a `/proc` of its own).
-/// Checked on the descriptor a path opened to, by the path the kernel gives for it, so a
-/// symlink swapped in between the check and the read changes nothing.
-#[derive(Clone, Debug, Default)]
-pub struct Fence {
-    /// Directories and files refused, with all beneath them.
-    pub hidden: Vec<PathBuf>,
-    /// Beneath a hidden directory, still reachable: the grant's own runtime directory.
-    pub except: Option<PathBuf>,
-}
-
-impl Fence {
-    /// Whether the file at `real` (a path the kernel gave for an open descriptor) is
-    /// kept out.
-    pub fn refuses(&self, real: &Path) -> bool {
-        if self.except.as_deref().is_some_and(|e| real.starts_with(e)) {
-            return false;
-        }
-        real.starts_with("/proc") || self.hidden.iter().any(|h| real.starts_with(h))
-    }
-
-    /// `fd`, when what it opened is not kept out; `path` is the caller's, for the message.
-    fn admit(&self, fd: OwnedFd, path: &str) -> Result<OwnedFd, String> {
-        let link = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
-        let real = std::fs::read_link(&link)
-            .map_err(|e| format!("{path}: cannot tell where it leads ({e})"))?;
-        if self.refuses(&real) {
-            return Err(format!(
-                "{path} is out of reach of a grant with its own display: it leads to {}, \
+/// `fd`, when what it opened is not kept out by `fence`; `path` is the caller's, for the
+/// message. Checked on the descriptor by the path the kernel gives for it, so a symlink
+/// swapped in between the check and the read changes nothing.
+fn admit(fence: &Fence, fd: OwnedFd, path: &str) -> Result<OwnedFd, String> {
+    let link = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+    let real = std::fs::read_link(&link)
+        .map_err(|e| format!("{path}: cannot tell where it leads ({e})"))?;
+    if fence.refuses(&real) {
+        return Err(format!(
+            "{path} is out of reach of a grant with its own display: it leads to {}, \
                  which is hidden from this grant's tools as from its shell (handnode's \
                  files, other grants' displays, the owner's session, /proc)",
-                real.display()
-            ));
-        }
-        Ok(fd)
+            real.display()
+        ));
     }
+    Ok(fd)
 }
 
 /// A path split into the directory it lies in and its last part.
@@ -318,7 +298,7 @@ impl Place {
         };
         let fd = opened.map_err(|e| self.explain(path, e))?;
         match self {
-            Place::Anywhere(Some(fence)) => fence.admit(fd, path),
+            Place::Anywhere(Some(fence)) => admit(fence, fd, path),
             _ => Ok(fd),
         }
     }
@@ -407,24 +387,6 @@ impl Place {
 #[cfg(test)]
 mod tests {
 
-    #[test]
-    fn a_fence_refuses_what_is_hidden_and_proc_but_not_the_grants_own_directory() {
-        let fence = Fence {
-            hidden: vec![
-                PathBuf::from("/s/state"),
-                PathBuf::from("/s/state/displays"),
-            ],
-            except: Some(PathBuf::from("/s/state/displays/mine")),
-        };
-        assert!(fence.refuses(Path::new("/s/state/grants.json")));
-        assert!(fence.refuses(Path::new("/s/state/displays/theirs/xauth")));
-        assert!(fence.refuses(Path::new("/proc/1/root/etc/passwd")));
-        assert!(!fence.refuses(Path::new("/s/state/displays/mine/xauth")));
-        // Components, not prefixes of a name.
-        assert!(!fence.refuses(Path::new("/s/stateful/x")));
-        assert!(!fence.refuses(Path::new("/procfs-notes")));
-        assert!(!fence.refuses(Path::new("/home/me/notes")));
-    }
     use super::*;
     use crate::base::testutil::TempDir;
 
