@@ -206,8 +206,8 @@ pub fn for_mode(
 /// The wall of own-display shells (§19), as `--own-display-isolation` asks: besides
 /// handnode's files, the owner's runtime directory (their session bus, Wayland socket,
 /// `systemd --user`), their X cookies (`$XAUTHORITY`, `~/.Xauthority`), and the browsers'
-/// directory (`browser_dir`). Other
-/// grants' own displays are hidden per call ([`Bwrap::shell_args`]).
+/// directory (`browser_dir`). Other grants' own displays are hidden per call
+/// ([`Bwrap::shell_args`]).
 pub fn for_own_display_shells(
     config: &Config,
     browser_dir: Option<PathBuf>,

@@ -188,8 +188,8 @@ fn admit(fence: &Fence, fd: OwnedFd, path: &str) -> Result<OwnedFd, String> {
     if fence.refuses(&real) {
         return Err(format!(
             "{path} is out of reach of a grant with its own display: it leads to {}, \
-                 which is hidden from this grant's tools as from its shell (handnode's \
-                 files, other grants' displays, the owner's session, /proc)",
+             which is hidden from this grant's tools as from its shell (handnode's files, \
+             other grants' displays, the owner's session, /proc)",
             real.display()
         ));
     }
@@ -203,12 +203,9 @@ pub struct Split<'a> {
 }
 
 impl Place {
-    /// The place of a call: its policy's folder opened again (it must still be a
-    /// directory of ours reached without a symlink), or anywhere.
-    pub fn of(folder: Option<&Path>, fence: Option<Fence>) -> Result<Place, String> {
-        let Some(folder) = folder else {
-            return Ok(Place::Anywhere(fence));
-        };
+    /// The place of a call under a lent folder: the policy's folder opened again (it must
+    /// still be a directory of ours reached without a symlink).
+    pub fn of(folder: &Path) -> Result<Place, String> {
         let root = open_folder(folder).map_err(|e| {
             format!(
                 "the lent folder {} cannot be opened now: {e}",
@@ -386,7 +383,6 @@ impl Place {
 
 #[cfg(test)]
 mod tests {
-
     use super::*;
     use crate::base::testutil::TempDir;
 

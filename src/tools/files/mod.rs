@@ -197,16 +197,18 @@ fn list_schema() -> Value {
 /// Where this call's paths lead: the grant's folder, or anywhere. A `files` policy always
 /// carries one (`POST /attach` requires it); a confined policy without one runs nothing.
 fn place(cx: &CallContext) -> Result<Place, String> {
-    // A grant with its own display reaches with these tools what its shell's wall shows.
-    let fence = crate::tools::display::own::own_of(cx)
-        .and_then(|own| cx.host.own_displays.file_fence(&own));
     match cx.policy.folder() {
-        Some(f) => Place::of(Some(f), None),
+        Some(f) => Place::of(f),
         None if cx.policy.confined() => Err(
             "this grant is confined to a lent folder but has none; lend it again with a folder"
                 .into(),
         ),
-        None => Place::of(None, fence),
+        // A grant with its own display reaches with these tools what its shell's wall
+        // shows.
+        None => Ok(Place::Anywhere(
+            crate::tools::display::own::own_of(cx)
+                .and_then(|own| cx.host.own_displays.file_fence(&own)),
+        )),
     }
 }
 
