@@ -70,9 +70,7 @@ impl Session {
             ("/usr/libexec/at-spi-bus-launcher", "at-spi2-core"),
         ] {
             let found = if program.starts_with('/') {
-                // Older Debian and Ubuntu put it under /usr/lib/at-spi2-core.
-                Path::new(program).exists()
-                    || Path::new("/usr/lib/at-spi2-core/at-spi-bus-launcher").exists()
+                common::at_spi_installed()
             } else {
                 handnode::tools::display::which(program, None).is_some()
             };
@@ -964,28 +962,24 @@ fn refs_by_app(result: &Value, role: &str, name: &str) -> Vec<(u64, String)> {
     out
 }
 
+/// The `--apps` entry `t.Zenity` (a zenity question), resolved as `serve` resolves it.
+fn listed_zenity(session: &Session) -> Vec<handnode::base::desktop_entry::DesktopEntry> {
+    common::listed_app(
+        &session.dir,
+        "t.Zenity",
+        "Question",
+        "zenity --question \"--text=Listed app?\"",
+        &session.env["PATH"],
+    )
+}
+
 #[test]
 fn an_apps_grant_presses_only_buttons_of_the_apps_it_opened() {
     let Some(session) = Session::start("apps_grant") else {
         return;
     };
     // The listed app, resolved from a desktop entry as `--apps` resolves it.
-    let data = session.dir.join("share/applications");
-    std::fs::create_dir_all(&data).unwrap();
-    std::fs::write(
-        data.join("t.Zenity.desktop"),
-        "[Desktop Entry]\nType=Application\nName=Question\nExec=zenity --question \"--text=Listed app?\"\n",
-    )
-    .unwrap();
-    let dirs = handnode::base::desktop_entry::DataDirs {
-        dirs: vec![data.clone()],
-    };
-    let listed = handnode::base::desktop_entry::resolve_apps(
-        &["t.Zenity".to_string()],
-        &dirs,
-        &session.env["PATH"],
-    )
-    .unwrap();
+    let listed = listed_zenity(&session);
     let mut env = session.env.clone();
     env.remove("HOME");
     env.remove("LANG");
@@ -1063,19 +1057,7 @@ fn an_apps_grant_over_its_socket_drives_its_own_app_and_not_another() {
     let Some(session) = Session::start("apps_socket") else {
         return;
     };
-    let data = session.dir.join("share/applications");
-    std::fs::create_dir_all(&data).unwrap();
-    std::fs::write(
-        data.join("t.Zenity.desktop"),
-        "[Desktop Entry]\nType=Application\nName=Question\nExec=zenity --question \"--text=Listed app?\"\n",
-    )
-    .unwrap();
-    let listed = handnode::base::desktop_entry::resolve_apps(
-        &["t.Zenity".to_string()],
-        &handnode::base::desktop_entry::DataDirs { dirs: vec![data] },
-        &session.env["PATH"],
-    )
-    .unwrap();
+    let listed = listed_zenity(&session);
     let mut env = session.env.clone();
     env.remove("HOME");
     env.remove("LANG");

@@ -158,7 +158,12 @@ impl Agent {
 }
 
 fn agent(d: &TestDaemon, pod: &StubPod, session: &str) -> (String, Agent) {
-    let (id, mut conn) = d.attached_with(pod, own_body(pod, session, "desktop"));
+    agent_as(d, pod, session, "desktop")
+}
+
+/// A grant of `profile` with its own display, attached and initialized.
+fn agent_as(d: &TestDaemon, pod: &StubPod, session: &str, profile: &str) -> (String, Agent) {
+    let (id, mut conn) = d.attached_with(pod, own_body(pod, session, profile));
     conn.set_read_timeout(Duration::from_secs(30));
     conn.initialize();
     (id, Agent { conn, next: 100 })
@@ -166,49 +171,41 @@ fn agent(d: &TestDaemon, pod: &StubPod, session: &str) -> (String, Agent) {
 
 /// What an own display's runtime directory records: (display number, Xvfb pid).
 fn record(d: &TestDaemon, grant: &str) -> (u32, u32) {
+    let (display, pids) = record_all(d, grant);
+    (display, pids[0])
+}
+
+/// The display number and every pid an own display's record names: Xvfb, the window
+/// manager, the bus.
+fn record_all(d: &TestDaemon, grant: &str) -> (u32, Vec<u32>) {
     let text = std::fs::read(runtime_dir(d, grant).join("display.json"))
         .expect("the own display's record");
     let v: Value = serde_json::from_slice(&text).unwrap();
+    let pids = v["pids"].as_array().unwrap().iter();
     (
         v["display"].as_u64().unwrap() as u32,
-        v["pids"][0].as_u64().unwrap() as u32,
+        pids.map(|p| p.as_u64().unwrap() as u32).collect(),
     )
 }
 
-/// Every pid an own display's record names: Xvfb, the window manager, the bus.
-fn record_pids(d: &TestDaemon, grant: &str) -> Vec<u32> {
-    let text = std::fs::read(runtime_dir(d, grant).join("display.json"))
-        .expect("the own display's record");
-    let v: Value = serde_json::from_slice(&text).unwrap();
-    v["pids"]
-        .as_array()
+/// Every pid `/proc` lists now.
+fn pids() -> impl Iterator<Item = u32> {
+    std::fs::read_dir("/proc")
         .unwrap()
-        .iter()
-        .map(|p| p.as_u64().unwrap() as u32)
-        .collect()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
 }
 
 /// Live processes whose parent is `pid`.
 fn children_of(pid: u32) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(child) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
-        if ppid == Some(pid) {
-            found.push(child);
-        }
-    }
-    found
+    pids()
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|stat| handnode::tools::process::stat_field(&stat, 4))
+                == Some(u64::from(pid))
+        })
+        .collect()
 }
 
 fn runtime_dir(d: &TestDaemon, grant: &str) -> PathBuf {
@@ -223,11 +220,7 @@ fn runtime_dir(d: &TestDaemon, grant: &str) -> PathBuf {
 /// Live processes whose command line holds one of `marks`.
 fn processes_naming(marks: &[String]) -> Vec<String> {
     let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
+    for pid in pids() {
         let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
             continue;
         };
@@ -341,7 +334,7 @@ fn key_types_into_an_app_on_the_own_display_and_the_owners_screen_is_untouched()
 
     // Its private session bus starts the accessibility bus (§17) inside its runtime
     // directory, when AT-SPI is installed.
-    if Path::new("/usr/libexec/at-spi-bus-launcher").exists() {
+    if at_spi_installed() {
         let a11y = a.bash(
             "dbus-send --session --print-reply --dest=org.a11y.Bus /org/a11y/bus \
              org.a11y.Bus.GetAddress 2>&1",
@@ -499,9 +492,7 @@ fn two_grants_see_only_their_own_screens_and_one_past_the_bound_is_refused() {
     );
     // The screen as text (§17) too: A's application is in A's accessibility tree (through
     // A's private bus), and not in B's. Where AT-SPI and zenity are installed (CI).
-    let a11y_here = Path::new("/usr/libexec/at-spi-bus-launcher").exists()
-        || Path::new("/usr/lib/at-spi2-core/at-spi-bus-launcher").exists();
-    if a11y_here && Path::new("/usr/bin/zenity").exists() {
+    if at_spi_installed() && Path::new("/usr/bin/zenity").exists() {
         a.ok(
             "bash_start",
             json!({"command": "exec zenity --question --text=own-a-question"}),
@@ -624,7 +615,7 @@ fn two_grants_see_only_their_own_screens_and_one_past_the_bound_is_refused() {
     // Its window manager's key bindings start no program (matchbox's own start an xterm
     // on ctrl+alt+x, outside the wall). The chord, then alt+f4 closing B's window: once
     // the window is gone the window manager has handled the chord before it.
-    let wm = record_pids(&d, &idb)[1];
+    let wm = record_all(&d, &idb).1[1];
     b.ok(
         "bash_start",
         json!({"command": "exec xterm -title own-b-window"}),
@@ -823,21 +814,7 @@ fn app_open_starts_the_app_on_the_grants_own_display() {
     }
     let dir = temp_dir("own-display-apps");
     let owner = OwnerScreen::start(&dir);
-    let apps_dir = dir.join("share/applications");
-    std::fs::create_dir_all(&apps_dir).unwrap();
-    std::fs::write(
-        apps_dir.join("t.Sleep.desktop"),
-        "[Desktop Entry]\nType=Application\nName=t.Sleep app\nExec=sleep 30\n",
-    )
-    .unwrap();
-    let entries = handnode::base::desktop_entry::resolve_apps(
-        &["t.Sleep".to_string()],
-        &handnode::base::desktop_entry::DataDirs {
-            dirs: vec![apps_dir],
-        },
-        "/usr/bin:/bin",
-    )
-    .unwrap();
+    let entries = listed_app(&dir, "t.Sleep", "t.Sleep app", "sleep 30", "/usr/bin:/bin");
     let display = owner.display.clone();
     let d = TestDaemon::with("own-display-apps-d", move |c| {
         quiet_liveness(c);
@@ -845,9 +822,7 @@ fn app_open_starts_the_app_on_the_grants_own_display() {
         c.apps = entries;
     });
     let pod = StubPod::start();
-    let (id, mut conn) = d.attached_with(&pod, own_body(&pod, "own-apps", "apps"));
-    conn.set_read_timeout(Duration::from_secs(30));
-    let mut a = Agent { conn, next: 100 };
+    let (id, mut a) = agent_as(&d, &pod, "own-apps", "apps");
     // The display starts with the call that needs it.
     assert_eq!(d.grant(&id)["own_display"]["running"], false);
     let opened = a.ok("app_open", json!({"app": "t.Sleep"}));
@@ -930,34 +905,22 @@ fn an_apps_grant_drives_its_walled_app_on_its_own_display() {
     if skip("an_apps_grant_drives_its_walled_app_on_its_own_display") {
         return;
     }
-    let a11y_here = Path::new("/usr/libexec/at-spi-bus-launcher").exists()
-        || Path::new("/usr/lib/at-spi2-core/at-spi-bus-launcher").exists();
-    if !a11y_here || !Path::new("/usr/bin/zenity").exists() {
+    if !at_spi_installed() || !Path::new("/usr/bin/zenity").exists() {
         eprintln!("SKIPPED: no at-spi2-core or zenity");
         return;
     }
     let dir = temp_dir("own-display-zenity");
     let owner = OwnerScreen::start(&dir);
-    let apps_dir = dir.join("share/applications");
-    std::fs::create_dir_all(&apps_dir).unwrap();
-    std::fs::write(
-        apps_dir.join("t.Question.desktop"),
-        "[Desktop Entry]\nType=Application\nName=Question\nExec=zenity --question \"--text=Own question?\"\n",
-    )
-    .unwrap();
-    let entries = handnode::base::desktop_entry::resolve_apps(
-        &["t.Question".to_string()],
-        &handnode::base::desktop_entry::DataDirs {
-            dirs: vec![apps_dir],
-        },
+    let entries = listed_app(
+        &dir,
+        "t.Question",
+        "Question",
+        "zenity --question \"--text=Own question?\"",
         "/usr/bin:/bin",
-    )
-    .unwrap();
+    );
     let d = daemon_with("own-display-zenity-d", &owner, 1, move |c| c.apps = entries);
     let pod = StubPod::start();
-    let (_id, mut conn) = d.attached_with(&pod, own_body(&pod, "own-zen", "apps"));
-    conn.set_read_timeout(Duration::from_secs(30));
-    let mut a = Agent { conn, next: 100 };
+    let (_id, mut a) = agent_as(&d, &pod, "own-zen", "apps");
     a.ok("app_open", json!({"app": "t.Question"}));
     let snap = poll_until(
         || a.call("desktop_snapshot", json!({"app": "zenity"})),

@@ -38,6 +38,41 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// Whether AT-SPI's bus launcher is installed (`at-spi2-core`; older Debian and Ubuntu put
+/// it under `/usr/lib/at-spi2-core`).
+pub fn at_spi_installed() -> bool {
+    [
+        "/usr/libexec/at-spi-bus-launcher",
+        "/usr/lib/at-spi2-core/at-spi-bus-launcher",
+    ]
+    .iter()
+    .any(|p| std::path::Path::new(p).exists())
+}
+
+/// `--apps <id>` as `serve` resolves it: `<dir>/share/applications/<id>.desktop` named
+/// `name` running `exec`, looked up there and vetted with programs found on `path`.
+pub fn listed_app(
+    dir: &std::path::Path,
+    id: &str,
+    name: &str,
+    exec: &str,
+    path: &str,
+) -> Vec<handnode::base::desktop_entry::DesktopEntry> {
+    let apps = dir.join("share/applications");
+    std::fs::create_dir_all(&apps).unwrap();
+    std::fs::write(
+        apps.join(format!("{id}.desktop")),
+        format!("[Desktop Entry]\nType=Application\nName={name}\nExec={exec}\n"),
+    )
+    .unwrap();
+    handnode::base::desktop_entry::resolve_apps(
+        &[id.to_string()],
+        &handnode::base::desktop_entry::DataDirs { dirs: vec![apps] },
+        path,
+    )
+    .unwrap()
+}
+
 /// What one WebSocket upgrade attempt at the stub pod looked like.
 #[derive(Clone, Debug)]
 pub struct Upgrade {
