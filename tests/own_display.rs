@@ -376,6 +376,20 @@ fn key_types_into_an_app_on_the_own_display_and_the_owners_screen_is_untouched()
         "the owner's screen changed while the agent worked on its own"
     );
 
+    // It survives a redial: the same X server answers the grant's next call.
+    a.conn.reset();
+    let (_, mut conn) = pod.next_session();
+    conn.set_read_timeout(Duration::from_secs(30));
+    let mut a = Agent { conn, next: 200 };
+    d.wait_grant(&id, "attached again", |g| g["state"] == "attached");
+    let shot = a.ok("screenshot", json!({}));
+    assert_eq!(
+        shot["structuredContent"]["display_name"],
+        format!(":{number}")
+    );
+    assert_eq!(record(&d, &id), (number, xvfb_pid));
+    assert!(alive(xvfb_pid), "the redial restarted the X server");
+
     // Revoke: nothing of it is left.
     let (status, _) = d.call("DELETE", &format!("/attach/{id}"), None);
     assert_eq!(status, 204);
