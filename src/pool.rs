@@ -128,6 +128,23 @@ impl JobCtl {
         true
     }
 
+    /// Take a run (its process group and cgroup) out of this call's reach, unless the call is
+    /// already cancelled: `false` then, and the run stays registered for the kill. Checked
+    /// under the groups lock that [`JobCtl::signal`] takes, so a cancel either finds the run
+    /// here and kills it, or comes after and cannot: never a run that was both handed on
+    /// (an inline run becoming a job, whose reply says it continues) and killed.
+    pub fn release(&self, pgid: Pid, cgroup: Option<&crate::cgroup::RunGroup>) -> bool {
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        if self.is_cancelled() {
+            return false;
+        }
+        groups.retain(|g| *g != pgid);
+        if let Some(group) = cgroup {
+            self.unregister_cgroup(group);
+        }
+        true
+    }
+
     /// Forget a group whose leader has been reaped, so a recycled pgid is never signalled.
     pub fn unregister_group(&self, pgid: Pid) {
         let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
@@ -471,5 +488,44 @@ mod tests {
         let pid = Pid::from_raw(late.id() as i32).unwrap();
         assert!(!ctl.register_group(pid));
         assert!(!late.wait().unwrap().success());
+    }
+
+    /// A run handed on (an inline run becoming a job) is out of the call's reach at once; a
+    /// call cancelled first keeps its run for the kill and refuses to hand it on (§21).
+    #[test]
+    fn a_released_run_outlives_the_calls_cancel_and_a_cancelled_call_releases_none() {
+        let sleeper = || {
+            let mut c = std::process::Command::new("sleep");
+            std::os::unix::process::CommandExt::process_group(&mut c, 0);
+            let child = c.arg("30").spawn().unwrap();
+            let pid = Pid::from_raw(child.id() as i32).unwrap();
+            (child, pid)
+        };
+        let ctl = JobCtl::new();
+        let (mut handed_on, pid) = sleeper();
+        assert!(ctl.register_group(pid));
+        assert!(ctl.release(pid, None));
+        assert!(!ctl.has_groups());
+        ctl.cancel();
+        assert_eq!(
+            handed_on.try_wait().unwrap(),
+            None,
+            "the cancel reached a released run"
+        );
+        let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+        let _ = handed_on.wait();
+
+        let ctl = JobCtl::new();
+        let (mut kept, pid) = sleeper();
+        assert!(ctl.register_group(pid));
+        ctl.cancel();
+        assert!(
+            !ctl.release(pid, None),
+            "a cancelled call handed its run on"
+        );
+        assert!(
+            !kept.wait().unwrap().success(),
+            "the cancelled call's run survived"
+        );
     }
 }

@@ -598,13 +598,25 @@ impl Entry {
             stderr_truncated: self.err.truncated,
             elapsed: self.started.elapsed(),
         };
-        // `None`: the run goes on inline to its own timeout, as it began.
-        if let Some(job) = convert(so_far) {
+        // The run leaves the call's reach before the job is offered: a cancel that came
+        // first kills it as the call's (and it is not offered), one that comes later cannot
+        // kill what the offer's reply says continues (contract §21).
+        if !self.ctl.release(self.pgid, self.confine.as_deref()) {
+            return;
+        }
+        let Some(job) = convert(so_far) else {
+            // Refused: the run goes on inline to its own timeout, as it began, the call's
+            // again (killed at once if the call was cancelled meanwhile).
+            let _ = self.ctl.register_group(self.pgid);
+            if let Some(group) = &self.confine {
+                self.ctl.register_cgroup(Arc::clone(group));
+            }
+            return;
+        };
+        {
             // The group leaves the call (whose socket may go) for the job, with its cgroup.
-            self.ctl.unregister_group(self.pgid);
             let _ = job.ctl.register_group(self.pgid);
             if let Some(group) = &self.confine {
-                self.ctl.unregister_cgroup(group);
                 job.ctl.register_cgroup(Arc::clone(group));
             }
             self.ctl = job.ctl;
