@@ -592,7 +592,6 @@ impl GrantThread {
         if let Some(exit) = self.take_commands_while_idle() {
             return Err(ConnEnd::Exit(exit));
         }
-        let _ = tcp.set_nodelay(true);
         tcp.set_nonblocking(true)
             .map_err(|e| ConnEnd::Lost(format!("set non-blocking: {e}")))?;
         let stream =

@@ -82,7 +82,13 @@ pub fn connect_first(
             return Err(ConnectError::OutOfTime);
         };
         match TcpStream::connect_timeout(&addr, timeout) {
-            Ok(s) => return Ok(s),
+            Ok(s) => {
+                // Requests and frames go out in pieces; Nagle would hold the last piece for
+                // the peer's delayed ACK (~40 ms a call on a kept-alive connection).
+                s.set_nodelay(true)
+                    .map_err(|e| ConnectError::Failed(addr, e))?;
+                return Ok(s);
+            }
             Err(e) => last = ConnectError::Failed(addr, e),
         }
     }
@@ -191,6 +197,10 @@ mod tests {
         let second = Duration::from_secs(1);
         let s = connect_first("127.0.0.1", port, &mut || Some(second)).unwrap();
         assert_eq!(s.peer_addr().unwrap().port(), port);
+        assert!(
+            s.nodelay().unwrap(),
+            "a dialled socket has Nagle off (contract §24)"
+        );
         drop(listener);
         assert!(matches!(
             connect_first("127.0.0.1", port, &mut || Some(second)),

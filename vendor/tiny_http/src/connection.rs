@@ -34,9 +34,12 @@ impl Listener {
 
     pub(crate) fn accept(&self) -> std::io::Result<(Connection, Option<SocketAddr>)> {
         match self {
-            Self::Tcp(l) => l
-                .accept()
-                .map(|(conn, addr)| (Connection::from(conn), Some(addr))),
+            Self::Tcp(l) => l.accept().map(|(conn, addr)| {
+                // handnode: answers are written in pieces (head, then body); with Nagle a
+                // kept-alive client's delayed ACK stalls the second piece ~40 ms.
+                let _ = conn.set_nodelay(true);
+                (Connection::from(conn), Some(addr))
+            }),
             #[cfg(unix)]
             Self::Unix(l) => l.accept().map(|(conn, _)| (Connection::from(conn), None)),
             #[cfg(unix)]
