@@ -123,7 +123,15 @@ impl Opts {
 
     /// Whether `section` (or the group it belongs to) was asked for.
     fn runs(&self, section: &str) -> bool {
-        const LATENCY: [&str; 6] = ["ping", "sys_info", "tools_list", "bash", "pipelined", "hol"];
+        const LATENCY: [&str; 7] = [
+            "ping",
+            "sys_info",
+            "tools_list",
+            "bash",
+            "pipelined",
+            "hol",
+            "mcp_keepalive",
+        ];
         self.only.as_ref().is_none_or(|only| {
             only.iter().any(|s| {
                 s == section
@@ -1156,6 +1164,9 @@ fn bench_latency(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod, echo: 
     if o.runs("hol") {
         bench_hol(r, o, &mut conn);
     }
+    if o.runs("mcp_keepalive") {
+        bench_mcp_keepalive(r, o, d);
+    }
     d.revoke(&grant);
 }
 
@@ -1244,6 +1255,97 @@ fn bench_sys_info(r: &mut Report, o: &Opts, d: &DaemonProc, conn: &mut PodConn, 
         format!("< {} (nothing spawned per call)", n / 2),
         Some((forks as usize) < n / 2),
     );
+}
+
+/// A `sys_info` on the owner's `/mcp`, on one kept-alive connection (what every MCP SDK client
+/// does) beside the same call on a fresh connection each time (contract §24: Nagle plus a
+/// delayed ACK once made the kept-alive call ~44 ms).
+fn bench_mcp_keepalive(r: &mut Report, o: &Opts, d: &DaemonProc) {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "sys_info", "arguments": {}}})
+    .to_string();
+    let request = |connection: &str| {
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: {}\r\nConnection: {connection}\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            d.admin,
+            d.token,
+            body.len()
+        )
+    };
+    let n = o.n(200);
+    let keep = request("keep-alive");
+    let mut kept = TcpStream::connect(d.admin).unwrap();
+    kept.set_read_timeout(Some(WATCHDOG)).unwrap();
+    let mut reader = std::io::BufReader::new(kept.try_clone().unwrap());
+    let mut one_kept = || {
+        let t = Instant::now();
+        kept.write_all(keep.as_bytes()).unwrap();
+        let status = read_keepalive_response(&mut reader);
+        assert_eq!(status, 200, "/mcp sys_info on a kept-alive connection");
+        ms(t.elapsed())
+    };
+    let close = request("close");
+    let one_fresh = || {
+        let t = Instant::now();
+        let mut s = TcpStream::connect(d.admin).unwrap();
+        s.set_read_timeout(Some(WATCHDOG)).unwrap();
+        s.write_all(close.as_bytes()).unwrap();
+        let mut raw = Vec::new();
+        let _ = s.read_to_end(&mut raw);
+        assert!(
+            raw.starts_with(b"HTTP/1.1 200"),
+            "/mcp sys_info on a fresh connection"
+        );
+        ms(t.elapsed())
+    };
+    let block = (n / BLOCKS).max(1);
+    let (fresh, kept_ms) = interleave(
+        BLOCKS,
+        || (0..block).map(|_| one_fresh()).collect(),
+        || (0..block).map(|_| one_kept()).collect(),
+    );
+    let (kept50, fresh50) = (percentile(&kept_ms, 0.5), percentile(&fresh, 0.5));
+    r.put("mcp_keepalive_ms", kept50, "ms", Some(fresh50));
+    r.check(
+        "mcp_keepalive_ms",
+        format!("<= 2 x a fresh connection = {:.2} ms", 2.0 * fresh50),
+        Some(kept50 <= 2.0 * fresh50),
+    );
+}
+
+/// Read one response on a kept-alive connection (head, then `Content-Length` bytes): its status.
+fn read_keepalive_response(reader: &mut impl std::io::BufRead) -> u16 {
+    let mut line = String::new();
+    reader
+        .read_line(&mut line)
+        .expect("watchdog: a status line");
+    let status = line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line: {line:?}"));
+    let mut length = None;
+    loop {
+        line.clear();
+        reader
+            .read_line(&mut line)
+            .expect("watchdog: a header line");
+        let header = line.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = header.split_once(':') {
+            if k.eq_ignore_ascii_case("content-length") {
+                length = v.trim().parse::<usize>().ok();
+            }
+        }
+    }
+    let length = length.expect("a kept-alive response says its Content-Length");
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body).expect("watchdog: the body");
+    status
 }
 
 fn bench_bash_true(r: &mut Report, o: &Opts, conn: &mut PodConn) {
@@ -1871,6 +1973,32 @@ fn all_gone(pids: &[i32], limit: Duration) -> bool {
 /// Issue 24: a grant with 50 processes (a job's shell and 49 `sleep`s, some in sessions of
 /// their own), revoke → all gone, beside the floor: the bench SIGKILLs 50 `sleep`s of its
 /// own by pid and waits for each.
+/// A job read's stdout, as docs/protocol.md says to read it: the text block sliced by
+/// `structuredContent.stdout_range` (byte offsets into the text's UTF-8).
+fn stdout_of(result: &Value) -> String {
+    let text = result["content"]
+        .as_array()
+        .and_then(|blocks| blocks.iter().find(|b| b["type"] == "text"))
+        .and_then(|b| b["text"].as_str())
+        .unwrap_or("");
+    let range = &result["structuredContent"]["stdout_range"];
+    let (Some(start), Some(end)) = (range[0].as_u64(), range[1].as_u64()) else {
+        panic!(
+            "a job read without stdout_range: {}",
+            clip(&result.to_string())
+        );
+    };
+    text.as_bytes()
+        .get(start as usize..end as usize)
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .unwrap_or_else(|| {
+            panic!(
+                "stdout_range {start}..{end} outside the text of {} bytes",
+                text.len()
+            )
+        })
+}
+
 fn bench_grant_kill(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     let rounds = o.n(20);
     let mut floor = Vec::with_capacity(rounds);
@@ -1903,15 +2031,23 @@ fn bench_grant_kill(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
             &mut conn,
             "for i in $(seq 49); do if [ $((i % 2)) = 0 ]; then setsid sleep 300 & else sleep 300 & fi;              echo $!; done; echo $$; echo ready; wait",
         );
+        let started = Instant::now();
         let pids: Vec<i32> = loop {
             let r = conn.call_tool("bash_poll", json!({"job_id": job, "wait_secs": 10}));
-            let out = r["structuredContent"]["stdout"]
-                .as_str()
-                .unwrap_or("")
-                .to_string();
+            let out = stdout_of(&r);
             if out.contains("ready") {
                 break out.lines().filter_map(|l| l.parse().ok()).collect();
             }
+            assert!(
+                r["structuredContent"]["state"] == "running",
+                "the job ended before it printed ready: {}",
+                clip(&r.to_string())
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the job printed no ready in 60 s: {}",
+                clip(&out)
+            );
         };
         assert_eq!(pids.len(), 50, "the grant runs 50 processes");
         let t = Instant::now();

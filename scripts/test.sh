@@ -6,7 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
-step() { printf '\n== %s\n' "$*"; }
+# Each step's time is printed as the next one starts (and the last at exit), so a slow step
+# shows in CI's output: the whole run must stay well inside CI's limit.
+step_name= step_start=$SECONDS
+step_done() { [ -z "$step_name" ] || printf '== %s: %d s (total %d s)\n' "$step_name" $((SECONDS - step_start)) "$SECONDS"; }
+step() { step_done; step_name=$*; step_start=$SECONDS; printf '\n== %s\n' "$*"; }
 
 step "system packages for the build and the tests"
 bash scripts/ci/packages.sh
@@ -18,7 +22,7 @@ cargo clippy --all-targets -- -D warnings
 step "display servers for tests/display.rs (Xvfb :99, headless sway)"
 bash scripts/ci/displays.sh start
 set -a && . target/displays.env && set +a
-trap 'bash scripts/ci/displays.sh stop' EXIT
+trap 'step_done; bash scripts/ci/displays.sh stop' EXIT
 
 step "chromium and the pinned Playwright MCP upstream for tests/upstream.rs"
 bash scripts/ci/playwright.sh
@@ -31,6 +35,11 @@ cargo test --all-targets
 
 step "end to end: the release binary as a new user and against a websocat pod"
 bash scripts/e2e.sh
+
+# Every section at a tenth of its counts, no timing assertions: a bench that breaks or hangs
+# fails CI (contract §24). The static size figure comes from dist-check's build instead.
+step "bench smoke run: scripts/bench.sh --quick (every section, a tenth of the counts)"
+timeout --kill-after=10 900 bash scripts/bench.sh --quick --no-static
 
 step "release artifacts: static x86_64/aarch64/armv7/armv6 binaries, e2e under qemu-user, install.sh --from-dist"
 bash scripts/ci/dist-check.sh
