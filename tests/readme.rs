@@ -224,15 +224,24 @@ fn the_readmes_dist_tarball_names_files_that_exist() {
         .expect("the README's tar line");
     for path in command.split_whitespace().skip(3) {
         if path == "target/dist" {
-            // Made by scripts/build-static.sh --all, the line before.
+            // Made by the line before, which names it: without --dist the artifacts go to
+            // <cargo target dir>/dist, elsewhere when CARGO_TARGET_DIR is set (issue 37).
+            let build = readme_commands()
+                .into_iter()
+                .find(|c| c.starts_with("scripts/build-static.sh --all"))
+                .expect("the README's build-static line");
+            assert!(
+                build.contains("--dist target/dist"),
+                "the README's build line must write target/dist itself: {build}"
+            );
             let script = std::fs::read_to_string(concat!(
                 env!("CARGO_MANIFEST_DIR"),
                 "/scripts/build-static.sh"
             ))
             .unwrap();
             assert!(
-                script.contains("<cargo target dir>/dist"),
-                "build-static.sh writes target/dist"
+                script.contains("--dist DIR"),
+                "build-static.sh takes --dist DIR"
             );
             continue;
         }

@@ -112,7 +112,9 @@ pub fn log_effective(config: &Config) {
         ),
         None => log::info!("browser tier: off (no --browser-command)"),
     }
-    log::info!("timing: {:?}; limits: {:?}", config.timing, config.limits);
+    // Every timer and bound, for whoever debugs a start (RUST_LOG=debug); at info level they
+    // buried the one line a person needs, e.g. why a second daemon refused to start.
+    log::debug!("timing: {:?}; limits: {:?}", config.timing, config.limits);
     let is_root = rustix::process::geteuid().is_root();
     for warning in warnings(config, is_root) {
         log::warn!("{warning}");

@@ -248,12 +248,28 @@ pub(super) fn revoke(args: &RevokeArgs, out: &mut dyn Write) -> Result<i32, Fail
     let client = Client::new(&args.client);
     match &args.target {
         RevokeTarget::One(id) => {
-            let text = if revoke_one(&client, id)? {
-                format!("revoked grant {id}\n")
+            if revoke_one(&client, id)? {
+                print(out, &format!("revoked grant {id}\n"))?;
             } else {
-                format!("grant {id} is unknown or already ended; nothing to revoke\n")
-            };
-            print(out, &text)?;
+                // An ended grant is what the person wanted; an id the daemon never had is a
+                // typo, and a script that revoked nothing must not read success.
+                let reply = client.call("GET", &format!("/attach/{id}"), None)?;
+                if reply.status != 200 {
+                    return Err(Failure(format!(
+                        "no grant {id} on this daemon; 'handnode grants' lists the grants"
+                    )));
+                }
+                let why = str_field(&reply.body, "ended");
+                let why = if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({why})")
+                };
+                print(
+                    out,
+                    &format!("grant {id} already ended{why}; nothing to revoke\n"),
+                )?;
+            }
         }
         RevokeTarget::All => {
             let live: Vec<String> = list(&client)?

@@ -1023,8 +1023,12 @@ mod tests {
 
     #[test]
     fn revoke_one_and_all() {
+        let ended_g1 = grant_json("ended", r#","ended":"cancelled""#);
         let stub = Stub::start(vec![
             (204, String::new()),
+            (404, r#"{"error":"no such grant"}"#.into()),
+            (200, ended_g1),
+            (404, r#"{"error":"no such grant"}"#.into()),
             (404, r#"{"error":"no such grant"}"#.into()),
         ]);
         let command = Command::Revoke(RevokeArgs {
@@ -1033,13 +1037,33 @@ mod tests {
         });
         let (code, out, _) = run_captured(&command);
         let (code2, out2, _) = run_captured(&command);
+        let (code3, out3, err3) = run_captured(&command);
         let seen = stub.finish();
         assert_eq!((code, code2), (EXIT_OK, EXIT_OK));
         assert_eq!(out, "revoked grant g1\n");
-        assert!(out2.contains("unknown or already ended"));
         assert_eq!(
-            (seen[0].method.as_str(), seen[0].path.as_str()),
-            ("DELETE", "/attach/g1")
+            out2,
+            "grant g1 already ended (cancelled); nothing to revoke\n"
+        );
+        // An id the daemon never had is a failure a script can see (issue 37).
+        assert_eq!(code3, EXIT_FAILURE, "{out3}{err3}");
+        assert!(
+            err3.contains("no grant g1 on this daemon") && err3.contains("handnode grants"),
+            "{err3}"
+        );
+        let paths: Vec<_> = seen
+            .iter()
+            .map(|s| format!("{} {}", s.method, s.path))
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "DELETE /attach/g1",
+                "DELETE /attach/g1",
+                "GET /attach/g1",
+                "DELETE /attach/g1",
+                "GET /attach/g1"
+            ]
         );
 
         let live = grant_json("attached", "");
