@@ -715,6 +715,11 @@ fn in_a_browser_an_approval_shows_what_will_run() {
         json!({"command": "echo visible-harmless", "env": {"BASH_ENV": "$(id > /tmp/x)"}}),
         json!({"command": format!("echo harmless{}; touch /tmp/pwned", " ".repeat(300))}),
         json!({"command": "echo \u{202e}gnp.exe", "cwd": "/tmp/\u{200b}x\u{2066}"}),
+        // Issue 35's: blank letters as padding, format characters drawn as nothing, a value
+        // faking a second argument on a row, another interpreter's start-up variable.
+        json!({"command": format!("echo ok{}; rm -rf ~/important", "\u{2800}".repeat(120)),
+               "cwd": "/tmp/\u{1d173}\u{1bca0}x ¶ command: echo fine",
+               "env": {"NODE_OPTIONS": "--require /tmp/x.js", "GIT_SSH_COMMAND": "id"}}),
     ];
     for (i, args) in spoofs.iter().enumerate() {
         conn.send(&json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",

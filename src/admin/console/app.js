@@ -729,22 +729,32 @@
 
   // ---- what a person is shown before allowing a call (contract §14) ----
   // The same view as the daemon's src/reveal.rs (tests/console.rs compares the two):
-  // controls, bidi controls, invisible and non-ASCII blank characters as \u{hex}; a
-  // literal \u{ as \\u{; runs of more than three spaces as ␠×N; every argument on a line
+  // controls, format, private-use and unassigned characters, blank letters and non-ASCII
+  // blanks as \u{hex} (a run of more than three counted, \u{2800}×N); a literal \u{ as
+  // \\u{; runs of more than three spaces as ␠×N; every argument on a line
   // of its own, command first; an env that sets a code-running variable named first.
-  const CODE_ENV = ['BASH_ENV', 'ENV', 'PROMPT_COMMAND', 'PS4', 'SHELLOPTS', 'BASHOPTS', 'IFS',
-    'PATH', 'LD_PRELOAD', 'LD_LIBRARY_PATH', 'LD_AUDIT'];
+  const CODE_ENV = [
+    'BASH_ENV', 'ENV', 'PROMPT_COMMAND', 'PS4', 'SHELLOPTS', 'BASHOPTS', 'BASH_XTRACEFD', 'IFS',
+    'PATH', 'LD_PRELOAD', 'LD_LIBRARY_PATH', 'LD_AUDIT', 'GCONV_PATH', 'NODE_OPTIONS',
+    'PERL5OPT', 'PYTHONSTARTUP', 'PYTHONPATH'];
+  const CODE_ENV_PREFIXES = ['BASH_FUNC_', 'LD_', 'GIT_'];
   const MAX_SPACE_RUN = 3;
-  const isCodeEnv = (name) => CODE_ENV.includes(name) || name.startsWith('BASH_FUNC_');
+  const isCodeEnv = (name) => CODE_ENV.includes(name) || CODE_ENV_PREFIXES.some((p) => name.startsWith(p));
   const RUST_WHITESPACE = [0x9, 0xa, 0xb, 0xc, 0xd, 0x85, 0xa0, 0x1680, 0x2028, 0x2029, 0x202f,
     0x205f, 0x3000];
-  const INVISIBLE = [[0xad, 0xad], [0x34f, 0x34f], [0x61c, 0x61c], [0x115f, 0x1160],
-    [0x17b4, 0x17b5], [0x180b, 0x180f], [0x200b, 0x200f], [0x202a, 0x202e], [0x2060, 0x206f],
-    [0x3164, 0x3164], [0xfe00, 0xfe0f], [0xfeff, 0xfeff], [0xffa0, 0xffa0], [0xfff9, 0xfffb],
-    [0xe0000, 0xe007f], [0xe0100, 0xe01ef]];
+  // src/base/reveal.rs's ESCAPED_RANGES, the same table (its unit test compares them).
+  const ESCAPED_RANGES = [
+    [0xad, 0xad], [0xb6, 0xb6], [0x34f, 0x34f], [0x600, 0x605], [0x61c, 0x61c], [0x6dd, 0x6dd],
+    [0x70f, 0x70f], [0x890, 0x891], [0x8e2, 0x8e2], [0x115f, 0x1160], [0x17b4, 0x17b5],
+    [0x180b, 0x180f], [0x200b, 0x200f], [0x202a, 0x202e], [0x2060, 0x206f], [0x2800, 0x2800],
+    [0x3164, 0x3164], [0xe000, 0xf8ff], [0xfdd0, 0xfdef], [0xfe00, 0xfe0f], [0xfeff, 0xfeff],
+    [0xffa0, 0xffa0], [0xfff0, 0xfffb], [0xfffe, 0xffff], [0x110bd, 0x110bd],
+    [0x110cd, 0x110cd], [0x13430, 0x1343f], [0x1bca0, 0x1bca3], [0x1d173, 0x1d17a],
+    [0x1fffe, 0x1ffff], [0x2fffe, 0x2ffff], [0x3fffe, 0x3ffff], [0x40000, 0xdffff],
+    [0xe0000, 0x10ffff]];
   function needsEscape(cp) {
     return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || RUST_WHITESPACE.includes(cp)
-      || (cp >= 0x2000 && cp <= 0x200a) || INVISIBLE.some(([lo, hi]) => cp >= lo && cp <= hi);
+      || (cp >= 0x2000 && cp <= 0x200a) || ESCAPED_RANGES.some(([lo, hi]) => cp >= lo && cp <= hi);
   }
   function reveal(text) {
     let out = '';
@@ -759,8 +769,13 @@
       if (c === ' ') { spaces++; continue; }
       flush();
       const cp = c.codePointAt(0);
-      if (needsEscape(cp)) out += `\\u{${cp.toString(16)}}`;
-      else if (c === '\\' && chars[i + 1] === 'u' && chars[i + 2] === '{') out += '\\\\';
+      if (needsEscape(cp)) {
+        // A run of one escaped character is counted, as spaces are.
+        let run = 1;
+        while (chars[i + 1] === c) { i++; run++; }
+        const one = `\\u{${cp.toString(16)}}`;
+        out += run > MAX_SPACE_RUN ? `${one}×${run}` : one.repeat(run);
+      } else if (c === '\\' && chars[i + 1] === 'u' && chars[i + 2] === '{') out += '\\\\';
       else out += c;
     }
     flush();

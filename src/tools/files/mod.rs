@@ -723,18 +723,7 @@ fn list_start(args: Value, cx: CallContext, done: Completion) {
             entries.push(item);
         }
         entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-        let mut text = format!("{path}: {} entries", entries.len());
-        if truncated {
-            text.push_str(&format!(" (the first {max} read; more are not shown)"));
-        }
-        for e in &entries {
-            text.push_str(&format!(
-                "\n{}\t{}\t{}",
-                e["type"].as_str().unwrap_or(""),
-                e["size"],
-                e["name"].as_str().unwrap_or("")
-            ));
-        }
+        let text = list_text(path, &entries, truncated.then_some(max));
         Ok(json!({
             "content": [{"type": "text", "text": text}],
             "structuredContent": {"path": place.shown(path), "entries": entries, "truncated": truncated},
@@ -742,9 +731,46 @@ fn list_start(args: Value, cx: CallContext, done: Completion) {
     });
 }
 
+/// `file_list`'s text: a line per entry. Names (and the path) are shown as approvals show
+/// arguments, control characters escaped (contract §21): a newline in a file name cannot
+/// fake entry lines. `structuredContent` keeps the names as they are.
+fn list_text(path: &str, entries: &[Value], cut_at: Option<usize>) -> String {
+    use crate::base::reveal::escape;
+    let mut text = format!("{}: {} entries", escape(path), entries.len());
+    if let Some(max) = cut_at {
+        text.push_str(&format!(" (the first {max} read; more are not shown)"));
+    }
+    for e in entries {
+        text.push_str(&format!(
+            "\n{}\t{}\t{}",
+            e["type"].as_str().unwrap_or(""),
+            e["size"],
+            escape(e["name"].as_str().unwrap_or(""))
+        ));
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listings_text_escapes_control_characters_in_names() {
+        let entries = [
+            json!({"name": "evil\nfile\t4096\tpasswords", "type": "file", "size": 1}),
+            json!({"name": "plain.txt", "type": "file", "size": 2}),
+        ];
+        let text = list_text("/tmp/d\u{202e}", &entries, None);
+        assert_eq!(
+            text,
+            "/tmp/d\\u{202e}: 2 entries\nfile\t1\tevil\\u{a}file\\u{9}4096\\u{9}passwords\nfile\t2\tplain.txt"
+        );
+        assert_eq!(text.lines().count(), 3, "one line per entry");
+        assert!(
+            list_text("/d", &entries, Some(2)).contains("(the first 2 read; more are not shown)")
+        );
+    }
 
     #[test]
     fn mime_types_come_from_the_name_else_octet_stream() {
