@@ -186,6 +186,41 @@ pub const REFUSED_PROGRAMS: &[(&str, &str)] = &[
     ("swaymsg", SETTINGS),
     ("i3-msg", SETTINGS),
     ("xdotool", SETTINGS),
+    // Debuggers and tracers: they start (or take over) any program they are given.
+    ("gdb*", DEBUGGER),
+    ("lldb*", DEBUGGER),
+    ("strace", DEBUGGER),
+    ("ltrace", DEBUGGER),
+    ("valgrind", DEBUGGER),
+    ("perf", DEBUGGER),
+    // More programs whose job is to run another one (issue 35: each opened a shell).
+    ("watch", LAUNCHER),
+    ("flock", LAUNCHER),
+    ("find", LAUNCHER),
+    ("parallel", LAUNCHER),
+    ("chroot", LAUNCHER),
+    ("unshare", LAUNCHER),
+    ("nsenter", LAUNCHER),
+    ("bwrap", LAUNCHER),
+    ("firejail", LAUNCHER),
+    ("chrt", LAUNCHER),
+    ("ionice", LAUNCHER),
+    ("taskset", LAUNCHER),
+    ("prlimit", LAUNCHER),
+    ("time", LAUNCHER),
+    ("make", LAUNCHER),
+    // Web browsers: `file://` and their own devtools reach what the URL guard would refuse.
+    ("chromium*", BROWSER),
+    ("chrome", BROWSER),
+    ("google-chrome*", BROWSER),
+    ("firefox*", BROWSER),
+    ("epiphany*", BROWSER),
+    ("brave*", BROWSER),
+    ("vivaldi*", BROWSER),
+    ("opera", BROWSER),
+    ("falkon", BROWSER),
+    ("midori", BROWSER),
+    ("x-www-browser", BROWSER),
 ];
 
 /// Why an entry with one of these `Categories` is refused (patterns as in
@@ -204,6 +239,7 @@ pub const REFUSED_CATEGORIES: &[(&str, &str)] = &[
     ("PackageManager", "installs software"),
     ("FileManager", FILE_MANAGER),
     ("IDE", EDITOR),
+    ("WebBrowser", BROWSER),
 ];
 
 const SHELL: &str = "is a shell";
@@ -215,6 +251,8 @@ const TERMINAL: &str = "is a terminal emulator";
 const FILE_MANAGER: &str = "is a file manager: it opens and runs any file";
 const EDITOR: &str = "is an editor or IDE that runs commands";
 const SETTINGS: &str = "changes the system's or the desktop's settings";
+const DEBUGGER: &str = "is a debugger or tracer: it runs any program it is given";
+const BROWSER: &str = "is a web browser: file:// and its devtools reach past the URL guard";
 
 /// Whether `pattern` (exact, or a prefix before a trailing `*`) names `word`.
 fn matches(pattern: &str, word: &str) -> bool {
@@ -942,6 +980,10 @@ mod tests {
         let bin = TempDir::new("de-bin");
         // A symlink named like an app that ends at a shell.
         std::os::unix::fs::symlink("/bin/bash", bin.path("calculator")).unwrap();
+        // Issue 35's: each runs any command; installed here as stand-ins for the real ones.
+        for name in ["strace", "watch", "flock", "find", "gdb", "chromium"] {
+            std::os::unix::fs::symlink("/bin/true", bin.path(name)).unwrap();
+        }
         let path = format!("{}:{PATH}", bin.0.display());
         let cases: &[(&str, &str, &str, &str)] = &[
             (
@@ -995,6 +1037,43 @@ mod tests {
                 "calculator",
                 "",
                 "its program calculator (bash) is a shell",
+            ),
+            (
+                "trace",
+                "strace -f bash",
+                "",
+                "its program strace is a debugger",
+            ),
+            ("gdb", "gdb", "", "its program gdb is a debugger"),
+            (
+                "watch",
+                "watch id",
+                "",
+                "its program watch runs another command",
+            ),
+            (
+                "flock",
+                "flock /tmp/x bash",
+                "",
+                "its program flock runs another command",
+            ),
+            (
+                "find",
+                "find / -exec id ;",
+                "",
+                "its program find runs another command",
+            ),
+            (
+                "web",
+                "chromium",
+                "",
+                "its program chromium is a web browser",
+            ),
+            (
+                "web2",
+                "true",
+                "Categories=Network;WebBrowser;",
+                "reach past the URL guard (Categories has WebBrowser)",
             ),
         ];
         for (id, exec, extra, _) in cases {
