@@ -132,6 +132,13 @@ impl Daemon {
             })
         });
         let tool_config = tools::ToolConfig {
+            // The bound address: with --listen …:0 the port is only known now.
+            admin_origin: base::browser_url::AdminOrigin::new(
+                listener
+                    .local_addr()
+                    .map_err(|e| Error::io("read the admin listener's address", e))?,
+                &config.allow_hosts,
+            ),
             scrub_env: vec![
                 "HANDNODE_TOKEN".into(),
                 "CREDENTIALS_DIRECTORY".into(),

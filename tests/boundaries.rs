@@ -193,6 +193,73 @@ fn a_browser_grant_opens_only_web_pages_in_its_own_browser() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Issue 35 #5, contract §21: the admin listener in every spelling a browser resolves to it
+/// is refused before the browser is asked, and the same port elsewhere is not.
+#[test]
+fn a_browser_grant_cannot_open_the_admin_origin_in_any_spelling() {
+    let dir = std::path::PathBuf::from(format!("/tmp/hnba-{}", std::process::id()));
+    let fake = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/fake-browser.sh"
+    );
+    let d = TestDaemon::with("url-admin", |c| {
+        common::quiet_liveness(c);
+        c.browser_command = Some(vec!["bash".into(), fake.into()]);
+        c.browser_dir = Some(dir.clone());
+    });
+    let port = d.addr.port();
+    let pod = StubPod::start();
+    let (_, mut conn) = d.attached(&pod, "url-a", "browser");
+    let mut id = 0;
+    let page = "http://127.0.0.1:9/page";
+    let (t, err) = text(&call(
+        &mut conn,
+        &mut id,
+        "browser_navigate",
+        json!({"url": page}),
+    ));
+    assert!(!err, "{t}");
+    let spellings = [
+        format!("http://x@127.0.0.1:{port}/healthz"),
+        format!("http://x:y@127.0.0.1:{port}/"),
+        format!("http://x@localhost:{port}/readyz"),
+        format!("http://[::ffff:7f00:1]:{port}/healthz"),
+        format!("http://2130706433:{port}/"),
+        format!("http://0x7f.1:{port}/"),
+        format!("http://0177.0.0.1:{port}/"),
+        format!("http://127.1:{port}/"),
+        format!("http://localhost.:{port}/"),
+        format!("http://console.localhost:{port}/"),
+        format!("http://0.0.0.0:{port}/"),
+        format!("127.0.0.1:{port}/"),
+    ];
+    for url in &spellings {
+        let (t, err) = text(&call(
+            &mut conn,
+            &mut id,
+            "browser_navigate",
+            json!({"url": url}),
+        ));
+        assert!(err, "{url}: {t}");
+        assert_eq!(t, handnode::base::browser_url::ADMIN_REFUSAL, "{url}");
+        let (t, _) = text(&call(&mut conn, &mut id, "browser_snapshot", json!({})));
+        assert!(
+            t.starts_with(&format!("page {page} ")),
+            "{url} reached the browser: {t}"
+        );
+    }
+    // Another port of the same host is a web page like any other.
+    let other = format!("http://127.0.0.1:{}/", port.wrapping_add(1).max(1));
+    let (t, err) = text(&call(
+        &mut conn,
+        &mut id,
+        "browser_navigate",
+        json!({"url": other}),
+    ));
+    assert!(!err, "{other}: {t}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A Playwright-shaped MCP upstream on 127.0.0.1 (plain JSON answers) that records the
 /// arguments of every `tools/call` it receives.
 struct FakeUpstream {

@@ -514,8 +514,16 @@ pub fn host_allowed(host: &str, allow_hosts: &[String]) -> bool {
     if bare == "localhost" || bare.ends_with(".localhost") {
         return true;
     }
+    // A loopback address only in its one canonical spelling (contract §21): `127.x.y.z`
+    // dotted-quad and `::1`. An IPv4-mapped `[::ffff:7f00:1]` reaches the same listener
+    // through a spelling no list of origins names, so it is refused.
     if let Ok(ip) = bare.parse::<IpAddr>() {
-        if is_loopback(ip) {
+        let canonical = ip.to_string() == bare;
+        let loopback = match ip {
+            IpAddr::V4(v4) => v4.is_loopback(),
+            IpAddr::V6(v6) => v6.is_loopback(),
+        };
+        if canonical && loopback {
             return true;
         }
     }
@@ -1334,6 +1342,15 @@ mod tests {
             "box.tail.ts.net.evil",
             "evil.com:127.0.0.1",
             "[::1]x",
+            // Issue 35 #5: loopback in spellings no origin list names.
+            "[::ffff:7f00:1]:8795",
+            "[::ffff:127.0.0.1]",
+            "[0:0:0:0:0:0:0:1]",
+            "2130706433:8795",
+            "0x7f.1",
+            "0177.0.0.1",
+            "127.1",
+            "localhost.",
         ] {
             assert!(!host_allowed(bad, &allow), "{bad}");
         }

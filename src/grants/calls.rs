@@ -102,7 +102,11 @@ pub fn url_allowed(
     if matches!(route, Route::Local) || cx.policy.profile() == crate::profiles::Profile::Owner {
         return Ok(());
     }
-    crate::base::browser_url::check_arguments(crate::profiles::browser_url_fields(name), arguments)
+    crate::base::browser_url::check_arguments(
+        crate::profiles::browser_url_fields(name),
+        arguments,
+        &cx.host.config.admin_origin,
+    )
 }
 
 /// One call in flight.

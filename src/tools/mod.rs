@@ -282,11 +282,14 @@ pub struct ToolConfig {
     /// The wall the `bash` and jobs of a grant with its own display run in (§19), probed
     /// at start as `--own-display-isolation` asks; `None`: no wall.
     pub own_display_walls: Option<crate::walls::Bwrap>,
+    /// The admin listener, which no grant's browser tool may open in any spelling (§21).
+    pub admin_origin: crate::base::browser_url::AdminOrigin,
 }
 
 impl Default for ToolConfig {
     fn default() -> Self {
         ToolConfig {
+            admin_origin: Default::default(),
             scrub_env: Vec::new(),
             scrub_values: Vec::new(),
             display_backend: crate::config::DisplayBackend::Auto,
