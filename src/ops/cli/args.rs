@@ -421,7 +421,7 @@ pub(super) const REASON_FLAG: &[Flag<OperatorDraft>] = &[Flag {
     name: "reason",
     env: false,
     default: "",
-    help: "Why, in a few words; the agent is told (denied by you: TEXT).",
+    help: "Why, in a few words; the agent is told: denied by WHO: TEXT (WHO is how you signed in: token, local-socket or your login).",
     kind: Kind::Text {
         metavar: "TEXT",
         set: |d, v| {
