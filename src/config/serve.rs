@@ -833,8 +833,19 @@ pub(crate) fn no_positional(sub: &str, positional: &[String]) -> Result<(), Erro
 }
 
 /// `handnode --help`: the subcommands and every `serve` flag.
-pub(crate) fn serve_help() -> String {
-    let mut out = format!(
+/// `handnode --help`: what each subcommand is for, on one screen, and where the rest is.
+pub(crate) fn overview_help() -> String {
+    format!(
+        "{}\n\
+Each subcommand's flags: handnode SUBCOMMAND --help (the daemon's: handnode serve --help,\n\
+{} flags). README.md and docs/ hold the rest.\n",
+        usage_lines(),
+        SERVE_FLAGS.len()
+    )
+}
+
+fn usage_lines() -> String {
+    format!(
         "handnode {} — lend this box's tools to one coding-agent session, time-boxed and revocable\n\n\
 Usage:\n  \
   handnode [serve] [FLAGS]          run the daemon (the default)\n  \
@@ -846,13 +857,20 @@ Usage:\n  \
   handnode approvals [--watch]      calls waiting for your approval\n  \
   handnode approve ID [--remember]  let a waiting call run (--remember: and later ones of its tool)\n  \
   handnode deny ID [--reason TEXT]  refuse a waiting call; it does not run\n  \
-  handnode help SUBCOMMAND | --help | --version\n\n\
+  handnode help SUBCOMMAND | --help | --version\n",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+pub(crate) fn serve_help() -> String {
+    let mut out = format!(
+        "{}\n\
 Every flag can also be set by the env var shown (a flag beats its env var; repeatable flags\n\
 take a comma-separated list in env). The admin token is never a flag: it is read from\n\
 --token-file, env {TOKEN_ENV}, $CREDENTIALS_DIRECTORY/{CREDENTIAL_NAME} or <config dir>/{TOKEN_FILE_NAME},\n\
 in that order; with no authentication configured at all, the first start writes a new one\n\
 to <config dir>/{TOKEN_FILE_NAME}.\n\nFlags of serve:\n",
-        env!("CARGO_PKG_VERSION")
+        usage_lines()
     );
     render_flags(&mut out, &[SERVE_FLAGS]);
     out

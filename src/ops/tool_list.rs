@@ -19,15 +19,26 @@ pub struct ToolsArgs {
 }
 
 /// `handnode tools --help`.
-pub const HELP: &str = "Usage: handnode tools [--profile PROFILE] [--json]
+/// `handnode tools --help`; the profiles are named from [`Profile::ALL`], so a new one is
+/// never missing here.
+pub fn help() -> String {
+    let names: Vec<&str> = crate::profiles::Profile::ALL
+        .iter()
+        .map(|p| p.as_str())
+        .collect();
+    format!(
+        "Usage: handnode tools [--profile PROFILE] [--json]
 
 The local tools this binary serves, in listing order: name, class (observe, act, shell) and
 the fixed profiles that hold it. Read lists and counts from here instead of writing them down.
 
 Flags:
-  --profile PROFILE  Only the tools PROFILE allows (owner, desktop, observe, browser, custom).
-  --json             One JSON object: {\"tools\":[{\"name\",\"class\",\"profiles\":[...]}]}.
-";
+  --profile PROFILE  Only the tools PROFILE allows ({}).
+  --json             One JSON object: {{\"tools\":[{{\"name\",\"class\",\"profiles\":[...]}}]}}.
+",
+        names.join(", ")
+    )
+}
 
 /// argv after `tools` → [`ToolsArgs`]; errors say what to fix (exit 2).
 pub fn parse(rest: &[String]) -> Result<ToolsArgs, Error> {

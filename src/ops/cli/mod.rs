@@ -86,10 +86,19 @@ pub fn parse(args: &[String], env: &HashMap<String, String>) -> Result<Command, 
         }
         _ => ("serve", args),
     };
+    // `handnode --help` and `handnode help`: the subcommands on one screen; the daemon's
+    // own flags are `handnode serve --help` (issue 37: 305 lines were mostly serve flags).
+    let named = args.first().is_some_and(|a| a == sub);
     if sub == "help" {
-        return help_for(rest.first().map_or("serve", String::as_str)).map(Command::Help);
+        return match rest.first() {
+            Some(of) => help_for(of).map(Command::Help),
+            None => Ok(Command::Help(config::overview_help())),
+        };
     }
     if rest.iter().any(|a| a == "--help" || a == "-h") {
+        if !named {
+            return Ok(Command::Help(config::overview_help()));
+        }
         return help_for(sub).map(Command::Help);
     }
     if rest.iter().any(|a| a == "--version" || a == "-V") {
@@ -116,12 +125,12 @@ fn help_for(sub: &str) -> Result<String, Error> {
         "serve" => Ok(config::serve_help()),
         "doctor" => {
             let mut out = String::from(
-                "Usage: handnode doctor [--json] [--browser-command COMMAND]\n\nWhat works on this box, and what to install or set for the rest.\n\nFlags:\n",
+                "Usage: handnode doctor [--json] [--browser-command COMMAND] [--apps ID,...]\n\nWhat works on this box, and what to install or set for the rest.\n\nFlags:\n",
             );
             render_flags(&mut out, &[config::DOCTOR_FLAGS]);
             Ok(out)
         }
-        "tools" => Ok(crate::ops::tool_list::HELP.to_string()),
+        "tools" => Ok(crate::ops::tool_list::help()),
         "grant" | "grants" | "revoke" | "approvals" | "approve" | "deny" => Ok(help(sub)),
         other => Err(Error::Config(format!(
             "no help for '{other}'; subcommands are {SUBCOMMANDS}"
@@ -246,7 +255,33 @@ mod tests {
     fn help_lists_every_flag_and_env_var() {
         let tmp = TempDir::new("cli");
         let env = env(&tmp);
-        for args in [vec!["--help"], vec!["serve", "-h"], vec!["help"]] {
+        // The overview fits one screen and points at the rest.
+        for args in [vec!["--help"], vec!["-h"], vec!["help"]] {
+            let Ok(Command::Help(text)) = parse_args(&args, &env) else {
+                panic!("{args:?} is not help");
+            };
+            assert!(
+                text.lines().count() <= 24,
+                "{args:?}: {} lines",
+                text.lines().count()
+            );
+            for sub in SUBCOMMANDS.split(", ") {
+                assert!(
+                    text.contains(&format!("handnode {sub}")),
+                    "{args:?} omits {sub}"
+                );
+            }
+            assert!(text.contains("handnode serve --help"), "{text}");
+            assert!(
+                !text.contains("--audit-args"),
+                "serve's flags are not in the overview"
+            );
+        }
+        for args in [
+            vec!["serve", "--help"],
+            vec!["serve", "-h"],
+            vec!["help", "serve"],
+        ] {
             let Ok(Command::Help(text)) = parse_args(&args, &env) else {
                 panic!("{args:?} is not help");
             };
