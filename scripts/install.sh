@@ -102,6 +102,34 @@ put() {
     changed=1
 }
 
+# SIGTERM every process of this user whose executable is the installed binary and wait for
+# each to exit (5 s, then SIGKILL): --uninstall must not leave a daemon running.
+stop_installed_daemons() {
+    [ -e "$installed_bin" ] || return 0
+    local target pids=() pid exe i
+    target=$(readlink -f "$installed_bin")
+    for exe in /proc/[0-9]*/exe; do
+        pid=${exe#/proc/}; pid=${pid%/exe}
+        [ "$pid" != "$$" ] || continue
+        [ "$(readlink "$exe" 2>/dev/null)" = "$target" ] || continue
+        pids+=("$pid")
+    done
+    [ "${#pids[@]}" -gt 0 ] || return 0
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    for _ in $(seq 50); do
+        for i in "${!pids[@]}"; do
+            kill -0 "${pids[$i]}" 2>/dev/null || unset 'pids[i]'
+        done
+        [ "${#pids[@]}" -gt 0 ] || break
+        sleep 0.1
+    done
+    if [ "${#pids[@]}" -gt 0 ]; then
+        kill -KILL "${pids[@]}" 2>/dev/null || true
+        say "killed     handnode pid ${pids[*]} (it did not stop within 5 s of SIGTERM)"
+    fi
+    say "stopped    the running handnode ($target)"
+}
+
 # True when a user manager is reachable and loads the unit from $1.
 manager_uses() {
     command -v systemctl >/dev/null || return 1
@@ -116,6 +144,13 @@ if [ "$uninstall" = 1 ]; then
             systemctl --user disable --now handnode.service 2>/dev/null || true
             say "stopped and disabled handnode.service"
         fi
+        # Without a reachable user manager (a box without systemd, a shell without a user
+        # bus) `disable --now` did nothing: the enable link and a running daemon stay. Remove
+        # the link `systemctl --user enable` made, and stop every process running the
+        # installed binary, before the binary goes (its /proc/PID/exe then reads "(deleted)").
+        wants=${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user/default.target.wants/handnode.service
+        if [ -L "$wants" ]; then rm -f "$wants"; say "removed    $wants"; fi
+        stop_installed_daemons
         while IFS= read -r f; do
             [ -n "$f" ] || continue
             if [ -e "$f" ]; then rm -f "$f"; say "removed    $f"; else say "was gone   $f"; fi

@@ -197,7 +197,21 @@ ok "verify rejects a misspelt key and a missing program (negative controls)"
 
 # --- uninstall keeps the token, purge removes it, both are idempotent ----------------------
 mkdir -p "$XDG_STATE_HOME/handnode" && echo '{}' >"$XDG_STATE_HOME/handnode/grants.json"
+# A box without a user manager (as here): the daemon started by hand, the unit enabled by a
+# link. --uninstall stops the one and removes the other (issue 37 #5).
+wants_dir=$XDG_CONFIG_HOME/systemd/user/default.target.wants
+mkdir -p "$wants_dir" && ln -sf "$units/handnode.service" "$wants_dir/handnode.service"
+"$bin" serve --listen 127.0.0.1:0 --local-socket none --state-dir "$tmp/uninstall-state" \
+    >"$tmp/uninstall-daemon.log" 2>&1 &
+daemon_pid=$!
+for _ in $(seq 100); do grep -q 'ready:' "$tmp/uninstall-daemon.log" && break; sleep 0.1; done
+grep -q 'ready:' "$tmp/uninstall-daemon.log" || fail "the installed daemon did not start: $(cat "$tmp/uninstall-daemon.log")"
 outu=$(install_sh --prefix "$prefix" --uninstall) || fail "uninstall: $outu"
+wait "$daemon_pid" 2>/dev/null || true
+kill -0 "$daemon_pid" 2>/dev/null && fail "uninstall left the daemon (pid $daemon_pid) running: $outu"
+grep -q 'stopped    the running handnode' <<<"$outu" || fail "uninstall did not say it stopped the daemon: $outu"
+[ ! -e "$wants_dir/handnode.service" ] && [ ! -L "$wants_dir/handnode.service" ] \
+    || fail "uninstall left the enable link $wants_dir/handnode.service"
 [ ! -e "$bin" ] || fail "uninstall left $bin"
 for u in "$repo"/contrib/systemd/*.service; do
     [ ! -e "$units/$(basename "$u")" ] || fail "uninstall left $units/$(basename "$u")"
@@ -211,7 +225,7 @@ grep -q 'nothing to uninstall' <<<"$outu2" || fail "second uninstall did not say
 install_sh --prefix "$prefix" --uninstall --purge >/dev/null || fail "uninstall --purge"
 [ ! -e "$token" ] || fail "--purge left the token"
 [ ! -e "$XDG_STATE_HOME/handnode" ] || fail "--purge left the state dir"
-ok "uninstall removes binary, units and manifest, keeps token and state; --purge removes them"
+ok "uninstall stops the running daemon, removes the enable link, binary, units and manifest, keeps token and state; --purge removes them"
 
 real_after=$(stat -c '%i %s %Y' "$real_token" 2>/dev/null || echo absent)
 [ "$real_before" = "$real_after" ] || fail "the real home's token file changed ($real_token)"
