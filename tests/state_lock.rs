@@ -143,3 +143,22 @@ fn with_the_port_busy_a_start_recovers_nothing_and_never_says_listening() {
     );
     assert_eq!(d.terminate(), Some(0));
 }
+
+/// `doctor` says whether a daemon runs on the state dir, where it listens and how many live
+/// grants it keeps (issue 37), read from /proc without touching the daemon's lock.
+#[test]
+fn doctor_names_the_daemon_on_its_state_dir_where_it_listens_and_its_grants() {
+    let mut d = TestDaemon::new("doctor-daemon");
+    let pod = StubPod::start();
+    let (_id, _conn) = d.attached(&pod, "doctor-s", "observe");
+    let shown = handnode::ops::doctor::daemon_on(&d.state_dir()).detail;
+    assert!(
+        shown.contains(&format!("handnode pid {} runs on", std::process::id())),
+        "{shown}"
+    );
+    assert!(shown.contains(&d.addr.to_string()), "{shown}");
+    assert!(shown.contains("1 live grant(s)"), "{shown}");
+    d.stop();
+    let shown = handnode::ops::doctor::daemon_on(&d.state_dir()).detail;
+    assert!(shown.starts_with("none runs on"), "{shown}");
+}

@@ -153,6 +153,144 @@ pub fn xset_blanking(xset_q: &str) -> Vec<Check> {
 }
 
 /// The token file in use (or the one `serve` would create) and its mode.
+/// Whether a daemon runs on this state dir, where it listens and how many grants it keeps
+/// live (issue 37: a new user could not tell from doctor whether one was up).
+fn daemon_check(env: &HashMap<String, String>) -> Check {
+    let dir = env
+        .get("HANDNODE_STATE_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| config::default_state_dir(env));
+    match dir {
+        Some(dir) => daemon_on(&dir),
+        None => check(
+            "daemon",
+            Status::Warn,
+            "no state dir is known (HOME is unset): cannot tell whether a daemon runs",
+            Some("set HOME or --state-dir / HANDNODE_STATE_DIR".into()),
+        ),
+    }
+}
+
+/// [`daemon_check`] for `dir`: a daemon runs there when the kernel lists a lock on its lock
+/// file (read from `/proc/locks`, so asking takes no lock a starting daemon could trip on).
+pub fn daemon_on(dir: &Path) -> Check {
+    let lock = dir.join(crate::base::statedir::LOCK_FILE);
+    let holder = std::fs::metadata(&lock).ok().and_then(|meta| {
+        use std::os::unix::fs::MetadataExt;
+        let locks = std::fs::read_to_string("/proc/locks").ok()?;
+        lock_holder(&locks, meta.dev(), meta.ino())
+    });
+    let Some(pid) = holder else {
+        return check(
+            "daemon",
+            Status::Ok,
+            format!(
+                "none runs on {} (start one: handnode, or systemctl --user start handnode)",
+                dir.display()
+            ),
+            None,
+        );
+    };
+    let listens = listening_on(pid);
+    let listens = if listens.is_empty() {
+        "where it listens is not readable from here".to_string()
+    } else {
+        format!("listening on {}", listens.join(", "))
+    };
+    let live = std::fs::read(dir.join(crate::grants::persist::FILE_NAME))
+        .ok()
+        .and_then(|bytes| {
+            crate::grants::persist::parse(&bytes, crate::base::timefmt::now_unix()).ok()
+        })
+        .map_or(0, |report| report.grants.len());
+    check(
+        "daemon",
+        Status::Ok,
+        format!(
+            "handnode pid {pid} runs on {}, {listens}; {live} live grant(s) kept",
+            dir.display()
+        ),
+        None,
+    )
+}
+
+/// The pid that `/proc/locks` says holds a `FLOCK` on the file of device `dev` and inode
+/// `ino`. Lines read `1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF` (device in hex).
+fn lock_holder(locks: &str, dev: u64, ino: u64) -> Option<u32> {
+    let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+    locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let at = fields.iter().position(|f| *f == "FLOCK")?;
+        let pid: u32 = fields.get(at + 3)?.parse().ok()?;
+        let mut id = fields.get(at + 4)?.split(':');
+        let (ma, mi, inode) = (id.next()?, id.next()?, id.next()?);
+        let same = u32::from_str_radix(ma, 16).ok()? == major
+            && u32::from_str_radix(mi, 16).ok()? == minor
+            && inode.parse::<u64>().ok()? == ino;
+        same.then_some(pid)
+    })
+}
+
+/// The TCP addresses and Unix socket paths process `pid` listens on: its socket inodes
+/// (`/proc/PID/fd`) found among the listening sockets of `/proc/net/{tcp,tcp6,unix}`.
+fn listening_on(pid: u32) -> Vec<String> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let inodes: std::collections::HashSet<String> = fds
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|t| {
+            let t = t.to_string_lossy().into_owned();
+            Some(t.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    let mut out = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        out.extend(tcp_listeners(&text, &inodes));
+    }
+    let unix = std::fs::read_to_string(format!("/proc/{pid}/net/unix")).unwrap_or_default();
+    for line in unix.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // Num RefCount Protocol Flags Type St Inode Path; Flags 00010000 is a listener.
+        if f.len() >= 8 && f[3] == "00010000" && inodes.contains(f[6]) {
+            out.push(f[7].to_string());
+        }
+    }
+    out
+}
+
+/// The listening (`st` 0A) sockets of a `/proc/net/tcp{,6}` table whose inode is in
+/// `inodes`, as `addr:port`.
+fn tcp_listeners(table: &str, inodes: &std::collections::HashSet<String>) -> Vec<String> {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 10 || f[3] != "0A" || !inodes.contains(f[9]) {
+                return None;
+            }
+            let (addr, port) = f[1].split_once(':')?;
+            let port = u16::from_str_radix(port, 16).ok()?;
+            // The kernel prints each 32-bit word of the address in host (little-endian) order.
+            let words: Vec<u32> = (0..addr.len() / 8)
+                .map(|i| u32::from_str_radix(&addr[i * 8..i * 8 + 8], 16).map(u32::from_be))
+                .collect::<Result<_, _>>()
+                .ok()?;
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_be_bytes()).collect();
+            let ip = match bytes.len() {
+                4 => std::net::IpAddr::from(<[u8; 4]>::try_from(bytes).ok()?),
+                16 => std::net::IpAddr::from(<[u8; 16]>::try_from(bytes).ok()?),
+                _ => return None,
+            };
+            Some(std::net::SocketAddr::new(ip, port).to_string())
+        })
+        .collect()
+}
+
 pub fn token_check(env: &HashMap<String, String>) -> Check {
     let nonempty = |k: &str| env.get(k).filter(|v| !v.is_empty());
     if let Some(path) = nonempty("HANDNODE_TOKEN_FILE") {
@@ -688,6 +826,7 @@ pub fn checks(
     }
     out.push(containment_check(crate::cgroup::probe()));
     out.push(token_check(env));
+    out.push(daemon_check(env));
     out.extend(login_without_token(env));
     if list_env(env, "HANDNODE_ALLOW_LOGIN") && !list_env(env, "HANDNODE_ALLOW_HOST") {
         out.push(check(
@@ -1063,6 +1202,29 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn the_daemons_lock_and_listeners_are_read_from_proc() {
+        let locks = "1: POSIX  ADVISORY  WRITE 99 08:01:5 0 EOF\n\
+                     2: FLOCK  ADVISORY  WRITE 4321 fd:01:123456 0 EOF\n";
+        let dev = rustix::fs::makedev(0xfd, 1);
+        assert_eq!(lock_holder(locks, dev, 123456), Some(4321));
+        assert_eq!(lock_holder(locks, dev, 123457), None);
+        assert_eq!(
+            lock_holder(locks, rustix::fs::makedev(8, 1), 5),
+            None,
+            "POSIX is not ours"
+        );
+        let tcp = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+   0: 0100007F:2260 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 777 1 0\n\
+   1: 0100007F:2261 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 778 1 0\n\
+   2: 0100007F:2262 0100007F:9999 01 00000000:00000000 00:00000000 00000000     0        0 777 1 0\n";
+        let ours: std::collections::HashSet<String> = ["777".to_string()].into();
+        assert_eq!(tcp_listeners(tcp, &ours), ["127.0.0.1:8800"]);
+        let tcp6 = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+   0: 00000000000000000000000001000000:2263 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 777 1 0\n";
+        assert_eq!(tcp_listeners(tcp6, &ours), ["[::1]:8803"]);
     }
 
     #[test]
