@@ -459,9 +459,15 @@ fn run_chains(s: &Stage, kind: &str, conn: &mut PodConn, tools: &[String]) -> St
         .chain(std::iter::once(&js))
         .flat_map(|u| spellings(u))
         .collect();
+    // Issue 35 #5: the spellings the red team opened in a real browser, refused before the
+    // browser is asked (its --blocked-origins stays the second layer, for links in pages).
     let admin = [
         format!("http://127.0.0.1:{port}/healthz"),
         format!("http://localhost:{port}/healthz"),
+        format!("http://x@127.0.0.1:{port}/healthz"),
+        format!("http://x:y@127.0.0.1:{port}/"),
+        format!("http://x@localhost:{port}/readyz"),
+        format!("http://[::ffff:7f00:1]:{port}/healthz"),
     ];
     let mut tried = 0;
     for (tool, fields) in BROWSER_URL_FIELDS {
@@ -484,14 +490,12 @@ fn run_chains(s: &Stage, kind: &str, conn: &mut PodConn, tools: &[String]) -> St
                 tried += 1;
             }
             for url in &admin {
-                let (text, _) = call(conn, tool, args(url));
+                let (text, err) = call(conn, tool, args(url));
                 shown.push_str(&text);
-                if *tool == "browser_navigate" {
-                    assert!(
-                        text.contains("ERR_BLOCKED_BY_CLIENT"),
-                        "{kind}: {tool}.{field} {url} reached the admin origin: {text}"
-                    );
-                }
+                assert!(
+                    err && text == handnode::base::browser_url::ADMIN_REFUSAL,
+                    "{kind}: {tool}.{field} {url} reached the admin origin: {text}"
+                );
                 if tools.iter().any(|t| t == "browser_snapshot") {
                     shown.push_str(&call(conn, "browser_snapshot", json!({})).0);
                 }

@@ -552,6 +552,10 @@ impl Catalog for ConnCatalog<'_> {
                 if let Some(class) = self.policy.class_of(t.name) {
                     json["annotations"] = class.annotations().to_json();
                 }
+                // A grant socket's requests cross the pod, whose body limit is 1 MiB.
+                if self.grant.is_some() {
+                    files::fit_to_pod(&mut json);
+                }
                 json
             })
             .collect();

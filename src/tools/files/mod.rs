@@ -36,6 +36,36 @@ use uploads::{Key, Part};
 /// Default and largest range `file_get` answers, and the largest decoded `file_put` chunk.
 pub const DEFAULT_GET_BYTES: i64 = 1 << 20;
 pub const MAX_CHUNK_BYTES: i64 = 4 << 20;
+/// Largest request body the pod's runtime takes (bytes): it closes on a larger one before
+/// reading it, so an agent's `file_put` of a 4 MiB chunk through the pod fails (issue 36).
+pub const POD_BODY_LIMIT: i64 = 1 << 20;
+/// What of [`POD_BODY_LIMIT`] the request's envelope may take besides `data` (bytes): the
+/// JSON-RPC frame, the tool name, a path of up to 4096 bytes escaped, the other arguments.
+pub const POD_ENVELOPE_BYTES: i64 = 16 << 10;
+/// The longest `data` (base64 characters, a multiple of 4) a `file_put` through the pod may
+/// carry: the real largest chunk, given as `data.maxLength` over a grant socket (§24).
+pub const POD_PUT_DATA_CHARS: i64 = (POD_BODY_LIMIT - POD_ENVELOPE_BYTES) / 4 * 4;
+/// [`POD_PUT_DATA_CHARS`] decoded (bytes).
+pub const POD_PUT_CHUNK_BYTES: i64 = POD_PUT_DATA_CHARS / 4 * 3;
+
+/// `file_put` as a grant socket lists it: what crosses the pod must fit the pod's body limit,
+/// so `data.maxLength` and the description give the real largest chunk. `/mcp` keeps 4 MiB.
+pub fn fit_to_pod(tool: &mut Value) {
+    if tool["name"] != "file_put" {
+        return;
+    }
+    tool["inputSchema"]["properties"]["data"]["maxLength"] = json!(POD_PUT_DATA_CHARS);
+    tool["inputSchema"]["properties"]["data"]["description"] = json!(format!(
+        "base64, at most {POD_PUT_DATA_CHARS} characters ({POD_PUT_CHUNK_BYTES} bytes decoded) through the pod"
+    ));
+    if let Some(Value::String(d)) = tool.get_mut("description") {
+        d.push_str(&format!(
+            " Through this grant's pod a request body is at most 1 MiB: send chunks of at most \
+             {POD_PUT_CHUNK_BYTES} bytes ({POD_PUT_DATA_CHARS} base64 characters)."
+        ));
+    }
+}
+
 /// Default and largest number of entries `file_list` answers.
 pub const DEFAULT_LIST: i64 = 1000;
 pub const MAX_LIST: i64 = 10_000;
@@ -754,6 +784,65 @@ fn list_text(path: &str, entries: &[Value], cut_at: Option<usize>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 36: the runtime refused 1,051,464 bytes and took 1,037,812; the largest chunk a
+    /// grant socket offers, in a real tools/call envelope with a 4096-byte path, fits.
+    #[test]
+    fn over_a_grant_socket_file_puts_largest_chunk_fits_the_pods_body_limit() {
+        let tool = super::super::find("file_put").unwrap();
+        let mut json = super::super::tool_json(tool, None);
+        fit_to_pod(&mut json);
+        let max = json["inputSchema"]["properties"]["data"]["maxLength"]
+            .as_i64()
+            .unwrap();
+        assert_eq!(max, POD_PUT_DATA_CHARS);
+        assert_eq!(max % 4, 0);
+        assert!(json["description"]
+            .as_str()
+            .unwrap()
+            .contains(&POD_PUT_CHUNK_BYTES.to_string()));
+        let request = json!({"jsonrpc": "2.0", "id": 9_007_199_254_740_991_u64,
+            "method": "tools/call", "params": {"name": "file_put", "arguments": {
+                "path": "d".repeat(4096), "data": "A".repeat(max as usize), "offset": MAX_CHUNK_BYTES * 1000,
+                "final": false, "sha256": "0".repeat(64), "mkdirs": true}}});
+        assert!(request.to_string().len() as i64 <= POD_BODY_LIMIT);
+        const {
+            assert!(
+                POD_PUT_CHUNK_BYTES > 700 << 10,
+                "700 KiB chunks worked through the real pod"
+            )
+        };
+        // Listed so over a grant socket only; /mcp (no grant) keeps 4 MiB.
+        let owner = crate::tools::policy::ToolPolicy::owner();
+        let note = crate::tools::GrantNote {
+            id: "g".into(),
+            session: "s".into(),
+            expires_at: 0,
+            approve: Vec::new(),
+            approval_wait: std::time::Duration::from_secs(1),
+        };
+        let listed = |grant| {
+            use crate::wire::mcp::Catalog;
+            let catalog = crate::tools::ConnCatalog {
+                grant,
+                upstream: None,
+                browsers: None,
+                policy: &owner,
+            };
+            catalog
+                .list()
+                .into_iter()
+                .find(|t| t["name"] == "file_put")
+                .unwrap()["inputSchema"]["properties"]["data"]["maxLength"]
+                .clone()
+        };
+        assert_eq!(listed(Some(&note)), json!(POD_PUT_DATA_CHARS));
+        assert_eq!(listed(None), Value::Null);
+        let mut other = super::super::tool_json(super::super::find("file_get").unwrap(), None);
+        let before = other.clone();
+        fit_to_pod(&mut other);
+        assert_eq!(other, before, "only file_put changes");
+    }
 
     #[test]
     fn a_listings_text_escapes_control_characters_in_names() {
