@@ -1168,3 +1168,39 @@ mod tests {
         assert_eq!(wait_text(Duration::from_millis(300)), "300 ms");
     }
 }
+
+#[cfg(test)]
+mod catalog_tests {
+    use super::*;
+
+    /// `file_put`'s largest chunk is the pod's over a grant socket (contract §24).
+    #[test]
+    fn a_grant_socket_lists_file_put_with_the_pods_chunk_and_mcp_with_its_own() {
+        // Listed so over a grant socket only; /mcp (no grant) keeps 4 MiB.
+        let owner = policy::ToolPolicy::owner();
+        let note = GrantNote {
+            id: "g".into(),
+            session: "s".into(),
+            expires_at: 0,
+            approve: Vec::new(),
+            approval_wait: std::time::Duration::from_secs(1),
+        };
+        let listed = |grant| {
+            use crate::wire::mcp::Catalog;
+            let catalog = ConnCatalog {
+                grant,
+                upstream: None,
+                browsers: None,
+                policy: &owner,
+            };
+            catalog
+                .list()
+                .into_iter()
+                .find(|t| t["name"] == "file_put")
+                .unwrap()["inputSchema"]["properties"]["data"]["maxLength"]
+                .clone()
+        };
+        assert_eq!(listed(Some(&note)), json!(files::POD_PUT_DATA_CHARS));
+        assert_eq!(listed(None), Value::Null);
+    }
+}

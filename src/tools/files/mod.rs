@@ -812,32 +812,6 @@ mod tests {
                 "700 KiB chunks worked through the real pod"
             )
         };
-        // Listed so over a grant socket only; /mcp (no grant) keeps 4 MiB.
-        let owner = crate::tools::policy::ToolPolicy::owner();
-        let note = crate::tools::GrantNote {
-            id: "g".into(),
-            session: "s".into(),
-            expires_at: 0,
-            approve: Vec::new(),
-            approval_wait: std::time::Duration::from_secs(1),
-        };
-        let listed = |grant| {
-            use crate::wire::mcp::Catalog;
-            let catalog = crate::tools::ConnCatalog {
-                grant,
-                upstream: None,
-                browsers: None,
-                policy: &owner,
-            };
-            catalog
-                .list()
-                .into_iter()
-                .find(|t| t["name"] == "file_put")
-                .unwrap()["inputSchema"]["properties"]["data"]["maxLength"]
-                .clone()
-        };
-        assert_eq!(listed(Some(&note)), json!(POD_PUT_DATA_CHARS));
-        assert_eq!(listed(None), Value::Null);
         let mut other = super::super::tool_json(super::super::find("file_get").unwrap(), None);
         let before = other.clone();
         fit_to_pod(&mut other);
