@@ -118,7 +118,10 @@ stop_installed_daemons() {
     kill -TERM "${pids[@]}" 2>/dev/null || true
     for _ in $(seq 50); do
         for i in "${!pids[@]}"; do
-            kill -0 "${pids[$i]}" 2>/dev/null || unset 'pids[i]'
+            # Gone, or a zombie its parent has not reaped yet: it runs nothing any more.
+            if ! kill -0 "${pids[$i]}" 2>/dev/null || grep -q ') Z ' "/proc/${pids[$i]}/stat" 2>/dev/null; then
+                unset 'pids[i]'
+            fi
         done
         [ "${#pids[@]}" -gt 0 ] || break
         sleep 0.1

@@ -207,8 +207,20 @@ daemon_pid=$!
 for _ in $(seq 100); do grep -q 'ready:' "$tmp/uninstall-daemon.log" && break; sleep 0.1; done
 grep -q 'ready:' "$tmp/uninstall-daemon.log" || fail "the installed daemon did not start: $(cat "$tmp/uninstall-daemon.log")"
 outu=$(install_sh --prefix "$prefix" --uninstall) || fail "uninstall: $outu"
+# Gone, or a zombie of this shell: it runs nothing. Never a plain `wait`, which would hang
+# here if the daemon were still running.
+gone=0
+for _ in $(seq 50); do
+    if ! kill -0 "$daemon_pid" 2>/dev/null || grep -q ') Z ' "/proc/$daemon_pid/stat" 2>/dev/null; then
+        gone=1; break
+    fi
+    sleep 0.1
+done
+if [ "$gone" != 1 ]; then
+    kill -KILL "$daemon_pid" 2>/dev/null || true
+    fail "uninstall left the daemon (pid $daemon_pid) running: $outu"
+fi
 wait "$daemon_pid" 2>/dev/null || true
-kill -0 "$daemon_pid" 2>/dev/null && fail "uninstall left the daemon (pid $daemon_pid) running: $outu"
 grep -q 'stopped    the running handnode' <<<"$outu" || fail "uninstall did not say it stopped the daemon: $outu"
 [ ! -e "$wants_dir/handnode.service" ] && [ ! -L "$wants_dir/handnode.service" ] \
     || fail "uninstall left the enable link $wants_dir/handnode.service"
