@@ -131,14 +131,13 @@ impl Daemon {
                 browser::default_dir(&env)
             })
         });
+        // The bound address (with --listen …:0 the port is only known now): the URL check
+        // refuses it, and the browsers are told to block it.
+        let listen = listener
+            .local_addr()
+            .map_err(|e| Error::io("read the admin listener's address", e))?;
         let tool_config = tools::ToolConfig {
-            // The bound address: with --listen …:0 the port is only known now.
-            admin_origin: base::browser_url::AdminOrigin::new(
-                listener
-                    .local_addr()
-                    .map_err(|e| Error::io("read the admin listener's address", e))?,
-                &config.allow_hosts,
-            ),
+            admin_origin: base::browser_url::AdminOrigin::new(listen, &config.allow_hosts),
             scrub_env: vec![
                 "HANDNODE_TOKEN".into(),
                 "CREDENTIALS_DIRECTORY".into(),
@@ -174,11 +173,6 @@ impl Daemon {
             apps: config.apps.clone(),
             app_dirs: None,
         };
-        // Bound (above) before the browsers start: they are told the listener's real port
-        // to block.
-        let listen = listener
-            .local_addr()
-            .map_err(|e| Error::io("read the admin listener's address", e))?;
         let browsers = match config.browser_command.as_ref().zip(browser_dir) {
             Some((argv, dir)) => Some(Arc::new(browser::Browsers::start(
                 browser::BrowserOptions {

@@ -139,20 +139,50 @@ fn assert_refused_everywhere(
     }
 }
 
-#[test]
-fn a_browser_grant_opens_only_web_pages_in_its_own_browser() {
-    let dir = std::path::PathBuf::from(format!("/tmp/hnbu-{}", std::process::id()));
+/// A daemon whose throwaway browser is the fake one (it remembers the last URL it was sent),
+/// and a `browser` grant attached to a stub pod: the daemon, the pod, its socket and the
+/// browsers' dir (the caller removes it).
+fn fake_browser_grant(
+    tag: &str,
+    session: &str,
+) -> (TestDaemon, StubPod, common::PodConn, std::path::PathBuf) {
+    let dir = std::path::PathBuf::from(format!("/tmp/hn{tag}-{}", std::process::id()));
     let fake = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/fake-browser.sh"
     );
-    let d = TestDaemon::with("url-browser", |c| {
+    let d = TestDaemon::with(tag, |c| {
         common::quiet_liveness(c);
         c.browser_command = Some(vec!["bash".into(), fake.into()]);
         c.browser_dir = Some(dir.clone());
     });
     let pod = StubPod::start();
-    let (_, mut conn) = d.attached(&pod, "url-b", "browser");
+    let (_, conn) = d.attached(&pod, session, "browser");
+    (d, pod, conn, dir)
+}
+
+/// `browser_navigate` to `url` is answered `want` (isError), and the fake browser, which
+/// remembers the last URL it was sent, still shows `page`: the URL never reached it.
+fn assert_navigate_refused(
+    conn: &mut common::PodConn,
+    id: &mut u64,
+    url: &str,
+    want: &str,
+    page: &str,
+) {
+    let (t, err) = text(&call(conn, id, "browser_navigate", json!({"url": url})));
+    assert!(err, "{url:?}: {t}");
+    assert_eq!(t, want, "{url:?}");
+    let (t, _) = text(&call(conn, id, "browser_snapshot", json!({})));
+    assert!(
+        t.starts_with(&format!("page {page} ")),
+        "{url:?} reached the browser: {t}"
+    );
+}
+
+#[test]
+fn a_browser_grant_opens_only_web_pages_in_its_own_browser() {
+    let (_d, _pod, mut conn, dir) = fake_browser_grant("url-browser", "url-b");
     let mut id = 0;
     let page = "http://127.0.0.1:9/page";
     let (t, err) = text(&call(
@@ -165,19 +195,7 @@ fn a_browser_grant_opens_only_web_pages_in_its_own_browser() {
     // The fake browser remembers the last URL it was sent: a refused one never arrives.
     let conn = &mut conn;
     for (url, scheme) in REFUSED {
-        let (t, err) = text(&call(
-            conn,
-            &mut id,
-            "browser_navigate",
-            json!({"url": url}),
-        ));
-        assert!(err, "{url:?}: {t}");
-        assert_eq!(t, refusal(scheme), "{url:?}");
-        let (t, _) = text(&call(conn, &mut id, "browser_snapshot", json!({})));
-        assert!(
-            t.starts_with(&format!("page {page} ")),
-            "{url:?} reached the browser: {t}"
-        );
+        assert_navigate_refused(conn, &mut id, url, &refusal(scheme), page);
     }
     let (t, err) = text(&call(conn, &mut id, "browser_navigate", json!({"url": 7})));
     assert!(err && t == "url must be a string (a URL)", "{t}");
@@ -197,19 +215,8 @@ fn a_browser_grant_opens_only_web_pages_in_its_own_browser() {
 /// is refused before the browser is asked, and the same port elsewhere is not.
 #[test]
 fn a_browser_grant_cannot_open_the_admin_origin_in_any_spelling() {
-    let dir = std::path::PathBuf::from(format!("/tmp/hnba-{}", std::process::id()));
-    let fake = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/fake-browser.sh"
-    );
-    let d = TestDaemon::with("url-admin", |c| {
-        common::quiet_liveness(c);
-        c.browser_command = Some(vec!["bash".into(), fake.into()]);
-        c.browser_dir = Some(dir.clone());
-    });
+    let (d, _pod, mut conn, dir) = fake_browser_grant("url-admin", "url-a");
     let port = d.addr.port();
-    let pod = StubPod::start();
-    let (_, mut conn) = d.attached(&pod, "url-a", "browser");
     let mut id = 0;
     let page = "http://127.0.0.1:9/page";
     let (t, err) = text(&call(
@@ -234,19 +241,8 @@ fn a_browser_grant_cannot_open_the_admin_origin_in_any_spelling() {
         format!("127.0.0.1:{port}/"),
     ];
     for url in &spellings {
-        let (t, err) = text(&call(
-            &mut conn,
-            &mut id,
-            "browser_navigate",
-            json!({"url": url}),
-        ));
-        assert!(err, "{url}: {t}");
-        assert_eq!(t, handnode::base::browser_url::ADMIN_REFUSAL, "{url}");
-        let (t, _) = text(&call(&mut conn, &mut id, "browser_snapshot", json!({})));
-        assert!(
-            t.starts_with(&format!("page {page} ")),
-            "{url} reached the browser: {t}"
-        );
+        let want = handnode::base::browser_url::ADMIN_REFUSAL;
+        assert_navigate_refused(&mut conn, &mut id, url, want, page);
     }
     // Another port of the same host is a web page like any other.
     let other = format!("http://127.0.0.1:{}/", port.wrapping_add(1).max(1));

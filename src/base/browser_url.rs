@@ -51,13 +51,7 @@ fn split_scheme(text: &str) -> Option<(String, &str)> {
 /// URL: any run of `/` and `\` skipped, the authority up to the next `/`, `\`, `?` or
 /// `#`, userinfo (up to the last `@`) dropped, the port dropped.
 fn has_host(rest: &str) -> bool {
-    let rest = rest.trim_start_matches(['/', '\\']);
-    let end = rest.find(['/', '\\', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..end];
-    let host_port = match authority.rfind('@') {
-        Some(at) => &authority[at + 1..],
-        None => authority,
-    };
+    let host_port = host_port(rest);
     let host = if host_port.starts_with('[') {
         match host_port.find(']') {
             Some(close) => &host_port[..=close],
@@ -67,6 +61,19 @@ fn has_host(rest: &str) -> bool {
         host_port.split(':').next().unwrap_or("")
     };
     !host.is_empty() && host != "[]"
+}
+
+/// The `host[:port]` of the part after `http:`/`https:`, as a browser reads a special URL:
+/// any run of `/` and `\\` skipped, the authority up to the next `/`, `\\`, `?` or `#`,
+/// userinfo (up to the last `@`) dropped.
+fn host_port(rest: &str) -> &str {
+    let rest = rest.trim_start_matches(['/', '\\']);
+    let end = rest.find(['/', '\\', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    match authority.rfind('@') {
+        Some(at) => &authority[at + 1..],
+        None => authority,
+    }
 }
 
 /// `scheme` as quoted in a refusal: escaped, and cut to [`MAX_SHOWN_SCHEME`] bytes.
@@ -140,13 +147,7 @@ enum Host {
 /// written), read as a browser reads a special URL; `None` when the authority is not one
 /// a browser would open (it then fails there too, or [`has_host`] refuses it).
 fn host_of(rest: &str, default_port: u16) -> Option<(Host, u16)> {
-    let rest = rest.trim_start_matches(['/', '\\']);
-    let end = rest.find(['/', '\\', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..end];
-    let host_port = match authority.rfind('@') {
-        Some(at) => &authority[at + 1..],
-        None => authority,
-    };
+    let host_port = host_port(rest);
     let (host, port) = if let Some(inner) = host_port.strip_prefix('[') {
         let close = inner.find(']')?;
         (&host_port[..close + 2], &inner[close + 1..])
@@ -273,54 +274,36 @@ fn ipv4_of(host: &str) -> Ipv4Parse {
     Ipv4Parse::Address(std::net::Ipv4Addr::from(address as u32))
 }
 
-/// [`check`], and the admin listener refused however its host is spelled (contract §21).
+/// Check one URL a tool would open, the admin listener refused however its host is spelled
+/// (contract §21). `Err` holds the refusal the caller answers with.
 pub fn check_for(raw: &str, admin: &AdminOrigin) -> Result<(), String> {
-    check(raw)?;
     let text = browser_view(raw);
     let (scheme, rest) = match split_scheme(&text) {
-        Some((scheme, rest)) => (scheme, rest.to_string()),
-        // What Playwright MCP makes of it: http for localhost, else https.
-        None => {
-            let lower = text.to_ascii_lowercase();
-            let scheme = if lower.starts_with("localhost") {
-                "http"
-            } else {
-                "https"
-            };
-            (scheme.to_string(), text.clone())
-        }
+        Some((scheme, rest)) => (scheme, rest),
+        // No scheme: Playwright MCP prefixes one of its own (see the module doc), http for
+        // localhost, else https.
+        None if !has_host(&text) => return Err(format!("{REFUSAL} a URL without a host")),
+        None if text.to_ascii_lowercase().starts_with("localhost") => ("http".into(), &*text),
+        None => ("https".into(), &*text),
     };
     let default_port = match scheme.as_str() {
+        "http" | "https" if !has_host(rest) => {
+            return Err(format!("{REFUSAL} {scheme}: without a host"))
+        }
         "http" => 80,
         "https" => 443,
-        _ => return Ok(()), // about:blank
+        "about" if rest == "blank" => return Ok(()),
+        _ => return Err(format!("{REFUSAL} {}:", shown(&scheme))),
     };
-    match host_of(&rest, default_port) {
+    match host_of(rest, default_port) {
         Some((host, port)) if admin.is_admin(&host, port) => Err(ADMIN_REFUSAL.to_string()),
         _ => Ok(()),
     }
 }
 
-/// Check one URL a tool would open. `Err` holds the refusal the caller answers with.
+/// [`check_for`] with no admin listener to protect.
 pub fn check(raw: &str) -> Result<(), String> {
-    let text = browser_view(raw);
-    let (scheme, rest) = match split_scheme(&text) {
-        Some(split) => split,
-        // No scheme: Playwright MCP prefixes one of its own (see the module doc).
-        None => {
-            return if has_host(&text) {
-                Ok(())
-            } else {
-                Err(format!("{REFUSAL} a URL without a host"))
-            };
-        }
-    };
-    match scheme.as_str() {
-        "http" | "https" if has_host(rest) => Ok(()),
-        "http" | "https" => Err(format!("{REFUSAL} {scheme}: without a host")),
-        "about" if rest == "blank" => Ok(()),
-        _ => Err(format!("{REFUSAL} {}:", shown(&scheme))),
-    }
+    check_for(raw, &AdminOrigin::default())
 }
 
 /// Check every URL-bearing field `fields` names in a tool call's `arguments`. A field
