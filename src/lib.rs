@@ -154,6 +154,7 @@ impl Daemon {
             display_env: config.display_env.clone(),
             own_display: config.own_display.clone(),
             own_display_walls: walls::for_own_display_shells(&config, browser_dir.clone())?,
+            grant_walls: walls::for_grants(&config, browser_dir.clone())?,
             confine: Some(Arc::clone(&confine)),
             jobs: tools::jobs::table::JobConfig {
                 dir: Some(config.state_dir.join(tools::jobs::table::DIR_NAME)),

@@ -215,11 +215,11 @@ fn bwrap_alone_keeps_the_token_unreadable_where_a_url_gets_through() {
     drop(open);
     // With bwrap alone: the config dir is empty, the token file reads empty.
     let walled = tier(
-        Isolation::Bwrap(Bwrap {
+        Isolation::Bwrap(Bwrap::new(
             program,
-            hide_dirs: vec![config_dir.0.clone()],
-            hide_files: vec![token.clone()],
-        }),
+            vec![config_dir.0.clone()],
+            vec![token.clone()],
+        )),
         Vec::new(),
     );
     for u in [
@@ -345,7 +345,7 @@ fn stage(tag: &str, isolation: IsolationMode) -> Stage {
         c.token_source = Some(token_file.display().to_string());
         c.browser_command = Some(playwright::browser_command());
         c.browser_dir = Some(browsers.0.clone());
-        c.browser_isolation = isolation;
+        c.browser_isolation = Some(isolation);
         c.upstreams = vec![("browser".into(), format!("http://127.0.0.1:{pw_port}/mcp"))];
         c.timing.upstream_timeout = CALL_WATCHDOG;
     });

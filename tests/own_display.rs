@@ -538,7 +538,7 @@ fn two_grants_see_only_their_own_screens_and_one_past_the_bound_is_refused() {
     // wall (this test's own process) each of them works, so a failure inside is the
     // wall's doing.
     let isolation = d.grant(&idb)["own_display"]["isolation"].clone();
-    if handnode::walls::probe_bwrap(std::env::var_os("PATH").as_deref(), Kind::Shell).is_err() {
+    if handnode::walls::probe_bwrap(std::env::var_os("PATH").as_deref(), Kind::OwnDisplay).is_err() {
         assert_eq!(isolation, "none");
         eprintln!("skipping the wall checks: bwrap cannot build a PID namespace here");
         return;
@@ -875,7 +875,7 @@ fn app_open_starts_the_app_on_the_grants_own_display() {
     )
     .unwrap();
     let walled =
-        handnode::walls::probe_bwrap(std::env::var_os("PATH").as_deref(), Kind::Shell).is_ok();
+        handnode::walls::probe_bwrap(std::env::var_os("PATH").as_deref(), Kind::OwnDisplay).is_ok();
     let pid_ns = |p: u32| std::fs::read_link(format!("/proc/{p}/ns/pid")).unwrap();
     assert_eq!(
         pid_ns(app) != pid_ns(std::process::id()),

@@ -108,7 +108,7 @@ impl Isolation {
 /// cannot work is a configuration error (exit 2); `auto` falls back to none and warns.
 pub fn isolation_for(config: &crate::config::Config) -> Result<Isolation, Error> {
     let wall = crate::walls::for_mode(
-        config.browser_isolation,
+        config.browser_wall_mode(),
         crate::walls::Kind::Browser,
         config,
         Vec::new(),

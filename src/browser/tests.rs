@@ -649,11 +649,11 @@ fn inside_bwrap_the_daemons_files_and_other_browsers_are_empty() {
     let socket = secrets.0.join("handnode.sock");
     let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
     let t = tier("normal", |o| {
-        o.isolation = Isolation::Bwrap(crate::walls::Bwrap {
+        o.isolation = Isolation::Bwrap(crate::walls::Bwrap::new(
             program,
-            hide_dirs: vec![state.clone()],
-            hide_files: vec![token.clone(), socket.clone()],
-        });
+            vec![state.clone()],
+            vec![token.clone(), socket.clone()],
+        ));
     });
     let find = |grant: &str, path: &std::path::Path| {
         ok_text(&t.call(

@@ -40,8 +40,8 @@ pub enum DisplayBackend {
     None,
 }
 
-/// `--browser-isolation` and `--own-display-isolation`: whether a throwaway browser, or the
-/// shell of a grant with its own display, runs inside its `bwrap` wall (`crate::walls`).
+/// `--isolation` (and its finer overrides `--browser-isolation`, `--own-display-isolation`):
+/// whether the processes of non-owner grants run inside the `bwrap` wall (`crate::walls`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IsolationMode {
     /// `bwrap` when it works on this box, else none (with a warning at start).
@@ -304,7 +304,10 @@ pub struct Config {
     pub browser_command: Option<Vec<String>>,
     /// Where each browser gets its own directory; `None` = `browser::default_dir`.
     pub browser_dir: Option<PathBuf>,
-    pub browser_isolation: IsolationMode,
+    /// `--browser-isolation`; `None`: as `--isolation`.
+    pub browser_isolation: Option<IsolationMode>,
+    /// `--isolation`: the wall around every process of every non-owner grant (§21).
+    pub isolation: IsolationMode,
     /// `--apps`: the desktop entries the `apps` profile may start and drive (§17),
     /// resolved and vetted at start (`base::desktop_entry::resolve_apps`).
     pub apps: Vec<crate::base::desktop_entry::DesktopEntry>,
@@ -333,6 +336,16 @@ pub struct Config {
 }
 
 impl Config {
+    /// The wall throwaway browsers get: `--browser-isolation`, else `--isolation`.
+    pub fn browser_wall_mode(&self) -> IsolationMode {
+        self.browser_isolation.unwrap_or(self.isolation)
+    }
+
+    /// The wall own-display grants get: `--own-display-isolation`, else `--isolation`.
+    pub fn own_display_wall_mode(&self) -> IsolationMode {
+        self.own_display.isolation.unwrap_or(self.isolation)
+    }
+
     /// A configuration for tests: loopback on an ephemeral port, the given state dir,
     /// no auth until the caller sets some.
     pub fn for_tests(state_dir: PathBuf) -> Self {
@@ -353,7 +366,8 @@ impl Config {
             upstreams: Vec::new(),
             browser_command: None,
             browser_dir: None,
-            browser_isolation: IsolationMode::Auto,
+            browser_isolation: None,
+            isolation: IsolationMode::Auto,
             apps: Vec::new(),
             display_backend: DisplayBackend::Auto,
             display_env: None,
@@ -421,7 +435,8 @@ impl Config {
             upstreams: Vec::new(),
             browser_command: None,
             browser_dir: None,
-            browser_isolation: IsolationMode::Auto,
+            browser_isolation: None,
+            isolation: IsolationMode::Auto,
             apps: Vec::new(),
             display_backend: DisplayBackend::Auto,
             display_env: None,

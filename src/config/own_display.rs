@@ -50,11 +50,34 @@ pub struct OwnDisplaySettings {
     /// (`$XDG_RUNTIME_DIR/handnode-displays`, else `/tmp/handnode-displays-<uid>`).
     pub dir: Option<PathBuf>,
     /// `--own-display-isolation`: whether the grant's `bash` and jobs run inside their
-    /// `bwrap` wall (`crate::walls::Bwrap::shell_args`).
-    pub isolation: super::IsolationMode,
+    /// `bwrap` wall (`crate::walls::Bwrap::grant_args`); `None`: as `--isolation`.
+    pub isolation: Option<super::IsolationMode>,
+    /// `--own-display-network`: whether that wall gets a network namespace of its own.
+    pub network: Network,
     /// Where the X server keeps its sockets and lock files (`/tmp`; a test may not change it,
     /// Xvfb does not let it be changed, but the cleanup's reading of it is one place).
     pub x_tmp: PathBuf,
+}
+
+/// `--own-display-network` (§21): an own display's wall shares no socket with the box.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Network {
+    /// A network namespace of its own, connected by `pasta` (user-mode networking):
+    /// outbound TCP/UDP and the box's loopback ports work, the box's abstract sockets
+    /// (X servers, D-Bus) do not. Without `pasta`, `"display":"own"` is refused.
+    Pasta,
+    /// The box's network namespace: its abstract sockets stay reachable.
+    Shared,
+}
+
+impl Network {
+    /// The grant JSON's and `sys_info`'s `network`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Network::Pasta => "pasta",
+            Network::Shared => "shared",
+        }
+    }
 }
 
 impl Default for OwnDisplaySettings {
@@ -65,7 +88,8 @@ impl Default for OwnDisplaySettings {
             start_timeout: Duration::from_secs(10),
             stop_timeout: Duration::from_secs(2),
             dir: None,
-            isolation: super::IsolationMode::Auto,
+            isolation: None,
+            network: Network::Pasta,
             x_tmp: PathBuf::from("/tmp"),
         }
     }

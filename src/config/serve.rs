@@ -100,7 +100,8 @@ fn parse_upstreams(values: Vec<String>) -> Result<Vec<(String, String)>, String>
     Ok(out)
 }
 
-/// `--browser-isolation` or `--own-display-isolation` (`flag`, without its dashes).
+/// `--isolation`, `--browser-isolation` or `--own-display-isolation` (`flag`, without its
+/// dashes).
 fn parse_isolation(flag: &str, value: &str) -> Result<IsolationMode, String> {
     match value {
         "auto" => Ok(IsolationMode::Auto),
@@ -366,12 +367,25 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
     Flag {
         name: "browser-isolation",
         env: true,
-        default: "auto",
-        help: "How each throwaway browser is kept from handnode's files: bwrap (bubblewrap: the state dir, config dir, token file and other grants' browsers are empty inside; start fails if bwrap does not work), none, or auto (bwrap when it works here, else none with a warning). `doctor` says which.",
+        default: "",
+        help: "Overrides --isolation for throwaway browsers only: bwrap, none or auto (default: as --isolation).",
         kind: Kind::Text {
             metavar: "auto|bwrap|none",
             set: |d, v| {
-                d.config.browser_isolation = parse_isolation("browser-isolation", &v)?;
+                d.config.browser_isolation = Some(parse_isolation("browser-isolation", &v)?);
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "isolation",
+        env: true,
+        default: "auto",
+        help: "The wall around every process of every non-owner grant (bash, jobs, app_open apps, own displays' children, throwaway browsers): bwrap (bubblewrap: handnode's state dir, config dir, token file and local socket and other grants' dirs are empty inside, /sys/fs/cgroup is read-only in a cgroup namespace, a PID namespace of its own, and as root a user namespace without capabilities; start fails if bwrap does not work), none (a grant's shell can then reach the lender's channel), or auto (bwrap when it works here, else none with a warning). `doctor` says which.",
+        kind: Kind::Text {
+            metavar: "auto|bwrap|none",
+            set: |d, v| {
+                d.config.isolation = parse_isolation("isolation", &v)?;
                 Ok(())
             },
         },
@@ -417,12 +431,34 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
     Flag {
         name: "own-display-isolation",
         env: true,
-        default: "auto",
-        help: "How the bash, jobs and app_open apps of a grant with its own display are walled off: bwrap (bubblewrap: a PID namespace of their own, and other grants' own displays, handnode's files, the owner's runtime dir and the browsers' dir are empty inside, and the grant's file tools refuse the same paths; start fails if bwrap does not work), none, or auto (bwrap when it works here, else none with a warning). `doctor` says which.",
+        default: "",
+        help: "Overrides --isolation for grants with their own display: bwrap, none or auto (default: as --isolation). Their wall also empties the owner's runtime dir, X cookies, /tmp/.X11-unix (but for the grant's own socket) and the browsers' dir, and the grant's file tools refuse the same paths.",
         kind: Kind::Text {
             metavar: "auto|bwrap|none",
             set: |d, v| {
-                d.config.own_display.isolation = parse_isolation("own-display-isolation", &v)?;
+                d.config.own_display.isolation =
+                    Some(parse_isolation("own-display-isolation", &v)?);
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "own-display-network",
+        env: true,
+        default: "pasta",
+        help: "The network of an own display's wall: pasta (a network namespace of its own through pasta, Debian `passt`: outbound TCP/UDP and the box's loopback ports work, the box's X, D-Bus and Wayland sockets do not; without pasta, \"display\":\"own\" is refused) or shared (the box's network namespace: its abstract sockets stay reachable).",
+        kind: Kind::Text {
+            metavar: "pasta|shared",
+            set: |d, v| {
+                d.config.own_display.network = match v.as_str() {
+                    "pasta" => super::own_display::Network::Pasta,
+                    "shared" => super::own_display::Network::Shared,
+                    other => {
+                        return Err(format!(
+                            "--own-display-network must be pasta or shared, got {other:?}"
+                        ))
+                    }
+                };
                 Ok(())
             },
         },

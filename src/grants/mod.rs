@@ -350,13 +350,14 @@ impl Entry {
     /// The grant JSON of contract §1.2 plus `jobs` (its running jobs). Never contains
     /// the secret.
     /// `isolation`: the browser tier's `browser_isolation`, shown on `browser` grants.
-    /// `own`: the own displays (§19), for a grant with one.
+    /// `host`: the own displays (§19), for a grant with one, and the walls (§21).
     fn view(
         &self,
         jobs: usize,
         isolation: Option<&str>,
-        own: &crate::tools::display::OwnDisplays,
+        host: &crate::tools::ToolHost,
     ) -> Value {
+        let own = &host.own_displays;
         let status = self.status();
         let now = SystemTime::now();
         let mut v = Map::new();
@@ -379,7 +380,24 @@ impl Entry {
         v.insert("approved_for_grant".into(), json!(self.gate.remembered()));
         let escalation = self.policy.escalation(|t| self.gate.needs_approval(t));
         v.insert("shell".into(), json!(escalation.shell.as_str()));
-        if let Some(because) = escalation.because {
+        // §21: where the wall is missing, a shell of this grant is the lender's own.
+        let walled = match self.profile() {
+            Profile::Owner => "none",
+            Profile::Browser => isolation.unwrap_or("none"),
+            _ if self.policy.own_display() => own.isolation(),
+            _ if host.config.grant_walls.is_some() => "bwrap",
+            _ => "none",
+        };
+        v.insert("isolation".into(), json!(walled));
+        let open_channel = (walled == "none"
+            && self.profile() != Profile::Owner
+            && escalation.shell.as_str() != "no")
+            .then_some(crate::walls::UNWALLED_SHELL);
+        let because = match (escalation.because, open_channel) {
+            (Some(b), Some(o)) => Some(format!("{b}; {o}")),
+            (b, o) => b.or(o.map(String::from)),
+        };
+        if let Some(because) = because {
             v.insert("shell_because".into(), json!(because));
         }
         if self.profile() == Profile::Browser {
@@ -820,6 +838,11 @@ impl Registry {
     ) -> Result<(Value, Attached), AttachError> {
         let target = target_key(&req.runtime, &req.session);
         // Checked before any mint: a refused request changes nothing, at the pod neither.
+        if req.policy.own_display() {
+            if let Some(why) = self.services.host.own_displays.refusal() {
+                return Err(AttachError::BadRequest(why.to_string()));
+            }
+        }
         if let Some(folder) = req.policy.folder() {
             crate::tools::files::folder::vet(
                 folder,
@@ -912,7 +935,7 @@ impl Registry {
                     let view = entry.view(
                         self.jobs().running_in(&entry.id),
                         self.browser_isolation(),
-                        &self.services.host.own_displays,
+                        &self.services.host,
                     );
                     self.persist(&inner)
                         .and_then(|_| self.audit.record_durable(record))
@@ -1000,7 +1023,7 @@ impl Registry {
                     let view = inner.entries.last().expect("just pushed").view(
                         0,
                         self.browser_isolation(),
-                        &self.services.host.own_displays,
+                        &self.services.host,
                     );
                     info!(
                         "grant {id} created for session {} ({profile}, shell {}) by {principal}, ttl {ttl}s",
@@ -1070,7 +1093,7 @@ impl Registry {
             e.view(
                 self.jobs().running_in(&e.id),
                 self.browser_isolation(),
-                &self.services.host.own_displays,
+                &self.services.host,
             )
         });
         drop(inner);
@@ -1089,7 +1112,7 @@ impl Registry {
                 e.view(
                     self.jobs().running_in(&e.id),
                     self.browser_isolation(),
-                    &self.services.host.own_displays,
+                    &self.services.host,
                 )
             })
             .collect();

@@ -403,15 +403,58 @@ fn list_env(env: &HashMap<String, String>, key: &str) -> bool {
 }
 
 /// Which wall stands between a throwaway browser and handnode's files
-/// (`HANDNODE_BROWSER_ISOLATION`, default `auto`; contract §14), and how to get `bwrap`.
+/// (`HANDNODE_BROWSER_ISOLATION`, else `HANDNODE_ISOLATION`, default `auto`; §14, §21), and
+/// how to get `bwrap`.
 pub fn isolation_check(env: &HashMap<String, String>) -> Check {
     wall_check(env, crate::walls::Kind::Browser)
 }
 
-/// Which wall stands around the shell of a grant with its own display
-/// (`HANDNODE_OWN_DISPLAY_ISOLATION`, default `auto`; §19), and how to get `bwrap`.
+/// Which wall stands around every process of every non-owner grant (`HANDNODE_ISOLATION`,
+/// default `auto`; §21), and how to get `bwrap`.
+pub fn grant_isolation_check(env: &HashMap<String, String>) -> Check {
+    wall_check(env, crate::walls::Kind::Grant)
+}
+
+/// Which wall stands around the processes of a grant with its own display
+/// (`HANDNODE_OWN_DISPLAY_ISOLATION`, else `HANDNODE_ISOLATION`; §19, §21), whether it gets
+/// its own network (`pasta`), and how to get them.
 pub fn own_display_isolation_check(env: &HashMap<String, String>) -> Check {
-    wall_check(env, crate::walls::Kind::Shell)
+    let mut c = wall_check(env, crate::walls::Kind::OwnDisplay);
+    if c.status != Status::Ok {
+        return c;
+    }
+    let network = env
+        .get("HANDNODE_OWN_DISPLAY_NETWORK")
+        .map(|m| m.trim().to_ascii_lowercase())
+        .unwrap_or_else(|| "pasta".into());
+    if network == "shared" {
+        c.status = Status::Warn;
+        c.detail.push_str(
+            "; --own-display-network shared: their shells share the box's network namespace,              so the abstract sockets of the box's X servers and session buses stay reachable",
+        );
+        c.fix = Some("apt install passt, then drop --own-display-network shared".into());
+        return c;
+    }
+    let path = env.get("PATH").map(std::ffi::OsStr::new);
+    let pasta = crate::walls::probe_bwrap(path, crate::walls::Kind::OwnDisplay)
+        .and_then(|bwrap| crate::walls::probe_pasta(path, &bwrap));
+    match pasta {
+        Ok(p) => {
+            c.detail.push_str(&format!(
+                "; each in a network namespace of its own through {}",
+                p.display()
+            ));
+            c
+        }
+        Err(why) => check(
+            "own display isolation",
+            Status::Fail,
+            format!("\"display\":\"own\" is refused: {why}"),
+            Some(
+                "apt install passt, or start handnode with --own-display-network shared".into(),
+            ),
+        ),
+    }
 }
 
 fn wall_check(env: &HashMap<String, String>, kind: crate::walls::Kind) -> Check {
@@ -425,18 +468,28 @@ fn wall_check(env: &HashMap<String, String>, kind: crate::walls::Kind) -> Check 
             "a throwaway browser can read every file handnode's user can (the URL \
              allow-list still refuses file: and view-source:)",
         ),
-        Kind::Shell => (
+        Kind::Grant => (
+            "grant isolation",
+            "HANDNODE_ISOLATION",
+            "every non-owner grant's bash, jobs and apps see only their own processes, \
+             handnode's files and local socket are empty, and /sys/fs/cgroup is read-only \
+             in a cgroup namespace of their own",
+            "a grant's shell can reach the lender's channel: handnode's token, grants.json \
+             and the local admin socket",
+        ),
+        Kind::OwnDisplay => (
             "own display isolation",
             "HANDNODE_OWN_DISPLAY_ISOLATION",
             "the bash, jobs and apps of a grant with its own display see only their own \
-             processes, and other grants' displays, handnode's files and the owner's \
-             runtime dir are empty (its file tools refuse them too)",
-            "the shells of grants with their own display can reach each other's screens \
-             and handnode's files",
+             processes, and other grants' displays, handnode's files, the owner's runtime \
+             dir and the box's X sockets are empty (its file tools refuse them too)",
+            "the shells of grants with their own display can reach each other's screens, \
+             the owner's and handnode's files",
         ),
     };
     let mode = env
         .get(var)
+        .or_else(|| env.get("HANDNODE_ISOLATION"))
         .map(|m| m.trim().to_ascii_lowercase())
         .unwrap_or_else(|| "auto".into());
     let get = "apt install bubblewrap (Debian/Ubuntu), then restart handnode";
@@ -462,7 +515,7 @@ fn wall_check(env: &HashMap<String, String>, kind: crate::walls::Kind) -> Check 
             } else {
                 Status::Warn
             },
-            format!("none: {why}"),
+            format!("none: {why}; {unwalled}"),
             Some(get.into()),
         ),
     }
@@ -798,6 +851,7 @@ pub fn checks(
     )];
     out.extend(display_checks(&probe, &cfg, processes));
     out.push(own_display_check(&display::own::doctor_facts(&cfg)));
+    out.push(grant_isolation_check(env));
     out.push(own_display_isolation_check(env));
     out.extend(screen_guards(&running_commands()));
     out.push(match probe.helper("notify-send") {
@@ -1103,11 +1157,11 @@ pub fn test_start(argv: &[String], base: &Path) -> Result<String, String> {
             std::env::var_os("PATH").as_deref(),
             crate::walls::Kind::Browser,
         ) {
-            Ok(program) => crate::browser::Isolation::Bwrap(crate::walls::Bwrap {
+            Ok(program) => crate::browser::Isolation::Bwrap(crate::walls::Bwrap::new(
                 program,
-                hide_dirs: Vec::new(),
-                hide_files: Vec::new(),
-            }),
+                Vec::new(),
+                Vec::new(),
+            )),
             Err(_) => crate::browser::Isolation::None,
         },
     };

@@ -189,6 +189,7 @@ mod tests {
             start: |_, _, _| {},
             inline: None,
             needs: crate::tools::Needs::Nothing,
+            reach: crate::tools::Reach::Nothing,
             profiles: &[Profile::Desktop],
         };
         crate::tools::with_scratch_tools(&[&SCRATCH], || {

@@ -36,7 +36,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::process::RunSpec;
-use super::{CallContext, Needs, Tool};
+use super::{CallContext, Needs, Reach, Tool};
 use crate::base::desktop_entry::{self as de, DataDirs, DesktopEntry};
 use crate::cgroup::RunGroup;
 use crate::pool::{Completion, JobCtl};
@@ -92,6 +92,7 @@ otherwise the installed apps a menu would show (at most 500).",
     start: list_start,
     inline: None,
     needs: Needs::Nothing,
+    reach: Reach::Nothing,
     profiles: PROFILES,
 };
 
@@ -108,6 +109,7 @@ see its window.",
     start: open_start,
     inline: None,
     needs: Needs::Screen,
+    reach: Reach::Processes,
     profiles: PROFILES,
 };
 

@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use super::args::object;
 use super::process::{End, RunResult, RunSpec};
 use super::shell::{command, command_field, cwd_field, env_field, int_field};
-use super::{CallContext, Needs, Tool};
+use super::{CallContext, Needs, Reach, Tool};
 use crate::pool::Completion;
 use crate::profiles::{Class, Profile};
 use crate::wire::mcp::ToolOutput;
@@ -70,6 +70,7 @@ which user it runs as.",
     start,
     inline: None,
     needs: Needs::Bash,
+    reach: Reach::Processes,
     profiles: &[Profile::Owner, Profile::Desktop],
 };
 

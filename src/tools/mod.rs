@@ -104,9 +104,26 @@ pub struct Tool {
     pub inline: Option<fn(&CallContext) -> Option<ToolOutput>>,
     /// Which readiness facts `sys_info` and `doctor` report for it.
     pub needs: Needs,
+    /// What of the box it reaches on the agent's behalf (§21): what the wall's attack tests
+    /// (`tests/walls.rs`) try through it.
+    pub reach: Reach,
     /// The profiles that allow it. Profiles are allow-lists: a profile not named here
     /// does not see the tool, and a call to it is answered as for an unknown tool.
     pub profiles: &'static [Profile],
+}
+
+/// What a tool reaches on the agent's behalf, beyond answering (§21).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// Nothing the agent chooses: at most the daemon's own fixed helpers (`xdotool`,
+    /// `scrot`) with arguments it checked.
+    Nothing,
+    /// Starts processes the agent chooses (a command, an app): each runs inside the
+    /// grant's wall ([`display::own::walled_command`]).
+    Processes,
+    /// Opens paths the agent names: beneath the lent folder, and never what the wall hides
+    /// ([`files::folder`]).
+    Paths,
 }
 
 /// What a tool needs from the box to work: the readiness fact `sys_info` reports as
@@ -279,9 +296,12 @@ pub struct ToolConfig {
     pub confine: Option<Arc<crate::cgroup::Confine>>,
     /// How a grant's own display is made (§19).
     pub own_display: display::OwnOptions,
-    /// The wall the `bash` and jobs of a grant with its own display run in (§19), probed
-    /// at start as `--own-display-isolation` asks; `None`: no wall.
-    pub own_display_walls: Option<crate::walls::Bwrap>,
+    /// The wall the `bash`, jobs and apps of a grant with its own display run in (§19,
+    /// §21), probed at start as `--own-display-isolation` (else `--isolation`) asks.
+    pub own_display_walls: crate::walls::OwnDisplayWall,
+    /// The wall of every other non-owner grant's processes (§21), as `--isolation` asks;
+    /// `None`: no wall.
+    pub grant_walls: Option<crate::walls::Bwrap>,
     /// The admin listener, which no grant's browser tool may open in any spelling (§21).
     pub admin_origin: crate::base::browser_url::AdminOrigin,
 }
@@ -307,7 +327,8 @@ impl Default for ToolConfig {
             app_dirs: None,
             confine: None,
             own_display: display::OwnOptions::default(),
-            own_display_walls: None,
+            own_display_walls: Default::default(),
+            grant_walls: None,
         }
     }
 }
@@ -740,6 +761,7 @@ mod tests {
         start: |_, _, done| done.complete(ToolOutput::Result(json!({"content": []}))),
         inline: None,
         needs: Needs::Nothing,
+        reach: Reach::Nothing,
         profiles: &[Profile::Owner, Profile::Observe],
     };
 

@@ -33,6 +33,7 @@ longest a call may run. Read-only; takes no arguments.",
     start,
     inline: Some(from_cache),
     needs: Needs::Nothing,
+    reach: crate::tools::Reach::Nothing,
     profiles: &[
         Profile::Owner,
         Profile::Desktop,
@@ -481,7 +482,17 @@ fn collect_from(
     if let Some(mode) = confine.containment().mode() {
         map.insert("cgroup_mode".into(), mode.as_str().into());
     }
-    if let Some(because) = escalation.because {
+    let isolation = super::display::own::call_isolation(cx);
+    map.insert("isolation".into(), isolation.into());
+    let open_channel = (isolation == "none"
+        && super::display::own::walls_apply(cx)
+        && escalation.shell.as_str() != "no")
+        .then_some(crate::walls::UNWALLED_SHELL);
+    let because = match (escalation.because, open_channel) {
+        (Some(b), Some(o)) => Some(format!("{b}; {o}")),
+        (b, o) => b.or(o.map(String::from)),
+    };
+    if let Some(because) = because {
         map.insert("shell_because".into(), because.into());
     }
     info

@@ -44,6 +44,7 @@ pub static SNAPSHOT: Tool = Tool {
     start: act::snapshot,
     inline: None,
     needs: Needs::Display(Gui::A11ySnapshot),
+    reach: crate::tools::Reach::Nothing,
     profiles: &[
         Profile::Owner,
         Profile::Desktop,
@@ -68,6 +69,7 @@ pub static ACT: Tool = Tool {
     start: act::act,
     inline: None,
     needs: Needs::Display(Gui::A11yAct),
+    reach: crate::tools::Reach::Nothing,
     // Under `apps` it is `act`: `act::may_act` holds it to the apps that grant started
     // (`tools::apps::may_drive`; `ToolPolicy::class_of` makes it `act` there).
     profiles: &[Profile::Owner, Profile::Desktop, Profile::Apps],

@@ -18,6 +18,7 @@ pub static SCREENSHOT: Tool = Tool {
     start: screenshot,
     inline: None,
     needs: Needs::Display(Gui::Screenshot),
+    reach: crate::tools::Reach::Nothing,
     // `apps` too: it only reads, shows no more than desktop_snapshot already tells (the
     // whole desktop's text), and lets the agent see what desktop_act did (§17).
     profiles: &[
@@ -41,6 +42,7 @@ pub static MOUSE: Tool = Tool {
     start: mouse,
     inline: None,
     needs: Needs::Display(Gui::Mouse),
+    reach: crate::tools::Reach::Nothing,
     profiles: &[Profile::Owner, Profile::Desktop],
 };
 pub static KEY: Tool = Tool {
@@ -56,6 +58,7 @@ pub static KEY: Tool = Tool {
     start: key,
     inline: None,
     needs: Needs::Display(Gui::Key),
+    reach: crate::tools::Reach::Nothing,
     profiles: &[Profile::Owner, Profile::Desktop],
 };
 

@@ -139,7 +139,7 @@ pub fn own_of(cx: &CallContext) -> Option<Arc<OwnDisplay>> {
 pub struct OwnDisplays {
     opts: OwnOptions,
     /// The wall its grants' shells run in (`--own-display-isolation`); `None`: no wall.
-    walls: Option<crate::walls::Bwrap>,
+    walls: crate::walls::OwnDisplayWall,
     entries: Mutex<HashMap<String, Arc<OwnDisplay>>>,
     /// Grants that ended, newest last (at most [`ENDED_KEPT`]): a call of one still in
     /// flight gets an ended display, never a new one nobody would stop.
@@ -148,7 +148,7 @@ pub struct OwnDisplays {
 }
 
 impl OwnDisplays {
-    pub fn new(opts: OwnOptions, walls: Option<crate::walls::Bwrap>) -> OwnDisplays {
+    pub fn new(opts: OwnOptions, walls: crate::walls::OwnDisplayWall) -> OwnDisplays {
         OwnDisplays {
             opts,
             walls,
@@ -175,6 +175,7 @@ impl OwnDisplays {
                 shown: Mutex::new(None),
                 ended: std::sync::atomic::AtomicBool::new(ended),
                 isolation: self.isolation(),
+                network: self.network(),
             })
         };
         let mut entries = lock(&self.entries);
@@ -194,30 +195,51 @@ impl OwnDisplays {
     /// The grant JSON's and `sys_info`'s `isolation` of own-display shells: `bwrap` or
     /// `none`.
     pub fn isolation(&self) -> &'static str {
-        if self.walls.is_some() {
+        if self.walls.wall.is_some() {
             "bwrap"
         } else {
             "none"
         }
     }
 
+    /// The grant JSON's and `sys_info`'s `network` of own displays: `pasta` (a network
+    /// namespace of its own) or `shared` (also when there is no wall at all).
+    pub fn network(&self) -> &'static str {
+        match &self.walls.wall {
+            Some(w) if w.pasta.is_some() => "pasta",
+            _ => "shared",
+        }
+    }
+
+    /// Why `"display":"own"` is refused on this box (`400` at attach): its wall needs
+    /// `pasta` and `pasta` does not work here.
+    pub fn refusal(&self) -> Option<&str> {
+        self.walls.refusal.as_deref()
+    }
+
     /// The program and its arguments up to the shell, for `bash` or a job of the grant
     /// whose own display is `own`: its wall (see `crate::walls`), in which the other
-    /// grants' runtime directories are empty. `None` when there is no wall here.
-    pub fn shell_wall(&self, own: &OwnDisplay) -> Option<(PathBuf, Vec<std::ffi::OsString>)> {
-        let walls = self.walls.as_ref()?;
-        let dir = lock(&own.shown).as_ref().map(|s| s.dir.clone());
-        Some((
-            walls.program.clone(),
-            walls.shell_args(&self.opts.parent(), dir.as_deref()),
-        ))
+    /// grants' runtime directories are empty and only its own X socket is there. `None`
+    /// when there is no wall here.
+    pub fn shell_wall(&self, own: &OwnDisplay) -> Option<crate::walls::Walled> {
+        let walls = self.walls.wall.as_ref()?;
+        let shown = lock(&own.shown).clone();
+        let dir = shown.as_ref().map(|s| s.dir.clone());
+        let socket = shown.as_ref().map(|s| {
+            self.opts
+                .x_tmp
+                .join(".X11-unix")
+                .join(format!("X{}", s.number))
+        });
+        let parent = self.opts.parent();
+        Some(walls.grant_args(Some((&parent, dir.as_deref(), socket.as_deref()))))
     }
 
     /// What the file tools of the grant whose own display is `own` may not reach: what its
     /// shell's wall hides (see `crate::walls::Fence`). `None` when there
     /// is no wall here (then its shell reaches all of it anyway).
     pub fn file_fence(&self, own: &OwnDisplay) -> Option<crate::walls::Fence> {
-        let walls = self.walls.as_ref()?;
+        let walls = self.walls.wall.as_ref()?;
         // Compared with the paths the kernel gives for open files: with symlinks resolved.
         let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
         let hidden = walls
@@ -333,6 +355,8 @@ pub struct OwnDisplay {
     ended: std::sync::atomic::AtomicBool,
     /// Whether its `bash` and jobs run walled (`bwrap`) or not (`none`).
     isolation: &'static str,
+    /// Whether that wall has its own network (`pasta`) or the box's (`shared`).
+    network: &'static str,
 }
 
 #[derive(Clone, Debug)]
@@ -428,12 +452,14 @@ impl OwnDisplay {
                 "runtime_dir": l.dir.display().to_string(),
                 "size": format!("{}x{}", self.opts.size.0, self.opts.size.1),
                 "isolation": self.isolation,
+                "network": self.network,
                 "notes": l.notes,
             }),
             None => json!({
                 "own": true, "running": false,
                 "size": format!("{}x{}", self.opts.size.0, self.opts.size.1),
                 "isolation": self.isolation,
+                "network": self.network,
             }),
         }
     }
@@ -1094,24 +1120,49 @@ pub fn with_call_display(cx: CallContext, done: Completion, start: DeferredStart
     }
 }
 
-/// The command that runs `program` for a call in the run `group`: inside the grant's wall
-/// when the call's grant has its own display and this box has the wall (`bash`, jobs and
-/// `app_open`: whatever a grant starts on its own display runs walled, so an app's
-/// "open a terminal" is walled too), else as `group.command` makes it. Add the program's
-/// arguments to it.
+/// The command that runs `program` for a call in the run `group` (`bash`, jobs and
+/// `app_open`: the one place a grant's processes are made): inside the call's grant's wall
+/// (§21) when the call has a grant other than `owner` and this box has the wall — its own
+/// display's wall for a grant with one, so an app's "open a terminal" is walled too — else
+/// as `group.command` makes it. Add the program's arguments to it.
 pub fn walled_command(
     cx: &CallContext,
     group: &crate::cgroup::RunGroup,
     program: &Path,
 ) -> std::process::Command {
-    let wall = own_of(cx).and_then(|own| cx.host.own_displays.shell_wall(&own));
-    match wall {
-        Some((bwrap, args)) => {
-            let mut cmd = group.command(&bwrap);
-            cmd.args(args).arg(program);
+    let walled = if !walls_apply(cx) {
+        None
+    } else if let Some(own) = own_of(cx) {
+        cx.host.own_displays.shell_wall(&own)
+    } else {
+        cx.host.config.grant_walls.as_ref().map(|w| w.grant_args(None))
+    };
+    match walled {
+        Some(w) => {
+            let mut cmd = group.command(&w.program);
+            cmd.args(w.args).arg(program);
             cmd
         }
         None => group.command(program),
+    }
+}
+
+/// Whether the call's processes belong inside a wall: every grant's but the `owner`
+/// profile's, never the owner's own `/mcp`.
+pub fn walls_apply(cx: &CallContext) -> bool {
+    cx.grant.is_some() && cx.policy.profile() != crate::profiles::Profile::Owner
+}
+
+/// The `isolation` of a call's processes, for `sys_info` (§21): `bwrap` when they run
+/// walled, else `none`.
+pub fn call_isolation(cx: &CallContext) -> &'static str {
+    if !walls_apply(cx) {
+        return "none";
+    }
+    match own_of(cx) {
+        Some(_) => cx.host.own_displays.isolation(),
+        None if cx.host.config.grant_walls.is_some() => "bwrap",
+        None => "none",
     }
 }
 
@@ -1155,7 +1206,7 @@ mod tests {
 
     #[test]
     fn a_late_call_of_an_ended_grant_starts_nothing() {
-        let own = OwnDisplays::new(OwnOptions::default(), None);
+        let own = OwnDisplays::new(OwnOptions::default(), Default::default());
         let before = own.entry("g-late");
         own.end_grant("g-late");
         let after = own.entry("g-late");
@@ -1254,7 +1305,7 @@ mod tests {
                 x_tmp: xtmp.clone(),
                 ..OwnOptions::default()
             },
-            None,
+            Default::default(),
         );
         std::fs::create_dir_all(xtmp.join(".X11-unix")).unwrap();
         let marker = "own-display-stale-test";

@@ -26,7 +26,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::args::{self, Naming};
-use super::{CallContext, Needs, Tool};
+use super::{CallContext, Needs, Reach, Tool};
 use crate::pool::Completion;
 use crate::profiles::{Class, Profile};
 use crate::wire::mcp::ToolOutput;
@@ -87,6 +87,7 @@ pub static GET: Tool = Tool {
     start: get_start,
     inline: None,
     needs: Needs::Nothing,
+    reach: Reach::Paths,
     profiles: PROFILES,
 };
 
@@ -106,6 +107,7 @@ ends.",
     start: put_start,
     inline: None,
     needs: Needs::Nothing,
+    reach: Reach::Paths,
     profiles: PROFILES,
 };
 
@@ -121,6 +123,7 @@ were more). Under a lent folder `path` is relative to it (\".\" is the folder); 
     start: list_start,
     inline: None,
     needs: Needs::Nothing,
+    reach: Reach::Paths,
     profiles: PROFILES,
 };
 

@@ -20,7 +20,7 @@ use crate::tools::args::object;
 use crate::tools::jobs::table::{Admit, Job, JobTable, State, Stop};
 use crate::tools::process::{Continued, RunSpec, SoFar, Wait};
 use crate::tools::shell::{command_field, cwd_field, env_field, int_field};
-use crate::tools::{CallContext, Needs, Tool};
+use crate::tools::{CallContext, Needs, Reach, Tool};
 use crate::wire::mcp::ToolOutput;
 
 /// `max_bytes` of `bash_poll` when the caller gives none (bytes per stream).
@@ -54,6 +54,7 @@ result has job_id, pid, state (running) and started_at.",
     start,
     inline: None,
     needs: Needs::Bash,
+    reach: Reach::Processes,
     profiles: &[Profile::Owner, Profile::Desktop],
 };
 
@@ -77,6 +78,7 @@ with invalid bytes replaced; offsets still count bytes.",
     start: poll,
     inline: None,
     needs: Needs::Bash,
+    reach: Reach::Nothing,
     profiles: &[Profile::Owner, Profile::Desktop],
 };
 
@@ -93,6 +95,7 @@ grants are never shown.",
     start: list,
     inline: None,
     needs: Needs::Bash,
+    reach: Reach::Nothing,
     profiles: &[Profile::Owner, Profile::Desktop],
 };
 
@@ -109,6 +112,7 @@ that already ended changes nothing and says so.",
     start: cancel,
     inline: None,
     needs: Needs::Bash,
+    reach: Reach::Nothing,
     profiles: &[Profile::Owner, Profile::Desktop],
 };
 
