@@ -42,8 +42,9 @@ pub const UNWALLED_SHELL: &str = "its shell runs without the wall (isolation non
 read handnode's token and grants.json and use the local admin socket, the lender's own \
 channel, and so approve, renew or lend the box further";
 
-/// Where the box's cgroup hierarchies are mounted: read-only inside every wall.
-const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+/// Read-only inside every wall: the box's cgroup hierarchies (`/sys/fs/cgroup`, every v1
+/// hierarchy and `unified` beneath it) and every other kernel knob root could write.
+const SYS: &str = "/sys";
 
 /// The shell that puts an own display's wall in its own network: `$1` is `pasta`, `$2`
 /// `root` when pasta must keep uid 0 (`--runas 0`: it would drop to `nobody` before it
@@ -106,14 +107,18 @@ impl Bwrap {
     }
 
     /// What every wall starts with: the user namespace without capabilities (as root),
-    /// `--dev-bind / /`, what is hidden, and `/sys/fs/cgroup` read-only in a cgroup
-    /// namespace of its own.
-    fn hiding(&self) -> Vec<OsString> {
+    /// `--dev-bind / /` (for a grant's processes, `own_dev`, with a `/dev` of its own: no
+    /// disk, input or sound device of the box, whose nodes root would open), what is
+    /// hidden, and `/sys` read-only with a cgroup namespace of its own.
+    fn hiding(&self, own_dev: bool) -> Vec<OsString> {
         let mut args: Vec<OsString> = Vec::new();
         if self.lock {
             args.extend(["--unshare-user", "--cap-drop", "ALL"].map(OsString::from));
         }
         args.extend(["--dev-bind", "/", "/"].map(OsString::from));
+        if own_dev {
+            args.extend(["--dev", "/dev"].map(OsString::from));
+        }
         // Parents before children: a tmpfs over a parent would cover a child's mount.
         // Only paths that exist: with / bound, a missing mount point would be created on
         // the box's own file system.
@@ -142,7 +147,7 @@ impl Bwrap {
     /// as long as the tier).
     pub fn args(&self, own: &Path, base: &Path) -> Vec<OsString> {
         let mut args: Vec<OsString> = vec!["--die-with-parent".into()];
-        args.extend(self.hiding());
+        args.extend(self.hiding(false));
         args.extend(own_only(base, Some(own)));
         args.push("--chdir".into());
         args.push(own.into());
@@ -159,7 +164,7 @@ impl Bwrap {
     /// to the *thread* that spawned it, and a run ends through its group (§16) anyway, which
     /// holds `bwrap` and everything inside.
     pub fn grant_args(&self, own: Option<(&Path, Option<&Path>, Option<&Path>)>) -> Walled {
-        let mut args = self.hiding();
+        let mut args = self.hiding(true);
         args.extend(["--unshare-pid", "--proc", "/proc"].map(OsString::from));
         if let Some((parent, dir, x_socket)) = own {
             args.extend(own_only(parent, dir));
@@ -205,12 +210,12 @@ pub struct Walled {
     pub args: Vec<OsString>,
 }
 
-/// `/sys/fs/cgroup` read-only (bwrap remounts every submount read-only too) and a cgroup
-/// namespace, when the box has cgroups at all.
+/// `/sys` read-only (bwrap remounts every submount read-only too, `/sys/fs/cgroup` and
+/// its hierarchies among them) and a cgroup namespace.
 fn cgroup_args() -> Vec<OsString> {
     let mut args = Vec::new();
-    if Path::new(CGROUP_ROOT).is_dir() {
-        args.extend(["--ro-bind", CGROUP_ROOT, CGROUP_ROOT].map(OsString::from));
+    if Path::new(SYS).is_dir() {
+        args.extend(["--ro-bind", SYS, SYS].map(OsString::from));
     }
     args.push("--unshare-cgroup".into());
     args
@@ -281,7 +286,7 @@ fn probe_bwrap_uncached(path: Option<&OsStr>, kind: Kind) -> Result<PathBuf, Str
     };
     let wall = Bwrap::new(program.clone(), vec![std::env::temp_dir()], Vec::new());
     let mut cmd = std::process::Command::new(&program);
-    cmd.arg("--die-with-parent").args(wall.hiding());
+    cmd.arg("--die-with-parent").args(wall.hiding(kind == Kind::Grant));
     if kind == Kind::Grant {
         cmd.args(["--unshare-pid", "--proc", "/proc"]);
     }
@@ -619,7 +624,7 @@ mod tests {
         assert_eq!(walled.program, PathBuf::from("/usr/bin/bwrap"));
         let args = strings(&walled.args);
         let at = |s: &str| args.iter().position(|a| a == s).unwrap();
-        assert_eq!(&args[..3], ["--dev-bind", "/", "/"]);
+        assert_eq!(&args[..5], ["--dev-bind", "/", "/", "--dev", "/dev"]);
         // The shallower directory first; a missing one and a missing file are skipped.
         assert!(at(&root.display().to_string()) < at(&state.display().to_string()));
         assert!(!args
@@ -630,7 +635,8 @@ mod tests {
         // socket back; nothing names the other grant's.
         assert!(args
             .windows(3)
-            .any(|w| w == ["--ro-bind", CGROUP_ROOT, CGROUP_ROOT]));
+            .any(|w| w == ["--ro-bind", SYS, SYS]));
+        assert!(args.windows(2).any(|w| w == ["--dev", "/dev"]));
         assert!(args.iter().any(|a| a == "--unshare-cgroup"));
         assert!(args
             .windows(3)

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{StubPod, TestDaemon};
+use common::{cmdline, descendant_running, StubPod, TestDaemon};
 use handnode::profiles::{Profile, APPS_NEEDS_LIST};
 use handnode::tools::policy::{Shell, ToolPolicy};
 use realbin::{wait_exit, RealDaemon, TOKEN};
@@ -160,7 +160,7 @@ fn text(result: &Value) -> &str {
 }
 
 /// Whether `pid` is gone or a zombie.
-fn dead(pid: i64) -> bool {
+fn dead(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map_or(true, |s| s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
 }
@@ -258,22 +258,23 @@ fn an_apps_grant_opens_only_its_listed_apps_without_arguments_or_secrets_and_the
     }
     let opened = call(&mut conn, &mut id, "app_open", json!({"app": "t.Sleep"}));
     assert!(opened.get("isError").is_none(), "{opened}");
-    let pid = opened["structuredContent"]["pid"].as_i64().unwrap();
+    let leader = opened["structuredContent"]["pid"].as_i64().unwrap() as u32;
     // Its argv is the entry's, field codes removed (once the cgroup trampoline has
-    // exec'd it); its environment holds no secret.
-    let argv = || -> Vec<String> {
-        std::fs::read(format!("/proc/{pid}/cmdline"))
-            .unwrap_or_default()
-            .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect()
-    };
+    // exec'd it, inside the grant's wall, §21, where the leader is `bwrap`); its
+    // environment holds no secret.
     let end = Instant::now() + Duration::from_secs(10);
-    while argv().first().is_none_or(|a| !a.ends_with("sleep")) {
-        assert!(Instant::now() < end, "the app never ran: {:?}", argv());
+    let pid = loop {
+        if let Some(p) = descendant_running(leader, "sleep") {
+            break p;
+        }
+        assert!(
+            Instant::now() < end,
+            "the app never ran: {:?}",
+            cmdline(leader)
+        );
         std::thread::sleep(Duration::from_millis(10));
-    }
+    };
+    let argv = || cmdline(pid);
     assert_eq!(argv()[1..], ["30"]);
     let environ = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).unwrap())
         .into_owned();

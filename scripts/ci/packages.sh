@@ -4,10 +4,12 @@
 # the daemon's files are empty there.
 # xvfb zenity at-spi2-core dbus-daemon: tests/a11y.rs drives a GTK dialog over the
 # accessibility bus on an Xvfb and session bus of its own (contract §17).
+# passt: an own display's wall gets its own network through pasta (§21); x11-utils
+# x11-xserver-utils: tests/walls.rs tries xdpyinfo and xhost on the owner's display.
 # xterm: tests/apps.rs checks that `--apps` refuses the box's real terminal entry.
 set -euo pipefail
 need=()
-for pkg in "$@" pkg-config libssl-dev curl python3 jq procps bubblewrap xvfb zenity at-spi2-core dbus-daemon xterm; do
+for pkg in "$@" pkg-config libssl-dev curl python3 jq procps bubblewrap xvfb zenity at-spi2-core dbus-daemon xterm passt x11-utils x11-xserver-utils; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

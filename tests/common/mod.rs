@@ -1064,3 +1064,43 @@ pub fn cgroups_here(grant: &Value) -> bool {
     );
     false
 }
+
+/// A process's argv (empty once it is gone).
+pub fn cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+/// The parent of `pid`, from `/proc/<pid>/stat`.
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields follow the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(1)?.parse().ok()
+}
+
+/// `pid` itself or a process beneath it whose argv[0] ends with `name` (a walled program
+/// runs beneath `bwrap`, §21).
+pub fn descendant_running(pid: u32, name: &str) -> Option<u32> {
+    let under = |mut p: u32| {
+        for _ in 0..64 {
+            if p == pid {
+                return true;
+            }
+            match parent_of(p) {
+                Some(q) if q > 1 => p = q,
+                _ => return false,
+            }
+        }
+        false
+    };
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|p| cmdline(*p).first().is_some_and(|a| a.ends_with(name)) && under(*p))
+}
