@@ -256,8 +256,11 @@ impl Kind {
 
 /// Probes already run in this process, by `PATH` and kind: a daemon probes once at start,
 /// and in-process tests start hundreds.
-static PROBED: LazyLock<Mutex<HashMap<(Option<OsString>, Kind), Result<PathBuf, String>>>> =
+static PROBED: LazyLock<Mutex<HashMap<ProbeKey, Result<PathBuf, String>>>> =
     LazyLock::new(Default::default);
+
+/// A probe's `PATH` and kind.
+type ProbeKey = (Option<OsString>, Kind);
 
 /// Find `bwrap` on `path` (a `PATH` value) and check it can build `kind`'s wall here (it
 /// needs unprivileged user namespaces unless run as root). `Err` says what to do.
@@ -286,7 +289,8 @@ fn probe_bwrap_uncached(path: Option<&OsStr>, kind: Kind) -> Result<PathBuf, Str
     };
     let wall = Bwrap::new(program.clone(), vec![std::env::temp_dir()], Vec::new());
     let mut cmd = std::process::Command::new(&program);
-    cmd.arg("--die-with-parent").args(wall.hiding(kind == Kind::Grant));
+    cmd.arg("--die-with-parent")
+        .args(wall.hiding(kind == Kind::Grant));
     if kind == Kind::Grant {
         cmd.args(["--unshare-pid", "--proc", "/proc"]);
     }
@@ -367,7 +371,10 @@ pub fn for_mode(
     match probe_bwrap(std::env::var_os("PATH").as_deref(), kind) {
         Ok(program) => Ok(Some(Bwrap::new(
             program,
-            handnode_dirs(config).into_iter().chain(extra_dirs).collect(),
+            handnode_dirs(config)
+                .into_iter()
+                .chain(extra_dirs)
+                .collect(),
             handnode_files(config)
                 .into_iter()
                 .chain(extra_files)
@@ -633,9 +640,7 @@ mod tests {
         // Cgroups read-only in a namespace of their own, a fresh /proc in its own PID
         // namespace, then the parent emptied, then only this grant's directory and X
         // socket back; nothing names the other grant's.
-        assert!(args
-            .windows(3)
-            .any(|w| w == ["--ro-bind", SYS, SYS]));
+        assert!(args.windows(3).any(|w| w == ["--ro-bind", SYS, SYS]));
         assert!(args.windows(2).any(|w| w == ["--dev", "/dev"]));
         assert!(args.iter().any(|a| a == "--unshare-cgroup"));
         assert!(args
@@ -645,12 +650,18 @@ mod tests {
         let o = own.display().to_string();
         let x = socket.display().to_string();
         let tail = &args[args.len() - 9..];
-        assert_eq!(tail, ["--tmpfs", &p, "--bind", &o, &o, "--bind", &x, &x, "--"]);
+        assert_eq!(
+            tail,
+            ["--tmpfs", &p, "--bind", &o, &o, "--bind", &x, &x, "--"]
+        );
         assert!(!args.iter().any(|a| a.contains("g2")));
         // Not root: no user namespace asked for (bwrap makes one anyway, without caps).
         assert!(!args.iter().any(|a| a == "--unshare-user"));
         // A display not started yet: the parent is emptied and nothing is bound back.
-        let idle = strings(&w.grant_args(Some((&parent, Some(&parent.join("g3")), None))).args);
+        let idle = strings(
+            &w.grant_args(Some((&parent, Some(&parent.join("g3")), None)))
+                .args,
+        );
         assert_eq!(&idle[idle.len() - 3..], ["--tmpfs", &p, "--"]);
         let _ = std::fs::remove_dir_all(&root);
     }
@@ -658,11 +669,20 @@ mod tests {
     #[test]
     fn as_root_every_wall_drops_every_capability_in_a_user_namespace_first() {
         let w = wall(Vec::new(), Vec::new(), true);
-        for args in [w.grant_args(None).args, w.args(Path::new("/x/b1"), Path::new("/x"))] {
+        for args in [
+            w.grant_args(None).args,
+            w.args(Path::new("/x/b1"), Path::new("/x")),
+        ] {
             let args = strings(&args);
             let user = args.iter().position(|a| a == "--unshare-user").unwrap();
-            let caps = args.windows(2).position(|w| w == ["--cap-drop", "ALL"]).unwrap();
-            let root = args.windows(3).position(|w| w == ["--dev-bind", "/", "/"]).unwrap();
+            let caps = args
+                .windows(2)
+                .position(|w| w == ["--cap-drop", "ALL"])
+                .unwrap();
+            let root = args
+                .windows(3)
+                .position(|w| w == ["--dev-bind", "/", "/"])
+                .unwrap();
             assert!(user < root && caps < root, "{args:?}");
         }
     }
@@ -678,7 +698,10 @@ mod tests {
         assert_eq!(args[1], NET_WRAPPER);
         assert_eq!(&args[3..6], ["/usr/bin/pasta", "root", "/usr/bin/bwrap"]);
         let tail = &args[args.len() - 6..];
-        assert_eq!(tail, ["--unshare-net", "--info-fd", "3", "--block-fd", "4", "--"]);
+        assert_eq!(
+            tail,
+            ["--unshare-net", "--info-fd", "3", "--block-fd", "4", "--"]
+        );
     }
 
     #[test]

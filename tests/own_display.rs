@@ -541,7 +541,8 @@ fn two_grants_see_only_their_own_screens_and_one_past_the_bound_is_refused() {
     // wall (this test's own process) each of them works, so a failure inside is the
     // wall's doing.
     let isolation = d.grant(&idb)["own_display"]["isolation"].clone();
-    if handnode::walls::probe_bwrap(std::env::var_os("PATH").as_deref(), Kind::OwnDisplay).is_err() {
+    if handnode::walls::probe_bwrap(std::env::var_os("PATH").as_deref(), Kind::OwnDisplay).is_err()
+    {
         assert_eq!(isolation, "none");
         eprintln!("skipping the wall checks: bwrap cannot build a PID namespace here");
         return;

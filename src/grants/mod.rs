@@ -351,12 +351,7 @@ impl Entry {
     /// the secret.
     /// `isolation`: the browser tier's `browser_isolation`, shown on `browser` grants.
     /// `host`: the own displays (§19), for a grant with one, and the walls (§21).
-    fn view(
-        &self,
-        jobs: usize,
-        isolation: Option<&str>,
-        host: &crate::tools::ToolHost,
-    ) -> Value {
+    fn view(&self, jobs: usize, isolation: Option<&str>, host: &crate::tools::ToolHost) -> Value {
         let own = &host.own_displays;
         let status = self.status();
         let now = SystemTime::now();

@@ -450,9 +450,7 @@ pub fn own_display_isolation_check(env: &HashMap<String, String>) -> Check {
             "own display isolation",
             Status::Fail,
             format!("\"display\":\"own\" is refused: {why}"),
-            Some(
-                "apt install passt, or start handnode with --own-display-network shared".into(),
-            ),
+            Some("apt install passt, or start handnode with --own-display-network shared".into()),
         ),
     }
 }

@@ -1135,7 +1135,11 @@ pub fn walled_command(
     } else if let Some(own) = own_of(cx) {
         cx.host.own_displays.shell_wall(&own)
     } else {
-        cx.host.config.grant_walls.as_ref().map(|w| w.grant_args(None))
+        cx.host
+            .config
+            .grant_walls
+            .as_ref()
+            .map(|w| w.grant_args(None))
     };
     match walled {
         Some(w) => {
