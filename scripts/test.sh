@@ -33,6 +33,9 @@ bash scripts/ci/install-check.sh
 step "unit and integration tests"
 cargo test --all-targets
 
+step "the wall's attack tests as an unprivileged user with a delegated cgroup subtree (§21)"
+bash scripts/ci/unprivileged.sh
+
 step "end to end: the release binary as a new user and against a websocat pod"
 bash scripts/e2e.sh
 

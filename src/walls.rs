@@ -116,7 +116,9 @@ impl Bwrap {
             args.extend(["--unshare-user", "--cap-drop", "ALL"].map(OsString::from));
         }
         args.extend(["--dev-bind", "/", "/"].map(OsString::from));
-        if own_dev {
+        if own_dev && !self.lock && self.pasta.is_some() {
+            args.extend(dev_by_hand());
+        } else if own_dev {
             args.extend(["--dev", "/dev"].map(OsString::from));
         }
         // Parents before children: a tmpfs over a parent would cover a child's mount.
@@ -208,6 +210,32 @@ impl Bwrap {
 pub struct Walled {
     pub program: PathBuf,
     pub args: Vec<OsString>,
+}
+
+/// The few nodes of a `/dev` of its own, for an unprivileged wall that `pasta` joins.
+/// `bwrap --dev` mounts a `devpts` there, which run as a user it can only do as uid 0 of
+/// its user namespace, so it nests a second one to give the command back the user's uid;
+/// the network namespace stays owned by the outer one, which no process is left in, and
+/// `pasta` cannot join it (`Couldn't switch to pasta namespaces`). So no ptys in this wall
+/// (a terminal emulator needs `--own-display-network shared`), and none of the box's.
+fn dev_by_hand() -> Vec<OsString> {
+    let mut args: Vec<OsString> = ["--tmpfs", "/dev"].map(OsString::from).to_vec();
+    for node in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let path = format!("/dev/{node}");
+        if Path::new(&path).exists() {
+            args.extend(["--dev-bind".into(), path.clone().into(), path.into()]);
+        }
+    }
+    for (target, link) in [
+        ("/proc/self/fd", "/dev/fd"),
+        ("/proc/self/fd/0", "/dev/stdin"),
+        ("/proc/self/fd/1", "/dev/stdout"),
+        ("/proc/self/fd/2", "/dev/stderr"),
+    ] {
+        args.extend(["--symlink", target, link].map(OsString::from));
+    }
+    args.extend(["--tmpfs", "/dev/shm"].map(OsString::from));
+    args
 }
 
 /// `/sys` read-only (bwrap remounts every submount read-only too, `/sys/fs/cgroup` and
@@ -702,6 +730,23 @@ mod tests {
             tail,
             ["--unshare-net", "--info-fd", "3", "--block-fd", "4", "--"]
         );
+    }
+
+    #[test]
+    fn an_unprivileged_wall_that_pasta_joins_builds_its_dev_without_devpts() {
+        let mut w = wall(Vec::new(), Vec::new(), false);
+        w.pasta = Some(PathBuf::from("/usr/bin/pasta"));
+        let args = strings(&w.grant_args(None).args);
+        assert!(!args.windows(2).any(|a| a == ["--dev", "/dev"]), "{args:?}");
+        assert!(
+            args.windows(2).any(|a| a == ["--tmpfs", "/dev"]),
+            "{args:?}"
+        );
+        assert!(!args.iter().any(|a| a.starts_with("/dev/pts")), "{args:?}");
+        // Root's wall keeps bwrap's own /dev: no nested user namespace is made there.
+        w.lock = true;
+        let args = strings(&w.grant_args(None).args);
+        assert!(args.windows(2).any(|a| a == ["--dev", "/dev"]), "{args:?}");
     }
 
     #[test]

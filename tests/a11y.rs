@@ -1078,9 +1078,13 @@ fn an_apps_grant_over_its_socket_drives_its_own_app_and_not_another() {
     let mut stranger = session.zenity(&["--question", "--text=Not listed?"]);
     let opened = call("app_open", json!({"app": "t.Zenity"}));
     assert!(opened.get("isError").is_none(), "{opened}");
-    let pid = opened["structuredContent"]["pid"].as_u64().unwrap();
+    let leader = opened["structuredContent"]["pid"].as_u64().unwrap() as u32;
     let deadline = Instant::now() + APPEAR;
+    // The app runs inside the grant's wall (§21), beneath the `bwrap` leader.
+    let mut app = None;
     let snap = loop {
+        app = app.or_else(|| common::descendant_running(leader, "zenity"));
+        let pid = app.map_or(0, u64::from);
         let snap = call("desktop_snapshot", json!({"app": "zenity"}));
         let no = if snap.get("isError").is_none() {
             refs_by_app(&snap, "push button", "No")
@@ -1097,6 +1101,7 @@ fn an_apps_grant_over_its_socket_drives_its_own_app_and_not_another() {
         );
         std::thread::sleep(Duration::from_millis(50));
     };
+    let pid = u64::from(app.expect("the app runs"));
     let of = |who: u64, name: &str| {
         refs_by_app(&snap, "push button", name)
             .into_iter()

@@ -519,13 +519,42 @@ fn whoami() -> String {
 
 /// What the own-display tests need; without one they print why and skip.
 fn own_display_here(test: &str) -> bool {
-    for program in ["Xvfb", "xdpyinfo", "xhost", "xauth", "pasta"] {
+    for program in ["Xvfb", "xdpyinfo", "xhost", "xauth"] {
         if !Path::new("/usr/bin").join(program).exists() {
             eprintln!("SKIPPED {test}: {program} is not installed");
             return false;
         }
     }
     walls_here()
+}
+
+/// Whether `pasta` gives a wall its own network here. When not, `"display":"own"` must
+/// be refused with a `400` that says why and what to do, and that is checked instead.
+fn pasta_here(test: &str) -> bool {
+    let path = std::env::var_os("PATH");
+    let bwrap = handnode::walls::probe_bwrap(path.as_deref(), handnode::walls::Kind::Grant)
+        .expect("walls_here");
+    let Err(why) = handnode::walls::probe_pasta(path.as_deref(), &bwrap) else {
+        return true;
+    };
+    let pod = StubPod::start();
+    let l = lender("walls-no-pasta", |_| {});
+    let (status, body) =
+        l.d.call("POST", "/attach", Some(&own_body(&pod, "no-pasta")));
+    assert_eq!(status, 400, "{body}");
+    let err = body["error"].as_str().unwrap_or_default();
+    assert!(
+        err.contains("pasta") && err.contains("--own-display-network shared"),
+        "{err}"
+    );
+    let (_, grants) = l.d.call("GET", "/attach", None);
+    assert_eq!(
+        grants["grants"].as_array().map(Vec::len),
+        Some(0),
+        "{grants}"
+    );
+    eprintln!("SKIPPED {test}: pasta cannot give a wall its own network here ({why}); checked that \"display\":\"own\" is refused with a 400 instead");
+    false
 }
 
 fn own_body(pod: &StubPod, session: &str) -> Value {
@@ -536,7 +565,8 @@ fn own_body(pod: &StubPod, session: &str) -> Value {
 
 #[test]
 fn an_own_display_grant_reaches_neither_the_lender_nor_the_owners_display() {
-    if !own_display_here("an_own_display_grant_reaches_neither_the_lender_nor_the_owners_display") {
+    let test = "an_own_display_grant_reaches_neither_the_lender_nor_the_owners_display";
+    if !own_display_here(test) || !pasta_here(test) {
         return;
     }
     let dir = temp_dir("walls-own-screens");
