@@ -223,6 +223,7 @@ impl Daemon {
                 )?) as Arc<dyn tools::UpstreamSource>)
             },
             browsers: browsers.clone(),
+            running: grants::running::Running::new(),
         });
         let notifier = if config.notify {
             grants::notify::Notifier::for_display(

@@ -22,6 +22,9 @@ pub struct JobCtl {
     /// The cgroups of the call's runs (§16): signalled and killed with the groups.
     cgroups: Mutex<Vec<Arc<crate::cgroup::RunGroup>>>,
     hooks: Mutex<Vec<CancelHook>>,
+    /// Why the person who lent the box stopped the call (§22): its reply says this instead
+    /// of whatever the killed tool produced.
+    stopped: Mutex<Option<String>>,
 }
 
 /// Told once when a call is cancelled: for a wait that no process group stands for.
@@ -52,6 +55,29 @@ impl JobCtl {
         for hook in hooks {
             hook();
         }
+    }
+
+    /// Stop the call for the lender (`DELETE /calls/{id}`): the reply becomes a tool error
+    /// saying `reason`, then everything the call runs is killed as by [`JobCtl::cancel`].
+    pub fn stop(&self, reason: String) {
+        self.mark_stopped(reason);
+        self.cancel();
+    }
+
+    /// Only the reason of [`JobCtl::stop`]: for a held call, which is denied, not killed.
+    pub fn mark_stopped(&self, reason: String) {
+        self.stopped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(reason);
+    }
+
+    /// Why the lender stopped the call, if they did.
+    pub fn stop_reason(&self) -> Option<String> {
+        self.stopped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Run `hook` when the call is cancelled (at once if it already is). Keep it short

@@ -65,6 +65,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/attach/{id}"),
     ("DELETE", "/attach/{id}"),
     ("GET", "/attach/{id}/screen"),
+    ("GET", "/calls"),
+    ("DELETE", "/calls/{id}"),
     ("GET", "/"),
     ("GET", "/console/{id}"),
     ("GET", "/audit"),
@@ -800,6 +802,23 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
             }
         }
         ("GET", "/attach/{id}/screen") => own_screen::get(state, request, id, principal),
+        ("GET", "/calls") => respond(
+            request,
+            json_response(200, &json!({"calls": calls_now(state)})),
+        ),
+        ("DELETE", "/calls/{id}") => {
+            if stop_call(state, id, &principal) {
+                respond(
+                    request,
+                    Response::from_data(Vec::new()).with_status_code(204),
+                )
+            } else {
+                respond(
+                    request,
+                    error_response(404, "no such call or job running (see GET /calls)"),
+                )
+            }
+        }
         ("GET", "/") => respond(
             request,
             console::response(console::page(
@@ -962,6 +981,104 @@ fn approvals_get(state: &Arc<AdminState>, request: Request) {
 }
 
 /// `POST /approvals/{id}`: allow or deny a held call.
+/// `GET /calls` (§22): every call in flight, then every running job, oldest first within each.
+fn calls_now(state: &AdminState) -> Vec<Value> {
+    let mut rows: Vec<Value> = state
+        .services
+        .running
+        .list()
+        .iter()
+        .map(|call| {
+            let held = state.approvals.pending_id(&call.ctl).is_some();
+            call.to_json(if held { "waiting_approval" } else { "running" })
+        })
+        .collect();
+    for job in state.services.host.jobs.running() {
+        let grant = (job.scope != crate::tools::shell::OWNER_SCOPE).then_some(&job.scope);
+        rows.push(json!({
+            "id": job.id,
+            "grant": grant,
+            "tool": "bash_start",
+            "arguments": {"command": job.command},
+            "state": "job",
+            "job_id": job.id,
+            "started_at": crate::base::timefmt::rfc3339(job.started_at_ms / 1000),
+            "elapsed_ms": job.started().elapsed().as_millis() as u64,
+            "output_tail": output_tail(&job),
+        }));
+    }
+    rows
+}
+
+/// A running job's last output lines for `GET /calls` (`handnode jobs`): at most
+/// [`OUTPUT_TAIL_LINES`] lines of the last [`OUTPUT_TAIL_BYTES`] of its stdout and stderr
+/// each, stdout first.
+fn output_tail(job: &crate::tools::jobs::table::Job) -> Vec<String> {
+    let mut lines = Vec::new();
+    for stream in [&job.out, &job.err] {
+        let total = stream.total();
+        let chunk = stream.read(
+            total.saturating_sub(OUTPUT_TAIL_BYTES),
+            OUTPUT_TAIL_BYTES as usize,
+        );
+        let text = String::from_utf8_lossy(&chunk.data);
+        let mut tail: Vec<String> = text
+            .lines()
+            .rev()
+            .filter(|l| !l.trim().is_empty())
+            .take(OUTPUT_TAIL_LINES)
+            .map(String::from)
+            .collect();
+        tail.reverse();
+        lines.extend(tail);
+    }
+    lines
+}
+
+/// Lines of a job's output `GET /calls` shows, per stream.
+const OUTPUT_TAIL_LINES: usize = 3;
+
+/// Bytes of a job's stream read for its tail.
+const OUTPUT_TAIL_BYTES: u64 = 1024;
+
+/// `DELETE /calls/{id}` (§22): a held call is denied, a running one killed, a job killed
+/// as `bash_cancel` with `KILL`; the agent reads [`STOPPED_BY_LENDER`]. `false`: nothing
+/// of that id runs.
+fn stop_call(state: &AdminState, id: &str, principal: &str) -> bool {
+    use crate::grants::running::{Running, STOPPED_BY_LENDER};
+    if Running::is_call_id(id) {
+        let Some(ctl) = state.services.running.find(id) else {
+            return false;
+        };
+        log::info!("call {id}: stopped by {principal}");
+        match state.approvals.pending_id(&ctl) {
+            Some(approval) => {
+                // The reason first, so the deny's reply carries it; then the decision,
+                // audited as the lender's; then whatever the call registered is killed.
+                ctl.mark_stopped(STOPPED_BY_LENDER.into());
+                let decision = approvals::Decision {
+                    allow: false,
+                    reason: Some(STOPPED_BY_LENDER.into()),
+                    remember: false,
+                };
+                state.approvals.decide(&approval, decision, principal);
+                ctl.cancel();
+            }
+            None => ctl.stop(STOPPED_BY_LENDER.into()),
+        }
+        return true;
+    }
+    let jobs = &state.services.host.jobs;
+    let Some(job) = jobs.find_any(id) else {
+        return false;
+    };
+    let stopped = jobs.stop_for_lender(&job, "stopped_by_lender");
+    if stopped {
+        log::info!("job {id}: stopped by {principal}");
+    }
+    stopped
+}
+
 fn approvals_post(state: &Arc<AdminState>, mut request: Request, id: &str, principal: &str) {
     let body = match read_body(&mut request, state.limits.max_body_bytes) {
         Ok(b) => b,
@@ -1186,6 +1303,10 @@ fn mcp_call(
     let done = Completion::new(move |out| {
         let _ = tx.send(out);
     });
+    let done = state
+        .services
+        .running
+        .track(None, &name, &arguments, &ctl, done);
     let audit_args = state.audit_args.then(|| arguments.clone());
     let cx = CallContext {
         policy: ToolPolicy::owner(),

@@ -893,6 +893,9 @@ Usage:\n  \
   handnode approvals [--watch]      calls waiting for your approval\n  \
   handnode approve ID [--remember]  let a waiting call run (--remember: and later ones of its tool)\n  \
   handnode deny ID [--reason TEXT]  refuse a waiting call; it does not run\n  \
+  handnode calls [--watch]          what runs now: calls in flight and running jobs\n  \
+  handnode jobs                     the running jobs with their last output lines\n  \
+  handnode stop ID                  stop one call or job; the agent is told you did\n  \
   handnode help SUBCOMMAND | --help | --version\n",
         env!("CARGO_PKG_VERSION")
     )

@@ -818,6 +818,16 @@ impl Approvals {
         any
     }
 
+    /// The approval id of the call `ctl` while it is held (`GET /calls` lists it as
+    /// `waiting_approval`; `DELETE /calls/{id}` decides it).
+    pub fn pending_id(&self, ctl: &Arc<JobCtl>) -> Option<String> {
+        self.lock()
+            .pending
+            .iter()
+            .find(|p| Arc::ptr_eq(&p.held.ctl, ctl))
+            .map(|p| p.id.clone())
+    }
+
     /// The grant ended: withdraw all its held calls. Returns how many.
     pub fn withdraw_grant(&self, grant_id: &str) -> usize {
         let taken: Vec<Pending> = {

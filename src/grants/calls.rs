@@ -22,6 +22,8 @@ pub struct Services {
     pub upstream: Option<Arc<dyn UpstreamSource>>,
     /// The throwaway browsers of `browser` grants (`--browser-command`).
     pub browsers: Option<Arc<crate::browser::Browsers>>,
+    /// Every call in flight, for the lender's `GET /calls` and `DELETE /calls/{id}`.
+    pub running: Arc<crate::grants::running::Running>,
 }
 
 impl Services {

@@ -1029,6 +1029,13 @@ impl GrantThread {
                         });
                         wake.wake();
                     });
+                    let done = self.services.running.track(
+                        Some(&self.spec.id),
+                        &name,
+                        &arguments,
+                        &ctl,
+                        done,
+                    );
                     let cx = CallContext {
                         policy: Arc::clone(&self.spec.policy),
                         grant: Some(note.clone()),

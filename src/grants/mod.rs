@@ -11,6 +11,7 @@ pub mod calls;
 pub mod dial;
 pub mod notify;
 pub mod persist;
+pub mod running;
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;

@@ -86,6 +86,24 @@ pub struct ApprovalsArgs {
     pub full: Option<String>,
 }
 
+/// `handnode calls` and `handnode jobs` (§22).
+#[derive(Clone, Debug)]
+pub struct CallsArgs {
+    pub client: ClientArgs,
+    /// Keep printing the list whenever it changes (until interrupted); `calls` only.
+    pub watch: bool,
+    pub json: bool,
+    /// `jobs`: only the running jobs, with their last output lines.
+    pub jobs: bool,
+}
+
+/// `handnode stop ID` (§22).
+#[derive(Clone, Debug)]
+pub struct StopArgs {
+    pub client: ClientArgs,
+    pub id: String,
+}
+
 #[derive(Clone, Debug)]
 pub struct DecideArgs {
     pub client: ClientArgs,
@@ -391,7 +409,7 @@ pub(super) const WATCH_FLAG: &[Flag<OperatorDraft>] = &[Flag {
     name: "watch",
     env: false,
     default: "",
-    help: "Keep listing: print the waiting calls again whenever they change, until interrupted.",
+    help: "Keep listing: print the list again whenever it changes, until interrupted.",
     kind: Kind::Switch(|d| d.watch = true),
 }];
 
@@ -444,6 +462,9 @@ pub(super) fn tables(sub: &str) -> &'static [&'static [Flag<OperatorDraft>]] {
         "approvals" => &[WATCH_FLAG, FULL_FLAG, JSON_FLAG, CLIENT_FLAGS],
         "approve" => &[REMEMBER_FLAG, CLIENT_FLAGS],
         "deny" => &[REASON_FLAG, CLIENT_FLAGS],
+        "calls" => &[WATCH_FLAG, JSON_FLAG, CLIENT_FLAGS],
+        "jobs" => &[JSON_FLAG, CLIENT_FLAGS],
+        "stop" => &[CLIENT_FLAGS],
         _ => &[REVOKE_FLAGS, CLIENT_FLAGS],
     }
 }
@@ -627,6 +648,27 @@ pub(super) fn parse_operator(
                 full: draft.full.take(),
             }))
         }
+        "calls" | "jobs" => {
+            no_positional(sub, &positional)?;
+            Ok(Command::Calls(CallsArgs {
+                client: client_args(&mut draft, env)?,
+                watch: draft.watch,
+                json: draft.json,
+                jobs: sub == "jobs",
+            }))
+        }
+        "stop" => {
+            let [id] = positional.as_slice() else {
+                return Err(Error::Config(
+                    "stop: give one call or job id (see handnode calls for the ids)".into(),
+                ));
+            };
+            let id = check_id_of(id, "a call or job id (see `handnode calls` for the ids)")?;
+            Ok(Command::Stop(StopArgs {
+                client: client_args(&mut draft, env)?,
+                id,
+            }))
+        }
         "approve" | "deny" => {
             let [id] = positional.as_slice() else {
                 return Err(Error::Config(format!(
@@ -668,6 +710,9 @@ pub(super) fn help(sub: &str) -> String {
         "approvals" => "Usage: handnode approvals [--watch] [--json] [--full ID] [--url URL]\n\nList the tool calls waiting for your approval (a grant's approve list names their tool), oldest\nfirst, with their arguments. --watch keeps listing as calls arrive and leave.\n",
         "approve" => "Usage: handnode approve ID [--remember] [--url URL]\n\nLet one waiting call run. With --remember, later calls of its tool under that grant run\nwithout asking until the grant ends. Exit 1 when the id is unknown, already decided, expired\nor withdrawn.\n",
         "deny" => "Usage: handnode deny ID [--reason TEXT] [--url URL]\n\nRefuse one waiting call; it does not run, and the agent is told who denied it (and why).\nExit 1 when the id is unknown, already decided, expired or withdrawn.\n",
+        "calls" => "Usage: handnode calls [--watch] [--json] [--url URL]\n\nWhat runs now: every tool call in flight (running, or waiting for your approval) and every\nrunning job, over every grant and your own /mcp, with its arguments and how long it has run.\n--watch prints the list again whenever it changes. handnode stop ID stops one.\n",
+        "jobs" => "Usage: handnode jobs [--json] [--url URL]\n\nThe running jobs of every grant: command, how long it has run, and its last output lines.\nhandnode stop ID kills one.\n",
+        "stop" => "Usage: handnode stop ID [--url URL]\n\nStop one call or job (an id from handnode calls): a running call or job is killed, a call\nwaiting for approval is denied; the agent is told: stopped by the person who lent the box.\nExit 1 when nothing of that id runs.\n",
         _ => "Usage: handnode revoke (ID | --all) [--url URL]\n\nEnd a grant (or every live grant). The pod's own verifier lives until its TTL; revoking here\nstops this box from dialing and closes the socket. An already ended id is not an error;\nan id the daemon never had exits 1.\n",
     };
     let mut out = format!("{head}\nFlags:\n");
@@ -677,7 +722,7 @@ pub(super) fn help(sub: &str) -> String {
 
 /// The operator flags as a Markdown table, for the README.
 pub(super) fn markdown(out: &mut String) {
-    out.push_str("Flags of `handnode grant`, `grants`, `revoke`, `approvals`, `approve` and `deny` (`--all` is revoke's, `--json` grant's, grants' and approvals', `--watch` and `--full` approvals', `--remember` approve's, `--reason` deny's):\n\n");
+    out.push_str("Flags of `handnode grant`, `grants`, `revoke`, `approvals`, `approve`, `deny`, `calls`, `jobs` and `stop` (`--all` is revoke's, `--json` grant's, grants', approvals', calls' and jobs', `--watch` approvals' and calls', `--full` approvals', `--remember` approve's, `--reason` deny's):\n\n");
     markdown_flags(
         out,
         &[

@@ -408,3 +408,85 @@ pub(super) fn decide(args: &DecideArgs, out: &mut dyn Write) -> Result<i32, Fail
         _ => Err(client.refused(&format!("decide approval {}", args.id), &reply)),
     }
 }
+
+/// `handnode calls` and `handnode jobs` (§22).
+pub(super) fn calls(args: &CallsArgs, out: &mut dyn Write) -> Result<i32, Failure> {
+    let client = Client::new(&args.client);
+    let fetch = || -> Result<Vec<Value>, Failure> {
+        let reply = client.call("GET", "/calls", None)?;
+        if reply.status != 200 {
+            return Err(client.refused("list the calls", &reply));
+        }
+        let mut list = reply.body["calls"].as_array().cloned().unwrap_or_default();
+        if args.jobs {
+            list.retain(|c| str_field(c, "state") == "job");
+        }
+        Ok(list)
+    };
+    let show = |list: &[Value], out: &mut dyn Write| {
+        print(
+            out,
+            &if args.json {
+                format!("{}\n", json!({ "calls": list }))
+            } else if args.jobs {
+                jobs_table(list)
+            } else {
+                calls_table(list)
+            },
+        )
+    };
+    let mut list = fetch()?;
+    show(&list, out)?;
+    if !args.watch {
+        return Ok(EXIT_OK);
+    }
+    // What changed, not how long it has run: elapsed times alone do not reprint the list.
+    let key = |list: &[Value]| -> Vec<(String, String)> {
+        list.iter()
+            .map(|c| {
+                (
+                    str_field(c, "id").to_string(),
+                    str_field(c, "state").to_string(),
+                )
+            })
+            .collect()
+    };
+    loop {
+        std::thread::sleep(WATCH_INTERVAL);
+        let next = fetch()?;
+        if key(&next) != key(&list) {
+            if !args.json {
+                print(out, "--\n")?;
+            }
+            show(&next, out)?;
+        }
+        list = next;
+    }
+}
+
+/// How often `handnode calls --watch` asks again (`GET /calls` has no long-poll).
+pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// `handnode stop ID` (§22).
+pub(super) fn stop(args: &StopArgs, out: &mut dyn Write) -> Result<i32, Failure> {
+    let client = Client::new(&args.client);
+    let reply = client.call("DELETE", &format!("/calls/{}", args.id), None)?;
+    match reply.status {
+        204 => {
+            print(
+                out,
+                &format!(
+                    "stopped {}; the agent is told: {}\n",
+                    args.id,
+                    crate::grants::running::STOPPED_BY_LENDER
+                ),
+            )?;
+            Ok(EXIT_OK)
+        }
+        404 => Err(Failure(format!(
+            "nothing with id {} runs now (ended already?); handnode calls lists what runs",
+            args.id
+        ))),
+        _ => Err(client.refused(&format!("stop {}", args.id), &reply)),
+    }
+}

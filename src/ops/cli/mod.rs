@@ -59,6 +59,10 @@ pub enum Command {
     Approvals(ApprovalsArgs),
     /// Allow or deny one waiting call.
     Decide(DecideArgs),
+    /// What runs now (`calls`), or the running jobs (`jobs`).
+    Calls(CallsArgs),
+    /// Stop one call or job.
+    Stop(StopArgs),
     /// Print this text to stdout and exit 0.
     Help(String),
     /// Print `handnode <version>` and exit 0.
@@ -67,7 +71,7 @@ pub enum Command {
 
 /// The subcommands, for errors and help.
 const SUBCOMMANDS: &str =
-    "serve, doctor, tools, grant, grants, revoke, approvals, approve, deny, help";
+    "serve, doctor, tools, grant, grants, revoke, approvals, approve, deny, calls, jobs, stop, help";
 
 /// Turn argv (without the program name) and the environment into what to do.
 ///
@@ -77,7 +81,7 @@ pub fn parse(args: &[String], env: &HashMap<String, String>) -> Result<Command, 
     let (sub, rest) = match args.first().map(String::as_str) {
         Some(
             word @ ("serve" | "doctor" | "tools" | "grant" | "grants" | "revoke" | "approvals"
-            | "approve" | "deny" | "help"),
+            | "approve" | "deny" | "calls" | "jobs" | "stop" | "help"),
         ) => (word, &args[1..]),
         Some(word) if !word.starts_with('-') => {
             return Err(Error::Config(format!(
@@ -207,6 +211,8 @@ pub fn run(command: &Command, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Revoke(args) => revoke(args, out),
         Command::Approvals(args) => approvals(args, out),
         Command::Decide(args) => decide(args, out),
+        Command::Calls(args) => calls(args, out),
+        Command::Stop(args) => stop(args, out),
         _ => Err(Failure("not an operator subcommand".into())),
     };
     match result {

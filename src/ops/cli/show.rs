@@ -220,3 +220,63 @@ pub(super) fn approvals_table(list: &[Value]) -> String {
     }
     table(&rows)
 }
+
+/// `GET /calls` as a table (or `nothing runs now`).
+pub(super) fn calls_table(list: &[Value]) -> String {
+    if list.is_empty() {
+        return "nothing runs now\n".into();
+    }
+    let mut rows = vec![["ID", "GRANT", "TOOL", "STATE", "FOR", "ARGUMENTS"]
+        .map(String::from)
+        .to_vec()];
+    for c in list {
+        rows.push(vec![
+            crate::base::reveal::escape(str_field(c, "id")),
+            grant_cell(c),
+            crate::base::reveal::escape(str_field(c, "tool")),
+            str_field(c, "state").replace('_', " "),
+            elapsed_cell(c),
+            table_arguments(c),
+        ]);
+    }
+    table(&rows)
+}
+
+/// The running jobs of `GET /calls` with their last output lines (or `no jobs run now`).
+pub(super) fn jobs_table(list: &[Value]) -> String {
+    if list.is_empty() {
+        return "no jobs run now\n".into();
+    }
+    let mut text = String::new();
+    for c in list {
+        let command = c["arguments"]["command"].as_str().unwrap_or_default();
+        text.push_str(&format!(
+            "{}  grant {}  running for {}\n  $ {}\n",
+            crate::base::reveal::escape(str_field(c, "id")),
+            grant_cell(c),
+            elapsed_cell(c),
+            crate::base::reveal::one_line(&json!(command), TABLE_ARGS_BYTES),
+        ));
+        for line in c["output_tail"].as_array().into_iter().flatten() {
+            let line = line.as_str().unwrap_or_default();
+            text.push_str(&format!(
+                "  | {}\n",
+                crate::base::reveal::one_line(&json!(line), TABLE_ARGS_BYTES)
+            ));
+        }
+    }
+    text
+}
+
+fn grant_cell(c: &Value) -> String {
+    match c["grant"].as_str() {
+        Some(g) => crate::base::reveal::escape(g),
+        None => "(your /mcp)".into(),
+    }
+}
+
+fn elapsed_cell(c: &Value) -> String {
+    c["elapsed_ms"]
+        .as_u64()
+        .map_or("-".into(), |ms| human_secs(ms / 1000))
+}

@@ -632,6 +632,35 @@ impl JobTable {
             .collect()
     }
 
+    /// Every running job of every scope, oldest first (`GET /calls`).
+    pub fn running(&self) -> Vec<Arc<Job>> {
+        self.lock()
+            .jobs
+            .iter()
+            .filter(|j| j.is_running())
+            .cloned()
+            .collect()
+    }
+
+    /// The job `id` whatever its scope: for the lender (`DELETE /calls/{id}`), never a grant.
+    pub fn find_any(&self, id: &str) -> Option<Arc<Job>> {
+        self.lock().jobs.iter().find(|j| j.id == id).cloned()
+    }
+
+    /// The lender stops a running job (§22): killed now, its end reported with `reason`.
+    /// `false` if it had already ended.
+    pub fn stop_for_lender(&self, job: &Arc<Job>, reason: &'static str) -> bool {
+        if !job.is_running() {
+            return false;
+        }
+        job.stop_reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(reason);
+        job.ctl.cancel();
+        true
+    }
+
     /// Running jobs of `scope` (the grant JSON's `jobs`).
     pub fn running_in(&self, scope: &str) -> usize {
         self.lock()
