@@ -525,6 +525,19 @@ impl Confine {
         }
     }
 
+    /// The lender halted (§22): kill every process in the grant's groups now, keeping the
+    /// groups (the grant lives on, and runs again after resume).
+    pub fn kill_grant(&self, grant: &str) {
+        match &self.layout {
+            Some(layout) => kill_tree(&layout.base.join("grants").join(grant)),
+            None => {
+                if let Some(group) = lock(&self.grants).get(grant) {
+                    group.kill();
+                }
+            }
+        }
+    }
+
     /// Daemon stop: kill every grant's processes and remove every group, before returning.
     pub fn stop(&self) {
         lock(&self.grants).clear();

@@ -224,6 +224,7 @@ impl Daemon {
             },
             browsers: browsers.clone(),
             running: grants::running::Running::new(),
+            halt: Arc::new(grants::halt::Halt::load(&config.state_dir)),
         });
         let notifier = if config.notify {
             grants::notify::Notifier::for_display(

@@ -13,7 +13,14 @@ use crate::containment::{self, Site};
 use crate::wire::mcp::Outcome;
 
 /// Grant states, in the order `/metrics` lists them.
-pub const GRANT_STATES: [&str; 5] = ["idle", "dialing", "attached", "redialing", "ended"];
+pub const GRANT_STATES: [&str; 6] = [
+    "idle",
+    "dialing",
+    "attached",
+    "redialing",
+    "halted",
+    "ended",
+];
 /// Distinct tool names outside the known set that get their own label; later ones are
 /// counted as `other`.
 pub const MAX_EXTRA_TOOL_LABELS: usize = 64;

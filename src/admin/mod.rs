@@ -67,6 +67,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/attach/{id}/screen"),
     ("GET", "/calls"),
     ("DELETE", "/calls/{id}"),
+    ("GET", "/halt"),
+    ("POST", "/halt"),
+    ("POST", "/resume"),
     ("GET", "/"),
     ("GET", "/console/{id}"),
     ("GET", "/audit"),
@@ -727,9 +730,15 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
         Lookup::NotFound => return respond(request, error_response(404, "not found")),
     };
     match route {
+        // Alive either way; a halted daemon says so (§22).
         ("GET" | "HEAD", "/healthz") => respond(
             request,
-            Response::from_string("ok").with_header(header("Content-Type", "text/plain")),
+            Response::from_string(if state.services.halt.is_halted() {
+                "halted"
+            } else {
+                "ok"
+            })
+            .with_header(header("Content-Type", "text/plain")),
         ),
         ("GET" | "HEAD", "/readyz") => {
             if !state.ready.load(Ordering::SeqCst) {
@@ -802,6 +811,37 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
             }
         }
         ("GET", "/attach/{id}/screen") => own_screen::get(state, request, id, principal),
+        ("GET", "/halt") => respond(request, json_response(200, &state.services.halt.to_json())),
+        ("POST", "/halt") => {
+            let body = match read_body(&mut request, state.limits.max_body_bytes) {
+                Ok(b) => b,
+                Err(resp) => return respond(request, resp),
+            };
+            let reason = match crate::grants::halt::parse_body(&body) {
+                Ok(r) => r,
+                Err(msg) => return respond(request, error_response(400, &msg)),
+            };
+            match state.registry.halt(reason, &principal) {
+                Ok(_) => respond(request, json_response(200, &state.services.halt.to_json())),
+                Err(e) => respond(
+                    request,
+                    error_response(
+                        500,
+                        &format!("cannot keep the halt in the state dir ({e}); nothing was halted"),
+                    ),
+                ),
+            }
+        }
+        ("POST", "/resume") => match state.registry.resume_after_halt(&principal) {
+            Ok(_) => respond(request, json_response(200, &state.services.halt.to_json())),
+            Err(e) => respond(
+                request,
+                error_response(
+                    500,
+                    &format!("cannot remove the halt from the state dir ({e}); still halted"),
+                ),
+            ),
+        },
         ("GET", "/calls") => respond(
             request,
             json_response(200, &json!({"calls": calls_now(state)})),
@@ -1113,6 +1153,7 @@ fn attach(state: &AdminState, request: Request, req: AttachRequest, principal: &
             respond(request, json_response(202, &view))
         }
         Err(AttachError::WouldReplace(msg)) => respond(request, error_response(409, &msg)),
+        Err(AttachError::Halted(msg)) => respond(request, error_response(423, &msg)),
         Err(AttachError::Mint(e)) => respond(request, error_response(502, &e.to_string())),
         Err(AttachError::BadRequest(msg)) => respond(request, error_response(400, &msg)),
         Err(AttachError::Internal(msg)) => {

@@ -896,6 +896,8 @@ Usage:\n  \
   handnode calls [--watch]          what runs now: calls in flight and running jobs\n  \
   handnode jobs                     the running jobs with their last output lines\n  \
   handnode stop ID                  stop one call or job; the agent is told you did\n  \
+  handnode halt [REASON]            stop everything, latched across restarts\n  \
+  handnode resume                   end a halt: grants dial again\n  \
   handnode help SUBCOMMAND | --help | --version\n",
         env!("CARGO_PKG_VERSION")
     )

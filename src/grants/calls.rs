@@ -24,6 +24,8 @@ pub struct Services {
     pub browsers: Option<Arc<crate::browser::Browsers>>,
     /// Every call in flight, for the lender's `GET /calls` and `DELETE /calls/{id}`.
     pub running: Arc<crate::grants::running::Running>,
+    /// The lender's halt (§22): while on, no grant dials and every call is refused.
+    pub halt: Arc<crate::grants::halt::Halt>,
 }
 
 impl Services {
@@ -39,6 +41,10 @@ impl Services {
         cx: CallContext,
         done: Completion,
     ) {
+        // Halted (§22): nothing starts, on the owner's /mcp neither.
+        if self.halt.is_halted() {
+            return done.complete(ToolOutput::tool_error(self.halt.answer()));
+        }
         if let Err(why) = url_allowed(&route, &cx, &name, &arguments) {
             return done.complete(ToolOutput::tool_error(why));
         }
@@ -121,6 +127,8 @@ pub struct InFlight {
     pub started: Instant,
     /// The call's arguments, kept only when `--audit-args` asks for them in the audit log.
     pub arguments: Option<Value>,
+    /// How its reply is put on the wire: for a reply made here (a halt, §22), not by its tool.
+    pub form: Option<crate::wire::mcp::Form>,
 }
 
 /// The calls in flight on one connection, keyed by JSON-RPC request id.
@@ -185,6 +193,7 @@ impl Calls {
                 ctl: Arc::clone(&ctl),
                 started: Instant::now(),
                 arguments: None,
+                form: None,
             },
         );
         Ok((self.next_seq, ctl))
@@ -195,6 +204,27 @@ impl Calls {
         if let Some(entry) = self.entries.get_mut(&key(id)) {
             entry.arguments = Some(arguments);
         }
+    }
+
+    /// Keep how a call's reply is put on the wire, for a reply made without its tool.
+    pub fn keep_form(&mut self, id: &Value, form: crate::wire::mcp::Form) {
+        if let Some(entry) = self.entries.get_mut(&key(id)) {
+            entry.form = Some(form);
+        }
+    }
+
+    /// Every call with its request id, taken out of the table and cancelled: a halt
+    /// answers each itself (§22). Their tools' late replies find no entry and are dropped.
+    pub fn take_all(&mut self) -> Vec<(Value, InFlight)> {
+        let taken: Vec<(Value, InFlight)> = self
+            .entries
+            .drain()
+            .map(|(k, e)| (serde_json::from_str(&k).unwrap_or(Value::Null), e))
+            .collect();
+        for (_, entry) in &taken {
+            entry.ctl.cancel();
+        }
+        taken
     }
 
     /// The call's output arrived: take its entry if it is still the live one.

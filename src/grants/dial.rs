@@ -114,14 +114,21 @@ pub const CLOSE_DEADLINE: OurClose = OurClose {
     reason: "grant deadline",
 };
 /// The daemon is stopping; the grant stays on disk and resumes at the next start.
+/// The lender halted everything (§22).
+pub const CLOSE_HALTED: OurClose = OurClose {
+    code: 1000,
+    reason: "halted",
+};
+
 pub const CLOSE_SHUTDOWN: OurClose = OurClose {
     code: 1001,
     reason: "handnode shutting down",
 };
 /// Every close frame we send. `docs/protocol.md` must name each code.
-pub const SENT_CLOSES: [OurClose; 5] = [
+pub const SENT_CLOSES: [OurClose; 6] = [
     CLOSE_ENDED,
     CLOSE_DEADLINE,
+    CLOSE_HALTED,
     CLOSE_SHUTDOWN,
     CLOSE_BAD_UTF8,
     CLOSE_TOO_LARGE,
@@ -174,6 +181,8 @@ pub enum State {
     Dialing,
     Attached,
     Redialing,
+    /// The lender halted everything (§22): no socket, no dial, the deadline still runs.
+    Halted,
     Ended,
 }
 
@@ -184,6 +193,7 @@ impl State {
             State::Dialing => "dialing",
             State::Attached => "attached",
             State::Redialing => "redialing",
+            State::Halted => "halted",
             State::Ended => "ended",
         }
     }
@@ -232,6 +242,8 @@ pub enum Command {
     End(EndReason),
     /// The daemon is stopping: close 1001; the grant stays live on disk and resumes.
     Shutdown,
+    /// The halt switch (§22) changed: look at it now.
+    HaltChanged,
 }
 
 /// A tool call's reply, addressed to the connection and call that asked for it. It is
@@ -335,6 +347,8 @@ enum ConnEnd {
     Lost(String),
     /// A command or the deadline ended the thread's work.
     Exit(Exit),
+    /// The lender halted: every call was answered and the socket closed; wait for resume.
+    Halted,
 }
 
 /// What draining the command channel found.
@@ -361,6 +375,15 @@ impl GrantThread {
             if SystemTime::now() >= self.spec.deadline {
                 return self.exit(Exit::End(EndReason::Deadline));
             }
+            if self.services.halt.is_halted() {
+                match self.wait_while_halted() {
+                    Ok(()) => {
+                        attempt = 0;
+                        continue;
+                    }
+                    Err(exit) => return self.exit(exit),
+                }
+            }
             self.set_state(State::Dialing, None);
             self.status.lock().unwrap_or_else(|e| e.into_inner()).dials += 1;
             self.events.dialed();
@@ -384,6 +407,7 @@ impl GrantThread {
             };
             let error = match end {
                 ConnEnd::Exit(exit) => return self.exit(exit),
+                ConnEnd::Halted => continue,
                 ConnEnd::Closed(code) => match close_disposition(code) {
                     Disposition::Stop(reason) => return self.exit(Exit::End(reason)),
                     Disposition::Redial => format!("closed {code}"),
@@ -512,6 +536,8 @@ impl GrantThread {
                         exit: Some(Exit::Shutdown),
                     }
                 }
+                // Read where it matters: the run loop's top and each serving turn.
+                Command::HaltChanged => {}
             }
         }
         Taken {
@@ -530,6 +556,30 @@ impl GrantThread {
             .deadline
             .duration_since(SystemTime::now())
             .unwrap_or(Duration::ZERO)
+    }
+
+    /// Halted (§22): no socket and no dial until resume, waking for commands; the deadline
+    /// keeps running.
+    fn wait_while_halted(&mut self) -> Result<(), Exit> {
+        self.set_state(State::Halted, None);
+        info!("grant {}: halted; waiting for resume", self.spec.id);
+        loop {
+            if let Some(exit) = self.take_commands().exit {
+                return Err(exit);
+            }
+            if !self.services.halt.is_halted() {
+                info!("grant {}: resumed", self.spec.id);
+                return Ok(());
+            }
+            let left = self.until_deadline();
+            if left.is_zero() {
+                return Err(Exit::End(EndReason::Deadline));
+            }
+            self.poller.wait(Some(left)).map_err(|e| {
+                warn!("grant {}: poll failed: {e}", self.spec.id);
+                Exit::Shutdown
+            })?;
+        }
     }
 
     /// Sleep until the redial time, waking for commands. `Ok(true)` = a renew arrived
@@ -687,6 +737,10 @@ impl GrantThread {
             // Commands first: a revoke must not wait behind a flood of frames.
             if let Some(end) = self.serve_commands(&mut link) {
                 break end;
+            }
+            if self.services.halt.is_halted() {
+                self.halt_connection(&mut link, &mut calls);
+                break ConnEnd::Halted;
             }
             // Results. One already serialized is in memory anyway (bounded by the in-flight
             // cap and its tool's own cap), so it is queued even while paused. One produced
@@ -913,6 +967,32 @@ impl GrantThread {
         }
     }
 
+    /// The lender halted (§22): answer every call in flight (held ones too) with the
+    /// halt's text, kill what they run, and close 1000 `halted`.
+    fn halt_connection(&mut self, link: &mut Link<ClientStream>, calls: &mut Calls) {
+        let answer = self.services.halt.answer();
+        let taken = calls.take_all();
+        for (id, call) in taken {
+            let held = self.approvals.withdraw(&call.ctl);
+            let form = call.form.unwrap_or(mcp::Form::DEFAULT);
+            let (text, _) = form.reply(
+                &id,
+                mcp::ToolOutput::tool_error(answer.clone()),
+                self.limits.max_outbound_bytes,
+            );
+            self.send_text(link, text);
+            let outcome = if held {
+                Outcome::NotApproved
+            } else {
+                Outcome::ToolError
+            };
+            self.events.tool_call(self.call_event(&call, outcome));
+        }
+        let _ = link.pump(true);
+        self.close(link, CLOSE_HALTED);
+        info!("grant {}: halted: {answer}", self.spec.id);
+    }
+
     fn serve_commands(&mut self, link: &mut Link<ClientStream>) -> Option<ConnEnd> {
         let exit = self.take_commands().exit?;
         match exit {
@@ -1004,6 +1084,7 @@ impl GrantThread {
                             continue;
                         }
                     };
+                    calls.keep_form(&id, form);
                     if self.audit_args {
                         calls.keep_arguments(&id, arguments.clone());
                     }

@@ -9,6 +9,7 @@
 pub mod approvals;
 pub mod calls;
 pub mod dial;
+pub mod halt;
 pub mod notify;
 pub mod persist;
 pub mod running;
@@ -513,6 +514,8 @@ pub enum AttachError {
     BadRequest(String),
     /// `replace:false` and a live grant of the target has other tools: `409`.
     WouldReplace(String),
+    /// The lender halted everything (§22): `423` with this message.
+    Halted(String),
 }
 
 struct Inner {
@@ -832,6 +835,12 @@ impl Registry {
         req: AttachRequest,
         principal: &str,
     ) -> Result<(Value, Attached), AttachError> {
+        if self.services.halt.is_halted() {
+            return Err(AttachError::Halted(format!(
+                "{}; nothing is lent until POST /resume (handnode resume)",
+                self.services.halt.answer()
+            )));
+        }
         let target = target_key(&req.runtime, &req.session);
         // Checked before any mint: a refused request changes nothing, at the pod neither.
         if req.policy.own_display() {
@@ -1137,6 +1146,69 @@ impl Registry {
         self.services.host.apps.end_scope(grant_id);
         // Its refs of its last desktop_snapshot, too.
         self.services.host.a11y.end_scope(grant_id);
+    }
+
+    /// Halt (§22): latch it (on disk first), then wake every grant thread (each answers
+    /// its calls with the halt's text and closes 1000 `halted`), and kill every process of
+    /// every grant and of the owner's `/mcp`: jobs, apps, throwaway browsers and whatever
+    /// else is in a grant's groups. `Ok(false)`: already halted (nothing more is done).
+    pub fn halt(&self, reason: Option<String>, by: &str) -> std::io::Result<bool> {
+        let halt = &self.services.halt;
+        if !halt.halt(reason, by)? {
+            return Ok(false);
+        }
+        let answer = halt.answer();
+        let live: Vec<(String, Profile)> = {
+            let inner = self.lock();
+            let mut live = Vec::new();
+            for entry in inner.entries.iter().filter(|e| e.is_live()) {
+                if let Some(handle) = &entry.handle {
+                    handle.send(Command::HaltChanged);
+                }
+                live.push((entry.id.clone(), entry.profile()));
+            }
+            live
+        };
+        // The owner's own calls stop too; a grant's are answered by its thread.
+        for call in self.services.running.list() {
+            if call.grant.is_none() {
+                call.ctl.stop(answer.clone());
+            }
+        }
+        let jobs = self.jobs();
+        for job in jobs.running() {
+            jobs.stop_for_lender(&job, "halted");
+        }
+        for (id, profile) in &live {
+            self.services.host.apps.end_scope(id);
+            self.services.host.confine.kill_grant(id);
+            if *profile == Profile::Browser {
+                if let Some(browsers) = &self.services.browsers {
+                    browsers.end_grant(id);
+                }
+            }
+        }
+        log::warn!(
+            "halted by {by}: {} grant(s) stopped; POST /resume (handnode resume) lets them dial again",
+            live.len()
+        );
+        Ok(true)
+    }
+
+    /// Resume after a halt: clear the latch (on disk first) and wake every grant thread,
+    /// which dials again. `Ok(false)`: it was not halted.
+    pub fn resume_after_halt(&self, by: &str) -> std::io::Result<bool> {
+        if !self.services.halt.resume()? {
+            return Ok(false);
+        }
+        let inner = self.lock();
+        for entry in inner.entries.iter().filter(|e| e.is_live()) {
+            if let Some(handle) = &entry.handle {
+                handle.send(Command::HaltChanged);
+            }
+        }
+        log::warn!("resumed by {by}: live grants dial again");
+        Ok(true)
     }
 
     /// Ids of the live grants.

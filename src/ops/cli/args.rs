@@ -97,6 +97,15 @@ pub struct CallsArgs {
     pub jobs: bool,
 }
 
+/// `handnode halt [REASON]` and `handnode resume` (§22).
+#[derive(Clone, Debug)]
+pub struct HaltArgs {
+    pub client: ClientArgs,
+    /// `false`: resume.
+    pub halt: bool,
+    pub reason: Option<String>,
+}
+
 /// `handnode stop ID` (§22).
 #[derive(Clone, Debug)]
 pub struct StopArgs {
@@ -464,7 +473,7 @@ pub(super) fn tables(sub: &str) -> &'static [&'static [Flag<OperatorDraft>]] {
         "deny" => &[REASON_FLAG, CLIENT_FLAGS],
         "calls" => &[WATCH_FLAG, JSON_FLAG, CLIENT_FLAGS],
         "jobs" => &[JSON_FLAG, CLIENT_FLAGS],
-        "stop" => &[CLIENT_FLAGS],
+        "stop" | "halt" | "resume" => &[CLIENT_FLAGS],
         _ => &[REVOKE_FLAGS, CLIENT_FLAGS],
     }
 }
@@ -657,6 +666,30 @@ pub(super) fn parse_operator(
                 jobs: sub == "jobs",
             }))
         }
+        "halt" => {
+            let reason = positional.join(" ");
+            let reason = reason.trim();
+            if reason.len() > crate::grants::halt::MAX_REASON_BYTES {
+                return Err(Error::Config(format!(
+                    "halt: the reason is {} bytes; at most {}",
+                    reason.len(),
+                    crate::grants::halt::MAX_REASON_BYTES
+                )));
+            }
+            Ok(Command::Halt(HaltArgs {
+                client: client_args(&mut draft, env)?,
+                halt: true,
+                reason: (!reason.is_empty()).then(|| reason.to_string()),
+            }))
+        }
+        "resume" => {
+            no_positional(sub, &positional)?;
+            Ok(Command::Halt(HaltArgs {
+                client: client_args(&mut draft, env)?,
+                halt: false,
+                reason: None,
+            }))
+        }
         "stop" => {
             let [id] = positional.as_slice() else {
                 return Err(Error::Config(
@@ -712,6 +745,8 @@ pub(super) fn help(sub: &str) -> String {
         "deny" => "Usage: handnode deny ID [--reason TEXT] [--url URL]\n\nRefuse one waiting call; it does not run, and the agent is told who denied it (and why).\nExit 1 when the id is unknown, already decided, expired or withdrawn.\n",
         "calls" => "Usage: handnode calls [--watch] [--json] [--url URL]\n\nWhat runs now: every tool call in flight (running, or waiting for your approval) and every\nrunning job, over every grant and your own /mcp, with its arguments and how long it has run.\n--watch prints the list again whenever it changes. handnode stop ID stops one.\n",
         "jobs" => "Usage: handnode jobs [--json] [--url URL]\n\nThe running jobs of every grant: command, how long it has run, and its last output lines.\nhandnode stop ID kills one.\n",
+        "halt" => "Usage: handnode halt [REASON...] [--url URL]\n\nStop everything, and keep it stopped: every process of every grant is killed, every call and\nwaiting approval answered (halted by the person who lent the box: REASON), every socket\nclosed; no grant dials and nothing new is lent until handnode resume, across restarts too.\nGrants keep their deadlines.\n",
+        "resume" => "Usage: handnode resume [--url URL]\n\nEnd a halt: live grants dial again, and new grants may be lent.\n",
         "stop" => "Usage: handnode stop ID [--url URL]\n\nStop one call or job (an id from handnode calls): a running call or job is killed, a call\nwaiting for approval is denied; the agent is told: stopped by the person who lent the box.\nExit 1 when nothing of that id runs.\n",
         _ => "Usage: handnode revoke (ID | --all) [--url URL]\n\nEnd a grant (or every live grant). The pod's own verifier lives until its TTL; revoking here\nstops this box from dialing and closes the socket. An already ended id is not an error;\nan id the daemon never had exits 1.\n",
     };
@@ -722,7 +757,7 @@ pub(super) fn help(sub: &str) -> String {
 
 /// The operator flags as a Markdown table, for the README.
 pub(super) fn markdown(out: &mut String) {
-    out.push_str("Flags of `handnode grant`, `grants`, `revoke`, `approvals`, `approve`, `deny`, `calls`, `jobs` and `stop` (`--all` is revoke's, `--json` grant's, grants', approvals', calls' and jobs', `--watch` approvals' and calls', `--full` approvals', `--remember` approve's, `--reason` deny's):\n\n");
+    out.push_str("Flags of `handnode grant`, `grants`, `revoke`, `approvals`, `approve`, `deny`, `calls`, `jobs`, `stop`, `halt` and `resume` (`--all` is revoke's, `--json` grant's, grants', approvals', calls' and jobs', `--watch` approvals' and calls', `--full` approvals', `--remember` approve's, `--reason` deny's):\n\n");
     markdown_flags(
         out,
         &[

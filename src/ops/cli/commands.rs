@@ -490,3 +490,37 @@ pub(super) fn stop(args: &StopArgs, out: &mut dyn Write) -> Result<i32, Failure>
         _ => Err(client.refused(&format!("stop {}", args.id), &reply)),
     }
 }
+
+/// `handnode halt [REASON]` and `handnode resume` (§22).
+pub(super) fn halt(args: &HaltArgs, out: &mut dyn Write) -> Result<i32, Failure> {
+    let client = Client::new(&args.client);
+    let reply = if args.halt {
+        let body = match &args.reason {
+            Some(r) => json!({ "reason": r }),
+            None => json!({}),
+        };
+        client.call("POST", "/halt", Some(&body))?
+    } else {
+        client.call("POST", "/resume", Some(&json!({})))?
+    };
+    if reply.status != 200 {
+        let what = if args.halt { "halt" } else { "resume" };
+        return Err(client.refused(what, &reply));
+    }
+    let v = &reply.body;
+    let text = if v["halted"] == true {
+        let reason = v["reason"]
+            .as_str()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
+        format!(
+            "halted since {} by {}{reason}: nothing runs and no grant dials until handnode resume\n",
+            str_field(v, "since"),
+            str_field(v, "by"),
+        )
+    } else {
+        "not halted: live grants dial again\n".to_string()
+    };
+    print(out, &text)?;
+    Ok(EXIT_OK)
+}
