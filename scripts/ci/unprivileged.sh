@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The wall's attack tests (tests/walls.rs, contract §21) as an unprivileged user, beside the
-# root run of `cargo test`: the daemon as root must never be the only way they run.
+# The wall's attack tests (tests/walls.rs, contract §21) and the admin-origin spellings
+# against the real Playwright MCP (tests/chains.rs) as an unprivileged user, beside the root
+# run of `cargo test`: the daemon as root must never be the only way they run.
 #
 # Creates the user `hn-lender` (once), gives it a cgroup subtree of its own in every
 # hierarchy handnode uses, chowned to it as systemd's Delegate=yes would (where the box
-# allows it), moves itself there, and runs the compiled test binary as that user. Prints
+# allows it), moves itself there, and runs the compiled test binaries as that user. Prints
 # what it skipped and why; fails when a test fails.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,11 +18,19 @@ fi
 id -u "$user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$user"
 uid=$(id -u "$user") gid=$(id -g "$user")
 
-bin=$(cargo test --test walls --no-run --message-format=json 2>/dev/null |
-  jq -r 'select(.executable != null and .target.name == "walls") | .executable' | tail -1)
-[ -x "$bin" ] || { echo "the walls test binary was not built" >&2; exit 1; }
-# The user reads the binary where cargo put it (and nothing else of the checkout).
-chmod o+rx "$bin"
+# What runs as the user: the wall's red team, and the admin-origin spellings against the real
+# Playwright MCP and chromium (tests/chains.rs; it says SKIPPED where they are not installed).
+runs=("walls" "chains the_chains_fail_for_every_browser_boundary_with_bwrap")
+declare -A bins
+built=$(cargo test --test walls --test chains --no-run --message-format=json 2>/dev/null |
+  jq -r 'select(.executable != null) | "\(.target.name) \(.executable)"')
+while read -r name path; do bins[$name]=$path; done <<<"$built"
+for run in "${runs[@]}"; do
+  name=${run%% *}
+  [ -x "${bins[$name]:-}" ] || { echo "the $name test binary was not built" >&2; exit 1; }
+  # The user reads the binary where cargo put it (and nothing else of the checkout).
+  chmod o+rx "${bins[$name]}"
+done
 
 # pasta opens /dev/net/tun as the user: Debian's udev makes it 0666, some containers 0600.
 if [ -c /dev/net/tun ] && [ "$(stat -c %a /dev/net/tun)" != 666 ]; then
@@ -63,15 +72,20 @@ fi
 cleanup() { for g in "${groups[@]}"; do rmdir "$g" 2>/dev/null || true; done; }
 trap cleanup EXIT
 for s in "${skipped[@]}"; do echo "SKIPPED delegating $s: handnode falls back where it must"; done
-echo "running tests/walls.rs as $user (uid $uid) in: ${groups[*]:-no delegated group}"
+echo "running as $user (uid $uid) in: ${groups[*]:-no delegated group}"
 
 # Into the groups (as root, which may move a process anywhere), then down to the user.
 # `env -i`: nothing of root's environment (HOME, XDG_*, a display) comes along.
 status=0
-(
-  for g in "${groups[@]}"; do echo $BASHPID >"$g/cgroup.procs"; done
-  exec setpriv --reuid="$uid" --regid="$gid" --init-groups \
-    env -i HOME="/home/$user" USER="$user" LOGNAME="$user" PATH=/usr/local/bin:/usr/bin:/bin \
-    TMPDIR=/tmp RUST_BACKTRACE=1 "$bin" --test-threads=2
-) || status=$?
+for run in "${runs[@]}"; do
+  name=${run%% *} filter=${run#"$name"}
+  echo "== tests/$name.rs${filter:+ (}${filter# }${filter:+)} as $user"
+  (
+    for g in "${groups[@]}"; do echo $BASHPID >"$g/cgroup.procs"; done
+    # shellcheck disable=SC2086 # the filter is one word or none
+    exec setpriv --reuid="$uid" --regid="$gid" --init-groups \
+      env -i HOME="/home/$user" USER="$user" LOGNAME="$user" PATH=/usr/local/bin:/usr/bin:/bin \
+      TMPDIR=/tmp RUST_BACKTRACE=1 "${bins[$name]}" --test-threads=2 $filter
+  ) || status=$?
+done
 exit "$status"
