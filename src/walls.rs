@@ -51,7 +51,9 @@ const SYS: &str = "/sys";
 /// joins the wall's user namespace), the rest is `bwrap` with `--unshare-net --info-fd 3
 /// --block-fd 4` and the command. Exit 125 and a line on stderr when the network cannot
 /// be made; the command's own status otherwise. Every process here runs in the run's group,
-/// so `pasta` (which leaves when the namespace goes) ends with the run at the latest.
+/// so `pasta` ends with the run at the latest; and the wrapper kills it (by the pid it
+/// wrote, `--pid`) when the wall exits, since `pasta` joined by a `/proc` path never notices
+/// the namespace go (a probe outside any run's group leaked one per daemon start).
 pub const NET_WRAPPER: &str = r#"pasta=$1 as=$2; shift 2
 d=$(mktemp -d) && mkfifo "$d/i" "$d/b" || exit 125
 "$@" 3>"$d/i" 4<"$d/b" <&0 &
@@ -62,16 +64,19 @@ while IFS= read -r line <&5; do
   case $line in *'"child-pid"'*) pid=$(printf '%s' "${line#*:}" | tr -cd 0-9); break ;; esac
 done
 if [ -z "$pid" ]; then rm -rf "$d"; wait "$wall"; exit 125; fi
-set -- -q --config-net --netns "/proc/$pid/ns/net" --userns "/proc/$pid/ns/user"
+set -- -q --config-net --pid "$d/pasta.pid" --netns "/proc/$pid/ns/net" --userns "/proc/$pid/ns/user"
 if [ "$as" = root ]; then set -- --runas 0 "$@"; fi
 if ! "$pasta" "$@" >/dev/null 2>"$d/pasta.err"; then
   echo "handnode: pasta could not give this grant's wall its network: $(head -c 400 "$d/pasta.err")" >&2
   rm -rf "$d"; kill -KILL "$wall"; wait "$wall"; exit 125
 fi
+net=$(tr -cd 0-9 <"$d/pasta.pid")
 rm -rf "$d"
 echo go >&6
 exec 5<&- 6>&-
-wait "$wall"
+wait "$wall"; status=$?
+[ -n "$net" ] && kill -KILL "$net" 2>/dev/null
+exit "$status"
 "#;
 
 /// The `bwrap` program and what it hides. Inside, the whole file system is the box's

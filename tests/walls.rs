@@ -643,6 +643,12 @@ fn an_own_display_grant_reaches_neither_the_lender_nor_the_owners_display() {
         );
         assert_escapee_dies_with(&l, &id, &tag);
     }
+    // Each wall's pasta went with it (joined by a /proc path, it never noticed on its own).
+    poll_until(
+        || orphaned_pastas(start_ticks("self").unwrap_or(0)),
+        Vec::is_empty,
+        |leaked| format!("watchdog: pasta outlived its wall: {leaked:#?}"),
+    );
 }
 
 #[test]
@@ -717,4 +723,71 @@ fn the_file_tools_never_open_what_the_wall_hides() {
         );
     }
     assert!(!l.d.state_dir().join("planted").exists());
+}
+
+/// The start time (clock ticks after boot) of a process, from `/proc/<pid>/stat`.
+fn start_ticks(pid: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22; the command name (field 2) may hold spaces, so count after its ')'.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// `pasta` processes started after `since` whose wall is gone: leaked.
+fn orphaned_pastas(since: u64) -> Vec<String> {
+    let mut leaked = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) || start_ticks(&pid) < Some(since) {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if !args
+            .first()
+            .is_some_and(|a| a.contains("pasta") || a.contains("passt"))
+        {
+            continue;
+        }
+        let target = args.iter().find_map(|a| {
+            a.strip_prefix("/proc/")?
+                .strip_suffix("/ns/net")
+                .map(String::from)
+        });
+        if let Some(target) = target {
+            if !Path::new("/proc").join(&target).exists() {
+                leaked.push(format!("{pid} (its wall {target} is gone): {args:?}"));
+            }
+        }
+    }
+    leaked
+}
+
+#[test]
+fn pasta_ends_with_its_wall() {
+    if !walls_here() {
+        return;
+    }
+    let path = std::env::var_os("PATH");
+    let bwrap = handnode::walls::probe_bwrap(path.as_deref(), handnode::walls::Kind::Grant)
+        .expect("walls_here");
+    let since = start_ticks("self").expect("our own start time");
+    for _ in 0..3 {
+        if let Err(why) = handnode::walls::probe_pasta(path.as_deref(), &bwrap) {
+            eprintln!("SKIPPED pasta_ends_with_its_wall: {why}");
+            return;
+        }
+    }
+    poll_until(
+        || orphaned_pastas(since),
+        Vec::is_empty,
+        |leaked| format!("watchdog: pasta outlived its wall: {leaked:#?}"),
+    );
 }
