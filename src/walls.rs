@@ -68,7 +68,7 @@ set -- -q --config-net --pid "$d/pasta.pid" --netns "/proc/$pid/ns/net" --userns
 if [ "$as" = root ]; then set -- --runas 0 "$@"; fi
 if ! "$pasta" "$@" >/dev/null 2>"$d/pasta.err"; then
   echo "handnode: pasta could not give this grant's wall its network: $(head -c 400 "$d/pasta.err")" >&2
-  rm -rf "$d"; kill -KILL "$wall"; wait "$wall"; exit 125
+  rm -rf "$d"; kill -KILL "$wall" 2>/dev/null; wait "$wall"; exit 125
 fi
 net=$(tr -cd 0-9 <"$d/pasta.pid")
 rm -rf "$d"
@@ -129,7 +129,16 @@ impl Bwrap {
         // Parents before children: a tmpfs over a parent would cover a child's mount.
         // Only paths that exist: with / bound, a missing mount point would be created on
         // the box's own file system.
-        let mut dirs: Vec<&PathBuf> = self.hide_dirs.iter().filter(|d| d.is_dir()).collect();
+        // Locked (as root), the wall has no capabilities: what lies past a directory it may
+        // not pass through (another user's 0700 runtime dir) is out of its reach anyway, and
+        // bwrap could not mount over it (`Can't create file at …: Permission denied`).
+        let reachable = |p: &&PathBuf| !self.lock || reachable_without_caps(p);
+        let mut dirs: Vec<&PathBuf> = self
+            .hide_dirs
+            .iter()
+            .filter(|d| d.is_dir())
+            .filter(reachable)
+            .collect();
         dirs.sort_by_key(|d| d.components().count());
         dirs.dedup();
         for dir in dirs {
@@ -138,7 +147,7 @@ impl Bwrap {
         }
         // Files and sockets alike (a bind mount covers any non-directory).
         let hidden = |f: &&PathBuf| f.symlink_metadata().is_ok_and(|m| !m.is_dir());
-        for file in self.hide_files.iter().filter(hidden) {
+        for file in self.hide_files.iter().filter(hidden).filter(reachable) {
             args.push("--ro-bind".into());
             args.push("/dev/null".into());
             args.push(file.into());
@@ -215,6 +224,26 @@ impl Bwrap {
 pub struct Walled {
     pub program: PathBuf,
     pub args: Vec<OsString>,
+}
+
+/// Whether uid 0 without capabilities (a locked wall's root) may pass through every
+/// directory above `path`: by the owner's bits where root owns it, the group's where its
+/// group is 0, else the others'.
+fn reachable_without_caps(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    path.ancestors().skip(1).all(|dir| {
+        let Ok(m) = std::fs::metadata(dir) else {
+            return false;
+        };
+        let bit = if m.uid() == 0 {
+            0o100
+        } else if m.gid() == 0 {
+            0o010
+        } else {
+            0o001
+        };
+        m.mode() & bit != 0
+    })
 }
 
 /// The few nodes of a `/dev` of its own, for an unprivileged wall that `pasta` joins.
@@ -735,6 +764,36 @@ mod tests {
             tail,
             ["--unshare-net", "--info-fd", "3", "--block-fd", "4", "--"]
         );
+    }
+
+    #[test]
+    fn a_locked_wall_leaves_out_what_root_without_capabilities_cannot_reach() {
+        use std::os::unix::fs::PermissionsExt as _;
+        if !rustix::process::geteuid().is_root() {
+            return; // chown to another user needs root
+        }
+        let base = std::env::temp_dir().join(format!("hn-walls-reach-{}", std::process::id()));
+        let foreign = base.join("foreign");
+        std::fs::create_dir_all(foreign.join("dir")).unwrap();
+        std::fs::write(foreign.join("sock"), b"").unwrap();
+        std::fs::create_dir_all(base.join("open/dir")).unwrap();
+        std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
+        std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let dirs = vec![foreign.join("dir"), base.join("open/dir")];
+        let files = vec![foreign.join("sock")];
+        let locked = strings(
+            &wall(dirs.clone(), files.clone(), true)
+                .grant_args(None)
+                .args,
+        );
+        let has = |args: &[String], p: &Path| args.iter().any(|a| a == &p.display().to_string());
+        assert!(!has(&locked, &foreign.join("dir")), "{locked:?}");
+        assert!(!has(&locked, &foreign.join("sock")), "{locked:?}");
+        assert!(has(&locked, &base.join("open/dir")), "{locked:?}");
+        // Unlocked, the wall is the daemon's own user, who made these: all of it is hidden.
+        let open = strings(&wall(dirs, files, false).grant_args(None).args);
+        assert!(has(&open, &foreign.join("dir")) && has(&open, &foreign.join("sock")));
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]

@@ -221,6 +221,16 @@ pub fn lock_state_dir(dir: &Path) -> Result<StateLock, Error> {
     Ok(StateLock { _file: file, path })
 }
 
+/// Whether `dir` is a directory of this process's own user: only then do handnode's runtime
+/// directories go beneath `$XDG_RUNTIME_DIR`. A grant's wall run as root has no
+/// capabilities, and cannot pass through another user's 0700 runtime dir to bind its own.
+pub fn is_own_runtime_dir(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    dir.is_absolute()
+        && std::fs::metadata(dir)
+            .is_ok_and(|m| m.is_dir() && m.uid() == rustix::process::geteuid().as_raw())
+}
+
 #[cfg(test)]
 mod lock_tests {
     use super::*;

@@ -186,14 +186,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The default `--browser-dir`: `$XDG_RUNTIME_DIR/handnode-browsers`, else
-/// `/tmp/handnode-browsers-<uid>`. Short on purpose: chromium puts a Unix socket under
-/// `TMPDIR`, and socket paths are limited to 107 bytes.
+/// The default `--browser-dir`: `$XDG_RUNTIME_DIR/handnode-browsers` when that directory
+/// is this user's own, else `/tmp/handnode-browsers-<uid>`. Short on purpose: chromium puts
+/// a Unix socket under `TMPDIR`, and socket paths are limited to 107 bytes.
 pub fn default_dir(env: &std::collections::HashMap<String, String>) -> PathBuf {
     match env
         .get("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
+        .filter(|p| crate::base::statedir::is_own_runtime_dir(p))
     {
         Some(run) => run.join("handnode-browsers"),
         None => PathBuf::from(format!(

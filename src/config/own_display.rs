@@ -47,7 +47,8 @@ pub struct OwnDisplaySettings {
     /// From SIGTERM to SIGKILL when stopping.
     pub stop_timeout: Duration,
     /// Parent of every grant's runtime directory; `None`: the default
-    /// (`$XDG_RUNTIME_DIR/handnode-displays`, else `/tmp/handnode-displays-<uid>`).
+    /// (`$XDG_RUNTIME_DIR/handnode-displays` when that directory is this user's own, else
+    /// `/tmp/handnode-displays-<uid>`).
     pub dir: Option<PathBuf>,
     /// `--own-display-isolation`: whether the grant's `bash` and jobs run inside their
     /// `bwrap` wall (`crate::walls::Bwrap::grant_args`); `None`: as `--isolation`.
@@ -101,7 +102,8 @@ impl OwnDisplaySettings {
         if let Some(d) = &self.dir {
             return d.clone();
         }
-        match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        let ours = |rt: &std::ffi::OsString| crate::base::statedir::is_own_runtime_dir(rt.as_ref());
+        match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty() && ours(v)) {
             Some(rt) => PathBuf::from(rt).join("handnode-displays"),
             None => PathBuf::from(format!(
                 "/tmp/handnode-displays-{}",
