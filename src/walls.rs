@@ -53,7 +53,7 @@ const SYS: &str = "/sys";
 /// be made; the command's own status otherwise. Every process here runs in the run's group,
 /// so `pasta` ends with the run at the latest; and the wrapper kills it (by the pid it
 /// wrote, `--pid`) when the wall exits, since `pasta` joined by a `/proc` path never notices
-/// the namespace go (a probe outside any run's group leaked one per daemon start).
+/// the namespace go (every own-display run left one behind).
 pub const NET_WRAPPER: &str = r#"pasta=$1 as=$2; shift 2
 d=$(mktemp -d) && mkfifo "$d/i" "$d/b" || exit 125
 "$@" 3>"$d/i" 4<"$d/b" <&0 &

@@ -26,35 +26,6 @@ fn send_bash(conn: &mut PodConn, id: &str, command: &str) {
                       "params": {"name": "bash", "arguments": {"command": command}}}));
 }
 
-/// `GET /approvals`: the list and its ETag.
-fn approvals(d: &TestDaemon, query: &str) -> (u16, Vec<Value>, String) {
-    let (status, headers, body) = d.raw("GET", &format!("/approvals{query}"), &[], None);
-    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let etag = headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("etag"))
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
-    let list = v["approvals"].as_array().cloned().unwrap_or_default();
-    (status, list, etag)
-}
-
-/// Wait, through the long-poll (no re-reading on a timer), until `n` approvals are pending.
-fn wait_pending(d: &TestDaemon, n: usize) -> Vec<Value> {
-    let deadline = Instant::now() + WATCHDOG;
-    let (_, mut list, mut etag) = approvals(d, "");
-    while list.len() != n {
-        assert!(
-            Instant::now() < deadline,
-            "watchdog: never {n} pending: {list:?}"
-        );
-        let (status, next, next_etag) = approvals(d, &format!("?wait=5&seen={etag}"));
-        assert_eq!(status, 200);
-        (list, etag) = (next, next_etag);
-    }
-    list
-}
-
 fn decide(d: &TestDaemon, id: &str, body: Value) -> (u16, Value) {
     d.call("POST", &format!("/approvals/{id}"), Some(&body))
 }

@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::time::Instant;
-
 use common::*;
 use serde_json::{json, Value};
 
@@ -19,32 +17,6 @@ fn calls(d: &TestDaemon) -> Vec<Value> {
 
 fn text_of(reply: &Value) -> &str {
     reply["result"]["content"][0]["text"].as_str().unwrap_or("")
-}
-
-/// `GET /approvals` (with `query`): the list and its ETag.
-fn approvals(d: &TestDaemon, query: &str) -> (Vec<Value>, String) {
-    let (status, headers, body) = d.raw("GET", &format!("/approvals{query}"), &[], None);
-    assert_eq!(status, 200);
-    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let etag = headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("etag"))
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
-    (v["approvals"].as_array().cloned().unwrap_or_default(), etag)
-}
-
-/// Wait, through the long-poll (no re-reading on a timer), until `n` approvals are pending.
-fn wait_pending(d: &TestDaemon, n: usize) {
-    let deadline = Instant::now() + WATCHDOG;
-    let (mut list, mut etag) = approvals(d, "");
-    while list.len() != n {
-        assert!(
-            Instant::now() < deadline,
-            "watchdog: never {n} pending: {list:?}"
-        );
-        (list, etag) = approvals(d, &format!("?wait=5&seen={etag}"));
-    }
 }
 
 fn row<'a>(rows: &'a [Value], tool: &str) -> &'a Value {
@@ -104,29 +76,23 @@ fn a_running_bash_a_held_call_and_a_job_are_listed_and_each_is_stopped() {
         assert!(r["id"].is_string(), "{r}");
     }
 
+    // `DELETE /calls/{row's id}`, and the agent's reply to request `asked` says who stopped it.
+    let mut stop = |row: &Value, asked: &str| {
+        let (status, v) = d.call(
+            "DELETE",
+            &format!("/calls/{}", row["id"].as_str().unwrap()),
+            None,
+        );
+        assert_eq!(status, 204, "{v}");
+        let reply = conn.recv();
+        assert_eq!(reply["id"], asked, "{reply}");
+        assert_eq!(reply["result"]["isError"], true, "{reply}");
+        assert_eq!(text_of(&reply), STOPPED, "{reply}");
+    };
     // The running bash: killed, and the agent is told by whom.
-    let (status, v) = d.call(
-        "DELETE",
-        &format!("/calls/{}", bash["id"].as_str().unwrap()),
-        None,
-    );
-    assert_eq!(status, 204, "{v}");
-    let reply = conn.recv();
-    assert_eq!(reply["id"], "b1", "{reply}");
-    assert_eq!(reply["result"]["isError"], true, "{reply}");
-    assert_eq!(text_of(&reply), STOPPED, "{reply}");
-
+    stop(bash, "b1");
     // The held call: denied as the lender's decision, never run.
-    let (status, v) = d.call(
-        "DELETE",
-        &format!("/calls/{}", key["id"].as_str().unwrap()),
-        None,
-    );
-    assert_eq!(status, 204, "{v}");
-    let reply = conn.recv();
-    assert_eq!(reply["id"], "k1", "{reply}");
-    assert_eq!(reply["result"]["isError"], true, "{reply}");
-    assert_eq!(text_of(&reply), STOPPED, "{reply}");
+    stop(key, "k1");
     let (_, approvals) = d.call("GET", "/approvals", None);
     assert_eq!(approvals["approvals"], json!([]), "{approvals}");
 

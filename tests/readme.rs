@@ -129,7 +129,7 @@ const LEDGER: &[(&str, RunBy)] = &[
     ("handnode approvals --watch", RunBy::File("tests/first_run.rs", "[\"approvals\", \"--watch\"]")),
     ("handnode approve <id>", RunBy::File("tests/first_run.rs", "--approve shell --secret-file ~/attach-secret")),
     ("handnode deny <id> --reason", RunBy::File("tests/first_run.rs", "--approve shell --secret-file ~/attach-secret")),
-    ("curl -s -D - -H \"Authorization: Bearer $TOKEN\" 'https://box.tailnet.ts.net/approvals?wait=60", RunBy::File("tests/approvals.rs", "?wait=5&seen={etag}")),
+    ("curl -s -D - -H \"Authorization: Bearer $TOKEN\" 'https://box.tailnet.ts.net/approvals?wait=60", RunBy::File("tests/common/mod.rs", "?wait=5&seen={etag}")),
     ("curl -s -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{\"decision\"", RunBy::File("tests/approvals.rs", "\"decision\"")),
     ("[e", RunBy::File("tests/a11y.rs", "push button \\\"Yes\\\"")),
     ("tail -f ~/.local/state/handnode/audit.jsonl", RunBy::NotHere("follows the log forever; the records it selects are asserted in tests/attach.rs and src/audit.rs")),

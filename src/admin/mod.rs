@@ -1020,7 +1020,6 @@ fn approvals_get(state: &Arc<AdminState>, request: Request) {
     }
 }
 
-/// `POST /approvals/{id}`: allow or deny a held call.
 /// `GET /calls` (§22): every call in flight, then every running job, oldest first within each.
 fn calls_now(state: &AdminState) -> Vec<Value> {
     let mut rows: Vec<Value> = state
@@ -1112,13 +1111,18 @@ fn stop_call(state: &AdminState, id: &str, principal: &str) -> bool {
     let Some(job) = jobs.find_any(id) else {
         return false;
     };
-    let stopped = jobs.stop_for_lender(&job, "stopped_by_lender");
+    let stopped = jobs.stop_because(
+        &job,
+        crate::tools::jobs::table::Stop::Kill,
+        "stopped_by_lender",
+    );
     if stopped {
         log::info!("job {id}: stopped by {principal}");
     }
     stopped
 }
 
+/// `POST /approvals/{id}`: allow or deny a held call.
 fn approvals_post(state: &Arc<AdminState>, mut request: Request, id: &str, principal: &str) {
     let body = match read_body(&mut request, state.limits.max_body_bytes) {
         Ok(b) => b,

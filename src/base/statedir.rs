@@ -3,7 +3,7 @@
 //! other state file go through here, so one check guards them all.
 
 use std::fs::{self, File, OpenOptions};
-use std::io;
+use std::io::{self, Write as _};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -12,6 +12,10 @@ use crate::base::error::Error;
 /// Mode of the state dir: only the daemon's user may list or enter it (it holds attach
 /// secrets and the audit).
 pub const DIR_MODE: u32 = 0o700;
+
+/// Mode of a state file written whole (`grants.json`, `halt.json`, and their temp files):
+/// only the daemon's user may read it.
+pub const FILE_MODE: u32 = 0o600;
 
 /// Open a file in the state dir without following a symbolic link at its name (`O_NOFOLLOW`;
 /// `O_NONBLOCK` so a FIFO planted there cannot hang the open), and only if it is a regular
@@ -229,6 +233,29 @@ pub fn is_own_runtime_dir(dir: &std::path::Path) -> bool {
     dir.is_absolute()
         && std::fs::metadata(dir)
             .is_ok_and(|m| m.is_dir() && m.uid() == rustix::process::geteuid().as_raw())
+}
+
+pub(crate) fn write_durably(path: &Path, body: &[u8]) -> Result<(), Error> {
+    let ctx = |what: &str| format!("cannot {what} {}", path.display());
+    // `create_new` (O_EXCL) already fails on any existing name, a link included.
+    let mut file = open_state_file(
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(FILE_MODE),
+        path,
+    )
+    .map_err(|e| Error::io(ctx("create"), e))?;
+    file.write_all(body)
+        .map_err(|e| Error::io(ctx("write"), e))?;
+    file.sync_all().map_err(|e| Error::io(ctx("fsync"), e))
+}
+
+/// Make a rename or create in `dir` durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), Error> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(format!("cannot fsync dir {}", dir.display()), e))
 }
 
 #[cfg(test)]

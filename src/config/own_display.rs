@@ -103,7 +103,7 @@ impl OwnDisplaySettings {
             return d.clone();
         }
         let ours = |rt: &std::ffi::OsString| crate::base::statedir::is_own_runtime_dir(rt.as_ref());
-        match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty() && ours(v)) {
+        match std::env::var_os("XDG_RUNTIME_DIR").filter(ours) {
             Some(rt) => PathBuf::from(rt).join("handnode-displays"),
             None => PathBuf::from(format!(
                 "/tmp/handnode-displays-{}",

@@ -3,12 +3,14 @@
 //! restart until `POST /resume`. What a halt does to grants, calls and processes is the
 //! registry's (`Registry::halt`) and each grant thread's; this is only the latch.
 
-use std::io::Write as _;
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use serde_json::{json, Value};
+
+use crate::base::error::Error;
 
 /// The file under the state dir that holds a halt.
 pub const FILE_NAME: &str = "halt.json";
@@ -47,10 +49,17 @@ impl Halt {
     }
 
     /// The latch kept in `state_dir`, halted if the last run left it so. A file that
-    /// cannot be read or parsed keeps the daemon halted (it fails closed) and says why.
+    /// cannot be read or parsed (a link, too: state files are never followed) keeps the
+    /// daemon halted (it fails closed) and says why.
     pub fn load(state_dir: &Path) -> Halt {
         let path = state_dir.join(FILE_NAME);
-        let halted = match std::fs::read(&path) {
+        let read =
+            crate::base::statedir::open_state_file(std::fs::OpenOptions::new().read(true), &path)
+                .and_then(|mut f| {
+                    let mut bytes = Vec::new();
+                    f.read_to_end(&mut bytes).map(|_| bytes)
+                });
+        let halted = match read {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => Some(unreadable(&path, &e.to_string())),
             Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
@@ -92,7 +101,7 @@ impl Halt {
     /// Halt, kept on disk first: a halt that could not be made durable is refused (the
     /// lender must know a restart would undo it). `Ok(false)`: it was halted already (the
     /// first halt's reason stays).
-    pub fn halt(&self, reason: Option<String>, by: &str) -> std::io::Result<bool> {
+    pub fn halt(&self, reason: Option<String>, by: &str) -> Result<bool, Error> {
         let mut halted = self.lock();
         if halted.is_some() {
             return Ok(false);
@@ -103,7 +112,7 @@ impl Halt {
             at: crate::base::timefmt::now_unix(),
         };
         if let Some(path) = &self.path {
-            write_private(path, &view(Some(&h)).to_string())?;
+            write_durably(path, &view(Some(&h)).to_string())?;
         }
         *halted = Some(h);
         self.on.store(true, Ordering::SeqCst);
@@ -112,15 +121,20 @@ impl Halt {
 
     /// Resume: the file goes first, so a crash in between leaves the daemon halted.
     /// `Ok(false)`: it was not halted.
-    pub fn resume(&self) -> std::io::Result<bool> {
+    pub fn resume(&self) -> Result<bool, Error> {
         let mut halted = self.lock();
         if halted.is_none() {
             return Ok(false);
         }
         if let Some(path) = &self.path {
             match std::fs::remove_file(path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(Error::io(format!("cannot remove {}", path.display()), e))
+                }
                 _ => {}
+            }
+            if let Some(dir) = path.parent() {
+                crate::base::statedir::sync_dir(dir)?;
             }
         }
         *halted = None;
@@ -174,19 +188,19 @@ fn unreadable(path: &Path, why: &str) -> Halted {
     }
 }
 
-/// Write `text` to `path` through a temporary file and a rename, 0600.
-fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt as _;
+/// Write `text` to `path` as `grants.json` is: a 0600 temporary file created anew (never
+/// through a link), fsynced, renamed over `path`, and the dir fsynced.
+fn write_durably(path: &Path, text: &str) -> Result<(), Error> {
     let tmp = path.with_extension("json.tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
+    // A temporary file a crash left behind: `write_durably` creates its file anew.
+    let _ = std::fs::remove_file(&tmp);
+    crate::base::statedir::write_durably(&tmp, text.as_bytes())?;
     std::fs::rename(&tmp, path)
+        .map_err(|e| Error::io(format!("cannot rename {} into place", tmp.display()), e))?;
+    match path.parent() {
+        Some(dir) => crate::base::statedir::sync_dir(dir),
+        None => Ok(()),
+    }
 }
 
 /// Parse `POST /halt`'s body: empty, or an object with an optional `reason` string of at
@@ -247,6 +261,17 @@ mod tests {
         assert!(h.answer().starts_with(HALTED_BY_LENDER), "{}", h.answer());
         assert!(h.resume().unwrap());
         assert!(!Halt::load(&dir.0).is_halted());
+    }
+
+    #[test]
+    fn a_halt_file_that_is_a_link_is_not_followed_and_keeps_the_daemon_halted() {
+        let dir = TempDir::new("halt-link");
+        let elsewhere = dir.0.join("elsewhere.json");
+        std::fs::write(&elsewhere, br#"{"reason":"planted"}"#).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, dir.0.join(FILE_NAME)).unwrap();
+        let h = Halt::load(&dir.0);
+        assert!(h.is_halted());
+        assert_ne!(h.to_json()["reason"], "planted", "{}", h.to_json());
     }
 
     #[test]

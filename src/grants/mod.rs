@@ -1152,23 +1152,13 @@ impl Registry {
     /// its calls with the halt's text and closes 1000 `halted`), and kill every process of
     /// every grant and of the owner's `/mcp`: jobs, apps, throwaway browsers and whatever
     /// else is in a grant's groups. `Ok(false)`: already halted (nothing more is done).
-    pub fn halt(&self, reason: Option<String>, by: &str) -> std::io::Result<bool> {
+    pub fn halt(&self, reason: Option<String>, by: &str) -> Result<bool, Error> {
         let halt = &self.services.halt;
         if !halt.halt(reason, by)? {
             return Ok(false);
         }
         let answer = halt.answer();
-        let live: Vec<(String, Profile)> = {
-            let inner = self.lock();
-            let mut live = Vec::new();
-            for entry in inner.entries.iter().filter(|e| e.is_live()) {
-                if let Some(handle) = &entry.handle {
-                    handle.send(Command::HaltChanged);
-                }
-                live.push((entry.id.clone(), entry.profile()));
-            }
-            live
-        };
+        let live = self.halt_changed();
         // The owner's own calls stop too; a grant's are answered by its thread.
         for call in self.services.running.list() {
             if call.grant.is_none() {
@@ -1177,7 +1167,7 @@ impl Registry {
         }
         let jobs = self.jobs();
         for job in jobs.running() {
-            jobs.stop_for_lender(&job, "halted");
+            jobs.stop_because(&job, crate::tools::jobs::table::Stop::Kill, "halted");
         }
         for (id, profile) in &live {
             self.services.host.apps.end_scope(id);
@@ -1197,18 +1187,26 @@ impl Registry {
 
     /// Resume after a halt: clear the latch (on disk first) and wake every grant thread,
     /// which dials again. `Ok(false)`: it was not halted.
-    pub fn resume_after_halt(&self, by: &str) -> std::io::Result<bool> {
+    pub fn resume_after_halt(&self, by: &str) -> Result<bool, Error> {
         if !self.services.halt.resume()? {
             return Ok(false);
         }
+        self.halt_changed();
+        log::warn!("resumed by {by}: live grants dial again");
+        Ok(true)
+    }
+
+    /// Wake every live grant's thread to look at the halt switch; returns who they are.
+    fn halt_changed(&self) -> Vec<(String, Profile)> {
         let inner = self.lock();
-        for entry in inner.entries.iter().filter(|e| e.is_live()) {
+        let live = inner.entries.iter().filter(|e| e.is_live());
+        live.map(|entry| {
             if let Some(handle) = &entry.handle {
                 handle.send(Command::HaltChanged);
             }
-        }
-        log::warn!("resumed by {by}: live grants dial again");
-        Ok(true)
+            (entry.id.clone(), entry.profile())
+        })
+        .collect()
     }
 
     /// Ids of the live grants.

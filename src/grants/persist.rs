@@ -6,9 +6,9 @@
 //! attach secret is ever written, its mode is enforced on every load, and nothing read
 //! from it (other than a well-formed grant id) ever reaches a log line.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -18,8 +18,8 @@ use serde_json::{Map, Value};
 
 use crate::base::error::Error;
 use crate::base::secret::Secret;
-pub use crate::base::statedir::{ensure_state_dir, DIR_MODE};
-use crate::base::statedir::{is_refused, open_state_file};
+pub use crate::base::statedir::{ensure_state_dir, DIR_MODE, FILE_MODE};
+use crate::base::statedir::{is_refused, open_state_file, sync_dir, write_durably};
 use crate::grants::approvals::{fits_policy, Approve};
 use crate::profiles::{profile_names, Profile, MAX_LIST_NAMES, MAX_TOOL_NAME_BYTES};
 use crate::tools::policy::ToolPolicy;
@@ -28,8 +28,6 @@ use crate::tools::policy::ToolPolicy;
 pub const FILE_NAME: &str = "grants.json";
 /// The only file format version this build reads and writes.
 pub const FORMAT_VERSION: u64 = 1;
-/// Mode of `grants.json` (and its temp file): it holds attach secrets.
-pub const FILE_MODE: u32 = 0o600;
 /// Latest `expires_at` a stored grant may have (Unix seconds, 9999-12-31T23:59:59Z); later
 /// values are corrupt, and too large for a `SystemTime` past `i64::MAX`.
 pub const MAX_EXPIRES_AT: u64 = 253_402_300_799;
@@ -526,29 +524,6 @@ fn remove_stale_temps(dir: &Path) {
             }
         }
     }
-}
-
-fn write_durably(path: &Path, body: &[u8]) -> Result<(), Error> {
-    let ctx = |what: &str| format!("cannot {what} {}", path.display());
-    // `create_new` (O_EXCL) already fails on any existing name, a link included.
-    let mut file = open_state_file(
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(FILE_MODE),
-        path,
-    )
-    .map_err(|e| Error::io(ctx("create"), e))?;
-    file.write_all(body)
-        .map_err(|e| Error::io(ctx("write"), e))?;
-    file.sync_all().map_err(|e| Error::io(ctx("fsync"), e))
-}
-
-/// Make a rename or create in `dir` durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), Error> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(format!("cannot fsync dir {}", dir.display()), e))
 }
 
 #[cfg(test)]

@@ -647,20 +647,6 @@ impl JobTable {
         self.lock().jobs.iter().find(|j| j.id == id).cloned()
     }
 
-    /// The lender stops a running job (§22): killed now, its end reported with `reason`.
-    /// `false` if it had already ended.
-    pub fn stop_for_lender(&self, job: &Arc<Job>, reason: &'static str) -> bool {
-        if !job.is_running() {
-            return false;
-        }
-        job.stop_reason
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert(reason);
-        job.ctl.cancel();
-        true
-    }
-
     /// Running jobs of `scope` (the grant JSON's `jobs`).
     pub fn running_in(&self, scope: &str) -> usize {
         self.lock()
@@ -677,13 +663,20 @@ impl JobTable {
 
     /// `bash_cancel`: stop a running job. `false` if it had already ended.
     pub fn stop(&self, job: &Arc<Job>, how: Stop) -> bool {
+        self.stop_because(job, how, "cancelled")
+    }
+
+    /// Stop a running job, its end reported as `killed` with `reason` (the first one given
+    /// wins): `bash_cancel`'s `cancelled`, the lender's `stopped_by_lender` or `halted`
+    /// (§22). `false` if it had already ended.
+    pub fn stop_because(&self, job: &Arc<Job>, how: Stop, reason: &'static str) -> bool {
         if !job.is_running() {
             return false;
         }
         job.stop_reason
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert("cancelled");
+            .get_or_insert(reason);
         match how {
             Stop::Kill => job.ctl.cancel(),
             Stop::Term => {
