@@ -11,6 +11,7 @@ pub mod cgroup;
 pub mod config;
 pub mod containment;
 pub mod grants;
+pub mod journal;
 pub mod metrics;
 pub mod ops;
 pub mod pool;
@@ -225,6 +226,13 @@ impl Daemon {
             browsers: browsers.clone(),
             running: grants::running::Running::new(),
             halt: Arc::new(grants::halt::Halt::load(&config.state_dir)),
+            journal: journal::Journal::start(journal::Settings {
+                dir: config.persist.then(|| config.state_dir.join("journal")),
+                max_bytes: config.limits.journal_bytes,
+                keep: config.timing.journal_keep,
+                sweep_every: config.timing.journal_sweep,
+            })
+            .map_err(|e| Error::io("cannot start the journal thread", e))?,
         });
         let notifier = if config.notify {
             grants::notify::Notifier::for_display(
@@ -262,6 +270,11 @@ impl Daemon {
                 notify: config.notify,
             },
         );
+        // A live grant's journal is never swept, however old its last record.
+        let weak = Arc::downgrade(&registry);
+        services.journal.set_live_check(Arc::new(move |id| {
+            weak.upgrade().is_some_and(|r| r.get(id).is_some())
+        }));
         let state = Arc::new(admin::AdminState::new(
             policy,
             Arc::clone(&registry),

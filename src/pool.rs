@@ -25,6 +25,8 @@ pub struct JobCtl {
     /// Why the person who lent the box stopped the call (§22): its reply says this instead
     /// of whatever the killed tool produced.
     stopped: Mutex<Option<String>>,
+    /// How a held call was decided (who, when, what), for the journal (§22).
+    approval: Mutex<Option<serde_json::Value>>,
 }
 
 /// Told once when a call is cancelled: for a wait that no process group stands for.
@@ -70,6 +72,20 @@ impl JobCtl {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get_or_insert(reason);
+    }
+
+    /// Note how the call's approval was decided (the approvals hub, before it starts or
+    /// refuses the call), for the journal.
+    pub fn note_approval(&self, decision: serde_json::Value) {
+        *self.approval.lock().unwrap_or_else(|e| e.into_inner()) = Some(decision);
+    }
+
+    /// How the call's approval was decided, if it was held for one.
+    pub fn approval(&self) -> Option<serde_json::Value> {
+        self.approval
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Why the lender stopped the call, if they did.

@@ -502,6 +502,29 @@ pub fn browser_url_fields(tool: &str) -> &'static [&'static str] {
         .map_or(&[], |(_, fields)| fields)
 }
 
+/// The browser tools that navigate, click or type: the journal keeps a thumbnail of the
+/// page after each (§22). Every name is one of [`BROWSER_TOOL_CLASSES`] (a unit test).
+pub const BROWSER_SCREEN_TOOLS: &[&str] = &[
+    "browser_click",
+    "browser_drag",
+    "browser_drop",
+    "browser_fill_form",
+    "browser_handle_dialog",
+    "browser_hover",
+    "browser_mouse_click_xy",
+    "browser_mouse_down",
+    "browser_mouse_drag_xy",
+    "browser_mouse_move_xy",
+    "browser_mouse_up",
+    "browser_mouse_wheel",
+    "browser_navigate",
+    "browser_navigate_back",
+    "browser_press_key",
+    "browser_select_option",
+    "browser_tabs",
+    "browser_type",
+];
+
 /// The class of a browser tool, from [`BROWSER_TOOL_CLASSES`].
 pub fn browser_class_of(tool: &str) -> Option<Class> {
     BROWSER_TOOL_CLASSES
@@ -567,6 +590,12 @@ impl Annotations {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn screen_changing_browser_tools_are_browser_tools() {
+        for name in super::BROWSER_SCREEN_TOOLS {
+            assert!(super::browser_class_of(name).is_some(), "{name}");
+        }
+    }
     use super::*;
 
     #[test]

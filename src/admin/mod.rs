@@ -5,6 +5,7 @@
 
 pub mod activity;
 pub mod console;
+pub mod journal;
 pub mod lanes;
 mod own_screen;
 
@@ -65,6 +66,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/attach/{id}"),
     ("DELETE", "/attach/{id}"),
     ("GET", "/attach/{id}/screen"),
+    ("GET", "/attach/{id}/journal"),
+    ("GET", "/attach/{id}/journal.html"),
+    ("GET", "/journals"),
     ("GET", "/calls"),
     ("DELETE", "/calls/{id}"),
     ("GET", "/halt"),
@@ -811,6 +815,9 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
             }
         }
         ("GET", "/attach/{id}/screen") => own_screen::get(state, request, id, principal),
+        ("GET", "/attach/{id}/journal") => journal::lines(state, request, id),
+        ("GET", "/attach/{id}/journal.html") => journal::page(state, request, id),
+        ("GET", "/journals") => journal::list(state, request),
         ("GET", "/halt") => respond(request, json_response(200, &state.services.halt.to_json())),
         ("POST", "/halt") => {
             let body = match read_body(&mut request, state.limits.max_body_bytes) {
@@ -1348,10 +1355,6 @@ fn mcp_call(
     let done = Completion::new(move |out| {
         let _ = tx.send(out);
     });
-    let done = state
-        .services
-        .running
-        .track(None, &name, &arguments, &ctl, done);
     let audit_args = state.audit_args.then(|| arguments.clone());
     let cx = CallContext {
         policy: ToolPolicy::owner(),
@@ -1364,6 +1367,9 @@ fn mcp_call(
         host: Arc::clone(&state.services.host),
         principal: principal.clone(),
     };
+    let done = state
+        .services
+        .track(None, &route, &name, &arguments, &cx, done);
     let started = Instant::now();
     state
         .services

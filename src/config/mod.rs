@@ -114,6 +114,10 @@ pub struct Timing {
     /// How long a call held for approval waits for a decision (§10); at most
     /// [`MAX_APPROVAL_TIMEOUT`] under a grant.
     pub approval_timeout: Duration,
+    /// `--journal-days`: how long a journal is kept after its last record (§22).
+    pub journal_keep: Duration,
+    /// How often the journal writer looks for journals past `journal_keep`.
+    pub journal_sweep: Duration,
 }
 
 /// Longest a call under a grant may wait for approval: the pod gives up on a call at 120 s.
@@ -149,6 +153,8 @@ impl Default for Timing {
             browser_idle: Duration::from_secs(600),
             browser_start_timeout: Duration::from_secs(30),
             approval_timeout: Duration::from_secs(60),
+            journal_keep: Duration::from_secs(crate::journal::DEFAULT_KEEP_DAYS * 86_400),
+            journal_sweep: Duration::from_secs(3600),
         }
     }
 }
@@ -173,6 +179,8 @@ pub struct Limits {
     pub write_buffer_bytes: usize,
     /// Tool calls queued for the worker pool before callers are told it is busy.
     pub job_queue: usize,
+    /// `--journal-bytes`: what one journal may hold on disk, thumbnails first to go.
+    pub journal_bytes: u64,
     /// `Mcp-Session-Id` sessions kept (least recently used evicted).
     pub mcp_sessions: usize,
     /// Audit file size that triggers rotation (bytes).
@@ -247,6 +255,7 @@ impl Default for Limits {
             max_in_flight: 64,
             write_buffer_bytes: 4 << 20,
             job_queue: 256,
+            journal_bytes: crate::journal::DEFAULT_MAX_BYTES,
             mcp_sessions: 256,
             audit_rotate_bytes: 10 << 20,
             audit_keep: 5,

@@ -574,6 +574,30 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         },
     },
     Flag {
+        name: "journal-bytes",
+        env: true,
+        default: "67108864",
+        help: "What one grant's journal (and one day of the owner's /mcp) may hold on disk: past it the oldest thumbnails go first, then the oldest records (a line says how many).",
+        kind: Kind::Int {
+            metavar: "BYTES",
+            min: 65_536,
+            max: 1 << 40,
+            set: |d, v| d.config.limits.journal_bytes = v,
+        },
+    },
+    Flag {
+        name: "journal-days",
+        env: true,
+        default: "14",
+        help: "How long a journal is kept after its last record (an ended grant's, an old day of /mcp).",
+        kind: Kind::Int {
+            metavar: "DAYS",
+            min: 1,
+            max: 3650,
+            set: |d, v| d.config.timing.journal_keep = Duration::from_secs(v * 86_400),
+        },
+    },
+    Flag {
         name: "approval-timeout-ms",
         env: true,
         default: "60000",

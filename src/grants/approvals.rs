@@ -428,6 +428,40 @@ struct State {
     /// Waiters taken off `waiters` whose answer is still being written.
     replying: usize,
     stopped: bool,
+    /// The latest decisions, newest last, for the console's Approvals tab (§22).
+    recent: std::collections::VecDeque<Value>,
+    /// Decisions made so far: part of the list's `ETag`, so a long-poll sees a new one.
+    decided: u64,
+}
+
+/// Decisions `GET /approvals` keeps under `recent`.
+pub const RECENT_DECISIONS: usize = 20;
+/// Bytes of a recent decision's arguments kept (shown on one line, revealed).
+const RECENT_ARGS_BYTES: usize = 200;
+
+impl State {
+    /// Remember how `p` ended (`word`: allow, deny, expired, withdrawn) and note it on
+    /// the call itself, for its journal record.
+    fn note_decision(&mut self, p: &Pending, word: &str, by: &str, reason: Option<&str>) {
+        let at = rfc3339(unix_now());
+        let mut note = json!({"decision": word, "by": by, "at": at, "approval_id": p.id});
+        if let Some(reason) = reason {
+            note["reason"] = json!(reason);
+        }
+        p.held.ctl.note_approval(note.clone());
+        note["grant_id"] = json!(p.held.grant_id);
+        note["session"] = json!(p.held.session);
+        note["tool"] = json!(p.held.tool);
+        note["arguments"] = json!(crate::base::reveal::one_line(
+            &p.held.arguments,
+            RECENT_ARGS_BYTES
+        ));
+        if self.recent.len() == RECENT_DECISIONS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(note);
+        self.decided += 1;
+    }
 }
 
 /// Settings of the approvals hub.
@@ -731,6 +765,8 @@ impl Approvals {
             let mut st = self.lock();
             let i = st.pending.iter().position(|p| p.id == id)?;
             let p = st.pending.remove(i);
+            let word = if decision.allow { "allow" } else { "deny" };
+            st.note_decision(&p, word, by, decision.reason.as_deref());
             self.metrics.set_approvals_pending(st.pending.len());
             (p, !st.waiters.is_empty())
         };
@@ -848,6 +884,12 @@ impl Approvals {
         if taken.is_empty() {
             return;
         }
+        {
+            let mut st = self.lock();
+            for p in &taken {
+                st.note_decision(p, "withdrawn", "handnode", Some(why));
+            }
+        }
         self.wake();
         for p in taken {
             if let Some(ask) = &p.ask {
@@ -926,6 +968,9 @@ impl Approvals {
                 .into_iter()
                 .partition(|p| p.deadline <= now);
             st.pending = keep;
+            for p in &expired {
+                st.note_decision(p, "expired", "nobody", None);
+            }
             self.metrics.set_approvals_pending(st.pending.len());
             let asks: Vec<(String, String, String, Duration)> = st
                 .pending
@@ -1059,6 +1104,7 @@ fn list_of(st: &State) -> (Value, String) {
     for p in &st.pending {
         p.id.hash(&mut hasher);
     }
+    st.decided.hash(&mut hasher);
     let etag = format!("\"{:016x}\"", hasher.finish());
     let mut budget = LIST_ARGS_BUDGET;
     let list: Vec<Value> = st
@@ -1082,7 +1128,8 @@ fn list_of(st: &State) -> (Value, String) {
             Value::Object(view)
         })
         .collect();
-    (json!({ "approvals": list }), etag)
+    let recent: Vec<&Value> = st.recent.iter().rev().collect();
+    (json!({ "approvals": list, "recent": recent }), etag)
 }
 
 /// What a grant's thread needs to hold calls: the hub and this grant's gate.

@@ -26,9 +26,83 @@ pub struct Services {
     pub running: Arc<crate::grants::running::Running>,
     /// The lender's halt (§22): while on, no grant dials and every call is refused.
     pub halt: Arc<crate::grants::halt::Halt>,
+    /// What the agent did, per grant and per day of the owner's `/mcp` (§22).
+    pub journal: Arc<crate::journal::Journal>,
 }
 
 impl Services {
+    /// Track a call from the moment its transport has it: listed in [`Self::running`] until
+    /// its output is delivered (so the lender can stop it), and journalled when it is (with
+    /// a thumbnail of the screen after a call that changes one). Both transports call this
+    /// before they start or hold the call; the completion it returns goes to the call.
+    pub fn track(
+        self: &Arc<Self>,
+        grant: Option<&str>,
+        route: &Route,
+        name: &str,
+        arguments: &Value,
+        cx: &CallContext,
+        done: Completion,
+    ) -> Completion {
+        let capture = self.screen_capture(route, name, arguments, cx);
+        let done = self
+            .journal
+            .track(grant, name, arguments, &cx.ctl, capture, done);
+        self.running.track(grant, name, arguments, &cx.ctl, done)
+    }
+
+    /// How to take the journal's thumbnail after `name`, if it changes a screen: the
+    /// call's display for a local tool, the page for a browser tool.
+    fn screen_capture(
+        self: &Arc<Self>,
+        route: &Route,
+        name: &str,
+        arguments: &Value,
+        cx: &CallContext,
+    ) -> Option<crate::journal::Capture> {
+        use crate::journal::{Thumb, THUMBNAIL_EDGE};
+        let mut cx = cx.clone();
+        // Its own handle: the lender stopping the call must not stop its thumbnail.
+        cx.ctl = JobCtl::new();
+        match route {
+            Route::Local => {
+                if !tools::find(name)?.changes_screen {
+                    return None;
+                }
+                let display = arguments
+                    .get("display")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0) as usize;
+                Some(Box::new(move |deliver| {
+                    tools::display::thumbnail(cx, display, THUMBNAIL_EDGE, move |made| {
+                        deliver(made.map(|(jpeg, width, height)| Thumb {
+                            jpeg,
+                            width,
+                            height,
+                        }))
+                    })
+                }))
+            }
+            Route::Browser | Route::Upstream(_) => {
+                if !crate::profiles::BROWSER_SCREEN_TOOLS.contains(&name) {
+                    return None;
+                }
+                let services = Arc::clone(self);
+                let route = route.clone();
+                Some(Box::new(move |deliver| {
+                    let done = Completion::new(move |output| deliver(page_thumbnail(&output)));
+                    services.start(
+                        route,
+                        "browser_take_screenshot".into(),
+                        serde_json::json!({"type": "png"}),
+                        cx,
+                        done,
+                    );
+                }))
+            }
+        }
+    }
+
     /// Start a call on its route. Never blocks: a local tool that can answer from caches
     /// answers here (`tools::answer_inline`), other local tools go to the pool (a full
     /// queue answers `done` with "busy"), upstream calls to the upstream's own thread,
@@ -95,6 +169,31 @@ impl Services {
             },
         }
     }
+}
+
+/// The journal's thumbnail from a browser's screenshot: its PNG, scaled to fit.
+fn page_thumbnail(output: &ToolOutput) -> Result<crate::journal::Thumb, String> {
+    use base64::Engine as _;
+    let ToolOutput::Result(v) = output else {
+        return Err("the browser took no screenshot".into());
+    };
+    let data = v["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|b| b["type"] == "image" && b["mimeType"] == "image/png")
+        .and_then(|b| b["data"].as_str())
+        .ok_or("the browser's screenshot came without an image")?;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .map_err(|e| format!("the browser's screenshot is not base64: {e}"))?;
+    let (jpeg, width, height) =
+        tools::display::jpeg_thumbnail(&png, crate::journal::THUMBNAIL_EDGE)?;
+    Ok(crate::journal::Thumb {
+        jpeg,
+        width,
+        height,
+    })
 }
 
 /// Contract §14: under every grant but `owner`, a browser tool (the per-grant browser's

@@ -1110,13 +1110,6 @@ impl GrantThread {
                         });
                         wake.wake();
                     });
-                    let done = self.services.running.track(
-                        Some(&self.spec.id),
-                        &name,
-                        &arguments,
-                        &ctl,
-                        done,
-                    );
                     let cx = CallContext {
                         policy: Arc::clone(&self.spec.policy),
                         grant: Some(note.clone()),
@@ -1128,6 +1121,14 @@ impl GrantThread {
                         host: Arc::clone(&self.services.host),
                         principal: self.spec.principal.clone(),
                     };
+                    let done = self.services.track(
+                        Some(&self.spec.id),
+                        &route,
+                        &name,
+                        &arguments,
+                        &cx,
+                        done,
+                    );
                     let asker = crate::grants::approvals::Asker {
                         grant_id: &self.spec.id,
                         principal: &self.spec.principal,

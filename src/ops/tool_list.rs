@@ -190,6 +190,7 @@ mod tests {
             inline: None,
             needs: crate::tools::Needs::Nothing,
             reach: crate::tools::Reach::Nothing,
+            changes_screen: false,
             profiles: &[Profile::Desktop],
         };
         crate::tools::with_scratch_tools(&[&SCRATCH], || {

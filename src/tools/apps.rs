@@ -93,6 +93,7 @@ otherwise the installed apps a menu would show (at most 500).",
     inline: None,
     needs: Needs::Nothing,
     reach: Reach::Nothing,
+    changes_screen: false,
     profiles: PROFILES,
 };
 
@@ -110,6 +111,7 @@ see its window.",
     inline: None,
     needs: Needs::Screen,
     reach: Reach::Processes,
+    changes_screen: true,
     profiles: PROFILES,
 };
 

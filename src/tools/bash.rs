@@ -71,6 +71,7 @@ which user it runs as.",
     inline: None,
     needs: Needs::Bash,
     reach: Reach::Processes,
+    changes_screen: false,
     profiles: &[Profile::Owner, Profile::Desktop],
 };
 

@@ -107,6 +107,9 @@ pub struct Tool {
     /// What of the box it reaches on the agent's behalf (§21): what the wall's attack tests
     /// (`tests/walls.rs`) try through it.
     pub reach: Reach,
+    /// Whether a call can change what a screen shows (pointer, keys, an app started or
+    /// driven): the journal keeps a thumbnail of the screen after it (§22).
+    pub changes_screen: bool,
     /// The profiles that allow it. Profiles are allow-lists: a profile not named here
     /// does not see the tool, and a call to it is answered as for an unknown tool.
     pub profiles: &'static [Profile],
@@ -762,6 +765,7 @@ mod tests {
         inline: None,
         needs: Needs::Nothing,
         reach: Reach::Nothing,
+        changes_screen: false,
         profiles: &[Profile::Owner, Profile::Observe],
     };
 

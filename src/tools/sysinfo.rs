@@ -34,6 +34,7 @@ longest a call may run. Read-only; takes no arguments.",
     inline: Some(from_cache),
     needs: Needs::Nothing,
     reach: crate::tools::Reach::Nothing,
+    changes_screen: false,
     profiles: &[
         Profile::Owner,
         Profile::Desktop,

@@ -45,6 +45,7 @@ pub static SNAPSHOT: Tool = Tool {
     inline: None,
     needs: Needs::Display(Gui::A11ySnapshot),
     reach: crate::tools::Reach::Nothing,
+    changes_screen: false,
     profiles: &[
         Profile::Owner,
         Profile::Desktop,
@@ -70,6 +71,7 @@ pub static ACT: Tool = Tool {
     inline: None,
     needs: Needs::Display(Gui::A11yAct),
     reach: crate::tools::Reach::Nothing,
+    changes_screen: true,
     // Under `apps` it is `act`: `act::may_act` holds it to the apps that grant started
     // (`tools::apps::may_drive`; `ToolPolicy::class_of` makes it `act` there).
     profiles: &[Profile::Owner, Profile::Desktop, Profile::Apps],

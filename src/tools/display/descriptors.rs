@@ -19,6 +19,7 @@ pub static SCREENSHOT: Tool = Tool {
     inline: None,
     needs: Needs::Display(Gui::Screenshot),
     reach: crate::tools::Reach::Nothing,
+    changes_screen: false,
     // `apps` too: it only reads, shows no more than desktop_snapshot already tells (the
     // whole desktop's text), and lets the agent see what desktop_act did (§17).
     profiles: &[
@@ -43,6 +44,7 @@ pub static MOUSE: Tool = Tool {
     inline: None,
     needs: Needs::Display(Gui::Mouse),
     reach: crate::tools::Reach::Nothing,
+    changes_screen: true,
     profiles: &[Profile::Owner, Profile::Desktop],
 };
 pub static KEY: Tool = Tool {
@@ -59,6 +61,7 @@ pub static KEY: Tool = Tool {
     inline: None,
     needs: Needs::Display(Gui::Key),
     reach: crate::tools::Reach::Nothing,
+    changes_screen: true,
     profiles: &[Profile::Owner, Profile::Desktop],
 };
 

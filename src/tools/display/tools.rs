@@ -461,3 +461,68 @@ pub(super) fn wtype_type_args(chunk: &str, delay_ms: u32) -> Vec<String> {
     }
     args
 }
+
+/// A JPEG of display `display` (the call's), its long edge at most `long_edge`, for the journal (§22):
+/// queued on the display's thread, so it shows the screen after the calls before it there.
+/// `deliver` gets the JPEG and its size, or why there is none.
+pub fn thumbnail(
+    cx: CallContext,
+    display: usize,
+    long_edge: u32,
+    deliver: impl FnOnce(Result<(Vec<u8>, u32, u32), String>) + Send + 'static,
+) {
+    type Made = Result<(Vec<u8>, u32, u32), String>;
+    let slot: Arc<Mutex<Option<Made>>> = Arc::new(Mutex::new(None));
+    let filled = Arc::clone(&slot);
+    let done = Completion::new(move |output| {
+        let got = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        deliver(got.unwrap_or_else(|| Err(output_text(&output))));
+    });
+    dispatch(cx, done, Gui::Screenshot, move |probe, cx| {
+        let made = (|| {
+            let display = probe.display(display)?;
+            let png = capture(probe, cx, display).map_err(|o| output_text(&o))?;
+            jpeg_thumbnail(&png, long_edge)
+        })();
+        *filled.lock().unwrap_or_else(|e| e.into_inner()) = Some(made);
+        ToolOutput::text("taken")
+    });
+}
+
+/// A PNG as a JPEG whose long edge is at most `long_edge`: its size too.
+pub fn jpeg_thumbnail(png: &[u8], long_edge: u32) -> Result<(Vec<u8>, u32, u32), String> {
+    let img = image::decode_png(png)?;
+    let (w, h) = fit(img.width, img.height, long_edge);
+    let img = if (w, h) == (img.width, img.height) {
+        img
+    } else {
+        img.resize(w, h)
+    };
+    Ok((img.encode_jpeg()?, w, h))
+}
+
+/// `width`×`height` scaled down (never up) so its long edge is at most `edge`.
+pub fn fit(width: u32, height: u32, edge: u32) -> (u32, u32) {
+    let long = width.max(height);
+    if long <= edge || long == 0 {
+        return (width.max(1), height.max(1));
+    }
+    let scale = f64::from(edge) / f64::from(long);
+    (
+        ((f64::from(width) * scale).round() as u32).clamp(1, edge),
+        ((f64::from(height) * scale).round() as u32).clamp(1, edge),
+    )
+}
+
+/// The text of an error output, for a thumbnail's failure.
+fn output_text(output: &ToolOutput) -> String {
+    match output {
+        ToolOutput::Result(v) => v["content"][0]["text"]
+            .as_str()
+            .unwrap_or("no image")
+            .to_string(),
+        ToolOutput::InvalidParams(m) | ToolOutput::NotApproved(m) => m.clone(),
+        ToolOutput::RpcError { message, .. } => message.clone(),
+        _ => "no image".into(),
+    }
+}

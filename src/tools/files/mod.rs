@@ -88,6 +88,7 @@ pub static GET: Tool = Tool {
     inline: None,
     needs: Needs::Nothing,
     reach: Reach::Paths,
+    changes_screen: false,
     profiles: PROFILES,
 };
 
@@ -108,6 +109,7 @@ ends.",
     inline: None,
     needs: Needs::Nothing,
     reach: Reach::Paths,
+    changes_screen: false,
     profiles: PROFILES,
 };
 
@@ -124,6 +126,7 @@ were more). Under a lent folder `path` is relative to it (\".\" is the folder); 
     inline: None,
     needs: Needs::Nothing,
     reach: Reach::Paths,
+    changes_screen: false,
     profiles: PROFILES,
 };
 

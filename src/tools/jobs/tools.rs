@@ -55,6 +55,7 @@ result has job_id, pid, state (running) and started_at.",
     inline: None,
     needs: Needs::Bash,
     reach: Reach::Processes,
+    changes_screen: false,
     profiles: &[Profile::Owner, Profile::Desktop],
 };
 
@@ -79,6 +80,7 @@ with invalid bytes replaced; offsets still count bytes.",
     inline: None,
     needs: Needs::Bash,
     reach: Reach::Nothing,
+    changes_screen: false,
     profiles: &[Profile::Owner, Profile::Desktop],
 };
 
@@ -96,6 +98,7 @@ grants are never shown.",
     inline: None,
     needs: Needs::Bash,
     reach: Reach::Nothing,
+    changes_screen: false,
     profiles: &[Profile::Owner, Profile::Desktop],
 };
 
@@ -113,6 +116,7 @@ that already ended changes nothing and says so.",
     inline: None,
     needs: Needs::Bash,
     reach: Reach::Nothing,
+    changes_screen: false,
     profiles: &[Profile::Owner, Profile::Desktop],
 };
 
