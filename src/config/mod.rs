@@ -120,6 +120,11 @@ pub struct Timing {
     pub journal_sweep: Duration,
 }
 
+/// `--journal-bytes` by default: what one journal may hold on disk (bytes).
+pub const JOURNAL_BYTES_DEFAULT: u64 = 64 << 20;
+/// `--journal-days` by default (days).
+pub const JOURNAL_DAYS_DEFAULT: u64 = 14;
+
 /// Longest a call under a grant may wait for approval: the pod gives up on a call at 120 s.
 pub const MAX_APPROVAL_TIMEOUT: Duration = Duration::from_secs(100);
 
@@ -153,7 +158,7 @@ impl Default for Timing {
             browser_idle: Duration::from_secs(600),
             browser_start_timeout: Duration::from_secs(30),
             approval_timeout: Duration::from_secs(60),
-            journal_keep: Duration::from_secs(crate::journal::DEFAULT_KEEP_DAYS * 86_400),
+            journal_keep: Duration::from_secs(JOURNAL_DAYS_DEFAULT * 86_400),
             journal_sweep: Duration::from_secs(3600),
         }
     }
@@ -255,7 +260,7 @@ impl Default for Limits {
             max_in_flight: 64,
             write_buffer_bytes: 4 << 20,
             job_queue: 256,
-            journal_bytes: crate::journal::DEFAULT_MAX_BYTES,
+            journal_bytes: JOURNAL_BYTES_DEFAULT,
             mcp_sessions: 256,
             audit_rotate_bytes: 10 << 20,
             audit_keep: 5,

@@ -922,6 +922,7 @@ Usage:\n  \
   handnode stop ID                  stop one call or job; the agent is told you did\n  \
   handnode halt [REASON]            stop everything, latched across restarts\n  \
   handnode resume                   end a halt: grants dial again\n  \
+  handnode journal [ID] [--html FILE]  what the agent did, in order (an auditor's file with --html)\n  \
   handnode help SUBCOMMAND | --help | --version\n",
         env!("CARGO_PKG_VERSION")
     )

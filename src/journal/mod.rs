@@ -26,9 +26,9 @@ use crate::wire::mcp::ToolOutput;
 pub use store::{is_journal_id, owner_journal_id};
 
 /// `--journal-bytes` by default: what one journal may hold on disk (bytes).
-pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+pub const DEFAULT_MAX_BYTES: u64 = crate::config::JOURNAL_BYTES_DEFAULT;
 /// `--journal-days` by default: how long a journal is kept after its last record (days).
-pub const DEFAULT_KEEP_DAYS: u64 = 14;
+pub const DEFAULT_KEEP_DAYS: u64 = crate::config::JOURNAL_DAYS_DEFAULT;
 /// Longest edge of a thumbnail (pixels).
 pub const THUMBNAIL_EDGE: u32 = 640;
 /// Longest summary of a result kept (characters); a longer one ends `…`.
@@ -213,43 +213,59 @@ impl Journal {
         let me = Arc::clone(self);
         Completion::new(move |output| {
             let duration = started.elapsed();
-            let outcome = output.outcome();
-            let mut fields = Map::new();
-            fields.insert("tool".into(), json!(tool));
-            fields.insert("arguments".into(), arguments);
-            fields.insert("started_at".into(), json!(rfc3339_ms(started_at)));
-            fields.insert("duration_ms".into(), json!(duration.as_millis() as u64));
-            fields.insert("outcome".into(), json!(outcome.as_str()));
-            if let Some(approval) = ctl.approval() {
-                fields.insert("approval".into(), approval);
-            }
-            if let Some(reason) = ctl.stop_reason() {
-                fields.insert("stopped".into(), json!(reason));
-            }
-            let result = summarise(&output);
-            let ok = outcome == crate::wire::mcp::Outcome::Ok;
-            let pending = Pending {
-                journal,
-                fields,
-                result,
-                thumb: None,
-            };
-            match capture.filter(|_| ok) {
-                // The reply first: the thumbnail is queued behind the call on its display
-                // thread already, so the agent's next call there comes after it.
-                Some(capture) => {
-                    let me2 = Arc::clone(&me);
-                    capture(Box::new(move |thumb| {
-                        me2.send(Pending {
-                            thumb: Some(thumb),
-                            ..pending
-                        })
-                    }));
-                    done.complete(output);
+            let record = move |output: &ToolOutput| {
+                let outcome = output.outcome();
+                let mut fields = Map::new();
+                fields.insert("tool".into(), json!(tool));
+                fields.insert("arguments".into(), arguments);
+                fields.insert("started_at".into(), json!(rfc3339_ms(started_at)));
+                fields.insert("duration_ms".into(), json!(duration.as_millis() as u64));
+                fields.insert("outcome".into(), json!(outcome.as_str()));
+                if let Some(approval) = ctl.approval() {
+                    fields.insert("approval".into(), approval);
                 }
-                None => {
-                    done.complete(output);
-                    me.send(pending);
+                if let Some(reason) = ctl.stop_reason() {
+                    fields.insert("stopped".into(), json!(reason));
+                }
+                let pending = Pending {
+                    journal,
+                    fields,
+                    result: summarise(output),
+                    thumb: None,
+                };
+                (pending, outcome == crate::wire::mcp::Outcome::Ok)
+            };
+            match output {
+                // Made when the connection has room for it (a bash's output): journalled
+                // then, from what the agent is sent.
+                ToolOutput::Later(later) => {
+                    let wrapped = crate::wire::mcp::Later::new(move || {
+                        let produced = later.run().produced();
+                        me.send(record(&produced).0);
+                        produced
+                    });
+                    done.complete(ToolOutput::Later(wrapped));
+                }
+                output => {
+                    let (pending, ok) = record(&output);
+                    match capture.filter(|_| ok) {
+                        // The thumbnail is queued behind the call on its display thread before
+                        // the agent hears back, so the agent's next call there comes after it.
+                        Some(capture) => {
+                            let me2 = Arc::clone(&me);
+                            capture(Box::new(move |thumb| {
+                                me2.send(Pending {
+                                    thumb: Some(thumb),
+                                    ..pending
+                                })
+                            }));
+                            done.complete(output);
+                        }
+                        None => {
+                            done.complete(output);
+                            me.send(pending);
+                        }
+                    }
                 }
             }
         })
@@ -477,10 +493,8 @@ fn summarise(output: &ToolOutput) -> Result_ {
             let (s, cut) = clip(m);
             Result_::Summary(s, cut)
         }
-        ToolOutput::Later(_) => Result_::Summary(
-            "(a job's output, sent when the connection had room for it)".into(),
-            false,
-        ),
+        // Never reached: a later output is journalled once produced.
+        ToolOutput::Later(_) => Result_::Summary(String::new(), false),
     }
 }
 

@@ -86,6 +86,17 @@ pub struct ApprovalsArgs {
     pub full: Option<String>,
 }
 
+/// `handnode journal [ID] [--html FILE] [--json]` (§22).
+#[derive(Clone, Debug)]
+pub struct JournalArgs {
+    pub client: ClientArgs,
+    /// A grant id or `mcp-YYYY-MM-DD`; `None`: list the journals.
+    pub id: Option<String>,
+    /// Write the self-contained HTML file here instead of printing.
+    pub html: Option<PathBuf>,
+    pub json: bool,
+}
+
 /// `handnode calls` and `handnode jobs` (§22).
 #[derive(Clone, Debug)]
 pub struct CallsArgs {
@@ -148,6 +159,7 @@ pub(crate) struct OperatorDraft {
     approve: Option<Vec<String>>,
     folder: Option<PathBuf>,
     own_display: bool,
+    html: Option<PathBuf>,
 }
 
 /// `--allow`/`--deny` values: each may itself be a comma-separated list.
@@ -414,6 +426,20 @@ pub(super) const REVOKE_FLAGS: &[Flag<OperatorDraft>] = &[Flag {
     kind: Kind::Switch(|d| d.all = true),
 }];
 
+pub(super) const HTML_FLAG: &[Flag<OperatorDraft>] = &[Flag {
+    name: "html",
+    env: false,
+    default: "",
+    help: "Write the journal as one self-contained HTML file (thumbnails inside, nothing fetched when opened) to FILE, for an auditor to open offline.",
+    kind: Kind::Text {
+        metavar: "FILE",
+        set: |d, v| {
+            d.html = Some(PathBuf::from(nonempty(v)?));
+            Ok(())
+        },
+    },
+}];
+
 pub(super) const WATCH_FLAG: &[Flag<OperatorDraft>] = &[Flag {
     name: "watch",
     env: false,
@@ -474,6 +500,7 @@ pub(super) fn tables(sub: &str) -> &'static [&'static [Flag<OperatorDraft>]] {
         "calls" => &[WATCH_FLAG, JSON_FLAG, CLIENT_FLAGS],
         "jobs" => &[JSON_FLAG, CLIENT_FLAGS],
         "stop" | "halt" | "resume" => &[CLIENT_FLAGS],
+        "journal" => &[HTML_FLAG, JSON_FLAG, CLIENT_FLAGS],
         _ => &[REVOKE_FLAGS, CLIENT_FLAGS],
     }
 }
@@ -690,6 +717,34 @@ pub(super) fn parse_operator(
                 reason: None,
             }))
         }
+        "journal" => {
+            let id = match positional.as_slice() {
+                [] => None,
+                [id] if crate::journal::is_journal_id(id) => Some(id.clone()),
+                [id] => {
+                    return Err(Error::Config(format!(
+                        "journal: '{}' is not a journal id: give a grant id or mcp-YYYY-MM-DD (handnode journal lists them)",
+                        crate::base::reveal::escape(id)
+                    )))
+                }
+                _ => {
+                    return Err(Error::Config(
+                        "journal: give at most one journal id (handnode journal lists them)".into(),
+                    ))
+                }
+            };
+            if draft.html.is_some() && id.is_none() {
+                return Err(Error::Config(
+                    "journal: --html needs the id of the journal to write".into(),
+                ));
+            }
+            Ok(Command::Journal(JournalArgs {
+                client: client_args(&mut draft, env)?,
+                id,
+                html: draft.html.take(),
+                json: draft.json,
+            }))
+        }
         "stop" => {
             let [id] = positional.as_slice() else {
                 return Err(Error::Config(
@@ -746,6 +801,7 @@ pub(super) fn help(sub: &str) -> String {
         "calls" => "Usage: handnode calls [--watch] [--json] [--url URL]\n\nWhat runs now: every tool call in flight (running, or waiting for your approval) and every\nrunning job, over every grant and your own /mcp, with its arguments and how long it has run.\n--watch prints the list again whenever it changes. handnode stop ID stops one.\n",
         "jobs" => "Usage: handnode jobs [--json] [--url URL]\n\nThe running jobs of every grant: command, how long it has run, and its last output lines.\nhandnode stop ID kills one.\n",
         "halt" => "Usage: handnode halt [REASON...] [--url URL]\n\nStop everything, and keep it stopped: every process of every grant is killed, every call and\nwaiting approval answered (halted by the person who lent the box: REASON), every socket\nclosed; no grant dials and nothing new is lent until handnode resume, across restarts too.\nGrants keep their deadlines.\n",
+        "journal" => "Usage: handnode journal [ID] [--html FILE] [--json] [--url URL]\n\nWhat the agent did, in order: every call of a grant (ended ones too, for --journal-days)\nor of a day of your own /mcp (ID mcp-YYYY-MM-DD), with its arguments, who approved it,\nhow long it took, what came of it. Without ID: the journals kept. --html FILE writes one\nself-contained HTML file (thumbnails of the screen inside) an auditor opens offline.\n",
         "resume" => "Usage: handnode resume [--url URL]\n\nEnd a halt: live grants dial again, and new grants may be lent.\n",
         "stop" => "Usage: handnode stop ID [--url URL]\n\nStop one call or job (an id from handnode calls): a running call or job is killed, a call\nwaiting for approval is denied; the agent is told: stopped by the person who lent the box.\nExit 1 when nothing of that id runs.\n",
         _ => "Usage: handnode revoke (ID | --all) [--url URL]\n\nEnd a grant (or every live grant). The pod's own verifier lives until its TTL; revoking here\nstops this box from dialing and closes the socket. An already ended id is not an error;\nan id the daemon never had exits 1.\n",

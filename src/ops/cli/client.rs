@@ -30,6 +30,26 @@ impl Reply {
     }
 }
 
+/// An answer read as bytes.
+pub(super) struct RawReply {
+    pub(super) status: u16,
+    pub(super) body: Vec<u8>,
+    pub(super) etag: Option<String>,
+    /// `Journal-Next-Since`: the journal's answer stopped early; ask again from here.
+    pub(super) next_since: Option<String>,
+}
+
+impl RawReply {
+    /// As a [`Reply`], for its error message.
+    pub(super) fn as_reply(&self) -> Reply {
+        Reply {
+            status: self.status,
+            body: serde_json::from_slice(&self.body).unwrap_or(Value::Null),
+            etag: self.etag.clone(),
+        }
+    }
+}
+
 /// A blocking HTTP client of one daemon's admin API. The token goes to the daemon and
 /// nowhere else: no proxy from the environment, no redirects ([`crate::wire::http`]).
 pub(super) struct Client<'a> {
@@ -70,6 +90,34 @@ impl<'a> Client<'a> {
         body: Option<&Value>,
         timeout: Duration,
     ) -> Result<Reply, Failure> {
+        let raw = self.exchange(method, path, body, timeout, MAX_REPLY_BYTES)?;
+        let text = String::from_utf8_lossy(&raw.body);
+        let body = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.into_owned()))
+        };
+        Ok(Reply {
+            status: raw.status,
+            body,
+            etag: raw.etag,
+        })
+    }
+
+    /// A `GET` whose answer is not one JSON value (a journal's lines, its HTML file), read
+    /// up to `max_bytes`.
+    pub(super) fn get_raw(&self, path: &str, max_bytes: u64) -> Result<RawReply, Failure> {
+        self.exchange("GET", path, None, REQUEST_TIMEOUT, max_bytes)
+    }
+
+    fn exchange(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        timeout: Duration,
+        max_bytes: u64,
+    ) -> Result<RawReply, Failure> {
         let unreachable = |e: &dyn std::fmt::Display| {
             Failure(format!(
                 "cannot reach the daemon at {}: {e} (is it running? pass --url for another address)",
@@ -111,19 +159,20 @@ impl<'a> Client<'a> {
         .send(&request)
         .map_err(|e| unreachable(&e))?;
         let status = response.status;
-        let etag = response
-            .header("etag")
-            .map(|v| String::from_utf8_lossy(v).trim().to_string());
-        let raw = response
-            .read_body(MAX_REPLY_BYTES)
-            .map_err(|e| unreachable(&e))?;
-        let text = String::from_utf8_lossy(&raw);
-        let body = if text.trim().is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.into_owned()))
+        let header = |name: &str| {
+            response
+                .header(name)
+                .map(|v| String::from_utf8_lossy(v).trim().to_string())
         };
-        Ok(Reply { status, body, etag })
+        let etag = header("etag");
+        let next_since = header("journal-next-since");
+        let body = response.read_body(max_bytes).map_err(|e| unreachable(&e))?;
+        Ok(RawReply {
+            status,
+            body,
+            etag,
+            next_since,
+        })
     }
 
     /// Where the daemon is reached, for messages.

@@ -524,3 +524,76 @@ pub(super) fn halt(args: &HaltArgs, out: &mut dyn Write) -> Result<i32, Failure>
     print(out, &text)?;
     Ok(EXIT_OK)
 }
+
+/// Largest journal the CLI reads in one answer (the daemon sends at most 8 MiB of lines;
+/// an HTML file holds a whole journal, `--journal-bytes` and its base64).
+const MAX_JOURNAL_BYTES: u64 = 4 << 30;
+
+/// `handnode journal [ID] [--html FILE] [--json]` (§22).
+pub(super) fn journal(args: &JournalArgs, out: &mut dyn Write) -> Result<i32, Failure> {
+    let client = Client::new(&args.client);
+    let Some(id) = &args.id else {
+        let reply = client.call("GET", "/journals", None)?;
+        if reply.status != 200 {
+            return Err(client.refused("list the journals", &reply));
+        }
+        if args.json {
+            print(out, &format!("{}\n", reply.body))?;
+            return Ok(EXIT_OK);
+        }
+        return print(out, &journals_table(&reply.body)).map(|_| EXIT_OK);
+    };
+    if let Some(file) = &args.html {
+        let reply = client.get_raw(&format!("/attach/{id}/journal.html"), MAX_JOURNAL_BYTES)?;
+        if reply.status != 200 {
+            return Err(client.refused(&format!("journal {id}"), &reply.as_reply()));
+        }
+        write_private(file, &reply.body)
+            .map_err(|e| Failure(format!("cannot write {}: {e}", file.display())))?;
+        print(
+            out,
+            &format!(
+                "wrote {} ({} bytes): open it in any browser, offline; it fetches nothing\n",
+                file.display(),
+                reply.body.len()
+            ),
+        )?;
+        return Ok(EXIT_OK);
+    }
+    let mut since = 0u64;
+    loop {
+        let reply = client.get_raw(
+            &format!("/attach/{id}/journal?since={since}&thumbnails=0"),
+            MAX_JOURNAL_BYTES,
+        )?;
+        if reply.status != 200 {
+            return Err(client.refused(&format!("journal {id}"), &reply.as_reply()));
+        }
+        for line in reply.body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            if args.json {
+                out.write_all(line)
+                    .and_then(|_| out.write_all(b"\n"))
+                    .map_err(|e| Failure(format!("cannot write: {e}")))?;
+            } else {
+                let record: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
+                print(out, &journal_line(&record))?;
+            }
+        }
+        match reply.next_since.and_then(|n| n.parse::<u64>().ok()) {
+            Some(next) if next > since => since = next,
+            _ => return Ok(EXIT_OK),
+        }
+    }
+}
+
+/// A file only its owner may read (a journal holds what was typed).
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)
+}

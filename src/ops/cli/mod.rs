@@ -63,6 +63,8 @@ pub enum Command {
     Calls(CallsArgs),
     /// Stop one call or job.
     Stop(StopArgs),
+    /// What the agent did: a journal, or the list of them.
+    Journal(JournalArgs),
     /// Halt everything, or resume.
     Halt(HaltArgs),
     /// Print this text to stdout and exit 0.
@@ -73,7 +75,7 @@ pub enum Command {
 
 /// The subcommands, for errors and help.
 const SUBCOMMANDS: &str =
-    "serve, doctor, tools, grant, grants, revoke, approvals, approve, deny, calls, jobs, stop, halt, resume, help";
+    "serve, doctor, tools, grant, grants, revoke, approvals, approve, deny, calls, jobs, stop, halt, resume, journal, help";
 
 /// Turn argv (without the program name) and the environment into what to do.
 ///
@@ -83,7 +85,8 @@ pub fn parse(args: &[String], env: &HashMap<String, String>) -> Result<Command, 
     let (sub, rest) = match args.first().map(String::as_str) {
         Some(
             word @ ("serve" | "doctor" | "tools" | "grant" | "grants" | "revoke" | "approvals"
-            | "approve" | "deny" | "calls" | "jobs" | "stop" | "halt" | "resume" | "help"),
+            | "approve" | "deny" | "calls" | "jobs" | "stop" | "halt" | "resume"
+            | "journal" | "help"),
         ) => (word, &args[1..]),
         Some(word) if !word.starts_with('-') => {
             return Err(Error::Config(format!(
@@ -215,6 +218,7 @@ pub fn run(command: &Command, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Decide(args) => decide(args, out),
         Command::Calls(args) => calls(args, out),
         Command::Stop(args) => stop(args, out),
+        Command::Journal(args) => journal(args, out),
         Command::Halt(args) => halt(args, out),
         _ => Err(Failure("not an operator subcommand".into())),
     };

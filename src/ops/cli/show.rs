@@ -280,3 +280,59 @@ fn elapsed_cell(c: &Value) -> String {
         .as_u64()
         .map_or("-".into(), |ms| human_secs(ms / 1000))
 }
+
+/// `handnode journal`: the journals kept, newest first.
+pub(super) fn journals_table(body: &Value) -> String {
+    let rows = body["journals"].as_array().cloned().unwrap_or_default();
+    if rows.is_empty() {
+        return "no journal yet: one is kept for every grant (and every day of your /mcp) once a call has run\n".into();
+    }
+    let mut text = String::from("ID                                    BYTES       LAST RECORD\n");
+    for r in &rows {
+        text.push_str(&format!(
+            "{:<37} {:<11} {}\n",
+            crate::base::reveal::escape(str_field(r, "id")),
+            r["bytes"].as_u64().unwrap_or(0),
+            crate::base::reveal::escape(str_field(r, "updated_at")),
+        ));
+    }
+    text.push_str("handnode journal ID shows one; --html FILE writes it for an auditor\n");
+    text
+}
+
+/// One journal record, for a person: what ran, how it ended, who approved it.
+pub(super) fn journal_line(r: &Value) -> String {
+    if r["kind"] == "dropped" {
+        return format!(
+            "… {} earlier record(s) dropped: {}\n",
+            r["records"].as_u64().unwrap_or(0),
+            crate::base::reveal::escape(str_field(r, "reason"))
+        );
+    }
+    let mut text = format!(
+        "#{} {} {} {} ({} ms): {}\n",
+        r["seq"].as_u64().unwrap_or(0),
+        crate::base::reveal::escape(str_field(r, "started_at")),
+        crate::base::reveal::escape(str_field(r, "tool")),
+        crate::base::reveal::escape(str_field(r, "outcome")),
+        r["duration_ms"].as_u64().unwrap_or(0),
+        crate::base::reveal::one_line(r.get("arguments").unwrap_or(&Value::Null), TABLE_ARGS_BYTES),
+    );
+    if let Some(a) = r.get("approval") {
+        text.push_str(&format!(
+            "    approval: {} by {} at {}\n",
+            crate::base::reveal::escape(str_field(a, "decision")),
+            crate::base::reveal::escape(str_field(a, "by")),
+            crate::base::reveal::escape(str_field(a, "at")),
+        ));
+    }
+    let summary = str_field(r, "summary");
+    if let Some(first) = summary.lines().next().filter(|l| !l.is_empty()) {
+        let first: String = first.chars().take(160).collect();
+        text.push_str(&format!("    {}\n", crate::base::reveal::escape(&first)));
+    }
+    if r.get("thumbnail").is_some() {
+        text.push_str("    (a thumbnail of the screen after it: see --html)\n");
+    }
+    text
+}
