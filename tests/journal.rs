@@ -125,6 +125,9 @@ fn a_grants_journal_holds_each_call_in_order_and_its_html_file_shows_them_offlin
     assert_ne!(result(&key)["isError"], true, "{key}");
     let shot = conn.call_tool(json!(5), "screenshot", json!({"scale": 0.25}));
     assert_ne!(result(&shot)["isError"], true, "{shot}");
+    // A tool this grant may not use is refused, and the attempt is kept.
+    let refused = conn.call_tool(json!(6), "no_such_tool", json!({}));
+    assert!(refused.get("error").is_some(), "{refused}");
 
     // The approvals tab keeps the decisions, newest first.
     let (_, approvals) = d.call("GET", "/approvals", None);
@@ -149,11 +152,19 @@ fn a_grants_journal_holds_each_call_in_order_and_its_html_file_shows_them_offlin
         .collect();
     assert_eq!(
         tools,
-        ["sys_info", "bash", "bash", "key", "screenshot"],
+        [
+            "sys_info",
+            "bash",
+            "bash",
+            "key",
+            "screenshot",
+            "no_such_tool"
+        ],
         "{records:?}"
     );
     let seqs: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
-    assert_eq!(seqs, [1, 2, 3, 4, 5]);
+    assert_eq!(seqs, [1, 2, 3, 4, 5, 6]);
+    assert_eq!(records[5]["outcome"], "rpc_error", "{}", records[5]);
     assert_eq!(records[1]["arguments"]["command"], "echo 'approved <b>'");
     assert_eq!(records[1]["approval"]["decision"], "allow");
     assert_eq!(records[1]["outcome"], "ok");
@@ -189,7 +200,7 @@ fn a_grants_journal_holds_each_call_in_order_and_its_html_file_shows_them_offlin
 
     // ?since= gives what came after; a bad one changes nothing and says what to send.
     let (_, _, later) = journal(&d, &grant, "?since=3&thumbnails=0");
-    assert_eq!(later.len(), 2);
+    assert_eq!(later.len(), 3);
     assert!(later[0]["thumbnail"].get("data_url").is_none());
     let (status, _, _) = journal(&d, &grant, "?since=x");
     assert_eq!(status, 400);
@@ -201,7 +212,7 @@ fn a_grants_journal_holds_each_call_in_order_and_its_html_file_shows_them_offlin
     assert_eq!(status, 204);
     let (status, _, after) = journal(&d, &grant, "");
     assert_eq!(status, 200);
-    assert_eq!(after.len(), 5);
+    assert_eq!(after.len(), 6);
     let (_, list) = d.call("GET", "/journals", None);
     assert!(
         list["journals"]
@@ -256,10 +267,17 @@ fn a_grants_journal_holds_each_call_in_order_and_its_html_file_shows_them_offlin
     );
     let seen: Value = serde_json::from_str(out.lines().last().unwrap_or("")).unwrap_or(Value::Null);
     assert!(seen.get("fatal").is_none(), "{seen}");
-    assert_eq!(seen["rows"], 5, "{seen}");
+    assert_eq!(seen["rows"], 6, "{seen}");
     assert_eq!(
         seen["tools"],
-        json!(["sys_info", "bash", "bash", "key", "screenshot"])
+        json!([
+            "sys_info",
+            "bash",
+            "bash",
+            "key",
+            "screenshot",
+            "no_such_tool"
+        ])
     );
     assert_eq!(seen["scripts"], 0, "{seen}");
     assert_eq!(

@@ -1216,6 +1216,7 @@ fn apply_actions(
                 }
             }
             Action::Refused { tool, outcome } => {
+                state.services.journal.refused(None, &tool, outcome);
                 let tool = label::name(&tool).into_owned();
                 state.metrics.tool_call(&tool, outcome);
                 state.audit.record(Record::ToolCall {

@@ -1148,15 +1148,20 @@ impl GrantThread {
                         self.events.tool_call(self.call_event(&call, outcome));
                     }
                 }
-                Action::Refused { tool, outcome } => self.events.tool_call(CallEvent {
-                    grant_id: self.spec.id.clone(),
-                    principal: self.spec.principal.clone(),
-                    session: self.spec.session.clone(),
-                    tool,
-                    outcome,
-                    duration: Duration::ZERO,
-                    arguments: None,
-                }),
+                Action::Refused { tool, outcome } => {
+                    self.services
+                        .journal
+                        .refused(Some(&self.spec.id), &tool, outcome);
+                    self.events.tool_call(CallEvent {
+                        grant_id: self.spec.id.clone(),
+                        principal: self.spec.principal.clone(),
+                        session: self.spec.session.clone(),
+                        tool,
+                        outcome,
+                        duration: Duration::ZERO,
+                        arguments: None,
+                    })
+                }
             }
         }
     }

@@ -38,6 +38,8 @@ pub const SUMMARY_CHARS: usize = 500;
 pub const ARG_STRING_BYTES: usize = 4096;
 /// Most bytes of arguments one record keeps, after strings are cut.
 pub const ARGS_BYTES: usize = 64 * 1024;
+/// Longest tool name a refused call's record keeps (bytes): the name is the agent's.
+const MAX_TOOL_NAME_BYTES: usize = 200;
 /// Records waiting for the writer thread; a call completing past this waits for room.
 const QUEUE: usize = 4096;
 /// Longest a call's completion waits for room in a full queue before its record is
@@ -269,6 +271,42 @@ impl Journal {
                 }
             }
         })
+    }
+
+    /// A call refused before it was started (a tool this connection may not use): kept
+    /// too, since an attempt is what an auditor looks for.
+    pub fn refused(&self, grant: Option<&str>, tool: &str, outcome: crate::wire::mcp::Outcome) {
+        if self.tx.is_none() {
+            return;
+        }
+        let now = SystemTime::now();
+        let mut name = tool.to_string();
+        if name.len() > MAX_TOOL_NAME_BYTES {
+            let mut end = MAX_TOOL_NAME_BYTES;
+            while !name.is_char_boundary(end) {
+                end -= 1;
+            }
+            name.truncate(end);
+            name.push('…');
+        }
+        let mut fields = Map::new();
+        fields.insert("tool".into(), json!(name));
+        fields.insert("arguments".into(), Value::Null);
+        fields.insert("started_at".into(), json!(rfc3339_ms(now)));
+        fields.insert("duration_ms".into(), json!(0));
+        fields.insert("outcome".into(), json!(outcome.as_str()));
+        self.send(Pending {
+            journal: match grant {
+                Some(id) => id.to_string(),
+                None => owner_journal_id(unix_secs(now)),
+            },
+            fields,
+            result: Result_::Summary(
+                "refused: not a tool this connection may use (answered as an unknown tool; it did not run)".into(),
+                false,
+            ),
+            thumb: None,
+        });
     }
 
     fn send(&self, pending: Pending) {
