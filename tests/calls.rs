@@ -144,23 +144,6 @@ fn calls_need_the_admin_token() {
     assert_eq!(status, 405);
 }
 
-/// `handnode` as the person at the box runs it, against this daemon.
-fn cli(d: &TestDaemon, args: &[&str]) -> (i32, String, String) {
-    let url = format!("http://{}", d.addr);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_handnode"))
-        .args(args)
-        .args(["--url", &url])
-        .env("HANDNODE_TOKEN", &d.token)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run handnode");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn the_cli_lists_calls_and_jobs_and_stops_one() {
     let pod = StubPod::start();

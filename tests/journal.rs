@@ -25,22 +25,6 @@ fn journal(d: &TestDaemon, id: &str, query: &str) -> (u16, Vec<(String, String)>
     (status, headers, records)
 }
 
-fn cli(d: &TestDaemon, args: &[&str]) -> (i32, String, String) {
-    let url = format!("http://{}", d.addr);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_handnode"))
-        .args(args)
-        .args(["--url", &url])
-        .env("HANDNODE_TOKEN", &d.token)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run handnode");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 fn missing_xvfb() -> Option<String> {
     let found = std::process::Command::new("sh")
         .args(["-c", "command -v Xvfb && command -v xdotool"])
@@ -66,6 +50,17 @@ fn jpeg_size(jpeg: &[u8]) -> Option<(u32, u32)> {
         i += 2 + len;
     }
     None
+}
+
+/// Wait for the one held call and decide it as the lender, with `decision`.
+fn decide_the_held_call(d: &TestDaemon, decision: Value) {
+    let held = wait_pending(d, 1);
+    let (status, v) = d.call(
+        "POST",
+        &format!("/approvals/{}", held[0]["id"].as_str().unwrap()),
+        Some(&decision),
+    );
+    assert_eq!(status, 200, "{v}");
 }
 
 #[test]
@@ -100,24 +95,12 @@ fn a_grants_journal_holds_each_call_in_order_and_its_html_file_shows_them_offlin
     // Approved, then denied: the decision comes from the lender through the admin API.
     conn.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                       "params": {"name": "bash", "arguments": {"command": "echo 'approved <b>'"}}}));
-    let held = wait_pending(&d, 1);
-    let (status, v) = d.call(
-        "POST",
-        &format!("/approvals/{}", held[0]["id"].as_str().unwrap()),
-        Some(&json!({"decision": "allow"})),
-    );
-    assert_eq!(status, 200, "{v}");
+    decide_the_held_call(&d, json!({"decision": "allow"}));
     let approved = conn.recv();
     assert_ne!(result(&approved)["isError"], true, "{approved}");
     conn.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
                       "params": {"name": "bash", "arguments": {"command": "rm -rf ~/denied"}}}));
-    let held = wait_pending(&d, 1);
-    let (status, v) = d.call(
-        "POST",
-        &format!("/approvals/{}", held[0]["id"].as_str().unwrap()),
-        Some(&json!({"decision": "deny", "reason": "not that"})),
-    );
-    assert_eq!(status, 200, "{v}");
+    decide_the_held_call(&d, json!({"decision": "deny", "reason": "not that"}));
     let denied = conn.recv();
     assert_eq!(result(&denied)["isError"], true, "{denied}");
 

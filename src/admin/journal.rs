@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use tiny_http::{Request, Response};
 
 use super::{error_response, header, json_response, query_param, respond, AdminState};
@@ -70,25 +70,13 @@ pub fn lines(state: &AdminState, request: Request, id: &str) {
     }
 }
 
-/// Every record of journal `id`, thumbnails inline: what the HTML file is made from.
-pub fn all_records(dir: &std::path::Path, id: &str) -> std::io::Result<Option<Vec<Value>>> {
-    let Some((body, _)) = store::read_since(dir, id, 0, usize::MAX, true)? else {
-        return Ok(None);
-    };
-    Ok(Some(
-        body.split(|b| *b == b'\n')
-            .filter_map(|l| serde_json::from_slice(l).ok())
-            .collect(),
-    ))
-}
-
 /// `GET /attach/{id}/journal.html`.
 pub fn page(state: &AdminState, request: Request, id: &str) {
     let Some(dir) = root(state) else {
         return respond(request, error_response(404, NOT_KEPT));
     };
     state.services.journal.flush(FLUSH_WAIT);
-    match all_records(dir, id) {
+    match store::all_records(dir, id) {
         Ok(Some(records)) => {
             let made = crate::base::timefmt::rfc3339(crate::base::timefmt::now_unix());
             let text = html::render(id, &records, &made);

@@ -17,6 +17,7 @@ pub mod secret;
 pub mod statedir;
 #[cfg(test)]
 pub(crate) mod testutil;
+pub mod text;
 pub mod timefmt;
 pub mod url;
 pub mod wake;

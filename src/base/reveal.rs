@@ -238,11 +238,8 @@ fn cut(all: &str, max_bytes: usize) -> String {
     if all.len() <= max_bytes {
         return all.to_string();
     }
-    let mut end = max_bytes;
-    while !all.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… +{} bytes not shown", &all[..end], all.len() - end)
+    let kept = crate::base::text::head(all, max_bytes);
+    format!("{kept}… +{} bytes not shown", all.len() - kept.len())
 }
 
 #[cfg(test)]

@@ -1116,11 +1116,8 @@ fn list_of(st: &State) -> (Value, String) {
             if text.len() <= budget {
                 budget -= text.len();
             } else {
-                let mut end = text.len().min(CUT_ARGS_BYTES);
-                while !text.is_char_boundary(end) {
-                    end -= 1;
-                }
-                view.insert("arguments".into(), json!(&text[..end]));
+                let kept = crate::base::text::head(&text, CUT_ARGS_BYTES);
+                view.insert("arguments".into(), json!(kept));
                 view.insert("arguments_truncated".into(), json!(true));
                 view.insert("arguments_bytes".into(), json!(text.len()));
                 budget = 0;

@@ -6,6 +6,7 @@
 use serde_json::Value;
 
 use crate::base::reveal;
+use crate::base::text::escape_html as escape;
 
 /// The page's CSP, for serving it: nothing loads, nothing runs, images only from itself.
 pub const CSP: &str =
@@ -18,21 +19,6 @@ td,th{border-top:1px solid #ccc;padding:.4em;vertical-align:top;text-align:left}
 pre{white-space:pre-wrap;word-break:break-word;margin:0;font:12px/1.35 ui-monospace,monospace}\
 .bad{color:#a00}.ok{color:#060}img{max-width:320px;height:auto;border:1px solid #999}\
 .note{color:#555}@media(max-width:700px){td,th{display:block}}";
-
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or("")

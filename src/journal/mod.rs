@@ -20,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::{json, Map, Value};
 
+use crate::base::text::head;
 use crate::pool::{Completion, JobCtl};
 use crate::wire::mcp::ToolOutput;
 
@@ -280,13 +281,8 @@ impl Journal {
             return;
         }
         let now = SystemTime::now();
-        let mut name = tool.to_string();
-        if name.len() > MAX_TOOL_NAME_BYTES {
-            let mut end = MAX_TOOL_NAME_BYTES;
-            while !name.is_char_boundary(end) {
-                end -= 1;
-            }
-            name.truncate(end);
+        let mut name = head(tool, MAX_TOOL_NAME_BYTES).to_string();
+        if name.len() < tool.len() {
             name.push('…');
         }
         let mut fields = Map::new();
@@ -477,14 +473,10 @@ pub fn bounded_arguments(arguments: &Value) -> Value {
     fn cut(v: &Value) -> Value {
         match v {
             Value::String(s) if s.len() > ARG_STRING_BYTES => {
-                let mut end = ARG_STRING_BYTES;
-                while !s.is_char_boundary(end) {
-                    end -= 1;
-                }
+                let kept = head(s, ARG_STRING_BYTES);
                 json!(format!(
-                    "{}… (+{} bytes not kept)",
-                    &s[..end],
-                    s.len() - end
+                    "{kept}… (+{} bytes not kept)",
+                    s.len() - kept.len()
                 ))
             }
             Value::Array(a) => Value::Array(a.iter().map(cut).collect()),
@@ -512,12 +504,9 @@ fn summarise(output: &ToolOutput) -> Result_ {
         ToolOutput::Encoded { json, .. } => Result_::Encoded(Arc::clone(json)),
         ToolOutput::Json { json, .. } => {
             // Large outputs (a job's log): only the head is looked at.
-            let mut end = json.len().min(64 * 1024);
-            while !json.is_char_boundary(end) {
-                end -= 1;
-            }
-            let (s, cut) = summarise_json(&json[..end]);
-            Result_::Summary(s, cut || end < json.len())
+            let looked_at = head(json, 64 * 1024);
+            let (s, cut) = summarise_json(looked_at);
+            Result_::Summary(s, cut || looked_at.len() < json.len())
         }
         ToolOutput::InvalidParams(m) => {
             let (s, cut) = clip(&format!("invalid arguments: {m}"));

@@ -250,18 +250,52 @@ pub fn read_since(
     max_bytes: usize,
     thumbnails: bool,
 ) -> io::Result<Option<(Vec<u8>, Option<u64>)>> {
+    let mut out = Vec::new();
+    let mut last = 0;
+    let mut more = None;
+    let found = scan(root, id, since, thumbnails, |seq, record| {
+        let mut text = serde_json::to_vec(&record).unwrap_or_default();
+        text.push(b'\n');
+        if !out.is_empty() && out.len() + text.len() > max_bytes {
+            more = Some(last);
+            return false;
+        }
+        out.extend_from_slice(&text);
+        last = seq;
+        true
+    })?;
+    Ok(found.then_some((out, more)))
+}
+
+/// Every record of journal `id`, thumbnails inline, in order: what `journal.html` is made
+/// from. `None`: no such journal.
+pub fn all_records(root: &Path, id: &str) -> io::Result<Option<Vec<Value>>> {
+    let mut records = Vec::new();
+    let found = scan(root, id, 0, true, |_, record| {
+        records.push(record);
+        true
+    })?;
+    Ok(found.then_some(records))
+}
+
+/// Hand each record after `since` to `visit` (with its `seq`) until it says stop.
+/// `false`: no such journal.
+fn scan(
+    root: &Path,
+    id: &str,
+    since: u64,
+    thumbnails: bool,
+    mut visit: impl FnMut(u64, Value) -> bool,
+) -> io::Result<bool> {
     if !is_journal_id(id) {
-        return Ok(None);
+        return Ok(false);
     }
     let dir = root.join(id);
     let file = match open_state_file(OpenOptions::new().read(true), &dir.join(FILE)) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Ok(dir.is_dir().then(|| (Vec::new(), None)));
-        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(dir.is_dir()),
         Err(e) => return Err(e),
     };
-    let mut out = Vec::new();
     for line in BufReader::new(file).split(b'\n') {
         let line = line?;
         let Ok(Value::Object(mut record)) = serde_json::from_slice::<Value>(&line) else {
@@ -274,24 +308,11 @@ pub fn read_since(
         if thumbnails {
             inline_thumbnail(&dir, &mut record);
         }
-        let mut text = serde_json::to_vec(&Value::Object(record)).unwrap_or_default();
-        text.push(b'\n');
-        if !out.is_empty() && out.len() + text.len() > max_bytes {
-            let last = last_seq(&out);
-            return Ok(Some((out, Some(last))));
+        if !visit(seq, Value::Object(record)) {
+            break;
         }
-        out.extend_from_slice(&text);
     }
-    Ok(Some((out, None)))
-}
-
-fn last_seq(lines: &[u8]) -> u64 {
-    lines
-        .split(|b| *b == b'\n')
-        .rev()
-        .find_map(|l| serde_json::from_slice::<Value>(l).ok())
-        .and_then(|v| v.get("seq").and_then(Value::as_u64))
-        .unwrap_or(0)
+    Ok(true)
 }
 
 fn inline_thumbnail(dir: &Path, record: &mut Map<String, Value>) {

@@ -672,6 +672,24 @@ impl Drop for TestDaemon {
     }
 }
 
+/// Run the real `handnode` CLI (`args` and `--url` of `d`, its token in the environment):
+/// exit code, stdout, stderr.
+pub fn cli(d: &TestDaemon, args: &[&str]) -> (i32, String, String) {
+    let url = format!("http://{}", d.addr);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_handnode"))
+        .args(args)
+        .args(["--url", &url])
+        .env("HANDNODE_TOKEN", &d.token)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run handnode");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// An admin API request with `token`; the body, when given, is JSON. A reply that is not
 /// JSON comes back as a JSON string.
 pub fn admin_call(

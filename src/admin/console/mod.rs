@@ -112,25 +112,23 @@ fn profile_choices(browser_tier: bool, apps: bool) -> String {
             ""
         };
         let why_not = match missing {
-            Some(why) => format!(" <em class=\"unavailable\">{}</em>", escape_html(why)),
+            Some(why) => format!(
+                " <em class=\"unavailable\">{}</em>",
+                crate::base::text::escape_html(why)
+            ),
             None => String::new(),
         };
-        let tools = tools.map_or(String::new(), |t| format!(" ({})", escape_html(&t)));
+        let tools = tools.map_or(String::new(), |t| {
+            format!(" ({})", crate::base::text::escape_html(&t))
+        });
         html.push_str(&format!(
             "      <label class=\"choice\"><input type=\"radio\" name=\"profile\" \
              value=\"{name}\" data-shell=\"{shell}\"{checked}>\n        \
              <span><b>{name}</b>: {meaning}{tools}. {verdict}{why_not}</span></label>\n",
-            meaning = escape_html(profile.meaning()),
+            meaning = crate::base::text::escape_html(profile.meaning()),
         ));
     }
     html
-}
-
-fn escape_html(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 /// Everything the page loads, at `/console/{name}`.
