@@ -1,7 +1,7 @@
 //! A fault stays where it happened: release builds unwind, and every place a panic can start
 //! catches it at the edge of what it owns. A tool call ends as a tool error, a grant thread
 //! ends its grant (`internal_error`), an admin handler answers its one request `500`, and the
-//! audit writer restarts — never the process. This module names those places, counts their
+//! audit writer and the halt key's watcher restart — never the process. This module names those places, counts their
 //! panics for `/metrics`, and logs them; the catching is done at each place.
 
 use std::any::Any;
@@ -18,11 +18,19 @@ pub enum Site {
     Admin,
     /// The audit writer thread: it was restarted.
     Audit,
+    /// The halt key's watcher (`ops::halt_key`): it was restarted.
+    HaltKey,
 }
 
 impl Site {
     /// Every site, in the order `/metrics` lists them.
-    pub const ALL: [Site; 4] = [Site::Tool, Site::Grant, Site::Admin, Site::Audit];
+    pub const ALL: [Site; 5] = [
+        Site::Tool,
+        Site::Grant,
+        Site::Admin,
+        Site::Audit,
+        Site::HaltKey,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -30,12 +38,14 @@ impl Site {
             Site::Grant => "grant",
             Site::Admin => "admin",
             Site::Audit => "audit",
+            Site::HaltKey => "halt_key",
         }
     }
 }
 
 /// Panics caught per site since the process started (process-wide, like the panics are).
-static CAUGHT: [AtomicU64; 4] = [
+static CAUGHT: [AtomicU64; 5] = [
+    AtomicU64::new(0),
     AtomicU64::new(0),
     AtomicU64::new(0),
     AtomicU64::new(0),
@@ -65,6 +75,7 @@ pub fn caught(site: Site, what: &str, payload: &(dyn Any + Send)) {
             Site::Grant => "that grant ended internal_error",
             Site::Admin => "that request was answered 500",
             Site::Audit => "the audit writer restarted",
+            Site::HaltKey => "the halt key watcher restarts",
         }
     );
 }
@@ -324,8 +335,9 @@ mod tests {
             json!({})
         );
 
-        // Every panic was counted where it happened.
-        for site in Site::ALL {
+        // Every panic was counted where it happened (the halt key's watcher has its own
+        // test, in ops::halt_key).
+        for site in Site::ALL.into_iter().filter(|s| *s != Site::HaltKey) {
             assert!(
                 count(site) > before[site as usize],
                 "{} panics not counted",

@@ -80,6 +80,8 @@ pub struct Daemon {
     browsers: Option<Arc<browser::Browsers>>,
     /// Released last, once every job is killed and audited: the next daemon may then recover.
     state_lock: Option<base::statedir::StateLock>,
+    /// `--halt-key`'s watcher (§22); stopped first.
+    halt_key: Option<ops::halt_key::HaltKey>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -292,6 +294,20 @@ impl Daemon {
         // file they are about to be loaded from.
         let resumed = registry.resume()?;
         jobs.retain_scopes(&registry.live_ids());
+        let halt_key = match &config.halt_key {
+            Some(chord) => Some(
+                ops::halt_key::HaltKey::for_registry(
+                    ops::halt_key::Settings {
+                        chord: chord.clone(),
+                        root: config.input_root.clone(),
+                        rescan: config.timing.halt_key_rescan,
+                    },
+                    Arc::clone(&registry),
+                )
+                .map_err(|e| Error::io("start the halt key's watcher", e))?,
+            ),
+            None => None,
+        };
         let (fatal_tx, fatal) = crossbeam_channel::unbounded();
         let admin =
             admin::AdminServer::start(listener, local_listener, Arc::clone(&state), fatal_tx)?;
@@ -324,12 +340,20 @@ impl Daemon {
             sd_notify: config.sd_notify,
             browsers,
             state_lock: Some(state_lock),
+            halt_key,
         })
     }
 
     /// Where the admin API listens (useful with `--listen 127.0.0.1:0`).
     pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
         self.admin.as_ref().map(|a| a.local_addr)
+    }
+
+    /// Test hook: what `--halt-key` watches and ignores now (`HaltKey::view`); `None`
+    /// without `--halt-key`.
+    #[doc(hidden)]
+    pub fn halt_key_view(&self) -> Option<serde_json::Value> {
+        self.halt_key.as_ref().map(ops::halt_key::HaltKey::view)
     }
 
     /// Test hook: make the admin server's accept loop die as on a real accept error.
@@ -357,6 +381,7 @@ impl Daemon {
     }
 
     fn stop(&mut self) {
+        self.halt_key.take();
         self.admin.take();
         // Before the grants stop: parked long-polls are answered and held calls withdrawn
         // (audited) now, not after every grant thread has been joined.

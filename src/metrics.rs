@@ -367,7 +367,7 @@ impl Metrics {
             &mut out,
             "handnode_panics_total",
             "counter",
-            "Panics (bugs) contained, by where: tool (the call ended with a tool error), grant (it ended internal_error), admin (the request got 500), audit (the writer restarted). Counted for the whole process.",
+            "Panics (bugs) contained, by where: tool (the call ended with a tool error), grant (it ended internal_error), admin (the request got 500), audit (the writer restarted), halt_key (the halt key's watcher restarted). Counted for the whole process.",
         );
         for site in Site::ALL {
             sample(

@@ -1,13 +1,14 @@
 //! Small base types every other layer uses and that use nothing of the crate outside
 //! `base`: errors, secrets, times, URLs, ids, labels, process hardening, wake handles,
 //! build facts, the state dir's file rules, the browser command's words, the URLs a browser may open, desktop entries, what
-//! an approval shows, unit-test helpers.
+//! an approval shows, evdev's key names and records (the halt key), unit-test helpers.
 
 pub mod browser_argv;
 pub mod browser_url;
 pub mod build_info;
 pub mod desktop_entry;
 pub mod error;
+pub mod evdev;
 pub mod hardening;
 pub mod http_headers;
 pub mod ids;

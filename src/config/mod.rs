@@ -118,6 +118,9 @@ pub struct Timing {
     pub journal_keep: Duration,
     /// How often the journal writer looks for journals past `journal_keep`.
     pub journal_sweep: Duration,
+    /// `--halt-key` without a `/dev/input` to watch (inotify): how often the keyboards are
+    /// looked for again (`ops::halt_key`).
+    pub halt_key_rescan: Duration,
 }
 
 /// `--journal-bytes` by default: what one journal may hold on disk (bytes).
@@ -160,6 +163,7 @@ impl Default for Timing {
             approval_timeout: Duration::from_secs(60),
             journal_keep: Duration::from_secs(JOURNAL_DAYS_DEFAULT * 86_400),
             journal_sweep: Duration::from_secs(3600),
+            halt_key_rescan: Duration::from_secs(5),
         }
     }
 }
@@ -345,6 +349,12 @@ pub struct Config {
     pub local_socket: Option<PathBuf>,
     /// `--containment subreaper`: never use cgroups (§16), as where none is usable.
     pub force_subreaper: bool,
+    /// `--halt-key` (§22): the chord that halts everything from a physical keyboard.
+    pub halt_key: Option<crate::base::evdev::Chord>,
+    /// Where `--halt-key` finds `proc/bus/input/devices`, `dev/input/` and `sys/`: `/`;
+    /// tests point it at a fake tree. Not a flag.
+    #[doc(hidden)]
+    pub input_root: PathBuf,
     pub timing: Timing,
     pub limits: Limits,
 }
@@ -395,6 +405,8 @@ impl Config {
             sd_notify: false,
             local_socket: None,
             force_subreaper: false,
+            halt_key: None,
+            input_root: PathBuf::from("/"),
             timing: Timing::default(),
             limits: Limits::default(),
         }
@@ -461,6 +473,8 @@ impl Config {
             sd_notify: true,
             local_socket: None,
             force_subreaper: false,
+            halt_key: None,
+            input_root: PathBuf::from("/"),
             timing: Timing::default(),
             limits: Limits::default(),
         }

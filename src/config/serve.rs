@@ -514,6 +514,19 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         kind: Kind::Switch(|d| d.config.sd_notify = false),
     },
     Flag {
+        name: "halt-key",
+        env: true,
+        default: "",
+        help: "A key chord such as ctrl+alt+end (modifiers ctrl, alt, shift, super and one key, by evdev's KEY_* names) that halts everything, as `handnode halt` does, when pressed on one of this box's physical keyboards. Read through evdev (/dev/input/event*) without grabbing: the keyboard types as usual. uinput and other software devices are never read (and XTEST never reaches evdev), so an agent can neither press nor block it. The daemon's user must be able to read the keyboards: `handnode doctor --halt-key CHORD` says whether it can and how to allow it. Off by default.",
+        kind: Kind::Text {
+            metavar: "CHORD",
+            set: |d, v| {
+                d.config.halt_key = Some(crate::base::evdev::Chord::parse(&v)?);
+                Ok(())
+            },
+        },
+    },
+    Flag {
         name: "throttle-failures",
         env: true,
         default: "10",
@@ -833,6 +846,8 @@ pub struct DoctorArgs {
     pub browser_command: Option<Vec<String>>,
     /// `--apps` (or its env var): the desktop entry IDs to look up and vet as `serve` would.
     pub apps: Vec<String>,
+    /// `--halt-key` (or its env var): the chord whose keyboards doctor looks for.
+    pub halt_key: Option<crate::base::evdev::Chord>,
 }
 
 /// Flags of `doctor`.
@@ -866,6 +881,19 @@ pub(crate) const DOCTOR_FLAGS: &[Flag<DoctorArgs>] = &[
             metavar: "ID",
             set: |d, v| {
                 d.apps = split_app_ids(&v)?;
+                Ok(())
+            },
+        },
+    },
+    Flag {
+        name: "halt-key",
+        env: true,
+        default: "",
+        help: "The daemon's --halt-key: doctor says which keyboards have the chord's keys, which input devices are software ones it ignores, and whether this user can read them (and how to allow it).",
+        kind: Kind::Text {
+            metavar: "CHORD",
+            set: |d, v| {
+                d.halt_key = Some(crate::base::evdev::Chord::parse(&v)?);
                 Ok(())
             },
         },

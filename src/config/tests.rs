@@ -683,3 +683,42 @@ fn apps_resolve_at_start_from_flags_or_env_and_a_terminal_is_refused_by_name() {
     let err = serve(&["--apps", "../t.Ok"], &env).unwrap_err();
     assert!(err.contains("is not a desktop entry ID"), "{err}");
 }
+
+#[test]
+fn the_halt_key_is_off_by_default_and_a_bad_chord_names_the_accepted_keys() {
+    let tmp = TempDir::new("config-halt-key");
+    let env = env_in(&tmp, &[(TOKEN_ENV, "tok")]);
+    let c = serve(&[], &env).unwrap();
+    assert_eq!(c.halt_key, None);
+    assert_eq!(c.input_root, PathBuf::from("/"));
+    let c = serve(&["--halt-key", "Ctrl+Alt+End"], &env).unwrap();
+    assert_eq!(
+        c.halt_key.map(|k| k.to_string()).as_deref(),
+        Some("ctrl+alt+end")
+    );
+    let from_env = env_in(
+        &tmp,
+        &[(TOKEN_ENV, "tok"), ("HANDNODE_HALT_KEY", "super+pause")],
+    );
+    let c = serve(&[], &from_env).unwrap();
+    assert_eq!(
+        c.halt_key.map(|k| k.to_string()).as_deref(),
+        Some("super+pause")
+    );
+    for bad in ["end", "ctrl+alt+nope", "ctrl+"] {
+        let err = serve(&["--halt-key", bad], &env).unwrap_err();
+        assert!(
+            err.starts_with("--halt-key: ") && err.contains("ctrl+alt+end"),
+            "{bad}: {err}"
+        );
+    }
+    let err = serve(
+        &[],
+        &env_in(&tmp, &[(TOKEN_ENV, "tok"), ("HANDNODE_HALT_KEY", "x+y")]),
+    )
+    .unwrap_err();
+    assert!(
+        err.starts_with("HANDNODE_HALT_KEY: ") && err.contains("keys are esc, 1"),
+        "{err}"
+    );
+}

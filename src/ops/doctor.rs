@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::base::evdev::{Chord, Verdict};
 use crate::config::{self, DisplayBackend};
 use crate::tools::display::{self, Backend, Probe};
 use crate::tools::process::ProcessWatcher;
@@ -964,6 +965,179 @@ pub fn containment_check(probe: Result<crate::cgroup::Mode, String>) -> Check {
     }
 }
 
+/// Whether `--halt-key` (§22) could read this box's physical keyboards (under `root`, `/`
+/// but in tests), which input devices it ignores as software ones, and how to allow the
+/// reading. Judged for `chord`, or for [`evdev::EXAMPLE_CHORD`] when `--halt-key` is off.
+pub fn halt_key_check(root: &Path, chord: Option<&Chord>, env: &HashMap<String, String>) -> Check {
+    let on = chord.is_some();
+    let chord = chord.cloned().unwrap_or_else(Chord::example);
+    let user = env
+        .get("USER")
+        .or_else(|| env.get("LOGNAME"))
+        .filter(|u| !u.is_empty())
+        .map_or("$USER", String::as_str);
+    let isolation_none = env
+        .get("HANDNODE_ISOLATION")
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("none"));
+    halt_key_report(
+        crate::ops::halt_key::survey(root, &chord),
+        &chord,
+        on,
+        user,
+        isolation_none,
+    )
+}
+
+/// The command that lets `user` read the keyboards: the nodes' group, or a udev rule for
+/// keyboards alone.
+fn halt_key_allow(user: &str, group: Option<&str>) -> String {
+    let rule = format!(
+        "echo 'SUBSYSTEM==\"input\", KERNEL==\"event*\", ENV{{ID_INPUT_KEYBOARD}}==\"1\", RUN+=\"/usr/bin/setfacl -m u:{user}:r $devnode\"' | sudo tee /etc/udev/rules.d/70-handnode-halt-key.rules && sudo udevadm control --reload && sudo udevadm trigger --subsystem-match=input (the keyboards alone; needs the acl package)"
+    );
+    let group = match group {
+        Some(g) if g != "root" => format!(
+            "sudo usermod -aG {g} {user}, then log in again (or reboot) so the daemon starts in that group; or "
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "{group}{rule}; or run handnode as root. Either way every process of {user} can read what is typed: keep the grants' wall (--isolation auto or bwrap: a grant's /dev has no input devices)"
+    )
+}
+
+/// [`halt_key_check`] from a survey.
+pub fn halt_key_report(
+    survey: Result<Vec<crate::ops::halt_key::Found>, crate::ops::halt_key::ListError>,
+    chord: &Chord,
+    on: bool,
+    user: &str,
+    isolation_none: bool,
+) -> Check {
+    use crate::ops::halt_key::OpenError;
+    const NAME: &str = "halt key";
+    let what = if on {
+        format!("--halt-key {chord}")
+    } else {
+        format!("--halt-key is off; for {chord}")
+    };
+    // Off, nothing here is a problem yet: it is only what turning it on would give.
+    let warn = if on { Status::Warn } else { Status::Ok };
+    let headless = |why: String| {
+        check(
+            NAME,
+            warn,
+            format!(
+                "{what}: {why}: there is no keyboard to press it on (a headless VM or container); `handnode halt` and the console still halt"
+            ),
+            None,
+        )
+    };
+    let found = match survey {
+        Err(crate::ops::halt_key::ListError::NoInputSubsystem(path)) => {
+            return headless(format!("{} does not exist", path.display()))
+        }
+        Err(e) => return check(NAME, warn, format!("{what}: {e}"), None),
+        Ok(found) if found.is_empty() => {
+            return headless(
+                "the kernel lists no input devices (/proc/bus/input/devices is empty)".into(),
+            )
+        }
+        Ok(found) => found,
+    };
+    let label = |f: &crate::ops::halt_key::Found| {
+        format!(
+            "{:?} ({})",
+            crate::base::label::cut(&f.name, 60),
+            f.node.as_deref().unwrap_or("-")
+        )
+    };
+    let mut readable = Vec::new();
+    let mut denied = Vec::new();
+    let mut missing = Vec::new();
+    let mut software = Vec::new();
+    let mut group = None;
+    for f in &found {
+        match (&f.verdict, &f.open) {
+            (Verdict::Virtual(_), _) | (_, Some(Err(OpenError::NotPhysical(_)))) => {
+                software.push(label(f))
+            }
+            (_, Some(Ok(()))) => readable.push(label(f)),
+            (_, Some(Err(OpenError::Denied { owner, .. }))) => {
+                group = owner
+                    .split(':')
+                    .nth(1)
+                    .and_then(|g| g.split(' ').next())
+                    .map(String::from);
+                denied.push(format!("{} {owner}", label(f)));
+            }
+            (_, Some(Err(e))) => missing.push(format!("{}: {e}", label(f))),
+            _ => {}
+        }
+    }
+    let ignored = if software.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; ignored as software devices (uinput, uhid: they can neither press nor block it): {}",
+            software.join(", ")
+        )
+    };
+    if !readable.is_empty() {
+        let mut detail = format!(
+            "{what}: reads {} physical keyboard(s): {}{ignored}",
+            readable.len(),
+            readable.join(", ")
+        );
+        if !denied.is_empty() {
+            detail.push_str(&format!("; not readable: {}", denied.join(", ")));
+        }
+        if isolation_none {
+            detail.push_str(
+                "; with --isolation none a grant's shell can read (and grab) the keyboards too",
+            );
+            return check(
+                NAME,
+                Status::Warn,
+                detail,
+                Some(
+                    "drop --isolation none: a grant's wall has a /dev without input devices".into(),
+                ),
+            );
+        }
+        return check(NAME, Status::Ok, detail, None);
+    }
+    if !denied.is_empty() {
+        return check(
+            NAME,
+            if on { Status::Fail } else { Status::Ok },
+            format!(
+                "{what}: this user ({user}) cannot read the physical keyboards: {}{ignored}",
+                denied.join(", ")
+            ),
+            Some(halt_key_allow(user, group.as_deref())),
+        );
+    }
+    if !missing.is_empty() {
+        return check(
+            NAME,
+            warn,
+            format!(
+                "{what}: keyboards are listed but their nodes cannot be opened ({}): a container without the box's /dev/input?{ignored}",
+                missing.join("; ")
+            ),
+            Some("run handnode on the box itself, or give its container the box's /dev/input".into()),
+        );
+    }
+    check(
+        NAME,
+        warn,
+        format!(
+            "{what}: no physical keyboard with its keys is plugged in (it is watched for){ignored}"
+        ),
+        None,
+    )
+}
+
 /// The report as people read it.
 pub fn render(checks: &[Check]) -> String {
     let mut text = String::from("handnode doctor\n");
@@ -1223,6 +1397,7 @@ pub fn main(args: &crate::config::DoctorArgs) -> i32 {
         checks.push(apps_check(&args.apps, &env));
     }
     checks.extend(upstream_origin_checks(&env));
+    checks.push(halt_key_check(Path::new("/"), args.halt_key.as_ref(), &env));
     let text = if args.json {
         format!(
             "{}\n",
@@ -1395,6 +1570,130 @@ mod tests {
             none.detail
         );
         assert_eq!(none.fix.as_deref(), Some("apt install xvfb dbus"));
+    }
+
+    #[test]
+    fn the_halt_key_line_says_what_it_reads_ignores_and_how_to_allow_it() {
+        use crate::ops::halt_key::{Found, ListError, OpenError};
+        let chord = Chord::example();
+        let found =
+            |node: &str, name: &str, verdict: Verdict, open: Option<Result<(), OpenError>>| Found {
+                node: Some(node.into()),
+                name: name.into(),
+                verdict,
+                open,
+            };
+        let uinput = found(
+            "event7",
+            "ydotoold virtual device",
+            Verdict::Virtual("event7 is a software device".into()),
+            None,
+        );
+        let denied = found(
+            "event3",
+            "AT Translated Set 2 keyboard",
+            Verdict::Watch,
+            Some(Err(OpenError::Denied {
+                path: "/dev/input/event3".into(),
+                owner: "root:input 0660".into(),
+            })),
+        );
+        // On, and not readable: it fails, with the exact commands.
+        let c = halt_key_report(
+            Ok(vec![denied.clone(), uinput.clone()]),
+            &chord,
+            true,
+            "ann",
+            false,
+        );
+        assert_eq!(c.status, Status::Fail, "{c:?}");
+        assert!(
+            c.detail.contains("this user (ann) cannot read")
+                && c.detail.contains("root:input 0660")
+                && c.detail.contains("\"ydotoold virtual device\" (event7)"),
+            "{}",
+            c.detail
+        );
+        let fix = c.fix.unwrap();
+        assert!(
+            fix.starts_with("sudo usermod -aG input ann, then log in again"),
+            "{fix}"
+        );
+        assert!(
+            fix.contains("ENV{ID_INPUT_KEYBOARD}==\"1\"")
+                && fix.contains("setfacl -m u:ann:r $devnode")
+                && fix.contains("sudo udevadm trigger --subsystem-match=input"),
+            "{fix}"
+        );
+        // Nodes of group root: no usermod, only the rule.
+        let root_only = found(
+            "event3",
+            "kb",
+            Verdict::Watch,
+            Some(Err(OpenError::Denied {
+                path: "/dev/input/event3".into(),
+                owner: "root:root 0600".into(),
+            })),
+        );
+        let c = halt_key_report(Ok(vec![root_only]), &chord, true, "ann", false);
+        assert!(c.fix.unwrap().starts_with("echo 'SUBSYSTEM=="));
+        // Off: the same facts, not a failure.
+        let c = halt_key_report(Ok(vec![denied]), &chord, false, "ann", false);
+        assert_eq!(c.status, Status::Ok);
+        assert!(
+            c.detail.starts_with("--halt-key is off; for ctrl+alt+end:"),
+            "{}",
+            c.detail
+        );
+        // Readable.
+        let ok = found("event3", "kb", Verdict::Watch, Some(Ok(())));
+        let c = halt_key_report(Ok(vec![ok.clone(), uinput]), &chord, true, "ann", false);
+        assert_eq!(c.status, Status::Ok);
+        assert!(
+            c.detail.starts_with("--halt-key ctrl+alt+end: reads 1 physical keyboard(s): \"kb\" (event3); ignored as software devices"),
+            "{}",
+            c.detail
+        );
+        let c = halt_key_report(Ok(vec![ok]), &chord, true, "ann", true);
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.detail.contains("--isolation none"), "{}", c.detail);
+        // A box without input devices (this CI box: /proc/bus/input/devices is empty).
+        for survey in [
+            Err(ListError::NoInputSubsystem(
+                "/proc/bus/input/devices".into(),
+            )),
+            Ok(Vec::new()),
+        ] {
+            let c = halt_key_report(survey, &chord, true, "ann", false);
+            assert_eq!(c.status, Status::Warn);
+            assert!(
+                c.detail.contains("headless VM or container"),
+                "{}",
+                c.detail
+            );
+        }
+        // Listed, but no node: a container.
+        let gone = found(
+            "event4",
+            "kb",
+            Verdict::Watch,
+            Some(Err(OpenError::Missing("/dev/input/event4".into()))),
+        );
+        let c = halt_key_report(Ok(vec![gone]), &chord, true, "ann", false);
+        assert!(
+            c.detail
+                .contains("a container without the box's /dev/input"),
+            "{}",
+            c.detail
+        );
+        // The real survey of a tree with no input subsystem.
+        let tmp = crate::base::testutil::TempDir::new("doctor-halt-key");
+        let c = halt_key_check(&tmp.0, Some(&chord), &env(&[("USER", "ann")]));
+        assert!(
+            c.detail.contains("proc/bus/input/devices does not exist"),
+            "{}",
+            c.detail
+        );
     }
 
     #[test]
