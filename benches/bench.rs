@@ -109,7 +109,7 @@ impl Opts {
                         "bench [--bin PATH] [--static-bin PATH] [--static-libc NAME] [--quick] \
                          [--only SECTION,...] [--placement NAME] [--server-cpu N]\n\
                          sections: memory, latency (= ping, sys_info, bash, pipelined, hol), \
-                         approval, attach, redial, screenshot, browser, audit, jobs, owed, containment, files, a11y, journal"
+                         approval, attach, redial, screenshot, browser, audit, jobs, owed, containment, halt, files, a11y, journal"
                     );
                     std::process::exit(0);
                 }
@@ -2013,27 +2013,116 @@ fn stdout_of(result: &Value) -> String {
         })
 }
 
+/// Start a job of 50 processes in a grant (every other sleeper in a session of its own, the
+/// shell waiting on them) and return their pids once every one runs.
+fn fifty_processes(conn: &mut PodConn) -> Vec<i32> {
+    let job = start_job(
+        conn,
+        "for i in $(seq 49); do if [ $((i % 2)) = 0 ]; then setsid sleep 300 & else sleep 300 & fi;              echo $!; done; echo $$; echo ready; wait",
+    );
+    let started = Instant::now();
+    let pids: Vec<i32> = loop {
+        let r = conn.call_tool("bash_poll", json!({"job_id": job, "wait_secs": 10}));
+        let out = stdout_of(&r);
+        if out.contains("ready") {
+            break out.lines().filter_map(|l| l.parse().ok()).collect();
+        }
+        assert!(
+            r["structuredContent"]["state"] == "running",
+            "the job ended before it printed ready: {}",
+            clip(&r.to_string())
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the job printed no ready in 60 s: {}",
+            clip(&out)
+        );
+    };
+    assert_eq!(pids.len(), 50, "the grant runs 50 processes");
+    pids
+}
+
+/// `n` children running `sleep 300`.
+fn sleepers(n: usize) -> Vec<Child> {
+    (0..n)
+        .map(|_| {
+            Command::new("sleep")
+                .arg("300")
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("start sleep")
+        })
+        .collect()
+}
+
+/// Kill `children` by pid and reap them: the floor of a stop.
+fn kill_by_hand(children: &mut [Child]) {
+    for c in children.iter() {
+        let pid = rustix::process::Pid::from_raw(c.id() as i32).expect("a pid");
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+    for c in children.iter_mut() {
+        let _ = c.wait();
+    }
+}
+
+/// Grants of the halt figure (contract §22), each running 50 processes.
+const HALT_GRANTS: usize = 16;
+
+/// `halt_ms_p99` (contract §22): 16 owner grants with 50 processes each (half of them in
+/// sessions of their own), from `POST /halt` to every process gone and every socket's close
+/// frame read, beside killing the same 800 processes by pid here and reaping them. Each
+/// round then revokes the halted grants and resumes.
+fn bench_halt(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
+    let rounds = o.n(10);
+    let mut floor = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let mut children = sleepers(HALT_GRANTS * 50);
+        let t = Instant::now();
+        kill_by_hand(&mut children);
+        floor.push(ms(t.elapsed()));
+    }
+    let mut samples = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        let mut grants = Vec::with_capacity(HALT_GRANTS);
+        let mut pids = Vec::with_capacity(HALT_GRANTS * 50);
+        for g in 0..HALT_GRANTS {
+            let (grant, mut conn) = attach_ready(d, pod, &format!("halt-{round}-{g}"), "owner");
+            pids.extend(fifty_processes(&mut conn));
+            grants.push((grant, conn));
+        }
+        let t = Instant::now();
+        let req = d.send_request("POST", "/halt", Some(&json!({"reason": "bench"})));
+        assert!(
+            all_gone(&pids, Duration::from_secs(10)),
+            "a process outlived the halt"
+        );
+        for (_, conn) in &mut grants {
+            assert_eq!(conn.expect_close(), 1000, "a halted socket's close code");
+        }
+        samples.push(ms(t.elapsed()));
+        let (status, v) = DaemonProc::read_response(req);
+        assert_eq!(status, 200, "POST /halt: {v}");
+        for (grant, _) in &grants {
+            d.revoke(grant);
+        }
+        let (status, v) = d.http("POST", "/resume", None);
+        assert_eq!(status, 200, "POST /resume: {v}");
+    }
+    let (p99, floor_p99) = (percentile(&samples, 0.99), percentile(&floor, 0.99));
+    r.put("kill800_floor_ms_p99", floor_p99, "ms", None);
+    r.put("halt_ms_p50", percentile(&samples, 0.5), "ms", None);
+    r.put("halt_ms_p99", p99, "ms", Some(floor_p99));
+    r.check("halt_ms_p99", "<= 100 ms".into(), Some(p99 <= 100.0));
+}
+
 fn bench_grant_kill(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     let rounds = o.n(20);
     let mut floor = Vec::with_capacity(rounds);
     for _ in 0..rounds {
-        let mut children: Vec<Child> = (0..50)
-            .map(|_| {
-                Command::new("sleep")
-                    .arg("300")
-                    .stdin(Stdio::null())
-                    .spawn()
-                    .expect("start sleep")
-            })
-            .collect();
+        let mut children = sleepers(50);
         let t = Instant::now();
-        for c in &children {
-            let pid = rustix::process::Pid::from_raw(c.id() as i32).expect("a pid");
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-        }
-        for c in &mut children {
-            let _ = c.wait();
-        }
+        kill_by_hand(&mut children);
         floor.push(ms(t.elapsed()));
     }
     let floor_p50 = percentile(&floor, 0.5);
@@ -2041,29 +2130,7 @@ fn bench_grant_kill(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     let mut samples = Vec::with_capacity(rounds);
     for i in 0..rounds {
         let (grant, mut conn) = attach_ready(d, pod, &format!("gk-{i}"), "owner");
-        let job = start_job(
-            &mut conn,
-            "for i in $(seq 49); do if [ $((i % 2)) = 0 ]; then setsid sleep 300 & else sleep 300 & fi;              echo $!; done; echo $$; echo ready; wait",
-        );
-        let started = Instant::now();
-        let pids: Vec<i32> = loop {
-            let r = conn.call_tool("bash_poll", json!({"job_id": job, "wait_secs": 10}));
-            let out = stdout_of(&r);
-            if out.contains("ready") {
-                break out.lines().filter_map(|l| l.parse().ok()).collect();
-            }
-            assert!(
-                r["structuredContent"]["state"] == "running",
-                "the job ended before it printed ready: {}",
-                clip(&r.to_string())
-            );
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "the job printed no ready in 60 s: {}",
-                clip(&out)
-            );
-        };
-        assert_eq!(pids.len(), 50, "the grant runs 50 processes");
+        let pids = fifty_processes(&mut conn);
         let t = Instant::now();
         let req = d.send_request("DELETE", &format!("/attach/{grant}"), None);
         assert!(
@@ -3177,6 +3244,10 @@ fn main() {
     if o.runs("containment") {
         eprintln!("bench: containment (grant_kill_ms)");
         bench_grant_kill(&mut r, &o, &d, &mut pod);
+    }
+    if o.runs("halt") {
+        eprintln!("bench: halt (halt_ms_p99)");
+        bench_halt(&mut r, &o, &d, &mut pod);
     }
     if o.runs("files") {
         eprintln!("bench: files");

@@ -14,7 +14,8 @@
 # latency = ping,sys_info,bash,pipelined,hol; approval, attach, redial, screenshot, audit, jobs,
 # own_display = own_display_start_ms beside Xvfb + window manager + bus started by hand,
 # owed = owed_reply_peak_kib, issue 23's memory flood beside --write-buffer-bytes,
-# containment = grant_kill_ms beside killing 50 processes by pid; files; a11y = desktop_snapshot_ms
+# containment = grant_kill_ms beside killing 50 processes by pid; halt = halt_ms_p99 of 16
+# grants x 50 processes beside killing 800 by pid; files; a11y = desktop_snapshot_ms
 # of a zenity list of ~200 shown elements beside screenshot on the same display, needs zenity
 # at-spi2-core dbus-daemon), floors always.
 # --placement pins processes to CPUs (needs taskset, util-linux) so that a floor and the
