@@ -17,13 +17,13 @@
 //! a `handnode.<instance>/grants/<grant id>` group in each v1 `memory`, `pids` and `cpu`
 //! hierarchy (runs go straight into the grant's v1 groups).
 //!
-//! **Placing a child, race-free, without unsafe code.** `pre_exec` and `clone3`'s
-//! `CLONE_INTO_CGROUP` need unsafe code (rustix offers neither safely), and writing the pid
-//! after spawn races with a child that forks at once. So a run is spawned through a
-//! trampoline: `/bin/sh -c 'echo $$ >…/cgroup.procs && … && exec "$@"'`. The shell writes
-//! its own pid into every group (the `echo` is a builtin, so the writer is the child
-//! itself), and only then execs the command: nothing the command starts can be outside.
-//! A write that fails ends the child with exit 126 before the command runs.
+//! **Placing a child, race-free.** A run's child enters its groups between `fork` and
+//! `exec` ([`enter`], the crate's one reviewed `unsafe`: a `pre_exec` hook that writes `0`
+//! to `cgroup.procs` files the parent opened), so nothing the program starts, however
+//! soon, can be outside; writing the pid after spawn would race with a child that forks
+//! at once. A write that fails fails the spawn, naming the file ([`RunGroup::spawn`]),
+//! and the program never runs. This replaced a `/bin/sh` trampoline (`echo $$ >…
+//! && exec "$@"`) that cost a shell's start per call (docs/performance.md).
 //!
 //! **Killing.** `cgroup.kill` (Linux 5.14+) SIGKILLs every process in a subtree at once;
 //! before 5.14 the group is frozen (`cgroup.freeze`), every pid in it SIGKILLed, and
@@ -51,6 +51,9 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
 use serde_json::{json, Value};
+
+#[allow(unsafe_code)]
+mod enter;
 
 /// The variable every process of a run carries (its value names the run): what the
 /// subreaper attributes by, and what a restart finds a crashed daemon's jobs by.
@@ -959,28 +962,25 @@ impl RunGroup {
         files
     }
 
-    /// The command that runs `program` inside this group (see the module doc); add the
-    /// program's arguments to it. Under the subreaper it is `program` itself.
+    /// The command that runs `program` inside this group: its child enters every group
+    /// before it execs (see the module doc). Add the program's arguments to it, and spawn
+    /// it with [`RunGroup::spawn`] so that a failure to enter says which group. Under the
+    /// subreaper it is `program` itself.
     pub fn command(&self, program: &Path) -> Command {
+        let mut cmd = Command::new(program);
         let files = self.procs_files();
-        if files.is_empty() {
-            return Command::new(program);
+        if !files.is_empty() {
+            enter::before_exec(&mut cmd, &files);
         }
-        let mut script = String::new();
-        for i in 1..=files.len() {
-            script.push_str(&format!("echo $$ >\"${i}\" && "));
-        }
-        script.push_str(&format!(
-            "shift {} && exec \"$@\"; echo 'handnode: cannot start the command in its cgroup' >&2; exit 126",
-            files.len()
-        ));
-        let mut cmd = Command::new("/bin/sh");
-        cmd.arg("-c")
-            .arg(script)
-            .arg("sh")
-            .args(&files)
-            .arg(program);
         cmd
+    }
+
+    /// `cmd.spawn()` for a command made by [`RunGroup::command`]: a child that could not
+    /// enter its groups fails the spawn with "cannot put the process in its cgroup:
+    /// writing 0 to <file> failed: <why>".
+    pub fn spawn(&self, cmd: &mut Command) -> io::Result<std::process::Child> {
+        cmd.spawn()
+            .map_err(|e| enter::explain(e, &self.procs_files()))
     }
 
     /// SIGKILL everything in the run's group (under the subreaper: everything carrying
@@ -1395,8 +1395,8 @@ mod tests {
     }
 
     #[test]
-    fn the_trampoline_writes_every_group_before_exec() {
-        let dir = TempDir::new("cgroup-fake-tramp");
+    fn a_run_enters_every_group_before_exec() {
+        let dir = TempDir::new("cgroup-fake-enter");
         let settings = fake(&dir, "cpu memory pids");
         let layout = Layout::detect(&settings, false).unwrap();
         let confine = Confine {
@@ -1410,10 +1410,18 @@ mod tests {
             counted: false,
         };
         let run = confine.run("g1", true, "m").unwrap();
-        let out = run.command(Path::new("echo")).arg("hi").output().unwrap();
+        // The kernel makes cgroup.procs with the group; a fake group needs it made.
+        let procs = run.dir.as_ref().unwrap().join("cgroup.procs");
+        fs::write(&procs, "").unwrap();
+        let mut cmd = run.command(Path::new("echo"));
+        let out = run
+            .spawn(cmd.arg("hi").stdout(std::process::Stdio::piped()))
+            .unwrap()
+            .wait_with_output()
+            .unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
-        let procs = fs::read_to_string(run.dir.as_ref().unwrap().join("cgroup.procs")).unwrap();
-        assert!(procs.trim().parse::<u32>().is_ok(), "{procs:?}");
+        // Written by the child itself ("0": the writer), before echo ran.
+        assert_eq!(fs::read_to_string(&procs).unwrap(), "0");
         // Out of memory: the run's own memory.events says so (v2), with the grant's limit.
         assert_eq!(run.oom_limit(), None);
         fs::write(
@@ -1422,11 +1430,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(run.oom_limit(), Some(64 << 20));
-        // A group that cannot be written: the command never runs.
+        // A group that cannot be written: the spawn fails, naming it; echo never runs.
         fs::remove_dir_all(run.dir.as_ref().unwrap()).unwrap();
-        let out = run.command(Path::new("echo")).arg("hi").output().unwrap();
-        assert_eq!(out.status.code(), Some(126));
-        assert!(out.stdout.is_empty());
+        let err = run
+            .spawn(&mut run.command(Path::new("echo")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cannot put the process in its cgroup")
+                && err.contains(&procs.display().to_string()),
+            "{err}"
+        );
     }
 
     #[test]

@@ -9,8 +9,8 @@
 //! except that handnode's state dir, config dir, token file, `$CREDENTIALS_DIRECTORY` and
 //! local admin socket read empty, and so do the other grants' browser and display dirs.
 //! `/sys/fs/cgroup` is read-only (every v1 hierarchy and `unified` beneath it) and the wall
-//! has a cgroup namespace rooted at the run's own group (the cgroup trampoline places
-//! `bwrap` there before it starts), so nothing inside moves itself out of its grant's groups
+//! has a cgroup namespace rooted at the run's own group (the child enters that group
+//! before it execs `bwrap`, `cgroup::enter`), so nothing inside moves itself out of its grant's groups
 //! and dies with the grant. A PID namespace with a fresh `/proc` hides every other process,
 //! the daemon's among them. When `bwrap` runs with capabilities (handnode as root) the wall
 //! also gets a user namespace and `--cap-drop ALL`: without that, root inside could simply

@@ -259,7 +259,7 @@ fn an_apps_grant_opens_only_its_listed_apps_without_arguments_or_secrets_and_the
     let opened = call(&mut conn, &mut id, "app_open", json!({"app": "t.Sleep"}));
     assert!(opened.get("isError").is_none(), "{opened}");
     let leader = opened["structuredContent"]["pid"].as_i64().unwrap() as u32;
-    // Its argv is the entry's, field codes removed (once the cgroup trampoline has
+    // Its argv is the entry's, field codes removed (once the leader has
     // exec'd it, inside the grant's wall, §21, where the leader is `bwrap`); its
     // environment holds no secret.
     let end = Instant::now() + Duration::from_secs(10);

@@ -847,7 +847,7 @@ fn app_open_starts_the_app_on_the_grants_own_display() {
     let pid = opened["structuredContent"]["pid"].as_i64().unwrap();
     let (number, _) = record(&d, &id);
     let runtime = runtime_dir(&d, &id);
-    // Once the cgroup trampoline has exec'd the app.
+    // Once the leader has exec'd the app.
     poll_until(
         || std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default(),
         |c| c.starts_with(b"sleep") || c.windows(6).any(|w| w == b"sleep\0"),

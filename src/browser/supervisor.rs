@@ -563,9 +563,12 @@ impl Supervisor {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))?;
+        let spawned = match &confine {
+            Some(group) => group.spawn(&mut cmd),
+            None => cmd.spawn(),
+        };
+        let mut child =
+            spawned.map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))?;
         let pgid = Pid::from_raw(child.id() as i32).expect("a spawned child has a positive pid");
         let prepared = (|| -> io::Result<(OwnedFd, ChildStdin, ChildStdout, ChildStderr)> {
             let pidfd = rustix::process::pidfd_open(pgid, PidfdFlags::empty())

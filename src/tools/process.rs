@@ -351,7 +351,10 @@ impl ProcessWatcher {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let started = Instant::now();
-        let mut child = cmd.spawn()?;
+        let mut child = match &spec.confine {
+            Some(group) => group.spawn(&mut cmd)?,
+            None => cmd.spawn()?,
+        };
         let pgid = Pid::from_raw(child.id() as i32).expect("a spawned child has a positive pid");
         // False means the call was cancelled first: the group is already killed, and the
         // watcher reaps it and reports the cancel like any other.

@@ -598,8 +598,8 @@ impl OwnDisplay {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log_file("xvfb.log").map_err(&cleanup)?);
-        let mut xvfb_child = cmd
-            .spawn()
+        let mut xvfb_child = group
+            .spawn(&mut cmd)
             .map_err(|e| cleanup(format!("cannot run {}: {e}", xvfb.display())))?;
         let stdout = xvfb_child.stdout.take().expect("piped");
         let number = match first_line(stdout, self.opts.start_timeout) {
@@ -634,7 +634,7 @@ impl OwnDisplay {
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(log_file("wm.log").map_err(&cleanup)?);
-                match cmd.spawn() {
+                match group.spawn(&mut cmd) {
                     Ok(c) => Some(c),
                     Err(e) => {
                         notes.push(format!("the window manager did not start: {e}"));
@@ -666,7 +666,7 @@ impl OwnDisplay {
                     .stdin(Stdio::null())
                     .stdout(Stdio::piped())
                     .stderr(log_file("bus.log").map_err(&cleanup)?);
-                match cmd.spawn() {
+                match group.spawn(&mut cmd) {
                     Ok(mut c) => {
                         let out = c.stdout.take().expect("piped");
                         match first_line(out, self.opts.start_timeout) {
