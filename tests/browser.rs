@@ -437,6 +437,58 @@ fn the_browser_profile_is_admitted_only_with_a_browser_command() {
     }
 }
 
+/// Issue 37: a `browser` grant says it lends what its browser command offers (learned by
+/// the start-up probe), the same list the pod's `tools/list` gives, not the class table's.
+#[test]
+fn a_browser_grant_says_it_lends_what_its_browser_command_offers() {
+    let dir = ShortDir::new();
+    let pod = StubPod::start();
+    let d = TestDaemon::with("browser-lent", |c| {
+        c.browser_command = Some(fake_command("normal"));
+        c.browser_dir = Some(dir.0.clone());
+    });
+    let (id, mut conn) = d.attached(&pod, "s", "browser");
+    let names = |conn: &mut PodConn| -> Vec<String> {
+        conn.request(next_id(), "tools/list", json!({}))["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // Until the probe has answered, every tool of the table is listed with an open schema.
+    let listed = poll_until(
+        || names(&mut conn),
+        |l| l.len() < handnode::profiles::browser_profile_tools().count(),
+        |l| format!("watchdog: the probe never taught the list: {l:?}"),
+    );
+    let g = d.grant(&id);
+    let tools: Vec<String> = serde_json::from_value(g["tools"].clone()).unwrap();
+    assert_eq!(tools, listed);
+    // What the fake offers that the profile holds (never browser_evaluate, no shell tool).
+    let mut sorted = tools.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        [
+            "browser_close",
+            "browser_console_messages",
+            "browser_find",
+            "browser_navigate",
+            "browser_snapshot",
+            "browser_take_screenshot",
+            "browser_wait_for"
+        ]
+    );
+    assert!(
+        g["unavailable"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|t| t == "browser_click")),
+        "{g}"
+    );
+    assert_eq!(g["shell"], "no");
+}
+
 #[test]
 fn a_persisted_browser_grant_resumes_only_where_there_is_a_browser_command() {
     let dir = ShortDir::new();

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use common::*;
 use crossbeam_channel::Receiver;
-use handnode::admin::console::{self, ASSETS, CSP, PAGE};
+use handnode::admin::console::{self, ASSETS, CSP};
 use serde_json::{json, Value};
 
 /// Longest one browser step may take (chromium's first start on a busy 2-core box).
@@ -64,7 +64,10 @@ fn the_page_and_its_files_are_served_without_a_token_with_every_security_header(
     );
     // No --browser-command and no --apps here: the page that says those profiles are not
     // on this box.
-    assert_eq!(body, console::page(false, false).body);
+    assert_eq!(
+        body,
+        console::page(handnode::tools::policy::Sources::default(), false)
+    );
     check_security_headers("GET /", &headers);
     for asset in ASSETS {
         let path = format!("/console/{}", asset.name);
@@ -179,7 +182,13 @@ fn get_root_never_names_another_host() {
         ["https://example.com/x"]
     );
     assert!(urls_with_a_host("a ws:// or wss:// address").is_empty());
-    for file in std::iter::once(&*PAGE).chain(ASSETS) {
+    let page_body = console::page(handnode::tools::policy::Sources::default(), true);
+    let page_file = console::Asset {
+        name: "index.html",
+        content_type: "text/html",
+        body: page_body.leak(),
+    };
+    for file in std::iter::once(&page_file).chain(ASSETS) {
         let text = std::str::from_utf8(file.body).unwrap();
         assert_eq!(
             urls_with_a_host(text),
@@ -193,7 +202,7 @@ fn get_root_never_names_another_host() {
         }
     }
     // Whatever the page loads, it loads from here.
-    let page = std::str::from_utf8(PAGE.body).unwrap();
+    let page = std::str::from_utf8(page_file.body).unwrap();
     for attr in ["src=\"", "href=\""] {
         for (i, _) in page.match_indices(attr) {
             let value: String = page[i + attr.len()..]

@@ -18,7 +18,8 @@ use common::*;
 use handnode::profiles::{profile_error, Class, Profile, MAX_LIST_NAMES, MAX_TOOL_NAME_BYTES};
 use handnode::tools;
 use handnode::tools::policy::{
-    classify, ALLOW_NEEDS_CUSTOM_ERROR, CUSTOM_NEEDS_ALLOW_ERROR, NO_TOOLS_ERROR,
+    classify, ALLOW_NEEDS_CUSTOM_ERROR, BROWSER_PROFILE_HINT, CUSTOM_NEEDS_ALLOW_ERROR,
+    NO_TOOLS_ERROR, NO_UPSTREAM, UPSTREAM_LACKS,
 };
 use handnode::wire::mcp::INVALID_PARAMS;
 use realbin::RealDaemon;
@@ -544,20 +545,13 @@ fn a_restart_keeps_the_lists() {
     quiet_liveness(&mut config);
     let pod = StubPod::start();
     let mut d = TestDaemon::start(config.clone(), dir.clone());
-    let asked = json!({"profile": "custom", "allow": ["screenshot", "sys_info", "browser_snap*"],
+    let asked = json!({"profile": "custom", "allow": ["screenshot", "sys_info", "key*"],
                        "deny": ["sys_info"], "ttl_secs": 600});
     let (id, mut conn) = d.attached_with(&pod, body(&pod, "s", asked));
     let before = d.grant(&id);
-    assert_eq!(
-        strings(&before["tools"]),
-        ["screenshot", "browser_snapshot"]
-    );
+    assert_eq!(strings(&before["tools"]), ["screenshot", "key"]);
     let listed = names(&conn.request(json!(1), "tools/list", json!({})));
-    assert_eq!(
-        listed,
-        ["screenshot"],
-        "no upstream here: only the local tool"
-    );
+    assert_eq!(listed, strings(&before["tools"]));
     let stored = std::fs::read_to_string(d.state_dir().join("grants.json")).unwrap();
     let stored: Value = serde_json::from_str(&stored).unwrap();
     assert_eq!(stored["grants"][0]["allow"], before["allow"]);
@@ -704,4 +698,123 @@ fn an_upstream_tool_without_a_class_is_logged_once() {
     );
     drop(d);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 37: on a box without an upstream, what a grant says it lends (its JSON's `tools`,
+/// what `handnode grant` prints) is what the pod's `tools/list` gives, profile by profile,
+/// and the rest of its list is named with the reason; an `allow` naming a tool the box
+/// does not have is refused, naming it, and lends nothing.
+#[test]
+fn without_an_upstream_a_grant_says_and_lends_only_the_box_s_own_tools() {
+    let pod = StubPod::start();
+    let d = TestDaemon::with("lent-bare", quiet_liveness);
+    let folder = d.dir.join("lent");
+    std::fs::create_dir_all(&folder).unwrap();
+    // Each socket stays open: a closed one would redial into the next grant's turn.
+    let mut conns = Vec::new();
+    for profile in ["observe", "desktop", "owner", "files"] {
+        let mut asked = body(&pod, profile, json!({ "profile": profile }));
+        if profile == "files" {
+            asked["folder"] = json!(folder);
+        }
+        let (id, mut conn) = d.attached_with(&pod, asked);
+        let g = d.grant(&id);
+        let listed = names(&conn.request(json!(1), "tools/list", json!({})));
+        assert_eq!(strings(&g["tools"]), listed, "{profile}");
+        assert!(
+            !listed.iter().any(|t| t.starts_with("browser_")),
+            "{listed:?}"
+        );
+        if matches!(profile, "desktop" | "owner") {
+            let missing = strings(&g["unavailable"]);
+            assert!(
+                !missing.is_empty() && missing.iter().all(|t| t.starts_with("browser_")),
+                "{g}"
+            );
+            assert_eq!(g["unavailable_because"], NO_UPSTREAM);
+        } else {
+            assert!(g.get("unavailable").is_none(), "{g}");
+        }
+        conns.push(conn);
+    }
+
+    // The CLI's summary says it too.
+    let secret = d.dir.join("secret");
+    std::fs::write(&secret, "s3cret-attach").unwrap();
+    let runtime = pod.runtime();
+    let grant = |session: &str, lists: &[&str]| {
+        let mut args = vec!["grant", "--runtime", &runtime, "--session", session];
+        args.extend_from_slice(lists);
+        args.extend(["--secret-file", secret.to_str().unwrap()]);
+        cli(&d, &args)
+    };
+    let (code, out, err) = grant("cli-desktop", &["--profile", "desktop"]);
+    assert_eq!(code, 0, "{err}");
+    let tools_line = out.lines().find(|l| l.trim_start().starts_with("tools:"));
+    assert!(tools_line.is_some_and(|l| !l.contains("browser_")), "{out}");
+    let (_, all) = d.call("GET", "/attach", None);
+    let cli_grant = all["grants"]
+        .as_array()
+        .and_then(|a| a.iter().find(|g| g["session"] == "cli-desktop"))
+        .unwrap_or_else(|| panic!("{all}"));
+    let missing = strings(&cli_grant["unavailable"]).len();
+    assert!(
+        out.contains(&format!("not lent on this box: {missing} tools"))
+            && out.contains(NO_UPSTREAM),
+        "{out}"
+    );
+
+    let narrow =
+        json!({"profile": "custom", "allow": ["sys_info", "screenshot", "browser_snapshot"]});
+    let (status, reply) = d.call("POST", "/attach", Some(&body(&pod, "narrow", narrow)));
+    assert_eq!(status, 400, "{reply}");
+    assert_eq!(
+        reply["error"],
+        format!(
+            "allow names tools this box does not have: browser_snapshot \
+             ({NO_UPSTREAM}{BROWSER_PROFILE_HINT})"
+        )
+    );
+    let (code, _, err) = grant(
+        "narrow",
+        &["--allow", "sys_info,screenshot,browser_snapshot"],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("does not have: browser_snapshot"), "{err}");
+    let (_, all) = d.call("GET", "/attach", None);
+    assert!(
+        !all.to_string().contains("\"narrow\""),
+        "nothing was lent: {all}"
+    );
+}
+
+/// Issue 37: with an upstream, the grant JSON names the browser tools the pod gets from
+/// it, no more (a tool of the list the upstream does not offer is named as unavailable,
+/// and why), and follows the upstream when it goes away.
+#[test]
+fn with_an_upstream_a_grant_says_the_browser_tools_the_pod_gets() {
+    let up = StubUpstream::start();
+    let pod = StubPod::start();
+    let d = daemon("lent-upstream", &up);
+    let cases = [
+        ("desktop", json!({"profile": "desktop"})),
+        ("owner", json!({"profile": "owner"})),
+        (
+            "custom",
+            json!({"profile": "custom", "allow": ["sys_info", "browser_*"]}),
+        ),
+    ];
+    for (session, asked) in cases {
+        let (id, mut conn) = d.attached_with(&pod, body(&pod, session, asked));
+        let listed = listed_with_upstream(&mut conn);
+        let g = d.wait_grant(&id, "the pod's list", |g| strings(&g["tools"]) == listed);
+        assert!(listed.iter().any(|t| t == "browser_snapshot"), "{listed:?}");
+        assert_eq!(g["unavailable_because"], UPSTREAM_LACKS, "{g}");
+        let missing = strings(&g["unavailable"]);
+        assert!(missing.iter().all(|t| !listed.contains(t)), "{g}");
+        if session == "custom" {
+            // The verdict counts what the upstream can lend: browser_file_upload is here.
+            assert_eq!(g["shell_because"], "browser_file_upload is a shell tool");
+        }
+    }
 }

@@ -780,6 +780,13 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
                     error_response(400, crate::profiles::APPS_NEEDS_LIST),
                 );
             }
+            // A grant never quietly lends less than its allow list names (issue 37).
+            if let Err(msg) = req
+                .policy
+                .check_here(crate::grants::sources(&state.services))
+            {
+                return respond(request, error_response(400, &msg));
+            }
             if !matches!(req.source, SecretSource::AdminCredential(_)) {
                 return attach(state, request, req, &principal);
             }
@@ -868,10 +875,10 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
         }
         ("GET", "/") => respond(
             request,
-            console::response(console::page(
-                state.services.browsers.is_some(),
+            console::page_response(
+                crate::grants::sources(&state.services),
                 !state.services.host.config.apps.is_empty(),
-            )),
+            ),
         ),
         ("GET", "/console/{id}") => match console::asset(id) {
             Some(asset) => respond(request, console::response(asset)),

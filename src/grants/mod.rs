@@ -351,9 +351,14 @@ impl Entry {
 
     /// The grant JSON of contract §1.2 plus `jobs` (its running jobs). Never contains
     /// the secret.
-    /// `isolation`: the browser tier's `browser_isolation`, shown on `browser` grants.
-    /// `host`: the own displays (§19), for a grant with one, and the walls (§21).
-    fn view(&self, jobs: usize, isolation: Option<&str>, host: &crate::tools::ToolHost) -> Value {
+    /// The browser tier's `browser_isolation` is shown on `browser` grants; the host's own
+    /// displays (§19) on a grant with one, and its walls (§21).
+    /// `tools` is what this grant is lent on this box now, read as `tools/list` reads it
+    /// (`ToolPolicy::lent`); `unavailable` names the rest of its list and why.
+    fn view(&self, jobs: usize, services: &Services) -> Value {
+        let isolation = services.browsers.as_ref().map(|b| b.isolation());
+        let host = &services.host;
+        let here = sources(services);
         let own = &host.own_displays;
         let status = self.status();
         let now = SystemTime::now();
@@ -363,7 +368,11 @@ impl Entry {
         v.insert("session".into(), json!(self.session));
         v.insert("profile".into(), json!(self.profile().as_str()));
         let lists = self.policy.lists();
-        v.insert("tools".into(), json!(self.policy.tools()));
+        v.insert("tools".into(), json!(self.policy.lent(here)));
+        if let Some((missing, why)) = self.policy.unavailable(here) {
+            v.insert("unavailable".into(), json!(missing));
+            v.insert("unavailable_because".into(), json!(why));
+        }
         v.insert("allow".into(), json!(lists.allow));
         v.insert("deny".into(), json!(lists.deny));
         if let Some(folder) = self.policy.folder() {
@@ -375,7 +384,9 @@ impl Entry {
             v.insert("approve".into(), approve.to_json());
         }
         v.insert("approved_for_grant".into(), json!(self.gate.remembered()));
-        let escalation = self.policy.escalation(|t| self.gate.needs_approval(t));
+        let escalation = self
+            .policy
+            .escalation_here(here, |t| self.gate.needs_approval(t));
         v.insert("shell".into(), json!(escalation.shell.as_str()));
         // §21: where the wall is missing, a shell of this grant is the lender's own.
         let walled = match self.profile() {
@@ -621,12 +632,19 @@ impl GrantEvents for Events {
     }
 }
 
-impl Registry {
-    /// The browser tier's isolation (`bwrap` or `none`), when there is a browser tier.
-    fn browser_isolation(&self) -> Option<&'static str> {
-        self.services.browsers.as_ref().map(|b| b.isolation())
+/// What serves tools on this box besides its own registry, as the grant sockets' and
+/// `/mcp`'s catalogues see it: what a grant says it lends is read through this.
+pub fn sources(services: &Services) -> crate::tools::policy::Sources<'_> {
+    crate::tools::policy::Sources {
+        upstream: services.upstream.as_deref(),
+        browsers: services
+            .browsers
+            .as_deref()
+            .map(|b| b as &dyn crate::tools::BrowserTier),
     }
+}
 
+impl Registry {
     pub fn new(
         services: Arc<Services>,
         store: Option<GrantStore>,
@@ -937,11 +955,7 @@ impl Registry {
                         });
                     }
                     let record = entry.lifecycle(LifecycleEvent::Renewed, None, Some(previous));
-                    let view = entry.view(
-                        self.jobs().running_in(&entry.id),
-                        self.browser_isolation(),
-                        &self.services.host,
-                    );
+                    let view = entry.view(self.jobs().running_in(&entry.id), &self.services);
                     self.persist(&inner)
                         .and_then(|_| self.audit.record_durable(record))
                         .map_err(|e| {
@@ -1025,11 +1039,11 @@ impl Registry {
                             "could not persist the grant: {e}"
                         )));
                     }
-                    let view = inner.entries.last().expect("just pushed").view(
-                        0,
-                        self.browser_isolation(),
-                        &self.services.host,
-                    );
+                    let view = inner
+                        .entries
+                        .last()
+                        .expect("just pushed")
+                        .view(0, &self.services);
                     info!(
                         "grant {id} created for session {} ({profile}, shell {}) by {principal}, ttl {ttl}s",
                         view["session"].as_str().unwrap_or(""),
@@ -1094,13 +1108,11 @@ impl Registry {
     pub fn get(&self, id: &str) -> Option<Value> {
         let mut inner = self.lock();
         let dropped = self.prune(&mut inner);
-        let view = inner.entries.iter().find(|e| e.id == id).map(|e| {
-            e.view(
-                self.jobs().running_in(&e.id),
-                self.browser_isolation(),
-                &self.services.host,
-            )
-        });
+        let view = inner
+            .entries
+            .iter()
+            .find(|e| e.id == id)
+            .map(|e| e.view(self.jobs().running_in(&e.id), &self.services));
         drop(inner);
         drop(dropped);
         view
@@ -1113,13 +1125,7 @@ impl Registry {
         let views = inner
             .entries
             .iter()
-            .map(|e| {
-                e.view(
-                    self.jobs().running_in(&e.id),
-                    self.browser_isolation(),
-                    &self.services.host,
-                )
-            })
+            .map(|e| e.view(self.jobs().running_in(&e.id), &self.services))
             .collect();
         drop(inner);
         drop(dropped);
@@ -1158,13 +1164,17 @@ impl Registry {
             return Ok(false);
         }
         let answer = halt.answer();
-        let live = self.halt_changed();
-        // The owner's own calls stop too; a grant's are answered by its thread.
+        // The owner's own calls stop too; a grant's are answered by its thread. Each is
+        // marked first, so what its killed tool makes later is the halt's answer, and is
+        // journalled as that (a bash's output is otherwise journalled only when sent).
         for call in self.services.running.list() {
             if call.grant.is_none() {
                 call.ctl.stop(answer.clone());
+            } else {
+                call.ctl.mark_stopped(answer.clone());
             }
         }
+        let live = self.halt_changed();
         let jobs = self.jobs();
         for job in jobs.running() {
             jobs.stop_because(&job, crate::tools::jobs::table::Stop::Kill, "halted");

@@ -89,7 +89,7 @@ pub fn matches(pattern: &str, tool: &str) -> bool {
 }
 
 /// The lists a grant was asked for, as given. (`approve`, §10, is `crate::grants::approvals`'.)
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ToolLists {
     pub allow: Vec<String>,
     pub deny: Vec<String>,
@@ -186,7 +186,7 @@ pub fn escalation<'a>(
 /// What one grant (or the owner's `/mcp`) may use: its profile, the lists as given, and
 /// the effective classified tools in listing order. Built only by [`ToolPolicy::new`],
 /// so every policy in the daemon passed the rules of `POST /attach`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ToolPolicy {
     profile: Profile,
     lists: ToolLists,
@@ -442,6 +442,140 @@ impl ToolPolicy {
             })
             .map(|n| n.to_string())
             .collect()
+    }
+}
+
+/// What serves tools on this box besides its own registry: the catalogue's other sources
+/// (`tools::ConnCatalog`), as the daemon has them now. What a grant says it lends is read
+/// through these, so the grant JSON, the CLI and the console name what `tools/list` gives.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sources<'a> {
+    /// The persistent upstream MCP servers (`--upstream`); `None`: none configured.
+    pub upstream: Option<&'a dyn super::UpstreamSource>,
+    /// The browser tier (`--browser-command`); `None`: none configured.
+    pub browsers: Option<&'a dyn super::BrowserTier>,
+}
+
+/// Why a tool of a grant's list is not lent on this box: its source is not configured.
+pub const NO_UPSTREAM: &str =
+    "browser tools come from an upstream MCP server and this daemon has none (serve --upstream URL)";
+/// Said after [`NO_UPSTREAM`] when an `allow` list is refused for it.
+pub const BROWSER_PROFILE_HINT: &str =
+    "; a browser of the grant's own is --profile browser, on a daemon with --browser-command";
+/// Why a tool of a grant's list is not lent now: the configured upstream does not list it.
+pub const UPSTREAM_LACKS: &str = "the upstream MCP server does not offer them now";
+/// Why a `browser` grant's tool is not lent: the browser command does not offer it.
+pub const BROWSER_LACKS: &str = "this box's --browser-command does not offer them";
+
+impl ToolPolicy {
+    /// The tools this policy lends on this box now, in `tools/list` order: the names
+    /// `tools::ConnCatalog::list` gives for it (a unit test holds the two together). Under
+    /// `owner` the upstreams' tools without a class are among them.
+    pub fn lent(&self, here: Sources<'_>) -> Vec<String> {
+        if self.profile == Profile::Browser {
+            let Some(browsers) = here.browsers else {
+                return Vec::new();
+            };
+            return browsers
+                .tools()
+                .iter()
+                .filter_map(|t| t.get("name").and_then(serde_json::Value::as_str))
+                .filter(|n| self.allows(n))
+                .map(str::to_string)
+                .collect();
+        }
+        let mut names: Vec<String> = super::registered()
+            .iter()
+            .filter(|t| self.allows(t.name))
+            .map(|t| t.name.to_string())
+            .collect();
+        if let Some(up) = here.upstream {
+            for (_, tool) in up.tools() {
+                let Some(name) = tool.get("name").and_then(serde_json::Value::as_str) else {
+                    continue;
+                };
+                if self.allows(name) && !names.iter().any(|n| n == name) {
+                    names.push(name.to_string());
+                }
+            }
+        }
+        names
+    }
+
+    /// The policy's tools that could be lent on this box, whether listed now or not: the
+    /// local ones; upstream ones only with an upstream configured (it may list a tool it
+    /// lacks now once it restarts); a `browser` grant's only as its browser command offers
+    /// them. The escalation check reads these, so a tool this box can never serve makes
+    /// no verdict, and an upstream that is down for a moment lowers none.
+    fn could_lend<'a>(&'a self, here: Sources<'a>) -> impl Iterator<Item = &'static str> + 'a {
+        self.tools.iter().copied().filter(move |name| {
+            if self.profile == Profile::Browser {
+                return here.browsers.is_some_and(|b| b.offers(name));
+            }
+            super::find(name).is_some() || here.upstream.is_some()
+        })
+    }
+
+    /// The policy's tools not lent on this box now, and why (`None` when all are).
+    pub fn unavailable(&self, here: Sources<'_>) -> Option<(Vec<&'static str>, &'static str)> {
+        let lent = self.lent(here);
+        let missing: Vec<&'static str> = self
+            .tools
+            .iter()
+            .copied()
+            .filter(|t| !lent.iter().any(|l| l == t))
+            .collect();
+        if missing.is_empty() {
+            return None;
+        }
+        let why = if self.profile == Profile::Browser {
+            BROWSER_LACKS
+        } else if here.upstream.is_none() {
+            NO_UPSTREAM
+        } else {
+            UPSTREAM_LACKS
+        };
+        Some((missing, why))
+    }
+
+    /// The escalation check (§11) over what this grant can be lent on this box
+    /// ([`Self::could_lend`]), plus the upstreams' unclassified tools under `owner` when
+    /// there is an upstream: the grant JSON's `shell`.
+    pub fn escalation_here(
+        &self,
+        here: Sources<'_>,
+        needs_approval: impl Fn(&str) -> bool,
+    ) -> Escalation {
+        let unclassified =
+            (self.sees_unclassified() && here.upstream.is_some()).then_some((UNCLASSIFIED, None));
+        let visible = self
+            .could_lend(here)
+            .map(|name| (name, self.class_of(name)))
+            .chain(unclassified);
+        escalation(visible, needs_approval)
+    }
+
+    /// The `400` for an `allow` entry that can lend nothing on this box: every tool it
+    /// names comes from a source this daemon does not have (a browser tool without
+    /// `--upstream`). A grant never quietly lends less than it was asked for.
+    pub fn check_here(&self, here: Sources<'_>) -> Result<(), String> {
+        let can: Vec<&str> = self.could_lend(here).collect();
+        let cannot = self.tools.iter().filter(|t| !can.contains(t));
+        // An entry the grant's `deny` emptied is the caller's choice, not a missing tool.
+        let missing: Vec<&str> = self
+            .lists
+            .allow
+            .iter()
+            .filter(|p| !can.iter().any(|t| matches(p, t)) && cannot.clone().any(|t| matches(p, t)))
+            .map(String::as_str)
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "allow names tools this box does not have: {} ({NO_UPSTREAM}{BROWSER_PROFILE_HINT})",
+            missing.join(", ")
+        ))
     }
 }
 
@@ -912,5 +1046,170 @@ mod tests {
             .starts_with("unknown profile"));
         // Fixed profiles follow the daemon's own lists.
         assert!(ToolPolicy::resume("desktop", ToolLists::default(), &[]).is_ok());
+    }
+
+    /// An upstream offering some classified browser tools (one no profile but owner and
+    /// custom may use), a local name, and one without a class.
+    #[derive(Debug)]
+    struct Upstream(&'static [&'static str]);
+
+    impl super::super::UpstreamSource for Upstream {
+        fn tools(&self) -> Vec<(usize, serde_json::Value)> {
+            let tool = |n: &&str| (0, serde_json::json!({"name": n, "inputSchema": {}}));
+            self.0.iter().map(tool).collect()
+        }
+
+        fn call(
+            &self,
+            _: usize,
+            _: &str,
+            _: serde_json::Value,
+            _: Arc<crate::pool::JobCtl>,
+            _: crate::pool::Completion,
+        ) {
+            unreachable!("listing runs nothing")
+        }
+    }
+
+    /// A browser tier whose command offers `0` (a learned list).
+    #[derive(Debug)]
+    struct Tier(&'static [&'static str]);
+
+    impl super::super::BrowserTier for Tier {
+        fn tools(&self) -> Vec<serde_json::Value> {
+            crate::profiles::browser_profile_tools()
+                .filter(|n| self.0.contains(n))
+                .map(|n| serde_json::json!({"name": n, "inputSchema": {}}))
+                .collect()
+        }
+
+        fn offers(&self, name: &str) -> bool {
+            self.0.contains(&name)
+        }
+    }
+
+    const OFFERED: &[&str] = &[
+        "browser_snapshot",
+        "browser_navigate",
+        "browser_file_upload",
+        "bash",
+        NEW_UPSTREAM_TOOL,
+    ];
+
+    /// Issue 37: what a grant says it lends is `tools/list`'s names, for every profile
+    /// and list, with and without an upstream and a browser tier.
+    #[test]
+    fn lent_is_what_the_catalogue_lists() {
+        let up = Upstream(OFFERED);
+        let tier = Tier(&["browser_snapshot", "browser_click", "browser_evaluate"]);
+        let mut policies: Vec<ToolPolicy> = fixed().filter_map(ToolPolicy::fixed).collect();
+        policies.push(custom(&["sys_info", "browser_*"]).unwrap());
+        policies.push(custom(&["screenshot", "browser_snapshot", "browser_pdf_save"]).unwrap());
+        policies.push(ToolPolicy::new(Profile::Desktop, lists(&[], &["browser_*"])).unwrap());
+        let sources = [
+            Sources::default(),
+            Sources {
+                upstream: Some(&up),
+                browsers: None,
+            },
+            Sources {
+                upstream: Some(&up),
+                browsers: Some(&tier),
+            },
+            Sources {
+                upstream: None,
+                browsers: Some(&tier),
+            },
+        ];
+        for policy in &policies {
+            for here in sources {
+                let catalog = super::super::ConnCatalog {
+                    grant: None,
+                    upstream: here.upstream,
+                    browsers: here.browsers,
+                    policy,
+                };
+                let listed: Vec<String> = super::super::Catalog::list(&catalog)
+                    .iter()
+                    .map(|t| t["name"].as_str().unwrap().to_string())
+                    .collect();
+                assert_eq!(policy.lent(here), listed, "{policy:?} {here:?}");
+                // What is not lent is named, and nothing lent is.
+                let missing = policy.unavailable(here).map(|(m, _)| m).unwrap_or_default();
+                for t in policy.tools() {
+                    assert_eq!(
+                        missing.contains(t),
+                        !listed.iter().any(|l| l == t),
+                        "{t} {policy:?}"
+                    );
+                }
+            }
+        }
+        // Without an upstream no profile lends a browser_* tool; the browser tier lends
+        // what its command offers, never browser_evaluate.
+        for policy in &policies {
+            if policy.profile() != Profile::Browser {
+                let lent = policy.lent(Sources::default());
+                assert!(!lent.iter().any(|t| t.starts_with("browser_")), "{lent:?}");
+            }
+        }
+        let browser = ToolPolicy::fixed(Profile::Browser).unwrap();
+        let here = Sources {
+            upstream: None,
+            browsers: Some(&tier),
+        };
+        let mut lent = browser.lent(here);
+        lent.sort();
+        assert_eq!(lent, ["browser_click", "browser_snapshot"]);
+        assert_eq!(browser.unavailable(here).unwrap().1, BROWSER_LACKS);
+    }
+
+    /// Issue 37: an `allow` naming a tool this box cannot serve is refused, naming it and
+    /// why; the shell verdict counts only tools this box can lend.
+    #[test]
+    fn an_allow_naming_what_this_box_lacks_is_refused_and_the_verdict_counts_what_it_has() {
+        let up = Upstream(OFFERED);
+        let bare = Sources::default();
+        let with_up = Sources {
+            upstream: Some(&up),
+            browsers: None,
+        };
+        let narrow = custom(&["sys_info", "screenshot", "browser_snapshot"]).unwrap();
+        let err = narrow.check_here(bare).unwrap_err();
+        assert_eq!(
+            err,
+            format!(
+                "allow names tools this box does not have: browser_snapshot \
+                 ({NO_UPSTREAM}{BROWSER_PROFILE_HINT})"
+            )
+        );
+        assert_eq!(narrow.check_here(with_up), Ok(()));
+        let wide = custom(&["sys_info", "browser_*"]).unwrap();
+        assert!(wide.check_here(bare).unwrap_err().contains(": browser_* ("));
+        // Without an upstream browser_file_upload cannot be lent: no shell; with one it can.
+        assert_eq!(wide.escalation_here(bare, none).shell, Shell::No);
+        let e = wide.escalation_here(with_up, none);
+        assert_eq!(
+            (e.shell, e.because.as_deref()),
+            (Shell::Yes, Some("browser_file_upload is a shell tool"))
+        );
+        // A name the deny took out is the caller's choice, not a missing tool.
+        let denied = ToolPolicy::new(Profile::Custom, lists(&["sys_info", "bash"], &["bash"]));
+        assert_eq!(denied.unwrap().check_here(bare), Ok(()));
+        // Fixed profiles are never refused for what the box lacks; they lend less.
+        for profile in fixed() {
+            assert_eq!(ToolPolicy::fixed(profile).unwrap().check_here(bare), Ok(()));
+        }
+        // Under owner the upstreams' tools without a class count only with an upstream.
+        let owner = ToolPolicy::new(Profile::Owner, lists(&[], &["bash"])).unwrap();
+        let shells: Vec<&str> = owner
+            .tools()
+            .iter()
+            .copied()
+            .filter(|t| owner.class_of(t) == Some(Class::Shell))
+            .collect();
+        let gate = |t: &str| shells.contains(&t);
+        assert_eq!(owner.escalation_here(bare, gate).shell, Shell::Gated);
+        assert_eq!(owner.escalation_here(with_up, gate).shell, Shell::Yes);
     }
 }

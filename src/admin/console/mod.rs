@@ -4,12 +4,11 @@
 //! the page makes authenticates like any other client's.
 
 use std::io::Cursor;
-use std::sync::LazyLock;
 
 use tiny_http::{Header, Response};
 
 use crate::profiles::Profile;
-use crate::tools::policy::ToolPolicy;
+use crate::tools::policy::{Sources, ToolPolicy};
 
 /// One embedded file.
 #[derive(Debug)]
@@ -20,37 +19,26 @@ pub struct Asset {
     pub body: &'static [u8],
 }
 
-/// The page itself, served at `/` by a daemon with `--browser-command` and `--apps`:
-/// `index.html` with the Lend form's profile choices rendered in from [`Profile::ALL`].
-pub static PAGE: LazyLock<Asset> = LazyLock::new(|| render(true, true));
-
-/// The page for each `(browser tier, apps)` a daemon may have: a profile the box cannot
-/// serve (`browser` without `--browser-command`, `apps` without `--apps`) is disabled and
-/// says why, before anyone submits it.
-static PAGES: [LazyLock<Asset, fn() -> Asset>; 4] = [
-    LazyLock::new(|| render(false, false)),
-    LazyLock::new(|| render(false, true)),
-    LazyLock::new(|| render(true, false)),
-    LazyLock::new(|| render(true, true)),
-];
-
-/// The page for a daemon that has (or has not) the browser tier and listed apps.
-pub fn page(browser_tier: bool, apps: bool) -> &'static Asset {
-    &PAGES[usize::from(browser_tier) * 2 + usize::from(apps)]
-}
-
-fn render(browser_tier: bool, apps: bool) -> Asset {
+/// The page `GET /` serves: `index.html` with the Lend form's profile choices rendered in
+/// from [`Profile::ALL`] and what each lends on this box now (`here`, the catalogue's
+/// sources, as grants read them), so the form counts what a grant would get. A profile
+/// the box cannot serve (`browser` without `--browser-command`, `apps` without `--apps`) is
+/// disabled and says why, before anyone submits it. Rendered per request: an upstream
+/// that comes or goes changes the counts.
+pub fn page(here: Sources<'_>, apps: bool) -> Vec<u8> {
     let template = include_str!("index.html");
     assert!(
         template.contains(PROFILE_CHOICES),
         "index.html has the profile choices mark"
     );
-    let body = template.replacen(PROFILE_CHOICES, &profile_choices(browser_tier, apps), 1);
-    Asset {
-        name: "index.html",
-        content_type: "text/html; charset=utf-8",
-        body: Box::leak(body.into_bytes().into_boxed_slice()),
-    }
+    template
+        .replacen(PROFILE_CHOICES, &profile_choices(here, apps), 1)
+        .into_bytes()
+}
+
+/// [`page`] as a `200` with [`HEADERS`].
+pub fn page_response(here: Sources<'_>, apps: bool) -> Response<Cursor<Vec<u8>>> {
+    with_headers(page(here, apps), "text/html; charset=utf-8")
 }
 
 /// Why the `apps` choice is disabled on a daemon without `--apps`.
@@ -69,7 +57,8 @@ const PROFILE_CHOICES: &str = "<!-- profile choices: rendered from profiles::Pro
 /// One radio button per profile, `observe` (a boundary) checked. `data-shell` tells the
 /// page's script which warning to show: `yes` (shell-equivalent), `no` (a boundary) or
 /// `list` (it depends on the list, as the grant's `shell` field will say).
-fn profile_choices(browser_tier: bool, apps: bool) -> String {
+fn profile_choices(here: Sources<'_>, apps: bool) -> String {
+    let browser_tier = here.browsers.is_some();
     let mut html = String::new();
     for profile in Profile::ALL {
         let missing = match profile {
@@ -86,9 +75,10 @@ fn profile_choices(browser_tier: bool, apps: bool) -> String {
             ("no", "A boundary.")
         };
         let tools = ToolPolicy::fixed(profile).map(|policy| {
-            let (browser, mut parts): (Vec<&str>, Vec<&str>) = policy
-                .tools()
+            let lent = policy.lent(here);
+            let (browser, mut parts): (Vec<&str>, Vec<&str>) = lent
                 .iter()
+                .map(String::as_str)
                 .partition(|name| crate::tools::find(name).is_none());
             let count = match browser.len() {
                 1 => "1 browser tool".to_string(),
@@ -98,7 +88,7 @@ fn profile_choices(browser_tier: bool, apps: bool) -> String {
                 parts.push(&count);
             }
             let mut text = parts.join(", ");
-            if policy.sees_unclassified() {
+            if policy.sees_unclassified() && here.upstream.is_some() {
                 text.push_str(" and any other tool of the box's upstreams");
             }
             text
@@ -171,12 +161,15 @@ pub fn asset(name: &str) -> Option<&'static Asset> {
 
 /// `asset` as a `200` with its type and [`HEADERS`].
 pub fn response(asset: &Asset) -> Response<Cursor<Vec<u8>>> {
+    with_headers(asset.body.to_vec(), asset.content_type)
+}
+
+fn with_headers(body: Vec<u8>, content_type: &str) -> Response<Cursor<Vec<u8>>> {
     let header = |name: &str, value: &str| {
         Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("static header is valid")
     };
     HEADERS.iter().fold(
-        Response::from_data(asset.body.to_vec())
-            .with_header(header("Content-Type", asset.content_type)),
+        Response::from_data(body).with_header(header("Content-Type", content_type)),
         |response, (name, value)| response.with_header(header(name, value)),
     )
 }
@@ -185,9 +178,63 @@ pub fn response(asset: &Asset) -> Response<Cursor<Vec<u8>>> {
 mod tests {
     use super::*;
 
+    use serde_json::{json, Value};
+
+    /// An upstream offering every tool `desktop` takes from one.
+    #[derive(Debug)]
+    struct Upstream;
+
+    impl crate::tools::UpstreamSource for Upstream {
+        fn tools(&self) -> Vec<(usize, Value)> {
+            let tool = |n: &&str| (0, json!({"name": n, "inputSchema": {}}));
+            crate::profiles::DESKTOP_BROWSER_TOOLS
+                .iter()
+                .map(tool)
+                .collect()
+        }
+
+        fn call(
+            &self,
+            _: usize,
+            _: &str,
+            _: Value,
+            _: std::sync::Arc<crate::pool::JobCtl>,
+            _: crate::pool::Completion,
+        ) {
+            unreachable!("the page runs nothing")
+        }
+    }
+
+    /// A browser tier whose command offers three tools.
+    #[derive(Debug)]
+    struct Tier;
+
+    const TIER: [&str; 3] = ["browser_navigate", "browser_snapshot", "browser_click"];
+
+    impl crate::tools::BrowserTier for Tier {
+        fn tools(&self) -> Vec<Value> {
+            TIER.iter().map(|n| json!({"name": n})).collect()
+        }
+
+        fn offers(&self, name: &str) -> bool {
+            TIER.contains(&name)
+        }
+    }
+
+    fn here(upstream: bool, browsers: bool) -> Sources<'static> {
+        Sources {
+            upstream: upstream.then_some(&Upstream as &dyn crate::tools::UpstreamSource),
+            browsers: browsers.then_some(&Tier as &dyn crate::tools::BrowserTier),
+        }
+    }
+
+    fn full_page() -> String {
+        String::from_utf8(page(here(true, true), true)).unwrap()
+    }
+
     #[test]
     fn the_lend_form_offers_every_profile_once_with_its_boundary() {
-        let page = std::str::from_utf8(PAGE.body).unwrap();
+        let page = full_page();
         assert!(!page.contains(PROFILE_CHOICES), "the mark is replaced");
         for profile in Profile::ALL {
             let radio = format!("name=\"profile\" value=\"{profile}\"");
@@ -195,15 +242,15 @@ mod tests {
         }
         assert_eq!(page.matches("name=\"profile\"").count(), Profile::ALL.len());
         assert_eq!(page.matches(" checked>").count(), 4, "one per radio group");
-        let choices = profile_choices(true, true);
-        let without = profile_choices(false, true);
+        let choices = profile_choices(here(true, true), true);
+        let without = profile_choices(here(true, false), true);
         assert!(
             without.contains("value=\"browser\" data-shell=\"no\" disabled>")
                 && without.contains(NO_BROWSER_TIER),
             "{without}"
         );
         assert_eq!(without.matches(" disabled>").count(), 1, "{without}");
-        let no_apps = profile_choices(true, false);
+        let no_apps = profile_choices(here(true, true), false);
         assert!(
             no_apps.contains("value=\"apps\" data-shell=\"no\" disabled>")
                 && no_apps.contains(NO_APPS),
@@ -211,11 +258,24 @@ mod tests {
         );
         assert_eq!(no_apps.matches(" disabled>").count(), 1, "{no_apps}");
         assert_eq!(
-            profile_choices(false, false).matches(" disabled>").count(),
+            profile_choices(here(true, false), false)
+                .matches(" disabled>")
+                .count(),
             2
         );
         assert!(!choices.contains("disabled"), "{choices}");
-        let line = |name: &str| {
+        assert!(choices.contains("value=\"observe\" data-shell=\"no\" checked>"));
+        assert!(choices.contains("value=\"browser\" data-shell=\"no\">"));
+        assert!(choices.contains("value=\"desktop\" data-shell=\"yes\">"));
+        assert!(choices.contains("value=\"owner\" data-shell=\"yes\">"));
+        assert!(choices.contains("value=\"custom\" data-shell=\"list\">"));
+    }
+
+    /// Issue 37: the form counts what a grant of each profile would get on this box: no
+    /// browser tool without an upstream, the browser tier's real list.
+    #[test]
+    fn the_lend_form_counts_what_this_box_lends() {
+        let line = |choices: &str, name: &str| {
             choices
                 .lines()
                 .skip_while(|l| !l.contains(&format!("value=\"{name}\"")))
@@ -223,30 +283,36 @@ mod tests {
                 .unwrap()
                 .to_string()
         };
-        assert!(choices.contains("value=\"observe\" data-shell=\"no\" checked>"));
-        assert!(choices.contains("value=\"browser\" data-shell=\"no\">"));
-        assert!(choices.contains("value=\"desktop\" data-shell=\"yes\">"));
-        assert!(choices.contains("value=\"owner\" data-shell=\"yes\">"));
-        assert!(choices.contains("value=\"custom\" data-shell=\"list\">"));
-        // The lists and counts come from the registry and the profiles' tables.
+        let full = profile_choices(here(true, true), true);
         let observe = format!("({})", crate::tools::names(Profile::Observe).join(", "));
-        assert!(line("observe").contains(&observe), "{}", line("observe"));
-        let browser = format!(
-            "({} browser tools)",
-            crate::profiles::browser_profile_tools().count()
+        assert!(line(&full, "observe").contains(&observe), "{full}");
+        assert!(
+            line(&full, "browser").contains("(3 browser tools)"),
+            "{full}"
         );
-        assert!(line("browser").contains(&browser), "{}", line("browser"));
         let desktop = format!(
             "({}, {} browser tools)",
             crate::tools::names(Profile::Desktop).join(", "),
             crate::profiles::DESKTOP_BROWSER_TOOLS.len()
         );
-        assert!(line("desktop").contains(&desktop), "{}", line("desktop"));
+        assert!(line(&full, "desktop").contains(&desktop), "{full}");
+        assert!(line(&full, "owner").contains("and any other tool of the box's upstreams"));
+
+        let bare = profile_choices(here(false, false), true);
+        let desktop = format!("({})", crate::tools::names(Profile::Desktop).join(", "));
+        assert!(line(&bare, "desktop").contains(&desktop), "{bare}");
+        for profile in ["desktop", "owner"] {
+            let l = line(&bare, profile);
+            assert!(
+                !l.contains("browser tool") && !l.contains("upstreams"),
+                "{l}"
+            );
+        }
     }
 
     #[test]
     fn every_asset_the_page_names_is_served_and_every_served_one_is_named() {
-        let page = std::str::from_utf8(PAGE.body).unwrap();
+        let page = full_page();
         for a in ASSETS {
             assert!(
                 page.contains(&format!("\"/console/{}\"", a.name)),

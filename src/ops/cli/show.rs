@@ -93,6 +93,21 @@ pub(super) fn describe(grant: &Value) -> String {
             text.push_str(&format!("  {field}: {names}\n"));
         }
     }
+    // What its lists name but this box does not serve now (issue 37): said, never dropped
+    // in silence.
+    let unavailable: Vec<&str> = grant
+        .get("unavailable")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if !unavailable.is_empty() {
+        let names = match unavailable.len() {
+            n @ 5.. => format!("{n} tools ({}, …)", unavailable[..3].join(", ")),
+            _ => unavailable.join(", "),
+        };
+        let why = str_field(grant, "unavailable_because");
+        text.push_str(&format!("  not lent on this box: {names}: {why}\n"));
+    }
     if let Some(folder) = grant.get("folder").and_then(Value::as_str) {
         text.push_str(&format!("  lent folder: {folder}\n"));
     }
