@@ -273,8 +273,8 @@ fn the_grant_json_says_what_contains_it_and_limits_may_only_be_lowered() {
     let stored: Value =
         serde_json::from_slice(&std::fs::read(d.state_dir().join("grants.json")).unwrap()).unwrap();
     assert_eq!(stored["grants"][0]["limits"]["pids_max"], 256, "{stored}");
-    // sys_info shows them under the grant, with what it uses.
-    let r = conn.call_tool(json!("i"), "sys_info", json!({}));
+    // sys_info's detail shows them under the grant, with what it uses.
+    let r = conn.call_tool(json!("i"), "sys_info", json!({"detail": true}));
     let s = &result(&r)["structuredContent"];
     assert_eq!(s["grant"]["limits"]["pids_max"], 256, "{s}");
     assert_eq!(s["containment"], g["containment"], "{s}");

@@ -243,8 +243,9 @@ fn a_custom_grant_lists_exactly_its_tools_and_refuses_every_other() {
     );
     assert_eq!(up.calls(), ["browser_snapshot"]);
 
-    // sys_info and every local description tell the agent what it may use.
-    let info = conn.call_tool(json!("info"), "sys_info", json!({}));
+    // sys_info (its detail names each tool) and every local description tell the agent
+    // what it may use.
+    let info = conn.call_tool(json!("info"), "sys_info", json!({"detail": true}));
     let s = &info["result"]["structuredContent"];
     assert_eq!(s["profile"], "custom");
     assert_eq!(strings(&s["allowed_tools"]), tools);

@@ -129,7 +129,7 @@ impl Services {
                 let inline = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     #[cfg(test)]
                     crate::containment::hooks::tool(&arguments, crate::containment::hooks::INLINE);
-                    tools::answer_inline(&name, &cx)
+                    tools::answer_inline(&name, &arguments, &cx)
                 }));
                 match inline {
                     Ok(Some(output)) => return done.complete(output),

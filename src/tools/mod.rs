@@ -101,7 +101,7 @@ pub struct Tool {
     pub start: fn(Value, CallContext, Completion),
     /// An answer the caller's own thread may give at once from caches (see
     /// [`answer_inline`]); `None` for tools that always go to the pool.
-    pub inline: Option<fn(&CallContext) -> Option<ToolOutput>>,
+    pub inline: Option<fn(&Value, &CallContext) -> Option<ToolOutput>>,
     /// Which readiness facts `sys_info` and `doctor` report for it.
     pub needs: Needs,
     /// What of the box it reaches on the agent's behalf (§21): what the wall's attack tests
@@ -450,8 +450,8 @@ pub struct CallContext {
 
 /// A local tool's answer when it can be given at once on the caller's thread (cheap, from
 /// caches, never waiting), else `None` and the call goes to the pool.
-pub fn answer_inline(name: &str, cx: &CallContext) -> Option<ToolOutput> {
-    (find(name)?.inline?)(cx)
+pub fn answer_inline(name: &str, args: &Value, cx: &CallContext) -> Option<ToolOutput> {
+    (find(name)?.inline?)(args, cx)
 }
 
 /// Start a local tool. Runs on a pool worker and must return quickly: a tool that waits

@@ -23,11 +23,12 @@ pub static TOOL: Tool = Tool {
     name: "sys_info",
     class: Class::Observe,
     class_reason: "reads facts about the box and changes nothing",
-    description: "Describe this box: hostname, OS, kernel, architecture, CPUs, memory, \
-uptime, tailnet addresses, the display backend and displays with their sizes, which tools \
-work here (and why not), the user handnode runs as, and the grant you are working under \
-(profile, expiry, every tool it lets you use and whether that reaches a shell) with the \
-longest a call may run. Read-only; takes no arguments.",
+    description: "Describe this box in under 2 KiB: hostname, OS, kernel, architecture, \
+CPUs, memory, the display and its size, the user handnode runs as, the grant you are working \
+under (profile, expiry, the tools it lets you use and whether that reaches a shell), the \
+longest a call may run, and which tools do not work here and why, in short. With \
+{\"detail\":true}: everything, each tool's full reason, uptime, load, tailnet addresses, \
+the display's helpers and environment, the grant's limits and usage. Read-only.",
     input_schema: schema,
     output_schema: Some(output_schema),
     start,
@@ -57,18 +58,22 @@ fn output_schema() -> Value {
                 "version": {"type": "string"},
                 "pid": {"type": "integer"},
             }},
-            "tools": {"type": "array"},
+            "detail": {"type": "boolean"},
+            "tools": {"type": "array", "description": "with detail: every tool and whether it works"},
+            "unavailable": {"type": "array", "description": "without detail: the tools that do not work, grouped by why"},
             "allowed_tools": {"type": "array", "items": {"type": "string"}},
             "display": {"type": "object"},
             "grant": {"type": ["object", "null"]},
             "max_run_secs": {"type": "integer"},
         },
-        "required": ["hostname", "profile", "agent", "tools", "display", "grant"],
+        "required": ["hostname", "profile", "agent", "display", "grant", "detail"],
     })
 }
 
 fn schema() -> Value {
-    json!({"type": "object", "properties": {}})
+    json!({"type": "object", "properties": {
+        "detail": {"type": "boolean", "description": "everything, not just the facts to act on first (default false)"},
+    }})
 }
 
 /// Facts that do not change while the daemon runs, gathered once at start.
@@ -378,6 +383,8 @@ struct AnswerKey {
     /// Whole seconds the `/proc` copy had aged: the uptime counts in them.
     live_age: u64,
     probe: Arc<Probe>,
+    /// The answer asked for `{"detail":true}`.
+    detail: bool,
 }
 
 impl AnswerKey {
@@ -389,6 +396,7 @@ impl AnswerKey {
             && Arc::ptr_eq(&self.live, &other.live)
             && self.live_age == other.live_age
             && Arc::ptr_eq(&self.probe, &other.probe)
+            && self.detail == other.detail
     }
 }
 
@@ -599,7 +607,16 @@ pub(crate) fn summary(info: &Value) -> String {
         .as_array()
         .map(|a| a.iter().map(s).collect())
         .unwrap_or_default();
-    out.push_str(&format!("\nyou may use: {}", allowed.join(", ")));
+    // The browser tools by count past a few: tools/list names each one.
+    let (browser, local): (Vec<String>, Vec<String>) =
+        allowed.into_iter().partition(|t| t.starts_with("browser_"));
+    let mut listed = local;
+    match browser.len() {
+        0 => {}
+        n @ 1..=BRIEF_BROWSER_NAMES => listed.extend(browser.into_iter().take(n)),
+        n => listed.push(format!("{n} browser tools (browser_*)")),
+    }
+    out.push_str(&format!("\nyou may use: {}", listed.join(", ")));
     if info["upstream_tools_without_class"] == true {
         out.push_str(", and any other tool of the configured upstreams");
     }
@@ -623,16 +640,260 @@ pub(crate) fn summary(info: &Value) -> String {
     out
 }
 
-/// Answer a `sys_info` call. Arguments are ignored (the tool takes none).
-pub fn start(_args: Value, cx: CallContext, done: Completion) {
-    done.complete(output(collect(&cx)));
+/// Bytes of a reason kept in the brief answer: its first clause says what is wrong; the
+/// rest (how to fix it) is in `{"detail":true}`.
+const BRIEF_WHY_BYTES: usize = 120;
+
+/// The brief answer's reason for tools that fail for the display's problem, said once.
+const SEE_DISPLAY_PROBLEM: &str = "the display's problem (display.problem)";
+
+/// Browser tools the brief text names one by one; past it, their count.
+const BRIEF_BROWSER_NAMES: usize = 3;
+
+/// `detail` from the arguments: absent or `null` is `false`; any other non-boolean is
+/// refused with what to send instead (unknown fields are ignored).
+fn wants_detail(args: &Value) -> Result<bool, String> {
+    match args.get("detail") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(format!(
+            "sys_info: detail must be true or false, not {}; send {{\"detail\":true}} for everything",
+            match other {
+                Value::String(_) => "a string",
+                Value::Number(_) => "a number",
+                Value::Array(_) => "an array",
+                _ => "an object",
+            }
+        )),
+    }
+}
+
+/// A reason cut for the brief answer: its first sentence, at most [`BRIEF_WHY_BYTES`],
+/// saying when it was cut.
+fn brief_why(why: &str) -> String {
+    let why = why.split_once(". ").map_or(why, |(first, _)| first);
+    let cut = crate::base::text::head(why, BRIEF_WHY_BYTES);
+    if cut.len() < why.len() {
+        format!("{}…", cut.trim_end())
+    } else {
+        why.to_string()
+    }
+}
+
+/// The tools that do not work, grouped by their (cut) reason in first-seen order:
+/// `[{"tools":[names],"why"}]`.
+fn unavailable(tools: &Value) -> Vec<Value> {
+    let mut groups: Vec<(String, Vec<Value>)> = Vec::new();
+    for t in tools.as_array().into_iter().flatten() {
+        if t["works"] == true {
+            continue;
+        }
+        let why = brief_why(t["why"].as_str().unwrap_or("unavailable"));
+        match groups.iter_mut().find(|(w, _)| *w == why) {
+            Some((_, names)) => names.push(t["name"].clone()),
+            None => groups.push((why, vec![t["name"].clone()])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(why, tools)| json!({"tools": tools, "why": why}))
+        .collect()
+}
+
+/// The default answer's `structuredContent` (contract §24: ≤ 2 KiB with its text): what an
+/// agent acts on first, taken from [`collect`]'s value.
+fn brief(info: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    out.insert("detail".into(), false.into());
+    for key in [
+        "hostname",
+        "os",
+        "kernel",
+        "arch",
+        "cpus",
+        "memory",
+        "profile",
+        "shell",
+        "max_run_secs",
+        "containment",
+        "isolation",
+    ] {
+        if let Some(v) = info.get(key).filter(|v| !v.is_null()) {
+            out.insert(key.into(), v.clone());
+        }
+    }
+    // Why it reaches a shell, without what follows from it (detail has that).
+    if let Some(because) = info["shell_because"].as_str() {
+        let short = because.split_once(": ").map_or(because, |(first, _)| first);
+        out.insert("shell_because".into(), short.into());
+    }
+    if info["upstream_tools_without_class"] == true {
+        out.insert("upstream_tools_without_class".into(), true.into());
+    }
+    let agent = &info["agent"];
+    out.insert(
+        "agent".into(),
+        json!({"name": agent["name"], "version": agent["version"], "pid": agent["pid"],
+               "user": agent["user"], "uid": agent["uid"]}),
+    );
+    let grant = info["grant"].as_object().map(|g| {
+        json!({"id": g["id"], "session": g["session"], "expires_at": g["expires_at"],
+               "expires_in_secs": g["expires_in_secs"], "usage": g["usage"]})
+    });
+    out.insert("grant".into(), grant.unwrap_or(Value::Null));
+    let d = &info["display"];
+    let mut display = serde_json::Map::new();
+    display.insert("backend".into(), d["backend"].clone());
+    let screens: Vec<Value> = d["displays"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| json!({"name": s["name"], "width": s["width"], "height": s["height"]}))
+        .collect();
+    display.insert("displays".into(), screens.into());
+    // A grant's own display: whether it runs and its size (detail has its dir and notes).
+    if let Some(own) = d.get("own_display").filter(|o| o.is_object()) {
+        let mut brief_own = serde_json::Map::new();
+        for key in ["running", "display", "size"] {
+            if let Some(v) = own.get(key) {
+                brief_own.insert(key.into(), v.clone());
+            }
+        }
+        display.insert("own_display".into(), brief_own.into());
+    }
+    let problem = d["problem"].as_str().map(brief_why);
+    let mut groups = unavailable(&info["tools"]);
+    // The display's own problem is said once, under display.
+    for g in &mut groups {
+        if problem.as_deref() == g["why"].as_str() {
+            g["why"] = SEE_DISPLAY_PROBLEM.into();
+        }
+    }
+    if let Some(problem) = problem {
+        display.insert("problem".into(), problem.into());
+    }
+    out.insert("display".into(), display.into());
+    out.insert("unavailable".into(), groups.into());
+    // tools/list names every tool the agent may use; the text counts the browser's.
+    out.insert(
+        "allowed_tools_count".into(),
+        info["allowed_tools"].as_array().map_or(0, Vec::len).into(),
+    );
+    out.into()
+}
+
+/// The brief answer's text: [`brief`]'s facts (`b`) for a person or a model to read, and
+/// the tools allowed from the whole value (`info`).
+fn brief_summary(info: &Value, b: &Value) -> String {
+    let s = |v: &Value| v.as_str().unwrap_or("?").to_string();
+    let mut out = format!(
+        "{} — {}, kernel {} ({}), {} CPUs",
+        s(&b["hostname"]),
+        s(&b["os"]),
+        s(&b["kernel"]),
+        s(&b["arch"]),
+        b["cpus"]
+    );
+    let mem = &b["memory"];
+    if let (Some(total), Some(avail)) =
+        (mem["total_bytes"].as_u64(), mem["available_bytes"].as_u64())
+    {
+        out.push_str(&format!(
+            ", memory {} ({} available)",
+            gib(total),
+            gib(avail)
+        ));
+    }
+    let display = &b["display"];
+    let sizes: Vec<String> = display["displays"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| format!("{} {}x{}", s(&d["name"]), d["width"], d["height"]))
+        .collect();
+    out.push_str(&format!("\ndisplay: backend {}", s(&display["backend"])));
+    if !sizes.is_empty() {
+        out.push_str(&format!(", {}", sizes.join(", ")));
+    }
+    if let Some(problem) = display["problem"].as_str() {
+        out.push_str(&format!(" ({problem})"));
+    }
+    let agent = &b["agent"];
+    out.push_str(&format!(
+        "\nagent: handnode {}, pid {}, running as {} (uid {})",
+        s(&agent["version"]),
+        agent["pid"],
+        agent["user"].as_str().unwrap_or("?"),
+        agent["uid"]
+    ));
+    if agent["uid"] == 0 {
+        out.push_str(": bash is a root shell");
+    }
+    match b["grant"].as_object() {
+        Some(g) => out.push_str(&format!(
+            "\ngrant: profile {}, session {}, expires {} (in {} s)",
+            s(&b["profile"]),
+            s(&g["session"]),
+            s(&g["expires_at"]),
+            g["expires_in_secs"]
+        )),
+        None => out.push_str(&format!(
+            "\nno grant: the box's owner on the local /mcp endpoint (profile {})",
+            s(&b["profile"])
+        )),
+    }
+    let allowed: Vec<String> = info["allowed_tools"]
+        .as_array()
+        .map(|a| a.iter().map(s).collect())
+        .unwrap_or_default();
+    // The browser tools by count past a few: tools/list names each one.
+    let (browser, local): (Vec<String>, Vec<String>) =
+        allowed.into_iter().partition(|t| t.starts_with("browser_"));
+    let mut listed = local;
+    match browser.len() {
+        0 => {}
+        n @ 1..=BRIEF_BROWSER_NAMES => listed.extend(browser.into_iter().take(n)),
+        n => listed.push(format!("{n} browser tools (browser_*)")),
+    }
+    out.push_str(&format!("\nyou may use: {}", listed.join(", ")));
+    if b["upstream_tools_without_class"] == true {
+        out.push_str(", and any other tool of the configured upstreams");
+    }
+    out.push_str(&format!("\nreaches a shell: {}", s(&b["shell"])));
+    if let Some(because) = b["shell_because"].as_str() {
+        out.push_str(&format!(" ({because})"));
+    }
+    out.push_str(&format!("\na call runs at most {} s", b["max_run_secs"]));
+    for group in b["unavailable"].as_array().into_iter().flatten() {
+        let names: Vec<String> = group["tools"]
+            .as_array()
+            .map(|a| a.iter().map(s).collect())
+            .unwrap_or_default();
+        let why = match group["why"].as_str() {
+            Some(SEE_DISPLAY_PROBLEM) => "the display's problem, above".to_string(),
+            _ => s(&group["why"]),
+        };
+        out.push_str(&format!("\nnot working: {}: {why}", names.join(", ")));
+    }
+    out.push_str("\nmore: sys_info {\"detail\":true}");
+    out
+}
+
+/// Answer a `sys_info` call: the brief answer, or everything with `{"detail":true}`.
+pub fn start(args: Value, cx: CallContext, done: Completion) {
+    match wants_detail(&args) {
+        Ok(detail) => done.complete(output(collect(&cx), detail)),
+        Err(why) => done.complete(ToolOutput::tool_error(why)),
+    }
 }
 
 /// The answer when everything it needs is cached and fresh (the `/proc` copy and the
 /// display probe), else `None`. It then costs about what `tools/list` does and never
 /// waits on a file, a child or a lock, so the connection's own thread may answer it: two
 /// thread hops to a pool worker and back would cost more than the call.
-pub fn from_cache(cx: &CallContext) -> Option<ToolOutput> {
+pub fn from_cache(args: &Value, cx: &CallContext) -> Option<ToolOutput> {
+    // A bad argument is answered on a worker, with the rest of the errors.
+    let detail = wants_detail(args).ok()?;
     let (live, age) = cx.host.live.cached(cx.host.config.sys_info_ttl)?;
     if cx.policy.own_display() {
         return None; // its own display's facts: answered on a worker
@@ -646,14 +907,16 @@ pub fn from_cache(cx: &CallContext) -> Option<ToolOutput> {
         live: Arc::clone(&live),
         live_age: age.as_secs(),
         probe: Arc::clone(&probe),
+        detail,
     };
     let answers = &cx.host.sys_info_answers;
     let json = match answers.get(&key) {
         Some(json) => json,
         None => {
-            let ToolOutput::Result(result) =
-                output(collect_from(cx, (live, age), probe.to_json(), key.now))
-            else {
+            let ToolOutput::Result(result) = output(
+                collect_from(cx, (live, age), probe.to_json(), key.now),
+                detail,
+            ) else {
                 unreachable!("output builds a result")
             };
             let json: Arc<str> = result.to_string().into();
@@ -667,7 +930,17 @@ pub fn from_cache(cx: &CallContext) -> Option<ToolOutput> {
     })
 }
 
-fn output(info: Value) -> ToolOutput {
+fn output(mut info: Value, detail: bool) -> ToolOutput {
+    if !detail {
+        let b = brief(&info);
+        let text = brief_summary(&info, &b);
+        return ToolOutput::Result(
+            json!({"content": [{"type": "text", "text": text}], "structuredContent": b}),
+        );
+    }
+    info.as_object_mut()
+        .expect("json! object")
+        .insert("detail".into(), true.into());
     let text = summary(&info);
     let mut result = json!({"content": [{"type": "text", "text": text}]});
     result
@@ -808,7 +1081,7 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
         let host = host_with(Duration::from_secs(3600));
         let call = cx(&host, CallLimits::GRANT, JobCtl::new());
         assert!(
-            from_cache(&call).is_none(),
+            from_cache(&json!({}), &call).is_none(),
             "nothing is cached before a first call"
         );
         let (done, rx) = completion();
@@ -821,15 +1094,19 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
             }
             other => panic!("expected an encoded answer, got {other:?}"),
         };
-        let fast: Value = serde_json::from_str(&encoded(from_cache(&call))).unwrap();
+        let fast: Value = serde_json::from_str(&encoded(from_cache(&json!({}), &call))).unwrap();
         assert_eq!(
             fast["structuredContent"]["hostname"],
             slow["structuredContent"]["hostname"]
         );
         // Asked again within the same second, the same text is handed out (retried in case
         // a second boundary fell between the two calls).
-        let reused =
-            (0..3).any(|_| Arc::ptr_eq(&encoded(from_cache(&call)), &encoded(from_cache(&call))));
+        let reused = (0..3).any(|_| {
+            Arc::ptr_eq(
+                &encoded(from_cache(&json!({}), &call)),
+                &encoded(from_cache(&json!({}), &call)),
+            )
+        });
         assert!(reused, "the cached answer is reused");
         assert_eq!(
             fast["structuredContent"]["display"],
@@ -842,7 +1119,10 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
         let (done, rx) = completion();
         start(json!({}), call.clone(), done);
         rx.recv_timeout(WATCHDOG).unwrap();
-        assert!(from_cache(&call).is_none(), "stale caches go to the pool");
+        assert!(
+            from_cache(&json!({}), &call).is_none(),
+            "stale caches go to the pool"
+        );
     }
 
     #[test]
@@ -870,10 +1150,112 @@ fd7a115ca1e1ab120000000000000001 06 80 00 80    other
         assert_eq!(f.bash_status(), Ok(()));
     }
 
+    /// The whole answer (`{"detail":true}`; an unknown field beside it is ignored).
     fn sys_info(cx: crate::tools::CallContext) -> Value {
+        sys_info_with(cx, json!({"detail": true, "ignored": true}))
+    }
+
+    fn sys_info_with(cx: crate::tools::CallContext, args: Value) -> Value {
         let (done, rx) = completion();
-        start(json!({"ignored": true}), cx, done);
+        start(args, cx, done);
         result(rx.recv_timeout(WATCHDOG).unwrap())
+    }
+
+    /// A grant under `desktop` on a box without a display: every display tool unavailable
+    /// with the long no-display reason, the largest brief answer this box gives.
+    fn desktop_grant(host: &Arc<crate::tools::ToolHost>) -> crate::tools::CallContext {
+        let mut cx = cx(host, CallLimits::GRANT, JobCtl::new());
+        cx.policy = Arc::new(ToolPolicy::fixed(Profile::Desktop).unwrap());
+        cx.grant = Some(GrantNote {
+            id: "0b6c1e9e-7d4f-4f43-9a53-2a1e3c9d8f00".into(),
+            session: "s".repeat(64),
+            expires_at: crate::base::timefmt::now_unix() + 3600,
+            approve: vec![],
+            approval_wait: Duration::from_secs(60),
+        });
+        cx
+    }
+
+    #[test]
+    fn the_default_answer_is_brief_and_says_how_to_get_the_rest() {
+        let host = host();
+        let r = sys_info_with(desktop_grant(&host), json!({}));
+        let bytes = r.to_string().len();
+        assert!(bytes <= 2048, "{bytes} bytes: {r}");
+        let s = &r["structuredContent"];
+        assert_eq!(s["detail"], false);
+        assert_eq!(s["hostname"], host.facts.hostname);
+        assert_eq!(s["profile"], "desktop");
+        assert_eq!(s["display"]["backend"], "none");
+        assert!(
+            s.get("tools").is_none() && s.get("tailnet_addresses").is_none(),
+            "{s}"
+        );
+        assert_eq!(s["agent"]["pid"], std::process::id());
+        assert_eq!(s["grant"]["expires_in_secs"], 3600);
+        // The display tools share one reason, cut, and bash is not among them.
+        let groups = s["unavailable"].as_array().unwrap();
+        assert_eq!(groups.len(), 1, "{s}");
+        let names = &groups[0]["tools"];
+        for t in [
+            "screenshot",
+            "mouse",
+            "key",
+            "desktop_snapshot",
+            "desktop_act",
+            "app_open",
+        ] {
+            assert!(names.as_array().unwrap().iter().any(|n| n == t), "{t}: {s}");
+        }
+        // Their reason is the display's own problem, said once under display, cut.
+        assert_eq!(groups[0]["why"], SEE_DISPLAY_PROBLEM, "{s}");
+        let problem = s["display"]["problem"].as_str().unwrap();
+        assert!(problem.starts_with("no display"), "{problem}");
+        assert!(problem.len() <= BRIEF_WHY_BYTES + "…".len(), "{problem}");
+        let text = r["content"][0]["text"].as_str().unwrap();
+        for needle in [
+            "display: backend none",
+            "you may use: sys_info, bash",
+            "reaches a shell: yes",
+            "not working: screenshot, mouse",
+            "{\"detail\":true}",
+        ] {
+            assert!(text.contains(needle), "{needle} missing from:\n{text}");
+        }
+        // With detail: everything, marked so.
+        let full = sys_info(desktop_grant(&host));
+        assert_eq!(full["structuredContent"]["detail"], true);
+        assert!(full["structuredContent"]["tools"].is_array());
+        assert!(full.to_string().len() > bytes);
+    }
+
+    #[test]
+    fn a_detail_that_is_not_a_boolean_is_refused() {
+        let host = host();
+        for (bad, what) in [
+            (json!("yes"), "a string"),
+            (json!(1), "a number"),
+            (json!([true]), "an array"),
+            (json!({}), "an object"),
+        ] {
+            let r = sys_info_with(
+                cx(&host, CallLimits::GRANT, JobCtl::new()),
+                json!({ "detail": bad }),
+            );
+            assert_eq!(r["isError"], true, "{r}");
+            let text = r["content"][0]["text"].as_str().unwrap();
+            assert!(
+                text.contains(what) && text.contains("true or false"),
+                "{text}"
+            );
+            let call = cx(&host, CallLimits::GRANT, JobCtl::new());
+            assert!(from_cache(&json!({ "detail": bad }), &call).is_none());
+        }
+        let null = sys_info_with(
+            cx(&host, CallLimits::GRANT, JobCtl::new()),
+            json!({"detail": null}),
+        );
+        assert_eq!(null["structuredContent"]["detail"], false);
     }
 
     #[test]
