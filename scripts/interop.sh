@@ -5,7 +5,8 @@
 # bash echo hi, sys_info, errors, DELETE, and a wrong token. Then the current MCP
 # (CONTRACT §20), with what scripts/ci/mcp-current.sh installs (Node 22 from npm): the
 # official SDK 2.x client at 2025-11-25 and at the stateless 2026-07-28
-# (scripts/interop-client-v2.cjs), and the newest MCP conformance suite's server scenarios
+# (scripts/interop-client-v2.cjs), the SDK client built from the README's MCP client block
+# (scripts/interop-readme-client.cjs), and the newest MCP conformance suite's server scenarios
 # that need no fixture tools (scripts/conformance-check.cjs judges them). Exits non-zero on
 # any failure.
 #
@@ -48,6 +49,21 @@ status=$?
 echo "-- the official SDK 2.x client, legacy (2025-11-25) and stateless (2026-07-28)"
 HANDNODE_URL="$daemon_url" HANDNODE_TOKEN="$token" \
     timeout 120 "$node22" "$root/scripts/interop-client-v2.cjs" || status=1
+
+# The README's "Try it with your MCP client": a first start with nothing configured (it writes
+# the token), the token read with the README's own command, and the SDK client built from the
+# README's block (scripts/interop-readme-client.cjs).
+echo "-- the README's MCP client block, with the official SDK client"
+mkdir -p "$tmp/home"
+if start_daemon "$tmp/log-readme" env -i "PATH=$PATH" "HOME=$tmp/home" \
+    "$bin" --listen 127.0.0.1:0 --state-dir "$tmp/state-readme" --no-notify --no-sd-notify; then
+    readme_token="$(HOME="$tmp/home" bash -c 'cat ~/.config/handnode/token')"
+    HANDNODE_URL="$daemon_url" HANDNODE_TOKEN="$readme_token" \
+        timeout 120 node "$root/scripts/interop-readme-client.cjs" || status=1
+else
+    echo "FAIL: the README's daemon starts"
+    status=1
+fi
 
 if [ "$status" -ne 0 ]; then
     echo "interop failed; the daemon's log (requests only):"

@@ -103,6 +103,8 @@ const LEDGER: &[(&str, RunBy)] = &[
     ("TOKEN=$(cat ~/.config/handnode/token)", RunBy::File("scripts/e2e.sh", "token=\"$(tr -d '[:space:]' <\"$token_file\"")),
     ("curl -s -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"", RunBy::File("scripts/e2e.sh", "The README's own two curl lines")),
     ("curl -s -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\"", RunBy::File("scripts/e2e.sh", "echo hi")),
+    ("{ \"mcpServers\": {", RunBy::File("scripts/interop-readme-client.cjs", "<!-- mcp-client:begin -->")),
+    ("cat ~/.config/handnode/token", RunBy::File("scripts/interop.sh", "bash -c 'cat ~/.config/handnode/token'")),
     ("tailscale serve", RunBy::NotHere("needs a tailnet; what it sends (Host, Tailscale-User-Login) is replayed by tests/local_socket.rs")),
     ("handnode --allow-host box.tailnet.ts.net --allow-login you@example.com", RunBy::File("tests/local_socket.rs", "allow_logins = vec![\"you@example.com\"")),
     ("handnode grant --runtime wss://pod.example:8090 --session laptop --profile desktop --ttl 1h", RunBy::File("tests/first_run.rs", "## Lending the box to a session")),
@@ -141,13 +143,18 @@ const LEDGER: &[(&str, RunBy)] = &[
 ];
 
 /// The README's commands: every fenced block's lines, `\`-continuations joined, comments and
-/// `#`-only lines dropped, whitespace runs made one space.
+/// `#`-only lines dropped, whitespace runs made one space. A `json` block is one command, the
+/// whole of it (what a client is given, run as a whole by whoever runs it).
 fn readme_commands() -> Vec<String> {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let mut out = Vec::new();
     for (i, block) in readme.split("```").enumerate() {
         if i % 2 == 0 {
+            continue;
+        }
+        if let Some(json) = block.strip_prefix("json\n") {
+            out.push(json.split_whitespace().collect::<Vec<_>>().join(" "));
             continue;
         }
         let mut current = String::new();
