@@ -226,6 +226,19 @@ pub struct Walled {
     pub args: Vec<OsString>,
 }
 
+impl Walled {
+    /// Make `file` (a file or socket bound into the wall) read as `/dev/null` inside: an
+    /// own display's live-view socket (§23) in the grant's own runtime directory.
+    pub fn cover_file(&mut self, file: &Path) {
+        // Before the `--` that ends bwrap's options (last, whether or not pasta wraps it).
+        let Some(end) = self.args.iter().rposition(|a| a == "--") else {
+            return;
+        };
+        let cover: [OsString; 3] = ["--ro-bind".into(), "/dev/null".into(), file.into()];
+        self.args.splice(end..end, cover);
+    }
+}
+
 /// Whether uid 0 without capabilities (a locked wall's root) may pass through every
 /// directory above `path`: by the owner's bits where root owns it, the group's where its
 /// group is 0, else the others'.

@@ -7,9 +7,11 @@
 # passt: an own display's wall gets its own network through pasta (§21); x11-utils
 # x11-xserver-utils: tests/walls.rs tries xdpyinfo and xhost on the owner's display.
 # xterm: tests/apps.rs checks that `--apps` refuses the box's real terminal entry.
+# tigervnc-standalone-server: own displays run on Xvnc, whose RFB socket the live view
+# (§23, tests/live_view.rs) bridges.
 set -euo pipefail
 need=()
-for pkg in "$@" pkg-config libssl-dev curl python3 jq procps bubblewrap xvfb zenity at-spi2-core dbus-daemon xterm passt x11-utils x11-xserver-utils; do
+for pkg in "$@" pkg-config libssl-dev curl python3 jq procps bubblewrap xvfb zenity at-spi2-core dbus-daemon xterm passt x11-utils x11-xserver-utils tigervnc-standalone-server; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

@@ -849,7 +849,9 @@ pub fn checks(
         nsswitch.as_deref(),
     )];
     out.extend(display_checks(&probe, &cfg, processes));
-    out.push(own_display_check(&display::own::doctor_facts(&cfg)));
+    let own_facts = display::own::doctor_facts(&cfg);
+    out.push(own_display_check(&own_facts));
+    out.push(live_view_check(&own_facts));
     out.push(grant_isolation_check(env));
     out.push(own_display_isolation_check(env));
     out.extend(screen_guards(&running_commands()));
@@ -936,6 +938,27 @@ pub fn own_display_check(facts: &Value) -> Check {
         ),
         install(),
     )
+}
+
+/// Whether the lender can watch an own display live and take the wheel (§23).
+pub fn live_view_check(facts: &Value) -> Check {
+    match facts["live_view"].as_str() {
+        Some(xvnc) => check(
+            "live view",
+            Status::Ok,
+            format!(
+                "own displays run on {xvnc}: GET /attach/{{id}}/view shows one live, and \
+                 POST /attach/{{id}}/wheel takes the wheel"
+            ),
+            None,
+        ),
+        None => check(
+            "live view",
+            Status::Warn,
+            display::own::live_view_missing(),
+            Some(format!("apt install {}", display::own::XVNC.1)),
+        ),
+    }
 }
 
 /// What contains a grant's processes (§16), and how to get cgroups when it is the
@@ -1570,6 +1593,19 @@ mod tests {
             none.detail
         );
         assert_eq!(none.fix.as_deref(), Some("apt install xvfb dbus"));
+    }
+
+    #[test]
+    fn live_view_says_what_to_install() {
+        let on = live_view_check(&json!({"live_view": "/usr/bin/Xvnc"}));
+        assert_eq!(on.status, Status::Ok);
+        assert!(on.detail.contains("/usr/bin/Xvnc"), "{}", on.detail);
+        let off = live_view_check(&json!({"live_view": null}));
+        assert_eq!(off.status, Status::Warn);
+        assert_eq!(
+            off.fix.as_deref(),
+            Some("apt install tigervnc-standalone-server")
+        );
     }
 
     #[test]

@@ -11,6 +11,12 @@
 //! needs a seat and a runtime dir per grant; the X11 helpers (`xdotool`, `scrot`) are the
 //! ones the X11 tools use already, and `xdotool` needs no Wayland virtual-input protocol.
 //!
+//! **Xvnc where installed.** TigerVNC's `Xvnc` is an X server like Xvfb that also serves
+//! the screen over RFB (§23). When it is on the box it is the display's X server, with its
+//! RFB on one Unix socket in the runtime directory ([`RFB_SOCKET`], no TCP port), which the
+//! admin API's live view bridges; the grant's own wall covers that socket. Without it,
+//! Xvfb as before, and the live view says what to install ([`live_view_missing`]).
+//!
 //! **The one value every tool reads.** [`call_display`] answers, for a call, which
 //! display it uses and with which variables ([`CallDisplay`]): the box's display
 //! (`DisplayEnv::from_config`) or the grant's own. The graphical tools, `bash` and jobs
@@ -60,6 +66,19 @@ pub type OwnOptions = OwnDisplaySettings;
 pub const WINDOW_MANAGER: (&str, &str) = ("matchbox-window-manager", "matchbox-window-manager");
 /// What an own display needs: the X server, the window manager, the session bus.
 pub const PROGRAMS: [(&str, &str); 3] = [("Xvfb", "xvfb"), WINDOW_MANAGER, ("dbus-daemon", "dbus")];
+/// The X server that also serves the screen over RFB for the live view (§23), used in
+/// place of `Xvfb` when installed.
+pub const XVNC: (&str, &str) = ("Xvnc", "tigervnc-standalone-server");
+/// The live view's RFB socket in a grant's runtime directory (§23): its only way in.
+pub const RFB_SOCKET: &str = "rfb.sock";
+/// Why a box without `Xvnc` has no live view: for `/view`, `doctor` and `sys_info`.
+pub fn live_view_missing() -> String {
+    format!(
+        "live view needs {} (Debian/Ubuntu: apt install {}); own displays run on Xvfb \
+         without it, and a running display keeps its X server until the grant ends",
+        XVNC.0, XVNC.1
+    )
+}
 /// The record of what runs in a runtime directory, for the stale cleanup after a crash.
 const RECORD: &str = "display.json";
 /// Longest stderr tail of a failed start quoted in the error.
@@ -232,7 +251,13 @@ impl OwnDisplays {
                 .join(format!("X{}", s.number))
         });
         let parent = self.opts.parent();
-        Some(walls.grant_args(Some((&parent, dir.as_deref(), socket.as_deref()))))
+        let mut walled = walls.grant_args(Some((&parent, dir.as_deref(), socket.as_deref())));
+        // The live view's socket reads as /dev/null inside: with `None` security, whoever
+        // connects may type; only the daemon's bridge, which enforces the wheel, does.
+        if let Some(rfb) = shown.and_then(|s| s.rfb).filter(|p| p.exists()) {
+            walled.cover_file(&rfb);
+        }
+        Some(walled)
     }
 
     /// What the file tools of the grant whose own display is `own` may not reach: what its
@@ -366,6 +391,8 @@ struct Shown {
     env: DisplayEnv,
     xvfb_pid: u32,
     notes: Vec<String>,
+    /// The RFB socket when the X server is `Xvnc`.
+    rfb: Option<PathBuf>,
 }
 
 #[derive(Debug)]
@@ -373,7 +400,10 @@ struct Live {
     number: u32,
     dir: PathBuf,
     env: DisplayEnv,
+    /// The X server: `Xvnc` where installed, else `Xvfb`.
     xvfb: Child,
+    /// Its RFB socket (`Xvnc` only).
+    rfb: Option<PathBuf>,
     wm: Option<Child>,
     bus: Option<Child>,
     /// The run group all three live in (its drop kills what is left).
@@ -436,6 +466,16 @@ impl OwnDisplay {
         }
     }
 
+    /// The running display's RFB socket (§23): `Ok(None)` when it is not running, `Err`
+    /// (what to install) when it runs on `Xvfb`. Never waits on a start in progress.
+    pub fn rfb_socket(&self) -> Result<Option<PathBuf>, String> {
+        let shown = lock(&self.shown);
+        match shown.as_ref().filter(|s| pid_runs(s.xvfb_pid)) {
+            None => Ok(None),
+            Some(s) => s.rfb.clone().map(Some).ok_or_else(live_view_missing),
+        }
+    }
+
     /// Whether it is running now (its X server has not exited).
     pub fn is_running(&self) -> bool {
         lock(&self.shown)
@@ -451,6 +491,8 @@ impl OwnDisplay {
                 "own": true, "running": true, "display": format!(":{}", l.number),
                 "runtime_dir": l.dir.display().to_string(),
                 "size": format!("{}x{}", self.opts.size.0, self.opts.size.1),
+                "server": if l.rfb.is_some() { XVNC.0 } else { PROGRAMS[0].0 },
+                "live_view": l.rfb.is_some(),
                 "isolation": self.isolation,
                 "network": self.network,
                 "notes": l.notes,
@@ -511,6 +553,7 @@ impl OwnDisplay {
                     env: l.env.clone(),
                     xvfb_pid: l.xvfb.id(),
                     notes: l.notes.clone(),
+                    rfb: l.rfb.clone(),
                 });
                 *live = Some(l);
                 Ok(env)
@@ -529,7 +572,13 @@ impl OwnDisplay {
                 format!("{name} is not installed (Debian/Ubuntu: apt install {package})")
             })
         };
-        let xvfb = find(PROGRAMS[0])?;
+        // Xvnc where installed (the live view, §23), else Xvfb: the same X server to every
+        // tool, one more listener (RFB on a socket in the runtime dir) for the bridge.
+        let xvnc = which(XVNC.0, path_var.as_deref());
+        let xvfb = match &xvnc {
+            Some(p) => p.clone(),
+            None => find(PROGRAMS[0])?,
+        };
         let parent = self.opts.parent();
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -586,18 +635,33 @@ impl OwnDisplay {
         );
         let (w, h) = self.opts.size;
         let started = Instant::now();
+        let rfb = xvnc.as_ref().map(|_| dir.join(RFB_SOCKET));
         let mut cmd = group.command(&xvfb);
-        cmd.args(["-displayfd", "1", "-nolisten", "tcp", "-noreset", "-s", "0"])
-            .arg("-screen")
-            .arg("0")
-            .arg(format!("{w}x{h}x24"))
-            .arg("-auth")
+        cmd.args(["-displayfd", "1", "-nolisten", "tcp", "-noreset", "-s", "0"]);
+        match &rfb {
+            // No TCP port; `None` security is only sound because the socket is 0600 in the
+            // grant's 0700 runtime dir, which only the daemon's user reaches outside the
+            // walls and which the grant's own wall covers (`OwnDisplays::shell_wall`).
+            Some(socket) => {
+                cmd.arg("-rfbunixpath")
+                    .arg(socket)
+                    .args(["-rfbunixmode", "0600", "-rfbport", "-1"])
+                    .args(["-SecurityTypes", "None", "-AlwaysShared"])
+                    .args(["-AcceptSetDesktopSize=0", "-depth", "24", "-geometry"])
+                    .arg(format!("{w}x{h}"));
+            }
+            None => {
+                cmd.arg("-screen").arg("0").arg(format!("{w}x{h}x24"));
+            }
+        }
+        cmd.arg("-auth")
             .arg(&cookie)
             .env_clear()
             .envs(base_env.clone())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log_file("xvfb.log").map_err(&cleanup)?);
+        let mut notes = Vec::new();
         let mut xvfb_child = group
             .spawn(&mut cmd)
             .map_err(|e| cleanup(format!("cannot run {}: {e}", xvfb.display())))?;
@@ -611,12 +675,22 @@ impl OwnDisplay {
             let _ = xvfb_child.wait();
             let tail = log_tail(&dir.join("xvfb.log"));
             return Err(cleanup(format!(
-                "Xvfb did not report a display within {} ms: {tail}",
+                "{} did not report a display within {} ms: {tail}",
+                server_name(&xvfb),
                 self.opts.start_timeout.as_millis()
             )));
         };
+        // Xvnc binds its RFB socket before it reports the display (vncext starts with the
+        // screen); checked so a live view never waits on a socket that will not come.
+        if let Some(socket) = &rfb {
+            if !socket.exists() {
+                notes.push(format!(
+                    "the live view's socket did not appear: {}",
+                    log_tail(&dir.join("xvfb.log"))
+                ));
+            }
+        }
         let display = format!(":{number}");
-        let mut notes = Vec::new();
         let mut child_env = base_env;
         child_env.push(("DISPLAY".into(), display.clone().into()));
         // The window manager: optional (a screen without one still works, but windows
@@ -707,8 +781,9 @@ impl OwnDisplay {
             );
         }
         log::info!(
-            "grant {}: own display {display} ({w}x{h}) started in {} ms",
+            "grant {}: own display {display} ({w}x{h}, {}) started in {} ms",
             self.grant,
+            server_name(&xvfb),
             started.elapsed().as_millis()
         );
         Ok(Live {
@@ -726,6 +801,7 @@ impl OwnDisplay {
             },
             dir,
             xvfb: xvfb_child,
+            rfb,
             wm,
             bus,
             group,
@@ -1020,6 +1096,15 @@ fn first_line(out: impl Read + Send + 'static, timeout: Duration) -> Option<Stri
     rx.recv_timeout(timeout).ok().flatten()
 }
 
+/// The X server's name as errors and the grant JSON give it (`Xvnc` or `Xvfb`).
+fn server_name(program: &Path) -> &'static str {
+    if program.file_name() == Some(std::ffi::OsStr::new(XVNC.0)) {
+        XVNC.0
+    } else {
+        PROGRAMS[0].0
+    }
+}
+
 fn log_tail(path: &Path) -> String {
     let text = std::fs::read(path).unwrap_or_default();
     let start = text.len().saturating_sub(LOG_TAIL);
@@ -1035,7 +1120,7 @@ fn log_tail(path: &Path) -> String {
 /// tools work if the X server is installed (the first call starts it).
 pub fn idle_facts(cfg: &ToolConfig) -> Value {
     let path = DisplayEnv::from_config(cfg).path;
-    let xvfb = which(PROGRAMS[0].0, path.as_deref());
+    let xvfb = which(XVNC.0, path.as_deref()).or_else(|| which(PROGRAMS[0].0, path.as_deref()));
     let tools: serde_json::Map<String, Value> = gui_tools()
         .map(|(t, _)| {
             let v = match &xvfb {
@@ -1070,16 +1155,20 @@ pub fn doctor_facts(cfg: &ToolConfig) -> Value {
             )
         })
         .collect();
+    let xvnc = which(XVNC.0, path.as_deref());
     let missing: Vec<String> = PROGRAMS
         .iter()
+        // Xvnc stands in for Xvfb.
+        .filter(|(name, _)| !(*name == PROGRAMS[0].0 && xvnc.is_some()))
         .filter(|(name, _)| which(name, path.as_deref()).is_none())
         .map(|(name, package)| format!("{name} (apt install {package})"))
         .collect();
-    let possible = which(PROGRAMS[0].0, path.as_deref()).is_some();
+    let possible = xvnc.is_some() || which(PROGRAMS[0].0, path.as_deref()).is_some();
     json!({
         "possible": possible,
         "programs": programs,
         "missing": missing,
+        "live_view": xvnc.map(|p| p.display().to_string()),
     })
 }
 
