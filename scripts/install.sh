@@ -2,7 +2,7 @@
 # Install handnode for the current user: the binary, the systemd user unit(s) and an admin
 # token file. Run it again at any time: it changes only what differs and says so.
 #
-#   scripts/install.sh [--prefix DIR] [--binary PATH | --from-dist DIR]
+#   scripts/install.sh [--prefix DIR] [--binary PATH | --from-dist DIR] [--no-systemd]
 #   scripts/install.sh [--prefix DIR] --uninstall [--purge]
 #
 #   (no --prefix)   binary  ~/.local/bin/handnode
@@ -17,11 +17,17 @@
 #   --from-dist DIR install the artifact of DIR (scripts/build-static.sh's target/dist, copied
 #                   over) for this machine's `uname -m`: x86_64, aarch64/arm64, armv7l, armv6l. Its
 #                   SHA256SUMS line is checked first; a mismatch or no artifact changes nothing
+#   --no-systemd    no units: an autostart entry instead,
+#                   ${XDG_CONFIG_HOME:-~/.config}/autostart/handnode.desktop, that starts
+#                   `handnode serve` with your desktop session (the route for a box without
+#                   systemd, taken by itself when `systemctl is-system-running` says offline)
 #   --uninstall     remove what this script installed (it keeps a list); the token, grants
 #                   and audit log stay unless --purge is given too
 #
 # The unit's ExecStart is rewritten to the installed binary. Nothing is enabled or started:
-# the next steps are printed at the end. Details: docs/install.md.
+# the next steps are printed at the end. On a box whose init is not systemd an enable link
+# (default.target.wants/handnode.service, which `systemctl --user enable` makes even when it
+# then fails) starts nothing and is removed. Details: docs/install.md.
 set -euo pipefail
 
 die() { echo "install: error: $*" >&2; exit 1; }
@@ -32,6 +38,7 @@ binary=
 from_dist=
 uninstall=0
 purge=0
+no_systemd=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --prefix) [ $# -ge 2 ] || die "--prefix needs a directory"; prefix=$2; shift 2 ;;
@@ -42,7 +49,8 @@ while [ $# -gt 0 ]; do
         --from-dist=*) from_dist=${1#--from-dist=}; shift ;;
         --uninstall) uninstall=1; shift ;;
         --purge) purge=1; shift ;;
-        -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --no-systemd) no_systemd=1; shift ;;
+        -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument '$1' (see scripts/install.sh --help)" ;;
     esac
 done
@@ -50,6 +58,7 @@ done
 [ -z "$binary" ] || [ "$uninstall" = 0 ] || die "--binary makes no sense with --uninstall"
 [ -z "$from_dist" ] || [ "$uninstall" = 0 ] || die "--from-dist makes no sense with --uninstall"
 [ -z "$from_dist" ] || [ -z "$binary" ] || die "--binary and --from-dist both name the binary; give one"
+[ "$no_systemd" = 0 ] || [ "$uninstall" = 0 ] || die "--no-systemd makes no sense with --uninstall (it removes whatever was installed)"
 [ -n "${HOME:-}" ] || die "HOME is not set"
 
 # Paths end up in a unit file and in sed expressions: refuse characters that would need
@@ -83,6 +92,24 @@ token_file=$config_dir/token
 manifest=$data_dir/install-manifest
 repo=$(cd "$(dirname "$0")/.." && pwd)
 installed_bin=$bin_dir/handnode
+autostart=${XDG_CONFIG_HOME:-$HOME/.config}/autostart/handnode.desktop
+wants=${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user/default.target.wants/handnode.service
+
+# What systemctl says of this box's init: "offline" when it is not systemd (a container, a
+# box with another init), "not installed" without systemctl.
+sd_state() {
+    command -v systemctl >/dev/null || { echo "not installed"; return; }
+    systemctl is-system-running 2>/dev/null || true
+}
+
+# True when this box's init is not systemd. Not the same as a shell without a user bus (su,
+# ssh without linger) on a systemd box, where the units and an enable link are right and stay.
+box_without_systemd() {
+    case "$(sd_state)" in
+        offline | "" | "not installed") return 0 ;;
+        *) return 1 ;;
+    esac
+}
 
 changed=0
 
@@ -151,7 +178,6 @@ if [ "$uninstall" = 1 ]; then
         # bus) `disable --now` did nothing: the enable link and a running daemon stay. Remove
         # the link `systemctl --user enable` made, and stop every process running the
         # installed binary, before the binary goes (its /proc/PID/exe then reads "(deleted)").
-        wants=${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user/default.target.wants/handnode.service
         if [ -L "$wants" ]; then rm -f "$wants"; say "removed    $wants"; fi
         stop_installed_daemons
         while IFS= read -r f; do
@@ -233,9 +259,38 @@ fi
 
 put "$binary" "$installed_bin" 755
 
+# The route the next steps give: systemd's, or the one without it (asked for, or this box's).
+without_systemd=$no_systemd
+if [ "$no_systemd" = 0 ] && box_without_systemd; then
+    say "this box does not run systemd (systemctl is-system-running: $(sd_state)): the units are installed but nothing will start them; the next steps say what does"
+    without_systemd=1
+fi
+
 # Units: ExecStart points at the installed binary (kept as %h/... in the default layout).
+# Without systemd an autostart entry takes their place.
 units=()
+if [ "$no_systemd" = 1 ]; then
+    cat >"$work/handnode.desktop" <<DESKTOP
+[Desktop Entry]
+Type=Application
+Name=handnode
+Comment=Lends this box's tools to a coding agent (scripts/install.sh --no-systemd)
+Exec=$installed_bin serve
+Terminal=false
+NoDisplay=true
+X-GNOME-Autostart-enabled=true
+DESKTOP
+    put "$work/handnode.desktop" "$autostart" 644
+    units+=("$autostart")
+fi
+# An enable link starts nothing without systemd, and says the opposite.
+if [ "$without_systemd" = 1 ] && [ -L "$wants" ]; then
+    rm -f "$wants"
+    say "removed    $wants (an enable link: without systemd it starts nothing)"
+    changed=1
+fi
 for src in "$repo"/contrib/systemd/*.service; do
+    [ "$no_systemd" = 0 ] || break
     [ -e "$src" ] || die "no unit files in $repo/contrib/systemd"
     name=$(basename "$src")
     if [ "$name" = handnode.service ]; then
@@ -258,7 +313,7 @@ if [ -f "$manifest" ]; then
         [ -n "$f" ] || continue
         grep -qxF "$f" "$work/manifest" && continue
         rm -f "$f"
-        say "removed    $f (installed earlier, no longer shipped)"
+        say "removed    $f (installed earlier, not part of this install)"
         changed=1
     done <"$manifest"
 fi
@@ -296,6 +351,28 @@ fi
 
 if [ "$changed" = 0 ]; then
     say "nothing changed: already installed"
+fi
+
+# Without systemd: start it by hand now; the autostart entry starts it at the next login.
+if [ "$without_systemd" = 1 ]; then
+    echo
+    echo "Next steps (no systemd: the README's \"A box without systemd\"):"
+    cat <<STEPS
+  nohup $installed_bin serve >>"\$HOME/handnode.log" 2>&1 &   # start it now, in the background
+  $installed_bin doctor         # says whether the daemon runs, where it listens, how many grants
+STEPS
+    if [ "$no_systemd" = 1 ]; then
+        echo "  # $autostart starts it at your next desktop login"
+    else
+        echo "  # to start it at each desktop login: scripts/install.sh --no-systemd (an autostart entry instead of the units)"
+    fi
+    echo "  # on a box without a desktop, a crontab line (crontab -e) starts it at boot:"
+    echo "  #   @reboot $installed_bin serve >>\$HOME/handnode.log 2>&1"
+    case ":$PATH:" in
+        *":$bin_dir:"*) ;;
+        *) echo "  $bin_dir is not on your PATH: add it to use 'handnode grant' and friends" ;;
+    esac
+    exit 0
 fi
 
 # Reload a running user manager when it reads our unit directory (the default layout).

@@ -82,6 +82,13 @@ impl Fixture {
                 "#!/bin/sh\n[ \"$1\" = -m ] && echo {machine} && exit 0\nexec /bin/uname \"$@\"\n"
             ),
         );
+        // A box whose init is systemd, reached from a shell without a user bus (as CI's
+        // sessions are): the units' route, whatever this machine's own init is.
+        write_exec(
+            &fakebin.join("systemctl"),
+            "#!/bin/sh\n[ \"$1\" = is-system-running ] && echo running && exit 0\n\
+             echo 'Failed to connect to bus: No medium found' >&2\nexit 1\n",
+        );
         let home = self.root.join("home");
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/install.sh");
         let mut cmd = Command::new("bash");

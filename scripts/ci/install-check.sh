@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI test of the drop-in install (issue 7): scripts/install.sh into a temporary prefix (twice:
 # idempotent), file modes, the token, `systemd-analyze verify --user` on the installed units,
-# --uninstall/--purge, bad arguments; then scripts/build-static.sh and DNS under static glibc.
+# --uninstall/--purge, bad arguments, the README's route for a box without systemd (a failing
+# systemctl, none at all); then scripts/build-static.sh and DNS under static glibc.
 #
 #   scripts/ci/install-check.sh
 #
@@ -39,7 +40,16 @@ fi
 [ -x "$binary" ] || fail "$binary is not an executable"
 
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# A daemon the no-systemd route started (its pid is in its state dir's lock file) goes too,
+# whatever failed first.
+stop_route_daemon() {
+    local pid
+    pid=$(cat "$tmp/home/.local/state/handnode/handnode.lock" 2>/dev/null) || return 0
+    case "$pid" in '' | *[!0-9]*) return 0 ;; esac
+    grep -q 'handnode' "/proc/$pid/cmdline" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+    return 0
+}
+trap 'stop_route_daemon; rm -rf "$tmp"' EXIT
 real_token=${XDG_CONFIG_HOME:-$HOME/.config}/handnode/token
 real_before=$(stat -c '%i %s %Y' "$real_token" 2>/dev/null || echo absent)
 # rustup and cargo find their homes through HOME: pin them before HOME moves.
@@ -238,6 +248,99 @@ install_sh --prefix "$prefix" --uninstall --purge >/dev/null || fail "uninstall 
 [ ! -e "$token" ] || fail "--purge left the token"
 [ ! -e "$XDG_STATE_HOME/handnode" ] || fail "--purge left the state dir"
 ok "uninstall stops the running daemon, removes the enable link, binary, units and manifest, keeps token and state; --purge removes them"
+
+# --- a box without systemd (issue 37): the README's route, run as written -------------------
+# Two such boxes: one whose systemctl fails as it does where init is not systemd (and whose
+# `--user enable` makes its link before failing, as the real one does), one without systemctl.
+route_lines() {
+    sed -n '/<!-- no-systemd:begin -->/,/<!-- no-systemd:end -->/p' "$repo/README.md" \
+        | grep -v '^<!--\|^```' | sed 's/[[:space:]]*#.*$//'
+}
+mapfile -t route < <(route_lines)
+[ "${#route[@]}" = 4 ] || fail "the README's no-systemd block has ${#route[@]} commands, want 4: ${route[*]}"
+case "${route[0]}|${route[1]}|${route[2]}|${route[3]}" in
+    "scripts/install.sh --no-systemd|nohup handnode serve "*"|handnode doctor|scripts/install.sh --uninstall") ;;
+    *) fail "the README's no-systemd block is not install, nohup serve, doctor, uninstall: ${route[*]}" ;;
+esac
+fakebin=$tmp/fake-systemctl
+mkdir -p "$fakebin"
+cat >"$fakebin/systemctl" <<'FAKE'
+#!/bin/sh
+# systemctl where init is not systemd.
+case "$*" in
+    is-system-running) echo offline; exit 1 ;;
+    *"--user enable"*)
+        mkdir -p "$XDG_CONFIG_HOME/systemd/user/default.target.wants"
+        ln -sf "$XDG_CONFIG_HOME/systemd/user/handnode.service" \
+            "$XDG_CONFIG_HOME/systemd/user/default.target.wants/handnode.service"
+        echo "Failed to connect to bus: No medium found" >&2; exit 1 ;;
+    *) echo "Failed to connect to bus: No medium found" >&2; exit 1 ;;
+esac
+FAKE
+chmod 755 "$fakebin/systemctl"
+nosd=$tmp/no-systemctl
+mkdir -p "$nosd"
+for f in /usr/local/bin/* /usr/bin/* /bin/*; do
+    n=${f##*/}
+    [ "$n" != systemctl ] && [ ! -e "$nosd/$n" ] && ln -s "$f" "$nosd/$n"
+done
+wants=$XDG_CONFIG_HOME/systemd/user/default.target.wants/handnode.service
+autostart=$XDG_CONFIG_HOME/autostart/handnode.desktop
+for box in fake-systemctl no-systemctl; do
+    case $box in
+        fake-systemctl) boxpath=$fakebin:$prefix/bin:$PATH ;;
+        no-systemctl) boxpath=$prefix/bin:$nosd ;;
+    esac
+    PATH=$boxpath command -v systemctl >/dev/null && [ "$box" = no-systemctl ] \
+        && fail "$box: systemctl is still on PATH"
+    # The default install sees the box, prints the route, not systemctl's.
+    outn=$(PATH=$boxpath install_sh --prefix "$prefix" --binary "$binary") || fail "$box: install: $outn"
+    grep -q 'does not run systemd' <<<"$outn" || fail "$box: install did not say the box has no systemd: $outn"
+    grep -q 'nohup .*handnode serve' <<<"$outn" || fail "$box: install did not print the no-systemd route: $outn"
+    grep -q 'systemctl --user enable' <<<"$outn" && fail "$box: install told to enable a unit without systemd: $outn"
+    # An enable that failed left its link; the next run removes it and says so.
+    mkdir -p "$(dirname "$wants")" && ln -sf "$units/handnode.service" "$wants"
+    if [ "$box" = fake-systemctl ]; then
+        rm -f "$wants"
+        PATH=$boxpath systemctl --user enable --now handnode 2>/dev/null && fail "the fake systemctl succeeded"
+        [ -L "$wants" ] || fail "the fake systemctl's enable made no link"
+    fi
+    outn=$(PATH=$boxpath install_sh --prefix "$prefix" --binary "$binary") || fail "$box: re-install: $outn"
+    grep -q "removed    $wants" <<<"$outn" || fail "$box: install did not remove the enable link: $outn"
+    [ ! -L "$wants" ] || fail "$box: install left the enable link $wants"
+
+    # The README's four lines (install.sh with this check's --prefix and --binary added).
+    outn=$(PATH=$boxpath bash -c "${route[0]} --prefix '$prefix' --binary '$binary'") \
+        || fail "$box: ${route[0]}: $outn"
+    grep -qx "Exec=$bin serve" "$autostart" || fail "$box: no autostart entry running $bin serve: $(cat "$autostart" 2>&1)"
+    mode_is "$autostart" 644
+    for u in "$repo"/contrib/systemd/*.service; do
+        [ ! -e "$units/$(basename "$u")" ] || fail "$box: --no-systemd left the unit $(basename "$u")"
+    done
+    mkdir -m 700 -p "$tmp/run-$box"
+    PATH=$boxpath XDG_RUNTIME_DIR=$tmp/run-$box HANDNODE_LISTEN=127.0.0.1:0 HANDNODE_NO_NOTIFY=1 \
+        HANDNODE_NO_SD_NOTIFY=1 bash -c "${route[1]}" || fail "$box: ${route[1]}"
+    doc=
+    for _ in $(seq 100); do
+        doc=$(PATH=$boxpath XDG_RUNTIME_DIR=$tmp/run-$box timeout 20 bash -c "${route[2]}" 2>&1 || true)
+        grep -q 'handnode pid [0-9]* runs on' <<<"$doc" && break
+        sleep 0.1
+    done
+    grep -q 'handnode pid [0-9]* runs on .*listening on 127.0.0.1:[0-9]*.*; 0 live grant' <<<"$doc" \
+        || fail "$box: ${route[2]} does not see the daemon ${route[1]} started: $doc $(cat "$HOME/handnode.log")"
+    route_pid=$(sed -n 's/.*handnode pid \([0-9]*\) runs on.*/\1/p' <<<"$doc" | head -n1)
+    outn=$(PATH=$boxpath bash -c "${route[3]} --prefix '$prefix'") || fail "$box: ${route[3]}: $outn"
+    gone=0
+    for _ in $(seq 50); do
+        kill -0 "$route_pid" 2>/dev/null || { gone=1; break; }
+        sleep 0.1
+    done
+    [ "$gone" = 1 ] || { kill -KILL "$route_pid" 2>/dev/null; fail "$box: ${route[3]} left the daemon (pid $route_pid) running: $outn"; }
+    [ ! -e "$autostart" ] || fail "$box: uninstall left $autostart"
+    [ ! -e "$bin" ] || fail "$box: uninstall left $bin"
+    [ ! -L "$wants" ] || fail "$box: uninstall left $wants"
+    ok "$box: install says there is no systemd and removes an enable link; the README's route (--no-systemd, nohup serve, doctor, --uninstall) runs"
+done
 
 real_after=$(stat -c '%i %s %Y' "$real_token" 2>/dev/null || echo absent)
 [ "$real_before" = "$real_after" ] || fail "the real home's token file changed ($real_token)"
