@@ -483,12 +483,17 @@ impl Confine {
             issued.push_back(marker.to_string());
         }
         let oom_before = grant.oom_kills();
+        if self.layout.is_none() {
+            // What earlier runs left running and has ended since is ours to reap.
+            subreaper::reap();
+        }
         Ok(Arc::new(RunGroup {
             name,
             dir,
             marker: marker.to_string(),
             grant,
             oom_before,
+            kept: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -949,9 +954,70 @@ pub struct RunGroup {
     marker: String,
     grant: Arc<GrantGroup>,
     oom_before: u64,
+    /// What the run left running stays until the grant ends ([`RunGroup::keep`]).
+    kept: std::sync::atomic::AtomicBool,
+}
+
+/// Subreaper: the most runs of one grant whose background processes are kept (their
+/// markers are what the grant's end kills by); past it a run's are killed at its end.
+const MAX_KEPT_RUNS: usize = 1024;
+
+/// Whether `pid` is the init of a wall's PID namespace (`bwrap`'s, which stays while
+/// anything inside lives): its innermost pid is 1.
+fn is_wall_init(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .is_some_and(|ids| {
+                let ids: Vec<&str> = ids.split_whitespace().collect();
+                ids.len() > 1 && ids.last() == Some(&"1")
+            })
+    })
 }
 
 impl RunGroup {
+    /// A `bash` call's shell has exited and was reaped (§25): what it left running (`cmd
+    /// &`, `setsid -f`, `nohup`) stays, in this run's group, until the grant ends
+    /// (revoke, expiry, halt, the daemon's stop), instead of dying with the run. Returns
+    /// how many processes that is, a wall's own init not counted; 0 keeps nothing and
+    /// the run ends as any other. The run's cgroup stays while it holds a process (a
+    /// grant's `pids.max` bounds them; an empty one is removed at the grant's next run);
+    /// under the subreaper the run's marker stays among the grant's (bounded by
+    /// [`MAX_KEPT_RUNS`]) and the processes, re-parented to the daemon, are reaped by it.
+    pub fn keep(&self) -> usize {
+        let left: Vec<i32> = match &self.dir {
+            Some(d) => pids_in(d)
+                .into_iter()
+                .map(|p| p.as_raw_nonzero().get())
+                .filter(|p| !is_wall_init(*p))
+                .collect(),
+            None => {
+                let found = subreaper::marked_descendants(&self.marker);
+                if found.is_empty() {
+                    return 0;
+                }
+                let mut markers = lock(&self.grant.markers);
+                if markers.len() > MAX_KEPT_RUNS {
+                    let live = subreaper::live_markers();
+                    markers.retain(|m| m == &self.marker || live.contains(m));
+                }
+                if markers.len() > MAX_KEPT_RUNS {
+                    log::warn!(
+                        "containment: grant {} keeps {MAX_KEPT_RUNS} runs' background processes; this run's are killed",
+                        self.grant.id
+                    );
+                    return 0;
+                }
+                subreaper::adopt(&found);
+                found.into_iter().filter(|p| !is_wall_init(*p)).collect()
+            }
+        };
+        if !left.is_empty() {
+            self.kept.store(true, Ordering::SeqCst);
+        }
+        left.len()
+    }
+
     /// The `cgroup.procs` files the child must write its pid into before it execs.
     fn procs_files(&self) -> Vec<PathBuf> {
         let mut files = Vec::new();
@@ -1043,9 +1109,12 @@ impl RunGroup {
 
 impl Drop for RunGroup {
     fn drop(&mut self) {
-        self.kill();
+        let kept = self.kept.load(Ordering::SeqCst);
+        if !kept {
+            self.kill();
+            lock(&self.grant.markers).remove(&self.marker);
+        }
         lock(&self.grant.live).remove(&self.name);
-        lock(&self.grant.markers).remove(&self.marker);
         if let Some(d) = &self.dir {
             // Usually still emptying: swept at the grant's next run or its end.
             let _ = fs::remove_dir(d);
@@ -1228,6 +1297,54 @@ pub mod subreaper {
             }
             if !any {
                 break;
+            }
+        }
+    }
+
+    /// Every process below the daemon (it is their subreaper: what a run left is
+    /// re-parented to it) that carries `marker`, and their descendants.
+    pub fn marked_descendants(marker: &str) -> Vec<i32> {
+        let markers = [marker.to_string()];
+        let mut stack: Vec<i32> = children(std::process::id() as i32)
+            .into_iter()
+            .filter(|p| carries(*p, &markers))
+            .collect();
+        let mut seen = HashSet::new();
+        while let Some(pid) = stack.pop() {
+            if seen.insert(pid) {
+                stack.extend(children(pid));
+            }
+        }
+        seen.into_iter().collect()
+    }
+
+    /// The markers some live process carries now (one pass over `/proc`).
+    pub fn live_markers() -> HashSet<String> {
+        let prefix = format!("{}=", MARKER_ENV);
+        let mut out = HashSet::new();
+        for pid in all_pids() {
+            if let Ok(env) = fs::read(format!("/proc/{pid}/environ")) {
+                for var in env.split(|b| *b == 0) {
+                    if let Some(v) = var.strip_prefix(prefix.as_bytes()) {
+                        out.insert(String::from_utf8_lossy(v).into_owned());
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Kept processes that are the daemon's children now: reaped by [`reap`] once they
+    /// end, whoever ends them.
+    pub fn adopt(pids: &[i32]) {
+        let me = std::process::id() as i32;
+        let mut orphans = lock(&ORPHANS);
+        for &pid in pids {
+            if ppid(pid) == Some(me) {
+                if orphans.len() >= MAX_ORPHANS {
+                    orphans.remove(0);
+                }
+                orphans.push(pid);
             }
         }
     }

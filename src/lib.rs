@@ -155,6 +155,7 @@ impl Daemon {
             display_probe_ttl: config.timing.display_probe_ttl,
             sys_info_ttl: config.timing.sys_info_ttl,
             display_helper_timeout: config.timing.display_helper_timeout,
+            background_grace: config.timing.background_grace,
             a11y_call_timeout: config.timing.a11y_call_timeout,
             display_env: config.display_env.clone(),
             own_display: config.own_display.clone(),

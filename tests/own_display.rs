@@ -961,3 +961,48 @@ fn an_apps_grant_drives_its_walled_app_on_its_own_display() {
         |s| format!("watchdog: the question is still there after Yes: {s}"),
     );
 }
+
+/// §25: what a `bash` call leaves running stays on the grant's own display after the call
+/// answered (an `xterm &` the README promises; `xmessage` here, which needs no pty in the
+/// wall), and goes with the grant.
+#[test]
+fn a_window_started_with_amp_stays_on_the_own_display_after_the_call() {
+    if skip("a_window_started_with_amp_stays") {
+        return;
+    }
+    let dir = temp_dir("own-display-bg");
+    let owner = OwnerScreen::start(&dir);
+    let pod = StubPod::start();
+    let d = daemon("own-display-bg", &owner, 2);
+    let (id, mut a) = agent(&d, &pod, "own-bg");
+    let title = format!("hn-bg-{}", std::process::id());
+    let r = a.ok(
+        "bash",
+        json!({"command": format!("xmessage -title {title} hi &")}),
+    );
+    // xmessage, and no more than the wall's network helper on its way out.
+    let kept = r["structuredContent"]["background_processes"].as_u64();
+    assert!(matches!(kept, Some(1..=2)), "{r}");
+    // Listed by the grant's own xdotool, on its own display, once the call has answered.
+    let windows = poll_until(
+        || a.bash(&format!("xdotool search --name {title}; true")),
+        |out| !out.trim().is_empty(),
+        |out| format!("watchdog: no window titled {title} on the own display: {out:?}"),
+    );
+    assert!(
+        windows.trim().lines().all(|w| w.parse::<u64>().is_ok()),
+        "{windows}"
+    );
+    let (status, _) = d.call("DELETE", &format!("/attach/{id}"), None);
+    assert_eq!(status, 204);
+    poll_until(
+        || {
+            std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+                std::fs::read(e.path().join("cmdline"))
+                    .is_ok_and(|c| c.windows(title.len()).any(|w| w == title.as_bytes()))
+            })
+        },
+        |alive| !alive,
+        |_| format!("watchdog: the xmessage titled {title} outlived its grant"),
+    );
+}

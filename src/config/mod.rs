@@ -95,6 +95,9 @@ pub struct Timing {
     pub sys_info_ttl: Duration,
     /// Longest one display helper (grim, xdotool, wtype, …) may run.
     pub display_helper_timeout: Duration,
+    /// After a `bash` call's shell exited, how long its stdout/stderr may stay open (held
+    /// by what it left running in the background) before the call answers anyway (§25).
+    pub background_grace: Duration,
     /// Longest one call on the accessibility bus may wait for its answer: an application
     /// that does not answer in time is left out of a snapshot (which says so).
     pub a11y_call_timeout: Duration,
@@ -153,6 +156,7 @@ impl Default for Timing {
             display_probe_ttl: Duration::from_secs(2),
             sys_info_ttl: Duration::from_secs(1),
             display_helper_timeout: Duration::from_secs(10),
+            background_grace: Duration::from_millis(100),
             a11y_call_timeout: Duration::from_secs(2),
             inline_wait: Duration::from_secs(100),
             mcp_inline_wait: Duration::from_secs(600),

@@ -689,6 +689,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
     millis!("display-probe-ttl-ms", display_probe_ttl, "2000", "How long probed display facts are reused."),
     millis!("sys-info-ttl-ms", sys_info_ttl, "1000", "How long sys_info reuses what it read from /proc (memory, uptime, load, tailnet addresses)."),
     millis!("display-helper-timeout-ms", display_helper_timeout, "10000", "Longest one display helper (grim, xdotool, wtype) may run."),
+    millis!("background-grace-ms", background_grace, "100", "After a bash call's shell exited, how long its output may stay open (held by a background process) before the call answers anyway."),
     millis!("a11y-call-timeout-ms", a11y_call_timeout, "2000", "Longest one accessibility-bus call may wait; an application that does not answer is left out of desktop_snapshot."),
     Flag {
         name: "containment",

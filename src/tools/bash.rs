@@ -59,9 +59,12 @@ command still running at the inline limit (100 s under a grant, as the pod gives
 at 120 s; the call's timeout, at most 600 s, on the box's local /mcp endpoint) is not killed \
 but continues as a job: the reply (not an error) carries the output so far, job_id, \
 stdout_next and stderr_next; read the rest with bash_poll, stop it with bash_cancel. For work \
-you know is long, call bash_start directly. The call ends when the shell exits: background \
-jobs it leaves behind (`cmd &`) are killed then; to leave a process running, detach it, e.g. \
-`setsid -f cmd >/tmp/cmd.log 2>&1`. Each stream keeps at most max_output_bytes (default \
+you know is long, call bash_start directly. The call ends when the shell exits (its output read until \
+the pipes close, or for a short grace while a background process holds them): what it leaves \
+running (`cmd &`, `setsid -f cmd`, `nohup cmd &`) keeps running until the grant ends, and the \
+reply says how many (background_processes); what they write to the call's output after it \
+answered is dropped, so redirect it to a file (`cmd >/tmp/cmd.log 2>&1 &`). A timeout or a \
+cancel kills them too. Each stream keeps at most max_output_bytes (default \
 65536, at most 1048576); the rest is discarded and *_truncated is set. Output is decoded as \
 UTF-8, invalid bytes replaced. If handnode runs as root this is a root shell: sys_info says \
 which user it runs as.",
@@ -94,6 +97,10 @@ fn output_schema() -> Value {
         ("stderr_truncated", json!({"type": "boolean"})),
         ("stdout_next", json!({"type": "integer", "minimum": 0})),
         ("stderr_next", json!({"type": "integer", "minimum": 0})),
+        (
+            "background_processes",
+            json!({"type": "integer", "minimum": 1}),
+        ),
     ] {
         props.insert(name.into(), prop);
     }
@@ -213,6 +220,13 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         cx.ctl.clone(),
     );
     spec.confine = confine;
+    spec.background = Some(cx.host.config.background_grace);
+    // Who ends what the call leaves running, for its reply.
+    let kept_until = if cx.grant.is_some() {
+        "the grant"
+    } else {
+        "handnode (this is the owner's /mcp)"
+    };
     let inline_wait = cx.limits.inline_wait;
     // Why the call did not become a job at its inline limit, for its answer.
     let not_a_job: Arc<Mutex<Option<String>>> = Arc::default();
@@ -263,12 +277,31 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
                 // Rendered when the reply can be sent (§15): until then the output waits
                 // as the bytes read, not as a reply several times their size.
                 done.complete(ToolOutput::Later(crate::wire::mcp::Later::new(move || {
-                    render(&run, timeout_secs, cap, why.as_deref())
+                    render(&run, timeout_secs, cap, why.as_deref(), kept_until)
                 })))
             }
             Err(e) => done.complete(ToolOutput::tool_error(spawn_error(&program, &e))),
         }
     });
+}
+
+/// The reply's words for what a call left running (§25, docs/protocol.md), `until` naming
+/// what ends them ("the grant").
+fn kept_line(n: usize, hold_output: bool, until: &str) -> String {
+    let (what, they, end, write) = if n == 1 {
+        ("1 process".to_string(), "it", "ends", "writes")
+    } else {
+        (format!("{n} processes"), "they", "end", "write")
+    };
+    let mut line = format!(" [{what} kept running in the background; {they} {end} with {until}");
+    if hold_output {
+        line.push_str(&format!(
+            "; what {they} {write} to this call's stdout or stderr from now on is dropped: \
+             redirect it to a file to keep it"
+        ));
+    }
+    line.push(']');
+    line
 }
 
 fn spawn_error(program: &Path, e: &std::io::Error) -> String {
@@ -288,6 +321,7 @@ pub(crate) fn render(
     timeout_secs: u64,
     cap: u64,
     not_a_job: Option<&str>,
+    kept_until: &str,
 ) -> ToolOutput {
     let timed_out = run.end == End::TimedOut;
     let cancelled = run.end == End::Cancelled;
@@ -331,6 +365,9 @@ pub(crate) fn render(
         status.push(' ');
         status.push_str(why);
     }
+    if run.kept > 0 {
+        status.push_str(&kept_line(run.kept, run.kept_hold_output, kept_until));
+    }
     // Each output byte once (§15): the streams are in the text, and structuredContent
     // says where.
     let mut structured = json!({
@@ -343,6 +380,9 @@ pub(crate) fn render(
     });
     if let Some(why) = not_a_job {
         structured["not_a_job"] = json!(why);
+    }
+    if run.kept > 0 {
+        structured["background_processes"] = json!(run.kept);
     }
     super::jobs::tools::stream_reply(&run.stdout, &run.stderr, &status, &structured, is_error)
 }
@@ -550,12 +590,25 @@ mod tests {
     }
 
     #[test]
-    fn background_jobs_end_with_the_shell() {
+    fn a_background_nothing_can_keep_ends_with_the_shell() {
+        // The unit tests' confinement is inert (no cgroup; this process is no subreaper
+        // unless a test of another module made it one): what the shell leaves behind is
+        // found nowhere, so nothing is kept and the run's end kills it by its marker.
+        // Keeping is tested with a daemon's real containment (tests/background.rs).
         let (report, pid_rx) = pid_reporter();
         let r = call(json!({"command": format!("sleep 100 & {report}; echo done")}));
         assert_eq!(r["structuredContent"]["stdout"], "done\n");
         assert_eq!(r["isError"], false);
-        assert_dies(pid_rx.recv_timeout(WATCHDOG).unwrap());
+        let pid = pid_rx.recv_timeout(WATCHDOG).unwrap();
+        if r["structuredContent"]["background_processes"] == 1 {
+            let p = rustix::process::Pid::from_raw(pid).unwrap();
+            assert!(
+                rustix::process::test_kill_process(p).is_ok(),
+                "kept, yet gone"
+            );
+            let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+        }
+        assert_dies(pid);
     }
 
     #[test]

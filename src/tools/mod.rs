@@ -272,6 +272,9 @@ pub struct ToolConfig {
     pub display_probe_ttl: std::time::Duration,
     /// Longest one display helper (grim, xdotool, …) may run (`Timing::display_helper_timeout`).
     pub display_helper_timeout: std::time::Duration,
+    /// How long a `bash` call's output may stay open after its shell exited
+    /// (`Timing::background_grace`).
+    pub background_grace: std::time::Duration,
     /// Longest one accessibility-bus call may wait (`Timing::a11y_call_timeout`).
     pub a11y_call_timeout: std::time::Duration,
     /// How long `sys_info` reuses its `/proc` reads (`Timing::sys_info_ttl`).
@@ -319,6 +322,7 @@ impl Default for ToolConfig {
             max_screenshot_edge: 1920,
             display_probe_ttl: crate::config::Timing::default().display_probe_ttl,
             display_helper_timeout: crate::config::Timing::default().display_helper_timeout,
+            background_grace: crate::config::Timing::default().background_grace,
             a11y_call_timeout: crate::config::Timing::default().a11y_call_timeout,
             sys_info_ttl: crate::config::Timing::default().sys_info_ttl,
             display_env: None,

@@ -21,12 +21,21 @@
 //!
 //! **When a run ends.** A run ends when the group *leader* (the process we spawned)
 //! exits. Whatever the leader wrote is already in the pipes and is drained; then the rest
-//! of the group and the run's cgroup ([`RunSpec::confine`], §16) are SIGKILLed. So
-//! `sleep 100 &` left behind by a shell does not keep the call open (it would otherwise
-//! hold the pipes until it ends) and does not outlive the call, and neither does a
-//! process that left the group (`setsid`, a double fork): nothing a run starts outlives
-//! it. Without a cgroup (the subreaper fallback) what left the group is killed when it
-//! still carries the run's marker variable.
+//! of the group and the run's cgroup ([`RunSpec::confine`], §16) are SIGKILLed, a process
+//! that left the group (`setsid`, a double fork) included. Without a cgroup (the
+//! subreaper fallback) what left the group is killed when it still carries the run's
+//! marker variable.
+//!
+//! **A `bash` call's background** ([`RunSpec::background`], §25) is the exception: what
+//! the shell left running (`cmd &`, `setsid -f cmd`, `nohup cmd &`) is not killed but kept
+//! until the grant ends ([`RunGroup::keep`], which also counts it for the reply). Such a
+//! process may hold the call's stdout/stderr open (`sleep 300 &` unredirected does), so
+//! the call does not wait for end of file: after the leader's exit the pipes are read
+//! until both close or the grace passes (`--background-grace-ms`), whichever is first,
+//! and the call answers. Pipes still open then *linger*: the watcher keeps reading and
+//! dropping what comes (so a later write neither blocks nor dies of `SIGPIPE`) until
+//! their writers end, at most [`MAX_LINGERING`] runs' (the oldest are closed first). A
+//! timeout, a cancel or an abort still kills everything the run started.
 //!
 //! **Timeout and cancel.** At the deadline the watcher SIGKILLs the whole group; a cancel
 //! ([`JobCtl::cancel`]) does the same from the cancelling thread. Either way the leader's
@@ -72,6 +81,10 @@ const FINAL_DRAIN_BYTES: usize = 4 << 20;
 /// the watcher once per this much instead of once per 64 KiB. The kernel caps it at
 /// `/proc/sys/fs/pipe-max-size` (1 MiB by default); a refusal keeps the default.
 const JOB_PIPE_BYTES: usize = 1 << 20;
+
+/// Runs whose pipes are still read (and dropped) after their call answered, because a
+/// background process holds them (two descriptors each); past it the oldest are closed.
+pub const MAX_LINGERING: usize = 64;
 
 /// Added to every deadline sleep so a sub-millisecond remainder, rounded down by epoll,
 /// does not spin the loop.
@@ -141,6 +154,10 @@ pub struct RunSpec {
     /// The run's cgroup (§16), which `cmd` was built to enter ([`RunGroup::command`]):
     /// every end of the run kills it whole.
     pub confine: Option<Arc<RunGroup>>,
+    /// `Some(grace)`: a `bash` call, whose background processes outlive it (see the
+    /// module doc); `grace` bounds the wait for its pipes after the leader's exit. Cleared
+    /// when the run becomes a job: a job's end ends everything it started (§16).
+    pub background: Option<Duration>,
 }
 
 impl RunSpec {
@@ -155,6 +172,7 @@ impl RunSpec {
             on_spawn: None,
             stdin: None,
             confine: None,
+            background: None,
         }
     }
 }
@@ -202,6 +220,11 @@ pub struct RunResult {
     pub duration: Duration,
     /// The grant's memory limit (bytes) when the kernel's OOM killer ended the run.
     pub oom_limit: Option<u64>,
+    /// Processes the run left running in the background, kept ([`RunSpec::background`]).
+    pub kept: usize,
+    /// The kept processes still held stdout or stderr when the call answered: what they
+    /// write there from now on is dropped.
+    pub kept_hold_output: bool,
 }
 
 pub type OnExit = Box<dyn FnOnce(RunResult) + Send>;
@@ -272,6 +295,7 @@ impl ProcessWatcher {
                     next_id: 0,
                     scratch: vec![0; READ_CHUNK_BYTES],
                     waits: Vec::new(),
+                    lingering: Default::default(),
                 }
                 .run()
             })?;
@@ -405,6 +429,8 @@ impl ProcessWatcher {
                     ctl: spec.ctl,
                     on_exit: None,
                     confine: spec.confine,
+                    background: spec.background,
+                    grace_until: None,
                 }))
             }
             Err(e) => {
@@ -439,6 +465,8 @@ fn report_aborted(on_exit: OnExit) {
         end: End::Aborted,
         duration: Duration::ZERO,
         oom_limit: None,
+        kept: 0,
+        kept_hold_output: false,
     });
 }
 
@@ -561,6 +589,11 @@ struct Entry {
     on_exit: Option<OnExit>,
     /// The run's cgroup: killed with the group at every end.
     confine: Option<Arc<RunGroup>>,
+    /// [`RunSpec::background`].
+    background: Option<Duration>,
+    /// Set when the leader exited with a background holding a pipe: the run ends when
+    /// both pipes close or at this time.
+    grace_until: Option<Instant>,
 }
 
 impl Entry {
@@ -623,6 +656,7 @@ impl Entry {
                 job.ctl.register_cgroup(Arc::clone(group));
             }
             self.ctl = job.ctl;
+            self.background = None;
             self.sink = Some(job.sink);
             self.on_exit = Some(job.on_exit);
             self.out.kept = Vec::new();
@@ -651,6 +685,9 @@ struct Watcher {
     next_id: u64,
     scratch: Vec<u8>,
     waits: Vec<Wait>,
+    /// Pipes of answered calls still held by their background processes, by entry id
+    /// (ids only grow, so the smallest is the oldest).
+    lingering: std::collections::BTreeMap<u64, (Stream<ChildStdout>, Stream<ChildStderr>)>,
 }
 
 impl Watcher {
@@ -659,8 +696,8 @@ impl Watcher {
     fn timeout(&self) -> Option<Duration> {
         let now = Instant::now();
         let children = self.entries.values().flat_map(|e| {
-            let kill = e.forced.is_none().then_some(e.deadline);
-            kill.into_iter().chain(e.convert_at)
+            let kill = (e.forced.is_none() && e.grace_until.is_none()).then_some(e.deadline);
+            kill.into_iter().chain(e.convert_at).chain(e.grace_until)
         });
         let waits = self.waits.iter().map(|w| w.deadline);
         children
@@ -688,6 +725,7 @@ impl Watcher {
                 }
                 let id = r.key >> 2;
                 let Some(entry) = self.entries.get_mut(&id) else {
+                    self.drain_lingering(id);
                     continue;
                 };
                 let budget = READS_PER_WAKE * READ_CHUNK_BYTES;
@@ -703,6 +741,16 @@ impl Watcher {
                 touched.extend(entry.job_key());
             }
             self.enforce_deadlines();
+            // A run waiting out its grace ends once both pipes closed or the grace passed.
+            let now = Instant::now();
+            exited.extend(self.entries.iter().filter_map(|(id, e)| {
+                let closed = e.out.pipe.is_none() && e.err.pipe.is_none();
+                e.grace_until
+                    .is_some_and(|at| closed || at <= now)
+                    .then_some(*id)
+            }));
+            exited.sort_unstable();
+            exited.dedup();
             for id in exited {
                 touched.extend(self.finish(id, None));
             }
@@ -756,7 +804,7 @@ impl Watcher {
     fn enforce_deadlines(&mut self) {
         let now = Instant::now();
         for entry in self.entries.values_mut() {
-            if entry.forced.is_none() && entry.deadline <= now {
+            if entry.forced.is_none() && entry.grace_until.is_none() && entry.deadline <= now {
                 entry.kill();
                 entry.forced = Some(End::TimedOut);
             }
@@ -794,9 +842,32 @@ impl Watcher {
     /// group, drain the pipes, reap, report. Returns the job's key, if it was a job.
     fn finish(&mut self, id: u64, abort: Option<End>) -> Option<u64> {
         let mut entry = self.entries.remove(&id)?;
-        // The leader is at worst a zombie until reaped below, so the pgid is still ours.
-        // Its cgroup goes with it: nothing the run started outlives it (§16).
-        entry.kill();
+        // A `bash` call that ended on its own keeps its background (§25); every other end
+        // kills what the run started.
+        let keep = abort.is_none()
+            && entry.forced.is_none()
+            && entry.background.is_some()
+            && !entry.ctl.is_cancelled();
+        if let (true, None, Some(grace)) = (keep, entry.grace_until, entry.background) {
+            // First sight of the exit: take what is in the pipes; a pipe still open is
+            // held by the background, waited for up to the grace.
+            let budget = READS_PER_WAKE * READ_CHUNK_BYTES;
+            entry.pump(Which::Stdout, &self.poller, &mut self.scratch, budget);
+            entry.pump(Which::Stderr, &self.poller, &mut self.scratch, budget);
+            if entry.out.pipe.is_some() || entry.err.pipe.is_some() {
+                // The pidfd stays readable: it must leave the (level-triggered) set.
+                let _ = self.poller.delete(&entry.pidfd);
+                entry.convert_at = None;
+                entry.grace_until = Some(Instant::now() + grace);
+                self.entries.insert(id, entry);
+                return None;
+            }
+        }
+        if !keep {
+            // The leader is at worst a zombie until reaped below, so the pgid is still
+            // ours. Its cgroup goes with it: nothing the run started outlives it (§16).
+            entry.kill();
+        }
         entry.pump(
             Which::Stdout,
             &self.poller,
@@ -809,6 +880,10 @@ impl Watcher {
             &mut self.scratch,
             FINAL_DRAIN_BYTES,
         );
+        let held = entry.out.pipe.is_some() || entry.err.pipe.is_some();
+        if keep && held {
+            self.linger(id, &mut entry);
+        }
         entry.out.close(&self.poller);
         entry.err.close(&self.poller);
         let _ = self.poller.delete(&entry.pidfd);
@@ -824,6 +899,11 @@ impl Watcher {
                 log::warn!("process watcher: could not reap a child ({e})");
                 None
             }
+        };
+        // After the reap: the leader is no longer among what is left.
+        let kept = match (&entry.confine, keep) {
+            (Some(group), true) => group.keep(),
+            _ => 0,
         };
         let end = abort
             .or(entry.forced)
@@ -856,6 +936,8 @@ impl Watcher {
                 }
                 _ => None,
             },
+            kept,
+            kept_hold_output: kept > 0 && held,
         };
         if let Some(on_exit) = entry.on_exit.take() {
             on_exit(result);
@@ -882,6 +964,40 @@ impl Watcher {
         }
         for wait in std::mem::take(&mut self.waits) {
             (wait.answer)();
+        }
+        for (_, (mut out, mut err)) in std::mem::take(&mut self.lingering) {
+            out.close(&self.poller);
+            err.close(&self.poller);
+        }
+    }
+
+    /// Keep reading an answered call's pipes that its background still holds (their
+    /// epoll keys stay the entry's), closing the oldest past [`MAX_LINGERING`].
+    fn linger(&mut self, id: u64, entry: &mut Entry) {
+        let mut out = Stream::new(entry.out.pipe.take(), 0);
+        let mut err = Stream::new(entry.err.pipe.take(), 0);
+        // What comes from now on is read and dropped.
+        out.truncated = true;
+        err.truncated = true;
+        self.lingering.insert(id, (out, err));
+        while self.lingering.len() > MAX_LINGERING {
+            if let Some((_, (mut out, mut err))) = self.lingering.pop_first() {
+                out.close(&self.poller);
+                err.close(&self.poller);
+            }
+        }
+    }
+
+    /// Read and drop what a lingering run's pipes hold; forget it once both closed.
+    fn drain_lingering(&mut self, id: u64) {
+        let Some((out, err)) = self.lingering.get_mut(&id) else {
+            return;
+        };
+        let budget = READS_PER_WAKE * READ_CHUNK_BYTES;
+        out.pump(&self.poller, &mut self.scratch, budget, None);
+        err.pump(&self.poller, &mut self.scratch, budget, None);
+        if out.pipe.is_none() && err.pipe.is_none() {
+            self.lingering.remove(&id);
         }
     }
 }

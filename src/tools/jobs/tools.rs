@@ -414,6 +414,8 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         on_spawn: Some(on_spawn),
         stdin: None,
         confine,
+        // A job's end ends everything it started (§16).
+        background: None,
     };
     let on_exit = jobs.on_exit(Arc::clone(&job));
     cx.host.processes.spawn(cmd, spec, move |run| match run {

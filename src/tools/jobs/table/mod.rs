@@ -953,6 +953,8 @@ mod tests {
             end: End::Exited,
             duration: Duration::ZERO,
             oom_limit: None,
+            kept: 0,
+            kept_hold_output: false,
         });
     }
 
