@@ -831,7 +831,8 @@ fn in_a_browser_a_new_users_first_hour() {
     assert!((1..=8).contains(&tries), "{tries} screenshot calls audited");
 }
 
-/// A grant with a display of its own (§19): the Activity view shows that display.
+/// A grant with a display of its own (§19): the Activity view shows that display, and the
+/// journal's thumbnail of the screen after a `key` call.
 #[test]
 fn in_a_browser_the_activity_of_an_own_display_grant_shows_its_own_screen() {
     let core = match playwright_core() {
@@ -853,6 +854,13 @@ fn in_a_browser_the_activity_of_an_own_display_grant_shows_its_own_screen() {
     conn.set_read_timeout(STEP_WATCHDOG);
     let shot = conn.call_tool(json!(1), "screenshot", json!({"scale": 0.25}));
     assert_ne!(shot["result"]["isError"], true, "{shot}");
+    // A call that changes the screen: its journal record has a thumbnail for Activity.
+    let key = conn.call_tool(
+        json!(2),
+        "key",
+        json!({"action": "press", "keys": ["shift"]}),
+    );
+    assert_ne!(key["result"]["isError"], true, "{key}");
     let mut browser = Browser::start("own.cjs", &core, &d, &[("OWN_GRANT", id.clone())]);
     browser.expect("shown");
     browser.expect("lent");
@@ -876,4 +884,169 @@ fn in_a_browser_the_activity_of_an_own_display_grant_shows_its_own_screen() {
             .lines()
             .any(|l| l.contains("\"tool\":\"screenshot\"") && !l.contains(&id))
     });
+}
+
+/// What the agent is answered when the lender stops one call (contract §22).
+const STOPPED: &str = "stopped by the person who lent the box";
+
+fn text_of(reply: &Value) -> &str {
+    reply["result"]["content"][0]["text"].as_str().unwrap_or("")
+}
+
+fn send_call(conn: &mut PodConn, id: &str, name: &str, args: Value) {
+    conn.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                      "params": {"name": name, "arguments": args}}));
+}
+
+/// Wait until `GET /calls` lists `n` calls.
+fn wait_calls_listed(d: &TestDaemon, n: usize) -> Vec<Value> {
+    poll_until(
+        || d.call("GET", "/calls", None).1,
+        |v| v["calls"].as_array().map_or(0, Vec::len) == n,
+        |v| format!("watchdog: GET /calls never listed {n}: {v}"),
+    )["calls"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// Issue 38 (§22), in chromium at 1280×800 and 390×844: the Now list of a grant's card shows
+/// a running `bash`, a held `key` and a `bash_start` job with their arguments and a ticking
+/// time, and its Stop stops each (the agent reads who stopped it); Approvals keeps the
+/// decision it just made; "Stop everything" halts (the agent's call is answered halted, the
+/// socket closes, `GET /halt` says so) and the banner shows on every view of both pages,
+/// until Resume; Activity reads the journal of the live grant and of an ended one, and
+/// downloads journal.html.
+#[test]
+fn in_a_browser_the_lender_sees_what_runs_and_stops_it() {
+    let core = match playwright_core() {
+        Ok(core) => core,
+        Err(why) => {
+            return eprintln!("SKIPPED in_a_browser_the_lender_sees_what_runs_and_stops_it: {why}")
+        }
+    };
+    let _one = ONE_BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    let d = browser_daemon("console-now", |_| {});
+    let pod = StubPod::start();
+
+    // An ended grant with a journal: two calls, then revoked.
+    let (done, mut done_conn) = d.attached(&pod, "done", "observe");
+    for i in 0..2 {
+        let r = done_conn.call_tool(json!(i), "sys_info", json!({}));
+        assert!(r["result"]["structuredContent"].is_object(), "{r}");
+    }
+    let (status, v) = d.call("DELETE", &format!("/attach/{done}"), None);
+    assert!(status < 300, "{status} {v}");
+
+    let mut body = attach_body(&pod, "busy", "desktop");
+    body["approve"] = json!(["key"]);
+    let (busy, mut conn) = d.attached_with(&pod, body);
+    conn.set_read_timeout(STEP_WATCHDOG);
+    let started = conn.call_tool(json!("j"), "bash_start", json!({"command": "sleep 300"}));
+    let job_id = result(&started)["structuredContent"]["job_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{started}"))
+        .to_string();
+    send_call(&mut conn, "b1", "bash", json!({"command": "sleep 300"}));
+    send_call(&mut conn, "k1", "key", json!({"keys": "ctrl+q"}));
+    wait_pending(&d, 1);
+    wait_calls_listed(&d, 3);
+
+    let mut browser = Browser::start(
+        "now.cjs",
+        &core,
+        &d,
+        &[
+            ("BUSY_GRANT", busy.clone()),
+            ("DONE_GRANT", done.clone()),
+            ("JOB_ID", job_id.clone()),
+        ],
+    );
+    browser.expect("shown");
+    // The page stopped all three; the agent reads who did it.
+    browser.expect("stopped");
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let reply = conn.recv();
+        assert_eq!(reply["result"]["isError"], true, "{reply}");
+        assert_eq!(text_of(&reply), STOPPED, "{reply}");
+        ids.push(reply["id"].as_str().unwrap_or_default().to_string());
+    }
+    ids.sort();
+    assert_eq!(ids, ["b1", "k1"]);
+    let polled = conn.call_tool(
+        json!("p"),
+        "bash_poll",
+        json!({"job_id": job_id, "wait_secs": 5}),
+    );
+    let st = &result(&polled)["structuredContent"];
+    assert_eq!(
+        (&st["state"], &st["reason"]),
+        (&json!("killed"), &json!("stopped_by_lender")),
+        "{polled}"
+    );
+    assert!(wait_calls_listed(&d, 0).is_empty());
+
+    // A held call the page allows: its decision stays under Approvals.
+    send_call(
+        &mut conn,
+        "k2",
+        "key",
+        json!({"action": "press", "keys": ["ctrl+w"]}),
+    );
+    wait_pending(&d, 1);
+    browser.go("approve");
+    browser.expect("allowed");
+    let reply = conn.recv();
+    assert_eq!(reply["id"], "k2", "{reply}");
+    assert_ne!(text_of(&reply), STOPPED, "{reply}");
+
+    // Stop everything, with a call running.
+    send_call(&mut conn, "b2", "bash", json!({"command": "sleep 300"}));
+    wait_calls_listed(&d, 1);
+    browser.go("halt");
+    browser.expect("halted");
+    let mut replies = Vec::new();
+    let close = loop {
+        match conn.ws.read() {
+            Ok(tungstenite::Message::Text(t)) => {
+                replies.push(serde_json::from_str::<Value>(&t).unwrap())
+            }
+            Ok(tungstenite::Message::Close(f)) => {
+                break f.map(|f| (u16::from(f.code), f.reason.to_string()))
+            }
+            Ok(_) => continue,
+            Err(e) => panic!("watchdog or error before the halt's close: {e}"),
+        }
+    };
+    assert_eq!(close, Some((1000, "halted".to_string())), "{replies:?}");
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(replies[0]["id"], "b2");
+    assert_eq!(
+        text_of(&replies[0]),
+        "halted by the person who lent the box: lunch break"
+    );
+    let (_, halt) = d.call("GET", "/halt", None);
+    assert_eq!(
+        (&halt["halted"], &halt["reason"], &halt["by"]),
+        (&json!(true), &json!("lunch break"), &json!("token")),
+        "{halt}"
+    );
+    browser.go("banner");
+    browser.expect("resumed");
+    let (_, halt) = d.call("GET", "/halt", None);
+    assert_eq!(halt["halted"], false, "{halt}");
+
+    browser.go("journal");
+    browser.expect("journal");
+    let shots = browser.finish();
+    for name in ["now", "halted", "journal", "journal-ended", "recent"] {
+        for size in ["desktop", "phone"] {
+            let file = format!("now-{name}-{size}.png");
+            assert!(
+                shots.iter().any(|s| s.ends_with(&file)),
+                "no {file} in {shots:?}"
+            );
+        }
+    }
 }

@@ -1,6 +1,6 @@
 // The console's Activity of a grant with a display of its own (contract §19): the
 // thumbnail shows that display, from GET /attach/{id}/screen, and never asks /mcp for the
-// owner's screen. tests/console.rs starts the display (one screenshot by the agent) first.
+// owner's screen; the journal shows the picture taken after the agent's key call. tests/console.rs starts the display (one screenshot by the agent) first.
 'use strict';
 
 const h = require('./harness.cjs');
@@ -23,6 +23,12 @@ h.run(async (browser) => {
   const owner = seen.requests.filter((r) => r.url.endsWith('/mcp'));
   assert(screens.length >= 1, "the thumbnail asked for the grant's screen");
   assert(owner.length === 0, "the owner's screen was asked for: " + owner.length);
+  // The journal's picture of the screen after the agent's key call: a data: JPEG, decoded.
+  await page.waitForFunction(() => {
+    const img = document.querySelector('#activity-list li[data-tool="key"] img.shot');
+    return img && img.complete && img.naturalWidth > 0 && img.src.startsWith('data:image/jpeg;base64,');
+  });
+  assert(await page.$('#activity-list li[data-tool="screenshot"] img.shot') === null, 'a screenshot changes no screen: no picture');
   await shot(page, 'console-own-display');
   step('shown', { screens: screens.length });
 

@@ -1,7 +1,8 @@
 // Agent-chosen text stays text (tests/console.rs sets the stage): a tool named like an
-// <img> tag in the Activity view, a held bash whose command and argument names hold
-// </script><script> and <img onerror>, a pod's mint answer with markup in the Lend form's
-// error, and a Deny reason with markup. The page must show each as text, and no script may
+// <img> tag in the Activity view's journal, a held bash whose command and argument names hold
+// </script><script> and <img onerror> (in Approvals and in its grant's Now list), a pod's
+// mint answer with markup in the Lend form's error, and a Deny reason with markup (in the
+// recent decisions and the journal's summary). The page must show each as text, and no script may
 // run: no dialog, no page error, no console error (a CSP refusal would be one), no element
 // the text describes.
 'use strict';
@@ -42,6 +43,16 @@ h.run(async (browser) => {
   await noInjectedElements(page, 'Approvals');
   await shot(page, 'xss-approvals');
 
+  // The same held bash in its grant's Now list.
+  await page.click('.tab[data-view="grants"]');
+  const now = `[data-now="${GRANT}"] li[data-tool="bash"]`;
+  await page.waitForSelector(now);
+  const nowArgs = (await page.textContent(`${now} pre.args`)).split('\n');
+  assert(nowArgs.includes('command: ' + COMMAND) && nowArgs.includes('<svg onload=alert(7)>: </pre><img src=x onerror=alert(8)>'),
+    'the Now list shows the arguments as text: ' + JSON.stringify(nowArgs));
+  await noInjectedElements(page, 'Now');
+  await shot(page, 'xss-now');
+
   // The tool named like a tag, in the Activity view.
   await page.click('.tab[data-view="activity"]');
   await page.selectOption('#activity-grant', GRANT);
@@ -72,7 +83,26 @@ h.run(async (browser) => {
   await page.click('[data-approval] button[data-action="deny"]');
   await page.waitForSelector('[data-approval]', { state: 'detached' });
   await noInjectedElements(page, 'Approvals after Deny');
+  // The decision stays, its tool, arguments and reason as text.
+  await page.waitForSelector('#recent-list li[data-decision="deny"]');
+  const recent = await page.textContent('#recent-list li[data-decision="deny"]');
+  assert(recent.includes(REASON) && recent.includes('</script><script>alert(2)</script>'), 'the recent decision as text: ' + recent);
+  await noInjectedElements(page, 'recent decisions');
+  await shot(page, 'xss-recent');
   step('denied');
+
+  // The denied bash in the journal: its arguments, the reason and the summary as text.
+  await page.click('.tab[data-view="activity"]');
+  await page.waitForSelector('#activity-list li[data-tool="bash"]');
+  const row = await page.evaluate(() => {
+    const li = document.querySelector('#activity-list li[data-tool="bash"]');
+    return { args: li.querySelector('pre.args').textContent, approval: li.querySelector('.approval').textContent,
+      summary: li.querySelector('pre.summary').textContent };
+  });
+  assert(row.args.split('\n').includes('command: ' + COMMAND), 'the journal shows the command as text: ' + JSON.stringify(row));
+  assert(row.approval.includes(REASON) && row.summary.includes(REASON), 'the reason as text: ' + JSON.stringify(row));
+  await noInjectedElements(page, 'the journal after Deny');
+  await shot(page, 'xss-journal');
 
   // Only the probe's 401 before signing in, and the 502 of the mint, were expected.
   const after = seen.console.slice(errorsBeforeSignIn);

@@ -5,14 +5,17 @@
 
 (() => {
   const TOKEN_KEY = 'handnode.token';
-  // Test and slow-link knobs: ?refresh_ms=N (how often the grant list is re-read while
-  // the page is visible) and ?thumb_ms=N (the screen thumbnail's period, never under 2 s).
+  // Test and slow-link knobs: ?refresh_ms=N (how often the grant list, the halt and an open
+  // journal are re-read while the page is visible), ?calls_ms=N (how often GET /calls is
+  // read while the Grants view is open and visible) and ?thumb_ms=N (the screen thumbnail's
+  // period, never under 2 s).
   const params = new URLSearchParams(location.search);
   const knob = (name, fallback, min) => {
     const v = Number(params.get(name));
     return params.has(name) && Number.isFinite(v) && v >= min ? v : fallback;
   };
   const REFRESH_MS = knob('refresh_ms', 2000, 200);
+  const CALLS_MS = knob('calls_ms', 1000, 200);
   const THUMB_MS = knob('thumb_ms', 2000, 2000);
   /** Longest wait between screenshot tries after failures (each try is audited). */
   const THUMB_BACKOFF_MAX_MS = 60000;
@@ -24,6 +27,12 @@
   const THUMB_SCALE = 0.25;
   const THUMB_MAX_BYTES = 262144;
   const ACTIVITY_LIMIT = 100;
+  /** Journal records the page keeps (the oldest go first); journal.html has them all. */
+  const JOURNAL_KEEP = 1000;
+  /** `Journal-Next-Since` pages one refresh follows before the next refresh goes on. */
+  const JOURNAL_PAGES = 4;
+  /** What the agent is answered when the lender stops a call (grants::running). */
+  const STOPPED = 'stopped by the person who lent the box';
   const RENEW_SECS = 3600;
   const MAX_TTL_SECS = 86400;
   const VIEWS = ['grants', 'lend', 'approvals', 'activity'];
@@ -56,6 +65,15 @@
     activityCalls: -1,
     activityStale: 0,
     lentBanner: null, // the grant id a "Lent to …" banner is about
+    calls: [], // GET /calls
+    callsAt: 0,
+    callsSupported: true, // false on a handnode that predates GET /calls
+    halt: null, // GET /halt
+    haltSupported: true,
+    recent: [], // GET /approvals' recent decisions, newest first
+    journals: null, // GET /journals once read
+    journalSupported: true, // false on a handnode that predates the journal (GET /audit then)
+    journal: { id: '', seq: 0, count: 0 }, // what #activity-list shows
   };
 
   class ApiError extends Error {
@@ -65,7 +83,8 @@
     }
   }
 
-  /** One admin API request; resolves to {status, data, headers}, or throws ApiError. */
+  /** One admin API request; resolves to {status, data, headers}, or throws ApiError.
+   * `opts.raw`: `data` is the body's text, not parsed (JSON lines, HTML). */
   async function api(method, path, body, opts = {}) {
     const headers = {};
     const token = sessionStorage.getItem(TOKEN_KEY);
@@ -85,6 +104,7 @@
     }
     const text = await res.text();
     let data = null;
+    if (opts.raw && res.ok) return { status: res.status, data: text, headers: res.headers };
     if (text) {
       try { data = JSON.parse(text); } catch (_) { data = text; }
     }
@@ -135,6 +155,16 @@
       const left = leftNow(Number(e.dataset.left), Number(e.dataset.at));
       e.textContent = left > 0 ? fmtLeft(left) : 'now';
     }
+    // How long a call has run: its elapsed_ms when read, plus the time since.
+    for (const e of document.querySelectorAll('[data-elapsed]')) {
+      const ms = Number(e.dataset.elapsed) + performance.now() - Number(e.dataset.at);
+      e.textContent = fmtLeft(ms / 1000);
+    }
+  }
+  function fmtMs(ms) {
+    ms = Number(ms);
+    if (!Number.isFinite(ms)) return '';
+    return ms < 1000 ? `${Math.round(ms)} ms` : ms < 60000 ? `${(ms / 1000).toFixed(1)} s` : fmtLeft(ms / 1000);
   }
 
   // ---- sign in / out ----
@@ -142,7 +172,10 @@
   function showSignedIn(on) {
     $('tabs').hidden = !on;
     $('signout').hidden = !on || !sessionStorage.getItem(TOKEN_KEY);
+    $('halt').hidden = !on;
     if (!on) {
+      $('halt-confirm').hidden = true;
+      $('halted').hidden = true;
       for (const v of VIEWS) $('view-' + v).hidden = true;
       $('view-login').hidden = false;
     }
@@ -157,6 +190,7 @@
       showSignedIn(true);
       takeGrants(r.data);
       route();
+      refreshHalt();
       refreshGrantsSoon();
       approvalsLoop();
       return true;
@@ -184,7 +218,12 @@
     if (state.pollAbort) state.pollAbort.abort();
     state.grants = [];
     state.approvals = [];
+    state.recent = [];
+    state.calls = [];
+    state.halt = null;
     state.etag = null;
+    clearTimeout(callsTimer);
+    callsTimer = null;
     renderGrants();
     renderApprovals();
     showSignedIn(false);
@@ -229,6 +268,7 @@
       renderActivityChoices();
       refreshActivity();
     }
+    refreshCalls();
     scheduleThumb();
   }
   window.addEventListener('hashchange', route);
@@ -252,15 +292,20 @@
     renderGrants();
     if (state.view === 'activity') {
       renderActivityChoices();
-      const g = state.grants.find((x) => x.id === state.activityGrant);
-      // The audit writer commits within ~100 ms of a call, so read once more a turn later.
-      if (g && g.calls !== state.activityCalls) {
-        state.activityCalls = g.calls;
-        state.activityStale = 2;
-      }
-      if (state.activityStale > 0) {
-        state.activityStale -= 1;
+      if (state.journalSupported) {
+        // The journal is read from the last record the page has: cheap at every refresh.
         refreshActivity();
+      } else {
+        const g = state.grants.find((x) => x.id === state.activityGrant);
+        // The audit writer commits within ~100 ms of a call, so read once more a turn later.
+        if (g && g.calls !== state.activityCalls) {
+          state.activityCalls = g.calls;
+          state.activityStale = 2;
+        }
+        if (state.activityStale > 0) {
+          state.activityStale -= 1;
+          refreshActivity();
+        }
       }
     }
     scheduleThumb();
@@ -273,7 +318,9 @@
     if (grantsInFlight) { grantsAgain = true; return; }
     grantsInFlight = true;
     try {
-      takeGrants((await api('GET', '/attach')).data);
+      const grants = api('GET', '/attach');
+      refreshHalt();
+      takeGrants((await grants).data);
     } catch (e) {
       if (e.status !== 401) banner('Could not read the grants: ' + e.message, true);
     } finally {
@@ -324,6 +371,11 @@
     c.by = fact(dl, 'lent by');
     c.dl = dl;
     c.root.append(dl);
+    // What this grant runs now (GET /calls), each with its Stop.
+    c.now = el('ul', { class: 'now', 'data-now': id });
+    c.nowNote = el('p', { class: 'now-note', 'data-now-note': id });
+    c.nowBox = el('div', { class: 'now-box' }, el('h4', { text: 'Now' }), c.now, c.nowNote);
+    c.root.append(c.nowBox);
     c.note = el('p', { class: 'note' });
 
     c.renewBtn = el('button', { type: 'button', text: 'Renew +1 h', 'data-action': 'renew' });
@@ -412,6 +464,7 @@
       token: 'you, with the admin token',
       'local-socket': 'you, on this box',
       local: 'a process on this box (--insecure-local)',
+      desktop: 'you, on the desktop notification',
     }[p] || String(p);
   }
 
@@ -463,6 +516,7 @@
     show(c.by, principalText(g.principal));
     c.renewBtn.hidden = ended;
     c.revokeBtn.hidden = ended;
+    c.nowBox.hidden = ended || !state.callsSupported;
     if (ended) {
       c.renewForm.hidden = true;
       c.revokePanel.hidden = true;
@@ -493,8 +547,222 @@
     place($('grants-ended'), build(ended));
     $('grants-empty').hidden = live.length > 0;
     $('ended-empty').hidden = ended.length > 0;
+    renderNow();
+  }
+
+  // ---- now: what runs, and Stop (§22) ----
+
+  let callsTimer = null;
+  let callsInFlight = false;
+  /** One row per call or job in flight, by its GET /calls id, kept while it is listed so a
+   * Stop in flight keeps its button. */
+  const nowRows = new Map();
+  const CALL_STATES = { running: 'running', waiting_approval: 'waiting for your yes', job: 'job' };
+
+  function callsWanted() {
+    return state.signedIn && state.callsSupported && state.view === 'grants'
+      && document.visibilityState === 'visible';
+  }
+
+  async function refreshCalls() {
+    clearTimeout(callsTimer);
+    callsTimer = null;
+    if (!callsWanted() || callsInFlight) return;
+    callsInFlight = true;
+    try {
+      const r = await api('GET', '/calls');
+      state.calls = Array.isArray(r.data && r.data.calls) ? r.data.calls : [];
+      state.callsAt = performance.now();
+    } catch (e) {
+      if (e.status === 404) {
+        state.callsSupported = false; // a handnode that predates GET /calls
+        state.calls = [];
+        renderGrants();
+      }
+    } finally {
+      callsInFlight = false;
+    }
+    renderNow();
+    clearTimeout(callsTimer);
+    callsTimer = callsWanted() ? setTimeout(refreshCalls, CALLS_MS) : null;
+  }
+
+  function makeNowRow(call) {
+    const r = { id: String(call.id), grant: call.grant ?? null };
+    r.tool = el('span', { class: 'tool' });
+    r.state = el('span', { class: 'chip' });
+    r.elapsed = el('span', { class: 'ms', 'aria-label': 'running for' });
+    r.args = el('pre', { class: 'args' });
+    r.stop = el('button', { type: 'button', class: 'danger small', text: 'Stop', 'data-action': 'stop' });
+    r.root = el('li', { 'data-call': r.id },
+      el('div', { class: 'now-head' }, r.tool, r.state, r.elapsed, r.stop), r.args);
+    r.stop.addEventListener('click', () => stopCall(r));
+    return r;
+  }
+
+  function nowNote(grant) {
+    return grant === null ? document.querySelector('[data-now-note="owner"]')
+      : (cards.get(grant) || {}).nowNote;
+  }
+
+  async function stopCall(r) {
+    if (r.stop.disabled) return; // a double click stops once
+    busy([r.stop], true);
+    const what = r.tool.textContent;
+    const note = nowNote(r.grant);
+    const say = (text, bad) => {
+      if (!note) return;
+      note.textContent = text;
+      note.classList.toggle('bad', !!bad);
+    };
+    try {
+      await api('DELETE', '/calls/' + encodeURIComponent(r.id));
+      r.root.classList.add('stopped');
+      say(`Stopped ${what}: the agent was answered "${STOPPED}".`);
+    } catch (e) {
+      busy([r.stop], false);
+      say(e.status === 404 ? `${what} had already ended.` : `Could not stop ${what}: ${e.message}`, e.status !== 404);
+    }
+    refreshCalls();
+  }
+
+  function renderNow() {
+    const listed = new Set();
+    const byGrant = new Map();
+    for (const call of state.calls) {
+      const id = String(call.id);
+      listed.add(id);
+      let r = nowRows.get(id);
+      const fresh = !r;
+      if (!r) { r = makeNowRow(call); nowRows.set(id, r); }
+      r.tool.textContent = reveal(String(call.tool));
+      r.state.textContent = CALL_STATES[call.state] || String(call.state);
+      r.state.className = 'chip ' + (call.state === 'waiting_approval' ? 'warn' : 'ok');
+      r.root.dataset.state = String(call.state);
+      r.root.dataset.tool = String(call.tool);
+      r.elapsed.dataset.elapsed = String(Number(call.elapsed_ms) || 0);
+      r.elapsed.dataset.at = String(state.callsAt);
+      r.args.textContent = revealArguments(call.arguments);
+      const key = call.grant ?? null;
+      // A new call: the last Stop's note is old news.
+      const note = fresh ? nowNote(key) : null;
+      if (note) note.textContent = '';
+      if (!byGrant.has(key)) byGrant.set(key, []);
+      byGrant.get(key).push(r.root);
+    }
+    for (const [id, r] of nowRows) {
+      if (!listed.has(id)) { r.root.remove(); nowRows.delete(id); }
+    }
+    const fill = (list, rows) => {
+      if (!rows.length) {
+        if (!list.querySelector(':scope > .empty')) {
+          list.textContent = '';
+          list.append(el('li', { class: 'empty', text: 'Nothing runs now.' }));
+        }
+        return;
+      }
+      const empty = list.querySelector(':scope > .empty');
+      if (empty) empty.remove();
+      place(list, rows);
+    };
+    for (const [id, c] of cards) {
+      if (c.grant && c.grant.state !== 'ended') fill(c.now, byGrant.get(id) || []);
+    }
+    const owner = byGrant.get(null) || [];
+    const ownerBox = $('owner-now');
+    // The owner's own /mcp calls: shown while there are some (a note of a Stop stays a turn).
+    const ownerNote = document.querySelector('[data-now-note="owner"]');
+    ownerBox.hidden = !state.callsSupported || (owner.length === 0 && ownerNote.textContent === '');
+    fill(document.querySelector('[data-now="owner"]'), owner);
     tick();
   }
+
+  // ---- stop everything: the halt (§22) ----
+
+  /** Who halted, in words. */
+  function haltedBy(by) {
+    if (by === 'halt-key') return 'the halt key on the box\'s keyboard';
+    return principalText(by);
+  }
+
+  function takeHalt(h) {
+    state.halt = h && typeof h === 'object' ? h : null;
+    const on = !!(state.halt && state.halt.halted);
+    const box = $('halted');
+    box.hidden = !on;
+    $('halt').disabled = on;
+    $('halt').textContent = on ? 'Everything is stopped' : 'Stop everything';
+    if (!on) { $('resume-error').textContent = ''; return; }
+    $('halt-confirm').hidden = true;
+    const h2 = state.halt;
+    let text = 'Everything is stopped (halted)';
+    if (h2.since) text += ` since ${clock(h2.since)}`;
+    if (h2.by) text += ` by ${haltedBy(h2.by)}`;
+    text += h2.reason ? `: "${reveal(String(h2.reason))}".` : '.';
+    text += ' No tool runs, nothing is lent and no grant dials until you resume.';
+    $('halted-text').textContent = text;
+  }
+
+  let haltInFlight = false;
+  async function refreshHalt() {
+    if (!state.signedIn || !state.haltSupported || haltInFlight) return;
+    haltInFlight = true;
+    try {
+      takeHalt((await api('GET', '/halt')).data);
+    } catch (e) {
+      if (e.status === 404) state.haltSupported = false;
+    } finally {
+      haltInFlight = false;
+    }
+  }
+
+  $('halt').addEventListener('click', () => {
+    const form = $('halt-confirm');
+    form.hidden = !form.hidden;
+    $('halt-error').textContent = '';
+    if (!form.hidden) $('halt-go').focus();
+  });
+  $('halt-cancel').addEventListener('click', () => { $('halt-confirm').hidden = true; });
+  $('halt-confirm').addEventListener('keydown', (ev) => {
+    if (ev.key === 'Escape') $('halt-confirm').hidden = true;
+  });
+  $('halt-confirm').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const go = $('halt-go');
+    if (go.disabled) return;
+    const body = {};
+    const reason = $('halt-reason').value.trim();
+    if (reason) body.reason = reason;
+    $('halt-error').textContent = '';
+    busy([go], true);
+    try {
+      const r = await api('POST', '/halt', body);
+      $('halt-reason').value = '';
+      takeHalt(r.data);
+      refreshGrants();
+      refreshCalls();
+    } catch (e) {
+      $('halt-error').textContent = e.status === 404
+        ? 'This handnode cannot halt (it predates the halt): revoke each grant instead.'
+        : 'Nothing was stopped: ' + e.message;
+    } finally {
+      busy([go], false);
+    }
+  });
+  $('resume').addEventListener('click', async () => {
+    const button = $('resume');
+    if (button.disabled) return;
+    $('resume-error').textContent = '';
+    busy([button], true);
+    try {
+      takeHalt((await api('POST', '/resume')).data);
+      refreshGrants();
+    } catch (e) {
+      $('resume-error').textContent = 'Still stopped: ' + e.message;
+    } finally {
+      busy([button], false);
+    }
+  });
 
   async function renew(c) {
     const buttons = [c.renewGo, c.renewBtn, c.revokeBtn];
@@ -697,6 +965,7 @@
           const r = await api('GET', '/approvals' + q, undefined, { signal: abort.signal });
           state.etag = r.headers.get('ETag');
           state.approvals = Array.isArray(r.data && r.data.approvals) ? r.data.approvals : [];
+          state.recent = Array.isArray(r.data && r.data.recent) ? r.data.recent : [];
           state.approvalsAt = performance.now();
           $('approvals-note').hidden = true;
           renderApprovals();
@@ -889,55 +1158,248 @@
     }
     place($('approvals-list'), nodes);
     updateApprovalCount(state.approvals.length);
+    renderRecent();
     tick();
   }
 
-  // ---- activity ----
+  const DECISIONS = { allow: 'allowed', deny: 'denied', expired: 'expired', withdrawn: 'withdrawn' };
+
+  /** The last decisions (GET /approvals' recent, newest first), so a decided card is not
+   * simply gone. Their arguments come revealed on one line from the daemon: shown as they
+   * are, as text. */
+  function renderRecent() {
+    const list = $('recent-list');
+    list.textContent = '';
+    for (const d of state.recent) {
+      const word = DECISIONS[d.decision] || String(d.decision);
+      const who = d.decision === 'expired' ? 'nobody answered in time' : `by ${principalText(d.by)}`;
+      const cls = d.decision === 'allow' ? 'ok' : d.decision === 'deny' ? 'bad' : 'warn';
+      list.append(el('li', { 'data-decision': String(d.decision) },
+        el('div', { class: 'now-head' },
+          el('span', { class: 'chip ' + cls, text: word }),
+          el('span', { class: 'tool', text: reveal(String(d.tool)) }),
+          el('span', { class: 'ms', text: clock(d.at) })),
+        el('div', { class: 'sub', text: `${who}${d.session ? ' · ' + reveal(String(d.session)) : ''}${d.reason ? ' · "' + reveal(String(d.reason)) + '"' : ''}` }),
+        el('pre', { class: 'args', text: String(d.arguments ?? '') })));
+    }
+    $('recent-empty').hidden = state.recent.length > 0;
+  }
+
+  // ---- activity: the journal (§22), or the audit log on a handnode without one ----
+
+  /** The journals to choose from: every kept journal (ended grants' too, the owner's /mcp
+   * by day), and the grants of GET /attach that have none yet. Newest first. */
+  function journalChoices() {
+    const byId = new Map(state.grants.map((g) => [g.id, g]));
+    const out = [];
+    const seen = new Set();
+    const grantLabel = (g) => `${g.session} · ${g.profile} · ${g.state} · ${g.id.slice(0, 8)}`;
+    for (const g of state.grants.slice().reverse()) {
+      if (g.state !== 'ended' && !(state.journals || []).some((j) => j.id === g.id)) {
+        out.push({ id: g.id, label: grantLabel(g) + ' · no calls yet', grant: g, calls: false });
+        seen.add(g.id);
+      }
+    }
+    for (const j of state.journals || []) {
+      if (seen.has(j.id)) continue;
+      seen.add(j.id);
+      const g = byId.get(j.id);
+      const label = j.grant === null
+        ? `your own /mcp calls · ${j.day}`
+        : g ? grantLabel(g) : `ended grant ${String(j.id).slice(0, 8)} · last call ${clock(j.updated_at)}`;
+      out.push({ id: String(j.id), label, grant: g, owner: j.grant === null, calls: true });
+    }
+    return out;
+  }
 
   function renderActivityChoices() {
     const select = $('activity-grant');
-    const grants = state.grants.slice().reverse(); // newest first
-    // Open on the newest grant that has calls to show, else the newest live one.
-    if (!state.activityGrant && grants.length) {
-      const pick = grants.find((g) => g.calls > 0) || grants.find((g) => g.state !== 'ended') || grants[0];
+    const journal = state.journalSupported;
+    const choices = journal ? journalChoices()
+      : state.grants.slice().reverse().map((g) => ({
+        id: g.id, label: `${g.session} · ${g.profile} · ${g.state} · ${g.id.slice(0, 8)}`, grant: g, calls: g.calls > 0,
+      }));
+    // Open on the newest grant that has calls to show, else the newest live one (never on the
+    // owner's own /mcp, which the screen below feeds).
+    if (!state.activityGrant && choices.length && !(journal && state.journals === null)) {
+      const pick = choices.find((c) => c.calls && !c.owner)
+        || choices.find((c) => c.grant && c.grant.state !== 'ended') || choices[0];
       state.activityGrant = pick.id;
     }
-    const want = grants.map((g) => `${g.id}|${g.session}|${g.state}`).join(',');
+    const want = choices.map((c) => `${c.id}|${c.label}`).join(',');
     if (select.dataset.built !== want) {
       select.textContent = '';
-      for (const g of grants) {
-        select.append(el('option', { value: g.id, text: `${g.session} · ${g.profile} · ${g.state} · ${g.id.slice(0, 8)}` }));
-      }
-      if (!grants.length) select.append(el('option', { value: '', text: 'no grants in the last 10 minutes' }));
+      for (const c of choices) select.append(el('option', { value: c.id, text: c.label }));
+      if (!choices.length) select.append(el('option', { value: '', text: journal ? 'no journal yet' : 'no grants in the last 10 minutes' }));
       select.dataset.built = want;
     }
-    if (state.activityGrant && grants.some((g) => g.id === state.activityGrant)) select.value = state.activityGrant;
+    if (state.activityGrant && choices.some((c) => c.id === state.activityGrant)) select.value = state.activityGrant;
+    $('journal-download').hidden = !journal || !state.activityGrant;
   }
   $('activity-grant').addEventListener('change', () => {
     state.activityGrant = $('activity-grant').value;
     state.activityCalls = -1;
+    state.journal = { id: '', seq: 0, count: 0 };
     $('activity-list').textContent = '';
     refreshActivity();
   });
 
   let activityInFlight = false;
+  let activityAgain = false;
   async function refreshActivity() {
-    const id = state.activityGrant;
-    if (!id || activityInFlight || !state.signedIn) return;
+    if (!state.signedIn) return;
+    if (activityInFlight) { activityAgain = true; return; }
     activityInFlight = true;
     try {
-      const r = await api('GET', `/audit?grant=${encodeURIComponent(id)}&limit=${ACTIVITY_LIMIT}`);
-      if (id !== state.activityGrant) return;
-      renderActivity(Array.isArray(r.data && r.data.calls) ? r.data.calls : [], !!(r.data && r.data.more));
+      await readJournals();
+      renderActivityChoices();
+      scheduleThumb();
+      const id = state.activityGrant;
+      if (!id) return;
+      if (state.journalSupported) {
+        await readJournal(id);
+      } else {
+        const r = await api('GET', `/audit?grant=${encodeURIComponent(id)}&limit=${ACTIVITY_LIMIT}`);
+        if (id !== state.activityGrant) return;
+        renderActivity(Array.isArray(r.data && r.data.calls) ? r.data.calls : [], !!(r.data && r.data.more));
+      }
     } catch (e) {
       const more = $('activity-more');
       more.hidden = false;
-      more.textContent = 'Could not read the audit: ' + e.message;
+      more.textContent = `Could not read the ${state.journalSupported ? 'journal' : 'audit'}: ${e.message}`;
     } finally {
       activityInFlight = false;
     }
+    if (activityAgain) { activityAgain = false; refreshActivity(); }
   }
 
+  /** GET /journals; a handnode that predates the journal (404) keeps the audit view. */
+  async function readJournals() {
+    if (!state.journalSupported) return;
+    try {
+      const r = await api('GET', '/journals');
+      state.journals = Array.isArray(r.data && r.data.journals) ? r.data.journals : [];
+    } catch (e) {
+      if (e.status !== 404) throw e;
+      state.journalSupported = false;
+      state.journals = null;
+    }
+  }
+
+  /** The records of journal `id` after the last one shown (`?since=`), appended in order. */
+  async function readJournal(id) {
+    const j = state.journal;
+    const list = $('activity-list');
+    if (j.id !== id) {
+      state.journal = { id, seq: 0, count: 0 };
+      list.textContent = '';
+      $('activity-more').hidden = true;
+    }
+    for (let page = 0; page < JOURNAL_PAGES; page++) {
+      let r;
+      try {
+        r = await api('GET', `/attach/${encodeURIComponent(id)}/journal?since=${state.journal.seq}`, undefined, { raw: true });
+      } catch (e) {
+        if (e.status !== 404) throw e;
+        r = { data: '', headers: new Headers() }; // no call yet, so no journal yet
+      }
+      if (id !== state.activityGrant || state.journal.id !== id) return;
+      for (const line of String(r.data).split('\n')) {
+        if (!line.trim()) continue;
+        let rec;
+        try { rec = JSON.parse(line); } catch (_) { continue; }
+        if (!rec || typeof rec !== 'object') continue;
+        const seq = Number(rec.seq ?? rec.first_seq);
+        if (Number.isFinite(seq) && seq <= state.journal.seq && rec.kind !== 'dropped') continue;
+        list.append(journalRow(rec));
+        state.journal.count += 1;
+        if (Number.isFinite(Number(rec.seq))) state.journal.seq = Math.max(state.journal.seq, Number(rec.seq));
+      }
+      // The page keeps the newest JOURNAL_KEEP; journal.html has every one.
+      let cut = 0;
+      while (list.children.length > JOURNAL_KEEP) { list.firstElementChild.remove(); cut += 1; }
+      if (cut || state.journal.cut) {
+        state.journal.cut = (state.journal.cut || 0) + cut;
+        const more = $('activity-more');
+        more.hidden = false;
+        more.textContent = `Showing the newest ${JOURNAL_KEEP} calls; download journal.html for all of them.`;
+      }
+      const next = r.headers.get('Journal-Next-Since');
+      if (!next) break;
+      state.journal.seq = Math.max(state.journal.seq, Number(next) || 0);
+    }
+    $('activity-empty').hidden = list.children.length > 0;
+  }
+
+  const THUMB_DATA = /^data:image\/(jpeg|png);base64,[A-Za-z0-9+/]+=*$/;
+
+  /** One journal record as a row: everything in it is the agent's, so all of it is text. */
+  function journalRow(rec) {
+    if (rec.kind === 'dropped') {
+      return el('li', { class: 'dropped' }, el('span', { class: 'hint',
+        text: `${rec.records} older calls were dropped to keep the journal within its bound (from #${rec.first_seq}).` }));
+    }
+    const outcome = rec.stopped ? 'stopped' : String(rec.outcome);
+    const cls = outcome === 'ok' ? 'ok' : (outcome === 'tool_error' || outcome === 'stopped' ? 'warn' : 'bad');
+    const li = el('li', { 'data-tool': String(rec.tool), 'data-seq': String(rec.seq) },
+      el('span', { class: 'when', text: clock(rec.started_at) }),
+      el('span', { class: 'tool', text: reveal(String(rec.tool)) }),
+      el('span', { class: 'chip ' + cls, text: outcome }),
+      el('span', { class: 'ms', text: fmtMs(rec.duration_ms) }));
+    const a = rec.approval;
+    if (a && typeof a === 'object') {
+      const word = DECISIONS[a.decision] || String(a.decision);
+      const who = a.decision === 'expired' ? 'nobody answered in time' : `by ${principalText(a.by)}`;
+      li.append(el('p', { class: 'line approval',
+        text: `${word} ${who} at ${clock(a.at)}${a.reason && a.reason !== rec.stopped ? ': "' + reveal(String(a.reason)) + '"' : ''}` }));
+    }
+    if (rec.stopped) li.append(el('p', { class: 'line stopped', text: reveal(String(rec.stopped)) }));
+    const args = rec.arguments;
+    const none = args === null || args === undefined
+      || (typeof args === 'object' && !Array.isArray(args) && Object.keys(args).length === 0);
+    if (!none) li.append(el('pre', { class: 'args', text: revealArguments(args) }));
+    // A stopped call's summary is the stop's text, already shown.
+    if (rec.summary !== undefined && rec.summary !== '' && rec.summary !== rec.stopped) {
+      const summary = String(rec.summary);
+      const cut = rec.summary_cut && !summary.endsWith('…') ? '…' : '';
+      li.append(el('pre', { class: 'summary', text: summary + cut }));
+    }
+    const t = rec.thumbnail;
+    if (t && typeof t === 'object' && typeof t.data_url === 'string' && THUMB_DATA.test(t.data_url)) {
+      li.append(el('img', { class: 'shot', src: t.data_url, alt: 'The screen after this call',
+        width: Number(t.width) || 0, height: Number(t.height) || 0, loading: 'lazy' }));
+    } else if (t && t.dropped) {
+      li.append(el('p', { class: 'line hint', text: 'Its picture of the screen was dropped to keep the journal within its bound.' }));
+    } else if (rec.thumbnail_error) {
+      li.append(el('p', { class: 'line hint', text: 'No picture of the screen: ' + String(rec.thumbnail_error) }));
+    }
+    return li;
+  }
+
+  /** journal.html as a file: fetched with the token (a link could not carry it), then saved. */
+  $('journal-download').addEventListener('click', async () => {
+    const button = $('journal-download');
+    const id = state.activityGrant;
+    if (button.disabled || !id) return;
+    $('journal-error').textContent = '';
+    busy([button], true);
+    try {
+      const r = await api('GET', `/attach/${encodeURIComponent(id)}/journal.html`, undefined, { raw: true });
+      const url = URL.createObjectURL(new Blob([r.data], { type: 'text/html' }));
+      const a = el('a', { href: url, download: `handnode-journal-${id}.html` });
+      document.body.append(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 60000);
+    } catch (e) {
+      $('journal-error').textContent = e.status === 404
+        ? 'No journal for this grant yet: it has made no call.' : 'Could not download the journal: ' + e.message;
+    } finally {
+      busy([button], false);
+    }
+  });
+
+  /** The audit log's calls (a handnode that predates the journal), newest first. */
   function renderActivity(calls, more) {
     const list = $('activity-list');
     list.textContent = '';
@@ -969,8 +1431,9 @@
   let rpcId = 0;
 
   function thumbWanted() {
+    // Not before a journal is chosen: whose screen it is depends on it (§19).
     return state.signedIn && state.view === 'activity' && document.visibilityState === 'visible'
-      && state.grants.some((g) => g.state === 'attached');
+      && state.activityGrant !== '' && state.grants.some((g) => g.state === 'attached');
   }
 
   function scheduleThumb() {
@@ -1046,6 +1509,7 @@
       // Someone is looking again: try the screen soon, not after the backed-off wait.
       thumbDelay = THUMB_MS;
       refreshGrants();
+      refreshCalls();
       scheduleThumb();
     } else {
       clearTimeout(grantsTimer);
