@@ -28,10 +28,11 @@ const view = async (page, name) => {
   await page.waitForSelector(`#view-${name}:not([hidden])`);
 };
 
-/** The README's picture: the desktop's Grants view and the phone's Approvals, side by side. */
+/** The README's picture: the desktop's Grants view (a held call under Now, Stop everything in
+ * the header) and the phone's Approvals, side by side. */
 async function readmePicture(browser, desktop, phone) {
   await desktop.click('.tab[data-view="grants"]');
-  const left = (await desktop.screenshot({ clip: { x: 0, y: 0, width: 1180, height: 560 } })).toString('base64');
+  const left = (await desktop.screenshot({ clip: { x: 0, y: 0, width: 1180, height: 650 } })).toString('base64');
   await desktop.click('.tab[data-view="approvals"]');
   await phone.evaluate(() => window.scrollTo(0, 0));
   const right = (await phone.screenshot({ clip: { x: 0, y: 0, width: 390, height: 620 } })).toString('base64');
