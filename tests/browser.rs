@@ -437,6 +437,88 @@ fn the_browser_profile_is_admitted_only_with_a_browser_command() {
     }
 }
 
+/// Issue 37 (§25): the browser tier answers what the agent can use, against the real
+/// Playwright MCP and chromium: a screenshot is an image block holding a PNG, a navigate's
+/// snapshot is in the answer, and no answer names a file in the browser's own directory.
+#[test]
+fn screenshots_come_as_images_and_snapshots_inline() {
+    if let Some(reason) = playwright::missing() {
+        eprintln!("SKIPPED screenshots_come_as_images_and_snapshots_inline: {reason}");
+        return;
+    }
+    let page = playwright::PageServer::start();
+    let dir = ShortDir::new();
+    let d = TestDaemon::with("browser-inline", |c| {
+        quiet_liveness(c);
+        c.browser_command = Some(playwright::browser_command());
+        c.browser_dir = Some(dir.0.clone());
+    });
+    let pod = StubPod::start();
+    let (id, mut conn) = d.attached(&pod, "inline", "browser");
+    let no_path = |what: &str, reply: &Value| {
+        let text = reply.to_string();
+        let base = dir.0.to_string_lossy();
+        for path in ["output/", ".yml", ".png", ".jpeg", base.as_ref()] {
+            assert!(!text.contains(path), "{what} names {path}: {text}");
+        }
+    };
+
+    let nav = call(&mut conn, "browser_navigate", json!({"url": page.url}));
+    let text = ok(&nav);
+    assert!(
+        text.contains("```yaml") && text.contains(playwright::PAGE_TEXT),
+        "the navigate's snapshot is not in its answer: {text}"
+    );
+    no_path("browser_navigate", &nav);
+
+    for (i, args) in [json!({}), json!({"type": "jpeg"})].into_iter().enumerate() {
+        let shot = call(&mut conn, "browser_take_screenshot", args.clone());
+        ok(&shot);
+        no_path("browser_take_screenshot", &shot);
+        let images: Vec<&Value> = shot["result"]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["type"] == "image")
+            .collect();
+        assert_eq!(images.len(), 1, "{args}: {shot}");
+        let bytes = base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            images[0]["data"].as_str().unwrap(),
+        )
+        .unwrap();
+        let (mime, magic): (&str, &[u8]) = if i == 0 {
+            ("image/png", b"\x89PNG\r\n\x1a\n")
+        } else {
+            ("image/jpeg", &[0xff, 0xd8, 0xff])
+        };
+        assert_eq!(images[0]["mimeType"], mime, "{args}");
+        assert!(
+            bytes.starts_with(magic) && bytes.len() > 1000,
+            "{args}: {} bytes",
+            bytes.len()
+        );
+    }
+
+    // A click's answer links its snapshot too.
+    let snap = ok(&call(&mut conn, "browser_snapshot", json!({})));
+    let heading_ref = snap
+        .lines()
+        .find(|l| l.contains(playwright::PAGE_TEXT))
+        .and_then(|l| l.split("[ref=").nth(1))
+        .and_then(|r| r.split(']').next())
+        .unwrap_or_else(|| panic!("no ref for the page's text in {snap}"))
+        .to_string();
+    let click = call(
+        &mut conn,
+        "browser_click",
+        json!({"element": "the page's text", "target": heading_ref, "ref": heading_ref}),
+    );
+    no_path("browser_click", &click);
+    drop(conn);
+    let _ = d.call("DELETE", &format!("/attach/{id}"), None);
+}
+
 /// Issue 37: a `browser` grant says it lends what its browser command offers (learned by
 /// the start-up probe), the same list the pod's `tools/list` gives, not the class table's.
 #[test]

@@ -29,6 +29,7 @@
 //! browser; one message from a browser at most the outbound cap; the stderr kept per
 //! browser is its last [`STDERR_TAIL_LINES`] lines, each cut to [`STDERR_LINE_BYTES`].
 
+mod inline;
 mod supervisor;
 pub mod sweep;
 pub mod upstream;

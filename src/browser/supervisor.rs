@@ -1182,6 +1182,10 @@ impl Supervisor {
                 proc.last_used = Instant::now();
                 let output = match reply {
                     Ok(Value::Object(mut result)) => {
+                        // Files the answer links in the browser's own directory, which the
+                        // grant cannot read, come into the answer instead (§25).
+                        let room = self.options.max_message_bytes.saturating_sub(line.len());
+                        super::inline::inline_files(&mut result, &proc.dir, room);
                         if let Some(note) = proc.note.take() {
                             prepend_note(&mut result, note);
                         }
