@@ -239,6 +239,14 @@ impl Daemon {
             })
             .map_err(|e| Error::io("cannot start the journal thread", e))?,
         });
+        // sys_info names what a connection is lent from the same sources tools/list reads.
+        let _ = host.sources.set(tools::LentSources {
+            upstream: services.upstream.clone(),
+            browsers: services
+                .browsers
+                .clone()
+                .map(|b| b as Arc<dyn tools::BrowserTier>),
+        });
         let notifier = if config.notify {
             grants::notify::Notifier::for_display(
                 config.notify_program.clone(),

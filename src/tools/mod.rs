@@ -205,7 +205,7 @@ pub struct GrantNote {
 impl GrantNote {
     /// One paragraph for tool descriptions: the grant, and when it has lists of its own
     /// (`allow`/`deny`), what it may use.
-    pub fn describe(&self, policy: &ToolPolicy) -> String {
+    pub fn describe(&self, policy: &ToolPolicy, here: policy::Sources<'_>) -> String {
         let mut text = format!(
             "This box is lent to session '{}' under profile '{}' until {} (grant {}).",
             self.session,
@@ -215,7 +215,7 @@ impl GrantNote {
         );
         if !policy.lists().is_empty() {
             text.push(' ');
-            text.push_str(&policy.summary());
+            text.push_str(&policy.summary_lent(here));
         }
         if !self.approve.is_empty() {
             text.push_str(&format!(
@@ -412,6 +412,25 @@ pub struct ToolHost {
     pub apps: apps::AppRuns,
     /// Each grant's refs of its last `desktop_snapshot`.
     pub a11y: a11y::Refs,
+    /// The catalogue's other sources, set once at start when the daemon has them:
+    /// `sys_info` names what a connection is lent from them, as `tools/list` lists it.
+    pub sources: std::sync::OnceLock<LentSources>,
+}
+
+/// The upstream and the browser tier as `sys_info` reads them ([`policy::Sources`], owned).
+#[derive(Debug, Default)]
+pub struct LentSources {
+    pub upstream: Option<Arc<dyn UpstreamSource>>,
+    pub browsers: Option<Arc<dyn BrowserTier>>,
+}
+
+impl LentSources {
+    pub fn borrow(&self) -> policy::Sources<'_> {
+        policy::Sources {
+            upstream: self.upstream.as_deref(),
+            browsers: self.browsers.as_deref(),
+        }
+    }
 }
 
 impl ToolHost {
@@ -430,6 +449,7 @@ impl ToolHost {
             files: files::uploads::Uploads::new(config.upload_bytes),
             apps: apps::AppRuns::default(),
             a11y: a11y::Refs::default(),
+            sources: std::sync::OnceLock::new(),
             confine: config
                 .confine
                 .clone()
@@ -542,7 +562,14 @@ pub struct ConnCatalog<'a> {
 
 impl ConnCatalog<'_> {
     fn note(&self) -> Option<String> {
-        self.grant.map(|g| g.describe(self.policy))
+        self.grant.map(|g| g.describe(self.policy, self.sources()))
+    }
+
+    fn sources(&self) -> policy::Sources<'_> {
+        policy::Sources {
+            upstream: self.upstream,
+            browsers: self.browsers,
+        }
     }
 }
 
@@ -678,7 +705,7 @@ impl Catalog for ConnCatalog<'_> {
         }
         text.push_str(&format!(
             "handnode serves this Linux box's tools. Profile '{profile}': {} ",
-            self.policy.summary_with(self.upstream.is_some())
+            self.policy.summary_lent(self.sources())
         ));
         if self.policy.confined() {
             text.push_str(
@@ -1144,7 +1171,8 @@ mod tests {
         assert!(description.contains(
             "Each call of bash waits until the person who lent the box allows it (at most 60 s)"
         ));
-        // Under a custom grant every description says what the agent may use.
+        // Under a custom grant every description says what the agent may use: what
+        // tools/list gives (no browser tool without an upstream), as the instructions do.
         let policy = custom(&["sys_info", "browser_snapshot"], &[]);
         let cat = ConnCatalog {
             grant: Some(&note),
@@ -1157,7 +1185,10 @@ mod tests {
         let description = tools[0]["description"].as_str().unwrap();
         assert!(
             description.contains("profile 'custom'")
-                && description.contains("It may use: sys_info, browser_snapshot"),
+                && description.contains(
+                    "It may use: sys_info (no browser tools: this box has no upstream MCP \\
+                     server configured)."
+                ),
             "{description}"
         );
         assert!(cat.instructions().contains(

@@ -432,6 +432,24 @@ impl ToolPolicy {
         text
     }
 
+    /// [`ToolPolicy::summary`] of what `here` lends now ([`ToolPolicy::lent`]): what the
+    /// agent reads in the tool descriptions and the instructions, so it names exactly what
+    /// `tools/list` gives.
+    pub fn summary_lent(&self, here: Sources<'_>) -> String {
+        let lent = self.lent(here);
+        let mut text = format!("It may use: {}", lent.join(", "));
+        if here.upstream.is_none()
+            && self.profile != Profile::Browser
+            && self.tools.iter().any(|t| super::find(t).is_none())
+        {
+            text.push_str(" (no browser tools: this box has no upstream MCP server configured)");
+        } else if self.sees_unclassified() {
+            text.push_str(", and any other tool of the configured upstreams");
+        }
+        text.push('.');
+        text
+    }
+
     /// The allowed tools that exist here: all of them with an upstream (or under the
     /// `browser` profile), else only the box's own.
     pub fn present_tools(&self, upstreams: bool) -> Vec<String> {

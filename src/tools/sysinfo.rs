@@ -476,7 +476,10 @@ fn collect_from(
             "user": facts.user,
         },
         "profile": cx.policy.profile().as_str(),
-        "allowed_tools": cx.policy.present_tools(cx.host.config.upstreams),
+        "allowed_tools": match cx.host.sources.get() {
+            Some(here) => cx.policy.lent(here.borrow()),
+            None => cx.policy.present_tools(cx.host.config.upstreams),
+        },
         "upstream_tools_without_class": cx.policy.sees_unclassified(),
         "shell": escalation.shell.as_str(),
         "max_run_secs": cx.limits.max_run_secs,

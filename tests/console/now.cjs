@@ -151,6 +151,15 @@ h.run(async (browser) => {
   await ph.waitForSelector('#halted', { state: 'hidden' });
   await p.waitForSelector('#halted', { state: 'hidden' });
   assert(await p.isEnabled('#halt'), 'Stop everything again after Resume');
+  // The confirm on a phone, then Cancel: nothing is sent.
+  await ph.click('#halt');
+  await ph.waitForSelector('#halt-confirm:not([hidden])');
+  await shot(ph, 'now-confirm-phone');
+  await h.noSidewaysScroll(ph, 'the halt confirm');
+  await ph.click('#halt-cancel');
+  await ph.waitForSelector('#halt-confirm', { state: 'hidden' });
+  const phoneHalts = phone.seen.requests.filter((r) => r.method === 'POST' && new URL(r.url).pathname === '/halt');
+  assert(phoneHalts.length === 0, 'Cancel halts nothing');
   step('resumed');
 
   // ---- Activity: the journals, in order ----
