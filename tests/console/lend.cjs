@@ -210,7 +210,9 @@ h.run(async (browser) => {
   const hiddenAt = Date.now();
   const shotsWhenHidden = mcp().length;
   await page.waitForTimeout(THUMB_MS + 1000); // a quiet period: nothing may arrive in it
-  const late = seen.requests.filter((r) => r.at > hiddenAt + JITTER_MS && (r.url.endsWith('/mcp') || r.url.endsWith('/attach')));
+  // Nor the calls, the halt or the journal (read on the same refresh).
+  const late = seen.requests.filter((r) => r.at > hiddenAt + JITTER_MS
+    && /^\/(mcp|attach|calls|halt|journals)$|\/journal$/.test(new URL(r.url).pathname));
   assert(mcp().length === shotsWhenHidden && late.length === 0, 'a hidden page asks nothing: ' + JSON.stringify(late));
   await setVisibility('visible');
   await h.requests(page, seen, (r) => r.method === 'POST' && r.url.endsWith('/mcp'), shotsWhenHidden + 1);
