@@ -1186,7 +1186,7 @@ mod tests {
         assert!(
             description.contains("profile 'custom'")
                 && description.contains(
-                    "It may use: sys_info (no browser tools: this box has no upstream MCP \\
+                    "It may use: sys_info (no browser tools: this box has no upstream MCP \
                      server configured)."
                 ),
             "{description}"
