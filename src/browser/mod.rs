@@ -152,6 +152,8 @@ pub fn browser_env(
 struct Learned {
     /// `None` until some browser answered `tools/list`.
     tools: Option<Vec<Value>>,
+    /// Times `tools` changed: a connection's cached `tools/list` is rebuilt when it moves.
+    changes: u64,
 }
 
 /// What the supervisor thread is told.
@@ -393,6 +395,10 @@ impl crate::tools::BrowserTier for Browsers {
 
     fn offers(&self, name: &str) -> bool {
         Browsers::offers(self, name)
+    }
+
+    fn version(&self) -> Option<u64> {
+        Some(lock(&self.learned).changes)
     }
 }
 

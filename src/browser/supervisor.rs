@@ -1249,7 +1249,10 @@ impl Supervisor {
                 crate::profiles::browser_profile_tools().count()
             );
         }
-        learned.tools = Some(offered);
+        if learned.tools.as_ref() != Some(&offered) {
+            learned.changes += 1;
+            learned.tools = Some(offered);
+        }
     }
 }
 

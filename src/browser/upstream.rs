@@ -118,6 +118,9 @@ struct Cache {
     error: Option<String>,
     /// Finished refreshes, successful or not.
     generation: u64,
+    /// Refreshes that changed `tools`: a connection's cached `tools/list` is rebuilt
+    /// when this moves ([`UpstreamSource::version`]).
+    changes: u64,
 }
 
 enum Refresh {
@@ -462,7 +465,10 @@ impl Shared {
                     (&mut cache.unclassified, &mut cache.unclassified_overflowed),
                     &tools,
                 );
-                cache.tools = tools;
+                if cache.tools != tools {
+                    cache.changes += 1;
+                    cache.tools = tools;
+                }
                 cache.error = None;
             }
             Err(failure) => {
@@ -475,7 +481,10 @@ impl Shared {
                         client.url
                     );
                 }
-                cache.tools.clear();
+                if !cache.tools.is_empty() {
+                    cache.changes += 1;
+                    cache.tools.clear();
+                }
                 cache.error = Some(text);
             }
         }
@@ -519,13 +528,14 @@ impl Shared {
     }
 }
 
-impl UpstreamSource for Upstreams {
-    fn tools(&self) -> Vec<(usize, Value)> {
-        let mut out = Vec::new();
+impl Upstreams {
+    /// Read every lane's cache with `read`; a lane whose list is empty or older than the
+    /// TTL is asked to refresh in the background, whoever reads it.
+    fn read_lanes(&self, mut read: impl FnMut(usize, &Cache)) {
         for (index, lane) in self.lanes.iter().enumerate() {
             let stale = {
                 let cache = lock(&lane.shared.cache);
-                out.extend(cache.tools.iter().map(|t| (index, t.clone())));
+                read(index, &cache);
                 cache.tools.is_empty()
                     || match cache.fetched_at {
                         Some(at) => at.elapsed() >= self.cache_ttl,
@@ -536,7 +546,21 @@ impl UpstreamSource for Upstreams {
                 lane.trigger_refresh();
             }
         }
+    }
+}
+
+impl UpstreamSource for Upstreams {
+    fn tools(&self) -> Vec<(usize, Value)> {
+        let mut out = Vec::new();
+        self.read_lanes(|index, cache| out.extend(cache.tools.iter().map(|t| (index, t.clone()))));
         out
+    }
+
+    fn version(&self) -> Option<u64> {
+        // Each lane's count only grows, so their sum moves whenever any list changed.
+        let mut sum = 0u64;
+        self.read_lanes(|_, cache| sum = sum.wrapping_add(cache.changes));
+        Some(sum)
     }
 
     fn call(
@@ -1613,10 +1637,18 @@ mod tests {
         };
         let local = crate::tools::names(Profile::Desktop).len();
         assert_eq!(catalog.list().len(), local + 2);
+        // A connection's cached tools/list is kept while the key stays: a refresh that
+        // brings the same list keeps it, one that changes the list moves it.
+        let up_key = catalog.list_key();
+        assert!(up_key.is_some());
+        up.refresh_now();
+        assert_eq!(catalog.list_key(), up_key, "the same list again");
 
         drop(stub);
         up.refresh_now();
         assert!(up.tools().is_empty());
+        let down_key = catalog.list_key();
+        assert_ne!(down_key, up_key, "the upstream's tools went away");
         let listed: Vec<Value> = catalog.list();
         let listed: Vec<&str> = listed.iter().map(|t| t["name"].as_str().unwrap()).collect();
         assert_eq!(listed, crate::tools::names(Profile::Desktop));
@@ -1636,6 +1668,10 @@ mod tests {
         assert!(up.tools().is_empty());
         assert!(up.wait_refreshed(0, before, WATCHDOG));
         assert_eq!(up.tools().len(), 2);
+        assert!(
+            ![up_key, down_key].contains(&catalog.list_key()),
+            "they came back"
+        );
         assert_eq!(
             catalog.resolve("browser_navigate"),
             Resolution::Visible(Route::Upstream(0))

@@ -189,7 +189,7 @@ pub fn names(profile: Profile) -> Vec<&'static str> {
 
 /// What the agent must know about the grant it works under. The pod answers the agent's
 /// `initialize` itself, so this goes into tool descriptions and `sys_info` too.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct GrantNote {
     pub id: String,
     pub session: String,
@@ -513,6 +513,12 @@ pub trait UpstreamSource: Send + Sync + std::fmt::Debug {
         ctl: Arc<JobCtl>,
         done: Completion,
     );
+    /// Moves whenever [`UpstreamSource::tools`] would answer another list (a connection's
+    /// cached `tools/list` is rebuilt then); like `tools`, asks a stale list to refresh.
+    /// `None`: unknown, and the list is built for every request.
+    fn version(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The browser tier (`crate::browser::Browsers`) as the catalogue sees it: the tools a
@@ -523,6 +529,10 @@ pub trait BrowserTier: Send + Sync + std::fmt::Debug {
     fn tools(&self) -> Vec<Value>;
     /// Whether a `browser` grant may call `name` (it is listed).
     fn offers(&self, name: &str) -> bool;
+    /// Moves whenever [`BrowserTier::tools`] would answer another list; `None`: unknown.
+    fn version(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Said after the grant note in each browser-tier tool's description: the pod answers
@@ -574,6 +584,29 @@ impl ConnCatalog<'_> {
 }
 
 impl Catalog for ConnCatalog<'_> {
+    /// Everything [`ConnCatalog::list`] reads: the registry, the policy, the grant note
+    /// (its expiry and approvals are in every description; a grant's socket gets the pod's
+    /// `file_put` limit) and the one other source the profile lists from.
+    fn list_key(&self) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let tools = registered();
+        (tools.as_ptr(), tools.len()).hash(&mut h);
+        self.policy.hash(&mut h);
+        self.grant.hash(&mut h);
+        let source = if self.policy.profile() == Profile::Browser {
+            self.browsers.map(BrowserTier::version)
+        } else {
+            self.upstream.map(UpstreamSource::version)
+        };
+        match source {
+            Some(None) => return None,
+            Some(Some(version)) => version.hash(&mut h),
+            None => {}
+        }
+        Some(h.finish())
+    }
+
     fn list(&self) -> Vec<Value> {
         let note = self.note();
         if self.policy.profile() == Profile::Browser {
@@ -1263,5 +1296,176 @@ mod catalog_tests {
         };
         assert_eq!(listed(Some(&note)), json!(files::POD_PUT_DATA_CHARS));
         assert_eq!(listed(None), Value::Null);
+    }
+
+    /// An upstream (or browser tier) whose list the test changes, with its version.
+    #[derive(Debug, Default)]
+    struct Changing(Mutex<(u64, Vec<&'static str>)>);
+
+    impl Changing {
+        fn set(&self, names: &[&'static str]) {
+            let mut s = self.0.lock().unwrap();
+            s.0 += 1;
+            s.1 = names.to_vec();
+        }
+        fn objects(&self) -> Vec<Value> {
+            let s = self.0.lock().unwrap();
+            s.1.iter().map(|n| json!({"name": n})).collect()
+        }
+    }
+
+    impl UpstreamSource for Changing {
+        fn tools(&self) -> Vec<(usize, Value)> {
+            self.objects().into_iter().map(|t| (0, t)).collect()
+        }
+        fn call(&self, _: usize, _: &str, _: Value, _: Arc<JobCtl>, _: Completion) {
+            unreachable!("the catalogue never runs tools")
+        }
+        fn version(&self) -> Option<u64> {
+            Some(self.0.lock().unwrap().0)
+        }
+    }
+
+    impl BrowserTier for Changing {
+        fn tools(&self) -> Vec<Value> {
+            self.objects()
+        }
+        fn offers(&self, _: &str) -> bool {
+            true
+        }
+        fn version(&self) -> Option<u64> {
+            Some(self.0.lock().unwrap().0)
+        }
+    }
+
+    /// Contract §24: `tools/list` is built once per connection while nothing it reads
+    /// changed. Every input of the list moves the key when it changes the list, and a
+    /// source that cannot say when it changes turns the cache off.
+    #[test]
+    fn the_list_key_moves_whenever_the_list_does() {
+        use crate::wire::mcp::Catalog;
+        let owner = policy::ToolPolicy::owner();
+        let desktop = policy::ToolPolicy::fixed(Profile::Desktop).unwrap();
+        let browser = policy::ToolPolicy::fixed(Profile::Browser).unwrap();
+        let note = GrantNote {
+            id: "g".into(),
+            session: "s".into(),
+            expires_at: 1_800_000_000,
+            approve: Vec::new(),
+            approval_wait: Duration::from_secs(60),
+        };
+        let later = GrantNote {
+            expires_at: note.expires_at + 3600,
+            ..note.clone()
+        };
+        let gated = GrantNote {
+            approve: vec!["bash".into()],
+            ..note.clone()
+        };
+        let up = Changing::default();
+        up.set(&["browser_navigate"]);
+        let tier = Changing::default();
+        tier.set(&["browser_navigate"]);
+        let catalog = |policy, grant, upstream: bool, browsers: bool| ConnCatalog {
+            grant,
+            upstream: upstream.then_some(&up as &dyn UpstreamSource),
+            browsers: browsers.then_some(&tier as &dyn BrowserTier),
+            policy,
+        };
+        let mut seen: Vec<(Option<u64>, Vec<Value>, &str)> = Vec::new();
+        let mut look = |what: &'static str, c: ConnCatalog<'_>| {
+            let (key, list) = (c.list_key(), c.list());
+            assert!(key.is_some(), "{what}: every source here has a version");
+            assert_eq!(
+                key,
+                c.list_key(),
+                "{what}: the same key while nothing moved"
+            );
+            for (k, l, other) in &seen {
+                if *l != list {
+                    assert_ne!(*k, key, "{what} lists other tools than {other}, same key");
+                }
+            }
+            seen.push((key, list, what));
+        };
+        look("/mcp", catalog(&owner, None, false, false));
+        look("grant", catalog(&owner, Some(&note), false, false));
+        look("extended", catalog(&owner, Some(&later), false, false));
+        look("approvals", catalog(&owner, Some(&gated), false, false));
+        look("desktop", catalog(&desktop, Some(&note), false, false));
+        look("upstream", catalog(&owner, Some(&note), true, false));
+        up.set(&["browser_navigate", "browser_snapshot"]);
+        look(
+            "upstream refreshed",
+            catalog(&owner, Some(&note), true, false),
+        );
+        up.set(&[]);
+        look("upstream down", catalog(&owner, Some(&note), true, false));
+        look("browser", catalog(&browser, Some(&note), false, true));
+        tier.set(&["browser_navigate", "browser_click"]);
+        look(
+            "browser learned",
+            catalog(&browser, Some(&note), false, true),
+        );
+        static EXTRA: Tool = Tool {
+            name: "uptime",
+            class: Class::Observe,
+            class_reason: "reads how long the box has been up",
+            description: "How long this box has been up.",
+            input_schema: || json!({"type": "object", "properties": {}}),
+            output_schema: None,
+            start: |_, _, done| done.complete(ToolOutput::Result(json!({"content": []}))),
+            inline: None,
+            needs: Needs::Nothing,
+            reach: Reach::Nothing,
+            changes_screen: false,
+            profiles: &[Profile::Owner],
+        };
+        let owner_plus = with_scratch_tools(&[&EXTRA], policy::ToolPolicy::owner);
+        with_scratch_tools(&[&EXTRA], || {
+            look("registry", catalog(&owner_plus, Some(&note), false, false));
+        });
+        // A refresh that changed nothing keeps the key (a source's version is its to keep).
+        let before = catalog(&owner, Some(&note), true, false).list_key();
+        assert_eq!(before, catalog(&owner, Some(&note), true, false).list_key());
+
+        // Through the dispatcher: the second list is the first's bytes and is not rebuilt;
+        // an upstream's new list is listed at once.
+        let mut d = crate::wire::mcp::Dispatcher::new();
+        let req = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+        let c = catalog(&owner, Some(&note), true, false);
+        let first = d.handle(req, &c);
+        assert_eq!(d.handle(req, &c), first);
+        up.set(&["browser_navigate"]);
+        let changed = d.handle(req, &c);
+        assert_ne!(changed, first);
+        let crate::wire::mcp::Action::Reply(text) = &changed[0] else {
+            panic!("{changed:?}")
+        };
+        assert!(text.contains("browser_navigate"), "{text}");
+    }
+
+    /// A source that cannot say when its list changes: built for every request.
+    #[test]
+    fn a_source_without_a_version_is_never_cached() {
+        use crate::wire::mcp::Catalog;
+        #[derive(Debug)]
+        struct Unversioned;
+        impl UpstreamSource for Unversioned {
+            fn tools(&self) -> Vec<(usize, Value)> {
+                Vec::new()
+            }
+            fn call(&self, _: usize, _: &str, _: Value, _: Arc<JobCtl>, _: Completion) {
+                unreachable!("the catalogue never runs tools")
+            }
+        }
+        let owner = policy::ToolPolicy::owner();
+        let c = ConnCatalog {
+            grant: None,
+            upstream: Some(&Unversioned),
+            browsers: None,
+            policy: &owner,
+        };
+        assert_eq!(c.list_key(), None);
     }
 }
