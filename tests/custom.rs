@@ -222,6 +222,9 @@ fn a_custom_grant_lists_exactly_its_tools_and_refuses_every_other() {
             "browser_file_upload"
         ]
     );
+    // The grant, read again now the upstream's list is known, names exactly that (§25).
+    let tools = strings(&d.grant(&id)["tools"]);
+    assert_eq!(tools, listed, "the grant names what it lends");
     for (i, name) in [
         "bash",
         "screenshot",
@@ -299,8 +302,9 @@ fn a_pattern_never_reaches_a_tool_without_a_class_which_only_owner_sees() {
     );
     assert_eq!(d.call("GET", "/attach", None).1["grants"], json!([]));
 
-    // owner with a deny: the denied tool is gone, the unclassified one is still there,
-    // and owner counts as shell.
+    // owner with a deny: the denied tool is gone, the unclassified one is still there (and
+    // the grant says so: what it lends is what tools/list gives, §25), and owner counts as
+    // shell.
     let (id, mut conn) = d.attached_with(
         &pod,
         body(
@@ -312,11 +316,11 @@ fn a_pattern_never_reaches_a_tool_without_a_class_which_only_owner_sees() {
     let g = d.grant(&id);
     assert_eq!(g["shell"], "yes");
     assert_eq!(g["shell_because"], "mouse is a shell tool");
-    assert!(
-        !strings(&g["tools"]).iter().any(|t| t == UNCLASSIFIED),
-        "tools lists classified tools"
-    );
     let listed = listed_with_upstream(&mut conn);
+    // Read again now that the upstream's list is known.
+    let lent = strings(&d.grant(&id)["tools"]);
+    assert_eq!(lent, listed, "the grant names what it lends");
+    assert!(lent.iter().any(|t| t == UNCLASSIFIED), "{lent:?}");
     assert!(listed.iter().any(|n| n == UNCLASSIFIED), "{listed:?}");
     assert!(
         !listed
