@@ -264,9 +264,11 @@ impl Journal {
                             }));
                             done.complete(output);
                         }
+                        // Journalled before the agent hears back: its next call, even one
+                        // refused at once on the connection's thread, comes after it.
                         None => {
-                            done.complete(output);
                             me.send(pending);
+                            done.complete(output);
                         }
                     }
                 }
