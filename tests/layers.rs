@@ -3,6 +3,11 @@
 //! modules (`tools::bash` and `tools::sysinfo`, `grants::dial` and `grants::persist`) and the
 //! folders under `src/` (`base`, `wire`, `grants`, `admin`, `ops`, …) must form layers, and
 //! `base` names nothing of the crate outside itself.
+//!
+//! And the order ARCHITECTURE.md states holds: its module map (the layer table of the
+//! top-level modules and folders, the table of each folder's modules, the "Inside `tools`,
+//! lower first" list) is read from the Markdown, the one place the order is written, and a
+//! module that uses one stated at its own layer or above fails with both named.
 //! A parent and its own submodule may use each other (the parent declares and registers
 //! the child; the child uses the parent's shared types), so that pair is not an edge.
 //!
@@ -405,6 +410,272 @@ fn base_names_nothing_above_it() {
         "base modules that name a module above base (move it up, or what it needs down):\n  {}",
         above.join("\n  ")
     );
+}
+
+/// One stated order: the modules under `parent`, each with its layer (lower first).
+#[derive(Debug)]
+struct Order {
+    parent: ModPath,
+    /// Where it is stated, for the message.
+    source: &'static str,
+    layers: Vec<(ModPath, usize)>,
+}
+
+/// `` `a::b/` `` → `["a", "b"]`; `None` for what is not one module (`mod.rs`, `lib.rs`).
+fn stated_module(cell: &str) -> Option<ModPath> {
+    let name = cell.trim().strip_prefix('`')?.strip_suffix('`')?;
+    let name = name.trim_end_matches('/');
+    if name.ends_with(".rs") || name.is_empty() {
+        return None;
+    }
+    Some(name.split("::").map(str::to_string).collect())
+}
+
+/// The orders ARCHITECTURE.md's module map states: the top table (`| layer | module or
+/// folder | owns |`), the folders' table (`| folder | layer | module | owns |`) and the
+/// prose list after "Inside `tools`, lower first:" (the backticked names outside
+/// parentheses, each a layer above the one before).
+fn stated_orders(doc: &str) -> Vec<Order> {
+    let mut orders: Vec<Order> = Vec::new();
+    let mut table = None;
+    for line in doc.lines() {
+        if line.starts_with("| layer | module or folder |") {
+            table = Some(0);
+            continue;
+        }
+        if line.starts_with("| folder | layer | module |") {
+            table = Some(1);
+            continue;
+        }
+        if !line.starts_with('|') {
+            table = None;
+            continue;
+        }
+        let cells: Vec<&str> = line.split('|').skip(1).collect();
+        let (parent, layer, module) = match table {
+            Some(0) => (Some(Vec::new()), cells[0], cells[1]),
+            Some(1) => (stated_module(cells[0]), cells[1], cells[2]),
+            _ => continue,
+        };
+        let (Some(parent), Ok(layer), Some(module)) =
+            (parent, layer.trim().parse(), stated_module(module))
+        else {
+            continue;
+        };
+        let source = if parent.is_empty() {
+            "the module map's layer table"
+        } else {
+            "the module map's table of each folder's modules"
+        };
+        match orders.iter_mut().find(|o| o.parent == parent) {
+            Some(o) => o.layers.push((module, layer)),
+            None => orders.push(Order {
+                parent,
+                source,
+                layers: vec![(module, layer)],
+            }),
+        }
+    }
+    const TOOLS: &str = "Inside `tools`, lower first";
+    if let Some(at) = doc.find(TOOLS) {
+        let rest = &doc[at + TOOLS.len()..];
+        let para = rest.split("\n\n").next().unwrap_or("");
+        let mut layers = Vec::new();
+        let (mut depth, mut tick) = (0usize, None);
+        for (i, c) in para.char_indices() {
+            match c {
+                '(' if tick.is_none() => depth += 1,
+                ')' if tick.is_none() => depth = depth.saturating_sub(1),
+                '`' => match tick.take() {
+                    None => tick = Some(i + 1),
+                    Some(start) if depth == 0 => {
+                        if let Some(m) = stated_module(&format!("`{}`", &para[start..i])) {
+                            layers.push((m, layers.len()));
+                        }
+                    }
+                    Some(_) => {}
+                },
+                _ => {}
+            }
+        }
+        orders.push(Order {
+            parent: vec!["tools".to_string()],
+            source: "the module map's \"Inside `tools`, lower first\" list",
+            layers,
+        });
+    }
+    orders
+}
+
+/// Where a module stands in `order`: the longest stated module that is it or holds it.
+fn placed<'o>(order: &'o Order, module: &ModPath) -> Option<&'o (ModPath, usize)> {
+    let rel = module.strip_prefix(order.parent.as_slice())?;
+    order
+        .layers
+        .iter()
+        .filter(|(m, _)| rel.starts_with(m))
+        .max_by_key(|(m, _)| m.len())
+}
+
+/// Every use that breaks a stated order, and every module an order leaves out.
+fn order_breaks(deps: &BTreeMap<ModPath, BTreeSet<ModPath>>, orders: &[Order]) -> Vec<String> {
+    let show = |m: &ModPath| {
+        if m.is_empty() {
+            "crate".to_string()
+        } else {
+            m.join("::")
+        }
+    };
+    let mut found = Vec::new();
+    for order in orders {
+        for (from, tos) in deps {
+            if from.len() <= order.parent.len() || !from.starts_with(&order.parent) {
+                continue;
+            }
+            let Some((from_at, from_layer)) = placed(order, from) else {
+                // A folder's `mod.rs` that only declares stated modules stands nowhere.
+                let holds_stated = order.layers.iter().any(|(m, _)| {
+                    m.len() > from.len() - order.parent.len()
+                        && m.starts_with(&from[order.parent.len()..])
+                });
+                if !holds_stated {
+                    found.push(format!(
+                        "{} is not in {} (under {}): add it to ARCHITECTURE.md at the layer \
+                         it belongs to",
+                        show(from),
+                        order.source,
+                        show(&order.parent)
+                    ));
+                }
+                continue;
+            };
+            for to in tos {
+                let Some((to_at, to_layer)) = placed(order, to) else {
+                    continue;
+                };
+                if from_at.starts_with(to_at) || to_at.starts_with(from_at) {
+                    continue; // the same stated module, or a parent and its child
+                }
+                if to_layer >= from_layer {
+                    found.push(format!(
+                        "{} uses {}, but {} puts {} at layer {from_layer} and {} at layer \
+                         {to_layer} (under {}): a module uses only modules in layers below \
+                         its own. Move what {} needs down (into {} or a lower module), or, \
+                         if the layering is meant, put {} below {} in ARCHITECTURE.md",
+                        show(from),
+                        show(to),
+                        order.source,
+                        from_at.join("::"),
+                        to_at.join("::"),
+                        show(&order.parent),
+                        show(from),
+                        to_at.join("::"),
+                        to_at.join("::"),
+                        from_at.join("::"),
+                    ));
+                }
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+#[test]
+fn the_layer_order_architecture_md_states_holds() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = root.join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &src, &mut files);
+    let doc = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let orders = stated_orders(&doc);
+    // The three kinds of statement are all read: a changed heading must not turn the
+    // check off.
+    for parent in [&[][..], &["tools"][..], &["grants"][..], &["base"][..]] {
+        let o = orders
+            .iter()
+            .find(|o| o.parent == parent)
+            .unwrap_or_else(|| panic!("ARCHITECTURE.md states no order under {parent:?}"));
+        assert!(o.layers.len() > 4, "{o:?}");
+    }
+    let found = order_breaks(&dependencies(&files), &orders);
+    assert!(
+        found.is_empty(),
+        "the layer order ARCHITECTURE.md states is broken:\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
+fn the_order_check_reads_the_doc_and_names_what_breaks_it() {
+    let doc = "\
+| layer | module or folder | owns |\n|---|---|---|\n| 0 | `low` | x |\n| 1 | `t/` | y |\n\
+| 2 | `tools/` | w |\n| 3 | `lib.rs` | z |\n\n\
+| folder | layer | module | owns |\n|---|---|---|---|\n| `t/` | 0 | `a` | . |\n\
+| `t/` | 1 | `b` | . |\n| `t/` | 1 | `mod.rs` | . |\n\n\
+Inside `tools`, lower first: `x` (its `own` (nested) words), `j::lo`, then `y` and `j::hi`.\n";
+    let orders = stated_orders(doc);
+    let layers = |p: &[&str]| -> Vec<(String, usize)> {
+        orders
+            .iter()
+            .find(|o| o.parent == p)
+            .unwrap()
+            .layers
+            .iter()
+            .map(|(m, l)| (m.join("::"), *l))
+            .collect()
+    };
+    let s = |v: &[(&str, usize)]| -> Vec<(String, usize)> {
+        v.iter().map(|(m, l)| (m.to_string(), *l)).collect()
+    };
+    assert_eq!(layers(&[]), s(&[("low", 0), ("t", 1), ("tools", 2)]));
+    assert_eq!(layers(&["t"]), s(&[("a", 0), ("b", 1)]));
+    assert_eq!(
+        layers(&["tools"]),
+        s(&[("x", 0), ("j::lo", 1), ("y", 2), ("j::hi", 3)])
+    );
+
+    let fine = crate_of(&[
+        ("t/mod.rs", "pub mod a; pub mod b; use crate::low::L;"),
+        ("t/b.rs", "use super::a::A;"),
+        ("tools/mod.rs", "pub mod x;"),
+        ("tools/j/mod.rs", "pub mod lo; pub mod hi;"),
+        ("tools/j/hi.rs", "use crate::tools::y::Y; use super::lo::L;"),
+        ("tools/y.rs", "use crate::tools::j::lo::L;"),
+        ("low.rs", ""),
+    ]);
+    assert_eq!(
+        order_breaks(&dependencies(&fine), &orders),
+        Vec::<String>::new()
+    );
+
+    let broken = crate_of(&[
+        ("t/a.rs", "use super::b::B;"),
+        ("low.rs", "use crate::t::a::A;"),
+        ("tools/j/lo.rs", "use crate::tools::y::Y;"),
+        ("tools/stray.rs", ""),
+        ("t/b.rs", ""),
+        ("tools/y.rs", ""),
+    ]);
+    let found = order_breaks(&dependencies(&broken), &orders);
+    assert_eq!(found.len(), 4, "{found:#?}");
+    assert!(
+        found[0].starts_with(
+            "low uses t::a, but the module map's layer table puts low at layer 0 and t at layer 1"
+        ),
+        "{found:#?}"
+    );
+    assert!(
+        found[0].contains("put t below low in ARCHITECTURE.md"),
+        "{found:#?}"
+    );
+    assert!(found[1].starts_with("t::a uses t::b, but"), "{found:#?}");
+    assert!(
+        found[2].starts_with("tools::j::lo uses tools::y"),
+        "{found:#?}"
+    );
+    assert!(found[3].starts_with("tools::stray is not in"), "{found:#?}");
 }
 
 fn crate_of(files: &[(&str, &str)]) -> Vec<(String, String)> {
