@@ -34,6 +34,10 @@ pub struct ClientConnection {
 
     // true if the connection goes through SSL
     secure: bool,
+
+    // handnode: the plain socket's descriptor, for an upgrade that takes the socket whole
+    // (`Request::upgrade_fd`); `None` over TLS.
+    raw: Option<std::os::fd::OwnedFd>,
 }
 
 /// Longest request line or header line accepted (bytes); a longer one closes the
@@ -65,6 +69,7 @@ impl ClientConnection {
     ) -> ClientConnection {
         let remote_addr = read_socket.peer_addr();
         let secure = read_socket.secure();
+        let raw = read_socket.try_clone_fd();
 
         let mut source = SequentialReaderBuilder::new(BufReader::with_capacity(1024, read_socket));
         let first_header = source.next().unwrap();
@@ -76,6 +81,7 @@ impl ClientConnection {
             next_header_source: first_header,
             no_more_requests: false,
             secure,
+            raw,
         }
     }
 
@@ -284,9 +290,15 @@ impl Iterator for ClientConnection {
 
             let lowercase = connection_header.map(|h| h.to_ascii_lowercase());
 
+            let mut rq = rq;
             match lowercase {
                 Some(ref val) if val.contains("close") => self.no_more_requests = true,
-                Some(ref val) if val.contains("upgrade") => self.no_more_requests = true,
+                Some(ref val) if val.contains("upgrade") => {
+                    self.no_more_requests = true;
+                    // handnode: the last request on this connection; its handler may take
+                    // the socket whole.
+                    rq.set_upgrade_fd(self.raw.take());
+                }
                 Some(ref val)
                     if !val.contains("keep-alive") && *rq.http_version() == HTTPVersion(1, 0) =>
                 {

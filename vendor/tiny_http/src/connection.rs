@@ -120,6 +120,16 @@ impl Connection {
         }
     }
 
+    /// handnode: a duplicate of the socket's descriptor.
+    pub(crate) fn try_clone_fd(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        use std::os::fd::AsFd;
+        match self {
+            Self::Tcp(s) => s.as_fd().try_clone_to_owned(),
+            #[cfg(unix)]
+            Self::Unix(s) => s.as_fd().try_clone_to_owned(),
+        }
+    }
+
     pub(crate) fn try_clone(&self) -> std::io::Result<Self> {
         match self {
             Self::Tcp(s) => s.try_clone().map(Self::from),

@@ -74,6 +74,9 @@ pub struct Request {
 
     // If Some, a message must be sent after responding
     notify_when_responded: Option<Sender<()>>,
+
+    // handnode: the socket's descriptor on a `Connection: upgrade` request, for `upgrade_fd`.
+    upgrade_fd: Option<std::os::fd::OwnedFd>,
 }
 
 struct NotifyOnDrop<R> {
@@ -238,6 +241,7 @@ where
         body_length: content_length,
         must_send_continue: expects_continue,
         notify_when_responded: None,
+        upgrade_fd: None,
     })
 }
 
@@ -331,6 +335,31 @@ impl Request {
         } else {
             Box::new(stream) as Box<dyn ReadWrite + Send>
         }
+    }
+
+    /// handnode: set by the connection on a `Connection: upgrade` request.
+    pub(crate) fn set_upgrade_fd(&mut self, fd: Option<std::os::fd::OwnedFd>) {
+        self.upgrade_fd = fd;
+    }
+
+    /// handnode: like [`Request::upgrade`], but hands over the socket's own descriptor, so
+    /// the caller can make it non-blocking and wait on it with others (epoll), which the
+    /// boxed stream of `upgrade` does not allow. The returned box holds tiny_http's halves
+    /// of the socket, whose drop shuts it down: keep it while the descriptor is used, and
+    /// drop it to end the connection. `Err` gives the request back, unanswered, when there
+    /// is no plain socket (TLS, a test request, or no `Connection: upgrade` header).
+    /// Bytes a client sent before the response are in tiny_http's buffer, not on the
+    /// descriptor: a WebSocket client sends none (RFC 6455 §4.1 has it wait for the 101).
+    #[allow(clippy::result_large_err)]
+    pub fn upgrade_fd<R: Read>(
+        mut self,
+        protocol: &str,
+        response: Response<R>,
+    ) -> Result<(std::os::fd::OwnedFd, Box<dyn ReadWrite + Send>), Request> {
+        let Some(fd) = self.upgrade_fd.take() else {
+            return Err(self);
+        };
+        Ok((fd, self.upgrade(protocol, response)))
     }
 
     /// Allows to read the body of the request.

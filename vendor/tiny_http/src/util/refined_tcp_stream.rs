@@ -121,6 +121,16 @@ impl RefinedTcpStream {
     pub(crate) fn peer_addr(&mut self) -> IoResult<Option<SocketAddr>> {
         self.stream.peer_addr()
     }
+
+    /// handnode: a duplicate of the plain socket's descriptor (none for TLS), for
+    /// [`crate::Request::upgrade_fd`].
+    pub(crate) fn try_clone_fd(&self) -> Option<std::os::fd::OwnedFd> {
+        match &self.stream {
+            Stream::Http(c) => c.try_clone_fd().ok(),
+            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            Stream::Https(_) => None,
+        }
+    }
 }
 
 impl Drop for RefinedTcpStream {
