@@ -157,6 +157,17 @@ pub enum Record {
         /// Only with `--audit-args`, on `approval_requested`.
         args: Option<Value>,
     },
+    /// The wheel of an own display changed hands (§23).
+    Wheel {
+        grant_id: String,
+        /// Who took or gave it (`idle` when the idle time gave it back).
+        principal: String,
+        /// `taken`, `given` or `idle`.
+        event: &'static str,
+        /// Who holds it now: `agent` or `lender`.
+        holder: &'static str,
+        epoch: u64,
+    },
 }
 
 /// A peer-chosen tool name as its [`label::name`], reusing the string when it is already safe.
@@ -246,6 +257,7 @@ impl Record {
             Record::Job { ended: false, .. } => "job_started",
             Record::Job { ended: true, .. } => "job_ended",
             Record::Approval { .. } => "approval",
+            Record::Wheel { .. } => "wheel",
         }
     }
 
@@ -350,6 +362,19 @@ impl Record {
                     waited_secs.map(|s| Plain(((s * 1000.0).round() / 1000.0).into())),
                 );
                 put("args", args.map(Args));
+            }
+            Record::Wheel {
+                grant_id,
+                principal,
+                event,
+                holder,
+                epoch,
+            } => {
+                put("grant_id", Some(Text(grant_id)));
+                put("principal", Some(Text(principal)));
+                put("event", Some(Plain(event.into())));
+                put("holder", Some(Plain(holder.into())));
+                put("epoch", Some(Plain(epoch.into())));
             }
         }
         out

@@ -201,6 +201,7 @@ impl Daemon {
             .map_err(|e| Error::io("start the process watcher", e))?;
         let jobs = Arc::clone(&host.jobs);
         jobs.report_to(audit.clone(), metrics.clone());
+        host.own_displays.report_to(audit.clone());
         // What a crashed run left of its grants' own displays (§19) goes before any resumes.
         host.own_displays.clean_stale();
         // Before any grant resumes: what a crashed daemon left running is killed first.

@@ -27,6 +27,8 @@ pub struct JobCtl {
     stopped: Mutex<Option<String>>,
     /// How a held call was decided (who, when, what), for the journal (§22).
     approval: Mutex<Option<serde_json::Value>>,
+    /// The wheel epoch a call that drives an own display was admitted under (§23).
+    wheel_epoch: std::sync::OnceLock<u64>,
 }
 
 /// Told once when a call is cancelled: for a wait that no process group stands for.
@@ -47,6 +49,16 @@ impl JobCtl {
 
     pub fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Stamp the call with the wheel epoch it is admitted under (once; §23).
+    pub fn admit_wheel(&self, epoch: u64) {
+        let _ = self.wheel_epoch.set(epoch);
+    }
+
+    /// The wheel epoch the call was admitted under, if it drives an own display.
+    pub fn wheel_epoch(&self) -> Option<u64> {
+        self.wheel_epoch.get().copied()
     }
 
     /// Mark cancelled, SIGKILL every registered process group and run every hook.

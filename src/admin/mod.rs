@@ -8,6 +8,7 @@ pub mod console;
 pub mod journal;
 pub mod lanes;
 mod own_screen;
+mod view;
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -66,6 +67,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/attach/{id}"),
     ("DELETE", "/attach/{id}"),
     ("GET", "/attach/{id}/screen"),
+    ("GET", "/attach/{id}/view"),
+    ("POST", "/attach/{id}/wheel"),
     ("GET", "/attach/{id}/journal"),
     ("GET", "/attach/{id}/journal.html"),
     ("GET", "/journals"),
@@ -822,6 +825,8 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
             }
         }
         ("GET", "/attach/{id}/screen") => own_screen::get(state, request, id, principal),
+        ("GET", "/attach/{id}/view") => view::get(state, request, id),
+        ("POST", "/attach/{id}/wheel") => view::wheel_post(state, request, id, &principal),
         ("GET", "/attach/{id}/journal") => journal::lines(state, request, id),
         ("GET", "/attach/{id}/journal.html") => journal::page(state, request, id),
         ("GET", "/journals") => journal::list(state, request),

@@ -14,6 +14,13 @@ pub const MAX_EDGE: u32 = 8192;
 pub const DEFAULT_MAX: usize = 2;
 pub const MAX_MAX: usize = 16;
 
+/// Default and largest `--live-view-max-viewers`.
+pub const DEFAULT_MAX_VIEWERS: usize = 4;
+pub const MAX_MAX_VIEWERS: usize = 32;
+/// Default `--wheel-idle-secs`, and its largest (a day).
+pub const DEFAULT_WHEEL_IDLE_SECS: u64 = 300;
+pub const MAX_WHEEL_IDLE_SECS: u64 = 86_400;
+
 /// Parse `--own-display-size`: `WxH`, each edge in `MIN_EDGE..=MAX_EDGE`.
 pub fn parse_size(text: &str) -> Result<(u32, u32), String> {
     let wrong = || {
@@ -55,6 +62,11 @@ pub struct OwnDisplaySettings {
     pub isolation: Option<super::IsolationMode>,
     /// `--own-display-network`: whether that wall gets a network namespace of its own.
     pub network: Network,
+    /// Live viewers of one own display at once (`--live-view-max-viewers`, §23).
+    pub max_viewers: usize,
+    /// The lender's lease of the wheel ends after this long without their input
+    /// (`--wheel-idle-secs`, §23).
+    pub wheel_idle: Duration,
     /// Where the X server keeps its sockets and lock files (`/tmp`; a test may not change it,
     /// Xvfb does not let it be changed, but the cleanup's reading of it is one place).
     pub x_tmp: PathBuf,
@@ -91,6 +103,8 @@ impl Default for OwnDisplaySettings {
             dir: None,
             isolation: None,
             network: Network::Pasta,
+            max_viewers: DEFAULT_MAX_VIEWERS,
+            wheel_idle: Duration::from_secs(DEFAULT_WHEEL_IDLE_SECS),
             x_tmp: PathBuf::from("/tmp"),
         }
     }

@@ -488,6 +488,30 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         },
     },
     Flag {
+        name: "live-view-max-viewers",
+        env: true,
+        default: "4",
+        help: "Live viewers (GET /attach/{id}/view) of one own display at once; one more is answered 429.",
+        kind: Kind::Int {
+            metavar: "N",
+            min: 1,
+            max: super::own_display::MAX_MAX_VIEWERS as u64,
+            set: |d, v| d.config.own_display.max_viewers = v as usize,
+        },
+    },
+    Flag {
+        name: "wheel-idle-secs",
+        env: true,
+        default: "300",
+        help: "The wheel of an own display goes back to the agent after this long without input from the lender's live view (POST /attach/{id}/wheel takes it).",
+        kind: Kind::Int {
+            metavar: "SECS",
+            min: 1,
+            max: super::own_display::MAX_WHEEL_IDLE_SECS,
+            set: |d, v| d.config.own_display.wheel_idle = Duration::from_secs(v),
+        },
+    },
+    Flag {
         name: "max-screenshot-edge",
         env: true,
         default: "1920",

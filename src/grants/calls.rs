@@ -44,6 +44,13 @@ impl Services {
         cx: &CallContext,
         done: Completion,
     ) -> Completion {
+        // Admitted now (§23): a call that drives its own display is checked against this
+        // wheel epoch when it reaches the display.
+        if matches!(route, Route::Local) && tools::display::wheel::drives(name) {
+            if let Some(own) = tools::display::own::own_of(cx) {
+                cx.ctl.admit_wheel(own.wheel().epoch());
+            }
+        }
         let capture = self.screen_capture(route, name, arguments, cx);
         let done = self
             .journal

@@ -416,11 +416,12 @@ impl Entry {
         }
         if self.policy.own_display() {
             v.insert("display".into(), json!("own"));
-            let state = match own.get(&self.id) {
-                Some(d) => d.to_json(),
-                None => json!({"own": true, "running": false}),
+            let (state, wheel) = match own.get(&self.id) {
+                Some(d) => (d.to_json(), d.wheel().holder().as_str()),
+                None => (json!({"own": true, "running": false}), "agent"),
             };
             v.insert("own_display".into(), state);
+            v.insert("wheel".into(), json!(wheel));
         }
         v.insert("principal".into(), json!(self.principal));
         v.insert("created_at".into(), json!(rfc3339(self.created_at)));
@@ -1181,6 +1182,8 @@ impl Registry {
         }
         for (id, profile) in &live {
             self.services.host.apps.end_scope(id);
+            // Its live viewers go too (its display's processes die with its cgroup).
+            self.services.host.own_displays.end_viewers(id);
             self.services.host.confine.kill_grant(id);
             if *profile == Profile::Browser {
                 if let Some(browsers) = &self.services.browsers {

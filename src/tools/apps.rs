@@ -411,6 +411,11 @@ fn open_start(args: Value, cx: CallContext, done: Completion) {
         cx,
         done,
         Box::new(move |cx, done| {
+            // The wheel (§23), checked where the app would start.
+            let own = super::display::own::own_of(&cx);
+            if let Some(Err(why)) = own.map(|o| o.may_drive(cx.ctl.wheel_epoch())) {
+                return done.complete(ToolOutput::tool_error(why));
+            }
             done.complete(match open(&args, &cx) {
                 Ok(out) => out,
                 Err(why) => ToolOutput::tool_error(why),

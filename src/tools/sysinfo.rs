@@ -385,6 +385,8 @@ struct AnswerKey {
     probe: Arc<Probe>,
     /// The answer asked for `{"detail":true}`.
     detail: bool,
+    /// The own display's wheel epoch (§23): every change of hands is a new answer.
+    wheel: Option<u64>,
 }
 
 impl AnswerKey {
@@ -397,6 +399,7 @@ impl AnswerKey {
             && self.live_age == other.live_age
             && Arc::ptr_eq(&self.probe, &other.probe)
             && self.detail == other.detail
+            && self.wheel == other.wheel
     }
 }
 
@@ -496,6 +499,10 @@ fn collect_from(
     }
     let isolation = super::display::own::call_isolation(cx);
     map.insert("isolation".into(), isolation.into());
+    // Who drives the grant's own display (§23): the agent, or the lender.
+    if let Some(own) = super::display::own::own_of(cx) {
+        map.insert("wheel".into(), own.wheel().holder().as_str().into());
+    }
     let open_channel = (isolation == "none"
         && super::display::own::walls_apply(cx)
         && escalation.shell.as_str() != "no")
@@ -720,6 +727,7 @@ fn brief(info: &Value) -> Value {
         "max_run_secs",
         "containment",
         "isolation",
+        "wheel",
     ] {
         if let Some(v) = info.get(key).filter(|v| !v.is_null()) {
             out.insert(key.into(), v.clone());
@@ -911,6 +919,7 @@ pub fn from_cache(args: &Value, cx: &CallContext) -> Option<ToolOutput> {
         live_age: age.as_secs(),
         probe: Arc::clone(&probe),
         detail,
+        wheel: super::display::own::own_of(cx).map(|o| o.wheel().epoch()),
     };
     let answers = &cx.host.sys_info_answers;
     let json = match answers.get(&key) {

@@ -12,6 +12,7 @@ pub mod own;
 mod probe;
 mod tools;
 mod wayland;
+pub mod wheel;
 mod x11;
 
 use std::collections::BTreeMap;
@@ -214,6 +215,14 @@ pub(crate) fn dispatch(
 ) {
     let host = cx.host.clone();
     let own = own::own_of(&cx);
+    // The wheel (§23): checked now, and again when the display thread takes the call.
+    let drives = own.is_some() && wheel::drives(tool.name());
+    let admitted = cx.ctl.wheel_epoch();
+    if let Some(own) = own.as_ref().filter(|_| drives) {
+        if let Err(why) = own.may_drive(admitted) {
+            return done.complete(ToolOutput::tool_error(why));
+        }
+    }
     let slot = Arc::new(Mutex::new(Some(done)));
     let job_slot = slot.clone();
     let job_own = own.clone();
@@ -224,6 +233,11 @@ pub(crate) fn dispatch(
         if cx.ctl.is_cancelled() {
             done.complete(ToolOutput::tool_error("cancelled before it started"));
             return;
+        }
+        if let Some(own) = job_own.as_ref().filter(|_| drives) {
+            if let Err(why) = own.may_drive(admitted) {
+                return done.complete(ToolOutput::tool_error(why));
+            }
         }
         let probe = match &job_own {
             None => cx.host.display.probe(&cx.host.config, &cx.host.processes),

@@ -54,6 +54,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::process::{Child, Stdio};
 use std::time::Instant;
 
+use super::wheel::{Viewers, Wheel};
 use super::*;
 use crate::cgroup::{RunGroup, MARKER_ENV};
 pub use crate::config::own_display::*;
@@ -164,6 +165,8 @@ pub struct OwnDisplays {
     /// flight gets an ended display, never a new one nobody would stop.
     ended: Mutex<std::collections::VecDeque<String>>,
     running: Arc<Mutex<usize>>,
+    /// Where the wheel's changes of hands are recorded (§23), once the daemon has an audit.
+    audit: Arc<std::sync::OnceLock<crate::audit::Audit>>,
 }
 
 impl OwnDisplays {
@@ -174,7 +177,13 @@ impl OwnDisplays {
             entries: Mutex::new(HashMap::new()),
             ended: Mutex::new(std::collections::VecDeque::new()),
             running: Arc::new(Mutex::new(0)),
+            audit: Arc::default(),
         }
+    }
+
+    /// Record the wheels' changes of hands in `audit` from now on.
+    pub fn report_to(&self, audit: crate::audit::Audit) {
+        let _ = self.audit.set(audit);
     }
 
     pub fn options(&self) -> &OwnOptions {
@@ -195,6 +204,8 @@ impl OwnDisplays {
                 ended: std::sync::atomic::AtomicBool::new(ended),
                 isolation: self.isolation(),
                 network: self.network(),
+                wheel: Wheel::new(grant, self.opts.wheel_idle, Arc::clone(&self.audit)),
+                viewers: Arc::default(),
             })
         };
         let mut entries = lock(&self.entries);
@@ -283,6 +294,13 @@ impl OwnDisplays {
     /// The grant's own display if it has been asked for, without creating one.
     pub fn get(&self, grant: &str) -> Option<Arc<OwnDisplay>> {
         lock(&self.entries).get(grant).cloned()
+    }
+
+    /// Close every live viewer of the grant's own display (a halt, §22/§23).
+    pub fn end_viewers(&self, grant: &str) {
+        if let Some(own) = self.get(grant) {
+            own.viewers.end_all();
+        }
     }
 
     /// Own displays running now.
@@ -382,6 +400,10 @@ pub struct OwnDisplay {
     isolation: &'static str,
     /// Whether that wall has its own network (`pasta`) or the box's (`shared`).
     network: &'static str,
+    /// Who drives it: the agent, or the lender through the live view (§23).
+    wheel: Wheel,
+    /// The live view's viewers of it.
+    viewers: Arc<Viewers>,
 }
 
 #[derive(Clone, Debug)]
@@ -446,6 +468,23 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl OwnDisplay {
     pub fn grant(&self) -> &str {
         &self.grant
+    }
+
+    /// Who drives it (§23).
+    pub fn wheel(&self) -> &Wheel {
+        &self.wheel
+    }
+
+    /// The live view's viewers of it (§23).
+    pub fn viewers(&self) -> &Arc<Viewers> {
+        &self.viewers
+    }
+
+    /// Whether a call of the agent that drives the display, admitted under the wheel
+    /// epoch `admitted` (`None`: not stamped, checked against now), may act now.
+    pub fn may_drive(&self, admitted: Option<u64>) -> Result<(), String> {
+        self.wheel
+            .check(admitted.unwrap_or_else(|| self.wheel.epoch()))
     }
 
     /// The display's variables when it is running now (never waits on a start).
@@ -814,6 +853,7 @@ impl OwnDisplay {
     /// timeout): then a thread of its own stops the display once the start is done.
     fn end(self: Arc<Self>) {
         self.ended.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.viewers.end_all();
         // The display thread ends when its queue's sender goes.
         lock(&self.state.queue).take();
         let taken = match self.live.try_lock() {
@@ -846,6 +886,7 @@ impl OwnDisplay {
     /// X socket and lock file a killed Xvfb leaves, and the runtime directory.
     fn stop_live(&self, mut l: Live) {
         lock(&self.shown).take();
+        self.viewers.end_all();
         let xvfb_pid = l.xvfb.id();
         for child in [l.wm.as_mut(), l.bus.as_mut(), Some(&mut l.xvfb)]
             .into_iter()

@@ -1,0 +1,533 @@
+//! The live view and the wheel (contract §23) on an in-process daemon with a stub pod:
+//! a raw RFB client over `GET /attach/{id}/view` against a real own display on `Xvnc`,
+//! the pointer read back through the grant's own `xdotool getmouselocation`, the agent's
+//! `mouse`/`key` refused while the lender holds the wheel, and the refusals of `/view`.
+//! Skips, saying why, where `Xvnc` or `xdotool` is missing (CI installs both).
+
+mod common;
+
+use std::io::ErrorKind;
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+use tungstenite::client::IntoClientRequest;
+use tungstenite::{Message, WebSocket};
+
+const SIZE: (u16, u16) = (640, 480);
+
+fn skip(test: &str) -> bool {
+    for program in ["Xvnc", "xdotool"] {
+        if !Path::new("/usr/bin").join(program).exists() {
+            eprintln!("SKIPPED {test}: {program} is not installed (scripts/ci/packages.sh)");
+            return true;
+        }
+    }
+    false
+}
+
+fn daemon(tag: &str, tweak: impl FnOnce(&mut handnode::config::Config)) -> TestDaemon {
+    TestDaemon::with(tag, move |c| {
+        quiet_liveness(c);
+        c.display_env = Some(
+            [("PATH", "/usr/local/bin:/usr/bin:/bin")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        c.own_display.size = (u32::from(SIZE.0), u32::from(SIZE.1));
+        c.own_display.stop_timeout = Duration::from_millis(500);
+        tweak(c);
+    })
+}
+
+struct Agent {
+    conn: PodConn,
+    next: u64,
+}
+
+impl Agent {
+    fn call(&mut self, tool: &str, args: Value) -> Value {
+        self.next += 1;
+        let reply = self.conn.call_tool(json!(self.next), tool, args);
+        result(&reply).clone()
+    }
+
+    fn ok(&mut self, tool: &str, args: Value) -> Value {
+        let r = self.call(tool, args.clone());
+        assert_ne!(r["isError"], true, "{tool} {args}: {r}");
+        r
+    }
+
+    fn bash(&mut self, command: &str) -> String {
+        let r = self.ok("bash", json!({ "command": command }));
+        r["structuredContent"]["stdout"]
+            .as_str()
+            .unwrap_or_else(|| panic!("bash stdout: {r}"))
+            .to_string()
+    }
+
+    /// Where the pointer is on the grant's own display, by its own xdotool.
+    fn pointer(&mut self) -> (u32, u32) {
+        let out = self.bash("xdotool getmouselocation");
+        let field = |name: &str| -> u32 {
+            out.split_whitespace()
+                .find_map(|w| w.strip_prefix(name))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("getmouselocation: {out:?}"))
+        };
+        (field("x:"), field("y:"))
+    }
+
+    /// The call's text when it was refused.
+    fn refused(&mut self, tool: &str, args: Value) -> String {
+        let r = self.call(tool, args.clone());
+        assert_eq!(r["isError"], true, "{tool} {args} was not refused: {r}");
+        r["content"][0]["text"].as_str().unwrap_or("").to_string()
+    }
+}
+
+fn agent(d: &TestDaemon, pod: &StubPod, session: &str, own: bool) -> (String, Agent) {
+    let mut body = attach_body(pod, session, "desktop");
+    if own {
+        body["display"] = json!("own");
+    }
+    let (id, mut conn) = d.attached_with(pod, body);
+    conn.set_read_timeout(Duration::from_secs(60));
+    conn.initialize();
+    (id, Agent { conn, next: 100 })
+}
+
+/// A raw RFB client over the live view's WebSocket.
+struct Viewer {
+    ws: WebSocket<TcpStream>,
+    buf: Vec<u8>,
+}
+
+/// Open `/view` with the token (unless `token` is false) and `headers`; the refusal's
+/// status and body otherwise.
+fn open_view(
+    d: &TestDaemon,
+    id: &str,
+    token: bool,
+    headers: &[(&str, &str)],
+) -> Result<Viewer, (u16, String)> {
+    let mut req = format!("ws://{}/attach/{id}/view", d.addr)
+        .into_client_request()
+        .unwrap();
+    if token {
+        req.headers_mut().insert(
+            "Authorization",
+            format!("Bearer {}", d.token).parse().unwrap(),
+        );
+    }
+    for (k, v) in headers {
+        let name: tungstenite::http::HeaderName = k.parse().unwrap();
+        req.headers_mut().insert(name, v.parse().unwrap());
+    }
+    let tcp = TcpStream::connect(d.addr).unwrap();
+    tcp.set_read_timeout(Some(WATCHDOG)).unwrap();
+    match tungstenite::client::client(req, tcp) {
+        Ok((ws, _)) => Ok(Viewer {
+            ws,
+            buf: Vec::new(),
+        }),
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(resp))) => Err((
+            resp.status().as_u16(),
+            String::from_utf8_lossy(resp.body().as_deref().unwrap_or_default()).into(),
+        )),
+        Err(e) => panic!("the upgrade failed otherwise: {e}"),
+    }
+}
+
+fn view(d: &TestDaemon, id: &str) -> Viewer {
+    open_view(d, id, true, &[]).unwrap_or_else(|e| panic!("/view refused: {e:?}"))
+}
+
+impl Viewer {
+    fn send(&mut self, bytes: &[u8]) {
+        self.ws.send(Message::binary(bytes.to_vec())).unwrap();
+    }
+
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        while self.buf.len() < n {
+            match self.ws.read() {
+                Ok(Message::Binary(b)) => self.buf.extend_from_slice(&b),
+                Ok(Message::Close(f)) => panic!("the view closed: {f:?}"),
+                Ok(_) => {}
+                Err(e) => panic!("watchdog or error reading the view: {e}"),
+            }
+        }
+        let rest = self.buf.split_off(n);
+        std::mem::replace(&mut self.buf, rest)
+    }
+
+    fn u16(&mut self) -> u16 {
+        let b = self.bytes(2);
+        u16::from_be_bytes([b[0], b[1]])
+    }
+
+    fn u32(&mut self) -> u32 {
+        let b = self.bytes(4);
+        u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+    }
+
+    /// The handshake through ServerInit: the server's version line and the screen size.
+    fn handshake(&mut self) -> (String, (u16, u16)) {
+        let version = String::from_utf8(self.bytes(12)).unwrap();
+        self.send(b"RFB 003.008\n");
+        let n = self.bytes(1)[0] as usize;
+        let types = self.bytes(n);
+        assert!(types.contains(&1), "security None is offered: {types:?}");
+        self.send(&[1]);
+        assert_eq!(self.u32(), 0, "SecurityResult OK");
+        self.send(&[1]); // ClientInit, shared
+        let size = (self.u16(), self.u16());
+        let format = self.bytes(16);
+        assert_eq!(format[0], 32, "32 bits per pixel: {format:?}");
+        let name = self.u32() as usize;
+        self.bytes(name);
+        (version, size)
+    }
+
+    /// Ask for a (small) update and read it whole: the rectangles' count. The server
+    /// answers after it has handled everything sent before, so this also orders input.
+    fn update(&mut self) -> u16 {
+        self.send(&handnode::base::rfb::update_request(false, 8, 8));
+        loop {
+            let kind = self.bytes(1)[0];
+            match kind {
+                0 => {
+                    self.bytes(1);
+                    let rects = self.u16();
+                    for _ in 0..rects {
+                        let (_, _, w, h) = (self.u16(), self.u16(), self.u16(), self.u16());
+                        let encoding = self.u32() as i32;
+                        match encoding {
+                            0 => {
+                                self.bytes(usize::from(w) * usize::from(h) * 4);
+                            }
+                            // A pseudo-encoding without data (the default set has none).
+                            e => panic!("unexpected encoding {e}"),
+                        }
+                    }
+                    return rects;
+                }
+                // Bell.
+                2 => {}
+                // ServerCutText.
+                3 => {
+                    self.bytes(3);
+                    let n = self.u32() as usize;
+                    self.bytes(n);
+                }
+                other => panic!("unexpected server message {other}"),
+            }
+        }
+    }
+
+    fn pointer(&mut self, x: u16, y: u16) {
+        self.send(&handnode::base::rfb::pointer_event(0, x, y));
+        self.update();
+    }
+
+    /// The close code the daemon ends the view with.
+    fn closed(&mut self) -> u16 {
+        loop {
+            match self.ws.read() {
+                Ok(Message::Close(f)) => return f.map_or(1005, |f| u16::from(f.code)),
+                Ok(_) => {}
+                Err(tungstenite::Error::Io(e)) if e.kind() == ErrorKind::WouldBlock => {
+                    panic!("watchdog: the view was not closed")
+                }
+                Err(_) => return 1006,
+            }
+        }
+    }
+}
+
+fn wheel(d: &TestDaemon, id: &str, take: bool) -> Value {
+    let (status, v) = d.call(
+        "POST",
+        &format!("/attach/{id}/wheel"),
+        Some(&json!({ "take": take })),
+    );
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+#[test]
+fn a_viewer_watches_and_its_pointer_moves_only_while_the_lender_holds_the_wheel() {
+    if skip("a_viewer_watches_and_its_pointer_moves_only_while_the_lender_holds_the_wheel") {
+        return;
+    }
+    let pod = StubPod::start();
+    let d = daemon("live-view", |c| c.own_display.max_viewers = 2);
+    let (id, mut a) = agent(&d, &pod, "live", true);
+    // Not started yet: nothing to view.
+    let (status, body) = open_view(&d, &id, true, &[]).err().expect("refused");
+    assert_eq!(status, 409, "{body}");
+    a.ok("mouse", json!({"action": "move", "x": 10, "y": 10}));
+    let g = d.grant(&id);
+    assert_eq!(g["own_display"]["server"], "Xvnc", "{g}");
+    assert_eq!(g["wheel"], "agent", "{g}");
+    assert_eq!(a.pointer(), (10, 10));
+
+    // Its RFB socket is the daemon's alone: /dev/null inside the grant's wall.
+    let inside = a.bash("test -S \"$XDG_RUNTIME_DIR/rfb.sock\" && echo socket || echo covered");
+    assert_eq!(inside.trim(), "covered");
+    assert!(Path::new(&format!(
+        "{}/rfb.sock",
+        g["own_display"]["runtime_dir"].as_str().unwrap()
+    ))
+    .exists());
+
+    let mut v = view(&d, &id);
+    let (version, size) = v.handshake();
+    assert!(version.starts_with("RFB 003.00"), "{version:?}");
+    assert_eq!(size, SIZE, "ServerInit gives the own display's size");
+    assert!(v.update() >= 1, "a framebuffer update");
+
+    // View-only: the viewer's pointer does not move the display's.
+    v.pointer(300, 200);
+    assert_eq!(
+        a.pointer(),
+        (10, 10),
+        "a dropped PointerEvent moved the pointer"
+    );
+
+    // The lender takes the wheel: now it does, and the agent's input is refused.
+    let w = wheel(&d, &id, true);
+    assert_eq!(w["wheel"], "lender", "{w}");
+    v.pointer(300, 200);
+    assert_eq!(a.pointer(), (300, 200));
+    for (tool, args) in [
+        ("mouse", json!({"action": "click", "x": 5, "y": 5})),
+        ("key", json!({"action": "type", "text": "x"})),
+    ] {
+        let text = a.refused(tool, args);
+        assert!(
+            text.contains("the person who lent the box has the wheel"),
+            "{tool}: {text}"
+        );
+    }
+    assert_eq!(a.pointer(), (300, 200), "a refused click moved nothing");
+    assert_eq!(d.grant(&id)["wheel"], "lender");
+    let brief = a.ok("sys_info", json!({}));
+    assert_eq!(brief["structuredContent"]["wheel"], "lender", "{brief}");
+    let detail = a.ok("sys_info", json!({"detail": true}));
+    assert_eq!(detail["structuredContent"]["wheel"], "lender");
+
+    // The lease is the display's, not the viewer's: a new viewer still drives.
+    drop(v);
+    let mut v = view(&d, &id);
+    v.handshake();
+    v.pointer(50, 60);
+    assert_eq!(a.pointer(), (50, 60));
+    assert_eq!(d.grant(&id)["wheel"], "lender");
+
+    // Given back: the viewer is view-only again and the agent acts.
+    let w = wheel(&d, &id, false);
+    assert_eq!(w["wheel"], "agent", "{w}");
+    v.pointer(400, 400);
+    assert_eq!(a.pointer(), (50, 60));
+    a.ok("mouse", json!({"action": "move", "x": 20, "y": 30}));
+    assert_eq!(a.pointer(), (20, 30));
+    a.ok("key", json!({"action": "press", "keys": ["shift"]}));
+    assert_eq!(
+        a.ok("sys_info", json!({}))["structuredContent"]["wheel"],
+        "agent"
+    );
+
+    // At most two viewers (--live-view-max-viewers 2): a third is refused.
+    let mut second = view(&d, &id);
+    second.handshake();
+    let (status, body) = open_view(&d, &id, true, &[]).err().expect("a third viewer");
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("already has 2 viewers"), "{body}");
+
+    // Every change of hands is audited.
+    let audit = d.wait_audit("the wheel's changes", |a| {
+        a.matches("\"kind\":\"wheel\"").count() >= 2
+    });
+    assert!(audit.contains("\"event\":\"taken\""), "{audit}");
+    assert!(audit.contains("\"event\":\"given\""), "{audit}");
+
+    // The grant ends: its viewers are closed.
+    let (status, _) = d.call("DELETE", &format!("/attach/{id}"), None);
+    assert_eq!(status, 204);
+    for viewer in [&mut v, &mut second] {
+        let code = viewer.closed();
+        assert!(code == 1001 || code == 1006, "close code {code}");
+    }
+}
+
+/// A call admitted before the take-over and reaching the display after it is refused;
+/// one that went first runs.
+#[test]
+fn a_call_admitted_before_the_take_over_cannot_act_after_it() {
+    if skip("a_call_admitted_before_the_take_over_cannot_act_after_it") {
+        return;
+    }
+    let pod = StubPod::start();
+    let d = daemon("live-view-race", |_| {});
+    let (id, mut a) = agent(&d, &pod, "race", true);
+    a.ok("mouse", json!({"action": "move", "x": 10, "y": 10}));
+    // The display thread is busy typing (about 2 s) while the mouse call waits behind it.
+    a.conn.send(&json!({"jsonrpc": "2.0", "id": "slow", "method": "tools/call",
+        "params": {"name": "key", "arguments": {"action": "type", "text": "aaaa", "delay_ms": 500}}}));
+    a.conn.send(
+        &json!({"jsonrpc": "2.0", "id": "late", "method": "tools/call",
+        "params": {"name": "mouse", "arguments": {"action": "move", "x": 99, "y": 99}}}),
+    );
+    poll_until(
+        || d.call("GET", "/calls", None).1,
+        |c| {
+            c["calls"]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|c| c["tool"] == "mouse"))
+        },
+        |c| format!("watchdog: the mouse call was never listed: {c}"),
+    );
+    wheel(&d, &id, true);
+    let mut replies = std::collections::HashMap::new();
+    while replies.len() < 2 {
+        let r = a.conn.recv();
+        replies.insert(r["id"].as_str().unwrap_or_default().to_string(), r);
+    }
+    let late = result(&replies["late"]);
+    assert_eq!(late["isError"], true, "{late}");
+    let text = late["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains(
+            "the person who lent the box has the wheel: they took it after this call was made"
+        ),
+        "{text}"
+    );
+    wheel(&d, &id, false);
+    assert_eq!(a.pointer(), (10, 10), "the late call moved the pointer");
+}
+
+#[test]
+fn the_wheel_goes_back_after_the_idle_time() {
+    if skip("the_wheel_goes_back_after_the_idle_time") {
+        return;
+    }
+    let pod = StubPod::start();
+    let d = daemon("live-view-idle", |c| {
+        c.own_display.wheel_idle = Duration::from_millis(300)
+    });
+    let (id, mut a) = agent(&d, &pod, "idle", true);
+    a.ok("mouse", json!({"action": "move", "x": 1, "y": 1}));
+    assert_eq!(wheel(&d, &id, true)["wheel"], "lender");
+    d.wait_grant(&id, "the agent's wheel again", |g| g["wheel"] == "agent");
+    a.ok("mouse", json!({"action": "move", "x": 2, "y": 2}));
+    d.wait_audit("the idle give-back", |a| a.contains("\"event\":\"idle\""));
+}
+
+#[test]
+fn view_and_wheel_refuse_what_they_must() {
+    if skip("view_and_wheel_refuse_what_they_must") {
+        return;
+    }
+    let pod = StubPod::start();
+    let d = daemon("live-view-refusals", |_| {});
+    let (id, mut a) = agent(&d, &pod, "own", true);
+    let (box_id, _b) = agent(&d, &pod, "box", false);
+    a.ok("mouse", json!({"action": "move", "x": 1, "y": 1}));
+    // Without auth, with a foreign Origin, for a grant without its own display, unknown.
+    let (status, body) = open_view(&d, &id, false, &[]).err().expect("no token");
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = open_view(&d, &id, true, &[("Origin", "http://evil.example")])
+        .err()
+        .expect("a foreign Origin");
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = open_view(&d, &box_id, true, &[])
+        .err()
+        .expect("no own display");
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("display of their own"), "{body}");
+    let (status, _) = open_view(&d, "no-such-grant", true, &[]).err().unwrap();
+    assert_eq!(status, 404);
+    // A plain GET is not an upgrade.
+    let (status, v) = d.call("GET", &format!("/attach/{id}/view"), None);
+    assert_eq!(status, 400, "{v}");
+    // The wheel's body: exactly {"take":bool}; nothing changes otherwise.
+    for bad in [
+        json!({}),
+        json!({"take": "yes"}),
+        json!({"take": true, "x": 1}),
+        json!([true]),
+    ] {
+        let (status, v) = d.call("POST", &format!("/attach/{id}/wheel"), Some(&bad));
+        assert_eq!(status, 400, "{bad}: {v}");
+    }
+    let (status, _) = d.call(
+        "POST",
+        &format!("/attach/{box_id}/wheel"),
+        Some(&json!({"take": true})),
+    );
+    assert_eq!(status, 404);
+    assert_eq!(d.grant(&id)["wheel"], "agent");
+    // A viewer speaking something else than RFB is closed (1008), and nothing moved.
+    let mut v = view(&d, &id);
+    let (_, size) = v.handshake();
+    assert_eq!(size, SIZE);
+    v.send(&[150, 1, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(v.closed(), 1008);
+
+    // A halt closes the viewers and refuses new ones until resumed.
+    let mut v = view(&d, &id);
+    v.handshake();
+    let (status, h) = d.call("POST", "/halt", Some(&json!({"reason": "test"})));
+    assert_eq!(status, 200, "{h}");
+    let code = v.closed();
+    assert!(code == 1001 || code == 1006, "close code {code}");
+    let (status, body) = open_view(&d, &id, true, &[]).err().expect("halted");
+    assert_eq!(status, 423, "{body}");
+    let (status, _) = d.call(
+        "POST",
+        &format!("/attach/{id}/wheel"),
+        Some(&json!({"take": true})),
+    );
+    assert_eq!(status, 423);
+    let (status, _) = d.call("POST", "/resume", None);
+    assert_eq!(status, 200);
+}
+
+/// A viewer that asks for the whole screen again and again and never reads holds at most
+/// what the sockets hold: the daemon does not grow with what it asked for, and another
+/// viewer is served all along.
+#[test]
+fn a_viewer_that_does_not_read_is_not_read_either() {
+    if skip("a_viewer_that_does_not_read_is_not_read_either") {
+        return;
+    }
+    let pod = StubPod::start();
+    let d = daemon("live-view-backpressure", |_| {});
+    let (id, mut a) = agent(&d, &pod, "slow", true);
+    a.ok("mouse", json!({"action": "move", "x": 1, "y": 1}));
+    let mut slow = view(&d, &id);
+    slow.handshake();
+    let mut fast = view(&d, &id);
+    fast.handshake();
+    let before = vm_rss_kib(None);
+    // 200 whole-screen raw updates: 640x480x4 bytes each, 240 MiB in all if buffered.
+    let whole = handnode::base::rfb::update_request(false, SIZE.0, SIZE.1);
+    for _ in 0..200 {
+        slow.send(&whole);
+    }
+    for _ in 0..20 {
+        assert!(fast.update() >= 1);
+    }
+    let grown = vm_rss_kib(None).saturating_sub(before);
+    println!("rss grew by {grown} KiB while a viewer read nothing");
+    assert!(
+        grown < 64 << 10,
+        "the daemon grew by {grown} KiB: it buffered for the viewer"
+    );
+    // Still there and whole once it reads: nothing was dropped or cut to spare memory.
+    assert!(slow.update() >= 1);
+}
