@@ -375,9 +375,10 @@ fn a_call_admitted_before_the_take_over_cannot_act_after_it() {
     let d = daemon("live-view-race", |_| {});
     let (id, mut a) = agent(&d, &pod, "race", true);
     a.ok("mouse", json!({"action": "move", "x": 10, "y": 10}));
-    // The display thread is busy typing (about 2 s) while the mouse call waits behind it.
+    // The display thread is busy typing (about 4 s, in pieces of two keystrokes) while
+    // the mouse call waits behind it.
     a.conn.send(&json!({"jsonrpc": "2.0", "id": "slow", "method": "tools/call",
-        "params": {"name": "key", "arguments": {"action": "type", "text": "aaaa", "delay_ms": 500}}}));
+        "params": {"name": "key", "arguments": {"action": "type", "text": "aaaaaaaa", "delay_ms": 500}}}));
     a.conn.send(
         &json!({"jsonrpc": "2.0", "id": "late", "method": "tools/call",
         "params": {"name": "mouse", "arguments": {"action": "move", "x": 99, "y": 99}}}),
@@ -404,6 +405,16 @@ fn a_call_admitted_before_the_take_over_cannot_act_after_it() {
         text.contains(
             "the person who lent the box has the wheel: they took it after this call was made"
         ),
+        "{text}"
+    );
+    // The typing admitted before the take-over stops too: at its next piece when it had
+    // started ("key stopped after N of 8 characters: …"), else before it starts.
+    let slow = result(&replies["slow"]);
+    assert_eq!(slow["isError"], true, "{slow}");
+    let text = slow["content"][0]["text"].as_str().unwrap();
+    println!("the typing call: {text}");
+    assert!(
+        text.contains("the person who lent the box has the wheel"),
         "{text}"
     );
     wheel(&d, &id, false);
