@@ -446,8 +446,23 @@ fn view_and_wheel_refuse_what_they_must() {
     let pod = StubPod::start();
     let d = daemon("live-view-refusals", |_| {});
     let (id, mut a) = agent(&d, &pod, "own", true);
-    let (box_id, _b) = agent(&d, &pod, "box", false);
+    let (box_id, mut b) = agent(&d, &pod, "box", false);
     a.ok("mouse", json!({"action": "move", "x": 1, "y": 1}));
+    // Another grant's shell does not reach the socket (the own displays' parent is empty
+    // in its wall).
+    let dir = d.grant(&id)["own_display"]["runtime_dir"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(Path::new(&dir).join("rfb.sock").exists());
+    if d.grant(&box_id)["isolation"] == "bwrap" {
+        let seen = b.bash(&format!(
+            "test -e {dir}/rfb.sock && echo there || echo absent"
+        ));
+        assert_eq!(seen.trim(), "absent");
+    } else {
+        println!("the box grant is not walled here: its shell reaches every runtime dir");
+    }
     // Without auth, with a foreign Origin, for a grant without its own display, unknown.
     let (status, body) = open_view(&d, &id, false, &[]).err().expect("no token");
     assert_eq!(status, 401, "{body}");
@@ -541,4 +556,41 @@ fn a_viewer_that_does_not_read_is_not_read_either() {
     );
     // Still there and whole once it reads: nothing was dropped or cut to spare memory.
     assert!(slow.update() >= 1);
+}
+
+/// Without `Xvnc` an own display runs on Xvfb as before, and `/view` says what to install.
+#[test]
+fn without_xvnc_the_display_runs_on_xvfb_and_view_says_what_to_install() {
+    if skip("without_xvnc_the_display_runs_on_xvfb_and_view_says_what_to_install") {
+        return;
+    }
+    // A PATH with what an own display needs but Xvnc.
+    let bin = temp_dir("live-view-no-xvnc");
+    for program in ["Xvfb", "xdotool", "matchbox-window-manager", "dbus-daemon"] {
+        let target = Path::new("/usr/bin").join(program);
+        if target.exists() {
+            std::os::unix::fs::symlink(&target, bin.join(program)).unwrap();
+        }
+    }
+    let path = bin.display().to_string();
+    let pod = StubPod::start();
+    let d = daemon("live-view-no-xvnc", move |c| {
+        c.display_env = Some([("PATH".to_string(), path)].into_iter().collect());
+    });
+    let (id, mut a) = agent(&d, &pod, "noxvnc", true);
+    a.ok("mouse", json!({"action": "move", "x": 3, "y": 4}));
+    let g = d.grant(&id);
+    assert_eq!(g["own_display"]["server"], "Xvfb", "{g}");
+    assert_eq!(g["own_display"]["live_view"], false, "{g}");
+    let (status, body) = open_view(&d, &id, true, &[]).err().expect("no live view");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("apt install tigervnc-standalone-server"),
+        "{body}"
+    );
+    // The wheel still works: it is about the agent's tools, not the view.
+    assert_eq!(wheel(&d, &id, true)["wheel"], "lender");
+    assert!(a
+        .refused("mouse", json!({"action": "move", "x": 5, "y": 5}))
+        .contains("has the wheel"));
 }
