@@ -426,16 +426,16 @@ impl Drop for Daemon {
     }
 }
 
-/// What a lent folder must neither be nor hold (`tools::files::folder::vet`): the state and
+/// What a lent folder must neither be nor hold (`tools::paths::vet`): the state and
 /// config dirs, `~` and its dirs of secrets, and wherever the admin token was read from
 /// (`--token-file`, `$CREDENTIALS_DIRECTORY`) when that is a file of its own.
-fn protected_dirs(config: &Config) -> tools::files::folder::Protected {
+fn protected_dirs(config: &Config) -> tools::paths::Protected {
     let absolute = |v: std::ffi::OsString| {
         let p = std::path::PathBuf::from(v);
         p.is_absolute().then_some(p)
     };
     let home = std::env::var_os("HOME").and_then(absolute);
-    let mut protected = tools::files::folder::Protected::new(
+    let mut protected = tools::paths::Protected::new(
         &config.state_dir,
         &config.config_dir,
         home.as_deref(),

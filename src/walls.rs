@@ -626,7 +626,7 @@ fn handnode_files(config: &Config) -> Vec<PathBuf> {
 /// around its shell hides, the other grants' own displays among it, and the box's `/proc`
 /// (whose `<pid>/root` shows any process's files; the wall has a `/proc` of its own). The
 /// file tools run in the daemon, outside any wall, so they check each descriptor they open
-/// against it (`tools::files::folder`).
+/// against it (`tools::paths`).
 #[derive(Clone, Debug, Default)]
 pub struct Fence {
     /// Directories and files refused, with all beneath them.

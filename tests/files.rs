@@ -1,12 +1,15 @@
 //! The file tools and the lent folder (contract §18) through a real reverse-attach grant:
 //! the stub pod calls `file_get`/`file_put`/`file_list` over the grant socket. Every
-//! traversal trick is refused (and, where it could write, changes nothing outside), a
+//! traversal trick is refused by every tool that takes a path (read from the registry, so a
+//! new one is attacked too) (and, where it could write, changes nothing outside), a
 //! 100 MiB round trip is byte-exact with its sha256, an interrupted upload leaves nothing
 //! at its path and its part file goes with the grant, two grants cannot see each other's
 //! folders, the folder itself is vetted, and a `files` grant lists exactly its profile's
 //! tools (read from the registry).
 
 mod common;
+#[path = "common/path_tools.rs"]
+mod path_tools;
 
 use std::path::Path;
 
@@ -130,15 +133,12 @@ fn every_traversal_trick_is_refused_and_nothing_outside_changes() {
         ("loop1", "loop"),
     ];
     for (path, why) in tricks {
-        let err = c.refused("file_get", json!({"path": path}));
-        assert!(err.contains(why), "file_get {path}: {err}");
-        let err = c.refused("file_list", json!({"path": path}));
-        assert!(!err.is_empty(), "file_list {path}");
-        let err = c.put(path, b"x", json!({}));
-        assert!(
-            err.get("error").is_some() || err["result"]["isError"] == true,
-            "file_put {path}: {err}"
-        );
+        for tool in path_tools::path_tools() {
+            for path in [path.to_string(), format!("{path}/new")] {
+                let err = c.refused(tool.name, path_tools::with_path(tool, &path));
+                assert!(err.contains(why), "{} {path}: {err}", tool.name);
+            }
+        }
         let err = c.put(&format!("{path}/new"), b"x", json!({"mkdirs": true}));
         assert!(
             err.get("error").is_some() || err["result"]["isError"] == true,
@@ -482,10 +482,17 @@ fn two_grants_with_different_folders_cannot_see_each_others() {
         c.ok("file_get", json!({"path": mine}));
         let err = c.refused("file_get", json!({"path": theirs}));
         assert!(err.contains("no such file"), "{err}");
-        let err = c.refused("file_get", json!({"path": format!("../{}/{theirs}", their_dir.file_name().unwrap().to_str().unwrap())}));
-        assert!(err.contains(".."), "{err}");
-        let err = c.refused("file_get", json!({"path": their_dir.join(theirs)}));
-        assert!(err.contains("absolute"), "{err}");
+        let up = format!(
+            "../{}/{theirs}",
+            their_dir.file_name().unwrap().to_str().unwrap()
+        );
+        let absolute = their_dir.join(theirs).display().to_string();
+        for tool in path_tools::path_tools() {
+            let err = c.refused(tool.name, path_tools::with_path(tool, &up));
+            assert!(err.contains(".."), "{} {up}: {err}", tool.name);
+            let err = c.refused(tool.name, path_tools::with_path(tool, &absolute));
+            assert!(err.contains("absolute"), "{} {absolute}: {err}", tool.name);
+        }
         let listed = c.ok("file_list", json!({"path": "."}));
         let names: Vec<&str> = listed["structuredContent"]["entries"]
             .as_array()

@@ -5,6 +5,8 @@
 //! whose framebuffer file (`-fbdir`) is compared byte for byte.
 
 mod common;
+#[path = "common/path_tools.rs"]
+mod path_tools;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -584,20 +586,31 @@ fn two_grants_see_only_their_own_screens_and_one_past_the_bound_is_refused() {
     ));
     let b_dir = runtime_dir(&d, &idb);
     let tries = [
-        ("file_get", a_cookie.display().to_string()),
-        (
-            "file_get",
-            format!("/proc/{a_xvfb}/root{}", a_cookie.display()),
-        ),
-        ("file_get", b_dir.join("to-a").display().to_string()),
-        ("file_list", d.state_dir().display().to_string()),
-        ("file_list", runtime_dir(&d, &ida).display().to_string()),
+        a_cookie.display().to_string(),
+        format!("/proc/{a_xvfb}/root{}", a_cookie.display()),
+        b_dir.join("to-a").display().to_string(),
+        d.state_dir().display().to_string(),
+        runtime_dir(&d, &ida).display().to_string(),
     ];
-    for (tool, path) in &tries {
-        let got = b.call(tool, json!({ "path": path }));
-        assert_eq!(got["isError"], true, "B's {tool} reached {path}: {got}");
-        let text = got["content"][0]["text"].as_str().unwrap_or_default();
-        assert!(text.contains("out of reach"), "{tool} {path}: {text}");
+    // Every tool that takes a path (from the registry) tries each. One that opens only
+    // directories (or only files) may refuse the other kind before the fence is asked;
+    // each path is fenced for at least one tool, and none reaches any.
+    for path in &tries {
+        let mut fenced = false;
+        for tool in path_tools::path_tools() {
+            let got = b.call(tool.name, path_tools::with_path(tool, path));
+            let tool = tool.name;
+            assert_eq!(got["isError"], true, "B's {tool} reached {path}: {got}");
+            let text = got["content"][0]["text"].as_str().unwrap_or_default();
+            fenced |= text.contains("out of reach");
+            assert!(
+                text.contains("out of reach")
+                    || text.contains("not a directory")
+                    || text.contains("not a regular file"),
+                "{tool} {path}: {text}"
+            );
+        }
+        assert!(fenced, "no tool said {path} is out of reach");
     }
     // Its own runtime directory stays in reach.
     b.ok(

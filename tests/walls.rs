@@ -13,6 +13,8 @@
 //! is attacked here.
 
 mod common;
+#[path = "common/path_tools.rs"]
+mod path_tools;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -281,7 +283,6 @@ fn process_tools() -> Vec<&'static str> {
 #[test]
 fn every_tool_that_reaches_the_box_is_attacked() {
     const ATTACKED: &[&str] = &["bash", "bash_start", "app_open"];
-    const FENCED: &[&str] = &["file_get", "file_put", "file_list"];
     for tool in handnode::tools::registered() {
         match tool.reach {
             Reach::Processes => assert!(
@@ -289,9 +290,11 @@ fn every_tool_that_reaches_the_box_is_attacked() {
                 "{} starts processes but tests/walls.rs does not run the red team through it",
                 tool.name
             ),
-            Reach::Paths => assert!(
-                FENCED.contains(&tool.name),
-                "{} opens paths but tests/walls.rs does not try the lender's files through it",
+            // Each is tried by the_tools_that_take_a_path_never_open_what_the_wall_hides,
+            // which reads them from the registry; a path it does not name would go untried.
+            Reach::Paths(args) => assert!(
+                !args.is_empty(),
+                "{} says it opens paths but names no path argument (Reach::Paths(&[PathArg…]))",
                 tool.name
             ),
             Reach::Nothing => {}
@@ -680,8 +683,10 @@ fn with_a_shared_network_the_grant_json_says_so_and_the_owners_abstract_socket_i
     );
 }
 
+/// Every tool that declares a path (from the registry, so a new one is tried too), under a
+/// lent folder holding symlinks to the admin token and the state dir: each refuses them.
 #[test]
-fn the_file_tools_never_open_what_the_wall_hides() {
+fn the_tools_that_take_a_path_never_open_what_the_wall_hides() {
     let pod = StubPod::start();
     let l = lender("walls-files", |_| {});
     let lent = l.dir.join("lent");
@@ -692,35 +697,23 @@ fn the_file_tools_never_open_what_the_wall_hides() {
     body["folder"] = json!(lent);
     let (_, conn) = l.d.attached_with(&pod, body);
     let mut a = Agent::new(conn);
-    let tries: Vec<(&str, Value)> = vec![
-        ("file_get", json!({"path": "tok"})),
-        ("file_get", json!({"path": "state/grants.json"})),
-        ("file_list", json!({"path": "state"})),
-        ("file_put", json!({"path": "state/planted", "data": "eA=="})),
-    ];
-    let fenced: Vec<&str> = handnode::tools::registered()
-        .iter()
-        .filter(|t| t.reach == Reach::Paths)
-        .map(|t| t.name)
-        .collect();
-    for tool in &fenced {
-        assert!(
-            tries.iter().any(|(t, _)| t == tool),
-            "{tool} opens paths: try the lender's files through it here"
-        );
-    }
-    for (tool, args) in tries {
-        a.next += 1;
-        let r = a.conn.call_tool(json!(a.next), tool, args.clone());
-        assert!(
-            r.get("error").is_some() || r["result"]["isError"] == true,
-            "{tool} {args}: {r}"
-        );
-        assert!(!r.to_string().contains(TOKEN), "{tool} {args}: {r}");
-        assert!(
-            !r.to_string().contains(r#""name":"grants.json""#),
-            "{tool} {args}: {r}"
-        );
+    let lenders = ["tok", "state", "state/grants.json", "state/planted"];
+    for tool in path_tools::path_tools() {
+        for path in lenders {
+            let args = path_tools::with_path(tool, path);
+            a.next += 1;
+            let r = a.conn.call_tool(json!(a.next), tool.name, args.clone());
+            let tool = tool.name;
+            assert!(
+                r.get("error").is_some() || r["result"]["isError"] == true,
+                "{tool} {args}: {r}"
+            );
+            assert!(!r.to_string().contains(TOKEN), "{tool} {args}: {r}");
+            assert!(
+                !r.to_string().contains(r#""name":"grants.json""#),
+                "{tool} {args}: {r}"
+            );
+        }
     }
     assert!(!l.d.state_dir().join("planted").exists());
 }

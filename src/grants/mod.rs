@@ -174,7 +174,7 @@ impl AttachRequest {
         };
         let folder = match obj.get("folder") {
             None | Some(Value::Null) => None,
-            Some(Value::String(f)) => Some(crate::tools::files::folder::parse(f)?),
+            Some(Value::String(f)) => Some(crate::tools::paths::parse(f)?),
             Some(_) => return Err("folder must be a string (an absolute path)".into()),
         };
         if folder.is_none() && profile.requires_folder() {
@@ -868,10 +868,10 @@ impl Registry {
             }
         }
         if let Some(folder) = req.policy.folder() {
-            crate::tools::files::folder::vet(
+            crate::tools::paths::vet(
                 folder,
                 &self.services.host.config.protected,
-                crate::tools::files::folder::open_folder,
+                crate::tools::paths::open_folder,
             )
             .map_err(AttachError::BadRequest)?;
         }
@@ -1274,10 +1274,10 @@ impl Registry {
             let folder = g.folder.as_deref().map(std::path::PathBuf::from);
             if let Some(folder) = &folder {
                 // Vetted again: a folder that no longer passes is not lent again.
-                if let Err(why) = crate::tools::files::folder::vet(
+                if let Err(why) = crate::tools::paths::vet(
                     folder,
                     &self.services.host.config.protected,
-                    crate::tools::files::folder::open_folder,
+                    crate::tools::paths::open_folder,
                 ) {
                     warn!("dropped persisted grant {}: {why}", g.id);
                     continue;

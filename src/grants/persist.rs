@@ -400,7 +400,7 @@ fn entry_to_grant(entry: &Value, now_unix: u64) -> Result<StoredGrant, String> {
     };
     let folder = match obj.get("folder") {
         None | Some(Value::Null) => None,
-        Some(Value::String(f)) if crate::tools::files::folder::parse(f).is_ok() => Some(f.clone()),
+        Some(Value::String(f)) if crate::tools::paths::parse(f).is_ok() => Some(f.clone()),
         Some(_) => return Err("folder is not a plain absolute path".to_string()),
     };
     // A grant that needs a folder and has none would resume wider than it was lent.

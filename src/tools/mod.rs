@@ -13,6 +13,7 @@ pub mod display;
 pub mod env;
 pub mod files;
 pub mod jobs;
+pub mod paths;
 pub mod policy;
 pub mod process;
 pub mod shell;
@@ -124,9 +125,10 @@ pub enum Reach {
     /// Starts processes the agent chooses (a command, an app): each runs inside the
     /// grant's wall ([`display::own::walled_command`]).
     Processes,
-    /// Opens paths the agent names: beneath the lent folder, and never what the wall hides
-    /// ([`files::folder`]).
-    Paths,
+    /// Opens paths the agent names, in these arguments: beneath the lent folder, and never
+    /// what the wall hides, confined by [`paths`] and attacked by the confinement and wall
+    /// tests for every tool that declares them.
+    Paths(&'static [paths::PathArg]),
 }
 
 /// What a tool needs from the box to work: the readiness fact `sys_info` reports as
@@ -154,6 +156,14 @@ impl Tool {
     /// The MCP annotations, from the class.
     pub fn annotations(&self) -> Annotations {
         self.class.annotations()
+    }
+
+    /// The path arguments it declares (`Reach::Paths`); none for any other tool.
+    pub fn takes_path(&self) -> &'static [paths::PathArg] {
+        match self.reach {
+            Reach::Paths(args) => args,
+            _ => &[],
+        }
     }
 }
 
@@ -286,8 +296,8 @@ pub struct ToolConfig {
     pub jobs: jobs::table::JobConfig,
     /// Bytes of unfinished uploads (part files) one grant may hold (`--upload-bytes`).
     pub upload_bytes: u64,
-    /// What a lent folder must neither be nor hold (`files::folder::vet`).
-    pub protected: files::folder::Protected,
+    /// What a lent folder must neither be nor hold (`paths::vet`).
+    pub protected: paths::Protected,
     /// An upstream MCP server is configured, so the browser tools of a profile other than
     /// `browser` exist here; without one `sys_info` does not list them.
     pub upstreams: bool,
@@ -328,7 +338,7 @@ impl Default for ToolConfig {
             display_env: None,
             jobs: jobs::table::JobConfig::default(),
             upload_bytes: crate::config::Limits::default().upload_bytes,
-            protected: files::folder::Protected::default(),
+            protected: paths::Protected::default(),
             upstreams: true,
             apps: Vec::new(),
             app_dirs: None,

@@ -277,7 +277,7 @@ impl ToolPolicy {
     }
 
     /// This policy with a lent folder: its file tools are confined beneath it. The caller
-    /// vetted the folder (`tools::files::folder::vet`).
+    /// vetted the folder (`tools::paths::vet`).
     pub fn with_folder(mut self, folder: Option<PathBuf>) -> ToolPolicy {
         self.folder = folder;
         self

@@ -1,9 +1,8 @@
 //! The file tools (contract §18): `file_get` (a range of a file as an embedded resource
 //! with its SHA-256), `file_put` (chunks into a hidden part file renamed into place on
-//! `final`), `file_list` (a directory's entries). Under a grant that lends a folder every
-//! path is confined beneath it ([`folder`]); without one (a shell-equivalent grant or the
-//! owner's `/mcp`) paths are absolute and reach whatever the daemon's user can, except,
-//! for a grant with its own display, what the wall around its shell hides (`Fence`, §19).
+//! `final`), `file_list` (a directory's entries). Each declares its `path` argument
+//! (`Reach::Paths`) and gets its confinement from [`super::paths`]: beneath a lent folder,
+//! or absolute and fenced for a grant with its own display.
 //!
 //! Their class is `shell` in general (reading and writing any file of the user reaches
 //! the shell: `~/.bashrc`, `~/.ssh/authorized_keys`), and `observe`/`act` under a lent
@@ -13,7 +12,6 @@
 //! on `final` one pass over the part file when its chunks came out of order) and never
 //! waits on another call.
 
-pub mod folder;
 pub mod uploads;
 
 use std::fs::File;
@@ -26,11 +24,11 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::args::{self, Naming};
+use super::paths::{self, PathArg, Refusal};
 use super::{CallContext, Needs, Reach, Tool};
 use crate::pool::Completion;
 use crate::profiles::{Class, Profile};
 use crate::wire::mcp::ToolOutput;
-use folder::Place;
 use uploads::{Key, Part};
 
 /// Default and largest range `file_get` answers, and the largest decoded `file_put` chunk.
@@ -87,7 +85,7 @@ pub static GET: Tool = Tool {
     start: get_start,
     inline: None,
     needs: Needs::Nothing,
-    reach: Reach::Paths,
+    reach: Reach::Paths(&[PathArg::entry("path")]),
     changes_screen: false,
     profiles: PROFILES,
 };
@@ -108,7 +106,7 @@ ends.",
     start: put_start,
     inline: None,
     needs: Needs::Nothing,
-    reach: Reach::Paths,
+    reach: Reach::Paths(&[PathArg::entry("path")]),
     changes_screen: false,
     profiles: PROFILES,
 };
@@ -125,7 +123,7 @@ were more). Under a lent folder `path` is relative to it (\".\" is the folder); 
     start: list_start,
     inline: None,
     needs: Needs::Nothing,
-    reach: Reach::Paths,
+    reach: Reach::Paths(&[PathArg::entry_or_folder("path")]),
     changes_screen: false,
     profiles: PROFILES,
 };
@@ -230,24 +228,6 @@ fn list_schema() -> Value {
     )
 }
 
-/// Where this call's paths lead: the grant's folder, or anywhere. A `files` policy always
-/// carries one (`POST /attach` requires it); a confined policy without one runs nothing.
-fn place(cx: &CallContext) -> Result<Place, String> {
-    match cx.policy.folder() {
-        Some(f) => Place::of(f),
-        None if cx.policy.confined() => Err(
-            "this grant is confined to a lent folder but has none; lend it again with a folder"
-                .into(),
-        ),
-        // A grant with its own display reaches with these tools what its shell's wall
-        // shows.
-        None => Ok(Place::Anywhere(
-            crate::tools::display::own::own_of(cx)
-                .and_then(|own| cx.host.own_displays.file_fence(&own)),
-        )),
-    }
-}
-
 /// The scope of this call's uploads: its grant, or the owner's `/mcp`.
 fn scope(cx: &CallContext) -> String {
     cx.grant
@@ -304,6 +284,14 @@ fn tool_err(m: String) -> Failure {
     Failure::Tool(m)
 }
 
+/// A path refused by [`paths::confine`], as this tool answers it.
+fn refused(r: Refusal) -> Failure {
+    match r {
+        Refusal::Args(m) => Failure::Args(m),
+        Refusal::Place(m) => Failure::Tool(m),
+    }
+}
+
 fn mtime(st: &rustix::fs::Stat) -> String {
     crate::base::timefmt::rfc3339(st.st_mtime.max(0) as u64)
 }
@@ -354,7 +342,7 @@ pub fn mime_type(name: &str) -> &'static str {
 fn get_start(args: Value, cx: CallContext, done: Completion) {
     answer_output(done, || {
         let map = args::object(&args).map_err(args_err)?;
-        let path = string(map, "path").map_err(args_err)?;
+        let given = paths::given(&GET, map).map_err(args_err)?;
         let offset = args::int(map, "offset", 0..=MAX_OFFSET, Naming::Plain, None)
             .map_err(args_err)?
             .unwrap_or(0) as u64;
@@ -367,8 +355,8 @@ fn get_start(args: Value, cx: CallContext, done: Completion) {
         )
         .map_err(args_err)?
         .unwrap_or(DEFAULT_GET_BYTES) as usize;
-        let place = place(&cx).map_err(tool_err)?;
-        let path = place.check(path, false).map_err(args_err)?;
+        let (place, checked) = paths::confine(&GET, given, &cx).map_err(refused)?;
+        let path = checked[0];
         // O_NONBLOCK: opening a FIFO must not wait for a writer; anything but a regular
         // file is refused before a byte is read.
         let fd = place
@@ -451,7 +439,7 @@ struct PutArgs<'a> {
 }
 
 fn put_args(map: &Map<String, Value>) -> Result<PutArgs<'_>, String> {
-    let path = string(map, "path")?;
+    let path = paths::given(&PUT, map)?[0];
     let text = string(map, "data")?;
     // Decoded size from the text's length, before decoding anything.
     if text.len() as i64 > (MAX_CHUNK_BYTES / 3 + 1) * 4 {
@@ -491,8 +479,8 @@ fn put_start(args: Value, cx: CallContext, done: Completion) {
     answer(done, || {
         let map = args::object(&args).map_err(args_err)?;
         let a = put_args(map).map_err(args_err)?;
-        let place = place(&cx).map_err(tool_err)?;
-        let path = place.check(a.path, false).map_err(args_err)?;
+        let (place, checked) = paths::confine(&PUT, vec![a.path], &cx).map_err(refused)?;
+        let path = checked[0];
         let split = place.split(path).map_err(args_err)?;
         let dir = place.open_dir(split.parent, a.mkdirs).map_err(|e| {
             if a.mkdirs {
@@ -723,12 +711,12 @@ fn hash_file(file: &mut File) -> std::io::Result<String> {
 fn list_start(args: Value, cx: CallContext, done: Completion) {
     answer(done, || {
         let map = args::object(&args).map_err(args_err)?;
-        let path = string(map, "path").map_err(args_err)?;
+        let given = paths::given(&LIST, map).map_err(args_err)?;
         let max = args::int(map, "max", 1..=MAX_LIST, Naming::Plain, None)
             .map_err(args_err)?
             .unwrap_or(DEFAULT_LIST) as usize;
-        let place = place(&cx).map_err(tool_err)?;
-        let path = place.check(path, true).map_err(args_err)?;
+        let (place, checked) = paths::confine(&LIST, given, &cx).map_err(refused)?;
+        let path = checked[0];
         let fd = place
             .open(path, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
             .map_err(tool_err)?;

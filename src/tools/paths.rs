@@ -1,6 +1,10 @@
-//! Where a file tool's path leads: the lent folder of a grant (vetted at `POST /attach`,
-//! every path resolved beneath it with `openat2` `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`,
-//! contract §18), or, for a shell-equivalent grant without one, any absolute path.
+//! Where a tool's path arguments lead (contract §18, §19, §26): the one confinement every
+//! tool that takes a path gets, by declaring it in its descriptor (`Reach::Paths` with its
+//! [`PathArg`]s) and asking [`given`] and [`confine`] for the call. Under a grant that lends a
+//! folder (vetted at `POST /attach`, [`vet`]) every path is resolved beneath it with `openat2`
+//! `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`; without one (a shell-equivalent grant or the
+//! owner's `/mcp`) paths are absolute and reach whatever the daemon's user can, except, for a
+//! grant with its own display, what the wall around its shell hides (`Fence`, §19).
 //!
 //! The kernel does the confining: a path is never checked and then opened (a symlink
 //! swapped in between would win), it is opened by `openat2` against the folder's own
@@ -13,7 +17,102 @@ use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags, ResolveFlags, CWD};
 
+use serde_json::{Map, Value};
+
+use super::{CallContext, Tool};
 use crate::walls::Fence;
+
+/// A path argument a tool declares (`Reach::Paths`): the field that holds it and what it
+/// may name. Declaring it is all a tool does to be confined: [`given`] reads it, [`confine`]
+/// checks it for the call's [`Place`], and the confinement and wall tests attack it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PathArg {
+    pub field: &'static str,
+    pub names: Names,
+}
+
+/// What a path argument may name beneath a lent folder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Names {
+    /// Something beneath the folder, never the folder itself (a file to read or write).
+    Entry,
+    /// The folder itself too (`""` or `.`, a directory to list).
+    EntryOrFolder,
+}
+
+impl PathArg {
+    /// A path that names something beneath the folder.
+    pub const fn entry(field: &'static str) -> PathArg {
+        PathArg {
+            field,
+            names: Names::Entry,
+        }
+    }
+
+    /// A path that may also name the folder itself.
+    pub const fn entry_or_folder(field: &'static str) -> PathArg {
+        PathArg {
+            field,
+            names: Names::EntryOrFolder,
+        }
+    }
+}
+
+/// Why a call's path was refused: its shape (`-32602`, invalid params) or the place it
+/// would be resolved in (a tool error: the lent folder cannot be opened now).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    Args(String),
+    Place(String),
+}
+
+/// Each of `tool`'s declared path arguments as given, in declared order: a string is
+/// required. Read with the tool's other arguments, before [`confine`].
+pub fn given<'a>(tool: &Tool, args: &'a Map<String, Value>) -> Result<Vec<&'a str>, String> {
+    tool.takes_path()
+        .iter()
+        .map(|arg| match args.get(arg.field) {
+            Some(Value::String(s)) => Ok(s.as_str()),
+            None | Some(Value::Null) => Err(format!("{} is required", arg.field)),
+            Some(_) => Err(format!("{} must be a string", arg.field)),
+        })
+        .collect()
+}
+
+/// Where this call's paths lead ([`place`]) and each of the [`given`] paths checked for it
+/// ([`Place::check`]), in declared order. Open them only through the returned [`Place`].
+pub fn confine<'a>(
+    tool: &Tool,
+    given: Vec<&'a str>,
+    cx: &CallContext,
+) -> Result<(Place, Vec<&'a str>), Refusal> {
+    let place = place(cx).map_err(Refusal::Place)?;
+    let checked = tool
+        .takes_path()
+        .iter()
+        .zip(given)
+        .map(|(arg, path)| place.check(path, arg.names == Names::EntryOrFolder))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Refusal::Args)?;
+    Ok((place, checked))
+}
+
+/// Where this call's paths lead: the grant's folder, or anywhere. A `files` policy always
+/// carries one (`POST /attach` requires it); a confined policy without one runs nothing.
+pub fn place(cx: &CallContext) -> Result<Place, String> {
+    match cx.policy.folder() {
+        Some(f) => Place::of(f),
+        None if cx.policy.confined() => Err(
+            "this grant is confined to a lent folder but has none; lend it again with a folder"
+                .into(),
+        ),
+        // A grant with its own display reaches with these tools what its shell's wall
+        // shows.
+        None => Ok(Place::Anywhere(
+            super::display::own::own_of(cx).and_then(|own| cx.host.own_displays.file_fence(&own)),
+        )),
+    }
+}
 
 /// Longest path argument, in bytes (Linux's `PATH_MAX`).
 pub const MAX_PATH_BYTES: usize = 4096;
@@ -388,6 +487,43 @@ mod tests {
 
     fn enosys(_: &Path) -> io::Result<OwnedFd> {
         Err(io::Error::from_raw_os_error(libc_enosys()))
+    }
+
+    /// A tool's declared path arguments are required strings of its schema, and a tool with
+    /// a `path` argument declares it: one that forgot would open paths unconfined and go
+    /// unattacked by the confinement and wall tests.
+    #[test]
+    fn every_path_argument_is_declared_and_in_the_schema() {
+        for tool in crate::tools::registered() {
+            let schema = (tool.input_schema)();
+            let required: Vec<&str> = schema["required"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            for arg in tool.takes_path() {
+                assert_eq!(
+                    schema["properties"][arg.field]["type"], "string",
+                    "{}: its path argument {} is not a string of its schema",
+                    tool.name, arg.field
+                );
+                assert!(
+                    required.contains(&arg.field),
+                    "{}: {}",
+                    tool.name,
+                    arg.field
+                );
+            }
+            let declared = tool.takes_path().iter().any(|a| a.field == "path");
+            assert_eq!(
+                schema["properties"].get("path").is_some(),
+                declared,
+                "{}: a `path` argument is declared in `reach: Reach::Paths(&[PathArg::…])` \
+                 exactly when the schema has one, so the tool gets its confinement from here",
+                tool.name
+            );
+        }
     }
 
     #[test]
