@@ -1,5 +1,6 @@
 //! A grant's limits hold (§16, issue 24): a loop that starts 2000 `sleep`s stops at the
-//! grant's `pids_max` while another grant's `ping` stays quick, and a process that
+//! grant's `pids_max` while another grant's `ping` stays quick (the sleeps then live on
+//! until the grant ends, §25), and a process that
 //! allocates twice its grant's `memory_max` is killed with words that say so while the
 //! daemon's own memory does not move. Its own binary: the ping figure must not share the
 //! box's two cores with other tests of this file's kind.
@@ -15,6 +16,20 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{json, Value};
+
+/// Live (not zombie) processes whose argv[0] is exactly `name`.
+fn named(name: &str) -> usize {
+    let mut n = 0;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let zombie =
+            std::fs::read_to_string(entry.path().join("stat")).map_or(true, |s| s.contains(") Z "));
+        if !zombie && cmdline.split(|b| *b == 0).next() == Some(name.as_bytes()) {
+            n += 1;
+        }
+    }
+    n
+}
 
 fn limited(pod: &StubPod, d: &TestDaemon, session: &str, limits: Value) -> (String, PodConn) {
     let mut body = attach_body(pod, session, "owner");
@@ -36,16 +51,20 @@ fn two_thousand_sleeps_stop_at_pids_max_while_another_grant_answers_pings() {
     }
     let (_, mut conn_b) = d.attached(&pod, "bystander", "owner");
     // Bounded: 2000 starts in a loop, never a fork bomb; each failed start is counted.
-    let script = r#"python3 -c '
+    // Each sleep is named for this run, so the test can see them outlive the call (§25).
+    let name = format!("hn-limpids-{}", std::process::id());
+    let script = format!(
+        r#"python3 -c '
 import subprocess
 started = failed = 0
 for i in range(2000):
     try:
-        subprocess.Popen(["sleep", "30"])
+        subprocess.Popen(["{name}", "30"], executable="sleep")
         started += 1
     except OSError:
         failed += 1
-print(started, failed)'"#;
+print(started, failed)'"#
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let pinger = {
         let stop = Arc::clone(&stop);
@@ -84,17 +103,24 @@ print(started, failed)'"#;
         started < 256 && started > 100,
         "pids_max 256 let {started} sleeps start: {r}"
     );
-    // The grant's own processes were all killed with the call (SIGKILLed at its end; they
-    // take a moment to be gone).
-    let mut n = 0;
+    // The sleeps live on in the grant, within its limit, as a call's background
+    // processes do (§25), and the reply counted them...
+    assert!(
+        r["structuredContent"]["background_processes"]
+            .as_u64()
+            .is_some_and(|n| n > 100 && n < 256),
+        "{r}"
+    );
+    let i = conn_a.call_tool(json!("u"), "sys_info", json!({}));
+    let pids = result(&i)["structuredContent"]["grant"]["usage"]["pids"].as_u64();
+    assert!(pids.is_some_and(|n| n > 100 && n <= 256), "{i}");
+    // ...until the grant ends, which kills every one of them.
+    let (status, _) = d.call("DELETE", &format!("/attach/{a}"), None);
+    assert_eq!(status, 204);
     poll_until(
-        || {
-            n += 1;
-            let i = conn_a.call_tool(json!(n), "sys_info", json!({}));
-            result(&i)["structuredContent"]["grant"]["usage"].clone()
-        },
-        |usage| usage["pids"] == 0,
-        |usage| format!("watchdog: the grant still runs processes: {usage}"),
+        || named(&name),
+        |left| *left == 0,
+        |left| format!("watchdog: {left} sleeps outlived the grant"),
     );
     rtts.sort();
     assert!(rtts.len() >= 20, "only {} pings", rtts.len());
