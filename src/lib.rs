@@ -435,11 +435,8 @@ fn protected_dirs(config: &Config) -> tools::paths::Protected {
         p.is_absolute().then_some(p)
     };
     let home = std::env::var_os("HOME").and_then(absolute);
-    let mut protected = tools::paths::Protected::new(
-        &config.state_dir,
-        &config.config_dir,
-        home.as_deref(),
-    );
+    let mut protected =
+        tools::paths::Protected::new(&config.state_dir, &config.config_dir, home.as_deref());
     if let Some(dir) = std::env::var_os("CREDENTIALS_DIRECTORY").and_then(absolute) {
         protected = protected.with("the credentials dir", dir);
     }
