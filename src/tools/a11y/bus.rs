@@ -110,6 +110,8 @@ pub struct Bus {
     pub hung: HashSet<String>,
     /// No call waits past this (the whole snapshot's budget), whatever its own deadline.
     pub until: Option<Instant>,
+    /// Calls sent so far (the bench counts what a snapshot asks).
+    pub sent: usize,
 }
 
 impl Bus {
@@ -122,6 +124,7 @@ impl Bus {
             timeout,
             hung: HashSet::new(),
             until: None,
+            sent: 0,
         })
     }
 
@@ -133,6 +136,7 @@ impl Bus {
             timeout,
             hung: HashSet::new(),
             until: None,
+            sent: 0,
         }
     }
 
@@ -173,6 +177,7 @@ impl Bus {
                         member: r.member,
                         args: &args,
                     });
+                    self.sent += 1;
                     let own = Instant::now() + self.timeout;
                     let at = self.until.map_or(own, |u| u.min(own));
                     inflight.push_back((next, serial, at));

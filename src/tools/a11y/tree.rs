@@ -181,8 +181,9 @@ struct Cand {
     depth: u32,
     /// The rect its scrolled ancestors show (screen pixels), if any.
     clip: Option<[i64; 4]>,
-    /// Its states and extents, when [`shown`] read them.
-    pre: Option<(u64, Option<[i64; 4]>)>,
+    /// Its extents and (unless it is clipped: see [`shown`]) its states, when [`shown`]
+    /// read them.
+    pre: Option<(Option<u64>, Option<[i64; 4]>)>,
 }
 
 /// Roles whose children show only inside their own rect (scrolled areas and lists, whose
@@ -228,6 +229,10 @@ fn bounds_of(answer: &Result<Vec<Val>, DbusError>) -> Option<[i64; 4]> {
 /// The candidates that are shown: state `SHOWING` (not `DEFUNCT`) and, under a scrolled
 /// ancestor, inside its rect. Asked per parent a [`CHUNK`] at a time (see there).
 /// Stops asking (and says it cut the tree) once `examined` reaches `budget`.
+///
+/// Under a scrolled ancestor only the extents are asked here: the rect decides (GTK reports
+/// rows scrolled away as showing), and the states of the few inside it are asked with what
+/// they are ([`read`]'s phase B), so a hidden row costs one call, not two.
 fn shown(
     bus: &mut Bus,
     cands: Vec<Cand>,
@@ -246,7 +251,7 @@ fn shown(
     let mut keep: Vec<Vec<bool>> = groups.iter().map(|g| vec![false; g.0.len()]).collect();
     loop {
         let mut reqs = Vec::new();
-        let mut asked: Vec<(usize, usize)> = Vec::new();
+        let mut asked: Vec<(usize, usize, Option<usize>, usize)> = Vec::new();
         for (gi, (g, pos, _, done)) in groups.iter_mut().enumerate() {
             if *done {
                 continue;
@@ -257,9 +262,13 @@ fn shown(
                 continue;
             }
             for (i, c) in g.iter().enumerate().skip(*pos).take(CHUNK) {
-                reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetState"));
+                // (index of its state answer, if asked; of its extents answer)
+                let state = c.clip.is_none().then(|| {
+                    reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetState"));
+                    reqs.len() - 1
+                });
                 reqs.push(Req::new(&c.bus, &c.path, COMPONENT, "GetExtents").arg(A::U(0)));
-                asked.push((gi, i));
+                asked.push((gi, i, state, reqs.len() - 1));
             }
         }
         if asked.is_empty() {
@@ -268,21 +277,25 @@ fn shown(
         *examined += asked.len();
         let answers = bus.batch(&reqs);
         let mut any: Vec<bool> = vec![false; groups.len()];
-        for (k, &(gi, i)) in asked.iter().enumerate() {
+        for &(gi, i, state, extents) in &asked {
             let c = &mut groups[gi].0[i];
-            let bounds = bounds_of(&answers[2 * k + 1]);
-            if let Ok(v) = &answers[2 * k] {
-                c.pre = Some((state_bits(v), bounds));
+            let bounds = bounds_of(&answers[extents]);
+            let states = match state {
+                Some(k) => match &answers[k] {
+                    Ok(v) => Some(state_bits(v)),
+                    Err(_) => None,
+                },
+                None => None,
+            };
+            if state.is_none() || states.is_some() {
+                c.pre = Some((states, bounds));
             }
             let ok = c.depth == 0
-                || answers[2 * k].as_ref().is_ok_and(|v| {
-                    let bits = state_bits(v);
-                    has(bits, state::SHOWING) && !has(bits, state::DEFUNCT)
-                }) && match (c.clip, bounds) {
+                || match (c.clip, bounds) {
                     (Some(clip), Some(b)) => overlaps(b, clip),
                     // GTK gives a row scrolled out of a list no size.
                     (Some(_), None) => false,
-                    (None, _) => true,
+                    (None, _) => states.is_some_and(is_shown),
                 };
             keep[gi][i] = ok;
             any[gi] |= ok;
@@ -304,6 +317,22 @@ fn shown(
         .flat_map(|((g, ..), k)| g.into_iter().zip(k).filter(|(_, k)| *k).map(|(c, _)| c))
         .collect();
     (kept, cut)
+}
+
+/// Where in phase B's batch one element's answers are.
+#[derive(Clone, Copy)]
+struct Asked {
+    role: usize,
+    name: usize,
+    children: usize,
+    /// Asked when phase A did not read them.
+    states: Option<usize>,
+    extents: Option<usize>,
+}
+
+/// Whether an element in these states is shown.
+fn is_shown(states: u64) -> bool {
+    has(states, state::SHOWING) && !has(states, state::DEFUNCT)
 }
 
 /// Read the tree. `cancelled` is asked between levels.
@@ -429,37 +458,71 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
         if kept.is_empty() {
             break;
         }
-        // Phase B: what each shown element is (its state and extents too, unless phase A
-        // read them already).
-        let mut spans = Vec::with_capacity(kept.len());
+        // Phase B: what each shown element is (its states and extents too, unless phase
+        // A read them already). One batch: its calls cost far more than its round (a
+        // `GetAll` for the name and the child count, to skip leaves' `GetChildren`, took
+        // longer than the calls it saved, measured on GTK).
         let mut reqs = Vec::with_capacity(kept.len() * 5);
+        let mut at: Vec<Asked> = Vec::with_capacity(kept.len());
         for c in &kept {
-            spans.push(reqs.len());
-            reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetRoleName"));
-            reqs.push(Req::prop(&c.bus, &c.path, ACCESSIBLE, "Name"));
-            reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetChildren"));
-            if c.pre.is_none() {
-                reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetState"));
-                reqs.push(Req::new(&c.bus, &c.path, COMPONENT, "GetExtents").arg(A::U(0)));
-            }
+            let mut ask = |req: Req| {
+                reqs.push(req);
+                reqs.len() - 1
+            };
+            let role = ask(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetRoleName"));
+            let name = ask(Req::prop(&c.bus, &c.path, ACCESSIBLE, "Name"));
+            let children = ask(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetChildren"));
+            let (states, extents) = match c.pre {
+                Some((Some(_), _)) => (None, None),
+                Some((None, _)) => (
+                    Some(ask(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetState"))),
+                    None,
+                ),
+                None => (
+                    Some(ask(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetState"))),
+                    Some(ask(
+                        Req::new(&c.bus, &c.path, COMPONENT, "GetExtents").arg(A::U(0))
+                    )),
+                ),
+            };
+            at.push(Asked {
+                role,
+                name,
+                children,
+                states,
+                extents,
+            });
         }
         let answers = bus.batch(&reqs);
         let mut next: Vec<Cand> = Vec::new();
         let mut want_value: Vec<usize> = Vec::new();
         for (k, mut c) in kept.into_iter().enumerate() {
-            let a = &answers[spans[k]..];
-            let Some(role) = string_of(&a[0]) else {
+            let Asked {
+                role: role_at,
+                name: name_at,
+                children: children_at,
+                states: states_at,
+                extents: extents_at,
+            } = at[k];
+            let Some(role) = string_of(&answers[role_at]) else {
                 continue; // gone, or not answering
             };
-            let name = string_of(&a[1]).unwrap_or_default();
+            let name = string_of(&answers[name_at]).unwrap_or_default();
+            let asked_states =
+                states_at.map(|i| answers[i].as_ref().map(|v| state_bits(v)).unwrap_or(0));
             let (states, bounds) = match c.pre.take() {
-                Some(pre) => pre,
+                Some((Some(states), bounds)) => (states, bounds),
+                Some((None, bounds)) => (asked_states.unwrap_or(0), bounds),
                 None => (
-                    a[3].as_ref().map(|v| state_bits(v)).unwrap_or(0),
-                    bounds_of(&a[4]),
+                    asked_states.unwrap_or(0),
+                    extents_at.and_then(|i| bounds_of(&answers[i])),
                 ),
             };
             if has(states, state::DEFUNCT) {
+                continue;
+            }
+            // A clipped element whose states phase A did not read must be showing too.
+            if c.clip.is_some() && c.depth > 0 && !opts.offscreen && !is_shown(states) {
                 continue;
             }
             let index = arena.len();
@@ -495,7 +558,7 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
                 (true, Some(b)) => Some(c.clip.map_or(b, |cl| intersect(cl, b))),
                 _ => c.clip,
             };
-            let (kids, cut_short) = refs_of(&a[2], max_cands);
+            let (kids, cut_short) = refs_of(&answers[children_at], max_cands);
             truncated |= cut_short;
             if c.depth + 1 > MAX_DEPTH {
                 truncated |= !kids.is_empty();
