@@ -15,9 +15,10 @@
 # own_display = own_display_start_ms beside Xvfb + window manager + bus started by hand,
 # owed = owed_reply_peak_kib, issue 23's memory flood beside --write-buffer-bytes,
 # containment = grant_kill_ms beside killing 50 processes by pid; halt = halt_ms_p99 of 16
-# grants x 50 processes beside killing 800 by pid; files; a11y = desktop_snapshot_ms
-# of a zenity list of ~200 shown elements beside screenshot on the same display, needs zenity
-# at-spi2-core dbus-daemon), floors always.
+# grants x 50 processes beside killing 800 by pid; files = file_get and file_put (chunks
+# of the grant's data.maxLength, each request within the pod's 1 MiB) beside the echo;
+# a11y = desktop_snapshot_ms of a zenity list of ~200 shown elements beside a plain
+# pipelined walk of the same elements, needs zenity at-spi2-core dbus-daemon), floors always.
 # --placement pins processes to CPUs (needs taskset, util-linux) so that a floor and the
 # daemon figure it is compared with cross the same CPU boundaries: on a VM a loopback round
 # trip takes ~7 us when both ends share a vCPU and ~60 us when the wake-up crosses to
