@@ -523,6 +523,81 @@ fn view_and_wheel_refuse_what_they_must() {
     assert_eq!(status, 200);
 }
 
+/// The console's way in: a browser's WebSocket cannot send `Authorization`, so it trades
+/// the token for a ticket and offers it as a subprotocol. A ticket opens one view of the
+/// grant it names, once; on another grant it is refused and burned.
+#[test]
+fn a_view_ticket_opens_one_view_of_its_grant_once() {
+    if skip("a_view_ticket_opens_one_view_of_its_grant_once") {
+        return;
+    }
+    let pod = StubPod::start();
+    let d = daemon("live-view-ticket", |_| {});
+    let (id, mut a) = agent(&d, &pod, "own", true);
+    let (other, mut b) = agent(&d, &pod, "other", true);
+    let (box_id, _box) = agent(&d, &pod, "box", false);
+    a.ok("mouse", json!({"action": "move", "x": 1, "y": 1}));
+    b.ok("mouse", json!({"action": "move", "x": 1, "y": 1}));
+    let ticket = |grant: &str| -> String {
+        let (status, v) = d.call("POST", &format!("/attach/{grant}/view-ticket"), None);
+        assert_eq!(status, 200, "{v}");
+        let protocol = v["protocol"].as_str().unwrap().to_string();
+        assert_eq!(
+            protocol,
+            format!("handnode.ticket.{}", v["ticket"].as_str().unwrap())
+        );
+        assert!(v["expires_in_ms"].as_u64().unwrap() > 0, "{v}");
+        protocol
+    };
+    let offer = |protocol: &str| format!("binary, {protocol}");
+    // Good once, without the token.
+    let t = ticket(&id);
+    let mut v = open_view(&d, &id, false, &[("Sec-WebSocket-Protocol", &offer(&t))])
+        .unwrap_or_else(|e| panic!("the ticket was refused: {e:?}"));
+    let (_, size) = v.handshake();
+    assert_eq!(size, SIZE);
+    // Not twice.
+    let (status, body) = open_view(&d, &id, false, &[("Sec-WebSocket-Protocol", &offer(&t))])
+        .err()
+        .expect("a used ticket");
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("view-ticket"), "{body}");
+    // Not for another grant, and it is gone after trying.
+    let t = ticket(&id);
+    let (status, _) = open_view(&d, &other, false, &[("Sec-WebSocket-Protocol", &offer(&t))])
+        .err()
+        .expect("another grant's view");
+    assert_eq!(status, 401);
+    let (status, _) = open_view(&d, &id, false, &[("Sec-WebSocket-Protocol", &offer(&t))])
+        .err()
+        .expect("a ticket burned on another grant");
+    assert_eq!(status, 401);
+    // A made-up ticket, and a ticket only the admin credential can mint.
+    let (status, _) = open_view(
+        &d,
+        &id,
+        false,
+        &[("Sec-WebSocket-Protocol", "binary, handnode.ticket.00ff")],
+    )
+    .err()
+    .expect("a made-up ticket");
+    assert_eq!(status, 401);
+    let (status, _, _) = http(
+        d.addr,
+        "POST",
+        &format!("/attach/{id}/view-ticket"),
+        &[],
+        None,
+    );
+    assert_eq!(status, 401);
+    // Only grants with a display of their own have a view to open.
+    let (status, body) = d.call("POST", &format!("/attach/{box_id}/view-ticket"), None);
+    assert_eq!(status, 404, "{body}");
+    let (status, _) = d.call("POST", "/attach/no-such-grant/view-ticket", None);
+    assert_eq!(status, 404);
+    drop(v);
+}
+
 /// A viewer that asks for the whole screen again and again and never reads holds at most
 /// what the sockets hold: the daemon does not grow with what it asked for, and another
 /// viewer is served all along.

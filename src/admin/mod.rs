@@ -69,6 +69,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/attach/{id}/screen"),
     ("GET", "/attach/{id}/view"),
     ("POST", "/attach/{id}/wheel"),
+    ("POST", "/attach/{id}/view-ticket"),
     ("GET", "/attach/{id}/journal"),
     ("GET", "/attach/{id}/journal.html"),
     ("GET", "/journals"),
@@ -249,6 +250,8 @@ pub struct AdminState {
     mints: Arc<Lane>,
     /// `/mcp` tool calls waiting for their results.
     mcp_calls: Arc<Lane>,
+    /// Live-view tickets waiting for their WebSocket.
+    view_tickets: view::Tickets,
 }
 
 impl AdminState {
@@ -289,6 +292,7 @@ impl AdminState {
             sessions: Mutex::new(HashMap::new()),
             mints: Lane::new("mint", "mints", limits.max_mints),
             mcp_calls: Lane::new("mcp-call", "/mcp tool calls", MAX_MCP_WAITERS),
+            view_tickets: view::Tickets::default(),
             limits,
         }
     }
@@ -634,6 +638,39 @@ fn authenticate(
     }
 }
 
+/// A live-view ticket that is not good here: a failed authentication like a wrong token
+/// (throttled the same way), with the one way to get a good one.
+fn ticket_refused(state: &AdminState, request: &Request) -> Response<std::io::Cursor<Vec<u8>>> {
+    let peer = request
+        .remote_addr()
+        .map(|a| a.ip())
+        .unwrap_or(IpAddr::from([0, 0, 0, 0]));
+    let facts = RequestFacts::from_headers(
+        request
+            .headers()
+            .iter()
+            .map(|h| (h.field.as_str().as_str(), h.value.as_str())),
+        is_loopback(peer),
+    );
+    state.metrics.auth_denied();
+    let verdict = state
+        .throttle
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .fail(&client_key(&facts, peer), Instant::now());
+    info!("admin: denied {} {}: a live-view ticket that is unknown, used, expired or for another grant", request.method(), shown_path(request));
+    match verdict {
+        Verdict::Unauthorized => json_response(
+            401,
+            &json!({"error": "unauthorized", "reason": "this live-view ticket is unknown, already used, expired or for another grant: POST /attach/{id}/view-ticket for a new one"}),
+        ),
+        Verdict::Throttled { .. } => {
+            state.metrics.throttled();
+            error_response(429, "too many failed authentications; wait and retry")
+        }
+    }
+}
+
 fn path_of(request: &Request) -> &str {
     let url = request.url();
     url.split('?').next().unwrap_or(url)
@@ -715,6 +752,19 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
         String::new()
     } else if local {
         LOCAL_SOCKET_PRINCIPAL.to_string()
+    } else if let Some(ticket) = match found {
+        Lookup::Route(("GET", "/attach/{id}/view"), id) => {
+            view::ticket_principal(state, &request, id)
+        }
+        _ => None,
+    } {
+        match ticket {
+            Ok(p) => p,
+            Err(()) => {
+                let refused = ticket_refused(state, &request);
+                return respond(request, refused);
+            }
+        }
     } else {
         match authenticate(state, &request) {
             Ok(p) => p,
@@ -827,6 +877,7 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
         ("GET", "/attach/{id}/screen") => own_screen::get(state, request, id, principal),
         ("GET", "/attach/{id}/view") => view::get(state, request, id),
         ("POST", "/attach/{id}/wheel") => view::wheel_post(state, request, id, &principal),
+        ("POST", "/attach/{id}/view-ticket") => view::ticket_post(state, request, id, &principal),
         ("GET", "/attach/{id}/journal") => journal::lines(state, request, id),
         ("GET", "/attach/{id}/journal.html") => journal::page(state, request, id),
         ("GET", "/journals") => journal::list(state, request),

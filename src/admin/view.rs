@@ -218,6 +218,111 @@ pub(super) fn get(state: &Arc<AdminState>, request: Request, id: &str) {
     }
 }
 
+/// Most live-view tickets waiting for their WebSocket at once; one more is `429`.
+pub const MAX_TICKETS: usize = 16;
+/// The WebSocket subprotocol that carries a ticket: `handnode.ticket.<ticket>`.
+pub const TICKET_PROTOCOL: &str = "handnode.ticket.";
+
+/// Live-view tickets: a browser's WebSocket cannot send `Authorization`, and the token in
+/// the URL would land in logs and history, so the console trades its credential for a
+/// ticket (`POST /attach/{id}/view-ticket`) and offers it as a subprotocol. A ticket is
+/// random (256 bits), names one grant, is used at most once (a wrong grant burns it too)
+/// and is refused after `--live-view-ticket-ms`.
+#[derive(Default)]
+pub struct Tickets(Mutex<Vec<Ticket>>);
+
+struct Ticket {
+    secret: crate::base::secret::Secret,
+    grant: String,
+    principal: String,
+    expires: Instant,
+}
+
+impl Tickets {
+    /// A new ticket for `grant`, or why not (the table is full of unexpired tickets).
+    fn mint(&self, grant: &str, principal: &str, ttl: Duration) -> Result<String, String> {
+        let secret = crate::base::secret::Secret::random()
+            .map_err(|e| format!("cannot draw a random ticket: {e}"))?;
+        let shown = secret.expose().to_string();
+        let now = Instant::now();
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|t| t.expires > now);
+        if all.len() >= MAX_TICKETS {
+            return Err(format!(
+                "{MAX_TICKETS} live-view tickets are waiting to be used: open a view with one,                  or wait {} ms for them to expire",
+                ttl.as_millis()
+            ));
+        }
+        all.push(Ticket {
+            secret,
+            grant: grant.to_string(),
+            principal: principal.to_string(),
+            expires: now + ttl,
+        });
+        Ok(shown)
+    }
+
+    /// The principal a ticket was minted for, if `candidate` is an unexpired ticket for
+    /// `grant`. Whatever it names, a matching ticket is gone afterwards.
+    fn redeem(&self, candidate: &str, grant: &str) -> Option<String> {
+        let now = Instant::now();
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        // Every entry is compared, so the time taken does not say which one matched.
+        let found = all
+            .iter()
+            .map(|t| t.secret.matches(candidate))
+            .collect::<Vec<_>>()
+            .iter()
+            .position(|m| *m)?;
+        let ticket = all.swap_remove(found);
+        (ticket.grant == grant && ticket.expires > now).then_some(ticket.principal)
+    }
+}
+
+/// `POST /attach/{id}/view-ticket`: a ticket for one WebSocket to this grant's view.
+pub(super) fn ticket_post(state: &Arc<AdminState>, request: Request, id: &str, by: &str) {
+    if let Err(resp) = own_display_of(state, id) {
+        return respond(request, resp);
+    }
+    let ttl = state.services.host.own_displays.options().view_ticket;
+    match state.view_tickets.mint(id, by, ttl) {
+        Ok(ticket) => respond(
+            request,
+            json_response(
+                200,
+                &json!({"ticket": ticket, "protocol": format!("{TICKET_PROTOCOL}{ticket}"),
+                        "expires_in_ms": ttl.as_millis() as u64}),
+            )
+            .with_header(header("Cache-Control", "no-store")),
+        ),
+        Err(why) => respond(request, error_response(429, &why)),
+    }
+}
+
+/// For `GET /attach/{id}/view` offering a ticket subprotocol: `Some(Ok(principal))` when
+/// the ticket is good for this grant, `Some(Err(()))` when one was offered and is not,
+/// `None` when none was offered (the request authenticates as any other).
+pub(super) fn ticket_principal(
+    state: &AdminState,
+    request: &Request,
+    id: &str,
+) -> Option<Result<String, ()>> {
+    let offered = request_header(request, "Sec-WebSocket-Protocol")?
+        .split(',')
+        .find_map(|p| p.trim().strip_prefix(TICKET_PROTOCOL))?;
+    Some(state.view_tickets.redeem(offered, id).ok_or(()))
+}
+
+/// A viewer of the box's display: when it goes (its slot already gone), the box's VNC
+/// server lingers, then stops if no other came.
+struct LeaveOnDrop(Arc<crate::tools::ToolHost>);
+
+impl Drop for LeaveOnDrop {
+    fn drop(&mut self) {
+        self.0.box_view.left();
+    }
+}
+
 /// The accept key of a valid WebSocket upgrade request, or the status and why not.
 fn websocket_key(request: &Request) -> Result<String, (u16, &'static str)> {
     let has = |name: &str, token: &str| {
@@ -437,5 +542,41 @@ fn bridge(
 impl AsFd for Socket {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.0.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod ticket_tests {
+    use super::*;
+
+    const LONG: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn a_ticket_is_good_once_for_its_grant_until_it_expires() {
+        let t = Tickets::default();
+        let a = t.mint("g1", "owner", LONG).unwrap();
+        assert_eq!(t.redeem(&a, "g1").as_deref(), Some("owner"));
+        assert_eq!(t.redeem(&a, "g1"), None, "used");
+        let b = t.mint("g1", "owner", LONG).unwrap();
+        assert_eq!(t.redeem(&b, "g2"), None, "another grant");
+        assert_eq!(t.redeem(&b, "g1"), None, "burned on another grant");
+        let c = t.mint("g1", "owner", Duration::ZERO).unwrap();
+        assert_eq!(t.redeem(&c, "g1"), None, "expired");
+        assert_eq!(t.redeem("", "g1"), None);
+    }
+
+    #[test]
+    fn at_most_max_tickets_wait_and_expired_ones_make_room() {
+        let t = Tickets::default();
+        for _ in 0..MAX_TICKETS {
+            t.mint("g", "owner", LONG).unwrap();
+        }
+        let why = t.mint("g", "owner", LONG).unwrap_err();
+        assert!(why.contains("tickets are waiting"), "{why}");
+        let t = Tickets::default();
+        for _ in 0..MAX_TICKETS {
+            t.mint("g", "owner", Duration::ZERO).unwrap();
+        }
+        t.mint("g", "owner", LONG).expect("expired tickets are dropped first");
     }
 }

@@ -20,6 +20,9 @@ pub const MAX_MAX_VIEWERS: usize = 32;
 /// Default `--wheel-idle-secs`, and its largest (a day).
 pub const DEFAULT_WHEEL_IDLE_SECS: u64 = 300;
 pub const MAX_WHEEL_IDLE_SECS: u64 = 86_400;
+/// Default `--live-view-ticket-ms`: long enough for a page to open its WebSocket after
+/// the POST that minted the ticket, short enough that a leaked one is stale.
+pub const DEFAULT_VIEW_TICKET_MS: u64 = 30_000;
 
 /// Parse `--own-display-size`: `WxH`, each edge in `MIN_EDGE..=MAX_EDGE`.
 pub fn parse_size(text: &str) -> Result<(u32, u32), String> {
@@ -67,6 +70,9 @@ pub struct OwnDisplaySettings {
     /// The lender's lease of the wheel ends after this long without their input
     /// (`--wheel-idle-secs`, §23).
     pub wheel_idle: Duration,
+    /// How long a live-view ticket (`POST /attach/{id}/view-ticket`) may wait for its
+    /// WebSocket (`--live-view-ticket-ms`).
+    pub view_ticket: Duration,
     /// Where the X server keeps its sockets and lock files (`/tmp`; a test may not change it,
     /// Xvfb does not let it be changed, but the cleanup's reading of it is one place).
     pub x_tmp: PathBuf,
@@ -105,6 +111,7 @@ impl Default for OwnDisplaySettings {
             network: Network::Pasta,
             max_viewers: DEFAULT_MAX_VIEWERS,
             wheel_idle: Duration::from_secs(DEFAULT_WHEEL_IDLE_SECS),
+            view_ticket: Duration::from_millis(DEFAULT_VIEW_TICKET_MS),
             x_tmp: PathBuf::from("/tmp"),
         }
     }

@@ -500,6 +500,18 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         },
     },
     Flag {
+        name: "live-view-ticket-ms",
+        env: true,
+        default: "30000",
+        help: "A live-view ticket (POST /attach/{id}/view-ticket, how the console's WebSocket authenticates) is refused after this long unused.",
+        kind: Kind::Int {
+            metavar: "MS",
+            min: 1,
+            max: 600_000,
+            set: |d, v| d.config.own_display.view_ticket = Duration::from_millis(v),
+        },
+    },
+    Flag {
         name: "wheel-idle-secs",
         env: true,
         default: "300",
