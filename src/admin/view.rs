@@ -313,16 +313,6 @@ pub(super) fn ticket_principal(
     Some(state.view_tickets.redeem(offered, id).ok_or(()))
 }
 
-/// A viewer of the box's display: when it goes (its slot already gone), the box's VNC
-/// server lingers, then stops if no other came.
-struct LeaveOnDrop(Arc<crate::tools::ToolHost>);
-
-impl Drop for LeaveOnDrop {
-    fn drop(&mut self) {
-        self.0.box_view.left();
-    }
-}
-
 /// The accept key of a valid WebSocket upgrade request, or the status and why not.
 fn websocket_key(request: &Request) -> Result<String, (u16, &'static str)> {
     let has = |name: &str, token: &str| {
