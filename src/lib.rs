@@ -202,6 +202,7 @@ impl Daemon {
         let jobs = Arc::clone(&host.jobs);
         jobs.report_to(audit.clone(), metrics.clone());
         host.own_displays.report_to(audit.clone());
+        host.box_view.report_to(audit.clone());
         // What a crashed run left of its grants' own displays (§19) goes before any resumes.
         host.own_displays.clean_stale();
         // Before any grant resumes: what a crashed daemon left running is killed first.
@@ -406,6 +407,8 @@ impl Daemon {
         self.jobs.shutdown();
         // Nor does a grant's own display (§19): stopped by SIGTERM before the cgroups go.
         self.host.own_displays.shutdown();
+        // Nor the box display's VNC server (§23), the daemon's own child.
+        self.host.box_view.shutdown();
         self.confine.stop();
         self.audit_guard.take();
         self.state_lock.take();

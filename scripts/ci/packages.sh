@@ -8,10 +8,11 @@
 # x11-xserver-utils: tests/walls.rs tries xdpyinfo and xhost on the owner's display.
 # xterm: tests/apps.rs checks that `--apps` refuses the box's real terminal entry.
 # tigervnc-standalone-server: own displays run on Xvnc, whose RFB socket the live view
-# (§23, tests/live_view.rs) bridges.
+# (§23, tests/live_view.rs) bridges. x11vnc wayvnc: the box's own display in the live view
+# (tests/live_view_box.rs).
 set -euo pipefail
 need=()
-for pkg in "$@" pkg-config libssl-dev curl python3 jq procps bubblewrap xvfb zenity at-spi2-core dbus-daemon xterm passt x11-utils x11-xserver-utils tigervnc-standalone-server; do
+for pkg in "$@" pkg-config libssl-dev curl python3 jq procps bubblewrap xvfb zenity at-spi2-core dbus-daemon xterm passt x11-utils x11-xserver-utils tigervnc-standalone-server x11vnc wayvnc; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

@@ -51,15 +51,45 @@ const VIEWER: u64 = 1;
 const SERVER: u64 = 2;
 
 /// What a bridge acts through besides its two sockets: the display whose wheel lets
-/// input pass (its `Viewers` slot is the bridge's own).
+/// input pass (its `Viewers` slot is the bridge's own): the grant's own (`Some`), or the
+/// box's ([`crate::tools::display::boxview`], whose server lingers after the last viewer).
 pub struct Target {
-    pub wheel_of: Arc<OwnDisplay>,
+    pub wheel_of: Option<Arc<OwnDisplay>>,
+    pub host: Arc<crate::tools::ToolHost>,
 }
 
 impl Target {
     fn wheel(&self) -> &Wheel {
-        self.wheel_of.wheel()
+        match &self.wheel_of {
+            Some(own) => own.wheel(),
+            None => self.host.box_view.wheel(),
+        }
     }
+
+    fn viewers(&self) -> &Arc<crate::tools::display::wheel::Viewers> {
+        match &self.wheel_of {
+            Some(own) => own.viewers(),
+            None => self.host.box_view.viewers(),
+        }
+    }
+}
+
+/// The display `/view` and `/wheel` act on for grant `id`: its own display, or (`None`)
+/// the box's, which every grant without `"display":"own"` shares.
+fn display_of(
+    state: &AdminState,
+    id: &str,
+) -> Result<Option<Arc<OwnDisplay>>, Response<std::io::Cursor<Vec<u8>>>> {
+    let Some(view) = state.registry.get(id) else {
+        return Err(error_response(404, "no such grant"));
+    };
+    if view["display"] != "own" {
+        if view["state"] == "ended" {
+            return Err(error_response(409, "this grant has ended"));
+        }
+        return Ok(None);
+    }
+    own_display_of(state, id).map(Some)
 }
 
 /// The grant's own display, or the answer that says why there is none to view.
@@ -109,11 +139,14 @@ pub(super) fn wheel_post(state: &Arc<AdminState>, mut request: Request, id: &str
             error_response(423, "halted: resume first (POST /resume)"),
         );
     }
-    let own = match own_display_of(state, id) {
-        Ok(o) => o,
+    let target = match display_of(state, id) {
+        Ok(wheel_of) => Target {
+            wheel_of,
+            host: Arc::clone(&state.services.host),
+        },
         Err(resp) => return respond(request, resp),
     };
-    let (holder, epoch) = own.wheel().set(take, by);
+    let (holder, epoch) = target.wheel().set(take, by);
     respond(
         request,
         json_response(
@@ -132,11 +165,32 @@ pub(super) fn get(state: &Arc<AdminState>, request: Request, id: &str) {
             error_response(423, "halted: resume first (POST /resume)"),
         );
     }
-    let own = match own_display_of(state, id) {
-        Ok(o) => o,
+    let target = match display_of(state, id) {
+        Ok(wheel_of) => Target {
+            wheel_of,
+            host: Arc::clone(&state.services.host),
+        },
         Err(resp) => return respond(request, resp),
     };
-    let socket = match own.rfb_socket() {
+    let host = &state.services.host;
+    // The box's display: its VNC server starts for this viewer (or is already running).
+    let rfb_socket = match &target.wheel_of {
+        Some(own) => own.rfb_socket(),
+        None => {
+            let probe = host.display.probe(&host.config, &host.processes);
+            let env = probe.child_env(&host.config);
+            match host.box_view.admit(&probe, &env) {
+                Ok(s) => Ok(Some(s)),
+                Err((_, why)) => Err(why),
+            }
+        }
+    };
+    // Whatever happens to this request now, a box viewer that never bridges leaves too.
+    let lingers = target
+        .wheel_of
+        .is_none()
+        .then(|| LeaveOnDrop(Arc::clone(host)));
+    let socket = match rfb_socket {
         Ok(Some(s)) => s,
         Ok(None) => {
             return respond(
@@ -165,7 +219,7 @@ pub(super) fn get(state: &Arc<AdminState>, request: Request, id: &str) {
         Err(e) => return respond(request, error_response(500, &format!("epoll: {e}"))),
     };
     let max = state.services.host.own_displays.options().max_viewers;
-    let slot = match own.viewers().admit(max, poller.waker()) {
+    let slot = match target.viewers().admit(max, poller.waker()) {
         Ok(s) => s,
         Err(why) => return respond(request, error_response(429, &why)),
     };
@@ -199,7 +253,6 @@ pub(super) fn get(state: &Arc<AdminState>, request: Request, id: &str) {
             )
         }
     };
-    let target = Target { wheel_of: own };
     let stall = state.timing.write_stall;
     let grant = id.to_string();
     let spawned = std::thread::Builder::new()
@@ -208,6 +261,7 @@ pub(super) fn get(state: &Arc<AdminState>, request: Request, id: &str) {
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 bridge(fd, keep, server, poller, slot, &target, stall)
             }));
+            drop(lingers);
             match result {
                 Ok(why) => debug!("grant {grant}: a live viewer left: {why}"),
                 Err(payload) => containment::caught(Site::Admin, "a live view", payload.as_ref()),
@@ -311,6 +365,16 @@ pub(super) fn ticket_principal(
         .split(',')
         .find_map(|p| p.trim().strip_prefix(TICKET_PROTOCOL))?;
     Some(state.view_tickets.redeem(offered, id).ok_or(()))
+}
+
+/// A viewer of the box's display: when it goes (its slot already gone), the box's VNC
+/// server lingers, then stops if no other came.
+struct LeaveOnDrop(Arc<crate::tools::ToolHost>);
+
+impl Drop for LeaveOnDrop {
+    fn drop(&mut self) {
+        self.0.box_view.left();
+    }
 }
 
 /// The accept key of a valid WebSocket upgrade request, or the status and why not.
@@ -567,6 +631,7 @@ mod ticket_tests {
         for _ in 0..MAX_TICKETS {
             t.mint("g", "owner", Duration::ZERO).unwrap();
         }
-        t.mint("g", "owner", LONG).expect("expired tickets are dropped first");
+        t.mint("g", "owner", LONG)
+            .expect("expired tickets are dropped first");
     }
 }

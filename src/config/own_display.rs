@@ -13,6 +13,9 @@ pub const MAX_EDGE: u32 = 8192;
 /// Default and largest `--max-own-displays`.
 pub const DEFAULT_MAX: usize = 2;
 pub const MAX_MAX: usize = 16;
+/// Default `--box-view-linger-ms`, and its largest (ten minutes).
+pub const DEFAULT_BOX_VIEW_LINGER_MS: u64 = 5_000;
+pub const MAX_BOX_VIEW_LINGER_MS: u64 = 600_000;
 
 /// Default and largest `--live-view-max-viewers`.
 pub const DEFAULT_MAX_VIEWERS: usize = 4;
@@ -76,6 +79,9 @@ pub struct OwnDisplaySettings {
     /// Where the X server keeps its sockets and lock files (`/tmp`; a test may not change it,
     /// Xvfb does not let it be changed, but the cleanup's reading of it is one place).
     pub x_tmp: PathBuf,
+    /// The box display's VNC server stops this long after its last viewer left
+    /// (`--box-view-linger-ms`, §23): a reload of the page does not restart it.
+    pub box_view_linger: Duration,
 }
 
 /// `--own-display-network` (§21): an own display's wall shares no socket with the box.
@@ -113,6 +119,7 @@ impl Default for OwnDisplaySettings {
             wheel_idle: Duration::from_secs(DEFAULT_WHEEL_IDLE_SECS),
             view_ticket: Duration::from_millis(DEFAULT_VIEW_TICKET_MS),
             x_tmp: PathBuf::from("/tmp"),
+            box_view_linger: Duration::from_millis(DEFAULT_BOX_VIEW_LINGER_MS),
         }
     }
 }

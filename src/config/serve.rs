@@ -524,6 +524,18 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         },
     },
     Flag {
+        name: "box-view-linger-ms",
+        env: true,
+        default: "5000",
+        help: "The box display's VNC server (x11vnc or wayvnc, started for the first live viewer of a grant on the box's display) stops this long after the last viewer left.",
+        kind: Kind::Int {
+            metavar: "MS",
+            min: 0,
+            max: super::own_display::MAX_BOX_VIEW_LINGER_MS,
+            set: |d, v| d.config.own_display.box_view_linger = Duration::from_millis(v),
+        },
+    },
+    Flag {
         name: "max-screenshot-edge",
         env: true,
         default: "1920",

@@ -45,11 +45,10 @@ impl Services {
         done: Completion,
     ) -> Completion {
         // Admitted now (§23): a call that drives its own display is checked against this
-        // wheel epoch when it reaches the display.
+        // wheel epoch when it reaches the display (its own, or the box's).
         if matches!(route, Route::Local) && tools::display::wheel::drives(name) {
-            if let Some(own) = tools::display::own::own_of(cx) {
-                cx.ctl.admit_wheel(own.wheel().epoch());
-            }
+            cx.ctl
+                .admit_wheel(tools::display::boxview::call_wheel(cx).epoch());
         }
         let capture = self.screen_capture(route, name, arguments, cx);
         let done = self

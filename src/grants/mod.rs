@@ -422,6 +422,10 @@ impl Entry {
             };
             v.insert("own_display".into(), state);
             v.insert("wheel".into(), json!(wheel));
+        } else if self.profile() != Profile::Browser {
+            // The box's display has one wheel, shared by every grant on it (§23).
+            let holder = host.box_view.wheel().holder();
+            v.insert("wheel".into(), json!(holder.as_str()));
         }
         v.insert("principal".into(), json!(self.principal));
         v.insert("created_at".into(), json!(rfc3339(self.created_at)));
@@ -1180,6 +1184,8 @@ impl Registry {
         for job in jobs.running() {
             jobs.stop_because(&job, crate::tools::jobs::table::Stop::Kill, "halted");
         }
+        // The box display's viewers go too (its VNC server then lingers and stops).
+        self.services.host.box_view.viewers().end_all();
         for (id, profile) in &live {
             self.services.host.apps.end_scope(id);
             // Its live viewers go too (its display's processes die with its cgroup).

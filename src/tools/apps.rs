@@ -412,8 +412,8 @@ fn open_start(args: Value, cx: CallContext, done: Completion) {
         done,
         Box::new(move |cx, done| {
             // The wheel (§23), checked where the app would start.
-            let own = super::display::own::own_of(&cx);
-            if let Some(Err(why)) = own.map(|o| o.may_drive(cx.ctl.wheel_epoch())) {
+            let wheel = super::display::boxview::call_wheel(&cx);
+            if let Err(why) = wheel.may_drive(cx.ctl.wheel_epoch()) {
                 return done.complete(ToolOutput::tool_error(why));
             }
             done.complete(match open(&args, &cx) {

@@ -418,6 +418,8 @@ pub struct ToolHost {
     pub confine: Arc<crate::cgroup::Confine>,
     /// The grants' own displays (§19).
     pub own_displays: display::OwnDisplays,
+    /// The box's own display in the live view, and its wheel (§23).
+    pub box_view: display::boxview::BoxView,
     /// The apps each grant started with `app_open` (§17).
     pub apps: apps::AppRuns,
     /// Each grant's refs of its last `desktop_snapshot`.
@@ -455,6 +457,7 @@ impl ToolHost {
                 config.own_display.clone(),
                 config.own_display_walls.clone(),
             ),
+            box_view: display::boxview::BoxView::new(&config.own_display),
             jobs: jobs::table::JobTable::new(config.jobs.clone()),
             files: files::uploads::Uploads::new(config.upload_bytes),
             apps: apps::AppRuns::default(),

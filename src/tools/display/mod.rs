@@ -4,6 +4,7 @@
 //! `sys_info` and `doctor` report.
 
 mod arguments;
+pub mod boxview;
 mod descriptors;
 mod helper;
 mod image;
@@ -216,10 +217,10 @@ pub(crate) fn dispatch(
     let host = cx.host.clone();
     let own = own::own_of(&cx);
     // The wheel (§23): checked now, and again when the display thread takes the call.
-    let drives = own.is_some() && wheel::drives(tool.name());
+    let wheel = wheel::drives(tool.name()).then(|| boxview::call_wheel(&cx));
     let admitted = cx.ctl.wheel_epoch();
-    if let Some(own) = own.as_ref().filter(|_| drives) {
-        if let Err(why) = own.may_drive(admitted) {
+    if let Some(wheel) = &wheel {
+        if let Err(why) = wheel.may_drive(admitted) {
             return done.complete(ToolOutput::tool_error(why));
         }
     }
@@ -234,8 +235,8 @@ pub(crate) fn dispatch(
             done.complete(ToolOutput::tool_error("cancelled before it started"));
             return;
         }
-        if let Some(own) = job_own.as_ref().filter(|_| drives) {
-            if let Err(why) = own.may_drive(admitted) {
+        if let Some(wheel) = &wheel {
+            if let Err(why) = wheel.may_drive(admitted) {
                 return done.complete(ToolOutput::tool_error(why));
             }
         }

@@ -204,7 +204,11 @@ impl OwnDisplays {
                 ended: std::sync::atomic::AtomicBool::new(ended),
                 isolation: self.isolation(),
                 network: self.network(),
-                wheel: Wheel::new(grant, self.opts.wheel_idle, Arc::clone(&self.audit)),
+                wheel: Arc::new(Wheel::new(
+                    grant,
+                    self.opts.wheel_idle,
+                    Arc::clone(&self.audit),
+                )),
                 viewers: Arc::default(),
             })
         };
@@ -401,7 +405,7 @@ pub struct OwnDisplay {
     /// Whether that wall has its own network (`pasta`) or the box's (`shared`).
     network: &'static str,
     /// Who drives it: the agent, or the lender through the live view (§23).
-    wheel: Wheel,
+    wheel: Arc<Wheel>,
     /// The live view's viewers of it.
     viewers: Arc<Viewers>,
 }
@@ -473,6 +477,11 @@ impl OwnDisplay {
     /// Who drives it (§23).
     pub fn wheel(&self) -> &Wheel {
         &self.wheel
+    }
+
+    /// Who drives it, shared (§23).
+    pub fn wheel_arc(&self) -> Arc<Wheel> {
+        Arc::clone(&self.wheel)
     }
 
     /// The live view's viewers of it (§23).
@@ -943,7 +952,7 @@ fn pid_runs(pid: u32) -> bool {
 
 /// SIGTERM, wait up to `patience` for the exit (on the child's pidfd, not a timer), SIGKILL,
 /// reap.
-fn stop_child(child: &mut Child, patience: Duration) {
+pub(super) fn stop_child(child: &mut Child, patience: Duration) {
     if matches!(child.try_wait(), Ok(Some(_))) {
         return;
     }

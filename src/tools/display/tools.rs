@@ -371,14 +371,14 @@ pub(super) fn press_keys(
         KeyAction::Type(text) => ("characters", text.chars().count()),
     };
     // A take-over of the wheel (§23) stops the typing between pieces, as a cancel does.
-    let own = super::own::own_of(cx);
+    let wheel = super::boxview::call_wheel(cx);
     let stop = |done: usize| -> Option<ToolOutput> {
         if cx.ctl.is_cancelled() {
             return Some(ToolOutput::tool_error(format!(
                 "key cancelled after {done} of {total} {unit}"
             )));
         }
-        if let Some(Err(why)) = own.as_ref().map(|o| o.may_drive(cx.ctl.wheel_epoch())) {
+        if let Err(why) = wheel.may_drive(cx.ctl.wheel_epoch()) {
             return Some(ToolOutput::tool_error(format!(
                 "key stopped after {done} of {total} {unit}: {why}"
             )));

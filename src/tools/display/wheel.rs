@@ -199,6 +199,12 @@ impl Wheel {
         })
     }
 
+    /// Whether a call of the agent that drives the display, admitted under the epoch
+    /// `admitted` (`None`: not stamped, checked against now), may act now.
+    pub fn may_drive(&self, admitted: Option<u64>) -> Result<(), String> {
+        self.check(admitted.unwrap_or_else(|| self.epoch()))
+    }
+
     /// The lender's viewer sent input: whether it may reach the display (the lender holds
     /// the wheel), which also restarts the idle clock.
     pub fn lender_input(&self) -> bool {

@@ -1,0 +1,301 @@
+//! The box's own display in the live view (§23): `x11vnc` (X11) or `wayvnc` (wlroots) on
+//! a Unix socket, started for the first viewer and stopped `--box-view-linger-ms` after
+//! the last. It serves the lender's own session, so it runs as the daemon's child (in no
+//! grant's cgroup or wall) in a 0700 directory of the daemon's, and goes with the daemon.
+//!
+//! **One wheel for the box's display**, shared by every grant that uses it: it is one
+//! screen under one pair of hands, so the lender taking it through any such grant's
+//! `/wheel` stops every such grant's input tools.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::probe::{which, Backend, Probe};
+use super::wheel::{Viewers, Wheel};
+use crate::config::own_display::OwnDisplaySettings as OwnOptions;
+
+/// The VNC servers, with the Debian package that ships each.
+pub const X11VNC: (&str, &str) = ("x11vnc", "x11vnc");
+pub const WAYVNC: (&str, &str) = ("wayvnc", "wayvnc");
+/// The socket's name in the directory.
+const SOCKET: &str = "rfb.sock";
+
+/// The server for a backend.
+pub fn server_for(backend: Backend) -> (&'static str, &'static str) {
+    match backend {
+        Backend::X11 => X11VNC,
+        Backend::Wayland => WAYVNC,
+    }
+}
+
+/// What to install so the box's display can be viewed, if anything (for `/view` and
+/// `doctor`).
+pub fn missing(probe: &Probe) -> Option<String> {
+    let Some(backend) = probe.backend else {
+        return Some(format!(
+            "the box has no usable display to view: {}",
+            probe.problem.as_deref().unwrap_or("none found")
+        ));
+    };
+    let (name, package) = server_for(backend);
+    which(name, probe.env.path.as_deref()).is_none().then(|| {
+        format!(
+            "the live view of the box's {} display needs {name}: install it \
+             (Debian/Ubuntu: apt install {package})",
+            backend.as_str()
+        )
+    })
+}
+
+#[derive(Debug)]
+struct Running {
+    child: Child,
+    socket: PathBuf,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    running: Option<Running>,
+    /// Moved by every admission: a linger that sees it moved leaves the server be.
+    generation: u64,
+    stopped: bool,
+}
+
+/// The box display's VNC server, its wheel and its viewers. One per daemon.
+#[derive(Debug)]
+pub struct BoxView {
+    dir: PathBuf,
+    linger: Duration,
+    start_timeout: Duration,
+    stop_timeout: Duration,
+    wheel: Arc<Wheel>,
+    viewers: Arc<Viewers>,
+    state: Arc<(Mutex<State>, Condvar)>,
+    audit: Arc<OnceLock<crate::audit::Audit>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl BoxView {
+    pub fn new(opts: &OwnOptions) -> BoxView {
+        let audit: Arc<OnceLock<crate::audit::Audit>> = Arc::default();
+        BoxView {
+            dir: opts.parent().join("box-view"),
+            linger: opts.box_view_linger,
+            start_timeout: opts.start_timeout,
+            stop_timeout: opts.stop_timeout,
+            wheel: Arc::new(Wheel::new(
+                "box-display",
+                opts.wheel_idle,
+                Arc::clone(&audit),
+            )),
+            viewers: Arc::default(),
+            state: Arc::default(),
+            audit,
+        }
+    }
+
+    /// Record the wheel's changes of hands in `audit` from now on.
+    pub fn report_to(&self, audit: crate::audit::Audit) {
+        let _ = self.audit.set(audit);
+    }
+
+    /// Who drives the box's display (§23).
+    pub fn wheel(&self) -> &Arc<Wheel> {
+        &self.wheel
+    }
+
+    pub fn viewers(&self) -> &Arc<Viewers> {
+        &self.viewers
+    }
+
+    /// Whether the server runs now (for tests and `doctor`).
+    pub fn is_running(&self) -> bool {
+        let mut st = lock(&self.state.0);
+        running_now(&mut st)
+    }
+
+    /// The server's socket for one more viewer, starting it if it is not running; `Err`
+    /// (status, why) when it cannot run. The caller calls [`BoxView::left`] when the
+    /// viewer goes.
+    pub fn admit(&self, probe: &Probe, env: &[(String, String)]) -> Result<PathBuf, (u16, String)> {
+        if let Some(why) = missing(probe) {
+            return Err((503, why));
+        }
+        let backend = probe.backend.expect("missing() checked it");
+        let mut st = lock(&self.state.0);
+        if st.stopped {
+            return Err((503, "the daemon is stopping".into()));
+        }
+        st.generation += 1;
+        if running_now(&mut st) {
+            return Ok(st.running.as_ref().expect("running").socket.clone());
+        }
+        let running = self.start(backend, probe, env).map_err(|why| (503, why))?;
+        let socket = running.socket.clone();
+        st.running = Some(running);
+        Ok(socket)
+    }
+
+    /// A viewer left: with none left, the server stops after the linger unless one comes.
+    pub fn left(&self) {
+        if self.viewers.count() > 0 {
+            return;
+        }
+        let generation = lock(&self.state.0).generation;
+        let state = Arc::clone(&self.state);
+        let viewers = Arc::clone(&self.viewers);
+        let (linger, patience) = (self.linger, self.stop_timeout);
+        let spawned = std::thread::Builder::new()
+            .name("box-view-linger".into())
+            .spawn(move || {
+                let (m, cv) = &*state;
+                let deadline = Instant::now() + linger;
+                let mut st = lock(m);
+                // Woken early by an admission (the generation moves) or the daemon's stop.
+                while st.generation == generation && !st.stopped {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    st = cv
+                        .wait_timeout(st, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+                if st.generation == generation && !st.stopped && viewers.count() == 0 {
+                    if let Some(mut r) = st.running.take() {
+                        super::own::stop_child(&mut r.child, patience);
+                        let _ = std::fs::remove_file(&r.socket);
+                        log::info!("the box display's VNC server stopped: no viewer left");
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!("cannot start the box view's linger: {e}; it stops with the daemon");
+        }
+    }
+
+    /// With the daemon: every viewer ends and the server stops, leaving nothing behind.
+    pub fn shutdown(&self) {
+        self.viewers.end_all();
+        let (m, cv) = &*self.state;
+        let mut st = lock(m);
+        st.stopped = true;
+        cv.notify_all();
+        if let Some(mut r) = st.running.take() {
+            super::own::stop_child(&mut r.child, self.stop_timeout);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    fn start(
+        &self,
+        backend: Backend,
+        probe: &Probe,
+        env: &[(String, String)],
+    ) -> Result<Running, String> {
+        let (name, _) = server_for(backend);
+        let program = which(name, probe.env.path.as_deref()).ok_or_else(|| name.to_string())?;
+        if let Some(parent) = self.dir.parent() {
+            let _ = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&self.dir)
+            .map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;
+        let socket = self.dir.join(SOCKET);
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log")))
+            .map_err(|e| format!("cannot open its log: {e}"))?;
+        let mut cmd = Command::new(&program);
+        match backend {
+            // No TCP listener at all (-rfbport 0; x11vnc 0.9.16 has no -unixsockonly); no
+            // password, since only the daemon's user reaches the 0700 directory and the
+            // bridge enforces view-only.
+            Backend::X11 => {
+                cmd.arg("-unixsock").arg(&socket).args([
+                    "-rfbport", "0", "-shared", "-forever", "-nopw", "-nossl", "-noipv6", "-nocmds",
+                ]);
+                if let Some(d) = &probe.env.display {
+                    cmd.args(["-display", d]);
+                }
+            }
+            Backend::Wayland => {
+                cmd.arg("--unix-socket").arg(&socket);
+            }
+        }
+        cmd.env_clear()
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            // Its own process group: the lender's session, not a grant's cgroup.
+            .process_group(0);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
+        // Until it listens: watched on the child and the socket, bounded by the start timeout.
+        let deadline = Instant::now() + self.start_timeout;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+                log::info!("the box display's VNC server ({name}) started for a viewer");
+                return Ok(Running { child, socket });
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(self.dir.join(format!("{name}.log")))
+                    .unwrap_or_default();
+                // Its deprecation notices ("renamed: …") say nothing of why it stopped.
+                let tail: String = log
+                    .lines()
+                    .filter(|l| !l.contains("renamed:"))
+                    .rev()
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" / ");
+                return Err(format!(
+                    "{name} exited ({status}) before it listened: {tail}"
+                ));
+            }
+            if Instant::now() >= deadline {
+                super::own::stop_child(&mut child, self.stop_timeout);
+                return Err(format!(
+                    "{name} did not listen within {} ms",
+                    self.start_timeout.as_millis()
+                ));
+            }
+            // No signal tells when a socket starts listening: polled, backing off.
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+}
+
+fn running_now(st: &mut State) -> bool {
+    let exited = match st.running.as_mut() {
+        None => return false,
+        Some(r) => !matches!(r.child.try_wait(), Ok(None)),
+    };
+    if exited {
+        st.running = None;
+    }
+    !exited
+}
+
+/// The wheel a call of the agent drives under (§23): its own display's, else the box's.
+pub fn call_wheel(cx: &crate::tools::CallContext) -> Arc<Wheel> {
+    match super::own::own_of(cx) {
+        Some(own) => own.wheel_arc(),
+        None => Arc::clone(&cx.host.box_view.wheel),
+    }
+}

@@ -1,0 +1,301 @@
+//! The live view of the box's own display (contract §23): a raw RFB client over
+//! `GET /attach/{id}/view` for a grant without `"display":"own"`, bridged to x11vnc on a
+//! Unix socket started for the viewer, on the CI's Xvfb :99 (1280x800). Its pointer
+//! events reach the display only while the lender holds the wheel (read back with
+//! xdotool on :99), the agent's `mouse` is refused meanwhile, and x11vnc is gone after the
+//! last viewer left and the linger. Skips, saying why, without x11vnc, xdotool or :99.
+
+mod common;
+
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+use tungstenite::client::IntoClientRequest;
+use tungstenite::{Message, WebSocket};
+
+fn skip(test: &str) -> bool {
+    for program in ["x11vnc", "xdotool"] {
+        if !Path::new("/usr/bin").join(program).exists() {
+            eprintln!("SKIPPED {test}: {program} is not installed (scripts/ci/packages.sh)");
+            return true;
+        }
+    }
+    if !Path::new("/tmp/.X11-unix/X99").exists() {
+        eprintln!("SKIPPED {test}: no Xvfb on :99 (bash scripts/ci/displays.sh start)");
+        return true;
+    }
+    false
+}
+
+/// The pointer on :99, read by the test itself.
+fn pointer() -> (u32, u32) {
+    let out = std::process::Command::new("xdotool")
+        .arg("getmouselocation")
+        .env("DISPLAY", ":99")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).to_string();
+    let field = |name: &str| -> u32 {
+        out.split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("getmouselocation: {out:?}"))
+    };
+    (field("x:"), field("y:"))
+}
+
+fn move_pointer(x: u32, y: u32) {
+    let ok = std::process::Command::new("xdotool")
+        .args(["mousemove", &x.to_string(), &y.to_string()])
+        .env("DISPLAY", ":99")
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+/// The x11vnc processes this test process started (the in-process daemon's children).
+fn our_x11vnc() -> usize {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            let Some((name, rest)) = stat.split_once(") ") else {
+                return false;
+            };
+            let ppid = rest.split_whitespace().nth(1).unwrap_or("");
+            name.ends_with("(x11vnc") && ppid == me && !rest.starts_with('Z')
+        })
+        .count()
+}
+
+struct Agent {
+    conn: PodConn,
+    next: u64,
+}
+
+impl Agent {
+    fn call(&mut self, tool: &str, args: Value) -> Value {
+        self.next += 1;
+        let reply = self.conn.call_tool(json!(self.next), tool, args);
+        result(&reply).clone()
+    }
+}
+
+/// A raw RFB client over the live view's WebSocket.
+struct Viewer {
+    ws: WebSocket<TcpStream>,
+    buf: Vec<u8>,
+}
+
+/// Open `/view` with the token (unless `token` is false) and `headers`; the refusal's
+/// status and body otherwise.
+fn open_view(
+    d: &TestDaemon,
+    id: &str,
+    token: bool,
+    headers: &[(&str, &str)],
+) -> Result<Viewer, (u16, String)> {
+    let mut req = format!("ws://{}/attach/{id}/view", d.addr)
+        .into_client_request()
+        .unwrap();
+    if token {
+        req.headers_mut().insert(
+            "Authorization",
+            format!("Bearer {}", d.token).parse().unwrap(),
+        );
+    }
+    for (k, v) in headers {
+        let name: tungstenite::http::HeaderName = k.parse().unwrap();
+        req.headers_mut().insert(name, v.parse().unwrap());
+    }
+    let tcp = TcpStream::connect(d.addr).unwrap();
+    tcp.set_read_timeout(Some(WATCHDOG)).unwrap();
+    match tungstenite::client::client(req, tcp) {
+        Ok((ws, _)) => Ok(Viewer {
+            ws,
+            buf: Vec::new(),
+        }),
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(resp))) => Err((
+            resp.status().as_u16(),
+            String::from_utf8_lossy(resp.body().as_deref().unwrap_or_default()).into(),
+        )),
+        Err(e) => panic!("the upgrade failed otherwise: {e}"),
+    }
+}
+
+fn view(d: &TestDaemon, id: &str) -> Viewer {
+    open_view(d, id, true, &[]).unwrap_or_else(|e| panic!("/view refused: {e:?}"))
+}
+
+impl Viewer {
+    fn send(&mut self, bytes: &[u8]) {
+        self.ws.send(Message::binary(bytes.to_vec())).unwrap();
+    }
+
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        while self.buf.len() < n {
+            match self.ws.read() {
+                Ok(Message::Binary(b)) => self.buf.extend_from_slice(&b),
+                Ok(Message::Close(f)) => panic!("the view closed: {f:?}"),
+                Ok(_) => {}
+                Err(e) => panic!("watchdog or error reading the view: {e}"),
+            }
+        }
+        let rest = self.buf.split_off(n);
+        std::mem::replace(&mut self.buf, rest)
+    }
+
+    fn u16(&mut self) -> u16 {
+        let b = self.bytes(2);
+        u16::from_be_bytes([b[0], b[1]])
+    }
+
+    fn u32(&mut self) -> u32 {
+        let b = self.bytes(4);
+        u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+    }
+
+    /// The handshake through ServerInit: the server's version line and the screen size.
+    fn handshake(&mut self) -> (String, (u16, u16)) {
+        let version = String::from_utf8(self.bytes(12)).unwrap();
+        self.send(b"RFB 003.008\n");
+        let n = self.bytes(1)[0] as usize;
+        let types = self.bytes(n);
+        assert!(types.contains(&1), "security None is offered: {types:?}");
+        self.send(&[1]);
+        assert_eq!(self.u32(), 0, "SecurityResult OK");
+        self.send(&[1]); // ClientInit, shared
+        let size = (self.u16(), self.u16());
+        let format = self.bytes(16);
+        assert_eq!(format[0], 32, "32 bits per pixel: {format:?}");
+        let name = self.u32() as usize;
+        self.bytes(name);
+        (version, size)
+    }
+
+    /// Ask for a (small) update and read it whole: the rectangles' count. The server
+    /// answers after it has handled everything sent before, so this also orders input.
+    fn update(&mut self) -> u16 {
+        self.send(&handnode::base::rfb::update_request(false, 8, 8));
+        loop {
+            let kind = self.bytes(1)[0];
+            match kind {
+                0 => {
+                    self.bytes(1);
+                    let rects = self.u16();
+                    for _ in 0..rects {
+                        let (_, _, w, h) = (self.u16(), self.u16(), self.u16(), self.u16());
+                        let encoding = self.u32() as i32;
+                        match encoding {
+                            0 => {
+                                self.bytes(usize::from(w) * usize::from(h) * 4);
+                            }
+                            // A pseudo-encoding without data (the default set has none).
+                            e => panic!("unexpected encoding {e}"),
+                        }
+                    }
+                    return rects;
+                }
+                // Bell.
+                2 => {}
+                // ServerCutText.
+                3 => {
+                    self.bytes(3);
+                    let n = self.u32() as usize;
+                    self.bytes(n);
+                }
+                other => panic!("unexpected server message {other}"),
+            }
+        }
+    }
+
+    fn pointer(&mut self, x: u16, y: u16) {
+        self.send(&handnode::base::rfb::pointer_event(0, x, y));
+        self.update();
+    }
+}
+
+fn wheel(d: &TestDaemon, id: &str, take: bool) -> Value {
+    let (status, v) = d.call(
+        "POST",
+        &format!("/attach/{id}/wheel"),
+        Some(&json!({ "take": take })),
+    );
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+#[test]
+fn the_box_display_is_viewed_through_x11vnc_and_driven_only_with_the_wheel() {
+    if skip("the_box_display_is_viewed_through_x11vnc_and_driven_only_with_the_wheel") {
+        return;
+    }
+    let d = TestDaemon::with("live_view_box", |c| {
+        quiet_liveness(c);
+        c.display_env = Some(
+            [("PATH", "/usr/local/bin:/usr/bin:/bin"), ("DISPLAY", ":99")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        c.own_display.box_view_linger = Duration::from_millis(200);
+        c.own_display.stop_timeout = Duration::from_millis(500);
+    });
+    let pod = StubPod::start();
+    let (id, mut conn) = d.attached_with(&pod, attach_body(&pod, "s1", "desktop"));
+    conn.set_read_timeout(Duration::from_secs(60));
+    conn.initialize();
+    let mut agent = Agent { conn, next: 100 };
+    assert_eq!(our_x11vnc(), 0, "nothing runs before the first viewer");
+
+    let mut v = view(&d, &id);
+    let (version, size) = v.handshake();
+    assert!(version.starts_with("RFB 003.00"), "{version:?}");
+    assert_eq!(size, (1280, 800), "the box display's size");
+    assert!(v.update() >= 1, "a framebuffer update");
+    assert_eq!(our_x11vnc(), 1, "one x11vnc, the daemon's child");
+
+    // View-only: the viewer's pointer does not move the box's pointer.
+    move_pointer(10, 10);
+    v.pointer(300, 200);
+    assert_eq!(
+        pointer(),
+        (10, 10),
+        "the viewer's pointer reached the display"
+    );
+
+    // The lender takes the wheel: their pointer moves it, the agent's mouse is refused.
+    assert_eq!(wheel(&d, &id, true)["wheel"], "lender");
+    v.pointer(300, 200);
+    assert_eq!(
+        pointer(),
+        (300, 200),
+        "the lender's pointer did not reach the display"
+    );
+    let r = agent.call("mouse", json!({"action": "move", "x": 5, "y": 5}));
+    assert_eq!(r["isError"], true, "{r}");
+    let text = r["content"][0]["text"].as_str().unwrap_or("");
+    assert!(text.contains("has the wheel"), "{text}");
+    assert_eq!(pointer(), (300, 200), "the refused mouse moved the pointer");
+
+    // Given back: the agent drives again, the viewer's input is dropped again.
+    assert_eq!(wheel(&d, &id, false)["wheel"], "agent");
+    let r = agent.call("mouse", json!({"action": "move", "x": 40, "y": 30}));
+    assert_ne!(r["isError"], true, "{r}");
+    assert_eq!(pointer(), (40, 30));
+    v.pointer(600, 400);
+    assert_eq!(pointer(), (40, 30));
+
+    // The last viewer leaves: x11vnc stops after the linger (polled, with a watchdog).
+    drop(v);
+    let deadline = Instant::now() + WATCHDOG;
+    while our_x11vnc() > 0 {
+        assert!(Instant::now() < deadline, "watchdog: x11vnc still runs");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
