@@ -886,6 +886,196 @@ fn in_a_browser_the_activity_of_an_own_display_grant_shows_its_own_screen() {
     });
 }
 
+/// noVNC's files at `/console/novnc/` (§23): served without a token (the page has none
+/// yet), with the console's headers and their type; nothing outside its tree, nor its
+/// HTML pages.
+#[test]
+fn novnc_is_served_from_its_installed_files_only() {
+    if !std::path::Path::new("/usr/share/novnc/core/rfb.js").exists() {
+        return eprintln!("SKIPPED novnc_is_served_from_its_installed_files_only: no novnc");
+    }
+    let d = browser_daemon("console-novnc", |_| {});
+    let (status, headers, body) = http(d.addr, "GET", "/console/novnc/core/rfb.js", &[], None);
+    assert_eq!(status, 200);
+    assert_eq!(body, std::fs::read("/usr/share/novnc/core/rfb.js").unwrap());
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(header("Content-Type"), "text/javascript; charset=utf-8");
+    assert!(header("Content-Security-Policy").contains("script-src 'self'"));
+    assert_eq!(header("X-Content-Type-Options"), "nosniff");
+    for path in [
+        "/console/novnc/../../../etc/passwd",
+        "/console/novnc/core/../../../../etc/hostname",
+        "/console/novnc/%2e%2e/%2e%2e/etc/passwd",
+        "/console/novnc/vnc.html",
+        "/console/novnc/core",
+        "/console/novnc/core/no-such.js",
+    ] {
+        let (status, _, body) = http(d.addr, "GET", path, &[], None);
+        assert_eq!(status, 404, "{path}: {}", String::from_utf8_lossy(&body));
+    } // No file named: not a public path, so the token is asked for first.
+    let (status, _, _) = http(d.addr, "GET", "/console/novnc/", &[], None);
+    assert_eq!(status, 401);
+}
+
+/// The live view (§23), in chromium at 1180×820 and 390×844: noVNC shows the grant's own
+/// display; text the agent's `key` types into a dialog on it changes the view (the time it
+/// took is printed; the bench holds the speed); Take over, then a click in the view moves
+/// the display's pointer there (read back by the grant's own xdotool), and Give back.
+#[test]
+fn in_a_browser_the_live_view_shows_typing_and_takes_the_wheel() {
+    const TEST: &str = "in_a_browser_the_live_view_shows_typing_and_takes_the_wheel";
+    let core = match playwright_core() {
+        Ok(core) => core,
+        Err(why) => return eprintln!("SKIPPED {TEST}: {why}"),
+    };
+    for needed in [
+        "/usr/bin/Xvnc",
+        "/usr/bin/xdotool",
+        "/usr/bin/zenity",
+        "/usr/share/novnc/core/rfb.js",
+    ] {
+        if !std::path::Path::new(needed).exists() {
+            return eprintln!("SKIPPED {TEST}: no {needed} (scripts/ci/packages.sh)");
+        }
+    }
+    let _one = ONE_BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    let size = (640u32, 480u32);
+    let d = browser_daemon("console-live", |c| {
+        c.own_display.size = size;
+        c.display_env = Some(
+            [("PATH", "/usr/local/bin:/usr/bin:/bin")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+    });
+    let pod = StubPod::start();
+    let (id, mut conn) = d.attached_with(
+        &pod,
+        json!({"runtime": pod.runtime(), "session": "own-live", "profile": "desktop",
+               "display": "own", "secret": "s3cret-attach"}),
+    );
+    conn.set_read_timeout(STEP_WATCHDOG);
+    let mut n = 0;
+    let mut call = |conn: &mut PodConn, tool: &str, args: Value| -> Value {
+        n += 1;
+        let r = conn.call_tool(json!(n), tool, args.clone());
+        assert_ne!(r["result"]["isError"], true, "{tool} {args}: {r}");
+        r["result"].clone()
+    };
+    let bash = |conn: &mut PodConn,
+                call: &mut dyn FnMut(&mut PodConn, &str, Value) -> Value,
+                command: &str| {
+        call(conn, "bash", json!({ "command": command }))["structuredContent"]["stdout"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    call(&mut conn, "screenshot", json!({"scale": 0.25}));
+    assert_eq!(
+        d.grant(&id)["own_display"]["live_view"],
+        true,
+        "{}",
+        d.grant(&id)
+    );
+    // A dialog with a text field to type into (xterm cannot run as root in the wall).
+    call(
+        &mut conn,
+        "bash_start",
+        json!({"command": "exec zenity --entry --title live-key-window --text line"}),
+    );
+    poll_until(
+        || {
+            bash(
+                &mut conn,
+                &mut call,
+                "xdotool search --onlyvisible --name live-key-window || true",
+            )
+        },
+        |found| !found.trim().is_empty(),
+        |found| format!("watchdog: the dialog never showed: {found:?}"),
+    );
+    let mut browser = Browser::start(
+        "live.cjs",
+        &core,
+        &d,
+        &[
+            ("OWN_GRANT", id.clone()),
+            ("OWN_SIZE", format!("{}x{}", size.0, size.1)),
+        ],
+    );
+    for (name, text) in [
+        ("desktop", "typed where you watch"),
+        ("phone", "and on a phone"),
+    ] {
+        browser.expect(&format!("ready-{name}"));
+        bash(
+            &mut conn,
+            &mut call,
+            "xdotool search --onlyvisible --name live-key-window windowactivate --sync || true",
+        );
+        call(&mut conn, "key", json!({"action": "type", "text": text}));
+        browser.go(&format!("typed-{name}"));
+        let shown = browser.expect(&format!("shown-{name}"));
+        println!(
+            "live view, {name}: the typing showed {} ms after the key call returned",
+            shown["ms"]
+        );
+        let clicked = browser.expect(&format!("clicked-{name}"));
+        assert_eq!(d.grant(&id)["wheel"], "lender");
+        let want = (
+            clicked["x"].as_i64().unwrap(),
+            clicked["y"].as_i64().unwrap(),
+        );
+        let within = clicked["within"].as_i64().unwrap();
+        let at = poll_until(
+            || bash(&mut conn, &mut call, "xdotool getmouselocation"),
+            |out| {
+                let field = |f: &str| {
+                    out.split_whitespace()
+                        .find_map(|w| w.strip_prefix(f))
+                        .and_then(|v| v.parse::<i64>().ok())
+                };
+                let near =
+                    |got: Option<i64>, want: i64| got.is_some_and(|g| (g - want).abs() <= within);
+                near(field("x:"), want.0) && near(field("y:"), want.1)
+            },
+            |out| format!("watchdog: the pointer never reached {want:?} (within {within}): {out}"),
+        );
+        println!("live view, {name}: pointer {at}");
+        browser.go(&format!("moved-{name}"));
+        browser.expect(&format!("gave-{name}"));
+        assert_eq!(d.grant(&id)["wheel"], "agent");
+        browser.go(&format!("next-{name}"));
+    }
+    let shots = browser.finish();
+    for file in [
+        "console-live-desktop.png",
+        "console-live-phone.png",
+        "console-live-desktop-wheel.png",
+        "console-live-phone-wheel.png",
+    ] {
+        assert!(
+            shots.iter().any(|s| s.ends_with(file)),
+            "no {file} in {shots:?}"
+        );
+    }
+    // Each change of hands is audited.
+    d.wait_audit("four changes of the wheel", |audit| {
+        audit
+            .lines()
+            .filter(|l| l.contains("\"kind\":\"wheel\""))
+            .count()
+            == 4
+    });
+}
+
 /// What the agent is answered when the lender stops one call (contract §22).
 const STOPPED: &str = "stopped by the person who lent the box";
 

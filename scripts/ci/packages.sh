@@ -10,9 +10,11 @@
 # tigervnc-standalone-server: own displays run on Xvnc, whose RFB socket the live view
 # (§23, tests/live_view.rs) bridges. x11vnc wayvnc: the box's own display in the live view
 # (tests/live_view_box.rs).
+# novnc: the console's live view (§23, tests/console.rs live.cjs) loads its modules from
+# /usr/share/novnc.
 set -euo pipefail
 need=()
-for pkg in "$@" pkg-config libssl-dev curl python3 jq procps bubblewrap xvfb zenity at-spi2-core dbus-daemon xterm passt x11-utils x11-xserver-utils tigervnc-standalone-server x11vnc wayvnc; do
+for pkg in "$@" pkg-config libssl-dev curl python3 jq procps bubblewrap xvfb zenity at-spi2-core dbus-daemon xterm passt x11-utils x11-xserver-utils tigervnc-standalone-server x11vnc wayvnc novnc; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

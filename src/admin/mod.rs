@@ -80,6 +80,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/resume"),
     ("GET", "/"),
     ("GET", "/console/{id}"),
+    ("GET", "/console/novnc/{rest}"),
     ("GET", "/audit"),
     ("GET", "/approvals"),
     ("GET", "/approvals/{id}"),
@@ -91,7 +92,13 @@ pub const ROUTES: &[(&str, &str)] = &[
 
 /// Paths of [`ROUTES`] answered without authentication: the supervisor's probes, and the
 /// console's page and assets (a fresh page has no token yet; its API calls authenticate).
-pub const PUBLIC_PATHS: &[&str] = &["/healthz", "/readyz", "/", "/console/{id}"];
+pub const PUBLIC_PATHS: &[&str] = &[
+    "/healthz",
+    "/readyz",
+    "/",
+    "/console/{id}",
+    "/console/novnc/{rest}",
+];
 
 /// What a request's method and path name in [`ROUTES`].
 #[derive(Debug, PartialEq, Eq)]
@@ -105,6 +112,10 @@ enum Lookup<'a> {
 
 /// `path` against one table path: `Some(id segment)` when it matches.
 fn match_path<'a>(pattern: &str, path: &'a str) -> Option<&'a str> {
+    if let Some(prefix) = pattern.strip_suffix("{rest}") {
+        // The rest of the path, one or more segments, as `{id}`: a tree of files.
+        return path.strip_prefix(prefix).filter(|rest| !rest.is_empty());
+    }
     let mut id = "";
     let mut want = pattern.split('/');
     let mut got = path.split('/');
@@ -936,6 +947,10 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
                 !state.services.host.config.apps.is_empty(),
             ),
         ),
+        ("GET", "/console/novnc/{rest}") => respond(
+            request,
+            console::novnc_file(std::path::Path::new(console::NOVNC_DIR), id),
+        ),
         ("GET", "/console/{id}") => match console::asset(id) {
             Some(asset) => respond(request, console::response(asset)),
             None => respond(request, error_response(404, "no such console file")),
@@ -1517,6 +1532,11 @@ mod tests {
             find_route("GET", "/console/app.js"),
             Lookup::Route(("GET", "/console/{id}"), "app.js")
         );
+        assert_eq!(
+            find_route("GET", "/console/novnc/core/rfb.js"),
+            Lookup::Route(("GET", "/console/novnc/{rest}"), "core/rfb.js")
+        );
+        assert_eq!(find_route("GET", "/console/novnc/"), Lookup::NotFound);
         assert_eq!(
             find_route("DELETE", "/attach/abc"),
             Lookup::Route(("DELETE", "/attach/{id}"), "abc")

@@ -335,7 +335,7 @@ impl Tickets {
 
 /// `POST /attach/{id}/view-ticket`: a ticket for one WebSocket to this grant's view.
 pub(super) fn ticket_post(state: &Arc<AdminState>, request: Request, id: &str, by: &str) {
-    if let Err(resp) = own_display_of(state, id) {
+    if let Err(resp) = display_of(state, id) {
         return respond(request, resp);
     }
     let ttl = state.services.host.own_displays.options().view_ticket;

@@ -26,6 +26,11 @@ pub const MAX_WHEEL_IDLE_SECS: u64 = 86_400;
 /// Default `--live-view-ticket-ms`: long enough for a page to open its WebSocket after
 /// the POST that minted the ticket, short enough that a leaked one is stale.
 pub const DEFAULT_VIEW_TICKET_MS: u64 = 30_000;
+/// Where Debian's `novnc` package installs noVNC (§23: the console's live view loads its
+/// ES modules from here, at `/console/novnc/`). `doctor` checks the same place.
+pub const NOVNC_DIR: &str = "/usr/share/novnc";
+/// The module the console's live view imports; its absence means "no noVNC here".
+pub const NOVNC_ENTRY: &str = "core/rfb.js";
 
 /// Parse `--own-display-size`: `WxH`, each edge in `MIN_EDGE..=MAX_EDGE`.
 pub fn parse_size(text: &str) -> Result<(u32, u32), String> {

@@ -787,7 +787,32 @@ pub fn display_checks(probe: &Probe, cfg: &ToolConfig, processes: &ProcessWatche
             )),
         }
     }
+    if probe.problem.is_none() {
+        out.push(box_view_check(probe));
+    }
     out
+}
+
+/// Whether the lender can watch the box's own display live (§23): x11vnc or wayvnc.
+pub fn box_view_check(probe: &Probe) -> Check {
+    let server = probe.backend.map(display::boxview::server_for);
+    match (display::boxview::missing(probe), server) {
+        (None, Some((name, _))) => check(
+            "box live view",
+            Status::Ok,
+            format!(
+                "{name} is installed: GET /attach/{{id}}/view shows the box's display to you                  for a grant on it (started for the first viewer)"
+            ),
+            None,
+        ),
+        (Some(why), server) => check(
+            "box live view",
+            Status::Warn,
+            why,
+            server.map(|(_, package)| format!("apt install {package}")),
+        ),
+        (None, None) => check("box live view", Status::Warn, "no display backend", None),
+    }
 }
 
 /// Which build this is, and, for static glibc, whether name resolution needs NSS modules
@@ -851,7 +876,10 @@ pub fn checks(
     out.extend(display_checks(&probe, &cfg, processes));
     let own_facts = display::own::doctor_facts(&cfg);
     out.push(own_display_check(&own_facts));
-    out.push(live_view_check(&own_facts));
+    let novnc = std::path::Path::new(crate::config::own_display::NOVNC_DIR)
+        .join(crate::config::own_display::NOVNC_ENTRY)
+        .is_file();
+    out.push(live_view_check(&own_facts, novnc));
     out.push(grant_isolation_check(env));
     out.push(own_display_isolation_check(env));
     out.extend(screen_guards(&running_commands()));
@@ -941,22 +969,48 @@ pub fn own_display_check(facts: &Value) -> Check {
 }
 
 /// Whether the lender can watch an own display live and take the wheel (§23).
-pub fn live_view_check(facts: &Value) -> Check {
+pub fn live_view_check(facts: &Value, novnc: bool) -> Check {
+    let novnc_missing = || {
+        format!(
+            "the console has no noVNC ({}/{} is missing), so it shows the own display's \
+             polling screenshot instead of the live view",
+            crate::config::own_display::NOVNC_DIR,
+            crate::config::own_display::NOVNC_ENTRY
+        )
+    };
     match facts["live_view"].as_str() {
-        Some(xvnc) => check(
+        Some(xvnc) if novnc => check(
             "live view",
             Status::Ok,
             format!(
-                "own displays run on {xvnc}: GET /attach/{{id}}/view shows one live, and \
-                 POST /attach/{{id}}/wheel takes the wheel"
+                "own displays run on {xvnc}: GET /attach/{{id}}/view shows one live (the \
+                 console with noVNC), and POST /attach/{{id}}/wheel takes the wheel"
             ),
             None,
+        ),
+        Some(xvnc) => check(
+            "live view",
+            Status::Warn,
+            format!("own displays run on {xvnc}, but {}", novnc_missing()),
+            Some("apt install novnc".into()),
         ),
         None => check(
             "live view",
             Status::Warn,
-            display::own::live_view_missing(),
-            Some(format!("apt install {}", display::own::XVNC.1)),
+            if novnc {
+                display::own::live_view_missing()
+            } else {
+                format!(
+                    "{}; and {}",
+                    display::own::live_view_missing(),
+                    novnc_missing()
+                )
+            },
+            Some(if novnc {
+                format!("apt install {}", display::own::XVNC.1)
+            } else {
+                format!("apt install {} novnc", display::own::XVNC.1)
+            }),
         ),
     }
 }
@@ -1597,14 +1651,27 @@ mod tests {
 
     #[test]
     fn live_view_says_what_to_install() {
-        let on = live_view_check(&json!({"live_view": "/usr/bin/Xvnc"}));
+        let on = live_view_check(&json!({"live_view": "/usr/bin/Xvnc"}), true);
         assert_eq!(on.status, Status::Ok);
         assert!(on.detail.contains("/usr/bin/Xvnc"), "{}", on.detail);
-        let off = live_view_check(&json!({"live_view": null}));
+        let off = live_view_check(&json!({"live_view": null}), true);
         assert_eq!(off.status, Status::Warn);
         assert_eq!(
             off.fix.as_deref(),
             Some("apt install tigervnc-standalone-server")
+        );
+        let no_novnc = live_view_check(&json!({"live_view": "/usr/bin/Xvnc"}), false);
+        assert_eq!(no_novnc.status, Status::Warn);
+        assert!(
+            no_novnc.detail.contains("polling screenshot"),
+            "{}",
+            no_novnc.detail
+        );
+        assert_eq!(no_novnc.fix.as_deref(), Some("apt install novnc"));
+        let neither = live_view_check(&json!({"live_view": null}), false);
+        assert_eq!(
+            neither.fix.as_deref(),
+            Some("apt install tigervnc-standalone-server novnc")
         );
     }
 

@@ -7,8 +7,8 @@
   const TOKEN_KEY = 'handnode.token';
   // Test and slow-link knobs: ?refresh_ms=N (how often the grant list, the halt and an open
   // journal are re-read while the page is visible), ?calls_ms=N (how often GET /calls is
-  // read while the Grants view is open and visible) and ?thumb_ms=N (the screen thumbnail's
-  // period, never under 2 s).
+  // read while the Grants view is open and visible), ?thumb_ms=N (the screen thumbnail's
+  // period, never under 2 s), ?live=0 and ?live_retry_ms=N (the live view, below).
   const params = new URLSearchParams(location.search);
   const knob = (name, fallback, min) => {
     const v = Number(params.get(name));
@@ -25,6 +25,12 @@
   const LONG_POLL_FLOOR_MS = 1000;
   const BACKOFF_MAX_MS = 30000;
   const THUMB_SCALE = 0.25;
+  /** After a live view ends or cannot start, how long before trying again (screenshots
+   * meanwhile). ?live_retry_ms=N. */
+  const LIVE_RETRY_MS = knob('live_retry_ms', 5000, 200);
+  /** ?live=0: keep the polling screenshot even where the live view could be shown (a
+   * slow link; the screenshot's own test). */
+  const LIVE = params.get('live') !== '0';
   const THUMB_MAX_BYTES = 262144;
   const ACTIVITY_LIMIT = 100;
   /** Journal records the page keeps (the oldest go first); journal.html has them all. */
@@ -1436,7 +1442,131 @@
       && state.activityGrant !== '' && state.grants.some((g) => g.state === 'attached');
   }
 
+  // ---- live view (§23) ----
+  // A grant's own display on Xvnc is shown live with noVNC (Debian's novnc, served at
+  // /console/novnc/), watch-only until the lender takes the wheel. Without noVNC, or while
+  // a view cannot be opened, the screenshot above goes on.
+
+  /** noVNC's RFB class: null not tried yet, false not installed here. */
+  let RFBClass = null;
+  /** The open view: {id, rfb, wheel}, or null. */
+  let live = null;
+  let liveRetryAt = 0;
+
+  async function noVNC() {
+    if (RFBClass === null) {
+      try {
+        RFBClass = (await import('/console/novnc/core/rfb.js')).default || false;
+      } catch (_) {
+        RFBClass = false;
+      }
+    }
+    return RFBClass;
+  }
+
+  /** The grant whose screen the Activity view shows, if it can be shown live. */
+  function liveGrant() {
+    if (!LIVE || !thumbWanted()) return null;
+    const g = state.grants.find((x) => x.id === state.activityGrant);
+    return g && g.display === 'own' && g.own_display && g.own_display.live_view ? g : null;
+  }
+
+  function stopLive() {
+    const was = live;
+    live = null;
+    if (was) was.rfb.disconnect();
+    $('live').hidden = true;
+    $('live').replaceChildren();
+    $('live-bar').hidden = true;
+  }
+
+  /** Who has the wheel, in the bar and in what the view sends. */
+  function showWheel(holder) {
+    if (!live) return;
+    live.wheel = holder;
+    const mine = holder === 'lender';
+    live.rfb.viewOnly = !mine;
+    $('live').classList.toggle('lender', mine);
+    $('wheel-button').textContent = mine ? 'Give back' : 'Take over';
+    $('wheel-note').textContent = mine
+      ? 'You have the wheel: your clicks and keys reach this display, and the agent\'s mouse and keys are refused. Five idle minutes give it back.'
+      : 'The agent has the wheel; you are watching (your clicks and keys are not sent).';
+  }
+
+  /** Open (or keep) the live view when it can be shown; true when it is shown, so the
+   * screenshot is not taken. */
+  async function syncLive() {
+    const g = liveGrant();
+    if (live && (!g || g.id !== live.id)) stopLive();
+    if (!g) return false;
+    if (live) {
+      if (!live.pending) showWheel(g.wheel);
+      return true;
+    }
+    if (performance.now() < liveRetryAt) return false;
+    const RFB = await noVNC();
+    if (!RFB) return false;
+    let ticket;
+    try {
+      // A WebSocket cannot carry the token: a one-use ticket goes as its subprotocol.
+      ticket = (await api('POST', `/attach/${encodeURIComponent(g.id)}/view-ticket`)).data;
+    } catch (e) {
+      liveRetryAt = performance.now() + LIVE_RETRY_MS;
+      return false;
+    }
+    // The grant list may have been re-read meanwhile: the same grant is the same id.
+    if (live || (liveGrant() || {}).id !== g.id) return !!live;
+    const box = $('live');
+    box.replaceChildren();
+    const [w, h] = String(g.own_display.size || '').split('x').map(Number);
+    if (w > 0 && h > 0) box.style.aspectRatio = `${w} / ${h}`;
+    box.hidden = false;
+    $('live-bar').hidden = false;
+    $('thumb').hidden = true;
+    const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
+    const url = `${scheme}//${location.host}/attach/${encodeURIComponent(g.id)}/view`;
+    const rfb = new RFB(box, url, { shared: true, wsProtocols: ['binary', ticket.protocol] });
+    rfb.scaleViewport = true;
+    rfb.resizeSession = false;
+    rfb.viewOnly = true;
+    live = { id: g.id, rfb, wheel: null, pending: false };
+    rfb.addEventListener('connect', () => {
+      if (live && live.rfb === rfb) {
+        $('thumb-note').textContent = 'Live: the grant\'s own display (not yours).';
+      }
+    });
+    rfb.addEventListener('disconnect', () => {
+      if (!live || live.rfb !== rfb) return;
+      stopLive();
+      liveRetryAt = performance.now() + LIVE_RETRY_MS;
+      $('thumb-note').textContent = 'The live view closed; showing screenshots, and trying again shortly.';
+      scheduleThumb();
+    });
+    showWheel(g.wheel);
+    return true;
+  }
+
+  $('wheel-button').addEventListener('click', async () => {
+    if (!live) return;
+    const view = live;
+    const take = view.wheel !== 'lender';
+    view.pending = true;
+    $('wheel-button').disabled = true;
+    try {
+      const r = await api('POST', `/attach/${encodeURIComponent(view.id)}/wheel`, { take });
+      const g = state.grants.find((x) => x.id === view.id);
+      if (g) g.wheel = r.data.wheel;
+      if (live === view) showWheel(r.data.wheel);
+    } catch (e) {
+      $('wheel-note').textContent = `Could not ${take ? 'take' : 'give back'} the wheel: ${e.message}`;
+    } finally {
+      view.pending = false;
+      $('wheel-button').disabled = false;
+    }
+  });
+
   function scheduleThumb() {
+    if (!thumbWanted() && live) stopLive();
     if (thumbBusy || thumbTimer !== null) return;
     if (!thumbWanted()) {
       const note = $('thumb-note');
@@ -1459,6 +1589,7 @@
     const img = $('thumb');
     try {
       // A grant with a display of its own (§19): its screen, not the owner's.
+      if (await syncLive()) return;
       const g = state.grants.find((x) => x.id === state.activityGrant);
       const own = !!(g && g.display === 'own');
       let result;

@@ -159,6 +159,65 @@ pub fn asset(name: &str) -> Option<&'static Asset> {
     ASSETS.iter().find(|a| a.name == name)
 }
 
+pub use crate::config::own_display::{NOVNC_DIR, NOVNC_ENTRY};
+/// Largest noVNC file served (the biggest module is well under this).
+pub const NOVNC_MAX_FILE: u64 = 1 << 20;
+/// What of noVNC is served, by extension: its modules and their images and styles. Not
+/// its HTML pages, which carry inline script this page's CSP would refuse and are another
+/// client than the console.
+const NOVNC_TYPES: &[(&str, &str)] = &[
+    ("js", "text/javascript; charset=utf-8"),
+    ("css", "text/css; charset=utf-8"),
+    ("svg", "image/svg+xml"),
+    ("png", "image/png"),
+];
+
+/// `GET /console/novnc/{rest}`: a file of noVNC's installed tree under `dir`, with
+/// [`HEADERS`], or `404`. Only plain names (`[A-Za-z0-9_.-]`, not starting with a dot)
+/// of a type in [`NOVNC_TYPES`], and only a regular file whose real path stays under
+/// `dir`'s, so neither `..`, an escape, nor a symlink out of the tree reaches another file.
+pub fn novnc_file(dir: &std::path::Path, rest: &str) -> Response<Cursor<Vec<u8>>> {
+    match read_novnc(dir, rest) {
+        Ok((body, content_type)) => with_headers(body, content_type),
+        Err(why) => {
+            let body = serde_json::json!({ "error": why }).to_string().into_bytes();
+            let mut response = with_headers(body, "application/json");
+            response = response.with_status_code(404);
+            response
+        }
+    }
+}
+
+fn read_novnc(dir: &std::path::Path, rest: &str) -> Result<(Vec<u8>, &'static str), String> {
+    let plain = |s: &str| {
+        !s.is_empty()
+            && !s.starts_with('.')
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    };
+    if !rest.split('/').all(plain) {
+        return Err("no such noVNC file".into());
+    }
+    let content_type = rest
+        .rsplit_once('.')
+        .and_then(|(_, ext)| NOVNC_TYPES.iter().find(|(e, _)| *e == ext))
+        .map(|(_, t)| *t)
+        .ok_or("no such noVNC file")?;
+    let root = std::fs::canonicalize(dir).map_err(|_| {
+        format!(
+            "noVNC is not installed here ({}): install Debian's novnc",
+            dir.display()
+        )
+    })?;
+    let path = std::fs::canonicalize(root.join(rest)).map_err(|_| "no such noVNC file")?;
+    let meta = std::fs::metadata(&path).map_err(|_| "no such noVNC file")?;
+    if !path.starts_with(&root) || !meta.is_file() || meta.len() > NOVNC_MAX_FILE {
+        return Err("no such noVNC file".into());
+    }
+    let body = std::fs::read(&path).map_err(|_| "no such noVNC file")?;
+    Ok((body, content_type))
+}
+
 /// `asset` as a `200` with its type and [`HEADERS`].
 pub fn response(asset: &Asset) -> Response<Cursor<Vec<u8>>> {
     with_headers(asset.body.to_vec(), asset.content_type)
@@ -177,6 +236,39 @@ fn with_headers(body: Vec<u8>, content_type: &str) -> Response<Cursor<Vec<u8>>> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn novnc_files_are_served_only_from_under_its_dir() {
+        let tmp = std::env::temp_dir().join(format!("handnode-novnc-{}", std::process::id()));
+        let dir = tmp.join("novnc");
+        std::fs::create_dir_all(dir.join("core")).unwrap();
+        std::fs::write(dir.join("core/rfb.js"), b"export default 1;").unwrap();
+        std::fs::write(dir.join("vnc.html"), b"<script>").unwrap();
+        std::fs::write(tmp.join("secret.js"), b"no").unwrap();
+        std::os::unix::fs::symlink(tmp.join("secret.js"), dir.join("core/out.js")).unwrap();
+        let (body, ty) = read_novnc(&dir, "core/rfb.js").unwrap();
+        assert_eq!(body, b"export default 1;");
+        assert_eq!(ty, "text/javascript; charset=utf-8");
+        let served = novnc_file(&dir, "core/rfb.js");
+        assert_eq!(served.status_code().0, 200);
+        for bad in [
+            "../secret.js",
+            "core/../../secret.js",
+            "core/out.js",
+            "core//rfb.js",
+            ".hidden.js",
+            "core/%2e%2e/x.js",
+            "vnc.html",
+            "core",
+            "core/missing.js",
+        ] {
+            assert!(read_novnc(&dir, bad).is_err(), "{bad} was served");
+            assert_eq!(novnc_file(&dir, bad).status_code().0, 404, "{bad}");
+        }
+        let why = read_novnc(&tmp.join("absent"), "core/rfb.js").unwrap_err();
+        assert!(why.contains("install Debian's novnc"), "{why}");
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
 
     use serde_json::{json, Value};
 
