@@ -6,15 +6,27 @@
 //! last viewer left and the linger. Skips, saying why, without x11vnc, xdotool or :99.
 
 mod common;
+#[path = "displays/mod.rs"]
+mod displays;
 
+use std::collections::BTreeMap;
 use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
+use displays::Displays;
+use handnode::config::DisplayBackend;
 use serde_json::{json, Value};
 use tungstenite::client::IntoClientRequest;
 use tungstenite::{Message, WebSocket};
+
+/// The tests count this process's x11vnc and wayvnc children: one test at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn skip(test: &str) -> bool {
     for program in ["x11vnc", "xdotool"] {
@@ -47,6 +59,14 @@ fn pointer() -> (u32, u32) {
     (field("x:"), field("y:"))
 }
 
+/// The box's X display as the daemon sees it.
+fn x11_env() -> BTreeMap<String, String> {
+    [("PATH", "/usr/local/bin:/usr/bin:/bin"), ("DISPLAY", ":99")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 fn move_pointer(x: u32, y: u32) {
     let ok = std::process::Command::new("xdotool")
         .args(["mousemove", &x.to_string(), &y.to_string()])
@@ -56,19 +76,22 @@ fn move_pointer(x: u32, y: u32) {
     assert!(ok.success());
 }
 
-/// The x11vnc processes this test process started (the in-process daemon's children).
-fn our_x11vnc() -> usize {
+/// The processes named `name` this test process started (the in-process daemon's children).
+fn our_children(name: &str) -> usize {
     let me = std::process::id().to_string();
+    let comm = format!("({name}");
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter(|e| {
             let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-            let Some((name, rest)) = stat.split_once(") ") else {
+            let Some((head, rest)) = stat.rsplit_once(") ") else {
                 return false;
             };
-            let ppid = rest.split_whitespace().nth(1).unwrap_or("");
-            name.ends_with("(x11vnc") && ppid == me && !rest.starts_with('Z')
+            let mut fields = rest.split_whitespace();
+            let state = fields.next().unwrap_or("Z");
+            let ppid = fields.next().unwrap_or("");
+            head.ends_with(&comm) && ppid == me && state != "Z"
         })
         .count()
 }
@@ -230,35 +253,65 @@ fn wheel(d: &TestDaemon, id: &str, take: bool) -> Value {
     v
 }
 
+/// A daemon whose box display is `env` (the daemon's display environment), lingering 200 ms.
+fn daemon(tag: &str, backend: DisplayBackend, env: BTreeMap<String, String>) -> TestDaemon {
+    TestDaemon::with(tag, move |c| {
+        quiet_liveness(c);
+        c.display_backend = backend;
+        c.display_env = Some(env);
+        c.own_display.box_view_linger = Duration::from_millis(200);
+        c.own_display.stop_timeout = Duration::from_millis(500);
+    })
+}
+
+fn grant(d: &TestDaemon, pod: &StubPod, session: &str, profile: &str) -> (String, Agent) {
+    let (id, mut conn) = d.attached_with(pod, attach_body(pod, session, profile));
+    conn.set_read_timeout(Duration::from_secs(60));
+    conn.initialize();
+    (id, Agent { conn, next: 100 })
+}
+
+/// Wait (bounded by the watchdog) until none of `name` runs as this process's child.
+fn gone(name: &str) {
+    let deadline = Instant::now() + WATCHDOG;
+    while our_children(name) > 0 {
+        assert!(Instant::now() < deadline, "watchdog: {name} still runs");
+        // No signal says when another process's child has exited: polled.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn the_box_display_is_viewed_through_x11vnc_and_driven_only_with_the_wheel() {
+    let _serial = serial();
     if skip("the_box_display_is_viewed_through_x11vnc_and_driven_only_with_the_wheel") {
         return;
     }
-    let d = TestDaemon::with("live_view_box", |c| {
-        quiet_liveness(c);
-        c.display_env = Some(
-            [("PATH", "/usr/local/bin:/usr/bin:/bin"), ("DISPLAY", ":99")]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
-        c.own_display.box_view_linger = Duration::from_millis(200);
-        c.own_display.stop_timeout = Duration::from_millis(500);
-    });
+    let d = daemon("live_view_box", DisplayBackend::X11, x11_env());
     let pod = StubPod::start();
-    let (id, mut conn) = d.attached_with(&pod, attach_body(&pod, "s1", "desktop"));
-    conn.set_read_timeout(Duration::from_secs(60));
-    conn.initialize();
-    let mut agent = Agent { conn, next: 100 };
-    assert_eq!(our_x11vnc(), 0, "nothing runs before the first viewer");
+    let (id, mut agent) = grant(&d, &pod, "s1", "desktop");
+    let (other, mut other_agent) = grant(&d, &pod, "s2", "desktop");
+    assert_eq!(
+        our_children("x11vnc"),
+        0,
+        "nothing runs before the first viewer"
+    );
 
     let mut v = view(&d, &id);
     let (version, size) = v.handshake();
     assert!(version.starts_with("RFB 003.00"), "{version:?}");
     assert_eq!(size, (1280, 800), "the box display's size");
     assert!(v.update() >= 1, "a framebuffer update");
-    assert_eq!(our_x11vnc(), 1, "one x11vnc, the daemon's child");
+    assert_eq!(our_children("x11vnc"), 1, "one x11vnc, the daemon's child");
+    let sock = d.dir.join("state/displays/box-view/rfb.sock");
+    assert!(sock.exists(), "{}", sock.display());
+    let mode = std::fs::metadata(sock.parent().unwrap())
+        .unwrap()
+        .permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o700
+    );
 
     // View-only: the viewer's pointer does not move the box's pointer.
     move_pointer(10, 10);
@@ -269,33 +322,122 @@ fn the_box_display_is_viewed_through_x11vnc_and_driven_only_with_the_wheel() {
         "the viewer's pointer reached the display"
     );
 
-    // The lender takes the wheel: their pointer moves it, the agent's mouse is refused.
+    // The lender takes the wheel: their pointer moves it, the agent's mouse is refused,
+    // that grant's and every other grant's on the box's display (one wheel, one screen).
     assert_eq!(wheel(&d, &id, true)["wheel"], "lender");
+    assert_eq!(d.grant(&other)["wheel"], "lender");
     v.pointer(300, 200);
     assert_eq!(
         pointer(),
         (300, 200),
         "the lender's pointer did not reach the display"
     );
-    let r = agent.call("mouse", json!({"action": "move", "x": 5, "y": 5}));
-    assert_eq!(r["isError"], true, "{r}");
-    let text = r["content"][0]["text"].as_str().unwrap_or("");
-    assert!(text.contains("has the wheel"), "{text}");
+    for a in [&mut agent, &mut other_agent] {
+        let r = a.call("mouse", json!({"action": "move", "x": 5, "y": 5}));
+        assert_eq!(r["isError"], true, "{r}");
+        let text = r["content"][0]["text"].as_str().unwrap_or("");
+        assert!(text.contains("has the wheel"), "{text}");
+    }
     assert_eq!(pointer(), (300, 200), "the refused mouse moved the pointer");
 
     // Given back: the agent drives again, the viewer's input is dropped again.
-    assert_eq!(wheel(&d, &id, false)["wheel"], "agent");
+    assert_eq!(wheel(&d, &other, false)["wheel"], "agent");
     let r = agent.call("mouse", json!({"action": "move", "x": 40, "y": 30}));
     assert_ne!(r["isError"], true, "{r}");
     assert_eq!(pointer(), (40, 30));
     v.pointer(600, 400);
     assert_eq!(pointer(), (40, 30));
 
-    // The last viewer leaves: x11vnc stops after the linger (polled, with a watchdog).
+    // A second viewer shares the one server; the last one leaving stops it after the
+    // linger.
+    let mut w = view(&d, &other);
+    assert_eq!(w.handshake().1, (1280, 800));
+    assert_eq!(our_children("x11vnc"), 1);
     drop(v);
-    let deadline = Instant::now() + WATCHDOG;
-    while our_x11vnc() > 0 {
-        assert!(Instant::now() < deadline, "watchdog: x11vnc still runs");
-        std::thread::sleep(Duration::from_millis(50));
+    drop(w);
+    gone("x11vnc");
+}
+
+#[test]
+fn an_observe_grant_is_watched_and_the_daemon_stop_leaves_no_server() {
+    let _serial = serial();
+    if skip("an_observe_grant_is_watched_and_the_daemon_stop_leaves_no_server") {
+        return;
     }
+    let d = daemon("live_view_box_observe", DisplayBackend::X11, x11_env());
+    let pod = StubPod::start();
+    let (id, _agent) = grant(&d, &pod, "s1", "observe");
+    let mut v = view(&d, &id);
+    assert_eq!(v.handshake().1, (1280, 800));
+    assert!(v.update() >= 1);
+    let dir = d.dir.clone();
+    drop(d);
+    assert_eq!(our_children("x11vnc"), 0, "x11vnc outlived the daemon");
+    assert!(!dir.join("state/displays/box-view").exists());
+}
+
+#[test]
+fn without_x11vnc_the_view_says_what_to_install() {
+    let _serial = serial();
+    if skip("without_x11vnc_the_view_says_what_to_install") {
+        return;
+    }
+    let empty = std::env::temp_dir().join(format!("handnode-no-vnc-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let mut env = x11_env();
+    env.insert("PATH".into(), empty.display().to_string());
+    let d = daemon("live_view_box_missing", DisplayBackend::X11, env);
+    let pod = StubPod::start();
+    let (id, _agent) = grant(&d, &pod, "s1", "desktop");
+    let (status, body) = open_view(&d, &id, true, &[]).err().expect("refused");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("apt install x11vnc"), "{body}");
+    assert_eq!(our_children("x11vnc"), 0);
+    let _ = std::fs::remove_dir(&empty);
+}
+
+#[test]
+fn sway_is_viewed_through_wayvnc() {
+    let _serial = serial();
+    let test = "sway_is_viewed_through_wayvnc";
+    let Ok(displays) = Displays::load() else {
+        eprintln!("SKIPPED {test}: no target/displays.env (bash scripts/ci/displays.sh start)");
+        return;
+    };
+    if !Path::new("/usr/bin/wayvnc").exists() {
+        eprintln!("SKIPPED {test}: wayvnc is not installed (scripts/ci/packages.sh)");
+        return;
+    }
+    let size = displays.sway_size();
+    let d = daemon(
+        "live_view_box_sway",
+        DisplayBackend::Wayland,
+        displays.env_for(DisplayBackend::Wayland),
+    );
+    let pod = StubPod::start();
+    let (id, mut agent) = grant(&d, &pod, "s1", "desktop");
+    let mut v = view(&d, &id);
+    let log = d.dir.join("state/displays/box-view/wayvnc.log");
+    let shaken = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| v.handshake()));
+    let (version, got) = shaken.unwrap_or_else(|_| {
+        panic!(
+            "wayvnc's handshake failed; its log: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    });
+    assert!(version.starts_with("RFB 003.00"), "{version:?}");
+    assert_eq!(
+        (u32::from(got.0), u32::from(got.1)),
+        size,
+        "the sway output's size"
+    );
+    assert!(v.update() >= 1, "a framebuffer update");
+    assert_eq!(our_children("wayvnc"), 1);
+    // Sway has no pointer read-back as xdotool's; the wheel's refusal is checked here.
+    assert_eq!(wheel(&d, &id, true)["wheel"], "lender");
+    let r = agent.call("mouse", json!({"action": "move", "x": 5, "y": 5}));
+    assert_eq!(r["isError"], true, "{r}");
+    assert_eq!(wheel(&d, &id, false)["wheel"], "agent");
+    drop(v);
+    gone("wayvnc");
 }

@@ -2086,4 +2086,26 @@ mod tests {
             "the test browsers' dirs are removed: {left:?}"
         );
     }
+
+    #[test]
+    fn box_live_view_says_which_server_to_install_for_the_backend() {
+        let dir = std::env::temp_dir().join(format!("handnode-doctor-vnc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut probe = Probe::working_x11();
+        probe.env.path = Some(dir.display().to_string());
+        let c = box_view_check(&probe);
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.detail.contains("needs x11vnc"), "{}", c.detail);
+        assert_eq!(c.fix.as_deref(), Some("apt install x11vnc"));
+        probe.backend = Some(Backend::Wayland);
+        let c = box_view_check(&probe);
+        assert_eq!(c.fix.as_deref(), Some("apt install wayvnc"));
+        let fake = dir.join("wayvnc");
+        std::fs::write(&fake, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let c = box_view_check(&probe);
+        assert_eq!(c.status, Status::Ok, "{}", c.detail);
+        assert!(c.detail.contains("wayvnc is installed"), "{}", c.detail);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -248,7 +248,7 @@ impl BoxView {
         let deadline = Instant::now() + self.start_timeout;
         let mut pause = Duration::from_millis(5);
         loop {
-            if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+            if listening(&socket) {
                 log::info!("the box display's VNC server ({name}) started for a viewer");
                 return Ok(Running { child, socket });
             }
@@ -279,6 +279,22 @@ impl BoxView {
             pause = (pause * 2).min(Duration::from_millis(100));
         }
     }
+}
+
+/// Whether a Unix socket at `path` is listening, read from `/proc/net/unix` rather than by
+/// connecting: wayvnc 0.5.0 crashes (SIGSEGV) on a client that connects and leaves at once.
+fn listening(path: &std::path::Path) -> bool {
+    const ACCEPTCON: u32 = 0x10000;
+    let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
+        return false;
+    };
+    let want = path.to_string_lossy();
+    table.lines().skip(1).any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.len() >= 8
+            && fields[7] == want
+            && u32::from_str_radix(fields[3], 16).is_ok_and(|f| f & ACCEPTCON != 0)
+    })
 }
 
 fn running_now(st: &mut State) -> bool {
