@@ -87,6 +87,8 @@ h.run(async (browser) => {
   await page.check('input[name="profile"][value="desktop"]');
   const warning = await page.textContent('#lend-warning');
   assert(await page.isVisible('#lend-warning') && /shell-equivalent/.test(warning), 'desktop shows the boundary warning: ' + warning);
+  // The boundaries it names come from the daemon's table: every one, apps included.
+  assert(/Only observe, browser, files and apps are boundaries\./.test(warning), 'the warning names every boundary: ' + warning);
   await page.check('input[name="approve"][value="shell"]');
   await page.click('label.preset:has(input[value="7200"])');
   await page.click('label.preset:has(input[value="3600"])');

@@ -845,7 +845,10 @@
     const checked = lendForm.querySelector('input[name="profile"]:checked');
     const shell = checked ? checked.dataset.shell : '';
     if (shell === 'yes') {
-      text = `${profile} is shell-equivalent: with bash, or a mouse and keyboard that can open a terminal, the agent can do anything you can do on this box. Only observe, browser and files are boundaries. Lend it only to a session you would give a shell here.`;
+      // The boundaries named from the same rendered table, so a profile added there is named.
+      const bounded = Array.from(lendForm.querySelectorAll('input[name="profile"][data-shell="no"]'), (r) => r.value);
+      const only = bounded.length > 1 ? `${bounded.slice(0, -1).join(', ')} and ${bounded[bounded.length - 1]} are boundaries` : `${bounded.join('')} is a boundary`;
+      text = `${profile} is shell-equivalent: with bash, or a mouse and keyboard that can open a terminal, the agent can do anything you can do on this box. Only ${only}. Lend it only to a session you would give a shell here.`;
       if (approve !== 'none') text += ' Approval does not make it a boundary: an allowed command does everything it says.';
     } else if (shell === 'list') {
       text = 'A list that contains a shell tool (bash, mouse, key, …) is shell-equivalent; the grant\'s shell field will say so.';
