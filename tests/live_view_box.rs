@@ -339,12 +339,18 @@ fn the_box_display_is_viewed_through_x11vnc_and_driven_only_with_the_wheel() {
         assert!(text.contains("has the wheel"), "{text}");
     }
     assert_eq!(pointer(), (300, 200), "the refused mouse moved the pointer");
+    for detail in [false, true] {
+        let info = other_agent.call("sys_info", json!({ "detail": detail }));
+        assert_eq!(info["structuredContent"]["wheel"], "lender", "{info}");
+    }
 
     // Given back: the agent drives again, the viewer's input is dropped again.
     assert_eq!(wheel(&d, &other, false)["wheel"], "agent");
     let r = agent.call("mouse", json!({"action": "move", "x": 40, "y": 30}));
     assert_ne!(r["isError"], true, "{r}");
     assert_eq!(pointer(), (40, 30));
+    let info = other_agent.call("sys_info", json!({}));
+    assert_eq!(info["structuredContent"]["wheel"], "agent", "{info}");
     v.pointer(600, 400);
     assert_eq!(pointer(), (40, 30));
 

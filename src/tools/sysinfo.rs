@@ -499,9 +499,9 @@ fn collect_from(
     }
     let isolation = super::display::own::call_isolation(cx);
     map.insert("isolation".into(), isolation.into());
-    // Who drives the grant's own display (§23): the agent, or the lender.
-    if let Some(own) = super::display::own::own_of(cx) {
-        map.insert("wheel".into(), own.wheel().holder().as_str().into());
+    // Who drives the call's display (§23), its own or the box's: the agent, or the lender.
+    if let Some(wheel) = call_wheel(cx) {
+        map.insert("wheel".into(), wheel.holder().as_str().into());
     }
     let open_channel = (isolation == "none"
         && super::display::own::walls_apply(cx)
@@ -919,7 +919,7 @@ pub fn from_cache(args: &Value, cx: &CallContext) -> Option<ToolOutput> {
         live_age: age.as_secs(),
         probe: Arc::clone(&probe),
         detail,
-        wheel: super::display::own::own_of(cx).map(|o| o.wheel().epoch()),
+        wheel: call_wheel(cx).map(|w| w.epoch()),
     };
     let answers = &cx.host.sys_info_answers;
     let json = match answers.get(&key) {
@@ -960,6 +960,12 @@ fn output(mut info: Value, detail: bool) -> ToolOutput {
         .expect("json! object")
         .insert("structuredContent".into(), info);
     ToolOutput::Result(result)
+}
+
+/// The wheel of the call's display (§23), but for a browser grant, which drives none.
+fn call_wheel(cx: &CallContext) -> Option<Arc<super::display::wheel::Wheel>> {
+    (cx.policy.profile() != crate::profiles::Profile::Browser)
+        .then(|| super::display::boxview::call_wheel(cx))
 }
 
 #[cfg(test)]
