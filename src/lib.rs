@@ -205,6 +205,7 @@ impl Daemon {
         host.box_view.report_to(audit.clone());
         // What a crashed run left of its grants' own displays (§19) goes before any resumes.
         host.own_displays.clean_stale();
+        host.box_view.clean_stale();
         // Before any grant resumes: what a crashed daemon left running is killed first.
         let recovered = jobs.recover().map_err(|e| {
             Error::Config(format!(

@@ -23,6 +23,13 @@ pub const X11VNC: (&str, &str) = ("x11vnc", "x11vnc");
 pub const WAYVNC: (&str, &str) = ("wayvnc", "wayvnc");
 /// The socket's name in the directory.
 const SOCKET: &str = "rfb.sock";
+/// `<daemon pid> <server pid> <marker>`: what a crashed daemon left running.
+const RECORD: &str = "record";
+
+/// The server's marker (in its environment as `MARKER_ENV`).
+fn marker() -> String {
+    format!("box-view-{}", std::process::id())
+}
 
 /// The server for a backend.
 pub fn server_for(backend: Backend) -> (&'static str, &'static str) {
@@ -182,6 +189,38 @@ impl BoxView {
         }
     }
 
+    /// At start: a server a crashed daemon left (its record names a daemon that is gone
+    /// and a process that still carries its marker) is killed, and the directory removed.
+    /// Returns whether one was killed.
+    pub fn clean_stale(&self) -> bool {
+        let Ok(record) = std::fs::read_to_string(self.dir.join(RECORD)) else {
+            return false;
+        };
+        let mut fields = record.split_whitespace();
+        let (Some(daemon), Some(pid), Some(marker)) = (
+            fields.next().and_then(|p| p.parse::<u32>().ok()),
+            fields.next().and_then(|p| p.parse::<u32>().ok()),
+            fields.next(),
+        ) else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+            return false;
+        };
+        let daemon_alive = daemon != std::process::id()
+            && std::path::Path::new(&format!("/proc/{daemon}")).exists();
+        if daemon_alive {
+            return false;
+        }
+        let killed = super::own::carries_marker(pid, marker)
+            && rustix::process::Pid::from_raw(pid as i32)
+                .map(|p| rustix::process::kill_process(p, rustix::process::Signal::KILL))
+                .is_some_and(|r| r.is_ok());
+        if killed {
+            log::info!("killed the box view's server (pid {pid}) a crashed daemon left");
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        killed
+    }
+
     /// With the daemon: every viewer ends and the server stops, leaving nothing behind.
     pub fn shutdown(&self) {
         self.viewers.end_all();
@@ -234,8 +273,11 @@ impl BoxView {
                 cmd.arg("--unix-socket").arg(&socket);
             }
         }
+        // The marker lets a later daemon tell this process from one that reused its pid.
+        let marker = marker();
         cmd.env_clear()
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env(crate::cgroup::MARKER_ENV, &marker)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -244,6 +286,11 @@ impl BoxView {
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
+        // So a daemon that crashed leaves a record the next one acts on (`clean_stale`).
+        let record = format!("{} {} {marker}\n", std::process::id(), child.id());
+        if let Err(e) = std::fs::write(self.dir.join(RECORD), record) {
+            log::warn!("the box view's record could not be written: {e}");
+        }
         // Until it listens: watched on the child and the socket, bounded by the start timeout.
         let deadline = Instant::now() + self.start_timeout;
         let mut pause = Duration::from_millis(5);
@@ -313,5 +360,47 @@ pub fn call_wheel(cx: &crate::tools::CallContext) -> Arc<Wheel> {
     match super::own::own_of(cx) {
         Some(own) => own.wheel_arc(),
         None => Arc::clone(&cx.host.box_view.wheel),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server whose daemon is gone is killed at the next start; one that only reuses the
+    /// pid (no marker) is left alone.
+    #[test]
+    fn a_crashed_daemons_server_is_killed_at_start() {
+        let root = std::env::temp_dir().join(format!("handnode-boxview-{}", std::process::id()));
+        let opts = OwnOptions {
+            dir: Some(root.clone()),
+            ..OwnOptions::default()
+        };
+        let view = BoxView::new(&opts);
+        // A daemon that is gone: a child that has exited and been reaped.
+        let mut gone = Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        for (marked, killed) in [(true, true), (false, false)] {
+            std::fs::create_dir_all(&view.dir).unwrap();
+            let mut cmd = Command::new("sleep");
+            cmd.arg("60");
+            if marked {
+                cmd.env(crate::cgroup::MARKER_ENV, "box-view-1");
+            }
+            let mut server = cmd.spawn().unwrap();
+            let record = format!("{} {} box-view-1\n", gone.id(), server.id());
+            std::fs::write(view.dir.join(RECORD), record).unwrap();
+            assert_eq!(view.clean_stale(), killed, "marked {marked}");
+            assert!(!view.dir.exists(), "the directory is removed");
+            if killed {
+                let status = server.wait().unwrap();
+                assert!(!status.success(), "killed: {status}");
+            } else {
+                assert!(matches!(server.try_wait(), Ok(None)), "left alone");
+                server.kill().unwrap();
+                server.wait().unwrap();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

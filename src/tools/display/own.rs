@@ -993,7 +993,7 @@ fn signal(pid: u32, sig: rustix::process::Signal) -> rustix::io::Result<()> {
 
 /// Whether `pid` runs with `marker` in its environment (so a stale record's pid, maybe
 /// reused since, is only signalled when it is still one of ours).
-fn carries_marker(pid: u32, marker: &str) -> bool {
+pub(super) fn carries_marker(pid: u32, marker: &str) -> bool {
     let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
         return false;
     };
