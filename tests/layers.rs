@@ -12,7 +12,8 @@
 //! the child; the child uses the parent's shared types), so that pair is not an edge.
 //!
 //! The scan reads `crate::…`, `super::…` and `self::…` paths in code (comments and string
-//! literals are skipped; `#[cfg(test)]` modules count like any other code) and resolves
+//! literals are skipped; `#[cfg(test)]` modules count like any other code, and a `tests.rs`
+//! beside its module as that module's) and resolves
 //! each to the longest module path that exists as a file under `src/`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -337,10 +338,30 @@ fn dependencies(files: &[(String, String)]) -> BTreeMap<ModPath, BTreeSet<ModPat
         .iter()
         .filter_map(|(rel, text)| Some((module_of(rel)?, text.as_str())))
         .collect();
-    let known: BTreeSet<ModPath> = mods.iter().map(|(m, _)| m.clone()).collect();
-    mods.iter()
-        .map(|(m, text)| (m.clone(), references(m, &code_only(text), &known)))
-        .collect()
+    let known: BTreeSet<ModPath> = mods
+        .iter()
+        .map(|(m, _)| m.clone())
+        .filter(|m| !is_unit_tests(m))
+        .collect();
+    // A `tests.rs` beside its module is that module's `#[cfg(test)] mod tests`, moved out
+    // of the file (issue 40): its paths resolve from where it is, and count as its parent's.
+    let mut deps: BTreeMap<ModPath, BTreeSet<ModPath>> = BTreeMap::new();
+    for (m, text) in &mods {
+        let owner = if is_unit_tests(m) {
+            m[..m.len() - 1].to_vec()
+        } else {
+            m.clone()
+        };
+        let refs = references(m, &code_only(text), &known);
+        let entry = deps.entry(owner.clone()).or_default();
+        entry.extend(refs.into_iter().filter(|r| *r != owner));
+    }
+    deps
+}
+
+/// A module's unit tests in a file of their own (`a/tests.rs` of module `a`).
+fn is_unit_tests(m: &ModPath) -> bool {
+    m.len() > 1 && m.last().is_some_and(|last| last == "tests")
 }
 
 /// Loops in a crate given as `(path under src/, text)`.
