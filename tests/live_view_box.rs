@@ -1,15 +1,17 @@
 //! The live view of the box's own display (contract §23): a raw RFB client over
-//! `GET /attach/{id}/view` for a grant without `"display":"own"`, bridged to x11vnc on a
-//! Unix socket started for the viewer, on the CI's Xvfb :99 (1280x800). Its pointer
-//! events reach the display only while the lender holds the wheel (read back with
-//! xdotool on :99), the agent's `mouse` is refused meanwhile, and x11vnc is gone after the
-//! last viewer left and the linger. Skips, saying why, without x11vnc, xdotool or :99.
+//! `GET /attach/{id}/view` for grants without `"display":"own"`, bridged to x11vnc (the
+//! CI's Xvfb :99, 1280x800) or wayvnc (its headless sway) on a Unix socket started for the
+//! first viewer. Pointer events reach the display only while the lender holds the one wheel
+//! of the box's display (read back with xdotool on :99), every grant's `mouse` on it is
+//! refused meanwhile, and the server is gone after the last viewer and the linger, on halt,
+//! and with the daemon. Skips, saying why, without x11vnc, wayvnc, xdotool or the displays.
 
 mod common;
 #[path = "displays/mod.rs"]
 mod displays;
 
 use std::collections::BTreeMap;
+use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -237,6 +239,20 @@ impl Viewer {
         }
     }
 
+    /// The close code the daemon ends the view with.
+    fn closed(&mut self) -> u16 {
+        loop {
+            match self.ws.read() {
+                Ok(Message::Close(f)) => return f.map_or(1005, |f| u16::from(f.code)),
+                Ok(_) => {}
+                Err(tungstenite::Error::Io(e)) if e.kind() == ErrorKind::WouldBlock => {
+                    panic!("watchdog: the view was not closed")
+                }
+                Err(_) => return 1006,
+            }
+        }
+    }
+
     fn pointer(&mut self, x: u16, y: u16) {
         self.send(&handnode::base::rfb::pointer_event(0, x, y));
         self.update();
@@ -446,4 +462,26 @@ fn sway_is_viewed_through_wayvnc() {
     assert_eq!(wheel(&d, &id, false)["wheel"], "agent");
     drop(v);
     gone("wayvnc");
+}
+
+#[test]
+fn a_halt_closes_the_box_displays_viewers_and_its_server_stops() {
+    let _serial = serial();
+    if skip("a_halt_closes_the_box_displays_viewers_and_its_server_stops") {
+        return;
+    }
+    let d = daemon("live_view_box_halt", DisplayBackend::X11, x11_env());
+    let pod = StubPod::start();
+    let (id, _agent) = grant(&d, &pod, "s1", "desktop");
+    let mut v = view(&d, &id);
+    v.handshake();
+    let (status, h) = d.call("POST", "/halt", Some(&json!({"reason": "test"})));
+    assert_eq!(status, 200, "{h}");
+    let code = v.closed();
+    assert!(code == 1001 || code == 1006, "close code {code}");
+    let (status, body) = open_view(&d, &id, true, &[]).err().expect("halted");
+    assert_eq!(status, 423, "{body}");
+    gone("x11vnc");
+    let (status, _) = d.call("POST", "/resume", None);
+    assert_eq!(status, 200);
 }
