@@ -388,6 +388,52 @@ fn rust_files(dir: &Path, root: &Path, out: &mut Vec<(String, String)>) {
     }
 }
 
+/// Longest an inline `#[cfg(test)] mod tests { … }` block may be (lines): past it, the
+/// tests move to a `tests.rs` beside their module (issue 40), so the module reads as code.
+const MAX_INLINE_TEST_LINES: usize = 300;
+
+/// Inline test modules longer than [`MAX_INLINE_TEST_LINES`], as `(file, lines)`.
+fn long_inline_tests(files: &[(String, String)]) -> Vec<(String, usize)> {
+    let mut long = Vec::new();
+    for (rel, text) in files {
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(name) = line.strip_prefix("mod ").and_then(|l| l.strip_suffix(" {")) else {
+                continue;
+            };
+            if i == 0 || lines[i - 1].trim() != "#[cfg(test)]" {
+                continue;
+            }
+            let end = lines[i + 1..].iter().position(|l| *l == "}");
+            let len = end.map_or(lines.len() - i, |e| e + 1);
+            if len > MAX_INLINE_TEST_LINES {
+                long.push((format!("{rel} (mod {name})"), len));
+            }
+        }
+    }
+    long
+}
+
+#[test]
+fn long_unit_test_blocks_live_in_a_tests_rs_beside_their_module() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &src, &mut files);
+    let long = long_inline_tests(&files);
+    assert!(
+        long.is_empty(),
+        "inline test modules over {MAX_INLINE_TEST_LINES} lines: {long:?}; move each block's \
+         body into a tests.rs beside its module and leave `#[cfg(test)] mod tests;`"
+    );
+    // The check itself finds a long block.
+    let body = "    #[test]\n    fn t() {}\n".repeat(MAX_INLINE_TEST_LINES);
+    let made = vec![(
+        "x.rs".to_string(),
+        format!("fn f() {{}}\n#[cfg(test)]\nmod tests {{\n{body}}}\n"),
+    )];
+    assert_eq!(long_inline_tests(&made).len(), 1);
+}
+
 #[test]
 fn no_two_modules_import_each_other() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
