@@ -408,14 +408,39 @@ fn without_x11vnc_the_view_says_what_to_install() {
     std::fs::create_dir_all(&empty).unwrap();
     let mut env = x11_env();
     env.insert("PATH".into(), empty.display().to_string());
-    let d = daemon("live_view_box_missing", DisplayBackend::X11, env);
+    let browsers = std::env::temp_dir().join(format!("handnode-box-br-{}", std::process::id()));
+    let fake = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/fake-browser.sh"
+    );
+    let dir = browsers.clone();
+    let d = TestDaemon::with("live_view_box_missing", move |c| {
+        quiet_liveness(c);
+        c.display_backend = DisplayBackend::X11;
+        c.display_env = Some(env);
+        c.browser_command = Some(vec!["bash".into(), fake.into()]);
+        c.browser_dir = Some(dir);
+    });
     let pod = StubPod::start();
     let (id, _agent) = grant(&d, &pod, "s1", "desktop");
     let (status, body) = open_view(&d, &id, true, &[]).err().expect("refused");
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("apt install x11vnc"), "{body}");
     assert_eq!(our_children("x11vnc"), 0);
+    // A browser grant drives its own browser, never the box's screen: nothing to view.
+    let (browser, _conn) = d.attached_with(&pod, attach_body(&pod, "s2", "browser"));
+    let (status, body) = open_view(&d, &browser, true, &[]).err().expect("refused");
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("browser grant has no display"), "{body}");
+    let (status, body) = d.call(
+        "POST",
+        &format!("/attach/{browser}/wheel"),
+        Some(&json!({"take": true})),
+    );
+    assert_eq!(status, 404, "{body}");
+    drop(d);
     let _ = std::fs::remove_dir(&empty);
+    let _ = std::fs::remove_dir_all(&browsers);
 }
 
 #[test]

@@ -84,6 +84,14 @@ fn display_of(
         return Err(error_response(404, "no such grant"));
     };
     if view["display"] != "own" {
+        // A browser grant drives a throwaway browser, never the box's screen.
+        if view["profile"] == "browser" {
+            return Err(error_response(
+                404,
+                "a browser grant has no display: its pages are in its own browser \
+                 (browser_take_screenshot shows them)",
+            ));
+        }
         if view["state"] == "ended" {
             return Err(error_response(409, "this grant has ended"));
         }
