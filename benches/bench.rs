@@ -1647,16 +1647,43 @@ fn bench_approval(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     d.revoke(&grant);
 }
 
-/// Start Xvfb (-displayfd), the window manager and a session bus by hand, as an own
-/// display does (§19), and stop them: the floor of `own_display_start_ms` (ms to ready).
+/// Start Xvnc (or Xvfb without it; -displayfd), the window manager and a session bus by
+/// hand, as an own display does (§19, §23), and stop them: the floor of `own_display_start_ms` (ms to ready).
 fn own_display_by_hand(dir: &Path) -> Option<f64> {
     let run = dir.join("own-floor");
     let _ = std::fs::remove_dir_all(&run);
     std::fs::create_dir_all(&run).ok()?;
     let t = Instant::now();
-    let mut xvfb = Command::new("Xvfb")
-        .args(["-displayfd", "1", "-nolisten", "tcp", "-noreset", "-s", "0"])
-        .args(["-screen", "0", "1280x800x24"])
+    // The X server an own display runs on: Xvnc where installed (§23), as the daemon picks.
+    let mut server = if Path::new("/usr/bin/Xvnc").exists() {
+        let mut c = Command::new("Xvnc");
+        c.args([
+            "-displayfd",
+            "1",
+            "-nolisten",
+            "tcp",
+            "-noreset",
+            "-rfbport",
+            "-1",
+        ])
+        .args([
+            "-SecurityTypes",
+            "None",
+            "-geometry",
+            "1280x800",
+            "-depth",
+            "24",
+        ])
+        .arg("-rfbunixpath")
+        .arg(run.join("rfb.sock"));
+        c
+    } else {
+        let mut c = Command::new("Xvfb");
+        c.args(["-displayfd", "1", "-nolisten", "tcp", "-noreset", "-s", "0"])
+            .args(["-screen", "0", "1280x800x24"]);
+        c
+    };
+    let mut xvfb = server
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -3529,6 +3556,285 @@ fn machine() -> String {
     )
 }
 
+/// The live view's reader (§23): owns the viewer's WebSocket, keeps one incremental update
+/// request outstanding, and reports each framebuffer update with pixels (its arrival time)
+/// and every byte the viewer was sent.
+struct LiveViewer {
+    updates: mpsc::Receiver<Instant>,
+    bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// RFB's FramebufferUpdateRequest.
+fn rfb_update_request(incremental: bool, w: u16, h: u16) -> Vec<u8> {
+    let mut m = vec![3, u8::from(incremental), 0, 0, 0, 0];
+    m.extend_from_slice(&w.to_be_bytes());
+    m.extend_from_slice(&h.to_be_bytes());
+    m
+}
+
+impl LiveViewer {
+    /// Connect to `/attach/{grant}/view`, go through RFB's handshake and ask for the whole
+    /// screen; returns once the first update with pixels is read whole, with the time that took.
+    /// Without `keep` the viewer is closed after its first frame.
+    fn open(d: &DaemonProc, grant: &str, keep: bool) -> (Option<LiveViewer>, f64) {
+        let t = Instant::now();
+        let stream = TcpStream::connect(d.admin).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut req = tungstenite::client::IntoClientRequest::into_client_request(format!(
+            "ws://{}/attach/{grant}/view",
+            d.admin
+        ))
+        .unwrap();
+        req.headers_mut().insert(
+            "Authorization",
+            format!("Bearer {}", d.token).parse().unwrap(),
+        );
+        let (ws, _) = tungstenite::client(req, stream).expect("the live view's upgrade");
+        let mut rx = RfbIn {
+            ws,
+            buf: Vec::new(),
+            bytes: 0,
+        };
+        rx.take(12);
+        rx.send(b"RFB 003.008\n");
+        let n = rx.take(1)[0] as usize;
+        rx.take(n);
+        rx.send(&[1]);
+        rx.take(4);
+        rx.send(&[1]);
+        let size = rx.take(4);
+        let (w, h) = (
+            u16::from_be_bytes([size[0], size[1]]),
+            u16::from_be_bytes([size[2], size[3]]),
+        );
+        rx.take(16);
+        let name = rx.take(4);
+        rx.take(u32::from_be_bytes([name[0], name[1], name[2], name[3]]) as usize);
+        rx.send(&rfb_update_request(false, w, h));
+        while rx
+            .update()
+            .expect("the live view ended before its first frame")
+            == 0
+        {
+            rx.send(&rfb_update_request(false, w, h));
+        }
+        let first = ms(t.elapsed());
+        if !keep {
+            let _ = rx.ws.close(None);
+            return (None, first);
+        }
+        let bytes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (tx, updates) = mpsc::channel();
+        let counted = std::sync::Arc::clone(&bytes);
+        std::thread::spawn(move || {
+            rx.ws.get_mut().set_read_timeout(None).ok();
+            rx.bytes = 0;
+            // Ends when the view does (the grant revoked) or nobody listens.
+            loop {
+                if rx
+                    .ws
+                    .send(Message::binary(rfb_update_request(true, w, h)))
+                    .is_err()
+                {
+                    return;
+                }
+                let Some(rects) = rx.update() else { return };
+                counted.store(rx.bytes, std::sync::atomic::Ordering::SeqCst);
+                if rects > 0 && tx.send(Instant::now()).is_err() {
+                    return;
+                }
+            }
+        });
+        (Some(LiveViewer { updates, bytes }), first)
+    }
+}
+
+/// The viewer's side of RFB in the bench: raw encoding only (none other is asked for).
+struct RfbIn {
+    ws: WebSocket<TcpStream>,
+    buf: Vec<u8>,
+    bytes: u64,
+}
+
+impl RfbIn {
+    fn send(&mut self, m: &[u8]) {
+        self.ws
+            .send(Message::binary(m.to_vec()))
+            .expect("send to the view");
+    }
+
+    /// `n` bytes of the server's stream; `None` once the view has ended.
+    fn read(&mut self, n: usize) -> Option<Vec<u8>> {
+        while self.buf.len() < n {
+            match self.ws.read().ok()? {
+                Message::Binary(b) => {
+                    self.bytes += b.len() as u64;
+                    self.buf.extend_from_slice(&b);
+                }
+                Message::Close(_) => return None,
+                _ => {}
+            }
+        }
+        let rest = self.buf.split_off(n);
+        Some(std::mem::replace(&mut self.buf, rest))
+    }
+
+    fn take(&mut self, n: usize) -> Vec<u8> {
+        self.read(n)
+            .expect("the live view ended during the handshake")
+    }
+
+    /// Read one FramebufferUpdate whole (skipping bells and cut text): its rectangles;
+    /// `None` once the view has ended.
+    fn update(&mut self) -> Option<u16> {
+        loop {
+            match self.read(1)?[0] {
+                0 => {
+                    let head = self.read(3)?;
+                    let rects = u16::from_be_bytes([head[1], head[2]]);
+                    for _ in 0..rects {
+                        let r = self.read(12)?;
+                        let (w, h) = (
+                            u16::from_be_bytes([r[4], r[5]]) as usize,
+                            u16::from_be_bytes([r[6], r[7]]) as usize,
+                        );
+                        let enc = i32::from_be_bytes([r[8], r[9], r[10], r[11]]);
+                        assert_eq!(enc, 0, "raw encoding only");
+                        self.read(w * h * 4)?;
+                    }
+                    return Some(rects);
+                }
+                2 => {}
+                3 => {
+                    self.read(3)?;
+                    let n = self.read(4)?;
+                    self.read(u32::from_be_bytes([n[0], n[1], n[2], n[3]]) as usize)?;
+                }
+                other => panic!("unexpected RFB server message {other}"),
+            }
+        }
+    }
+}
+
+/// §23: the live view of an own display on Xvnc. `live_view_first_frame_ms`: connect to
+/// the first framebuffer update with pixels read whole (1280x800 raw, ~4 MB), beside
+/// `own_display_start_ms`'s scale; `live_view_update_ms`: `xsetroot -solid <colour>` run
+/// by the bench on the display repaints the root window, to the viewer's update received,
+/// beside that xsetroot's own run; the bytes sent to a viewer of an idle display for a
+/// minute (in --quick, 6 s scaled to a minute).
+fn bench_live_view(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
+    if !Path::new("/usr/bin/Xvnc").exists() {
+        r.note(
+            "live_view_first_frame_ms",
+            "ms",
+            "skipped: Xvnc is not installed (tigervnc-standalone-server)".into(),
+        );
+        return;
+    }
+    let session = "live-view";
+    let body = json!({"runtime": pod.runtime(), "session": session, "profile": "desktop",
+                      "ttl_secs": 3600, "secret": POD_SECRET, "display": "own"});
+    let (status, v) = d.http("POST", "/attach", Some(&body));
+    assert_eq!(status, 202, "POST /attach: {v}");
+    let grant = v["id"].as_str().expect("grant id").to_string();
+    let mut a = pod.arrival(session);
+    a.conn.initialize();
+    let out = a
+        .conn
+        .call_tool("mouse", json!({"action": "move", "x": 5, "y": 5}));
+    assert_ne!(out["isError"], true, "own display mouse: {out}");
+    // At most 3 viewers, the last kept: within --live-view-max-viewers (4) even before
+    // the daemon has seen the others go.
+    let n = o.n(10).clamp(2, 3);
+    let mut firsts = Vec::new();
+    let mut viewer = None;
+    for i in 0..n {
+        let (v, first) = LiveViewer::open(d, &grant, i + 1 == n);
+        firsts.push(first);
+        viewer = v;
+    }
+    let viewer = viewer.expect("the last viewer is kept");
+    // The repaint is made by the bench itself, as an X client of the display (its cookie is
+    // in the grant's runtime dir, the daemon's user's): a tool call's own time (a walled
+    // `bash` is ~150 ms on a loaded 2-core box) would hide what the view adds.
+    let (_, g) = d.http("GET", &format!("/attach/{grant}"), None);
+    let own = &g["own_display"];
+    let display = own["display"]
+        .as_str()
+        .expect("own display running")
+        .to_string();
+    let cookie = Path::new(own["runtime_dir"].as_str().expect("runtime dir")).join("xauth");
+    let colours = ["red", "green", "blue", "black", "white", "grey"];
+    let (mut update, mut call) = (Vec::new(), Vec::new());
+    for i in 0..o.n(40).max(8) {
+        while viewer.updates.try_recv().is_ok() {}
+        let t = Instant::now();
+        let ok = Command::new("xsetroot")
+            .args(["-solid", colours[i % colours.len()]])
+            .env("DISPLAY", &display)
+            .env("XAUTHORITY", &cookie)
+            .status()
+            .is_ok_and(|s| s.success());
+        call.push(ms(t.elapsed()));
+        assert!(ok, "xsetroot on the own display {display} failed");
+        let at = viewer
+            .updates
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the viewer saw no update within 10 s of a repaint");
+        update.push(at.saturating_duration_since(t).as_secs_f64() * 1e3);
+    }
+    // Idle: nothing on the display changes; what does the viewer get?
+    while viewer.updates.try_recv().is_ok() {}
+    let idle = if o.quick {
+        Duration::from_secs(6)
+    } else {
+        Duration::from_secs(60)
+    };
+    let before = viewer.bytes.load(std::sync::atomic::Ordering::SeqCst);
+    std::thread::sleep(idle);
+    let sent = viewer.bytes.load(std::sync::atomic::Ordering::SeqCst) - before;
+    let per_minute = sent as f64 * 60.0 / idle.as_secs_f64() / 1024.0;
+    let first = percentile(&firsts, 0.5);
+    r.put("live_view_first_frame_ms", first, "ms", None);
+    r.check(
+        "live_view_first_frame_ms",
+        "<= 1000 ms (connect to the first update with pixels, 1280x800 raw)".into(),
+        Some(percentile(&firsts, 0.99) <= 1000.0),
+    );
+    let p50 = percentile(&update, 0.5);
+    r.put(
+        "live_view_update_ms",
+        p50,
+        "ms",
+        Some(percentile(&call, 0.5)),
+    );
+    r.put(
+        "live_view_update_ms_p99",
+        percentile(&update, 0.99),
+        "ms",
+        None,
+    );
+    r.check(
+        "live_view_update_ms",
+        "p50 <= 150 ms (xsetroot run on the display to the viewer's update; floor: xsetroot alone)"
+            .into(),
+        Some(p50 <= 150.0),
+    );
+    r.put("live_view_idle_kib_per_min", per_minute, "KiB", None);
+    r.check(
+        "live_view_idle_kib_per_min",
+        format!(
+            "<= 64 KiB a minute to an idle display's viewer (measured over {} s{})",
+            idle.as_secs(),
+            if o.quick { ", scaled to a minute" } else { "" }
+        ),
+        Some(per_minute <= 64.0),
+    );
+    d.revoke(&grant);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == ECHO_ARG) {
@@ -3614,6 +3920,10 @@ fn main() {
     if o.runs("own_display") {
         eprintln!("bench: own display");
         bench_own_display(&mut r, &o, &d, &mut pod, &dir);
+    }
+    if o.runs("live_view") {
+        eprintln!("bench: live view");
+        bench_live_view(&mut r, &o, &d, &mut pod);
     }
     if o.runs("jobs") {
         eprintln!("bench: jobs");

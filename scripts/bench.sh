@@ -13,6 +13,8 @@
 # --quick runs a tenth of each count (a smoke run); --only runs some sections (memory,
 # latency = ping,sys_info,bash,pipelined,hol; approval, attach, redial, screenshot, audit, jobs,
 # own_display = own_display_start_ms beside Xvfb + window manager + bus started by hand,
+# live_view = live_view_first_frame_ms, live_view_update_ms (xsetroot on the display to the
+# viewer's update) and live_view_idle_kib_per_min (--quick: 6 s scaled), needs Xvnc,
 # owed = owed_reply_peak_kib, issue 23's memory flood beside --write-buffer-bytes,
 # containment = grant_kill_ms beside killing 50 processes by pid; halt = halt_ms_p99 of 16
 # grants x 50 processes beside killing 800 by pid; files = file_get and file_put (chunks
