@@ -3725,13 +3725,18 @@ impl RfbIn {
 /// beside that xsetroot's own run; the bytes sent to a viewer of an idle display for a
 /// minute (in --quick, 6 s scaled to a minute).
 fn bench_live_view(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
-    if !Path::new("/usr/bin/Xvnc").exists() {
-        r.note(
-            "live_view_first_frame_ms",
-            "ms",
-            "skipped: Xvnc is not installed (tigervnc-standalone-server)".into(),
-        );
-        return;
+    for (program, package) in [
+        ("Xvnc", "tigervnc-standalone-server"),
+        ("xsetroot", "x11-xserver-utils"),
+    ] {
+        if !Path::new("/usr/bin").join(program).exists() {
+            r.note(
+                "live_view_first_frame_ms",
+                "ms",
+                format!("skipped: {program} is not installed ({package})"),
+            );
+            return;
+        }
     }
     let session = "live-view";
     let body = json!({"runtime": pod.runtime(), "session": session, "profile": "desktop",
