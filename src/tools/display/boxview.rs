@@ -377,9 +377,8 @@ mod tests {
             ..OwnOptions::default()
         };
         let view = BoxView::new(&opts);
-        // A daemon that is gone: a child that has exited and been reaped.
-        let mut gone = Command::new("true").spawn().unwrap();
-        gone.wait().unwrap();
+        // A daemon that is gone: a pid above the kernel's largest (2^22), never reused.
+        let gone = (1u32 << 22) + 1;
         for (marked, killed) in [(true, true), (false, false)] {
             std::fs::create_dir_all(&view.dir).unwrap();
             let mut cmd = Command::new("sleep");
@@ -388,7 +387,22 @@ mod tests {
                 cmd.env(crate::cgroup::MARKER_ENV, "box-view-1");
             }
             let mut server = cmd.spawn().unwrap();
-            let record = format!("{} {} box-view-1\n", gone.id(), server.id());
+            // Until it has exec'd (and its new environment is set up), /proc shows the
+            // parent's or none.
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let ran = |pid: u32| {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"));
+                let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+                comm.is_ok_and(|c| c.trim() == "sleep") && !environ.is_empty()
+            };
+            while !ran(server.id()) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "watchdog: sleep never ran"
+                );
+                std::thread::yield_now();
+            }
+            let record = format!("{gone} {} box-view-1\n", server.id());
             std::fs::write(view.dir.join(RECORD), record).unwrap();
             assert_eq!(view.clean_stale(), killed, "marked {marked}");
             assert!(!view.dir.exists(), "the directory is removed");
