@@ -287,6 +287,50 @@ fn grant(d: &TestDaemon, pod: &StubPod, session: &str, profile: &str) -> (String
     (id, Agent { conn, next: 100 })
 }
 
+/// The TCP sockets (v4 and v6, any state) held by this process's children named `name`:
+/// the box view's server must have none.
+fn tcp_sockets_of(name: &str) -> Vec<String> {
+    let me = std::process::id().to_string();
+    let comm = format!("({name})");
+    let tables: String = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .map(|t| std::fs::read_to_string(t).unwrap_or_default())
+        .collect();
+    let inodes: Vec<String> = tables
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(9).map(String::from))
+        .collect();
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let ours = stat.contains(&comm)
+            && stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                == Some(me.as_str());
+        if !ours {
+            continue;
+        }
+        for fd in std::fs::read_dir(e.path().join("fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let link = std::fs::read_link(fd.path()).unwrap_or_default();
+            let link = link.to_string_lossy();
+            if let Some(inode) = link
+                .strip_prefix("socket:[")
+                .and_then(|l| l.strip_suffix(']'))
+            {
+                if inodes.iter().any(|i| i == inode) {
+                    found.push(link.to_string());
+                }
+            }
+        }
+    }
+    found
+}
+
 /// Wait (bounded by the watchdog) until none of `name` runs as this process's child.
 fn gone(name: &str) {
     let deadline = Instant::now() + WATCHDOG;
@@ -319,6 +363,11 @@ fn the_box_display_is_viewed_through_x11vnc_and_driven_only_with_the_wheel() {
     assert_eq!(size, (1280, 800), "the box display's size");
     assert!(v.update() >= 1, "a framebuffer update");
     assert_eq!(our_children("x11vnc"), 1, "one x11vnc, the daemon's child");
+    assert_eq!(
+        tcp_sockets_of("x11vnc"),
+        Vec::<String>::new(),
+        "a TCP socket"
+    );
     let sock = d.dir.join("state/displays/box-view/rfb.sock");
     assert!(sock.exists(), "{}", sock.display());
     let mode = std::fs::metadata(sock.parent().unwrap())
@@ -480,6 +529,11 @@ fn sway_is_viewed_through_wayvnc() {
     );
     assert!(v.update() >= 1, "a framebuffer update");
     assert_eq!(our_children("wayvnc"), 1);
+    assert_eq!(
+        tcp_sockets_of("wayvnc"),
+        Vec::<String>::new(),
+        "a TCP socket"
+    );
     // Sway has no pointer read-back as xdotool's; the wheel's refusal is checked here.
     assert_eq!(wheel(&d, &id, true)["wheel"], "lender");
     let r = agent.call("mouse", json!({"action": "move", "x": 5, "y": 5}));

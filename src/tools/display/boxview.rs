@@ -258,12 +258,22 @@ impl BoxView {
             .map_err(|e| format!("cannot open its log: {e}"))?;
         let mut cmd = Command::new(&program);
         match backend {
-            // No TCP listener at all (-rfbport 0; x11vnc 0.9.16 has no -unixsockonly); no
-            // password, since only the daemon's user reaches the 0700 directory and the
-            // bridge enforces view-only.
+            // No TCP listener at all: -rfbport 0 ends the IPv4 one, but 0.9.16 still opens
+            // [::]:5900 unless -rfbportv6 -1 (-noipv6 does not stop it; there is no
+            // -unixsockonly). No password, since only the daemon's user reaches the 0700
+            // directory and the bridge enforces view-only.
             Backend::X11 => {
                 cmd.arg("-unixsock").arg(&socket).args([
-                    "-rfbport", "0", "-shared", "-forever", "-nopw", "-nossl", "-noipv6", "-nocmds",
+                    "-rfbport",
+                    "0",
+                    "-rfbportv6",
+                    "-1",
+                    "-shared",
+                    "-forever",
+                    "-nopw",
+                    "-nossl",
+                    "-noipv6",
+                    "-nocmds",
                 ]);
                 if let Some(d) = &probe.env.display {
                     cmd.args(["-display", d]);
