@@ -3358,7 +3358,7 @@ fn bench_audit(r: &mut Report, o: &Opts, dir: &Path) {
 /// beside decoding that PNG alone.
 fn bench_journal(r: &mut Report, o: &Opts, dir: &Path) {
     use handnode::journal::{Journal, Settings};
-    use handnode::pool::{Completion, JobCtl};
+    use handnode::pool::{CallCtl, Completion};
     use handnode::wire::mcp::ToolOutput;
     let answer: std::sync::Arc<str> = format!(
         r#"{{"content":[{{"type":"text","text":"{}"}}]}}"#,
@@ -3367,7 +3367,7 @@ fn bench_journal(r: &mut Report, o: &Opts, dir: &Path) {
     .into();
     let grant = "2c8f2d3b-6e2a-4d4f-8b58-3a1d9e7f2ca1";
     let per_call = |journal: &std::sync::Arc<Journal>, n: usize| -> f64 {
-        let ctl = JobCtl::new();
+        let ctl = CallCtl::new();
         let args = json!({});
         let start = Instant::now();
         for _ in 0..n {

@@ -29,7 +29,7 @@ use crate::base::error::Error;
 use crate::base::label;
 use crate::base::timefmt;
 use crate::config::{Limits, Timing};
-use crate::containment::{self, Site};
+use crate::faults::{self, Site};
 use crate::wire::mcp::Outcome;
 
 /// Name of the live audit file inside the state dir; rotated copies add `.1`, `.2`, ….
@@ -549,7 +549,7 @@ fn start_with(writer: Writer) -> Result<(Audit, AuditGuard), Error> {
                 match run {
                     Ok(()) => return,
                     Err(payload) => {
-                        containment::caught(Site::Audit, FILE_NAME, payload.as_ref());
+                        faults::caught(Site::Audit, FILE_NAME, payload.as_ref());
                         writer.recover();
                         if writer_pending.stopping.load(Ordering::SeqCst) {
                             let mut rest: Vec<Msg> = writer_pending
@@ -870,7 +870,7 @@ impl Writer {
             };
             #[cfg(test)]
             if rec.kind() == "tool_call"
-                && rec.get("tool").and_then(Value::as_str) == Some(containment::hooks::AUDIT_TOOL)
+                && rec.get("tool").and_then(Value::as_str) == Some(faults::hooks::AUDIT_TOOL)
             {
                 panic!("test hook: the audit writer panics");
             }

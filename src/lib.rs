@@ -11,13 +11,14 @@ pub mod base;
 pub mod browser;
 pub mod cgroup;
 pub mod config;
-pub mod containment;
+pub mod faults;
 pub mod grants;
 pub mod journal;
 pub mod metrics;
 pub mod ops;
 pub mod pool;
 pub mod profiles;
+pub mod rules;
 pub mod tools;
 pub mod walls;
 pub mod wire;
@@ -142,7 +143,7 @@ impl Daemon {
             .local_addr()
             .map_err(|e| Error::io("read the admin listener's address", e))?;
         let tool_config = tools::ToolConfig {
-            admin_origin: base::browser_url::AdminOrigin::new(listen, &config.allow_hosts),
+            admin_origin: rules::browser_url::AdminOrigin::new(listen, &config.allow_hosts),
             scrub_env: vec![
                 "HANDNODE_TOKEN".into(),
                 "CREDENTIALS_DIRECTORY".into(),

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::base::label;
-use crate::containment::{self, Site};
+use crate::faults::{self, Site};
 use crate::wire::mcp::Outcome;
 
 /// Grant states, in the order `/metrics` lists them.
@@ -374,7 +374,7 @@ impl Metrics {
                 &mut out,
                 "handnode_panics_total",
                 &[("site", site.as_str())],
-                containment::count(site),
+                faults::count(site),
             );
         }
         out

@@ -16,7 +16,7 @@ use crate::wire::mcp::{ToolOutput, SERVER_ERROR};
 /// end or shutdown. Process groups registered here are killed on cancel, and a group
 /// registered after the cancel is killed at once; so are hooks (`on_cancel`) run.
 #[derive(Default)]
-pub struct JobCtl {
+pub struct CallCtl {
     cancelled: AtomicBool,
     groups: Mutex<Vec<Pid>>,
     /// The cgroups of the call's runs (§16): signalled and killed with the groups.
@@ -34,17 +34,17 @@ pub struct JobCtl {
 /// Told once when a call is cancelled: for a wait that no process group stands for.
 type CancelHook = Box<dyn FnOnce() + Send>;
 
-impl std::fmt::Debug for JobCtl {
+impl std::fmt::Debug for CallCtl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JobCtl")
+        f.debug_struct("CallCtl")
             .field("cancelled", &self.is_cancelled())
             .finish_non_exhaustive()
     }
 }
 
-impl JobCtl {
+impl CallCtl {
     pub fn new() -> Arc<Self> {
-        Arc::new(JobCtl::default())
+        Arc::new(CallCtl::default())
     }
 
     pub fn is_cancelled(&self) -> bool {
@@ -72,13 +72,13 @@ impl JobCtl {
     }
 
     /// Stop the call for the lender (`DELETE /calls/{id}`): the reply becomes a tool error
-    /// saying `reason`, then everything the call runs is killed as by [`JobCtl::cancel`].
+    /// saying `reason`, then everything the call runs is killed as by [`CallCtl::cancel`].
     pub fn stop(&self, reason: String) {
         self.mark_stopped(reason);
         self.cancel();
     }
 
-    /// Only the reason of [`JobCtl::stop`]: for a held call, which is denied, not killed.
+    /// Only the reason of [`CallCtl::stop`]: for a held call, which is denied, not killed.
     pub fn mark_stopped(&self, reason: String) {
         self.stopped
             .lock()
@@ -184,7 +184,7 @@ impl JobCtl {
 
     /// Take a run (its process group and cgroup) out of this call's reach, unless the call is
     /// already cancelled: `false` then, and the run stays registered for the kill. Checked
-    /// under the groups lock that [`JobCtl::signal`] takes, so a cancel either finds the run
+    /// under the groups lock that [`CallCtl::signal`] takes, so a cancel either finds the run
     /// here and kills it, or comes after and cannot: never a run that was both handed on
     /// (an inline run becoming a job, whose reply says it continues) and killed.
     pub fn release(&self, pgid: Pid, cgroup: Option<&crate::cgroup::RunGroup>) -> bool {
@@ -231,9 +231,7 @@ impl Completion {
 impl Drop for Completion {
     fn drop(&mut self) {
         if let Some(deliver) = self.deliver.take() {
-            deliver(ToolOutput::tool_error(
-                crate::containment::TOOL_PANIC_MESSAGE,
-            ));
+            deliver(ToolOutput::tool_error(crate::faults::TOOL_PANIC_MESSAGE));
         }
     }
 }
@@ -332,8 +330,8 @@ impl Pool {
                 if let Err(payload) =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.run()))
                 {
-                    crate::containment::caught(
-                        crate::containment::Site::Tool,
+                    crate::faults::caught(
+                        crate::faults::Site::Tool,
                         "a task on a pool worker",
                         payload.as_ref(),
                     );
@@ -413,7 +411,7 @@ mod tests {
         drop(Completion::new(move |out| tx.send(out).unwrap()));
         assert_eq!(
             rx.recv_timeout(Duration::from_secs(5)).unwrap(),
-            ToolOutput::tool_error(crate::containment::TOOL_PANIC_MESSAGE)
+            ToolOutput::tool_error(crate::faults::TOOL_PANIC_MESSAGE)
         );
     }
 
@@ -512,7 +510,7 @@ mod tests {
 
     #[test]
     fn cancel_runs_each_hook_once_and_a_late_hook_at_once() {
-        let ctl = JobCtl::new();
+        let ctl = CallCtl::new();
         let (tx, rx) = crossbeam_channel::unbounded();
         let early = tx.clone();
         ctl.on_cancel(move || early.send("early").unwrap());
@@ -527,7 +525,7 @@ mod tests {
 
     #[test]
     fn cancel_kills_a_registered_group_and_late_registration() {
-        let ctl = JobCtl::new();
+        let ctl = CallCtl::new();
         let mut child = std::process::Command::new("sleep");
         std::os::unix::process::CommandExt::process_group(&mut child, 0);
         let mut child = child.arg("30").spawn().unwrap();
@@ -555,7 +553,7 @@ mod tests {
             let pid = Pid::from_raw(child.id() as i32).unwrap();
             (child, pid)
         };
-        let ctl = JobCtl::new();
+        let ctl = CallCtl::new();
         let (mut handed_on, pid) = sleeper();
         assert!(ctl.register_group(pid));
         assert!(ctl.release(pid, None));
@@ -569,7 +567,7 @@ mod tests {
         let _ = rustix::process::kill_process_group(pid, Signal::KILL);
         let _ = handed_on.wait();
 
-        let ctl = JobCtl::new();
+        let ctl = CallCtl::new();
         let (mut kept, pid) = sleeper();
         assert!(ctl.register_group(pid));
         ctl.cancel();

@@ -14,7 +14,7 @@
 //! file tools, confined beneath the folder the grant lends (`crate::tools::files`). `apps`
 //! is a boundary the owner vouches for: it starts and drives only the desktop apps of
 //! `--apps`, which refuses terminals, shells and whatever runs commands by design
-//! (`crate::base::desktop_entry`); `desktop_act` is `act` there, checked per element
+//! (`crate::rules::desktop_entry`); `desktop_act` is `act` there, checked per element
 //! (`crate::tools::apps`).
 
 use std::fmt;
@@ -487,7 +487,7 @@ pub const BROWSER_PROFILE_EXCLUDES: &[&str] = &["browser_evaluate"];
 
 /// Every argument of a tool of the pinned Playwright MCP that names a URL the browser
 /// would open (contract §14), found by reading all of its tools' schemas: under every
-/// grant but `owner` each is checked by [`crate::base::browser_url`] before the call is
+/// grant but `owner` each is checked by [`crate::rules::browser_url`] before the call is
 /// forwarded. `browser_tabs`' `url` is read for every `action` (it opens a tab only with
 /// `new`, but an argument the browser ignores costs nothing to check). A test reads the
 /// pinned upstream's real `tools/list` and fails on any URL-like field missing here.

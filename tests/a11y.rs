@@ -963,7 +963,7 @@ fn refs_by_app(result: &Value, role: &str, name: &str) -> Vec<(u64, String)> {
 }
 
 /// The `--apps` entry `t.Zenity` (a zenity question), resolved as `serve` resolves it.
-fn listed_zenity(session: &Session) -> Vec<handnode::base::desktop_entry::DesktopEntry> {
+fn listed_zenity(session: &Session) -> Vec<handnode::rules::desktop_entry::DesktopEntry> {
     common::listed_app(
         &session.dir,
         "t.Zenity",

@@ -115,16 +115,16 @@ fn an_apps_grant_needs_apps_on_the_box() {
 #[test]
 fn a_stored_apps_grant_resumes_with_apps_and_is_dropped_without() {
     let data = data_dir("apps-persist", &[("t.Sleep", "sleep 30", "")]);
-    let entries = handnode::base::desktop_entry::resolve_apps(
+    let entries = handnode::rules::desktop_entry::resolve_apps(
         &["t.Sleep".to_string()],
-        &handnode::base::desktop_entry::DataDirs {
+        &handnode::rules::desktop_entry::DataDirs {
             dirs: vec![data.join("share/applications")],
         },
         "/usr/bin:/bin",
     )
     .unwrap();
     let dir = data.join("daemon");
-    let config = |apps: &[handnode::base::desktop_entry::DesktopEntry]| {
+    let config = |apps: &[handnode::rules::desktop_entry::DesktopEntry]| {
         let mut c = common::test_config(&dir);
         c.apps = apps.to_vec();
         c

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use handnode::base::secret::Secret;
-use handnode::pool::{Completion, JobCtl};
+use handnode::pool::{CallCtl, Completion};
 use handnode::tools::{bash, CallContext, CallLimits, ToolConfig, ToolHost};
 use handnode::wire::mcp::ToolOutput;
 use serde_json::json;
@@ -32,7 +32,7 @@ fn secrets_never_reach_the_child_environment() {
             policy: handnode::tools::policy::ToolPolicy::owner(),
             grant: None,
             limits: CallLimits::GRANT,
-            ctl: JobCtl::new(),
+            ctl: CallCtl::new(),
             host: std::sync::Arc::clone(&host),
             principal: "test".into(),
         },

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use handnode::pool::{Completion, JobCtl};
+use handnode::pool::{CallCtl, Completion};
 use handnode::tools::{bash, CallContext, CallLimits, ToolConfig, ToolHost};
 use handnode::wire::mcp::ToolOutput;
 use serde_json::{json, Value};
@@ -39,7 +39,7 @@ fn children() -> Vec<(u32, char)> {
 
 fn start(
     host: &Arc<ToolHost>,
-    ctl: Arc<JobCtl>,
+    ctl: Arc<CallCtl>,
     args: Value,
     tx: &crossbeam_channel::Sender<ToolOutput>,
 ) {
@@ -70,17 +70,17 @@ fn no_children_remain_after_many_runs() {
             2 => "exit 7",
             _ => "(sleep 100; echo never) | cat",
         };
-        start(&host, JobCtl::new(), json!({"command": command}), &tx);
+        start(&host, CallCtl::new(), json!({"command": command}), &tx);
         expected += 1;
     }
     for _ in 0..3 {
         start(
             &host,
-            JobCtl::new(),
+            CallCtl::new(),
             json!({"command": "sleep 100 & sleep 100", "timeout_secs": 1}),
             &tx,
         );
-        let ctl = JobCtl::new();
+        let ctl = CallCtl::new();
         start(
             &host,
             Arc::clone(&ctl),

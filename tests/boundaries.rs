@@ -94,7 +94,7 @@ const REFUSED: &[(&str, &str)] = &[
 ];
 
 fn refusal(scheme: &str) -> String {
-    format!("{} {scheme}:", handnode::base::browser_url::REFUSAL)
+    format!("{} {scheme}:", handnode::rules::browser_url::REFUSAL)
 }
 
 fn call(conn: &mut common::PodConn, id: &mut u64, name: &str, args: Value) -> Value {
@@ -241,7 +241,7 @@ fn a_browser_grant_cannot_open_the_admin_origin_in_any_spelling() {
         format!("127.0.0.1:{port}/"),
     ];
     for url in &spellings {
-        let want = handnode::base::browser_url::ADMIN_REFUSAL;
+        let want = handnode::rules::browser_url::ADMIN_REFUSAL;
         assert_navigate_refused(&mut conn, &mut id, url, want, page);
     }
     // Another port of the same host is a web page like any other.

@@ -28,7 +28,7 @@ use std::time::Duration;
 use common::{poll_until, quiet_liveness, PodConn, StubPod, TestDaemon};
 use handnode::browser::{BrowserOptions, Browsers, Isolation};
 use handnode::config::IsolationMode;
-use handnode::pool::{Completion, JobCtl};
+use handnode::pool::{CallCtl, Completion};
 use handnode::profiles::{Profile, BROWSER_URL_FIELDS};
 use handnode::tools::policy::{Shell, ToolLists, ToolPolicy};
 use handnode::tools::ToolConfig;
@@ -163,7 +163,7 @@ impl Tier {
             grant,
             name,
             args,
-            JobCtl::new(),
+            CallCtl::new(),
             CALL_WATCHDOG,
             Completion::new(move |out| {
                 let _ = tx.send(out);
@@ -483,7 +483,7 @@ fn run_chains(s: &Stage, kind: &str, conn: &mut PodConn, tools: &[String]) -> St
             for url in &refused {
                 let (text, err) = call(conn, tool, args(url));
                 assert!(
-                    err && text.starts_with(handnode::base::browser_url::REFUSAL),
+                    err && text.starts_with(handnode::rules::browser_url::REFUSAL),
                     "{kind}: {tool}.{field} {url:?} was not refused: {text}"
                 );
                 shown.push_str(&text);
@@ -493,7 +493,7 @@ fn run_chains(s: &Stage, kind: &str, conn: &mut PodConn, tools: &[String]) -> St
                 let (text, err) = call(conn, tool, args(url));
                 shown.push_str(&text);
                 assert!(
-                    err && text == handnode::base::browser_url::ADMIN_REFUSAL,
+                    err && text == handnode::rules::browser_url::ADMIN_REFUSAL,
                     "{kind}: {tool}.{field} {url} reached the admin origin: {text}"
                 );
                 if tools.iter().any(|t| t == "browser_snapshot") {

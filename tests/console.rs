@@ -703,7 +703,7 @@ fn in_a_browser_agent_chosen_text_stays_text() {
 }
 
 /// The three spoofs of issue 22 held for approval, shown in the console exactly as the
-/// daemon renders them for the notification and the CLI (`handnode::base::reveal::full`).
+/// daemon renders them for the notification and the CLI (`handnode::rules::reveal::full`).
 #[test]
 fn in_a_browser_an_approval_shows_what_will_run() {
     let core = match playwright_core() {
@@ -760,7 +760,7 @@ fn in_a_browser_an_approval_shows_what_will_run() {
             .unwrap_or_else(|| panic!("no card for {a}"));
         assert_eq!(
             card["args"].as_str().unwrap(),
-            handnode::base::reveal::full(&a["arguments"]),
+            handnode::rules::reveal::full(&a["arguments"]),
             "the console and the daemon show {} differently",
             a["arguments"]
         );

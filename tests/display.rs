@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use displays::*;
 use handnode::config::DisplayBackend;
-use handnode::pool::JobCtl;
+use handnode::pool::CallCtl;
 use handnode::profiles::Profile;
 use serde_json::{json, Value};
 
@@ -442,7 +442,7 @@ fn missing_helpers_are_named_with_their_packages() {
 /// Runs inside a display test so no other test types into the same display meanwhile.
 fn check_cancel(host: &std::sync::Arc<handnode::tools::ToolHost>) {
     let host = host.clone();
-    let ctl = JobCtl::new();
+    let ctl = CallCtl::new();
     ctl.cancel();
     let err = tool_error(call_ctl(
         &host,
@@ -454,7 +454,7 @@ fn check_cancel(host: &std::sync::Arc<handnode::tools::ToolHost>) {
     assert!(err.contains("cancelled"), "{err}");
 
     // Cancel while typing: 200 chars at 20 ms is ~4 s of typing.
-    let ctl = JobCtl::new();
+    let ctl = CallCtl::new();
     let (tx, rx) = crossbeam_channel::bounded(1);
     let cx = handnode::tools::CallContext {
         policy: handnode::tools::policy::ToolPolicy::owner(),

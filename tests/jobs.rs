@@ -162,7 +162,7 @@ fn names(list: &Value) -> Vec<String> {
 #[test]
 fn job_tools_are_listed_for_owner_and_desktop_never_observe() {
     use handnode::profiles::Profile;
-    use handnode::tools::jobs::tools::{CANCEL, LIST, POLL, START};
+    use handnode::tools::jobs::job_tools::{CANCEL, LIST, POLL, START};
     let pod = StubPod::start();
     let d = daemon("jobtools", |_| {});
     for profile in [Profile::Owner, Profile::Desktop, Profile::Observe] {

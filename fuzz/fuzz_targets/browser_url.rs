@@ -5,7 +5,7 @@
 //! tabs and newlines inside, case) get the same answer.
 #![no_main]
 
-use handnode::base::browser_url::{browser_view, check};
+use handnode::rules::browser_url::{browser_view, check};
 use libfuzzer_sys::fuzz_target;
 
 const NEVER: &[&str] = &[

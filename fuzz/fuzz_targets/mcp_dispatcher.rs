@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use handnode::pool::{Completion, JobCtl};
+use handnode::pool::{CallCtl, Completion};
 use handnode::wire::mcp::{self, Action, Catalog, Dispatcher, Resolution, Route, ToolOutput};
 use handnode::profiles::{Class, Profile};
 use handnode::tools::policy::{classify, ToolLists, ToolPolicy};
@@ -40,7 +40,7 @@ impl UpstreamSource for FakeUpstream {
         ]
     }
 
-    fn call(&self, _: usize, _: &str, _: Value, _: Arc<JobCtl>, _: Completion) {
+    fn call(&self, _: usize, _: &str, _: Value, _: Arc<CallCtl>, _: Completion) {
         unreachable!("the dispatcher never runs tools")
     }
 }

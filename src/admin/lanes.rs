@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::containment::{self, Site};
+use crate::faults::{self, Site};
 
 /// One kind of waiting work and how much of it may wait at once.
 #[derive(Debug)]
@@ -100,7 +100,7 @@ impl Slot {
                     // from tiny_http dropping it) and frees the slot, nothing else.
                     let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
                     if let Err(payload) = done {
-                        containment::caught(Site::Admin, name, payload.as_ref());
+                        faults::caught(Site::Admin, name, payload.as_ref());
                     }
                 }
             });

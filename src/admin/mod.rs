@@ -29,7 +29,7 @@ use crate::auth::{client_key, is_loopback, Decision, Policy, RequestFacts, Throt
 use crate::base::error::Error;
 use crate::base::label;
 use crate::config::{Limits, Timing};
-use crate::containment::{self, Site};
+use crate::faults::{self, Site};
 use crate::grants::approvals::{self, Approvals};
 use crate::grants::calls::{Calls, Services};
 use crate::grants::{AttachError, AttachRequest, Attached, Registry, SecretSource};
@@ -409,7 +409,7 @@ impl Handlers {
                         handle(&self.state, request, self.local)
                     }));
                     if let Err(payload) = handled {
-                        containment::caught(Site::Admin, "an admin request", payload.as_ref());
+                        faults::caught(Site::Admin, "an admin request", payload.as_ref());
                     }
                 }
                 Err(e) => {
@@ -783,7 +783,7 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
         }
     };
     #[cfg(test)]
-    if path == containment::hooks::ADMIN_PATH {
+    if path == faults::hooks::ADMIN_PATH {
         panic!("test hook: an admin handler panics");
     }
     let (route, id) = match found {
@@ -1406,7 +1406,7 @@ type PendingCall = (
     Value,
     mcp::Form,
     u64,
-    Arc<crate::pool::JobCtl>,
+    Arc<crate::pool::CallCtl>,
 );
 
 /// Start a tool call for `/mcp` and answer from a responder thread, so the handler
@@ -1459,7 +1459,7 @@ fn mcp_call(
         let wait = Duration::from_secs(CallLimits::LOCAL_HTTP.max_run_secs)
             .max(state.timing.mcp_inline_wait)
             .max(Duration::from_secs(
-                crate::tools::jobs::tools::MAX_WAIT_SECS,
+                crate::tools::jobs::job_tools::MAX_WAIT_SECS,
             ))
             + MCP_RESULT_SLACK;
         let output = rx.recv_timeout(wait).unwrap_or_else(|_| {

@@ -53,7 +53,7 @@ pub(super) fn get(state: &Arc<AdminState>, request: Request, id: &str, principal
         Ok(p) => Arc::new(p),
         Err(why) => return respond(request, error_response(500, &why)),
     };
-    let ctl = Arc::new(crate::pool::JobCtl::new());
+    let ctl = Arc::new(crate::pool::CallCtl::new());
     let cx = CallContext {
         policy: own_policy,
         // Only the id matters: it names the own display the call uses.

@@ -272,7 +272,7 @@ pub(super) fn get(state: &Arc<AdminState>, request: Request, id: &str) {
             drop(lingers);
             match result {
                 Ok(why) => debug!("grant {grant}: a live viewer left: {why}"),
-                Err(payload) => containment::caught(Site::Admin, "a live view", payload.as_ref()),
+                Err(payload) => faults::caught(Site::Admin, "a live view", payload.as_ref()),
             }
         });
     if let Err(e) = spawned {

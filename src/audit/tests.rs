@@ -467,7 +467,7 @@ fn record_never_blocks_on_a_stalled_writer() {
 fn panics_the_writer() -> Record {
     let mut rec = call(0);
     if let Record::ToolCall { tool, .. } = &mut rec {
-        *tool = containment::hooks::AUDIT_TOOL.into();
+        *tool = faults::hooks::AUDIT_TOOL.into();
     }
     rec
 }
@@ -482,7 +482,7 @@ fn a_panic_restarts_the_writer_and_loses_no_acknowledged_record() {
         &Limits::default(),
     )
     .unwrap();
-    let before = containment::count(Site::Audit);
+    let before = faults::count(Site::Audit);
     audit.record(call(1));
     let a = audit.clone();
     within(move || a.record_durable(created())).expect("acknowledged");
@@ -493,7 +493,7 @@ fn a_panic_restarts_the_writer_and_loses_no_acknowledged_record() {
     assert!(err.to_string().contains("restarted"), "{err}");
     // Counted once the unwind (which answered the request above) reaches the catch.
     crate::base::testutil::wait_for(
-        || containment::count(Site::Audit) > before,
+        || faults::count(Site::Audit) > before,
         "the audit panic to be counted",
     );
     // The restarted writer serves: plain records and durable ones.

@@ -5,16 +5,13 @@
 //! (the live view), unit-test helpers.
 
 pub mod browser_argv;
-pub mod browser_url;
 pub mod build_info;
-pub mod desktop_entry;
 pub mod error;
 pub mod evdev;
 pub mod hardening;
 pub mod http_headers;
 pub mod ids;
 pub mod label;
-pub mod reveal;
 pub mod rfb;
 pub mod secret;
 pub mod statedir;

@@ -14,7 +14,7 @@
 //!
 //! **Calls never wait on a caller's thread.** `call` hands the call to the supervisor
 //! thread, which sleeps in one epoll set over every browser's pipes and exit pidfd and
-//! completes the call's `Completion` when the reply line arrives; a cancel (`JobCtl`)
+//! completes the call's `Completion` when the reply line arrives; a cancel (`CallCtl`)
 //! wakes it to drop the wait and tell the browser `notifications/cancelled`.
 //!
 //! **The tool list** is known without starting a browser: the names come from the class
@@ -46,7 +46,7 @@ use serde_json::{json, Value};
 
 use crate::base::error::Error;
 use crate::base::wake::{Poller, Waker};
-use crate::pool::{Completion, JobCtl};
+use crate::pool::{CallCtl, Completion};
 use crate::profiles::{browser_class_of, browser_profile_tools, Class};
 use crate::tools::ToolConfig;
 use crate::wire::mcp::ToolOutput;
@@ -329,7 +329,7 @@ impl Browsers {
         grant: &str,
         name: &str,
         arguments: Value,
-        ctl: Arc<JobCtl>,
+        ctl: Arc<CallCtl>,
         timeout: Duration,
         done: Completion,
     ) {

@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use super::{sweep, BrowserOptions, Learned, Msg, MAX_CALLS_PER_BROWSER};
 use super::{KILL_PATIENCE, STDERR_LINE_BYTES, STDERR_TAIL_LINES};
 use crate::base::wake::{Poller, WAKE_KEY};
-use crate::pool::{Completion, JobCtl};
+use crate::pool::{CallCtl, Completion};
 use crate::profiles::Profile;
 use crate::wire::mcp::{ToolOutput, DEFAULT_PROTOCOL_VERSION, SERVER_ERROR};
 
@@ -59,7 +59,7 @@ pub(super) struct Call {
     pub grant: String,
     pub name: String,
     pub arguments: Value,
-    pub ctl: Arc<JobCtl>,
+    pub ctl: Arc<CallCtl>,
     pub timeout: Duration,
     /// When it is given up, counted from its arrival: a browser start is included.
     pub deadline: Instant,

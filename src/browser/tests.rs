@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::base::testutil::TempDir;
-use crate::pool::{Completion, JobCtl};
+use crate::pool::{CallCtl, Completion};
 use crate::wire::mcp::ToolOutput;
 
 /// Longest one call, or one wait for a state, may take before the test counts it a hang.
@@ -80,7 +80,7 @@ impl Tier {
         grant: &str,
         name: &str,
         args: Value,
-        ctl: Arc<JobCtl>,
+        ctl: Arc<CallCtl>,
         limit: Duration,
     ) -> crossbeam_channel::Receiver<ToolOutput> {
         let (tx, rx) = crossbeam_channel::bounded(1);
@@ -92,7 +92,7 @@ impl Tier {
     }
 
     fn call(&self, grant: &str, name: &str, args: Value) -> ToolOutput {
-        self.start_call(grant, name, args, JobCtl::new(), CALL_LIMIT)
+        self.start_call(grant, name, args, CallCtl::new(), CALL_LIMIT)
             .recv_timeout(WATCHDOG)
             .unwrap_or_else(|_| panic!("{name} did not complete within {WATCHDOG:?}"))
     }
@@ -351,7 +351,7 @@ fn past_max_browsers_a_call_is_refused_until_one_ends() {
 fn a_cancel_drops_the_wait_and_the_browser_stays() {
     let t = tier("normal", |_| {});
     let first = ok_text(&t.call("grant-k1", "browser_snapshot", json!({})));
-    let ctl = JobCtl::new();
+    let ctl = CallCtl::new();
     let rx = t.start_call(
         "grant-k1",
         "browser_wait_for",
@@ -380,7 +380,7 @@ fn a_call_past_its_limit_is_given_up() {
             "grant-t1",
             "browser_wait_for",
             json!({}),
-            JobCtl::new(),
+            CallCtl::new(),
             Duration::from_millis(200),
         )
         .recv_timeout(WATCHDOG)
@@ -426,7 +426,7 @@ fn calls_past_the_per_browser_bound_are_refused() {
                 "grant-q1",
                 "browser_wait_for",
                 json!({}),
-                JobCtl::new(),
+                CallCtl::new(),
                 CALL_LIMIT,
             )
         })
@@ -501,7 +501,7 @@ fn shutdown_kills_every_browser_and_removes_every_dir() {
         "grant-d1",
         "browser_wait_for",
         json!({}),
-        JobCtl::new(),
+        CallCtl::new(),
         CALL_LIMIT,
     );
     t.browsers.shutdown();
@@ -532,7 +532,7 @@ fn a_calls_limit_counts_the_browser_start_too() {
             "grant-l1",
             "browser_navigate",
             json!({}),
-            JobCtl::new(),
+            CallCtl::new(),
             Duration::from_millis(200),
         )
         .recv_timeout(WATCHDOG)
@@ -557,7 +557,7 @@ fn a_browser_that_stops_reading_gets_no_more_than_two_messages_queued() {
             "grant-h1",
             "browser_type",
             json!({"text": big}),
-            JobCtl::new(),
+            CallCtl::new(),
             CALL_LIMIT,
         );
         match rx.recv_timeout(Duration::from_millis(100)) {

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use crate::base::error::Error;
 use crate::config::Timing;
-use crate::pool::{Completion, JobCtl};
+use crate::pool::{CallCtl, Completion};
 use crate::tools::UpstreamSource;
 use crate::wire::http::{self, HttpError, Request, Target};
 use crate::wire::mcp::{ToolOutput, DEFAULT_PROTOCOL_VERSION, SERVER_ERROR};
@@ -132,7 +132,7 @@ enum Refresh {
 struct CallTask {
     name: String,
     arguments: Value,
-    ctl: Arc<JobCtl>,
+    ctl: Arc<CallCtl>,
     done: Completion,
 }
 
@@ -388,8 +388,8 @@ fn call_loop(shared: &Shared, rx: Receiver<CallTask>) {
             done.complete(shared.call_tool(&name, arguments));
         }));
         if let Err(payload) = run {
-            crate::containment::caught(
-                crate::containment::Site::Tool,
+            crate::faults::caught(
+                crate::faults::Site::Tool,
                 "an upstream call",
                 payload.as_ref(),
             );
@@ -568,7 +568,7 @@ impl UpstreamSource for Upstreams {
         upstream: usize,
         name: &str,
         arguments: Value,
-        ctl: Arc<JobCtl>,
+        ctl: Arc<CallCtl>,
         done: Completion,
     ) {
         let Some(lane) = self.lanes.get(upstream) else {

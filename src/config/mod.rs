@@ -331,8 +331,8 @@ pub struct Config {
     /// `--isolation`: the wall around every process of every non-owner grant (§21).
     pub isolation: IsolationMode,
     /// `--apps`: the desktop entries the `apps` profile may start and drive (§17),
-    /// resolved and vetted at start (`base::desktop_entry::resolve_apps`).
-    pub apps: Vec<crate::base::desktop_entry::DesktopEntry>,
+    /// resolved and vetted at start (`rules::desktop_entry::resolve_apps`).
+    pub apps: Vec<crate::rules::desktop_entry::DesktopEntry>,
     pub display_backend: DisplayBackend,
     /// Test override of the display variables graphical tools see (`DISPLAY`,
     /// `WAYLAND_DISPLAY`, …); `None` = this process's environment. Not a flag.

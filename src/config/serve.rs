@@ -956,7 +956,7 @@ fn split_app_ids(values: &[String]) -> Result<Vec<String>, String> {
         .flat_map(|v| v.split(','))
         .map(str::trim)
         .filter(|v| !v.is_empty())
-        .map(crate::base::desktop_entry::check_id)
+        .map(crate::rules::desktop_entry::check_id)
         .collect()
 }
 
@@ -1024,12 +1024,12 @@ to <config dir>/{TOKEN_FILE_NAME}.\n\nFlags of serve:\n",
 fn resolve_apps(
     ids: &[String],
     env: &HashMap<String, String>,
-) -> Result<Vec<crate::base::desktop_entry::DesktopEntry>, Error> {
+) -> Result<Vec<crate::rules::desktop_entry::DesktopEntry>, Error> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
     let (dirs, path) = apps_lookup(env);
-    crate::base::desktop_entry::resolve_apps(ids, &dirs, &path)
+    crate::rules::desktop_entry::resolve_apps(ids, &dirs, &path)
         .map_err(|why| Error::Config(format!("--apps: {why}")))
 }
 
@@ -1037,8 +1037,8 @@ fn resolve_apps(
 /// environment: its XDG data dirs and its `PATH` (`serve` and `doctor` alike).
 pub fn apps_lookup(
     env: &HashMap<String, String>,
-) -> (crate::base::desktop_entry::DataDirs, String) {
-    let dirs = crate::base::desktop_entry::DataDirs::from_env(|k| env.get(k).cloned());
+) -> (crate::rules::desktop_entry::DataDirs, String) {
+    let dirs = crate::rules::desktop_entry::DataDirs::from_env(|k| env.get(k).cloned());
     let path = env
         .get("PATH")
         .map_or("/usr/local/bin:/usr/bin:/bin", String::as_str)

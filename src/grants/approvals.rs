@@ -23,7 +23,7 @@ use crate::base::timefmt::rfc3339;
 use crate::grants::calls::Services;
 use crate::grants::notify::{Ask, Choice, Notifier};
 use crate::metrics::Metrics;
-use crate::pool::{Completion, JobCtl};
+use crate::pool::{CallCtl, Completion};
 use crate::profiles::{Class, Profile};
 use crate::tools::class_of_any;
 use crate::tools::policy::{ToolPolicy, UNCLASSIFIED};
@@ -354,7 +354,7 @@ pub struct Held {
     pub profile: Profile,
     pub tool: String,
     pub arguments: Value,
-    pub ctl: Arc<JobCtl>,
+    pub ctl: Arc<CallCtl>,
     pub gate: Arc<Gate>,
 }
 
@@ -452,7 +452,7 @@ impl State {
         note["grant_id"] = json!(p.held.grant_id);
         note["session"] = json!(p.held.session);
         note["tool"] = json!(p.held.tool);
-        note["arguments"] = json!(crate::base::reveal::one_line(
+        note["arguments"] = json!(crate::rules::reveal::one_line(
             &p.held.arguments,
             RECENT_ARGS_BYTES
         ));
@@ -572,19 +572,19 @@ fn clip(text: &str, chars: usize) -> String {
 }
 
 /// The desktop notification of a held call: its title (the session and tool, and the
-/// `env sets …` warning when there is one) and its body (`crate::base::reveal`'s view of every
+/// `env sets …` warning when there is one) and its body (`crate::rules::reveal`'s view of every
 /// argument, cut at [`NOTIFY_ARGS_BYTES`] with how much was left out and where to see it).
 pub fn notification(id: &str, session: &str, tool: &str, arguments: &Value) -> (String, String) {
     let mut title = format!(
         "handnode: {} wants to run {}",
-        crate::base::reveal::escape(session),
-        crate::base::reveal::escape(tool)
+        crate::rules::reveal::escape(session),
+        crate::rules::reveal::escape(tool)
     );
-    let code = crate::base::reveal::code_env(arguments);
+    let code = crate::rules::reveal::code_env(arguments);
     if !code.is_empty() {
         title.push_str(&format!(" — env sets {}", code.join(", ")));
     }
-    let mut body = crate::base::reveal::summary(arguments, NOTIFY_ARGS_BYTES);
+    let mut body = crate::rules::reveal::summary(arguments, NOTIFY_ARGS_BYTES);
     if body.ends_with(" bytes not shown") {
         body.push_str(&format!("\nAll of it: handnode approvals --full {id}"));
     }
@@ -839,7 +839,7 @@ impl Approvals {
     }
 
     /// Withdraw the held call of `ctl` (cancelled, or its socket lost). `true` if it was held.
-    pub fn withdraw(&self, ctl: &Arc<JobCtl>) -> bool {
+    pub fn withdraw(&self, ctl: &Arc<CallCtl>) -> bool {
         let taken: Vec<Pending> = {
             let mut st = self.lock();
             let (out, keep) = std::mem::take(&mut st.pending)
@@ -856,7 +856,7 @@ impl Approvals {
 
     /// The approval id of the call `ctl` while it is held (`GET /calls` lists it as
     /// `waiting_approval`; `DELETE /calls/{id}` decides it).
-    pub fn pending_id(&self, ctl: &Arc<JobCtl>) -> Option<String> {
+    pub fn pending_id(&self, ctl: &Arc<CallCtl>) -> Option<String> {
         self.lock()
             .pending
             .iter()
@@ -1186,7 +1186,7 @@ impl GrantApprovals {
     }
 
     /// The call of `ctl` was cancelled or lost: `true` if it was waiting for approval.
-    pub fn withdraw(&self, ctl: &Arc<JobCtl>) -> bool {
+    pub fn withdraw(&self, ctl: &Arc<CallCtl>) -> bool {
         // A grant that gates nothing never held a call: spare the hub's lock.
         self.gate.gates_any() && self.hub.withdraw(ctl)
     }

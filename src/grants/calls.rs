@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use crate::containment::{self, Site};
-use crate::pool::{Completion, JobCtl, Pool};
+use crate::faults::{self, Site};
+use crate::pool::{CallCtl, Completion, Pool};
 use crate::tools::{self, CallContext, ToolHost, UpstreamSource};
 use crate::wire::mcp::{Route, ToolOutput, SERVER_ERROR};
 
@@ -69,7 +69,7 @@ impl Services {
         use crate::journal::{Thumb, THUMBNAIL_EDGE};
         let mut cx = cx.clone();
         // Its own handle: the lender stopping the call must not stop its thumbnail.
-        cx.ctl = JobCtl::new();
+        cx.ctl = CallCtl::new();
         match route {
             Route::Local => {
                 if !tools::find(name)?.changes_screen {
@@ -134,25 +134,21 @@ impl Services {
                 // handler): a panic in it must end this call, not that thread.
                 let inline = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     #[cfg(test)]
-                    crate::containment::hooks::tool(&arguments, crate::containment::hooks::INLINE);
+                    crate::faults::hooks::tool(&arguments, crate::faults::hooks::INLINE);
                     tools::answer_inline(&name, &arguments, &cx)
                 }));
                 match inline {
                     Ok(Some(output)) => return done.complete(output),
                     Ok(None) => {}
                     Err(payload) => {
-                        containment::caught(Site::Tool, &name, payload.as_ref());
-                        return done
-                            .complete(ToolOutput::tool_error(containment::TOOL_PANIC_MESSAGE));
+                        faults::caught(Site::Tool, &name, payload.as_ref());
+                        return done.complete(ToolOutput::tool_error(faults::TOOL_PANIC_MESSAGE));
                     }
                 }
                 let _ = self.pool.submit_call(
                     move |done| {
                         #[cfg(test)]
-                        crate::containment::hooks::tool(
-                            &arguments,
-                            crate::containment::hooks::WORKER,
-                        );
+                        crate::faults::hooks::tool(&arguments, crate::faults::hooks::WORKER);
                         tools::start_local(&name, arguments, cx, done)
                     },
                     done,
@@ -215,7 +211,7 @@ pub fn url_allowed(
     if matches!(route, Route::Local) || cx.policy.profile() == crate::profiles::Profile::Owner {
         return Ok(());
     }
-    crate::base::browser_url::check_arguments(
+    crate::rules::browser_url::check_arguments(
         crate::profiles::browser_url_fields(name),
         arguments,
         &cx.host.config.admin_origin,
@@ -228,7 +224,7 @@ pub struct InFlight {
     /// Distinguishes this call from an earlier one that reused the same request id.
     pub seq: u64,
     pub tool: String,
-    pub ctl: Arc<JobCtl>,
+    pub ctl: Arc<CallCtl>,
     pub started: Instant,
     /// The call's arguments, kept only when `--audit-args` asks for them in the audit log.
     pub arguments: Option<Value>,
@@ -274,7 +270,7 @@ impl Calls {
 
     /// Register a call, or refuse it when the connection already has `max` in flight or
     /// the id is already in use.
-    pub fn begin(&mut self, id: &Value, tool: &str) -> Result<(u64, Arc<JobCtl>), Refusal> {
+    pub fn begin(&mut self, id: &Value, tool: &str) -> Result<(u64, Arc<CallCtl>), Refusal> {
         if self.entries.len() >= self.max {
             return Err(Refusal {
                 code: SERVER_ERROR,
@@ -289,7 +285,7 @@ impl Calls {
             });
         }
         self.next_seq += 1;
-        let ctl = JobCtl::new();
+        let ctl = CallCtl::new();
         self.entries.insert(
             k,
             InFlight {

@@ -29,7 +29,7 @@ use crate::base::secret::Secret;
 use crate::base::timefmt::{now_unix, rfc3339};
 use crate::base::wake::{Poller, Waker};
 use crate::config::{Limits, Timing};
-use crate::containment::{self, Site};
+use crate::faults::{self, Site};
 use crate::grants::approvals::{visible_tools, Approvals, Approve, Gate, GrantApprovals};
 use crate::grants::calls::Services;
 use crate::grants::dial::{
@@ -585,7 +585,7 @@ impl GrantEvents for Events {
             let tool = crate::base::label::name(&ev.tool).into_owned();
             drop(ev.tool);
             #[cfg(test)]
-            if tool == containment::hooks::GRANT_TOOL {
+            if tool == faults::hooks::GRANT_TOOL {
                 panic!("test hook: the grant thread panics");
             }
             reg.metrics.tool_call(&tool, ev.outcome);
@@ -718,7 +718,7 @@ impl Registry {
                 // here it is ended, persisted and audited like any other end.
                 let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| thread.run()));
                 if let Err(payload) = run {
-                    containment::caught(Site::Grant, &id, payload.as_ref());
+                    faults::caught(Site::Grant, &id, payload.as_ref());
                     {
                         let mut st = thread_status.lock().unwrap_or_else(|e| e.into_inner());
                         st.state = State::Ended;

@@ -11,7 +11,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use crate::pool::{Completion, JobCtl};
+use crate::pool::{CallCtl, Completion};
 use crate::wire::mcp::ToolOutput;
 
 /// What a lender's stop tells the agent (contract §22).
@@ -31,7 +31,7 @@ struct Entry {
     arguments: Value,
     started_at: SystemTime,
     started: Instant,
-    ctl: Arc<JobCtl>,
+    ctl: Arc<CallCtl>,
 }
 
 /// Every call in flight in this daemon.
@@ -56,7 +56,7 @@ pub struct Listed {
     pub arguments: Value,
     pub started_at: SystemTime,
     pub elapsed_ms: u64,
-    pub ctl: Arc<JobCtl>,
+    pub ctl: Arc<CallCtl>,
 }
 
 impl Listed {
@@ -94,7 +94,7 @@ impl Running {
         grant: Option<&str>,
         tool: &str,
         arguments: &Value,
-        ctl: &Arc<JobCtl>,
+        ctl: &Arc<CallCtl>,
         done: Completion,
     ) -> Completion {
         let n = self.next.fetch_add(1, Ordering::Relaxed) + 1;
@@ -145,7 +145,7 @@ impl Running {
     }
 
     /// The call `id` (as listed), if it is still in flight.
-    pub fn find(&self, id: &str) -> Option<Arc<JobCtl>> {
+    pub fn find(&self, id: &str) -> Option<Arc<CallCtl>> {
         let n: u64 = id.strip_prefix(CALL_PREFIX)?.parse().ok()?;
         self.lock().get(&n).map(|e| Arc::clone(&e.ctl))
     }
@@ -165,9 +165,9 @@ mod tests {
     fn tracked(
         running: &Arc<Running>,
         args: Value,
-    ) -> (Arc<JobCtl>, Completion, mpsc::Receiver<ToolOutput>) {
+    ) -> (Arc<CallCtl>, Completion, mpsc::Receiver<ToolOutput>) {
         let (tx, rx) = mpsc::channel();
-        let ctl = JobCtl::new();
+        let ctl = CallCtl::new();
         let done = running.track(
             Some("g1"),
             "bash",

@@ -1,12 +1,12 @@
 //! `journal.html`: one journal as one self-contained HTML file an auditor opens offline.
 //! Inline CSS, no script, thumbnails as `data:` URLs, no reference to anything outside the
 //! file; every agent-chosen text is escaped, and arguments are shown revealed as a person
-//! is shown them before approving (`base::reveal`).
+//! is shown them before approving (`rules::reveal`).
 
 use serde_json::Value;
 
-use crate::base::reveal;
 use crate::base::text::escape_html as escape;
+use crate::rules::reveal;
 
 /// The page's CSP, for serving it: nothing loads, nothing runs, images only from itself.
 pub const CSP: &str =

@@ -21,7 +21,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::{json, Map, Value};
 
 use crate::base::text::head;
-use crate::pool::{Completion, JobCtl};
+use crate::pool::{CallCtl, Completion};
 use crate::wire::mcp::ToolOutput;
 
 pub use store::{is_journal_id, owner_journal_id};
@@ -197,7 +197,7 @@ impl Journal {
         grant: Option<&str>,
         tool: &str,
         arguments: &Value,
-        ctl: &Arc<JobCtl>,
+        ctl: &Arc<CallCtl>,
         capture: Option<Capture>,
         done: Completion,
     ) -> Completion {

@@ -34,7 +34,7 @@ fn call(
     capture: Option<Capture>,
 ) -> ToolOutput {
     let (tx, rx) = mpsc::channel();
-    let ctl = JobCtl::new();
+    let ctl = CallCtl::new();
     let done = j.track(
         grant,
         tool,

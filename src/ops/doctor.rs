@@ -527,7 +527,7 @@ pub fn apps_check(ids: &[String], env: &HashMap<String, String>) -> Check {
     let mut found = Vec::new();
     let mut refused = Vec::new();
     for id in ids {
-        match crate::base::desktop_entry::resolve_apps(std::slice::from_ref(id), &dirs, &path) {
+        match crate::rules::desktop_entry::resolve_apps(std::slice::from_ref(id), &dirs, &path) {
             Ok(entries) => found.extend(entries.iter().map(|e| match &e.program {
                 Some(program) => format!("{} ({})", e.id, program.display()),
                 None => format!("{} ({}, not installed)", e.id, e.argv[0]),
@@ -1421,7 +1421,7 @@ pub fn test_start(argv: &[String], base: &Path) -> Result<String, String> {
         "doctor",
         "browser_navigate",
         json!({"url": "about:blank"}),
-        crate::pool::JobCtl::new(),
+        crate::pool::CallCtl::new(),
         BROWSER_TEST_TIMEOUT,
         crate::pool::Completion::new(move |out| {
             let _ = tx.send(out);

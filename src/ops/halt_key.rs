@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 
 use crate::base::evdev::{self, Chord, ChordState, InputDevice, Verdict, EVENT_BYTES};
 use crate::base::wake::{Poller, Waker, WAKE_KEY};
-use crate::containment::{self, Site};
+use crate::faults::{self, Site};
 
 /// The kernel's list of input devices, under the input root.
 pub const DEVICES_FILE: &str = "proc/bus/input/devices";
@@ -391,7 +391,7 @@ fn supervise(settings: &Settings, poller: &Poller, shared: &Shared, on_chord: &O
             Watcher::new(settings, poller, shared, on_chord).run()
         }));
         let Err(payload) = run else { return };
-        containment::caught(Site::HaltKey, "the halt key watcher", payload.as_ref());
+        faults::caught(Site::HaltKey, "the halt key watcher", payload.as_ref());
         if shared.stopping.load(Ordering::SeqCst) {
             return;
         }

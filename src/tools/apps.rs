@@ -4,7 +4,7 @@
 //!
 //! **Which apps.** Under `apps` (and any grant that is not shell-equivalent, such as a
 //! `custom` list naming `app_open`) only the entries of `--apps` exist: resolved and
-//! vetted at start by `base::desktop_entry` (no terminal, shell, interpreter, settings
+//! vetted at start by `rules::desktop_entry` (no terminal, shell, interpreter, settings
 //! panel or anything that runs commands by design). Under `owner` and `desktop`, which
 //! reach the shell anyway, any installed entry may be listed and opened.
 //!
@@ -37,10 +37,10 @@ use serde_json::{json, Value};
 
 use super::process::RunSpec;
 use super::{CallContext, Needs, Reach, Tool};
-use crate::base::desktop_entry::{self as de, DataDirs, DesktopEntry};
 use crate::cgroup::RunGroup;
-use crate::pool::{Completion, JobCtl};
+use crate::pool::{CallCtl, Completion};
 use crate::profiles::{Class, Profile};
+use crate::rules::desktop_entry::{self as de, DataDirs, DesktopEntry};
 use crate::wire::mcp::ToolOutput;
 
 /// Most apps one grant (or the owner's `/mcp`) runs at once.
@@ -180,7 +180,7 @@ struct Started {
     pid: Option<i32>,
     group: Arc<RunGroup>,
     /// The app's own control: never the call's, so a redial does not end the app.
-    ctl: Arc<JobCtl>,
+    ctl: Arc<CallCtl>,
 }
 
 /// The apps each scope (a grant's id, or the owner's `/mcp`) started and still runs.
@@ -537,7 +537,7 @@ fn open(args: &Value, cx: &CallContext) -> Result<ToolOutput, String> {
     if let Some(home) = std::env::var_os("HOME").filter(|h| std::path::Path::new(h).is_dir()) {
         cmd.current_dir(home);
     }
-    let ctl = JobCtl::new();
+    let ctl = CallCtl::new();
     // Registered before the child is watched, so its end (however soon) finds it.
     let inner = Arc::clone(&apps.inner);
     let (id, run_group, run_ctl, run_scope) = (

@@ -82,11 +82,11 @@ which user it runs as.",
 /// with the job's facts and the offsets to poll from, and no exit code yet). The streams
 /// are in the text block; the ranges say where.
 fn output_schema() -> Value {
-    let mut schema = super::jobs::tools::job_facts_schema();
+    let mut schema = super::jobs::job_tools::job_facts_schema();
     let props = schema["properties"]
         .as_object_mut()
         .expect("an object schema");
-    let range = super::jobs::tools::range_schema();
+    let range = super::jobs::job_tools::range_schema();
     for (name, prop) in [
         ("stdout_range", range.clone()),
         ("stderr_range", range),
@@ -235,7 +235,7 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
         let not_a_job = Arc::clone(&not_a_job);
         let admit = super::jobs::table::Admit {
             id: Some(job_id),
-            scope: super::jobs::tools::scope(&cx).to_string(),
+            scope: super::jobs::job_tools::scope(&cx).to_string(),
             principal: cx.principal.clone(),
             session: cx.grant.as_ref().map(|g| g.session.clone()),
             command: args.command,
@@ -247,7 +247,7 @@ pub fn start(args: Value, cx: CallContext, done: Completion) {
             inline_wait,
             Box::new(move |so_far| {
                 let done = take(&slot)?;
-                match super::jobs::tools::continue_as_job(
+                match super::jobs::job_tools::continue_as_job(
                     &jobs,
                     admit,
                     so_far,
@@ -384,7 +384,7 @@ pub(crate) fn render(
     if run.kept > 0 {
         structured["background_processes"] = json!(run.kept);
     }
-    super::jobs::tools::stream_reply(&run.stdout, &run.stderr, &status, &structured, is_error)
+    super::jobs::job_tools::stream_reply(&run.stdout, &run.stderr, &status, &structured, is_error)
 }
 
 #[cfg(test)]

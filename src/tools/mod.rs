@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::pool::{Completion, JobCtl};
+use crate::pool::{CallCtl, Completion};
 use crate::profiles::{Annotations, Class, Profile};
 use crate::wire::mcp::{Catalog, Resolution, Route, ToolOutput};
 use policy::ToolPolicy;
@@ -41,10 +41,10 @@ pub static TOOLS: &[&Tool] = &[
     &display::KEY,
     &a11y::SNAPSHOT,
     &a11y::ACT,
-    &jobs::tools::START,
-    &jobs::tools::POLL,
-    &jobs::tools::LIST,
-    &jobs::tools::CANCEL,
+    &jobs::job_tools::START,
+    &jobs::job_tools::POLL,
+    &jobs::job_tools::LIST,
+    &jobs::job_tools::CANCEL,
     &files::GET,
     &files::PUT,
     &files::LIST,
@@ -302,11 +302,11 @@ pub struct ToolConfig {
     /// `browser` exist here; without one `sys_info` does not list them.
     pub upstreams: bool,
     /// `--apps`: the desktop entries the `apps` profile may start and drive (§17).
-    pub apps: Vec<crate::base::desktop_entry::DesktopEntry>,
+    pub apps: Vec<crate::rules::desktop_entry::DesktopEntry>,
     /// Test override of where installed desktop entries are found (`apps_list`/`app_open`
     /// under `owner`/`desktop`); `None` = the daemon's XDG data dirs. Not a flag.
     #[doc(hidden)]
-    pub app_dirs: Option<crate::base::desktop_entry::DataDirs>,
+    pub app_dirs: Option<crate::rules::desktop_entry::DataDirs>,
     /// Containment (§16); `None` uses no cgroup and changes nothing about the process
     /// (unit tests of other modules).
     pub confine: Option<Arc<crate::cgroup::Confine>>,
@@ -319,7 +319,7 @@ pub struct ToolConfig {
     /// `None`: no wall.
     pub grant_walls: Option<crate::walls::Bwrap>,
     /// The admin listener, which no grant's browser tool may open in any spelling (§21).
-    pub admin_origin: crate::base::browser_url::AdminOrigin,
+    pub admin_origin: crate::rules::browser_url::AdminOrigin,
 }
 
 impl Default for ToolConfig {
@@ -479,7 +479,7 @@ pub struct CallContext {
     pub policy: Arc<ToolPolicy>,
     pub grant: Option<GrantNote>,
     pub limits: CallLimits,
-    pub ctl: Arc<JobCtl>,
+    pub ctl: Arc<CallCtl>,
     pub host: Arc<ToolHost>,
     /// Who is calling (the grant's principal, or the `/mcp` caller): for job audit records.
     pub principal: String,
@@ -523,7 +523,7 @@ pub trait UpstreamSource: Send + Sync + std::fmt::Debug {
         upstream: usize,
         name: &str,
         arguments: Value,
-        ctl: Arc<JobCtl>,
+        ctl: Arc<CallCtl>,
         done: Completion,
     );
     /// Moves whenever [`UpstreamSource::tools`] would answer another list (a connection's
@@ -718,9 +718,9 @@ impl Catalog for ConnCatalog<'_> {
     fn tasks(&self) -> Option<crate::wire::mcp::TaskTools> {
         let tools = crate::wire::mcp::TaskTools {
             call: bash::TOOL.name,
-            start: jobs::tools::START.name,
-            poll: jobs::tools::POLL.name,
-            cancel: jobs::tools::CANCEL.name,
+            start: jobs::job_tools::START.name,
+            poll: jobs::job_tools::POLL.name,
+            cancel: jobs::job_tools::CANCEL.name,
         };
         let local = |name| self.resolve(name) == Resolution::Visible(Route::Local);
         // A call held for a person's decision (§10) stays one, asked as itself: a grant
@@ -826,7 +826,7 @@ mod catalog_tests {
         fn tools(&self) -> Vec<(usize, Value)> {
             self.objects().into_iter().map(|t| (0, t)).collect()
         }
-        fn call(&self, _: usize, _: &str, _: Value, _: Arc<JobCtl>, _: Completion) {
+        fn call(&self, _: usize, _: &str, _: Value, _: Arc<CallCtl>, _: Completion) {
             unreachable!("the catalogue never runs tools")
         }
         fn version(&self) -> Option<u64> {
@@ -963,7 +963,7 @@ mod catalog_tests {
             fn tools(&self) -> Vec<(usize, Value)> {
                 Vec::new()
             }
-            fn call(&self, _: usize, _: &str, _: Value, _: Arc<JobCtl>, _: Completion) {
+            fn call(&self, _: usize, _: &str, _: Value, _: Arc<CallCtl>, _: Completion) {
                 unreachable!("the catalogue never runs tools")
             }
         }

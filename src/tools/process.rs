@@ -7,7 +7,7 @@
 //!
 //! A child is spawned by [`ProcessWatcher::spawn`] on the caller's thread (a pool worker),
 //! in a process group of its own, with stdin `/dev/null` (or a file the caller gives) and
-//! stdout/stderr piped. The worker registers the group with the call's [`JobCtl`] (so
+//! stdout/stderr piped. The worker registers the group with the call's [`CallCtl`] (so
 //! cancelling the call kills it), hands the child to the watcher thread and returns at
 //! once. The watcher sleeps in one epoll set on every child's pipes and on a pidfd per
 //! child (readable = exited), woken by its [`Waker`] when a child is handed over and
@@ -38,11 +38,11 @@
 //! timeout, a cancel or an abort still kills everything the run started.
 //!
 //! **Timeout and cancel.** At the deadline the watcher SIGKILLs the whole group; a cancel
-//! ([`JobCtl::cancel`]) does the same from the cancelling thread. Either way the leader's
+//! ([`CallCtl::cancel`]) does the same from the cancelling thread. Either way the leader's
 //! exit is then observed like any other, and the run reports exit code 137.
 //!
 //! **Reaping.** The leader is reaped by the watcher after the group is killed and the
-//! group is unregistered from its `JobCtl`. Unregistering happens while the leader is
+//! group is unregistered from its `CallCtl`. Unregistering happens while the leader is
 //! still a zombie, so its pid (= the pgid) cannot have been recycled: a late cancel can
 //! never signal somebody else's group.
 
@@ -61,7 +61,7 @@ use rustix::process::{Pid, PidfdFlags, Signal};
 
 use crate::base::wake::{Poller, Waker, WAKE_KEY};
 use crate::cgroup::RunGroup;
-use crate::pool::JobCtl;
+use crate::pool::CallCtl;
 
 /// Exit code reported for a group we killed: 128 + SIGKILL, as a shell reports it.
 pub const KILLED_EXIT_CODE: i32 = 137;
@@ -123,7 +123,7 @@ pub struct SoFar<'a> {
 pub struct Continued {
     pub sink: Arc<dyn JobSink>,
     /// The job's own control; the group moves to it from the call's.
-    pub ctl: Arc<JobCtl>,
+    pub ctl: Arc<CallCtl>,
     pub on_exit: OnExit,
 }
 
@@ -142,7 +142,7 @@ pub struct RunSpec {
     /// Bytes kept per stream; the rest is read and discarded. Unused with a `sink`.
     pub max_output_bytes: usize,
     /// The call this run belongs to: cancelling it kills the group.
-    pub ctl: Arc<JobCtl>,
+    pub ctl: Arc<CallCtl>,
     /// A job: output goes here from the first byte.
     pub sink: Option<Arc<dyn JobSink>>,
     /// A one-shot call that may become a job: offered to the `Convert` this long after
@@ -162,7 +162,7 @@ pub struct RunSpec {
 
 impl RunSpec {
     /// A one-shot run that keeps `max_output_bytes` of each stream in memory.
-    pub fn oneshot(timeout: Duration, max_output_bytes: usize, ctl: Arc<JobCtl>) -> Self {
+    pub fn oneshot(timeout: Duration, max_output_bytes: usize, ctl: Arc<CallCtl>) -> Self {
         RunSpec {
             timeout,
             max_output_bytes,
@@ -235,8 +235,8 @@ pub type OnExit = Box<dyn FnOnce(RunResult) + Send>;
 pub struct Wait {
     pub key: u64,
     pub deadline: Instant,
-    /// The waiting call; its cancel wakes the watcher ([`JobCtl::wake_on_cancel`]).
-    pub ctl: Arc<JobCtl>,
+    /// The waiting call; its cancel wakes the watcher ([`CallCtl::wake_on_cancel`]).
+    pub ctl: Arc<CallCtl>,
     pub ready: Box<dyn Fn() -> bool + Send>,
     pub answer: Box<dyn FnOnce() + Send>,
 }
@@ -486,7 +486,7 @@ impl Drop for ProcessWatcher {
 }
 
 /// Kill a group we will not watch, and reap its leader (it dies at once: SIGKILL).
-fn abandon(child: &mut Child, pgid: Pid, ctl: &JobCtl, confine: Option<&RunGroup>) {
+fn abandon(child: &mut Child, pgid: Pid, ctl: &CallCtl, confine: Option<&RunGroup>) {
     let _ = rustix::process::kill_process_group(pgid, Signal::KILL);
     if let Some(group) = confine {
         group.kill();
@@ -584,7 +584,7 @@ struct Entry {
     convert: Option<Convert>,
     /// Set once we killed the group ourselves.
     forced: Option<End>,
-    ctl: Arc<JobCtl>,
+    ctl: Arc<CallCtl>,
     /// Always `Some` once handed to the watcher.
     on_exit: Option<OnExit>,
     /// The run's cgroup: killed with the group at every end.
@@ -1013,7 +1013,7 @@ mod tests {
         script: &str,
         timeout: Duration,
         cap: usize,
-        ctl: Arc<JobCtl>,
+        ctl: Arc<CallCtl>,
     ) -> crossbeam_channel::Receiver<RunResult> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let mut cmd = Command::new("bash");
@@ -1032,7 +1032,7 @@ mod tests {
             "echo out; echo err >&2; exit 3",
             WATCHDOG,
             1024,
-            JobCtl::new(),
+            CallCtl::new(),
         );
         let r = rx.recv_timeout(WATCHDOG).unwrap();
         assert_eq!(r.stdout, b"out\n");
@@ -1043,7 +1043,7 @@ mod tests {
     #[test]
     fn killed_by_own_signal_reports_128_plus_signal() {
         let w = ProcessWatcher::start().unwrap();
-        let rx = run(&w, "kill -TERM $$", WATCHDOG, 1024, JobCtl::new());
+        let rx = run(&w, "kill -TERM $$", WATCHDOG, 1024, CallCtl::new());
         let r = rx.recv_timeout(WATCHDOG).unwrap();
         assert_eq!((r.exit_code, r.end), (128 + 15, End::Exited));
     }
@@ -1058,7 +1058,7 @@ mod tests {
             "setsid sleep 300 & echo $!",
             WATCHDOG,
             1024,
-            JobCtl::new(),
+            CallCtl::new(),
         );
         let r = rx.recv_timeout(WATCHDOG).unwrap();
         assert_eq!(r.end, End::Exited);
@@ -1070,7 +1070,7 @@ mod tests {
     fn dropping_the_watcher_kills_and_reports_every_child() {
         let w = ProcessWatcher::start().unwrap();
         let rxs: Vec<_> = (0..3)
-            .map(|_| run(&w, "sleep 300", WATCHDOG, 1024, JobCtl::new()))
+            .map(|_| run(&w, "sleep 300", WATCHDOG, 1024, CallCtl::new()))
             .collect();
         drop(w);
         for rx in rxs {
@@ -1082,7 +1082,7 @@ mod tests {
     #[test]
     fn a_cancel_before_registration_is_still_reaped_and_reported() {
         let w = ProcessWatcher::start().unwrap();
-        let ctl = JobCtl::new();
+        let ctl = CallCtl::new();
         ctl.cancel();
         let rx = run(&w, "sleep 300", WATCHDOG, 1024, ctl);
         let r = rx.recv_timeout(WATCHDOG).unwrap();
@@ -1095,7 +1095,7 @@ mod tests {
         let (tx, rx) = crossbeam_channel::unbounded();
         w.spawn(
             Command::new("/nonexistent/handnode-test-program"),
-            RunSpec::oneshot(WATCHDOG, 1, JobCtl::new()),
+            RunSpec::oneshot(WATCHDOG, 1, CallCtl::new()),
             move |r| tx.send(r.map(|_| ())).unwrap(),
         );
         let err = rx.recv_timeout(WATCHDOG).unwrap().unwrap_err();
@@ -1113,7 +1113,7 @@ mod tests {
         let held = Arc::clone(&w);
         w.spawn(
             Command::new("true"),
-            RunSpec::oneshot(WATCHDOG, 1, JobCtl::new()),
+            RunSpec::oneshot(WATCHDOG, 1, CallCtl::new()),
             move |r| {
                 // Wait until the test dropped its handle, so this one is the last.
                 gate_rx.recv_timeout(WATCHDOG).unwrap();
@@ -1179,7 +1179,7 @@ mod tests {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let spec = RunSpec {
             sink: Some(Arc::clone(&sink) as Arc<dyn JobSink>),
-            ..RunSpec::oneshot(WATCHDOG, 0, JobCtl::new())
+            ..RunSpec::oneshot(WATCHDOG, 0, CallCtl::new())
         };
         w.spawn(cmd, spec, move |r| tx.send(r.unwrap()).unwrap());
         let (answered_tx, answered) = crossbeam_channel::bounded(1);
@@ -1187,7 +1187,7 @@ mod tests {
         w.wait(Wait {
             key: 7,
             deadline: Instant::now() + WATCHDOG,
-            ctl: JobCtl::new(),
+            ctl: CallCtl::new(),
             ready: Box::new(move || seen.total.load(std::sync::atomic::Ordering::SeqCst) > 0),
             answer: Box::new(move || answered_tx.send(()).unwrap()),
         });
@@ -1212,11 +1212,11 @@ mod tests {
         w.wait(Wait {
             key: 1,
             deadline: Instant::now() + Duration::from_millis(50),
-            ctl: JobCtl::new(),
+            ctl: CallCtl::new(),
             ready: Box::new(|| false),
             answer: Box::new(move || tx.send("deadline").unwrap()),
         });
-        let ctl = JobCtl::new();
+        let ctl = CallCtl::new();
         w.wait(Wait {
             key: 1,
             deadline: Instant::now() + WATCHDOG,
@@ -1240,8 +1240,8 @@ mod tests {
         let sink = Arc::new(TestSink::default());
         let (call_tx, call_rx) = crossbeam_channel::unbounded();
         let (job_tx, job_rx) = crossbeam_channel::bounded(1);
-        let job_ctl = JobCtl::new();
-        let call_ctl = JobCtl::new();
+        let job_ctl = CallCtl::new();
+        let call_ctl = CallCtl::new();
         let mut cmd = Command::new("bash");
         cmd.arg("-c").arg(format!(
             "echo before; read l < '{}'; echo after",
@@ -1279,7 +1279,7 @@ mod tests {
 
         // Refused: the run goes on inline and ends on its own, with all its output.
         let (offered_tx, offered) = crossbeam_channel::bounded(1);
-        let mut spec = RunSpec::oneshot(WATCHDOG, 1024, JobCtl::new());
+        let mut spec = RunSpec::oneshot(WATCHDOG, 1024, CallCtl::new());
         spec.inline = Some((
             Duration::from_millis(50),
             Box::new(move |_| {

@@ -265,7 +265,7 @@ impl UpstreamSource for FakeUpstream {
         .collect()
     }
 
-    fn call(&self, _: usize, _: &str, _: Value, _: Arc<JobCtl>, _: Completion) {
+    fn call(&self, _: usize, _: &str, _: Value, _: Arc<CallCtl>, _: Completion) {
         unreachable!("the catalogue never runs tools")
     }
 }
@@ -397,9 +397,9 @@ fn tasks_map_onto_the_registrys_job_tools_only_where_all_are_usable_and_ungated(
         (tools.call, tools.start, tools.poll, tools.cancel),
         (
             bash::TOOL.name,
-            jobs::tools::START.name,
-            jobs::tools::POLL.name,
-            jobs::tools::CANCEL.name
+            jobs::job_tools::START.name,
+            jobs::job_tools::POLL.name,
+            jobs::job_tools::CANCEL.name
         )
     );
     for policy in fixed() {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::pool::{Completion, JobCtl};
+use crate::pool::{CallCtl, Completion};
 use crate::tools::policy::ToolPolicy;
 use crate::tools::{CallContext, CallLimits, ToolConfig, ToolHost};
 use crate::wire::mcp::ToolOutput;
@@ -21,7 +21,7 @@ pub fn host() -> Arc<ToolHost> {
     .unwrap()
 }
 
-pub fn cx(host: &Arc<ToolHost>, limits: CallLimits, ctl: Arc<JobCtl>) -> CallContext {
+pub fn cx(host: &Arc<ToolHost>, limits: CallLimits, ctl: Arc<CallCtl>) -> CallContext {
     CallContext {
         policy: ToolPolicy::owner(),
         grant: None,

@@ -57,7 +57,7 @@ pub fn listed_app(
     name: &str,
     exec: &str,
     path: &str,
-) -> Vec<handnode::base::desktop_entry::DesktopEntry> {
+) -> Vec<handnode::rules::desktop_entry::DesktopEntry> {
     let apps = dir.join("share/applications");
     std::fs::create_dir_all(&apps).unwrap();
     std::fs::write(
@@ -65,9 +65,9 @@ pub fn listed_app(
         format!("[Desktop Entry]\nType=Application\nName={name}\nExec={exec}\n"),
     )
     .unwrap();
-    handnode::base::desktop_entry::resolve_apps(
+    handnode::rules::desktop_entry::resolve_apps(
         &[id.to_string()],
-        &handnode::base::desktop_entry::DataDirs { dirs: vec![apps] },
+        &handnode::rules::desktop_entry::DataDirs { dirs: vec![apps] },
         path,
     )
     .unwrap()

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use handnode::pool::{Completion, JobCtl};
+use handnode::pool::{CallCtl, Completion};
 use handnode::profiles::Profile;
 use handnode::tools::policy::ToolPolicy;
 use handnode::tools::{
@@ -357,7 +357,7 @@ impl<'a> Conn<'a> {
         let done = Completion::new(move |out| {
             let _ = tx.send(out);
         });
-        let ctl = JobCtl::new();
+        let ctl = CallCtl::new();
         match route {
             Route::Local => tools::start_local(
                 name,

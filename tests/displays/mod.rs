@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use handnode::config::DisplayBackend;
-use handnode::pool::{Completion, JobCtl};
+use handnode::pool::{CallCtl, Completion};
 use handnode::profiles::Profile;
 use handnode::tools::policy::ToolPolicy;
 use handnode::tools::{self, CallContext, CallLimits, ToolConfig, ToolHost};
@@ -157,7 +157,7 @@ pub fn host_with(backend: DisplayBackend, env: Option<BTreeMap<String, String>>)
 
 /// Call a local tool as `profile` would, and wait (with a watchdog) for its output.
 pub fn call_as(host: &Arc<ToolHost>, profile: Profile, name: &str, args: Value) -> ToolOutput {
-    call_ctl(host, profile, name, args, JobCtl::new())
+    call_ctl(host, profile, name, args, CallCtl::new())
 }
 
 pub fn call_ctl(
@@ -165,7 +165,7 @@ pub fn call_ctl(
     profile: Profile,
     name: &str,
     args: Value,
-    ctl: Arc<JobCtl>,
+    ctl: Arc<CallCtl>,
 ) -> ToolOutput {
     call_with(host, profile, None, name, args, ctl)
 }
@@ -186,7 +186,7 @@ pub fn call_in_grant(host: &Arc<ToolHost>, id: &str, name: &str, args: Value) ->
         Some(grant),
         name,
         args,
-        JobCtl::new(),
+        CallCtl::new(),
     )
 }
 
@@ -196,7 +196,7 @@ fn call_with(
     grant: Option<tools::GrantNote>,
     name: &str,
     args: Value,
-    ctl: Arc<JobCtl>,
+    ctl: Arc<CallCtl>,
 ) -> ToolOutput {
     let (tx, rx) = crossbeam_channel::bounded(1);
     let limits = match grant {

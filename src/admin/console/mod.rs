@@ -290,7 +290,7 @@ mod tests {
             _: usize,
             _: &str,
             _: Value,
-            _: std::sync::Arc<crate::pool::JobCtl>,
+            _: std::sync::Arc<crate::pool::CallCtl>,
             _: crate::pool::Completion,
         ) {
             unreachable!("the page runs nothing")

@@ -361,7 +361,7 @@ fn ups(stubs: &[&Stub], options: UpstreamOptions) -> Upstreams {
 
 /// Start a call; the receiver gets its output.
 fn start_call(up: &Upstreams, index: usize, name: &str, args: Value) -> Receiver<ToolOutput> {
-    start_call_with(up, index, name, args, JobCtl::new())
+    start_call_with(up, index, name, args, CallCtl::new())
 }
 
 fn start_call_with(
@@ -369,7 +369,7 @@ fn start_call_with(
     index: usize,
     name: &str,
     args: Value,
-    ctl: Arc<JobCtl>,
+    ctl: Arc<CallCtl>,
 ) -> Receiver<ToolOutput> {
     let (tx, rx) = crossbeam_channel::bounded(1);
     up.call(
@@ -780,7 +780,7 @@ fn a_cancelled_call_never_reaches_the_upstream() {
     let s = StubState::new(&["echo"]);
     let stub = Stub::start(&s);
     let up = ups(&[&stub], options());
-    let ctl = JobCtl::new();
+    let ctl = CallCtl::new();
     ctl.cancel();
     let out = start_call_with(&up, 0, "echo", json!({}), ctl)
         .recv_timeout(WATCHDOG)

@@ -724,7 +724,7 @@ pub(super) fn parse_operator(
                 [id] => {
                     return Err(Error::Config(format!(
                         "journal: '{}' is not a journal id: give a grant id or mcp-YYYY-MM-DD (handnode journal lists them)",
-                        crate::base::reveal::escape(id)
+                        crate::rules::reveal::escape(id)
                     )))
                 }
                 _ => {

@@ -185,29 +185,31 @@ pub(super) fn table(rows: &[Vec<String>]) -> String {
 pub const TABLE_ARGS_BYTES: usize = 200;
 
 /// One waiting call in full (`approvals --full ID`): who asks for what, then every
-/// argument as `crate::base::reveal` shows it, nothing cut.
+/// argument as `crate::rules::reveal` shows it, nothing cut.
 pub(super) fn approval_full(a: &Value) -> String {
     format!(
         "approval {}\nsession {}  tool {}  expires in {}\n\n{}\n",
-        crate::base::reveal::escape(str_field(a, "id")),
-        crate::base::reveal::escape(str_field(a, "session")),
-        crate::base::reveal::escape(str_field(a, "tool")),
+        crate::rules::reveal::escape(str_field(a, "id")),
+        crate::rules::reveal::escape(str_field(a, "session")),
+        crate::rules::reveal::escape(str_field(a, "tool")),
         a.get("expires_in_secs")
             .and_then(Value::as_u64)
             .map_or("-".into(), human_secs),
-        crate::base::reveal::full(a.get("arguments").unwrap_or(&Value::Null))
+        crate::rules::reveal::full(a.get("arguments").unwrap_or(&Value::Null))
     )
 }
 
 /// A waiting call's arguments in the table: one line, cut at [`TABLE_ARGS_BYTES`] saying
 /// so, and saying when the daemon's list already cut them (`--full ID` has them whole).
 pub(super) fn table_arguments(a: &Value) -> String {
-    let shown =
-        crate::base::reveal::one_line(a.get("arguments").unwrap_or(&Value::Null), TABLE_ARGS_BYTES);
+    let shown = crate::rules::reveal::one_line(
+        a.get("arguments").unwrap_or(&Value::Null),
+        TABLE_ARGS_BYTES,
+    );
     if a.get("arguments_truncated") == Some(&Value::Bool(true)) {
         format!(
             "{shown} (cut by the daemon; --full {} shows all)",
-            crate::base::reveal::escape(str_field(a, "id"))
+            crate::rules::reveal::escape(str_field(a, "id"))
         )
     } else {
         shown
@@ -246,9 +248,9 @@ pub(super) fn calls_table(list: &[Value]) -> String {
         .to_vec()];
     for c in list {
         rows.push(vec![
-            crate::base::reveal::escape(str_field(c, "id")),
+            crate::rules::reveal::escape(str_field(c, "id")),
             grant_cell(c),
-            crate::base::reveal::escape(str_field(c, "tool")),
+            crate::rules::reveal::escape(str_field(c, "tool")),
             str_field(c, "state").replace('_', " "),
             elapsed_cell(c),
             table_arguments(c),
@@ -267,16 +269,16 @@ pub(super) fn jobs_table(list: &[Value]) -> String {
         let command = c["arguments"]["command"].as_str().unwrap_or_default();
         text.push_str(&format!(
             "{}  grant {}  running for {}\n  $ {}\n",
-            crate::base::reveal::escape(str_field(c, "id")),
+            crate::rules::reveal::escape(str_field(c, "id")),
             grant_cell(c),
             elapsed_cell(c),
-            crate::base::reveal::one_line(&json!(command), TABLE_ARGS_BYTES),
+            crate::rules::reveal::one_line(&json!(command), TABLE_ARGS_BYTES),
         ));
         for line in c["output_tail"].as_array().into_iter().flatten() {
             let line = line.as_str().unwrap_or_default();
             text.push_str(&format!(
                 "  | {}\n",
-                crate::base::reveal::one_line(&json!(line), TABLE_ARGS_BYTES)
+                crate::rules::reveal::one_line(&json!(line), TABLE_ARGS_BYTES)
             ));
         }
     }
@@ -285,7 +287,7 @@ pub(super) fn jobs_table(list: &[Value]) -> String {
 
 fn grant_cell(c: &Value) -> String {
     match c["grant"].as_str() {
-        Some(g) => crate::base::reveal::escape(g),
+        Some(g) => crate::rules::reveal::escape(g),
         None => "(your /mcp)".into(),
     }
 }
@@ -306,9 +308,9 @@ pub(super) fn journals_table(body: &Value) -> String {
     for r in &rows {
         text.push_str(&format!(
             "{:<37} {:<11} {}\n",
-            crate::base::reveal::escape(str_field(r, "id")),
+            crate::rules::reveal::escape(str_field(r, "id")),
             r["bytes"].as_u64().unwrap_or(0),
-            crate::base::reveal::escape(str_field(r, "updated_at")),
+            crate::rules::reveal::escape(str_field(r, "updated_at")),
         ));
     }
     text.push_str("handnode journal ID shows one; --html FILE writes it for an auditor\n");
@@ -321,30 +323,33 @@ pub(super) fn journal_line(r: &Value) -> String {
         return format!(
             "… {} earlier record(s) dropped: {}\n",
             r["records"].as_u64().unwrap_or(0),
-            crate::base::reveal::escape(str_field(r, "reason"))
+            crate::rules::reveal::escape(str_field(r, "reason"))
         );
     }
     let mut text = format!(
         "#{} {} {} {} ({} ms): {}\n",
         r["seq"].as_u64().unwrap_or(0),
-        crate::base::reveal::escape(str_field(r, "started_at")),
-        crate::base::reveal::escape(str_field(r, "tool")),
-        crate::base::reveal::escape(str_field(r, "outcome")),
+        crate::rules::reveal::escape(str_field(r, "started_at")),
+        crate::rules::reveal::escape(str_field(r, "tool")),
+        crate::rules::reveal::escape(str_field(r, "outcome")),
         r["duration_ms"].as_u64().unwrap_or(0),
-        crate::base::reveal::one_line(r.get("arguments").unwrap_or(&Value::Null), TABLE_ARGS_BYTES),
+        crate::rules::reveal::one_line(
+            r.get("arguments").unwrap_or(&Value::Null),
+            TABLE_ARGS_BYTES
+        ),
     );
     if let Some(a) = r.get("approval") {
         text.push_str(&format!(
             "    approval: {} by {} at {}\n",
-            crate::base::reveal::escape(str_field(a, "decision")),
-            crate::base::reveal::escape(str_field(a, "by")),
-            crate::base::reveal::escape(str_field(a, "at")),
+            crate::rules::reveal::escape(str_field(a, "decision")),
+            crate::rules::reveal::escape(str_field(a, "by")),
+            crate::rules::reveal::escape(str_field(a, "at")),
         ));
     }
     let summary = str_field(r, "summary");
     if let Some(first) = summary.lines().next().filter(|l| !l.is_empty()) {
         let first: String = first.chars().take(160).collect();
-        text.push_str(&format!("    {}\n", crate::base::reveal::escape(&first)));
+        text.push_str(&format!("    {}\n", crate::rules::reveal::escape(&first)));
     }
     if r.get("thumbnail").is_some() {
         text.push_str("    (a thumbnail of the screen after it: see --html)\n");

@@ -290,7 +290,7 @@ fn a_panic_in_the_watcher_is_contained_and_it_starts_over() {
     tree.add("event3", "Logitech USB Keyboard", USB);
     let (tx, fired) = crossbeam_channel::unbounded();
     let calls = std::sync::atomic::AtomicU64::new(0);
-    let before = containment::count(Site::HaltKey);
+    let before = faults::count(Site::HaltKey);
     let key = HaltKey::start(
         Settings {
             chord: Chord::example(),
@@ -308,7 +308,7 @@ fn a_panic_in_the_watcher_is_contained_and_it_starts_over() {
     let mut kb = tree.keyboard("event3");
     kb.write_all(&chord_bytes(&Chord::example())).unwrap();
     crate::base::testutil::wait_for(
-        || containment::count(Site::HaltKey) > before,
+        || faults::count(Site::HaltKey) > before,
         "the watcher's panic counted",
     );
     // Started over: the keyboard is opened afresh and the chord works.

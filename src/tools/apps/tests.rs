@@ -35,7 +35,7 @@ fn host(apps: Vec<DesktopEntry>) -> Arc<ToolHost> {
 }
 
 fn cx(host: &Arc<ToolHost>, profile: Profile, grant: &str) -> CallContext {
-    let mut cx = testutil::cx(host, CallLimits::GRANT, JobCtl::new());
+    let mut cx = testutil::cx(host, CallLimits::GRANT, CallCtl::new());
     cx.policy = Arc::new(ToolPolicy::fixed(profile).unwrap());
     cx.grant = Some(GrantNote {
         id: grant.into(),

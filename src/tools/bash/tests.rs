@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::base::secret::Secret;
-use crate::pool::{JobCtl, Pool};
+use crate::pool::{CallCtl, Pool};
 use crate::tools::testutil::*;
 use crate::tools::{CallLimits, ToolConfig};
 use std::io::BufRead;
@@ -11,7 +11,7 @@ use std::sync::Arc;
 fn call_with(
     host: &Arc<super::super::ToolHost>,
     limits: CallLimits,
-    ctl: Arc<JobCtl>,
+    ctl: Arc<CallCtl>,
     args: Value,
 ) -> ToolOutput {
     let (done, rx) = completion();
@@ -20,7 +20,7 @@ fn call_with(
 }
 
 fn call(args: Value) -> Value {
-    result(call_with(&host(), CallLimits::GRANT, JobCtl::new(), args))
+    result(call_with(&host(), CallLimits::GRANT, CallCtl::new(), args))
 }
 
 /// The result object of any output that is a `CallToolResult`, serialized or not.
@@ -37,7 +37,7 @@ fn any_result(out: ToolOutput) -> Value {
 fn structured_results_conform_to_the_declared_output_schemas() {
     // MCP 2025-06-18 and later, server/tools "Output Schema": a tool that declares
     // one MUST return structuredContent that conforms; clients validate it.
-    use crate::tools::jobs::tools as job;
+    use crate::tools::jobs::job_tools as job;
     let schema = |tool: &crate::tools::Tool| (tool.output_schema.expect(tool.name))();
     let check = |tool: &crate::tools::Tool, r: &Value| {
         conforms(&schema(tool), &r["structuredContent"])
@@ -56,7 +56,7 @@ fn structured_results_conform_to_the_declared_output_schemas() {
         json!({"command": "head -c 100 /dev/zero", "max_output_bytes": 10}),
         json!({"command": "sleep 5", "timeout_secs": 1}),
     ] {
-        let r = any_result(call_with(&host, CallLimits::GRANT, JobCtl::new(), args));
+        let r = any_result(call_with(&host, CallLimits::GRANT, CallCtl::new(), args));
         check(&TOOL, &r);
     }
     // A command still running at the inline limit continues as a job: the other shape.
@@ -67,7 +67,7 @@ fn structured_results_conform_to_the_declared_output_schemas() {
     let r = any_result(call_with(
         &host,
         limits,
-        JobCtl::new(),
+        CallCtl::new(),
         json!({"command": "echo started; sleep 30", "timeout_secs": 60}),
     ));
     check(&TOOL, &r);
@@ -78,7 +78,7 @@ fn structured_results_conform_to_the_declared_output_schemas() {
     let run = |start: fn(Value, crate::tools::CallContext, crate::pool::Completion),
                args: Value| {
         let (done, rx) = completion();
-        start(args, cx(&host, CallLimits::GRANT, JobCtl::new()), done);
+        start(args, cx(&host, CallLimits::GRANT, CallCtl::new()), done);
         any_result(rx.recv_timeout(WATCHDOG).expect("job tool answered"))
     };
     check(&job::POLL, &run(job::poll, json!({"job_id": job_id})));
@@ -178,7 +178,7 @@ fn timeout_kills_the_whole_group() {
 #[test]
 fn cancel_kills_the_whole_group() {
     let host = host();
-    let ctl = JobCtl::new();
+    let ctl = CallCtl::new();
     let (report, pid_rx) = pid_reporter();
     let (done, rx) = completion();
     let script = format!("sleep 100 & {report}; sleep 100");
@@ -311,7 +311,7 @@ fn bad_arguments_are_invalid_params_through_start() {
         ),
         (CallLimits::GRANT, json!({}), "command is required"),
     ] {
-        match call_with(&host, limits, JobCtl::new(), args) {
+        match call_with(&host, limits, CallCtl::new(), args) {
             ToolOutput::InvalidParams(msg) => assert!(msg.contains(needle), "{msg}"),
             other => panic!("{other:?}"),
         }
@@ -397,7 +397,7 @@ fn the_child_sees_only_the_built_environment() {
     let r = result(call_with(
         &host,
         CallLimits::GRANT,
-        JobCtl::new(),
+        CallCtl::new(),
         json!({"command": script, "env": {"ADDED_BY_CALLER": "yes"}}),
     ));
     let out = r["structuredContent"]["stdout"].as_str().unwrap();
@@ -427,7 +427,7 @@ fn no_worker_waits_on_a_child() {
     let script = format!("until [ -e '{}' ]; do sleep 0.02; done", gate.display());
     for _ in 0..4 {
         let (cx, tx) = (
-            cx(&host, CallLimits::GRANT, JobCtl::new()),
+            cx(&host, CallLimits::GRANT, CallCtl::new()),
             events_tx.clone(),
         );
         let args = json!({"command": script, "timeout_secs": 60});
@@ -441,7 +441,7 @@ fn no_worker_waits_on_a_child() {
         .unwrap();
     }
     let (cx, tx) = (
-        cx(&host, CallLimits::GRANT, JobCtl::new()),
+        cx(&host, CallLimits::GRANT, CallCtl::new()),
         events_tx.clone(),
     );
     pool.submit(move || {

@@ -1,6 +1,6 @@
 //! One display helper call (`xdotool`, `grim`, `wtype`, …): its argv, environment, stdin,
 //! timeout and how a cancel applies, run to completion by the process watcher
-//! ([`crate::tools::process`]) in its own process group tied to the call's `JobCtl`, and
+//! ([`crate::tools::process`]) in its own process group tied to the call's `CallCtl`, and
 //! the error text people read. Runs on the display thread (or `doctor`), which may wait;
 //! never on a pool worker.
 
@@ -14,7 +14,7 @@ use std::process::{Command, ExitStatus};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::pool::JobCtl;
+use crate::pool::CallCtl;
 use crate::tools::process::{End, ProcessWatcher, RunSpec};
 
 /// Most of a helper's stderr kept for an error message (bytes).
@@ -129,7 +129,7 @@ impl Drop for ScratchDir {
 /// Run `helper` to completion. A non-zero exit is not an error here; see [`run_ok`].
 pub fn run(
     helper: &Helper<'_>,
-    ctl: &Arc<JobCtl>,
+    ctl: &Arc<CallCtl>,
     processes: &ProcessWatcher,
 ) -> Result<Output, RunError> {
     let name = program_name(helper.program);
@@ -159,7 +159,7 @@ pub fn run(
     let run_ctl = if helper.cancel_kills {
         Arc::clone(ctl)
     } else {
-        JobCtl::new()
+        CallCtl::new()
     };
     let spec = RunSpec {
         stdin,
@@ -214,7 +214,7 @@ pub fn describe_status(status: ExitStatus) -> String {
 /// Run and insist on exit 0; the error names the helper and quotes its stderr.
 pub fn run_ok(
     helper: &Helper<'_>,
-    ctl: &Arc<JobCtl>,
+    ctl: &Arc<CallCtl>,
     processes: &ProcessWatcher,
 ) -> Result<Output, RunError> {
     let out = run(helper, ctl, processes)?;
@@ -268,11 +268,11 @@ mod tests {
             &env,
             Duration::from_secs(30),
         );
-        let out = run(&h, &JobCtl::new(), &w()).unwrap();
+        let out = run(&h, &CallCtl::new(), &w()).unwrap();
         assert_eq!(out.stdout.len(), 1 << 20);
         assert_eq!(out.stderr, "oops");
         assert_eq!(out.status.code(), Some(3));
-        let err = run_ok(&h, &JobCtl::new(), &w()).unwrap_err().message();
+        let err = run_ok(&h, &CallCtl::new(), &w()).unwrap_err().message();
         assert_eq!(err, "sh failed (exit 3): oops");
     }
 
@@ -286,7 +286,7 @@ mod tests {
             Duration::from_secs(30),
         );
         assert_eq!(
-            run_ok(&at, &JobCtl::new(), &w).unwrap().stdout.len(),
+            run_ok(&at, &CallCtl::new(), &w).unwrap().stdout.len(),
             STDOUT_MAX_BYTES
         );
         let over = sh(
@@ -294,7 +294,7 @@ mod tests {
             &env,
             Duration::from_secs(30),
         );
-        let err = run(&over, &JobCtl::new(), &w).unwrap_err().message();
+        let err = run(&over, &CallCtl::new(), &w).unwrap_err().message();
         assert_eq!(
             err,
             format!("sh printed more than {STDOUT_MAX_BYTES} bytes")
@@ -309,7 +309,7 @@ mod tests {
         ];
         let mut h = sh("cat; env | sort", &env, Duration::from_secs(30));
         h.stdin = Some(b"typed\n");
-        let out = run_ok(&h, &JobCtl::new(), &w()).unwrap();
+        let out = run_ok(&h, &CallCtl::new(), &w()).unwrap();
         let text = String::from_utf8(out.stdout).unwrap();
         assert!(text.starts_with("typed\n"), "{text}");
         assert!(text.contains("ONLY_THIS=yes"));
@@ -340,7 +340,7 @@ mod tests {
         // The background sleep is in the helper's group; the timeout must take it too.
         let script = format!("sleep 30 & echo $! > {}; wait", pidfile.display());
         let h = sh(&script, &env, Duration::from_millis(300));
-        let err = run(&h, &JobCtl::new(), &w()).unwrap_err().message();
+        let err = run(&h, &CallCtl::new(), &w()).unwrap_err().message();
         assert!(err.contains("did not finish within 0.3 s"), "{err}");
         let pid = std::fs::read_to_string(&pidfile).unwrap();
         let pid = pid.trim();
@@ -363,7 +363,7 @@ mod tests {
             .status()
             .unwrap()
             .success());
-        let ctl = JobCtl::new();
+        let ctl = CallCtl::new();
         let canceller = {
             let ctl = ctl.clone();
             let fifo = fifo.clone();
@@ -393,7 +393,7 @@ mod tests {
     #[test]
     fn an_input_helper_finishes_its_piece_despite_a_cancel() {
         let env = env();
-        let ctl = JobCtl::new();
+        let ctl = CallCtl::new();
         ctl.cancel();
         let mut h = sh("echo typed", &env, Duration::from_secs(30));
         h.cancel_kills = false;
@@ -414,7 +414,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             cancel_kills: true,
         };
-        let err = run(&h, &JobCtl::new(), &w()).unwrap_err().message();
+        let err = run(&h, &CallCtl::new(), &w()).unwrap_err().message();
         assert!(err.starts_with("cannot start xdotool"), "{err}");
     }
 

@@ -11,7 +11,7 @@ mod image;
 pub mod keys;
 pub mod own;
 mod probe;
-mod tools;
+mod screen_tools;
 mod wayland;
 pub mod wheel;
 mod x11;
@@ -29,7 +29,7 @@ use super::args::{self, Naming};
 use super::process::ProcessWatcher;
 use super::{CallContext, Needs, Tool, ToolConfig, TtlCache};
 use crate::config::DisplayBackend;
-use crate::pool::{Completion, JobCtl};
+use crate::pool::{CallCtl, Completion};
 use crate::profiles::{Class, Profile};
 use crate::wire::mcp::ToolOutput;
 use helper::{Helper, RunError};
@@ -68,7 +68,7 @@ pub use arguments::*;
 pub use descriptors::*;
 pub use own::{call_display, CallDisplay, OwnDisplays, OwnOptions};
 pub use probe::*;
-pub use tools::*;
+pub use screen_tools::*;
 
 // ───────────────────────────── shared state ─────────────────────────────
 
@@ -129,8 +129,8 @@ impl DisplayState {
                         if let Err(payload) =
                             std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
                         {
-                            crate::containment::caught(
-                                crate::containment::Site::Tool,
+                            crate::faults::caught(
+                                crate::faults::Site::Tool,
                                 "a graphical call",
                                 payload.as_ref(),
                             );
@@ -175,7 +175,7 @@ pub fn query(
             timeout: cfg.display_helper_timeout,
             cancel_kills: true,
         },
-        &JobCtl::new(),
+        &CallCtl::new(),
         processes,
     )
     .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())

@@ -553,7 +553,7 @@ pub(super) fn probe_x11(p: &mut Probe, cfg: &ToolConfig, processes: &ProcessWatc
     p.backend = Some(Backend::X11);
     let display = p.env.display.clone().unwrap_or_default();
     let env = p.child_env(cfg);
-    let ctl = JobCtl::new();
+    let ctl = CallCtl::new();
     let query = |program: &Path, args: &[&str]| {
         helper::run_ok(
             &Helper {

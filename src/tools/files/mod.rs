@@ -759,7 +759,7 @@ fn list_start(args: Value, cx: CallContext, done: Completion) {
 /// arguments, control characters escaped (contract §21): a newline in a file name cannot
 /// fake entry lines. `structuredContent` keeps the names as they are.
 fn list_text(path: &str, entries: &[Value], cut_at: Option<usize>) -> String {
-    use crate::base::reveal::escape;
+    use crate::rules::reveal::escape;
     let mut text = format!("{}: {} entries", escape(path), entries.len());
     if let Some(max) = cut_at {
         text.push_str(&format!(" (the first {max} read; more are not shown)"));

@@ -482,7 +482,7 @@ impl super::super::UpstreamSource for Upstream {
         _: usize,
         _: &str,
         _: serde_json::Value,
-        _: Arc<crate::pool::JobCtl>,
+        _: Arc<crate::pool::CallCtl>,
         _: crate::pool::Completion,
     ) {
         unreachable!("listing runs nothing")

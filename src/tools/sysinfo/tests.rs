@@ -1,7 +1,7 @@
 //! Unit tests of `tools::sysinfo`.
 
 use super::*;
-use crate::pool::JobCtl;
+use crate::pool::CallCtl;
 use crate::tools::testutil::{completion, cx, host, result, WATCHDOG};
 use crate::tools::{CallLimits, GrantNote, TtlCache};
 
@@ -127,7 +127,7 @@ fn answers_inline_only_when_both_caches_are_fresh() {
         .unwrap()
     };
     let host = host_with(Duration::from_secs(3600));
-    let call = cx(&host, CallLimits::GRANT, JobCtl::new());
+    let call = cx(&host, CallLimits::GRANT, CallCtl::new());
     assert!(
         from_cache(&json!({}), &call).is_none(),
         "nothing is cached before a first call"
@@ -163,7 +163,7 @@ fn answers_inline_only_when_both_caches_are_fresh() {
     assert_eq!(fast["content"][0]["type"], "text");
 
     let host = host_with(Duration::ZERO);
-    let call = cx(&host, CallLimits::GRANT, JobCtl::new());
+    let call = cx(&host, CallLimits::GRANT, CallCtl::new());
     let (done, rx) = completion();
     start(json!({}), call.clone(), done);
     rx.recv_timeout(WATCHDOG).unwrap();
@@ -212,7 +212,7 @@ fn sys_info_with(cx: crate::tools::CallContext, args: Value) -> Value {
 /// A grant under `desktop` on a box without a display: every display tool unavailable
 /// with the long no-display reason, the largest brief answer this box gives.
 fn desktop_grant(host: &Arc<crate::tools::ToolHost>) -> crate::tools::CallContext {
-    let mut cx = cx(host, CallLimits::GRANT, JobCtl::new());
+    let mut cx = cx(host, CallLimits::GRANT, CallCtl::new());
     cx.policy = Arc::new(ToolPolicy::fixed(Profile::Desktop).unwrap());
     cx.grant = Some(GrantNote {
         id: "0b6c1e9e-7d4f-4f43-9a53-2a1e3c9d8f00".into(),
@@ -287,7 +287,7 @@ fn a_detail_that_is_not_a_boolean_is_refused() {
         (json!({}), "an object"),
     ] {
         let r = sys_info_with(
-            cx(&host, CallLimits::GRANT, JobCtl::new()),
+            cx(&host, CallLimits::GRANT, CallCtl::new()),
             json!({ "detail": bad }),
         );
         assert_eq!(r["isError"], true, "{r}");
@@ -296,11 +296,11 @@ fn a_detail_that_is_not_a_boolean_is_refused() {
             text.contains(what) && text.contains("true or false"),
             "{text}"
         );
-        let call = cx(&host, CallLimits::GRANT, JobCtl::new());
+        let call = cx(&host, CallLimits::GRANT, CallCtl::new());
         assert!(from_cache(&json!({ "detail": bad }), &call).is_none());
     }
     let null = sys_info_with(
-        cx(&host, CallLimits::GRANT, JobCtl::new()),
+        cx(&host, CallLimits::GRANT, CallCtl::new()),
         json!({"detail": null}),
     );
     assert_eq!(null["structuredContent"]["detail"], false);
@@ -309,7 +309,7 @@ fn a_detail_that_is_not_a_boolean_is_refused() {
 #[test]
 fn reports_structured_facts_and_a_summary() {
     let host = host();
-    let r = sys_info(cx(&host, CallLimits::LOCAL_HTTP, JobCtl::new()));
+    let r = sys_info(cx(&host, CallLimits::LOCAL_HTTP, CallCtl::new()));
     assert!(r.get("isError").is_none());
     let s = &r["structuredContent"];
     assert_eq!(s["hostname"], host.facts.hostname);
@@ -367,7 +367,7 @@ fn reports_structured_facts_and_a_summary() {
 #[test]
 fn reports_the_grant_and_only_the_profiles_tools() {
     let host = host();
-    let mut cx = cx(&host, CallLimits::GRANT, JobCtl::new());
+    let mut cx = cx(&host, CallLimits::GRANT, CallCtl::new());
     cx.policy = Arc::new(ToolPolicy::fixed(Profile::Observe).unwrap());
     cx.grant = Some(GrantNote {
         id: "g-1".into(),
@@ -406,7 +406,7 @@ fn reports_the_grant_and_only_the_profiles_tools() {
 #[test]
 fn tells_a_custom_grant_what_it_may_use_and_whether_it_reaches_a_shell() {
     let host = host();
-    let mut cx = cx(&host, CallLimits::GRANT, JobCtl::new());
+    let mut cx = cx(&host, CallLimits::GRANT, CallCtl::new());
     let lists = crate::tools::policy::ToolLists {
         allow: vec!["sys_info".into(), "key".into(), "browser_snapshot".into()],
         ..Default::default()
@@ -445,7 +445,7 @@ fn lists_no_browser_tool_without_an_upstream() {
         ..Default::default()
     })
     .unwrap();
-    let mut cx = cx(&host, CallLimits::LOCAL_HTTP, JobCtl::new());
+    let mut cx = cx(&host, CallLimits::LOCAL_HTTP, CallCtl::new());
     cx.policy = Arc::new(ToolPolicy::fixed(Profile::Owner).unwrap());
     let r = sys_info(cx);
     let allowed = r["structuredContent"]["allowed_tools"].to_string();

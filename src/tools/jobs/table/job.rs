@@ -105,7 +105,7 @@ pub struct Job {
     pub started_at_ms: u64,
     pub(super) started: Instant,
     /// Holds the job's process group: cancelling it kills the job.
-    pub ctl: Arc<JobCtl>,
+    pub ctl: Arc<CallCtl>,
     pub out: StreamFile,
     pub err: StreamFile,
     pub(super) status: Mutex<Status>,

@@ -56,7 +56,7 @@ use serde_json::Value;
 
 use crate::audit::{Audit, Record};
 use crate::base::statedir::open_state_file;
-use crate::pool::JobCtl;
+use crate::pool::CallCtl;
 use crate::tools::process::{End, JobSink, RunResult, Which};
 use crate::tools::shell::MARKER_ENV;
 
@@ -408,7 +408,7 @@ impl JobTable {
             session: req.session,
             started_at_ms: now_ms(),
             started: Instant::now(),
-            ctl: JobCtl::new(),
+            ctl: CallCtl::new(),
             out,
             err,
             status: Mutex::new(Status {

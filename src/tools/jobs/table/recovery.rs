@@ -150,7 +150,7 @@ impl JobTable {
             session: v["session"].as_str().map(str::to_string),
             started_at_ms: opt_u64("started_at_ms").unwrap_or(0),
             started: Instant::now(),
-            ctl: JobCtl::new(),
+            ctl: CallCtl::new(),
             out,
             err,
             status: Mutex::new(Status {

@@ -1,4 +1,4 @@
-//! Unit tests of `base::desktop_entry`.
+//! Unit tests of `rules::desktop_entry`.
 
 use super::*;
 use crate::base::testutil::TempDir;
