@@ -947,10 +947,12 @@ fn handle(state: &Arc<AdminState>, mut request: Request, local: bool) {
                 !state.services.host.config.apps.is_empty(),
             ),
         ),
-        ("GET", "/console/novnc/{rest}") => respond(
-            request,
-            console::novnc_file(std::path::Path::new(console::NOVNC_DIR), id),
-        ),
+        ("GET", "/console/novnc/{rest}") => {
+            match console::novnc_file(std::path::Path::new(console::NOVNC_DIR), id) {
+                Ok(file) => respond(request, file),
+                Err(why) => respond(request, error_response(404, &why)),
+            }
+        }
         ("GET", "/console/{id}") => match console::asset(id) {
             Some(asset) => respond(request, console::response(asset)),
             None => respond(request, error_response(404, "no such console file")),
