@@ -613,28 +613,7 @@ pub(crate) fn summary(info: &Value) -> String {
             limits["cpu_weight"],
         ));
     }
-    let allowed: Vec<String> = info["allowed_tools"]
-        .as_array()
-        .map(|a| a.iter().map(s).collect())
-        .unwrap_or_default();
-    // The browser tools by count past a few: tools/list names each one.
-    let (browser, local): (Vec<String>, Vec<String>) =
-        allowed.into_iter().partition(|t| t.starts_with("browser_"));
-    let mut listed = local;
-    match browser.len() {
-        0 => {}
-        n @ 1..=BRIEF_BROWSER_NAMES => listed.extend(browser.into_iter().take(n)),
-        n => listed.push(format!("{n} browser tools (browser_*)")),
-    }
-    out.push_str(&format!("\nyou may use: {}", listed.join(", ")));
-    if info["upstream_tools_without_class"] == true {
-        out.push_str(", and any other tool of the configured upstreams");
-    }
-    out.push_str(&format!("\nreaches a shell: {}", s(&info["shell"])));
-    if let Some(because) = info["shell_because"].as_str() {
-        out.push_str(&format!(" ({because})"));
-    }
-    out.push_str(&format!("\na call runs at most {} s", info["max_run_secs"]));
+    push_lending(&mut out, info, info);
     out.push_str("\ntools:");
     for t in info["tools"].as_array().into_iter().flatten() {
         if t["works"] == true {
@@ -648,6 +627,37 @@ pub(crate) fn summary(info: &Value) -> String {
         }
     }
     out
+}
+
+/// The lines both summaries share: the tools allowed (from the whole value `info`; browser
+/// tools by count past a few, as tools/list names each one), whether that reaches a shell
+/// and the longest a call may run (from `facts`, the whole value or the brief one).
+fn push_lending(out: &mut String, info: &Value, facts: &Value) {
+    let s = |v: &Value| v.as_str().unwrap_or("?").to_string();
+    let allowed: Vec<String> = info["allowed_tools"]
+        .as_array()
+        .map(|a| a.iter().map(s).collect())
+        .unwrap_or_default();
+    let (browser, local): (Vec<String>, Vec<String>) =
+        allowed.into_iter().partition(|t| t.starts_with("browser_"));
+    let mut listed = local;
+    match browser.len() {
+        0 => {}
+        n @ 1..=BRIEF_BROWSER_NAMES => listed.extend(browser.into_iter().take(n)),
+        n => listed.push(format!("{n} browser tools (browser_*)")),
+    }
+    out.push_str(&format!("\nyou may use: {}", listed.join(", ")));
+    if facts["upstream_tools_without_class"] == true {
+        out.push_str(", and any other tool of the configured upstreams");
+    }
+    out.push_str(&format!("\nreaches a shell: {}", s(&facts["shell"])));
+    if let Some(because) = facts["shell_because"].as_str() {
+        out.push_str(&format!(" ({because})"));
+    }
+    out.push_str(&format!(
+        "\na call runs at most {} s",
+        facts["max_run_secs"]
+    ));
 }
 
 /// Bytes of a reason kept in the brief answer: its first clause says what is wrong; the
@@ -853,28 +863,7 @@ fn brief_summary(info: &Value, b: &Value) -> String {
             s(&b["profile"])
         )),
     }
-    let allowed: Vec<String> = info["allowed_tools"]
-        .as_array()
-        .map(|a| a.iter().map(s).collect())
-        .unwrap_or_default();
-    // The browser tools by count past a few: tools/list names each one.
-    let (browser, local): (Vec<String>, Vec<String>) =
-        allowed.into_iter().partition(|t| t.starts_with("browser_"));
-    let mut listed = local;
-    match browser.len() {
-        0 => {}
-        n @ 1..=BRIEF_BROWSER_NAMES => listed.extend(browser.into_iter().take(n)),
-        n => listed.push(format!("{n} browser tools (browser_*)")),
-    }
-    out.push_str(&format!("\nyou may use: {}", listed.join(", ")));
-    if b["upstream_tools_without_class"] == true {
-        out.push_str(", and any other tool of the configured upstreams");
-    }
-    out.push_str(&format!("\nreaches a shell: {}", s(&b["shell"])));
-    if let Some(because) = b["shell_because"].as_str() {
-        out.push_str(&format!(" ({because})"));
-    }
-    out.push_str(&format!("\na call runs at most {} s", b["max_run_secs"]));
+    push_lending(&mut out, info, b);
     for group in b["unavailable"].as_array().into_iter().flatten() {
         let names: Vec<String> = group["tools"]
             .as_array()
