@@ -593,10 +593,9 @@ fn guard(request: &Request, allow_hosts: &[String]) -> Result<(), (u16, &'static
     Ok(())
 }
 
-fn authenticate(
-    state: &AdminState,
-    request: &Request,
-) -> Result<String, Response<std::io::Cursor<Vec<u8>>>> {
+/// The peer's address and what the request says about itself, as the authentication
+/// policy and the failure throttle read them.
+fn request_facts(request: &Request) -> (IpAddr, RequestFacts) {
     let peer = request
         .remote_addr()
         .map(|a| a.ip())
@@ -608,6 +607,14 @@ fn authenticate(
             .map(|h| (h.field.as_str().as_str(), h.value.as_str())),
         is_loopback(peer),
     );
+    (peer, facts)
+}
+
+fn authenticate(
+    state: &AdminState,
+    request: &Request,
+) -> Result<String, Response<std::io::Cursor<Vec<u8>>>> {
+    let (peer, facts) = request_facts(request);
     match state.policy.decide(&facts) {
         Decision::Allow(principal) => Ok(principal),
         Decision::Deny(reason) => {
@@ -652,17 +659,7 @@ fn authenticate(
 /// A live-view ticket that is not good here: a failed authentication like a wrong token
 /// (throttled the same way), with the one way to get a good one.
 fn ticket_refused(state: &AdminState, request: &Request) -> Response<std::io::Cursor<Vec<u8>>> {
-    let peer = request
-        .remote_addr()
-        .map(|a| a.ip())
-        .unwrap_or(IpAddr::from([0, 0, 0, 0]));
-    let facts = RequestFacts::from_headers(
-        request
-            .headers()
-            .iter()
-            .map(|h| (h.field.as_str().as_str(), h.value.as_str())),
-        is_loopback(peer),
-    );
+    let (peer, facts) = request_facts(request);
     state.metrics.auth_denied();
     let verdict = state
         .throttle
