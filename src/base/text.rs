@@ -1,6 +1,6 @@
 //! Two small text helpers every writer of peer-chosen text uses: the longest prefix of at
 //! most N bytes that ends on a character boundary, and escaping text for an HTML page
-//! (the console's page, `journal.html`).
+//! (the console's page, `journal.html`), and a list written as a sentence says it.
 
 /// The longest prefix of `text` of at most `max_bytes` bytes that ends on a character
 /// boundary (`text` itself when it is short enough).
@@ -31,9 +31,29 @@ pub fn escape_html(text: &str) -> String {
     out
 }
 
+/// `items` as an English list: `a`, `a and b`, `a, b and c` (with `conj` for "and").
+pub fn sentence_list<S: AsRef<str>>(items: &[S], conj: &str) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.as_ref().to_string(),
+        [rest @ .., last] => {
+            let rest: Vec<&str> = rest.iter().map(AsRef::as_ref).collect();
+            format!("{} {conj} {}", rest.join(", "), last.as_ref())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sentence_list_joins_like_prose() {
+        assert_eq!(sentence_list::<&str>(&[], "and"), "");
+        assert_eq!(sentence_list(&["a"], "and"), "a");
+        assert_eq!(sentence_list(&["a", "b"], "or"), "a or b");
+        assert_eq!(sentence_list(&["a", "b", "c"], "and"), "a, b and c");
+    }
 
     #[test]
     fn head_ends_on_a_character_boundary() {

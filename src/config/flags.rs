@@ -242,11 +242,16 @@ fn wrap(out: &mut String, text: &str, indent: usize, width: usize) {
     }
 }
 
+/// How a help text is written out: with the `{gen:KEY}` placeholders of generated lists
+/// filled in (`ops::lists::expand`). `config` sits below the registry, so the printer
+/// is handed the expansion instead of calling it.
+pub(crate) type Expand = fn(&str) -> std::borrow::Cow<'_, str>;
+
 /// The flag part of `--help` for these tables.
-pub(crate) fn render_flags<T>(out: &mut String, tables: &[&[Flag<T>]]) {
+pub(crate) fn render_flags<T>(out: &mut String, tables: &[&[Flag<T>]], expand: Expand) {
     for flag in tables.iter().flat_map(|t| t.iter()) {
         let _ = writeln!(out, "  {}", flag.usage());
-        wrap(out, flag.help, 6, 90);
+        wrap(out, &expand(flag.help), 6, 90);
         let mut notes = Vec::new();
         if flag.env {
             notes.push(format!("env {}", flag.env_name()));
@@ -261,7 +266,7 @@ pub(crate) fn render_flags<T>(out: &mut String, tables: &[&[Flag<T>]]) {
 }
 
 /// One Markdown table of these flags: flag, env var, default, meaning.
-pub(crate) fn markdown_flags<T>(out: &mut String, tables: &[&[Flag<T>]]) {
+pub(crate) fn markdown_flags<T>(out: &mut String, tables: &[&[Flag<T>]], expand: Expand) {
     out.push_str("| Flag | Env | Default | Meaning |\n|---|---|---|---|\n");
     let code = |s: &str| {
         if s.is_empty() {
@@ -282,7 +287,7 @@ pub(crate) fn markdown_flags<T>(out: &mut String, tables: &[&[Flag<T>]]) {
             code(&flag.usage()),
             env,
             code(flag.default),
-            flag.help.replace('|', "\\|")
+            expand(flag.help).replace('|', "\\|")
         );
     }
 }

@@ -1005,7 +1005,8 @@ Usage:\n  \
     )
 }
 
-pub(crate) fn serve_help() -> String {
+/// `handnode serve --help`, its help texts written out by `expand`.
+pub(crate) fn serve_help(expand: super::flags::Expand) -> String {
     let mut out = format!(
         "{}\n\
 Every flag can also be set by the env var shown (a flag beats its env var; repeatable flags\n\
@@ -1015,7 +1016,7 @@ in that order; with no authentication configured at all, the first start writes 
 to <config dir>/{TOKEN_FILE_NAME}.\n\nFlags of serve:\n",
         usage_lines()
     );
-    render_flags(&mut out, &[SERVE_FLAGS]);
+    render_flags(&mut out, &[SERVE_FLAGS], expand);
     out
 }
 

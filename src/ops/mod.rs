@@ -3,7 +3,9 @@
 //! systemd that the daemon is ready or stopping.
 
 pub mod cli;
+pub mod docgen;
 pub mod doctor;
 pub mod halt_key;
+pub mod lists;
 pub mod sdnotify;
 pub mod tool_list;

@@ -716,11 +716,12 @@ impl Catalog for ConnCatalog<'_> {
     }
 
     fn tasks(&self) -> Option<crate::wire::mcp::TaskTools> {
+        let [start, poll, cancel] = jobs::job_tools::TASK_TOOLS.map(|t| t.name);
         let tools = crate::wire::mcp::TaskTools {
             call: bash::TOOL.name,
-            start: jobs::job_tools::START.name,
-            poll: jobs::job_tools::POLL.name,
-            cancel: jobs::job_tools::CANCEL.name,
+            start,
+            poll,
+            cancel,
         };
         let local = |name| self.resolve(name) == Resolution::Visible(Route::Local);
         // A call held for a person's decision (§10) stays one, asked as itself: a grant
@@ -754,10 +755,11 @@ impl Catalog for ConnCatalog<'_> {
             self.policy.summary_lent(self.sources())
         ));
         if self.policy.confined() {
-            text.push_str(
-                "file_get, file_put and file_list work beneath the one folder this grant \
-                 lends: every path is relative to it, and nothing outside it can be reached. ",
-            );
+            text.push_str(&format!(
+                "{} work beneath the one folder this grant lends: every path is relative to \
+                 it, and nothing outside it can be reached. ",
+                crate::base::text::sentence_list(&paths::tools(), "and")
+            ));
         }
         text.push_str(
             "Screen coordinates for mouse are pixels of the unscaled screenshot of the chosen \

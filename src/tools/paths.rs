@@ -66,6 +66,15 @@ pub enum Refusal {
     Place(String),
 }
 
+/// The names of the tools that take a path, in listing order (what a lent folder is lent to).
+pub fn tools() -> Vec<&'static str> {
+    super::registered()
+        .iter()
+        .filter(|t| !t.takes_path().is_empty())
+        .map(|t| t.name)
+        .collect()
+}
+
 /// Each of `tool`'s declared path arguments as given, in declared order: a string is
 /// required. Read with the tool's other arguments, before [`confine`].
 pub fn given<'a>(tool: &Tool, args: &'a Map<String, Value>) -> Result<Vec<&'a str>, String> {

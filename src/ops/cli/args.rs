@@ -369,7 +369,7 @@ pub(super) const GRANT_FLAGS: &[Flag<OperatorDraft>] = &[
         name: "folder",
         env: false,
         default: "",
-        help: "Lend this directory: the file tools (file_get, file_put, file_list) reach it and nothing beneath or beside it can lead out (required by --profile files). A relative path is taken from the current directory; give the real path (no symlink on the way).",
+        help: "Lend this directory: the tools that take a path ({gen:paths plain}) reach it and nothing beneath or beside it can lead out (required by --profile files). A relative path is taken from the current directory; give the real path (no symlink on the way).",
         kind: Kind::Text {
             metavar: "DIR",
             set: |d, v| {
@@ -807,7 +807,7 @@ pub(super) fn help(sub: &str) -> String {
         _ => "Usage: handnode revoke (ID | --all) [--url URL]\n\nEnd a grant (or every live grant). The pod's own verifier lives until its TTL; revoking here\nstops this box from dialing and closes the socket. An already ended id is not an error;\nan id the daemon never had exits 1.\n",
     };
     let mut out = format!("{head}\nFlags:\n");
-    render_flags(&mut out, tables(sub));
+    render_flags(&mut out, tables(sub), crate::ops::lists::expand);
     out
 }
 
@@ -826,5 +826,6 @@ pub(super) fn markdown(out: &mut String) {
             REASON_FLAG,
             CLIENT_FLAGS,
         ],
+        crate::ops::lists::expand,
     );
 }

@@ -100,7 +100,7 @@ pub fn parse(args: &[String], env: &HashMap<String, String>) -> Result<Command, 
     let named = args.first().is_some_and(|a| a == sub);
     if sub == "help" {
         return match rest.first() {
-            Some(of) => help_for(of).map(Command::Help),
+            Some(of) => help_text(of).map(Command::Help),
             None => Ok(Command::Help(config::overview_help())),
         };
     }
@@ -108,7 +108,7 @@ pub fn parse(args: &[String], env: &HashMap<String, String>) -> Result<Command, 
         if !named {
             return Ok(Command::Help(config::overview_help()));
         }
-        return help_for(sub).map(Command::Help);
+        return help_text(sub).map(Command::Help);
     }
     if rest.iter().any(|a| a == "--version" || a == "-V") {
         return Ok(Command::Version);
@@ -129,14 +129,15 @@ pub fn parse(args: &[String], env: &HashMap<String, String>) -> Result<Command, 
     }
 }
 
-fn help_for(sub: &str) -> Result<String, Error> {
+/// `handnode SUB --help`, as printed.
+pub fn help_text(sub: &str) -> Result<String, Error> {
     match sub {
-        "serve" => Ok(config::serve_help()),
+        "serve" => Ok(config::serve_help(crate::ops::lists::expand)),
         "doctor" => {
             let mut out = String::from(
                 "Usage: handnode doctor [--json] [--browser-command COMMAND] [--apps ID,...]\n\nWhat works on this box, and what to install or set for the rest.\n\nFlags:\n",
             );
-            render_flags(&mut out, &[config::DOCTOR_FLAGS]);
+            render_flags(&mut out, &[config::DOCTOR_FLAGS], crate::ops::lists::expand);
             Ok(out)
         }
         "tools" => Ok(crate::ops::tool_list::help()),
@@ -151,7 +152,7 @@ fn help_for(sub: &str) -> Result<String, Error> {
 /// subcommands, generated from the same tables as parsing and `--help`.
 pub fn help_table_markdown() -> String {
     let mut out = String::from("Flags of `handnode serve` (no subcommand):\n\n");
-    markdown_flags(&mut out, &[config::SERVE_FLAGS]);
+    markdown_flags(&mut out, &[config::SERVE_FLAGS], crate::ops::lists::expand);
     let _ = write!(
         out,
         "\nThe admin token is never a flag: `--token-file`, env `{TOKEN_ENV}`, \

@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// The three desktop tools, in listing order: a family the docs name together.
+pub static SCREEN_TOOLS: [&Tool; 3] = [&SCREENSHOT, &MOUSE, &KEY];
+
 pub static SCREENSHOT: Tool = Tool {
     name: "screenshot",
     class: Class::Observe,

@@ -3,7 +3,7 @@
 //! [`Wheel`] per own display, and the live view's viewers of that display ([`Viewers`]).
 //!
 //! **The epoch.** Every change of hands adds one. A call of a tool that drives the display
-//! ([`DRIVES`]) is stamped with the epoch it was admitted under (`Services::track`, the
+//! ([`drives`]) is stamped with the epoch it was admitted under (`Services::track`, the
 //! moment it is listed in `GET /calls`), and checked again when the display thread is
 //! about to run it ([`Wheel::check`]): a call admitted before a take-over never acts after
 //! it, even once the wheel is back (the screen it was aimed at may have changed).
@@ -24,12 +24,11 @@ use crate::base::wake::Waker;
 /// What the agent's input tools answer while the lender holds the wheel.
 pub const HAS_THE_WHEEL: &str = "the person who lent the box has the wheel";
 
-/// The tools that act on the display, refused while the lender holds the wheel.
-pub const DRIVES: [&str; 4] = ["mouse", "key", "desktop_act", "app_open"];
-
-/// Whether `tool` drives the display (see [`DRIVES`]).
+/// Whether `tool` drives the display, and so is refused while the lender holds the wheel:
+/// a local tool whose descriptor says it changes what a screen shows (`changes_screen`, the
+/// same fact the journal's thumbnails follow), so a new such tool is covered by declaring it.
 pub fn drives(tool: &str) -> bool {
-    DRIVES.contains(&tool)
+    crate::tools::find(tool).is_some_and(|t| t.changes_screen)
 }
 
 /// Who holds the wheel.

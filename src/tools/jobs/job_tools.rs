@@ -34,6 +34,13 @@ pub const MAX_JOB_TIMEOUT_SECS: u64 = 86_400;
 /// Longest job id echoed back in `unknown job_id: <id>` (characters).
 const MAX_ECHOED_ID_CHARS: usize = 64;
 
+/// The job tools, in listing order: a family the docs name together.
+pub static TOOLS: [&Tool; 4] = [&START, &POLL, &LIST, &CANCEL];
+
+/// The job tools a task of the MCP tasks extension is served by (`tools::ConnCatalog`'s
+/// `tasks`), in the order a task lives: started, polled, cancelled.
+pub static TASK_TOOLS: [&Tool; 3] = [&START, &POLL, &CANCEL];
+
 pub static START: Tool = Tool {
     name: "bash_start",
     class: Class::Shell,

@@ -1,3 +1,0 @@
-fn main() {
-    print!("{}", handnode::ops::cli::help_table_markdown());
-}
