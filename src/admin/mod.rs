@@ -31,7 +31,7 @@ use crate::base::label;
 use crate::config::{Limits, Timing};
 use crate::faults::{self, Site};
 use crate::grants::approvals::{self, Approvals};
-use crate::grants::calls::{Calls, Services};
+use crate::grants::calls::{Begun, Calls, InFlight, Services, Transport};
 use crate::grants::{AttachError, AttachRequest, Attached, Registry, SecretSource};
 use crate::metrics::Metrics;
 use crate::pool::Completion;
@@ -1261,54 +1261,72 @@ fn too_busy(busy: &Busy) -> Response<std::io::Cursor<Vec<u8>>> {
         .with_header(header("Retry-After", &LANE_RETRY_AFTER_SECS.to_string()))
 }
 
-/// Turn dispatcher actions into at most one reply and at most one call to start.
-fn apply_actions(
-    state: &AdminState,
-    principal: &str,
-    actions: Vec<Action>,
-    calls: &mut Calls,
-) -> (Option<String>, Option<PendingCall>) {
-    let mut reply = None;
-    let mut call = None;
-    for action in actions {
-        match action {
-            Action::Reply(text) => reply = Some(text),
-            Action::Call {
-                id,
-                name,
-                route,
-                arguments,
-                form,
-            } => match calls.begin(&id, &name) {
-                Ok((seq, ctl)) => call = Some((id, name, route, arguments, form, seq, ctl)),
-                Err(refusal) => reply = Some(mcp::error_reply(&id, refusal.code, &refusal.message)),
-            },
-            Action::Cancel { id } => {
-                if let Some(c) = calls.cancel(&id) {
-                    debug!(
-                        "/mcp: cancelled call {} ({})",
-                        label::cut(&id.to_string(), MAX_LOGGED_BYTES),
-                        c.tool
-                    );
-                }
-            }
-            Action::Refused { tool, outcome } => {
-                state.services.journal.refused(None, &tool, outcome);
-                let tool = label::name(&tool).into_owned();
-                state.metrics.tool_call(&tool, outcome);
-                state.audit.record(Record::ToolCall {
-                    grant_id: None,
-                    principal: principal.to_string(),
-                    session: None,
-                    tool,
-                    outcome,
-                    duration_ms: 0,
-                    args: None,
-                });
-            }
-        }
+/// One `/mcp` request's actions: it answers at most one reply and starts at most one call
+/// (the last of each wins); a cancel is logged, its call's record is the responder's.
+struct McpExchange<'a> {
+    state: &'a AdminState,
+    principal: &'a str,
+    reply: Option<String>,
+    call: Option<Begun>,
+}
+
+impl<'a> McpExchange<'a> {
+    /// The one reply and the one call to start for `actions`.
+    fn apply(
+        state: &'a AdminState,
+        principal: &'a str,
+        actions: Vec<Action>,
+        calls: &mut Calls,
+    ) -> (Option<String>, Option<Begun>) {
+        let mut exchange = McpExchange {
+            state,
+            principal,
+            reply: None,
+            call: None,
+        };
+        calls.apply(actions, &mut exchange);
+        (exchange.reply, exchange.call)
     }
-    (reply, call)
+}
+
+impl Transport for McpExchange<'_> {
+    fn grant(&self) -> Option<&str> {
+        None
+    }
+
+    fn journal(&self) -> &crate::journal::Journal {
+        &self.state.services.journal
+    }
+
+    fn reply(&mut self, text: String) {
+        self.reply = Some(text);
+    }
+
+    fn start(&mut self, call: Begun) {
+        self.call = Some(call);
+    }
+
+    fn cancelled(&mut self, id: &Value, call: InFlight) {
+        debug!(
+            "/mcp: cancelled call {} ({})",
+            label::cut(&id.to_string(), MAX_LOGGED_BYTES),
+            call.tool
+        );
+    }
+
+    fn refused(&mut self, tool: String, outcome: Outcome) {
+        let tool = label::name(&tool).into_owned();
+        self.state.metrics.tool_call(&tool, outcome);
+        self.state.audit.record(Record::ToolCall {
+            grant_id: None,
+            principal: self.principal.to_string(),
+            session: None,
+            tool,
+            outcome,
+            duration_ms: 0,
+            args: None,
+        });
+    }
 }
 
 fn new_session_id() -> String {
@@ -1347,7 +1365,8 @@ fn mcp_post(state: &Arc<AdminState>, mut request: Request, principal: String) {
             };
             session.last_used = Instant::now();
             let out = session.dispatcher.handle_http(&body, &catalog, &headers);
-            let (reply, call) = apply_actions(state, &principal, out.actions, &mut session.calls);
+            let (reply, call) =
+                McpExchange::apply(state, &principal, out.actions, &mut session.calls);
             (out.status, reply, call)
         }
         None => {
@@ -1357,7 +1376,8 @@ fn mcp_post(state: &Arc<AdminState>, mut request: Request, principal: String) {
                 last_used: Instant::now(),
             };
             let out = session.dispatcher.handle_http(&body, &catalog, &headers);
-            let (reply, call) = apply_actions(state, &principal, out.actions, &mut session.calls);
+            let (reply, call) =
+                McpExchange::apply(state, &principal, out.actions, &mut session.calls);
             // Only a client that initializes without a session gets one; any call it made
             // in the same message stays tracked by `session.calls` below.
             if session.dispatcher.negotiated_version().is_some() {
@@ -1398,16 +1418,6 @@ fn mcp_post(state: &Arc<AdminState>, mut request: Request, principal: String) {
     respond(request, response)
 }
 
-type PendingCall = (
-    Value,
-    String,
-    mcp::Route,
-    Value,
-    mcp::Form,
-    u64,
-    Arc<crate::pool::CallCtl>,
-);
-
 /// Start a tool call for `/mcp` and answer from a responder thread, so the handler
 /// threads never wait on a tool.
 fn mcp_call(
@@ -1415,7 +1425,15 @@ fn mcp_call(
     request: Request,
     principal: String,
     session_id: Option<String>,
-    (id, name, route, arguments, form, seq, ctl): PendingCall,
+    Begun {
+        id,
+        name,
+        route,
+        arguments,
+        form,
+        seq,
+        ctl,
+    }: Begun,
 ) {
     let slot = match state.mcp_calls.try_acquire() {
         Ok(slot) => slot,

@@ -1,7 +1,9 @@
 //! The in-flight table of one MCP connection (a grant socket or an `/mcp` session) and the
 //! shared services a call is started with. Both transports use the same rules: a bounded
 //! number of calls in flight, cancellation by request id, and replies matched to the call
-//! that asked for them (a stale or cancelled call's reply is dropped).
+//! that asked for them (a stale or cancelled call's reply is dropped). [`Calls::apply`] is
+//! the one place the dispatcher's actions become in-flight calls, for both transports; what
+//! really differs between them is each one's [`Transport`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,9 +12,10 @@ use std::time::Instant;
 use serde_json::Value;
 
 use crate::faults::{self, Site};
+use crate::journal::Journal;
 use crate::pool::{CallCtl, Completion, Pool};
 use crate::tools::{self, CallContext, ToolHost, UpstreamSource};
-use crate::wire::mcp::{Route, ToolOutput, SERVER_ERROR};
+use crate::wire::mcp::{Action, Form, Outcome, Route, ToolOutput, SERVER_ERROR};
 
 /// Everything a connection needs to run tool calls. One per daemon.
 #[derive(Debug)]
@@ -229,7 +232,7 @@ pub struct InFlight {
     /// The call's arguments, kept only when `--audit-args` asks for them in the audit log.
     pub arguments: Option<Value>,
     /// How its reply is put on the wire: for a reply made here (a halt, §22), not by its tool.
-    pub form: Option<crate::wire::mcp::Form>,
+    pub form: Option<Form>,
 }
 
 /// The calls in flight on one connection, keyed by JSON-RPC request id.
@@ -245,6 +248,44 @@ pub struct Calls {
 pub struct Refusal {
     pub code: i64,
     pub message: String,
+}
+
+/// A call that has its place in the table: what its transport starts.
+#[derive(Debug)]
+pub struct Begun {
+    pub id: Value,
+    pub name: String,
+    pub route: Route,
+    pub arguments: Value,
+    pub form: Form,
+    /// Its entry's sequence number, for [`Calls::finish`].
+    pub seq: u64,
+    pub ctl: Arc<CallCtl>,
+}
+
+/// What one MCP transport (a grant's socket, the owner's `/mcp`) does with the
+/// dispatcher's actions once [`Calls::apply`] has done the bookkeeping both share. Only
+/// what really differs is here: where replies go, how a call starts, how a cancel or a
+/// refusal is recorded.
+pub trait Transport {
+    /// The grant whose journal a refused call is kept in; `None` for the owner's `/mcp`.
+    fn grant(&self) -> Option<&str>;
+    fn journal(&self) -> &Journal;
+    /// Whether each call keeps its arguments in its entry, for an audit record made
+    /// without its tool (`--audit-args`).
+    fn keeps_arguments(&self) -> bool {
+        false
+    }
+    /// Send a JSON-RPC message: the dispatcher's own, or a call's refusal.
+    fn reply(&mut self, text: String);
+    /// Start a call that has begun; its reply is matched by `seq` through
+    /// [`Calls::finish`].
+    fn start(&mut self, call: Begun);
+    /// The client cancelled this call: it is out of the table and its handle cancelled.
+    fn cancelled(&mut self, id: &Value, call: InFlight);
+    /// The dispatcher answered a `tools/call` itself without running anything; the journal
+    /// has it already: audit and count it.
+    fn refused(&mut self, tool: String, outcome: Outcome);
 }
 
 fn key(id: &Value) -> String {
@@ -268,9 +309,63 @@ impl Calls {
         self.entries.is_empty()
     }
 
+    /// Apply the dispatcher's actions for one inbound message: a call begins here or is
+    /// refused with the bound's (or the reused id's) error reply, a cancel takes its call
+    /// out, a refused tool is journalled; the rest is `transport`'s.
+    pub fn apply(&mut self, actions: Vec<Action>, transport: &mut impl Transport) {
+        for action in actions {
+            match action {
+                Action::Reply(text) => transport.reply(text),
+                Action::Call {
+                    id,
+                    name,
+                    route,
+                    arguments,
+                    form,
+                } => {
+                    let (seq, ctl) = match self.begin(&id, &name) {
+                        Ok(begun) => begun,
+                        Err(refusal) => {
+                            transport.reply(crate::wire::mcp::error_reply(
+                                &id,
+                                refusal.code,
+                                &refusal.message,
+                            ));
+                            continue;
+                        }
+                    };
+                    self.keep_form(&id, form);
+                    if transport.keeps_arguments() {
+                        self.keep_arguments(&id, arguments.clone());
+                    }
+                    transport.start(Begun {
+                        id,
+                        name,
+                        route,
+                        arguments,
+                        form,
+                        seq,
+                        ctl,
+                    });
+                }
+                Action::Cancel { id } => {
+                    if let Some(call) = self.cancel(&id) {
+                        transport.cancelled(&id, call);
+                    }
+                }
+                Action::Refused { tool, outcome } => {
+                    transport
+                        .journal()
+                        .refused(transport.grant(), &tool, outcome);
+                    transport.refused(tool, outcome);
+                }
+            }
+        }
+    }
+
     /// Register a call, or refuse it when the connection already has `max` in flight or
     /// the id is already in use.
-    pub fn begin(&mut self, id: &Value, tool: &str) -> Result<(u64, Arc<CallCtl>), Refusal> {
+    fn begin(&mut self, id: &Value, tool: &str) -> Result<(u64, Arc<CallCtl>), Refusal> {
         if self.entries.len() >= self.max {
             return Err(Refusal {
                 code: SERVER_ERROR,
@@ -301,14 +396,14 @@ impl Calls {
     }
 
     /// Keep a call's arguments for its audit record (`--audit-args`).
-    pub fn keep_arguments(&mut self, id: &Value, arguments: Value) {
+    fn keep_arguments(&mut self, id: &Value, arguments: Value) {
         if let Some(entry) = self.entries.get_mut(&key(id)) {
             entry.arguments = Some(arguments);
         }
     }
 
     /// Keep how a call's reply is put on the wire, for a reply made without its tool.
-    pub fn keep_form(&mut self, id: &Value, form: crate::wire::mcp::Form) {
+    fn keep_form(&mut self, id: &Value, form: Form) {
         if let Some(entry) = self.entries.get_mut(&key(id)) {
             entry.form = Some(form);
         }
@@ -418,6 +513,210 @@ mod tests {
             "the cancelled call's reply is dropped"
         );
         assert!(calls.finish(&json!("a"), seq2).is_some());
+    }
+
+    /// What [`Calls::apply`] asked of a transport, in order.
+    #[derive(Debug, PartialEq)]
+    enum Seen {
+        Reply(String),
+        Start(Value, String),
+        Cancelled(Value, String),
+        Refused(String, Outcome),
+    }
+
+    struct Recorder {
+        journal: Arc<Journal>,
+        seen: Vec<Seen>,
+        ctls: Vec<Arc<CallCtl>>,
+    }
+
+    const GRANT: &str = "0b9d3c1e-6f4a-4c3e-9a51-2f0e8d7c6b5a";
+
+    impl Transport for Recorder {
+        fn grant(&self) -> Option<&str> {
+            Some(GRANT)
+        }
+        fn journal(&self) -> &Journal {
+            &self.journal
+        }
+        fn reply(&mut self, text: String) {
+            self.seen.push(Seen::Reply(text));
+        }
+        fn start(&mut self, call: Begun) {
+            self.ctls.push(call.ctl);
+            self.seen.push(Seen::Start(call.id, call.name));
+        }
+        fn cancelled(&mut self, id: &Value, call: InFlight) {
+            assert!(
+                call.ctl.is_cancelled(),
+                "a cancelled call's handle is cancelled"
+            );
+            self.seen.push(Seen::Cancelled(id.clone(), call.tool));
+        }
+        fn refused(&mut self, tool: String, outcome: Outcome) {
+            self.seen.push(Seen::Refused(tool, outcome));
+        }
+    }
+
+    fn call(id: Value, name: &str) -> Action {
+        Action::Call {
+            id,
+            name: name.into(),
+            route: Route::Local,
+            arguments: json!({"command": "true"}),
+            form: Form::DEFAULT,
+        }
+    }
+
+    #[test]
+    fn actions_become_calls_replies_cancels_and_records_in_one_place() {
+        use crate::wire::mcp::{error_reply, INVALID_REQUEST};
+        let dir = std::env::temp_dir().join(format!("hn-calls-apply-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let journal = Journal::start(crate::journal::Settings {
+            dir: Some(dir.join("journal")),
+            max_bytes: crate::journal::DEFAULT_MAX_BYTES,
+            keep: std::time::Duration::from_secs(86_400),
+            sweep_every: std::time::Duration::from_secs(3600),
+        })
+        .unwrap();
+        let refused = || Action::Refused {
+            tool: "not_lent".into(),
+            outcome: Outcome::Denied,
+        };
+        // (what, the bound, the actions, what the transport sees, calls left in flight)
+        type Case = (&'static str, usize, Vec<Action>, Vec<Seen>, usize);
+        let cases: Vec<Case> = vec![
+            (
+                "a reply passes through",
+                2,
+                vec![Action::Reply("x".into())],
+                vec![Seen::Reply("x".into())],
+                0,
+            ),
+            (
+                "a call beyond the bound gets the bound's error reply",
+                2,
+                vec![
+                    call(json!(1), "bash"),
+                    call(json!(2), "bash"),
+                    call(json!(3), "bash"),
+                ],
+                vec![
+                    Seen::Start(json!(1), "bash".into()),
+                    Seen::Start(json!(2), "bash".into()),
+                    Seen::Reply(error_reply(
+                        &json!(3),
+                        SERVER_ERROR,
+                        "too many requests in flight (2)",
+                    )),
+                ],
+                2,
+            ),
+            (
+                "an id in flight is refused",
+                2,
+                vec![call(json!("a"), "bash"), call(json!("a"), "sys_info")],
+                vec![
+                    Seen::Start(json!("a"), "bash".into()),
+                    Seen::Reply(error_reply(
+                        &json!("a"),
+                        INVALID_REQUEST,
+                        "Invalid Request: request id \"a\" is already in flight",
+                    )),
+                ],
+                1,
+            ),
+            (
+                "a cancel of an unknown id does nothing",
+                2,
+                vec![call(json!(1), "bash"), Action::Cancel { id: json!(9) }],
+                vec![Seen::Start(json!(1), "bash".into())],
+                1,
+            ),
+            (
+                "a cancel takes its call out",
+                2,
+                vec![call(json!(1), "bash"), Action::Cancel { id: json!(1) }],
+                vec![
+                    Seen::Start(json!(1), "bash".into()),
+                    Seen::Cancelled(json!(1), "bash".into()),
+                ],
+                0,
+            ),
+            (
+                "a refused tool is recorded once",
+                2,
+                vec![refused()],
+                vec![Seen::Refused("not_lent".into(), Outcome::Denied)],
+                0,
+            ),
+        ];
+        for (what, max, actions, want, in_flight) in cases {
+            let mut calls = Calls::new(max);
+            let mut transport = Recorder {
+                journal: Arc::clone(&journal),
+                seen: Vec::new(),
+                ctls: Vec::new(),
+            };
+            calls.apply(actions, &mut transport);
+            assert_eq!(transport.seen, want, "{what}");
+            assert_eq!(calls.len(), in_flight, "{what}: calls in flight");
+            let cancels = want
+                .iter()
+                .filter(|s| matches!(s, Seen::Cancelled(..)))
+                .count();
+            let stopped = transport.ctls.iter().filter(|c| c.is_cancelled()).count();
+            assert_eq!(stopped, cancels, "{what}: only a cancel stops a call");
+        }
+        // Journalled once, by `apply`, not by the transport.
+        assert!(journal.flush(std::time::Duration::from_secs(10)));
+        let (body, _) =
+            crate::journal::store::read_since(&dir.join("journal"), GRANT, 0, usize::MAX, true)
+                .unwrap()
+                .expect("the grant's journal exists");
+        let records: Vec<Value> = body
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect();
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(records[0]["tool"], "not_lent");
+        assert_eq!(records[0]["outcome"], "denied");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn arguments_are_kept_only_when_the_transport_audits_them() {
+        struct Keeper(Arc<Journal>, bool);
+        impl Transport for Keeper {
+            fn grant(&self) -> Option<&str> {
+                None
+            }
+            fn journal(&self) -> &Journal {
+                &self.0
+            }
+            fn keeps_arguments(&self) -> bool {
+                self.1
+            }
+            fn reply(&mut self, text: String) {
+                panic!("no reply expected: {text}");
+            }
+            fn start(&mut self, _: Begun) {}
+            fn cancelled(&mut self, _: &Value, _: InFlight) {}
+            fn refused(&mut self, _: String, _: Outcome) {}
+        }
+        for keeps in [false, true] {
+            let mut calls = Calls::new(2);
+            calls.apply(
+                vec![call(json!(1), "bash")],
+                &mut Keeper(Journal::disabled(), keeps),
+            );
+            let (_, entry) = calls.take_all().pop().unwrap();
+            assert_eq!(entry.form, Some(Form::DEFAULT));
+            assert_eq!(entry.arguments.is_some(), keeps);
+        }
     }
 
     #[test]

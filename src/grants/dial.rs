@@ -24,13 +24,13 @@ use tungstenite::WebSocket;
 use crate::base::secret::Secret;
 use crate::base::wake::{Poller, Waker};
 use crate::config::{Limits, Timing};
-use crate::grants::calls::{Calls, Services};
+use crate::grants::calls::{Begun, Calls, InFlight, Services, Transport};
 use crate::pool::Completion;
 use crate::profiles::Profile;
 use crate::tools::policy::ToolPolicy;
 use crate::tools::{CallContext, CallLimits, ConnCatalog, GrantNote};
 use crate::wire::link::{ws_config, Inbound, Link};
-use crate::wire::mcp::{self, Action, Dispatcher, Outcome};
+use crate::wire::mcp::{self, Dispatcher, Outcome};
 use crate::wire::tls::{connect_first, ClientStream, ConnectError, SetupError};
 
 /// The socket's key in the poller.
@@ -955,7 +955,7 @@ impl GrantThread {
     }
 
     /// The audit/metrics event of a call that ended without a reply.
-    fn call_event(&self, call: &crate::grants::calls::InFlight, outcome: Outcome) -> CallEvent {
+    fn call_event(&self, call: &InFlight, outcome: Outcome) -> CallEvent {
         CallEvent {
             grant_id: self.spec.id.clone(),
             principal: self.spec.principal.clone(),
@@ -1064,106 +1064,127 @@ impl GrantThread {
             };
             dispatcher.handle(bytes, &catalog)
         };
-        for action in actions {
-            match action {
-                Action::Reply(text) => self.send_text(link, text),
-                Action::Call {
-                    id,
-                    name,
-                    route,
-                    arguments,
-                    form,
-                } => {
-                    let (seq, ctl) = match calls.begin(&id, &name) {
-                        Ok(started) => started,
-                        Err(refusal) => {
-                            self.send_text(
-                                link,
-                                mcp::error_reply(&id, refusal.code, &refusal.message),
-                            );
-                            continue;
-                        }
-                    };
-                    calls.keep_form(&id, form);
-                    if self.audit_args {
-                        calls.keep_arguments(&id, arguments.clone());
-                    }
-                    self.status.lock().unwrap_or_else(|e| e.into_inner()).calls += 1;
-                    let tx = cx.results.clone();
-                    let wake = Arc::clone(cx.waker);
-                    let conn = cx.conn;
-                    let reply_id = id.clone();
-                    let max_outbound = self.limits.max_outbound_bytes;
-                    let done = Completion::new(move |output| {
-                        let reply = match output {
-                            mcp::ToolOutput::Later(later) => Reply::Later(later, form),
-                            output => {
-                                let (text, outcome) = form.reply(&reply_id, output, max_outbound);
-                                Reply::Text { text, outcome }
-                            }
-                        };
-                        let _ = tx.send(Finished {
-                            conn,
-                            id: reply_id,
-                            seq,
-                            reply,
-                        });
-                        wake.wake();
-                    });
-                    let cx = CallContext {
-                        policy: Arc::clone(&self.spec.policy),
-                        grant: Some(note.clone()),
-                        limits: CallLimits {
-                            inline_wait: self.timing.inline_wait,
-                            ..CallLimits::GRANT
-                        },
-                        ctl,
-                        host: Arc::clone(&self.services.host),
-                        principal: self.spec.principal.clone(),
-                    };
-                    let done = self.services.track(
-                        Some(&self.spec.id),
-                        &route,
-                        &name,
-                        &arguments,
-                        &cx,
-                        done,
-                    );
-                    let asker = crate::grants::approvals::Asker {
-                        grant_id: &self.spec.id,
-                        principal: &self.spec.principal,
-                        session: &self.spec.session,
-                        profile: self.spec.policy.profile(),
-                    };
-                    self.approvals
-                        .start(&self.services, asker, (route, name, arguments), cx, done);
+        calls.apply(
+            actions,
+            &mut GrantFrame {
+                thread: self,
+                link,
+                cx,
+                note: &note,
+            },
+        );
+    }
+
+    /// Start a call the pod asked for: tracked, then run or held for a person's decision.
+    fn start_call(&mut self, call: Begun, cx: &FrameCx<'_>, note: &GrantNote) {
+        let Begun {
+            id,
+            name,
+            route,
+            arguments,
+            form,
+            seq,
+            ctl,
+        } = call;
+        self.status.lock().unwrap_or_else(|e| e.into_inner()).calls += 1;
+        let tx = cx.results.clone();
+        let wake = Arc::clone(cx.waker);
+        let conn = cx.conn;
+        let reply_id = id;
+        let max_outbound = self.limits.max_outbound_bytes;
+        let done = Completion::new(move |output| {
+            let reply = match output {
+                mcp::ToolOutput::Later(later) => Reply::Later(later, form),
+                output => {
+                    let (text, outcome) = form.reply(&reply_id, output, max_outbound);
+                    Reply::Text { text, outcome }
                 }
-                Action::Cancel { id } => {
-                    if let Some(call) = calls.cancel(&id) {
-                        let outcome = if self.approvals.withdraw(&call.ctl) {
-                            Outcome::NotApproved
-                        } else {
-                            Outcome::ToolError
-                        };
-                        self.events.tool_call(self.call_event(&call, outcome));
-                    }
-                }
-                Action::Refused { tool, outcome } => {
-                    self.services
-                        .journal
-                        .refused(Some(&self.spec.id), &tool, outcome);
-                    self.events.tool_call(CallEvent {
-                        grant_id: self.spec.id.clone(),
-                        principal: self.spec.principal.clone(),
-                        session: self.spec.session.clone(),
-                        tool,
-                        outcome,
-                        duration: Duration::ZERO,
-                        arguments: None,
-                    })
-                }
-            }
-        }
+            };
+            let _ = tx.send(Finished {
+                conn,
+                id: reply_id,
+                seq,
+                reply,
+            });
+            wake.wake();
+        });
+        let cx = CallContext {
+            policy: Arc::clone(&self.spec.policy),
+            grant: Some(note.clone()),
+            limits: CallLimits {
+                inline_wait: self.timing.inline_wait,
+                ..CallLimits::GRANT
+            },
+            ctl,
+            host: Arc::clone(&self.services.host),
+            principal: self.spec.principal.clone(),
+        };
+        let done = self
+            .services
+            .track(Some(&self.spec.id), &route, &name, &arguments, &cx, done);
+        let asker = crate::grants::approvals::Asker {
+            grant_id: &self.spec.id,
+            principal: &self.spec.principal,
+            session: &self.spec.session,
+            profile: self.spec.policy.profile(),
+        };
+        self.approvals
+            .start(&self.services, asker, (route, name, arguments), cx, done);
+    }
+}
+
+/// One inbound frame's actions on a grant's socket: replies are queued on the link, a
+/// cancelled call's held approval is withdrawn, and calls are recorded through `events`.
+struct GrantFrame<'a, 'b> {
+    thread: &'a mut GrantThread,
+    link: &'a mut Link<ClientStream>,
+    cx: &'a FrameCx<'b>,
+    note: &'a GrantNote,
+}
+
+impl Transport for GrantFrame<'_, '_> {
+    fn grant(&self) -> Option<&str> {
+        Some(&self.thread.spec.id)
+    }
+
+    fn journal(&self) -> &crate::journal::Journal {
+        &self.thread.services.journal
+    }
+
+    fn keeps_arguments(&self) -> bool {
+        self.thread.audit_args
+    }
+
+    fn reply(&mut self, text: String) {
+        self.thread.send_text(self.link, text);
+    }
+
+    fn start(&mut self, call: Begun) {
+        self.thread.start_call(call, self.cx, self.note);
+    }
+
+    fn cancelled(&mut self, _id: &Value, call: InFlight) {
+        let outcome = if self.thread.approvals.withdraw(&call.ctl) {
+            Outcome::NotApproved
+        } else {
+            Outcome::ToolError
+        };
+        self.thread
+            .events
+            .tool_call(self.thread.call_event(&call, outcome));
+    }
+
+    fn refused(&mut self, tool: String, outcome: Outcome) {
+        let spec = &self.thread.spec;
+        self.thread.events.tool_call(CallEvent {
+            grant_id: spec.id.clone(),
+            principal: spec.principal.clone(),
+            session: spec.session.clone(),
+            tool,
+            outcome,
+            duration: Duration::ZERO,
+            arguments: None,
+        })
     }
 }
 
