@@ -27,8 +27,10 @@
 //!
 //! **Killing.** `cgroup.kill` (Linux 5.14+) SIGKILLs every process in a subtree at once;
 //! before 5.14 the group is frozen (`cgroup.freeze`), every pid in it SIGKILLed, and
-//! thawed. Groups are removed once empty; one still emptying is retried when the grant
-//! starts its next run and when the grant ends.
+//! thawed. An ended run's group that is empty is kept as a spare for the grant's next run
+//! (at most [`SPARE_RUNS`] a grant; a spare is checked empty again when taken), so a call
+//! costs no `mkdir`/`rmdir` in cgroupfs; the rest are removed once empty, one still
+//! emptying retried when the grant starts its next run and when the grant ends.
 //!
 //! **Fallback.** Where no usable cgroup exists (cgroup v1 only, no write access, some
 //! containers), or with `--containment subreaper`, the daemon makes itself a child
@@ -444,6 +446,8 @@ impl Confine {
                 limits,
                 limited,
                 live: Mutex::new(HashSet::new()),
+                spare: Mutex::new(Vec::new()),
+                stale: Default::default(),
                 markers: Mutex::new(HashSet::new()),
             },
         };
@@ -456,23 +460,32 @@ impl Confine {
     /// not), its processes to carry `marker` (the job marker's value).
     pub fn run(&self, grant: &str, limited: bool, marker: &str) -> io::Result<Arc<RunGroup>> {
         let grant = self.grant(grant, limited)?;
-        let name = format!("r{}", self.next_run.fetch_add(1, Ordering::Relaxed));
-        // Live before it exists: a concurrent run's sweep must never take it.
-        lock(&grant.live).insert(name.clone());
-        let dir = match &grant.dir {
+        let (name, dir) = match &grant.dir {
             Some(gdir) => {
                 grant.sweep(gdir);
-                let dir = gdir.join(&name);
-                if let Err(e) = fs::create_dir(&dir) {
-                    lock(&grant.live).remove(&name);
-                    return Err(io::Error::new(
-                        e.kind(),
-                        format!("cannot create cgroup {}: {e}", dir.display()),
-                    ));
+                match grant.take_spare() {
+                    Some((name, dir)) => (name, Some(dir)),
+                    None => {
+                        let name = format!("r{}", self.next_run.fetch_add(1, Ordering::Relaxed));
+                        // Live before it exists: a concurrent run's sweep must never take it.
+                        lock(&grant.live).insert(name.clone());
+                        let dir = gdir.join(&name);
+                        if let Err(e) = fs::create_dir(&dir) {
+                            lock(&grant.live).remove(&name);
+                            return Err(io::Error::new(
+                                e.kind(),
+                                format!("cannot create cgroup {}: {e}", dir.display()),
+                            ));
+                        }
+                        (name, Some(dir))
+                    }
                 }
-                Some(dir)
             }
-            None => None,
+            None => {
+                let name = format!("r{}", self.next_run.fetch_add(1, Ordering::Relaxed));
+                lock(&grant.live).insert(name.clone());
+                (name, None)
+            }
         };
         lock(&grant.markers).insert(marker.to_string());
         if self.layout.is_none() {
@@ -805,8 +818,14 @@ pub struct GrantGroup {
     limits: Limits,
     /// False for the owner's group: killed like a grant's, never limited.
     limited: bool,
-    /// Runs whose groups must not be swept.
+    /// Runs whose groups must not be swept (spare groups count as live).
     live: Mutex<HashSet<String>>,
+    /// Empty run groups kept for the next runs (at most [`SPARE_RUNS`]): a `bash` call
+    /// then costs no `mkdir`/`rmdir` in cgroupfs (docs/performance.md).
+    spare: Mutex<Vec<(String, PathBuf)>>,
+    /// A run group could not be removed when its run ended (still emptying, or processes
+    /// kept): the next run sweeps the grant's directory. Unset, no run reads it.
+    stale: std::sync::atomic::AtomicBool,
     /// Subreaper: the markers of the grant's runs.
     markers: Mutex<HashSet<String>>,
 }
@@ -873,6 +892,8 @@ impl GrantGroup {
             limits,
             limited,
             live: Mutex::new(HashSet::new()),
+            spare: Mutex::new(Vec::new()),
+            stale: Default::default(),
             markers: Mutex::new(HashSet::new()),
         })
     }
@@ -881,17 +902,58 @@ impl GrantGroup {
         self.limits
     }
 
-    /// Remove the groups of runs that ended but were still emptying then.
+    /// Remove the groups of runs that ended but were still emptying then (only when one
+    /// was left: [`GrantGroup::stale`]). A group still busy marks the grant stale again.
     fn sweep(&self, gdir: &Path) {
+        if !self.stale.swap(false, Ordering::SeqCst) {
+            return;
+        }
         let live = lock(&self.live);
         if let Ok(dir) = fs::read_dir(gdir) {
             for entry in dir.flatten() {
                 let name = entry.file_name();
                 let name = name.to_string_lossy();
-                if name.starts_with('r') && !live.contains(name.as_ref()) && entry.path().is_dir() {
-                    let _ = fs::remove_dir(entry.path());
+                if name.starts_with('r')
+                    && !live.contains(name.as_ref())
+                    && entry.file_type().is_ok_and(|t| t.is_dir())
+                    && fs::remove_dir(entry.path()).is_err()
+                {
+                    self.stale.store(true, Ordering::SeqCst);
                 }
             }
+        }
+    }
+
+    /// A spare run group, still empty, for a new run (its name stays live).
+    fn take_spare(&self) -> Option<(String, PathBuf)> {
+        loop {
+            let (name, dir) = lock(&self.spare).pop()?;
+            // Nothing can enter an empty group but by a write to its `cgroup.procs`; one
+            // that holds a process all the same is no run's to reuse.
+            if !populated(&dir) {
+                return Some((name, dir));
+            }
+            kill_tree(&dir);
+            lock(&self.live).remove(&name);
+            self.stale.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// An ended run's group: kept as a spare when it is empty, never OOM-killed in (its
+    /// own `memory.events` count must start at 0 for the next run) and there is room;
+    /// else removed (or left for [`GrantGroup::sweep`] while it empties).
+    fn release(&self, name: &str, dir: &Path) {
+        let clean = !populated(dir) && oom_kill_count(&dir.join("memory.events")).unwrap_or(0) == 0;
+        if clean {
+            let mut spare = lock(&self.spare);
+            if spare.len() < SPARE_RUNS {
+                spare.push((name.to_string(), dir.to_path_buf()));
+                return;
+            }
+        }
+        lock(&self.live).remove(name);
+        if fs::remove_dir(dir).is_err() {
+            self.stale.store(true, Ordering::SeqCst);
         }
     }
 
@@ -958,6 +1020,10 @@ pub struct RunGroup {
     kept: std::sync::atomic::AtomicBool,
 }
 
+/// Empty run groups a grant keeps for its next runs: enough for the calls a grant runs at
+/// once in practice, few enough that an idle grant holds next to nothing in cgroupfs.
+const SPARE_RUNS: usize = 4;
+
 /// Subreaper: the most runs of one grant whose background processes are kept (their
 /// markers are what the grant's end kills by); past it a run's are killed at its end.
 const MAX_KEPT_RUNS: usize = 1024;
@@ -986,6 +1052,8 @@ impl RunGroup {
     /// [`MAX_KEPT_RUNS`]) and the processes, re-parented to the daemon, are reaped by it.
     pub fn keep(&self) -> usize {
         let left: Vec<i32> = match &self.dir {
+            // One small read in the usual case, a run that left nothing.
+            Some(d) if !populated(d) => return 0,
             Some(d) => pids_in(d)
                 .into_iter()
                 .map(|p| p.as_raw_nonzero().get())
@@ -1111,13 +1179,25 @@ impl Drop for RunGroup {
     fn drop(&mut self) {
         let kept = self.kept.load(Ordering::SeqCst);
         if !kept {
-            self.kill();
+            // An empty group needs no kill (nothing can fork into it).
+            if self.dir.as_deref().is_none_or(populated) {
+                self.kill();
+            }
             lock(&self.grant.markers).remove(&self.marker);
         }
-        lock(&self.grant.live).remove(&self.name);
-        if let Some(d) = &self.dir {
-            // Usually still emptying: swept at the grant's next run or its end.
-            let _ = fs::remove_dir(d);
+        match &self.dir {
+            // Reused when empty; else removed once it empties, at the grant's next run or
+            // its end.
+            Some(d) if !kept => self.grant.release(&self.name, d),
+            Some(d) => {
+                lock(&self.grant.live).remove(&self.name);
+                if fs::remove_dir(d).is_err() {
+                    self.grant.stale.store(true, Ordering::SeqCst);
+                }
+            }
+            None => {
+                lock(&self.grant.live).remove(&self.name);
+            }
         }
     }
 }
@@ -1152,7 +1232,13 @@ fn pids_in(dir: &Path) -> Vec<Pid> {
             );
         }
         if let Ok(rd) = fs::read_dir(&d) {
-            stack.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+            // The entry's own type: a `stat` per file of a fresh cgroup makes the kernel
+            // build an inode for each (~20), on every run's end.
+            stack.extend(
+                rd.flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
         }
     }
     out
@@ -1558,6 +1644,64 @@ mod tests {
                 && err.contains(&procs.display().to_string()),
             "{err}"
         );
+    }
+
+    #[test]
+    fn an_empty_ended_run_group_serves_the_next_run_and_a_busy_or_oom_killed_one_does_not() {
+        let dir = TempDir::new("cgroup-fake-spare");
+        let settings = fake(&dir, "cpu memory pids");
+        let confine = Confine {
+            layout: Some(Layout::detect(&settings, false).unwrap()),
+            ceiling: settings.ceiling,
+            why_not: None,
+            grants: Mutex::new(HashMap::new()),
+            limits: Mutex::new(HashMap::new()),
+            next_run: AtomicU64::new(1),
+            issued: Mutex::new(Default::default()),
+            counted: false,
+        };
+        let events = |d: &Path, populated: u8| {
+            fs::write(d.join("cgroup.events"), format!("populated {populated}\n")).unwrap()
+        };
+        // Empty at its end: the next run gets the same group, and nothing was kept.
+        let run = confine.run("g1", true, "m1").unwrap();
+        let first = run.dir.clone().unwrap();
+        events(&first, 0);
+        assert_eq!(run.keep(), 0);
+        drop(run);
+        let run = confine.run("g1", true, "m2").unwrap();
+        assert_eq!(run.dir.as_deref(), Some(first.as_path()));
+        // OOM-killed in: its own count would mislead the next run, so it is not reused.
+        fs::write(first.join("memory.events"), "oom_kill 1\n").unwrap();
+        drop(run);
+        let run = confine.run("g1", true, "m3").unwrap();
+        let second = run.dir.clone().unwrap();
+        assert_ne!(second, first);
+        // Still holding a process at its end: not reused either.
+        events(&second, 1);
+        drop(run);
+        let run = confine.run("g1", true, "m4").unwrap();
+        assert!(run
+            .dir
+            .as_ref()
+            .is_some_and(|d| d != &second && d != &first));
+        drop(run);
+        // At most SPARE_RUNS spares per grant.
+        let runs: Vec<_> = (0..SPARE_RUNS + 2)
+            .map(|i| confine.run("g1", true, &format!("n{i}")).unwrap())
+            .collect();
+        for run in &runs {
+            events(run.dir.as_ref().unwrap(), 0);
+        }
+        drop(runs);
+        let grant = lock(&confine.grants).get("g1").cloned().unwrap();
+        assert_eq!(lock(&grant.spare).len(), SPARE_RUNS);
+        // A spare that holds a process when it is taken is skipped.
+        let (_, busy) = lock(&grant.spare).last().cloned().unwrap();
+        events(&busy, 1);
+        let run = confine.run("g1", true, "p").unwrap();
+        assert!(run.dir.as_ref().is_some_and(|d| d != &busy));
+        assert_eq!(lock(&grant.spare).len(), SPARE_RUNS - 2);
     }
 
     #[test]
