@@ -221,7 +221,7 @@ impl Daemon {
             log::info!("{recovered} job(s) of an earlier run kept until their retention ends");
         }
         let services = Arc::new(grants::calls::Services {
-            pool: pool::Pool::new(config.workers, config.limits.job_queue),
+            pool: pool::Pool::new(config.workers, config.limits.call_queue),
             host: Arc::clone(&host),
             upstream: if config.upstreams.is_empty() {
                 None

@@ -67,6 +67,48 @@ impl<T> Flag<T> {
     }
 }
 
+/// A flag's old name, still accepted so a unit file written for an older release keeps
+/// working: `--OLD` and `HANDNODE_OLD` set the flag `new` names, and the start-up log says to
+/// use the new name. Giving both names is an error, as giving a flag twice is. One list
+/// for every subcommand's table; help and the generated flag docs say it from here.
+pub(crate) struct OldName {
+    pub old: &'static str,
+    pub new: &'static str,
+}
+
+pub(crate) const OLD_NAMES: &[OldName] = &[
+    // "job" is a `bash_start` job; this bounds tool calls waiting for the workers.
+    OldName {
+        old: "job-queue",
+        new: "call-queue",
+    },
+];
+
+impl<T> Flag<T> {
+    /// What `--help` and the flag docs say about this flag's old names, if it has any.
+    pub(crate) fn old_names_note(&self) -> Option<String> {
+        let old: Vec<String> = OLD_NAMES
+            .iter()
+            .filter(|o| o.new == self.name)
+            .map(|o| match self.env {
+                true => format!("--{} (env {})", o.old, env_name(o.old)),
+                false => format!("--{}", o.old),
+            })
+            .collect();
+        (!old.is_empty()).then(|| {
+            format!(
+                "deprecated old name {}: still accepted, with a warning at start; giving both names is an error",
+                old.join(", ")
+            )
+        })
+    }
+}
+
+/// The env vars of [`OLD_NAMES`]: known, not typos.
+pub(crate) fn old_env_names() -> impl Iterator<Item = String> {
+    OLD_NAMES.iter().map(|o| env_name(o.old))
+}
+
 fn env_name(flag: &str) -> String {
     format!(
         "{ENV_PREFIX}{}",
@@ -91,19 +133,54 @@ fn parse_bool(value: &str) -> Option<bool> {
 }
 
 /// Fill `draft` from env, then argv (a flag beats its env var; for a repeatable flag any
-/// occurrence on the command line replaces the env list). Returns the positional arguments.
+/// occurrence on the command line replaces the env list). Returns the positional arguments;
+/// an old flag name used ([`OLD_NAMES`]) is warned about here, in the log.
 pub(crate) fn apply_flags<T>(
     tables: &[&[Flag<T>]],
     args: &[String],
     env: &HashMap<String, String>,
     draft: &mut T,
 ) -> Result<Vec<String>, Error> {
+    let (positional, notes) = apply_flags_noting(tables, args, env, draft)?;
+    for note in notes {
+        log::warn!("{note}");
+    }
+    Ok(positional)
+}
+
+/// [`apply_flags`], returning what to warn about (an old flag name used) with the
+/// positional arguments, for `serve` to say in its start-up warnings.
+pub(crate) fn apply_flags_noting<T>(
+    tables: &[&[Flag<T>]],
+    args: &[String],
+    env: &HashMap<String, String>,
+    draft: &mut T,
+) -> Result<(Vec<String>, Vec<String>), Error> {
     let flags = || tables.iter().flat_map(|t| t.iter());
+    let mut notes = Vec::new();
     let mut raw: BTreeMap<&'static str, Raw> = BTreeMap::new();
 
+    let set = |var: &str| env.get(var).map(|v| v.trim()).filter(|v| !v.is_empty());
     for flag in flags().filter(|f| f.env) {
-        let var = flag.env_name();
-        let Some(value) = env.get(&var).map(|v| v.trim()).filter(|v| !v.is_empty()) else {
+        let mut var = flag.env_name();
+        let mut value = set(&var);
+        for old in OLD_NAMES.iter().filter(|o| o.new == flag.name) {
+            let old_var = env_name(old.old);
+            let Some(old_value) = set(&old_var) else {
+                continue;
+            };
+            if value.is_some() {
+                return Err(Error::Config(format!(
+                    "{var} and {old_var} (its old name) are both set; keep {var} only"
+                )));
+            }
+            notes.push(format!(
+                "{old_var} is the old name of {var}: set {var} instead (the old name is deprecated)"
+            ));
+            var = old_var;
+            value = Some(old_value);
+        }
+        let Some(value) = value else {
             continue;
         };
         let values = match flag.kind {
@@ -152,9 +229,18 @@ pub(crate) fn apply_flags<T>(
             Some((n, v)) => (n, Some(v.to_string())),
             None => (body, None),
         };
-        let Some(flag) = flags().find(|f| f.name == name) else {
+        // An old name stands for its flag, as long as this subcommand has that flag.
+        let known = |n: &str| flags().any(|f| f.name == n);
+        let renamed = OLD_NAMES.iter().find(|o| o.old == name && known(o.new));
+        let Some(flag) = flags().find(|f| f.name == renamed.map_or(name, |o| o.new)) else {
             return Err(Error::Config(format!("unknown flag --{name} (see --help)")));
         };
+        if let Some(o) = renamed {
+            notes.push(format!(
+                "--{} is the old name of --{}: use --{} instead (the old name is deprecated)",
+                o.old, o.new, o.new
+            ));
+        }
         let value = match (&flag.kind, inline) {
             (Kind::Switch(_), Some(_)) => {
                 return Err(Error::Config(format!(
@@ -176,8 +262,14 @@ pub(crate) fn apply_flags<T>(
         match raw.get_mut(flag.name) {
             Some(entry) if entry.from_args => {
                 if !flag.repeatable() {
+                    let typed = format!("--{name}");
+                    let also = match entry.origin != typed {
+                        true => format!(" (as {} and {typed})", entry.origin),
+                        false => String::new(),
+                    };
                     return Err(Error::Config(format!(
-                        "--{name} given more than once; give it once"
+                        "--{} given more than once{also}; give it once",
+                        flag.name
                     )));
                 }
                 entry.values.extend(value);
@@ -221,7 +313,7 @@ pub(crate) fn apply_flags<T>(
             }
         }
     }
-    Ok(positional)
+    Ok((positional, notes))
 }
 
 /// Wrap `text` at `width` columns, every line indented by `indent` spaces.
@@ -259,6 +351,7 @@ pub(crate) fn render_flags<T>(out: &mut String, tables: &[&[Flag<T>]], expand: E
         if !flag.default.is_empty() {
             notes.push(format!("default {}", flag.default));
         }
+        notes.extend(flag.old_names_note());
         if !notes.is_empty() {
             wrap(out, &format!("[{}]", notes.join("; ")), 6, 90);
         }
@@ -281,13 +374,17 @@ pub(crate) fn markdown_flags<T>(out: &mut String, tables: &[&[Flag<T>]], expand:
         } else {
             String::new()
         };
+        let old_names = match flag.old_names_note() {
+            Some(note) => format!(" The {note}."),
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} |",
             code(&flag.usage()),
             env,
             code(flag.default),
-            expand(flag.help).replace('|', "\\|")
+            expand(flag.help).replace('|', "\\|") + &old_names
         );
     }
 }

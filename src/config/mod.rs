@@ -191,7 +191,7 @@ pub struct Limits {
     /// takes some.
     pub write_buffer_bytes: usize,
     /// Tool calls queued for the worker pool before callers are told it is busy.
-    pub job_queue: usize,
+    pub call_queue: usize,
     /// `--journal-bytes`: what one journal may hold on disk, thumbnails first to go.
     pub journal_bytes: u64,
     /// `Mcp-Session-Id` sessions kept (least recently used evicted).
@@ -267,7 +267,7 @@ impl Default for Limits {
             max_outbound_bytes: (16 << 20) - (64 << 10),
             max_in_flight: 64,
             write_buffer_bytes: 4 << 20,
-            job_queue: 256,
+            call_queue: 256,
             journal_bytes: JOURNAL_BYTES_DEFAULT,
             mcp_sessions: 256,
             audit_rotate_bytes: 10 << 20,
@@ -361,6 +361,9 @@ pub struct Config {
     pub input_root: PathBuf,
     pub timing: Timing,
     pub limits: Limits,
+    /// What parsing found to warn about at start (an old flag name used), said with
+    /// [`warnings`].
+    pub start_warnings: Vec<String>,
 }
 
 impl Config {
@@ -413,6 +416,7 @@ impl Config {
             input_root: PathBuf::from("/"),
             timing: Timing::default(),
             limits: Limits::default(),
+            start_warnings: Vec::new(),
         }
     }
 
@@ -481,6 +485,7 @@ impl Config {
             input_root: PathBuf::from("/"),
             timing: Timing::default(),
             limits: Limits::default(),
+            start_warnings: Vec::new(),
         }
     }
 }

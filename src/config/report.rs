@@ -54,6 +54,7 @@ pub fn warnings(config: &Config, is_root: bool) -> Vec<String> {
     if config.audit_args {
         out.push("--audit-args is on: audit.jsonl records tool arguments, typed text and passwords included".to_string());
     }
+    out.extend(config.start_warnings.iter().cloned());
     if is_root {
         out.push(
             "running as root: the bash tool is a root shell for whoever holds a grant; run handnode as an ordinary user"

@@ -623,7 +623,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
         },
     },
     Flag {
-        name: "job-queue",
+        name: "call-queue",
         env: true,
         default: "256",
         help: "Tool calls queued for the workers before callers are told the box is busy.",
@@ -631,7 +631,7 @@ pub(crate) const SERVE_FLAGS: &[Flag<ServeDraft>] = &[
             metavar: "N",
             min: 1,
             max: 65_536,
-            set: |d, v| d.config.limits.job_queue = v as usize,
+            set: |d, v| d.config.limits.call_queue = v as usize,
         },
     },
     Flag {
@@ -1059,8 +1059,9 @@ pub(crate) fn parse_serve(args: &[String], env: &HashMap<String, String>) -> Res
         local_socket: None,
         apps: Vec::new(),
     };
-    let positional = apply_flags(&[SERVE_FLAGS], args, env, &mut draft)?;
+    let (positional, old_names) = apply_flags_noting(&[SERVE_FLAGS], args, env, &mut draft)?;
     no_positional("serve", &positional)?;
+    draft.config.start_warnings = old_names;
     draft.config.apps = resolve_apps(&draft.apps, env)?;
 
     let mut config = draft.config;

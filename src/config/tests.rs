@@ -219,8 +219,8 @@ fn every_flag_parses() {
                 )
             },
         ),
-        (vec!["--max-in-flight", "2", "--job-queue", "7"], |c| {
-            assert_eq!((c.limits.max_in_flight, c.limits.job_queue), (2, 7))
+        (vec!["--max-in-flight", "2", "--call-queue", "7"], |c| {
+            assert_eq!((c.limits.max_in_flight, c.limits.call_queue), (2, 7))
         }),
         (
             vec!["--write-buffer-bytes", "65536", "--write-stall-ms", "250"],
@@ -643,6 +643,96 @@ fn warnings_name_the_risky_settings() {
     assert!(warnings(&config, false).is_empty());
     config.listen = "0.0.0.0:8795".parse().unwrap();
     assert!(warnings(&config, false)[0].contains("not loopback"));
+}
+
+/// `--call-queue` was `--job-queue` (a "job" is a `bash_start` job): a unit file that still
+/// says the old name keeps working, sets the same bound, and is told the new name at start.
+#[test]
+fn an_old_flag_name_sets_its_flag_and_is_warned_about() {
+    let tmp = TempDir::new("config-old-name");
+    let env = env_in(&tmp, &[(TOKEN_ENV, "tok")]);
+    let c = serve(&["--call-queue", "7"], &env).unwrap();
+    assert_eq!(c.limits.call_queue, 7);
+    assert!(warnings(&c, false).is_empty(), "{:?}", warnings(&c, false));
+
+    let c = serve(&["--job-queue=7"], &env).unwrap();
+    assert_eq!(c.limits.call_queue, 7);
+    let w = warnings(&c, false);
+    assert!(
+        w.len() == 1 && w[0].contains("--job-queue") && w[0].contains("use --call-queue"),
+        "{w:?}"
+    );
+    // The bound holds under the old name, and its error names what the operator wrote.
+    let err = serve(&["--job-queue", "65537"], &env).unwrap_err();
+    assert!(
+        err.starts_with("--job-queue: ") && err.contains("1...65536"),
+        "{err}"
+    );
+
+    let old_env = env_in(&tmp, &[(TOKEN_ENV, "tok"), ("HANDNODE_JOB_QUEUE", "9")]);
+    let c = serve(&[], &old_env).unwrap();
+    assert_eq!(c.limits.call_queue, 9);
+    let w = warnings(&c, false);
+    assert!(
+        w.len() == 1
+            && w[0].contains("HANDNODE_JOB_QUEUE")
+            && w[0].contains("set HANDNODE_CALL_QUEUE"),
+        "{w:?}"
+    );
+    // A flag still beats the (old) env var; the old var is still worth a warning.
+    let c = serve(&["--call-queue", "7"], &old_env).unwrap();
+    assert_eq!((c.limits.call_queue, warnings(&c, false).len()), (7, 1));
+
+    // Both names at once: an error, as a flag given twice is, whichever comes first.
+    for args in [
+        ["--job-queue", "5", "--call-queue", "7"],
+        ["--call-queue", "7", "--job-queue", "5"],
+    ] {
+        let err = serve(&args, &env).unwrap_err();
+        assert!(
+            err.contains("--call-queue given more than once")
+                && err.contains("--job-queue")
+                && err.contains("give it once"),
+            "{err}"
+        );
+    }
+    let both = env_in(
+        &tmp,
+        &[
+            (TOKEN_ENV, "tok"),
+            ("HANDNODE_JOB_QUEUE", "9"),
+            ("HANDNODE_CALL_QUEUE", "7"),
+        ],
+    );
+    let err = serve(&[], &both).unwrap_err();
+    assert!(
+        err.contains("HANDNODE_CALL_QUEUE and HANDNODE_JOB_QUEUE")
+            && err.contains("keep HANDNODE_CALL_QUEUE only"),
+        "{err}"
+    );
+
+    // Help and the flag docs say it, from the one list.
+    let row = SERVE_FLAGS.iter().find(|f| f.name == "call-queue").unwrap();
+    let note = row.old_names_note().unwrap();
+    assert!(
+        note.contains("old name --job-queue (env HANDNODE_JOB_QUEUE)")
+            && note.contains("giving both names is an error"),
+        "{note}"
+    );
+}
+
+/// Every old name stands for a flag that exists and is not itself a flag's name.
+#[test]
+fn old_flag_names_name_a_flag_and_shadow_none() {
+    let names: Vec<&str> = SERVE_FLAGS
+        .iter()
+        .map(|f| f.name)
+        .chain(DOCTOR_FLAGS.iter().map(|f| f.name))
+        .collect();
+    for o in OLD_NAMES {
+        assert!(names.contains(&o.new), "--{} names no flag", o.new);
+        assert!(!names.contains(&o.old), "--{} is a flag's name", o.old);
+    }
 }
 
 #[test]

@@ -182,6 +182,7 @@ fn unknown_env(env: &HashMap<String, String>) -> Vec<&String> {
         .iter()
         .map(Flag::env_name)
         .chain(env_names())
+        .chain(config::old_env_names())
         .chain(OTHER_KNOWN_ENV.iter().map(|s| s.to_string()))
         .chain(BUILD_ENV.iter().map(|s| s.to_string()))
         .collect();

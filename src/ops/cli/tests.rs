@@ -517,6 +517,8 @@ fn cargo_runs_build_variable_is_not_an_unknown_env_var() {
         ("HANDNODE_TOKEN", "t"),
         ("HANDNODE_LISTEN", "127.0.0.1:1"),
         ("HANDNODE_LISTNE", "typo"),
+        // An old flag name's variable is deprecated, and warned about as that, not a typo.
+        ("HANDNODE_JOB_QUEUE", "9"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
