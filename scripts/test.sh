@@ -54,3 +54,7 @@ bash scripts/interop.sh
 # packages already installed; the fuzz step is ~5 min of building plus 9 targets × 30 s).
 step "fuzzing: every cargo-fuzz target for 30 s (installs cargo-fuzz; ~10 min on a fresh machine)"
 bash scripts/fuzz.sh 30
+
+# Last: its scratch copy builds over target/'s debug artifacts (scripts/ci/newcomer.sh).
+step "a new tool is its module plus one line: the newcomer's dry run (§26)"
+bash scripts/ci/newcomer.sh

@@ -605,7 +605,17 @@ fn order_breaks(deps: &BTreeMap<ModPath, BTreeSet<ModPath>>, orders: &[Order]) -
                     m.len() > from.len() - order.parent.len()
                         && m.starts_with(&from[order.parent.len()..])
                 });
-                if !holds_stated {
+                // A tool's own module, which only `tools/mod.rs` names (to register it),
+                // stands above every stated one: a new tool is its module plus one line
+                // (§26), with no place in the list to find for it.
+                let own_module = &from[..order.parent.len() + 1];
+                let a_top_tool = order.parent == ["tools"]
+                    && !deps.iter().any(|(user, uses)| {
+                        user.as_slice() != order.parent.as_slice()
+                            && !user.starts_with(own_module)
+                            && uses.iter().any(|u| u.starts_with(own_module))
+                    });
+                if !holds_stated && !a_top_tool {
                     found.push(format!(
                         "{} is not in {} (under {}): add it to ARCHITECTURE.md at the layer \
                          it belongs to",
@@ -706,7 +716,15 @@ Inside `tools`, lower first: `x` (its `own` (nested) words), `j::lo`, then `y` a
     let fine = crate_of(&[
         ("t/mod.rs", "pub mod a; pub mod b; use crate::low::L;"),
         ("t/b.rs", "use super::a::A;"),
-        ("tools/mod.rs", "pub mod x;"),
+        // A tool's own module, named only by tools/mod.rs, needs no place in the list.
+        (
+            "tools/mod.rs",
+            "pub mod x; pub mod new_tool; use new_tool::TOOL;",
+        ),
+        (
+            "tools/new_tool.rs",
+            "use crate::tools::y::Y; use crate::tools::j::hi::H;",
+        ),
         ("tools/j/mod.rs", "pub mod lo; pub mod hi;"),
         ("tools/j/hi.rs", "use crate::tools::y::Y; use super::lo::L;"),
         ("tools/y.rs", "use crate::tools::j::lo::L;"),
@@ -721,9 +739,10 @@ Inside `tools`, lower first: `x` (its `own` (nested) words), `j::lo`, then `y` a
         ("t/a.rs", "use super::b::B;"),
         ("low.rs", "use crate::t::a::A;"),
         ("tools/j/lo.rs", "use crate::tools::y::Y;"),
+        // One a sibling uses does.
         ("tools/stray.rs", ""),
         ("t/b.rs", ""),
-        ("tools/y.rs", ""),
+        ("tools/y.rs", "use crate::tools::stray::S;"),
     ]);
     let found = order_breaks(&dependencies(&broken), &orders);
     assert_eq!(found.len(), 4, "{found:#?}");

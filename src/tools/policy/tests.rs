@@ -146,12 +146,18 @@ fn a_lent_folder_confines_the_file_tools_and_nothing_else() {
         .map(|t| t.name)
         .collect();
     assert!(!file_tools.is_empty());
-    // files: sys_info plus the file tools, no shell, whatever it denies.
+    // files: sys_info, the file tools and any other tool that takes a path (confined by
+    // the same folder), no shell, whatever it denies.
     let files = ToolPolicy::fixed(Profile::Files).unwrap();
     assert!(files.confined());
-    let mut want = vec!["sys_info"];
-    want.extend(&file_tools);
-    assert_eq!(files.tools(), want.as_slice());
+    assert!(files.tools().contains(&"sys_info"));
+    for tool in &file_tools {
+        assert!(files.tools().contains(tool), "files lacks {tool}");
+    }
+    for tool in files.tools().iter().filter(|t| **t != "sys_info") {
+        let takes_path = super::super::find(tool).is_some_and(|t| !t.takes_path().is_empty());
+        assert!(takes_path, "files lends {tool}, which takes no path");
+    }
     assert_eq!(files.escalation(none).shell, Shell::No);
     // The same tools unconfined are shell tools: a custom list naming one without a
     // folder reaches the shell, with a folder it does not.
