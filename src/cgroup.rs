@@ -1175,6 +1175,24 @@ impl RunGroup {
     }
 }
 
+/// Make `cmd`'s child join the network namespace `net` before it execs (first the user
+/// namespace `user` that owns it, for a daemon without root), after it entered its groups
+/// when `cmd` came from [`RunGroup::command`]: an own display's network (§21, `walls`).
+/// The join is `enter`'s second hook; a failed join fails the spawn, saying so.
+pub fn join_network(
+    cmd: &mut Command,
+    user: Option<std::os::fd::OwnedFd>,
+    net: std::os::fd::OwnedFd,
+) {
+    enter::join_before_exec(cmd, user, net);
+}
+
+/// `cmd.spawn()` for a command in no group that joins a network ([`join_network`]): a
+/// failed join says so.
+pub fn spawn_alone(cmd: &mut Command) -> io::Result<std::process::Child> {
+    cmd.spawn().map_err(|e| enter::explain(e, &[]))
+}
+
 impl Drop for RunGroup {
     fn drop(&mut self) {
         let kept = self.kept.load(Ordering::SeqCst);

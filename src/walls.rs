@@ -18,11 +18,15 @@
 //!
 //! **An own display's wall** also empties the owner's runtime directory, their X cookies,
 //! `/tmp/.X11-unix` (its own display's socket bound back), `/tmp/.ICE-unix`, `/run/user`
-//! and `/run/dbus`, and — with `pasta` — lives in a network namespace of its own, so no
-//! abstract socket of the box's X servers or session buses is reachable. The namespace is
-//! `bwrap`'s (`--unshare-net`); `pasta` joins it by the child's pid (`--info-fd`) before
-//! the command runs (`--block-fd`), in [`NET_WRAPPER`]: `pasta` spawning `bwrap` itself
-//! cannot run as root (it maps uid 0 without `CAP_SETFCAP`, which the kernel refuses).
+//! and `/run/dbus`, and — with `pasta` — lives in the display's network namespace, so no
+//! abstract socket of the box's X servers or session buses is reachable. That namespace is
+//! made once per display ([`OwnNet`]): a holder (`bwrap --unshare-net … sleep`, in the
+//! display's cgroup) makes it, `pasta` attaches to it while the holder waits on
+//! `--block-fd`, and the daemon keeps it by open descriptors; every walled call joins it
+//! (`setns` between fork and exec, `cgroup::join_network`) instead of making its own, which
+//! cost a `pasta` start per call (~150 ms, docs/performance.md). `pasta` spawning a
+//! namespace itself cannot run as root (it maps uid 0 without `CAP_SETFCAP`, which the
+//! kernel refuses), hence the holder.
 //!
 //! **Why browsers keep the box's PID namespace.** The browser tier's sweep finds chromium
 //! by its tag in `/proc`, and a browser runs no command the agent chose; its wall has the
@@ -30,8 +34,12 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
+use std::io::{Read as _, Write as _};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::config::{Config, IsolationMode};
 use crate::Error;
@@ -45,39 +53,6 @@ channel, and so approve, renew or lend the box further";
 /// Read-only inside every wall: the box's cgroup hierarchies (`/sys/fs/cgroup`, every v1
 /// hierarchy and `unified` beneath it) and every other kernel knob root could write.
 const SYS: &str = "/sys";
-
-/// The shell that puts an own display's wall in its own network: `$1` is `pasta`, `$2`
-/// `root` when pasta must keep uid 0 (`--runas 0`: it would drop to `nobody` before it
-/// joins the wall's user namespace), the rest is `bwrap` with `--unshare-net --info-fd 3
-/// --block-fd 4` and the command. Exit 125 and a line on stderr when the network cannot
-/// be made; the command's own status otherwise. Every process here runs in the run's group,
-/// so `pasta` ends with the run at the latest; and the wrapper kills it (by the pid it
-/// wrote, `--pid`) when the wall exits, since `pasta` joined by a `/proc` path never notices
-/// the namespace go (every own-display run left one behind).
-pub const NET_WRAPPER: &str = r#"pasta=$1 as=$2; shift 2
-d=$(mktemp -d) && mkfifo "$d/i" "$d/b" || exit 125
-"$@" 3>"$d/i" 4<"$d/b" <&0 &
-wall=$!
-exec 5<"$d/i" 6>"$d/b"
-pid=
-while IFS= read -r line <&5; do
-  case $line in *'"child-pid"'*) pid=$(printf '%s' "${line#*:}" | tr -cd 0-9); break ;; esac
-done
-if [ -z "$pid" ]; then rm -rf "$d"; wait "$wall"; exit 125; fi
-set -- -q --config-net --pid "$d/pasta.pid" --netns "/proc/$pid/ns/net" --userns "/proc/$pid/ns/user"
-if [ "$as" = root ]; then set -- --runas 0 "$@"; fi
-if ! "$pasta" "$@" >/dev/null 2>"$d/pasta.err"; then
-  echo "handnode: pasta could not give this grant's wall its network: $(head -c 400 "$d/pasta.err")" >&2
-  rm -rf "$d"; kill -KILL "$wall" 2>/dev/null; wait "$wall"; exit 125
-fi
-net=$(tr -cd 0-9 <"$d/pasta.pid")
-rm -rf "$d"
-echo go >&6
-exec 5<&- 6>&-
-wait "$wall"; status=$?
-[ -n "$net" ] && kill -KILL "$net" 2>/dev/null
-exit "$status"
-"#;
 
 /// The `bwrap` program and what it hides. Inside, the whole file system is the box's
 /// (`--dev-bind / /`: chromium needs `/dev/shm`, `/proc`, fonts, the display's sockets),
@@ -121,9 +96,7 @@ impl Bwrap {
             args.extend(["--unshare-user", "--cap-drop", "ALL"].map(OsString::from));
         }
         args.extend(["--dev-bind", "/", "/"].map(OsString::from));
-        if own_dev && !self.lock && self.pasta.is_some() {
-            args.extend(dev_by_hand());
-        } else if own_dev {
+        if own_dev {
             args.extend(["--dev", "/dev"].map(OsString::from));
         }
         // Parents before children: a tmpfs over a parent would cover a child's mount.
@@ -176,10 +149,15 @@ impl Bwrap {
     /// a grant with its own display, `own` is `(parent, dir, x_socket)`: the own displays'
     /// parent is emptied but for the grant's `dir` (when its display has started), and its
     /// X socket is bound back into the emptied `/tmp/.X11-unix`; with `pasta`, the wall
-    /// gets its own network ([`NET_WRAPPER`]). No `--die-with-parent`: the kernel ties that
-    /// to the *thread* that spawned it, and a run ends through its group (§16) anyway, which
-    /// holds `bwrap` and everything inside.
-    pub fn grant_args(&self, own: Option<(&Path, Option<&Path>, Option<&Path>)>) -> Walled {
+    /// runs in the display's network, `net` ([`OwnNet::join`]), and without one in a
+    /// network of its own with nothing in it (never the box's). No `--die-with-parent`:
+    /// the kernel ties that to the *thread* that spawned it, and a run ends through its
+    /// group (§16) anyway, which holds `bwrap` and everything inside.
+    pub fn grant_args(
+        &self,
+        own: Option<(&Path, Option<&Path>, Option<&Path>)>,
+        net: Option<NetJoin>,
+    ) -> Walled {
         let mut args = self.hiding(true);
         args.extend(["--unshare-pid", "--proc", "/proc"].map(OsString::from));
         if let Some((parent, dir, x_socket)) = own {
@@ -188,54 +166,411 @@ impl Bwrap {
                 args.extend(["--bind".into(), socket.into(), socket.into()]);
             }
         }
-        match &self.pasta {
+        if self.pasta.is_some() && net.is_none() {
+            args.push("--unshare-net".into());
+        }
+        args.push("--".into());
+        Walled {
+            program: self.program.clone(),
+            args,
+            net,
+        }
+    }
+
+    /// Make an own display's network ([`OwnNet`]): `command` makes the command of a
+    /// program (in the display's group, with its environment) and `spawn` starts it;
+    /// `scratch` is a private directory no wall sees (`pasta`'s pid file and its error);
+    /// each wait is bounded by `timeout`. `Err` says why, in words for the agent.
+    pub fn own_net(
+        &self,
+        command: &dyn Fn(&Path) -> Command,
+        spawn: &dyn Fn(&mut Command) -> std::io::Result<Child>,
+        scratch: &Path,
+        timeout: Duration,
+    ) -> Result<OwnNet, String> {
+        let Some(pasta) = &self.pasta else {
+            return Err("no pasta here".into());
+        };
+        let why =
+            |what: String| format!("pasta could not give this grant's wall its network: {what}");
+        // The holder: a namespace (and, as root, a user namespace without capabilities,
+        // as every locked wall has) with nothing in it but `sleep`, held on its
+        // `--block-fd` until pasta is attached. Its info (`child-pid`) on stdout, the
+        // block on stdin.
+        let mut holder_cmd = command(&self.program);
+        if self.lock {
+            holder_cmd.args(["--unshare-user", "--cap-drop", "ALL"]);
+        }
+        holder_cmd
+            .args(["--dev-bind", "/", "/", "--unshare-net"])
+            .args([
+                "--info-fd",
+                "1",
+                "--block-fd",
+                "0",
+                "--",
+                "/bin/sh",
+                "-c",
+                HOLDER,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut holder = spawn(&mut holder_cmd)
+            .map_err(|e| why(format!("cannot run {}: {e}", self.program.display())))?;
+        let made = self.attach_pasta(pasta, &mut holder, command, spawn, scratch, timeout);
+        match made {
+            Ok(mut net) => {
+                net.holder = Some(holder);
+                Ok(net)
+            }
+            Err(e) => {
+                let _ = holder.kill();
+                let mut err = String::new();
+                if let Some(mut stderr) = holder.stderr.take() {
+                    let _ = stderr.by_ref().take(400).read_to_string(&mut err);
+                }
+                let _ = holder.wait();
+                let err = err.trim();
+                Err(why(if err.is_empty() {
+                    e
+                } else {
+                    format!("{e}: {err}")
+                }))
+            }
+        }
+    }
+
+    /// The rest of [`Bwrap::own_net`], once the holder runs: its namespaces held open,
+    /// pasta attached, the holder let go on to `sleep`.
+    fn attach_pasta(
+        &self,
+        pasta: &Path,
+        holder: &mut Child,
+        command: &dyn Fn(&Path) -> Command,
+        spawn: &dyn Fn(&mut Command) -> std::io::Result<Child>,
+        scratch: &Path,
+        timeout: Duration,
+    ) -> Result<OwnNet, String> {
+        let stdout = holder.stdout.take().ok_or("no info pipe")?;
+        let (pid, stdout) = child_pid(stdout, timeout)
+            .ok_or_else(|| format!("{} did not say its child's pid", self.program.display()))?;
+        holder.stdout = Some(stdout);
+        // The holder's child waits on the block fd until this process writes to it, so its
+        // pid names it and nothing else until then: its namespaces are opened here and
+        // held by descriptor from now on, and the pidfd kills exactly it.
+        // Killed on every way out but success (`Killed`'s drop): once let go, it would
+        // sleep forever.
+        let sleeper = rustix::process::Pid::from_raw(pid)
+            .ok_or("a pid of 0")
+            .map_err(String::from)
+            .and_then(|p| {
+                rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())
+                    .map_err(|e| format!("pidfd_open: {e}"))
+            })
+            .map(Killed)?;
+        let ns = |kind: &str| -> Result<OwnedFd, String> {
+            std::fs::File::open(format!("/proc/{pid}/ns/{kind}"))
+                .map(OwnedFd::from)
+                .map_err(|e| format!("cannot open its {kind} namespace: {e}"))
+        };
+        let net = ns("net")?;
+        // Refused outright: a namespace that is the box's own would join every wall to it.
+        let same = |a: &rustix::fs::Stat, b: &rustix::fs::Stat| {
+            a.st_ino == b.st_ino && a.st_dev == b.st_dev
+        };
+        let ours = rustix::fs::stat("/proc/self/ns/net").map_err(|e| e.to_string())?;
+        let theirs = rustix::fs::fstat(&net).map_err(|e| e.to_string())?;
+        if same(&ours, &theirs) {
+            return Err("its network namespace is the box's".into());
+        }
+        // Root joins the network namespace directly; anyone else must join the user
+        // namespace that owns it first (`cgroup::join_network`).
+        let user = if self.lock { None } else { Some(ns("user")?) };
+        let pid_file = scratch.join("pasta.pid");
+        let err_file = scratch.join("pasta.err");
+        let err_out = std::fs::File::create(&err_file).map_err(|e| e.to_string())?;
+        let mut cmd = command(pasta);
+        if self.lock {
+            // As root pasta would drop to `nobody` before it joins the namespaces.
+            cmd.args(["--runas", "0"]);
+        }
+        cmd.args(["-q", "--config-net", "--pid"])
+            .arg(&pid_file)
+            .arg("--netns")
+            .arg(format!("/proc/{pid}/ns/net"))
+            .arg("--userns")
+            .arg(format!("/proc/{pid}/ns/user"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err_out);
+        // pasta forks its daemon once the namespace is configured and then exits 0.
+        let mut setup =
+            spawn(&mut cmd).map_err(|e| format!("cannot run {}: {e}", pasta.display()))?;
+        let status = wait_at_most(&mut setup, timeout);
+        let pasta_err = || {
+            let text = std::fs::read(&err_file).unwrap_or_default();
+            String::from_utf8_lossy(&text[..text.len().min(400)])
+                .trim()
+                .to_string()
+        };
+        match status {
+            Some(s) if s.success() => {}
+            Some(s) => return Err(format!("{} ({s}): {}", pasta.display(), pasta_err())),
             None => {
-                args.push("--".into());
-                Walled {
-                    program: self.program.clone(),
-                    args,
-                }
+                return Err(format!(
+                    "{} did not finish within {} ms",
+                    pasta.display(),
+                    timeout.as_millis()
+                ))
             }
-            Some(pasta) => {
-                let mut wrapped: Vec<OsString> = vec![
-                    "-c".into(),
-                    NET_WRAPPER.into(),
-                    "handnode-wall".into(),
-                    pasta.into(),
-                    if self.lock { "root" } else { "user" }.into(),
-                    self.program.clone().into(),
-                ];
-                wrapped.extend(args);
-                wrapped.extend(
-                    ["--unshare-net", "--info-fd", "3", "--block-fd", "4", "--"]
-                        .map(OsString::from),
-                );
-                Walled {
-                    program: PathBuf::from("/bin/sh"),
-                    args: wrapped,
-                }
-            }
+        }
+        let pasta_pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse::<i32>().ok())
+            .and_then(rustix::process::Pid::from_raw)
+            .ok_or("pasta wrote no pid")?;
+        // Opened as soon as pasta's parent is gone: the daemon it forked runs until killed.
+        let pasta_pidfd =
+            rustix::process::pidfd_open(pasta_pid, rustix::process::PidfdFlags::empty())
+                .map(Killed)
+                .map_err(|e| format!("pasta is not running: {e}"))?;
+        let mut go = holder.stdin.take().ok_or("no block pipe")?;
+        go.write_all(b"g")
+            .map_err(|e| format!("cannot let the holder go: {e}"))?;
+        // Not joinable before its command runs: bwrap finishes the user namespace (its uid
+        // and gid maps) around the block, and a process that joins a user namespace in
+        // which its uid has no mapping can make no namespace of its own (the wall's
+        // `bwrap` fails with EPERM). The holder says when it runs.
+        let stderr = holder.stderr.take().ok_or("no holder stderr")?;
+        wait_for_line(stderr, HOLDER_READY, timeout)
+            .map_err(|said| format!("the namespace's holder did not start: {said}"))?;
+        Ok(OwnNet {
+            net,
+            user,
+            holder_pid: pid as u32,
+            sleeper,
+            pasta_pid: pasta_pid.as_raw_nonzero().get() as u32,
+            pasta: pasta_pidfd,
+            holder: None,
+        })
+    }
+}
+
+/// One own display's network namespace (§21): made once when the display starts
+/// ([`Bwrap::own_net`]) and joined by every walled call of its grant ([`OwnNet::join`]).
+/// Held by open descriptors, never by a `/proc/<pid>` path a later process could reuse;
+/// the holder and `pasta` are killed by pidfd when it is dropped (and sit in the display's
+/// cgroup, so the grant's end kills them too).
+#[derive(Debug)]
+pub struct OwnNet {
+    net: OwnedFd,
+    /// The user namespace that owns `net`, for a daemon without root (joined first).
+    user: Option<OwnedFd>,
+    /// The holder's sleeping child, by pid (for the stale cleanup's record and the tests)
+    /// and by pidfd (what kills it).
+    holder_pid: u32,
+    sleeper: Killed,
+    /// `pasta`'s daemon, by pid (for the record) and pidfd.
+    pasta_pid: u32,
+    pasta: Killed,
+    /// `bwrap` around the holder: killed and reaped on drop.
+    holder: Option<Child>,
+}
+
+impl OwnNet {
+    /// Descriptors of the namespaces for one command to join (duplicates, `O_CLOEXEC`).
+    pub fn join(&self) -> std::io::Result<NetJoin> {
+        Ok(NetJoin {
+            user: self.user.as_ref().map(|u| u.try_clone()).transpose()?,
+            net: self.net.try_clone()?,
+        })
+    }
+
+    /// Whether the holder and `pasta` both still run (a halt kills the grant's cgroup, and
+    /// with it both: the namespace would be held with no way out).
+    pub fn alive(&self) -> bool {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let mut fds = [
+            PollFd::new(&self.sleeper.0, PollFlags::IN),
+            PollFd::new(&self.pasta.0, PollFlags::IN),
+        ];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // A pidfd turns readable when its process exits.
+        matches!(poll(&mut fds, Some(&now)), Ok(0))
+    }
+
+    /// The holder's and `pasta`'s pids, for the display's record.
+    pub fn pids(&self) -> Vec<u32> {
+        vec![self.holder_pid, self.pasta_pid]
+    }
+}
+
+/// A process by pidfd, SIGKILLed when this is dropped.
+#[derive(Debug)]
+struct Killed(OwnedFd);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = rustix::process::pidfd_send_signal(&self.0, rustix::process::Signal::KILL);
+    }
+}
+
+impl Drop for OwnNet {
+    fn drop(&mut self) {
+        // `sleeper` and `pasta` are killed by their own drops.
+        if let Some(mut holder) = self.holder.take() {
+            let _ = holder.kill();
+            let _ = holder.wait();
         }
     }
 }
 
-/// A walled command's program and its arguments up to what runs inside.
-#[derive(Clone, Debug)]
+/// An own display's network, for one command to join (see [`OwnNet::join`]).
+#[derive(Debug)]
+pub struct NetJoin {
+    user: Option<OwnedFd>,
+    net: OwnedFd,
+}
+
+/// What an own display's network holder runs: it says it runs (once its namespaces are
+/// whole, see `attach_pasta`), then sleeps until it is killed.
+const HOLDER: &str = "echo ready >&2 && exec sleep infinity";
+/// The line [`HOLDER`] says.
+const HOLDER_READY: &str = "ready";
+
+/// Read lines of `out` until one is `want` (`Ok`), else what was read (`Err`) at EOF or
+/// after `timeout` (read on a short-lived thread, so the wait is bounded).
+fn wait_for_line(
+    out: impl std::io::Read + Send + 'static,
+    want: &'static str,
+    timeout: Duration,
+) -> Result<(), String> {
+    use std::io::BufRead as _;
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::Builder::new()
+        .name("own-net-ready".into())
+        .spawn(move || {
+            let mut said = String::new();
+            let mut lines = std::io::BufReader::new(out.take(4096)).lines();
+            let got = loop {
+                match lines.next() {
+                    Some(Ok(line)) if line.trim() == want => break Ok(()),
+                    Some(Ok(line)) => {
+                        said.push_str(&line);
+                        said.push(' ');
+                    }
+                    _ => break Err(said.trim().to_string()),
+                }
+            };
+            let _ = tx.send(got);
+        })
+        .map_err(|e| e.to_string())?;
+    rx.recv_timeout(timeout)
+        .unwrap_or_else(|_| Err(format!("nothing within {} ms", timeout.as_millis())))
+}
+
+/// The `child-pid` of `bwrap --info-fd` on `out` once its whole object has come, with
+/// `out` given back (kept open: `bwrap` dies of SIGPIPE if the reader leaves while it
+/// still writes, and its child then waits forever); `None` at EOF, past 4 KiB or after
+/// `timeout` (read on a short-lived thread, so the wait is bounded).
+fn child_pid<R: std::io::Read + Send + 'static>(mut out: R, timeout: Duration) -> Option<(i32, R)> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::Builder::new()
+        .name("own-net-info".into())
+        .spawn(move || {
+            let mut text = String::new();
+            let mut buf = [0u8; 512];
+            let pid = loop {
+                match out.read(&mut buf) {
+                    Ok(0) | Err(_) => break None,
+                    Ok(n) => text.push_str(&String::from_utf8_lossy(&buf[..n])),
+                }
+                if text.len() > 4096 {
+                    break None;
+                }
+                // The object is one, flat: whole at its first '}'.
+                let Some((whole, _)) = text.split_once('}') else {
+                    continue;
+                };
+                break whole.split_once("\"child-pid\":").and_then(|(_, rest)| {
+                    let digits: String = rest
+                        .trim_start()
+                        .chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect();
+                    digits.parse().ok()
+                });
+            };
+            let _ = tx.send(pid.map(|p| (p, out)));
+        })
+        .ok()?;
+    rx.recv_timeout(timeout).ok().flatten()
+}
+
+/// Wait for `child` at most `patience` (on its pidfd); `None` when it is still running,
+/// after it was killed and reaped.
+fn wait_at_most(child: &mut Child, patience: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + patience;
+    let pidfd = rustix::process::Pid::from_raw(child.id() as i32).and_then(|pid| {
+        rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+    });
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Some(fd) = pidfd.as_ref().filter(|_| !left.is_zero()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        };
+        let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+        let ts = rustix::event::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: left.subsec_nanos() as _,
+        };
+        let _ = rustix::event::poll(&mut fds, Some(&ts));
+    }
+}
+
+/// A walled command's program and its arguments up to what runs inside, and the own
+/// display's network it joins.
+#[derive(Debug)]
 pub struct Walled {
     pub program: PathBuf,
     pub args: Vec<OsString>,
+    pub net: Option<NetJoin>,
 }
 
 impl Walled {
     /// Make `file` (a file or socket bound into the wall) read as `/dev/null` inside: an
     /// own display's live-view socket (§23) in the grant's own runtime directory.
     pub fn cover_file(&mut self, file: &Path) {
-        // Before the `--` that ends bwrap's options (last, whether or not pasta wraps it).
+        // Before the `--` that ends bwrap's options (last).
         let Some(end) = self.args.iter().rposition(|a| a == "--") else {
             return;
         };
         let cover: [OsString; 3] = ["--ro-bind".into(), "/dev/null".into(), file.into()];
         self.args.splice(end..end, cover);
+    }
+
+    /// The command that runs the wall in the run `group` (`None`: in no group, for the
+    /// probe): its child enters the group, joins the display's network, then execs
+    /// `bwrap`. Spawn it with `group.spawn` (or `cgroup::spawn_alone`) so a failure says why.
+    pub fn command(self, group: Option<&crate::cgroup::RunGroup>) -> Command {
+        let mut cmd = match group {
+            Some(g) => g.command(&self.program),
+            None => Command::new(&self.program),
+        };
+        if let Some(j) = self.net {
+            crate::cgroup::join_network(&mut cmd, j.user, j.net);
+        }
+        cmd.args(self.args);
+        cmd
     }
 }
 
@@ -257,32 +592,6 @@ fn reachable_without_caps(path: &Path) -> bool {
         };
         m.mode() & bit != 0
     })
-}
-
-/// The few nodes of a `/dev` of its own, for an unprivileged wall that `pasta` joins.
-/// `bwrap --dev` mounts a `devpts` there, which run as a user it can only do as uid 0 of
-/// its user namespace, so it nests a second one to give the command back the user's uid;
-/// the network namespace stays owned by the outer one, which no process is left in, and
-/// `pasta` cannot join it (`Couldn't switch to pasta namespaces`). So no ptys in this wall
-/// (a terminal emulator needs `--own-display-network shared`), and none of the box's.
-fn dev_by_hand() -> Vec<OsString> {
-    let mut args: Vec<OsString> = ["--tmpfs", "/dev"].map(OsString::from).to_vec();
-    for node in ["null", "zero", "full", "random", "urandom", "tty"] {
-        let path = format!("/dev/{node}");
-        if Path::new(&path).exists() {
-            args.extend(["--dev-bind".into(), path.clone().into(), path.into()]);
-        }
-    }
-    for (target, link) in [
-        ("/proc/self/fd", "/dev/fd"),
-        ("/proc/self/fd/0", "/dev/stdin"),
-        ("/proc/self/fd/1", "/dev/stdout"),
-        ("/proc/self/fd/2", "/dev/stderr"),
-    ] {
-        args.extend(["--symlink", target, link].map(OsString::from));
-    }
-    args.extend(["--tmpfs", "/dev/shm"].map(OsString::from));
-    args
 }
 
 /// `/sys` read-only (bwrap remounts every submount read-only too, `/sys/fs/cgroup` and
@@ -393,31 +702,57 @@ fn probe_bwrap_uncached(path: Option<&OsStr>, kind: Kind) -> Result<PathBuf, Str
     }
 }
 
-/// Find `pasta` on `path` and check it gives a wall made by `bwrap` its own network here.
-pub fn probe_pasta(path: Option<&OsStr>, bwrap: &Path) -> Result<PathBuf, String> {
+/// Find `pasta` on `path` and check it gives an own display's network here: a network made
+/// as a display makes it ([`Bwrap::own_net`], each wait bounded by `timeout`), a wall made
+/// by `bwrap` joined to it, both gone when the probe returns.
+pub fn probe_pasta(
+    path: Option<&OsStr>,
+    bwrap: &Path,
+    timeout: Duration,
+) -> Result<PathBuf, String> {
     let Some(pasta) = find_on(path, "pasta") else {
         return Err("pasta is not installed (Debian/Ubuntu: apt-get install passt)".into());
     };
     let mut wall = Bwrap::new(bwrap.to_path_buf(), Vec::new(), Vec::new());
     wall.pasta = Some(pasta.clone());
-    let walled = wall.grant_args(None);
-    let out = std::process::Command::new(&walled.program)
-        .args(&walled.args)
-        .arg("true")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .output();
+    let scratch = private_dir("pasta-probe").map_err(|e| format!("cannot probe pasta: {e}"))?;
+    let net = wall.own_net(&|p| Command::new(p), &|c| c.spawn(), &scratch, timeout);
+    let _ = std::fs::remove_dir_all(&scratch);
+    let net = net?;
+    let join = net
+        .join()
+        .map_err(|e| format!("cannot hold its network: {e}"))?;
+    let mut cmd = wall.grant_args(None, Some(join)).command(None);
+    cmd.arg("true")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let out = crate::cgroup::spawn_alone(&mut cmd).and_then(|c| c.wait_with_output());
+    drop(net);
     match out {
         Ok(o) if o.status.success() => Ok(pasta),
         Ok(o) => Err(format!(
-            "{} cannot give a wall its own network here ({}): {}",
+            "a wall cannot join the network {} made here ({}): {}",
             pasta.display(),
             o.status,
             String::from_utf8_lossy(&o.stderr).trim()
         )),
-        Err(e) => Err(format!("cannot run /bin/sh for pasta: {e}")),
+        Err(e) => Err(format!(
+            "a wall cannot join the network {} made here: {e}",
+            pasta.display()
+        )),
     }
+}
+
+/// A new directory only this user reaches (0700), under the temporary directory.
+fn private_dir(tag: &str) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    let mut nonce = [0u8; 8];
+    getrandom::fill(&mut nonce).map_err(std::io::Error::other)?;
+    let name: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
+    let dir = std::env::temp_dir().join(format!("handnode-{tag}-{name}"));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    Ok(dir)
 }
 
 fn find_on(path: Option<&OsStr>, name: &str) -> Option<PathBuf> {
@@ -543,7 +878,8 @@ pub fn for_own_display_shells(
             refusal: None,
         });
     }
-    match probe_pasta(std::env::var_os("PATH").as_deref(), &wall.program) {
+    let timeout = config.own_display.start_timeout;
+    match probe_pasta(std::env::var_os("PATH").as_deref(), &wall.program, timeout) {
         Ok(pasta) => {
             wall.pasta = Some(pasta);
             Ok(OwnDisplayWall {
@@ -702,7 +1038,7 @@ mod tests {
             vec![root.join("no-such-token")],
             false,
         );
-        let walled = w.grant_args(Some((&parent, Some(&own), Some(&socket))));
+        let walled = w.grant_args(Some((&parent, Some(&own), Some(&socket))), None);
         assert_eq!(walled.program, PathBuf::from("/usr/bin/bwrap"));
         let args = strings(&walled.args);
         let at = |s: &str| args.iter().position(|a| a == s).unwrap();
@@ -734,7 +1070,7 @@ mod tests {
         assert!(!args.iter().any(|a| a == "--unshare-user"));
         // A display not started yet: the parent is emptied and nothing is bound back.
         let idle = strings(
-            &w.grant_args(Some((&parent, Some(&parent.join("g3")), None)))
+            &w.grant_args(Some((&parent, Some(&parent.join("g3")), None)), None)
                 .args,
         );
         assert_eq!(&idle[idle.len() - 3..], ["--tmpfs", &p, "--"]);
@@ -745,7 +1081,7 @@ mod tests {
     fn as_root_every_wall_drops_every_capability_in_a_user_namespace_first() {
         let w = wall(Vec::new(), Vec::new(), true);
         for args in [
-            w.grant_args(None).args,
+            w.grant_args(None, None).args,
             w.args(Path::new("/x/b1"), Path::new("/x")),
         ] {
             let args = strings(&args);
@@ -763,20 +1099,28 @@ mod tests {
     }
 
     #[test]
-    fn with_pasta_the_wall_is_wrapped_and_blocks_until_its_network_is_up() {
+    fn with_pasta_a_wall_joins_the_displays_network_and_never_keeps_the_boxs() {
         let mut w = wall(Vec::new(), Vec::new(), true);
         w.pasta = Some(PathBuf::from("/usr/bin/pasta"));
-        let walled = w.grant_args(None);
-        assert_eq!(walled.program, PathBuf::from("/bin/sh"));
+        // Given the display's network: bwrap itself, no network of its own, the join carried.
+        let held = std::fs::File::open("/proc/self/ns/net").unwrap();
+        let join = NetJoin {
+            user: None,
+            net: OwnedFd::from(held),
+        };
+        let walled = w.grant_args(None, Some(join));
+        assert_eq!(walled.program, PathBuf::from("/usr/bin/bwrap"));
+        assert!(walled.net.is_some());
         let args = strings(&walled.args);
-        assert_eq!(args[0], "-c");
-        assert_eq!(args[1], NET_WRAPPER);
-        assert_eq!(&args[3..6], ["/usr/bin/pasta", "root", "/usr/bin/bwrap"]);
-        let tail = &args[args.len() - 6..];
-        assert_eq!(
-            tail,
-            ["--unshare-net", "--info-fd", "3", "--block-fd", "4", "--"]
-        );
+        assert!(!args.iter().any(|a| a == "--unshare-net"), "{args:?}");
+        assert_eq!(args.last().unwrap(), "--");
+        // Without it (the display's network is not up): a network with nothing in it.
+        let args = strings(&w.grant_args(None, None).args);
+        assert!(args.iter().any(|a| a == "--unshare-net"), "{args:?}");
+        // Without pasta (`--own-display-network shared`, other grants): the box's.
+        w.pasta = None;
+        let args = strings(&w.grant_args(None, None).args);
+        assert!(!args.iter().any(|a| a == "--unshare-net"), "{args:?}");
     }
 
     #[test]
@@ -796,7 +1140,7 @@ mod tests {
         let files = vec![foreign.join("sock")];
         let locked = strings(
             &wall(dirs.clone(), files.clone(), true)
-                .grant_args(None)
+                .grant_args(None, None)
                 .args,
         );
         let has = |args: &[String], p: &Path| args.iter().any(|a| a == &p.display().to_string());
@@ -804,26 +1148,30 @@ mod tests {
         assert!(!has(&locked, &foreign.join("sock")), "{locked:?}");
         assert!(has(&locked, &base.join("open/dir")), "{locked:?}");
         // Unlocked, the wall is the daemon's own user, who made these: all of it is hidden.
-        let open = strings(&wall(dirs, files, false).grant_args(None).args);
+        let open = strings(&wall(dirs, files, false).grant_args(None, None).args);
         assert!(has(&open, &foreign.join("dir")) && has(&open, &foreign.join("sock")));
         let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]
-    fn an_unprivileged_wall_that_pasta_joins_builds_its_dev_without_devpts() {
-        let mut w = wall(Vec::new(), Vec::new(), false);
-        w.pasta = Some(PathBuf::from("/usr/bin/pasta"));
-        let args = strings(&w.grant_args(None).args);
-        assert!(!args.windows(2).any(|a| a == ["--dev", "/dev"]), "{args:?}");
-        assert!(
-            args.windows(2).any(|a| a == ["--tmpfs", "/dev"]),
-            "{args:?}"
-        );
-        assert!(!args.iter().any(|a| a.starts_with("/dev/pts")), "{args:?}");
-        // Root's wall keeps bwrap's own /dev: no nested user namespace is made there.
-        w.lock = true;
-        let args = strings(&w.grant_args(None).args);
-        assert!(args.windows(2).any(|a| a == ["--dev", "/dev"]), "{args:?}");
+    fn every_grant_wall_has_a_dev_of_its_own_with_or_without_pasta() {
+        for (lock, pasta) in [(false, false), (false, true), (true, false), (true, true)] {
+            let mut w = wall(Vec::new(), Vec::new(), lock);
+            w.pasta = pasta.then(|| PathBuf::from("/usr/bin/pasta"));
+            let args = strings(&w.grant_args(None, None).args);
+            assert!(args.windows(2).any(|a| a == ["--dev", "/dev"]), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn bwraps_info_gives_the_childs_pid_once_it_is_whole() {
+        let info = b"{\n    \"child-pid\": 3067,\n    \"net-namespace\": 4026532176\n}\n";
+        let pid = |text: &'static [u8]| child_pid(text, Duration::from_secs(10)).map(|(p, _)| p);
+        assert_eq!(pid(&info[..]), Some(3067));
+        // Cut before the object ends, no pid in it, or nothing: no pid (EOF ends the wait).
+        assert_eq!(pid(b"{\"child-pid\": 3067,"), None);
+        assert_eq!(pid(b"{\"mnt-namespace\": 1}"), None);
+        assert_eq!(pid(b""), None);
     }
 
     #[test]

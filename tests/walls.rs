@@ -537,7 +537,7 @@ fn pasta_here(test: &str) -> bool {
     let path = std::env::var_os("PATH");
     let bwrap = handnode::walls::probe_bwrap(path.as_deref(), handnode::walls::Kind::Grant)
         .expect("walls_here");
-    let Err(why) = handnode::walls::probe_pasta(path.as_deref(), &bwrap) else {
+    let Err(why) = handnode::walls::probe_pasta(path.as_deref(), &bwrap, WATCHDOG) else {
         return true;
     };
     let pod = StubPod::start();
@@ -646,7 +646,8 @@ fn an_own_display_grant_reaches_neither_the_lender_nor_the_owners_display() {
         );
         assert_escapee_dies_with(&l, &id, &tag);
     }
-    // Each wall's pasta went with it (joined by a /proc path, it never noticed on its own).
+    // Each display's pasta went with it (joined by a /proc path, it never notices on its
+    // own: the display's end kills it).
     poll_until(
         || orphaned_pastas(start_ticks("self").unwrap_or(0)),
         Vec::is_empty,
@@ -730,7 +731,7 @@ fn start_ticks(pid: &str) -> Option<u64> {
         .ok()
 }
 
-/// `pasta` processes started after `since` whose wall is gone: leaked.
+/// `pasta` processes started after `since` whose namespace's holder is gone: leaked.
 fn orphaned_pastas(since: u64) -> Vec<String> {
     let mut leaked = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
@@ -763,6 +764,105 @@ fn orphaned_pastas(since: u64) -> Vec<String> {
     leaked
 }
 
+/// The network namespace a walled `bash` of the grant runs in (`net:[inode]`).
+fn bash_netns(a: &mut Agent) -> String {
+    let r = a.ok("bash", json!({"command": "readlink /proc/self/ns/net"}));
+    let out = r["structuredContent"]["stdout"]
+        .as_str()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    assert!(out.starts_with("net:["), "{r}");
+    out
+}
+
+/// Its own display's network is made once (§24): every call and job of the grant joins
+/// the same namespace, not the box's; its holder and pasta (the display's record names
+/// them) run while the grant does, and none is left after revoke.
+#[test]
+fn an_own_displays_network_is_made_once_joined_by_every_call_and_gone_after_revoke() {
+    let test = "an_own_displays_network_is_made_once_joined_by_every_call_and_gone_after_revoke";
+    if !own_display_here(test) || !pasta_here(test) {
+        return;
+    }
+    let pod = StubPod::start();
+    let l = lender("walls-own-net", |c| c.own_display.size = (320, 240));
+    let (id, conn) = l.d.attached_with(&pod, own_body(&pod, "own-net"));
+    let mut a = Agent::new(conn);
+    let first = bash_netns(&mut a);
+    let box_net = std::fs::read_link("/proc/self/ns/net").unwrap();
+    assert_ne!(
+        first,
+        box_net.to_string_lossy(),
+        "the wall runs in the box's network"
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            bash_netns(&mut a),
+            first,
+            "a call made a network of its own"
+        );
+    }
+    // A job joins it too.
+    let job = a.ok(
+        "bash_start",
+        json!({"command": "readlink /proc/self/ns/net"}),
+    );
+    let job_id = job["structuredContent"]["job_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no job_id: {job}"))
+        .to_string();
+    let polled = poll_until(
+        || a.ok("bash_poll", json!({"job_id": job_id, "wait_secs": 5})),
+        |r| r["structuredContent"]["state"] != "running",
+        |r| format!("watchdog: the job did not end: {r}"),
+    );
+    assert!(polled.to_string().contains(&first), "{polled}");
+    // Its holder and pasta, as the display's record names them, both running.
+    let dir = PathBuf::from(
+        l.d.grant(&id)["own_display"]["runtime_dir"]
+            .as_str()
+            .expect("a running own display"),
+    );
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("display.json")).unwrap()).unwrap();
+    let net_pids: Vec<u32> = record["net_pids"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no net_pids: {record}"))
+        .iter()
+        .filter_map(Value::as_u64)
+        .map(|p| p as u32)
+        .collect();
+    assert_eq!(net_pids.len(), 2, "{record}");
+    for pid in &net_pids {
+        assert!(!dead(*pid), "{pid} of {record} is not running");
+    }
+    let holder = net_pids[0];
+    if let Ok(theirs) = std::fs::read_link(format!("/proc/{holder}/ns/net")) {
+        assert_eq!(theirs.to_string_lossy(), first, "the holder's namespace");
+    }
+    assert!(
+        cmdline(net_pids[1])
+            .iter()
+            .any(|a| a == &format!("/proc/{holder}/ns/net")),
+        "pasta is attached to the holder's namespace: {:?}",
+        cmdline(net_pids[1])
+    );
+    let (status, _) = l.d.call("DELETE", &format!("/attach/{id}"), None);
+    assert_eq!(status, 204);
+    poll_until(
+        || {
+            net_pids
+                .iter()
+                .copied()
+                .filter(|p| !dead(*p))
+                .collect::<Vec<_>>()
+        },
+        Vec::is_empty,
+        |left| format!("watchdog: its network's holder or pasta outlived the grant: {left:?}"),
+    );
+}
+
 #[test]
 fn pasta_ends_with_its_wall() {
     if !walls_here() {
@@ -773,7 +873,7 @@ fn pasta_ends_with_its_wall() {
         .expect("walls_here");
     let since = start_ticks("self").expect("our own start time");
     for _ in 0..3 {
-        if let Err(why) = handnode::walls::probe_pasta(path.as_deref(), &bwrap) {
+        if let Err(why) = handnode::walls::probe_pasta(path.as_deref(), &bwrap, WATCHDOG) {
             eprintln!("SKIPPED pasta_ends_with_its_wall: {why}");
             return;
         }

@@ -30,10 +30,24 @@
 //! is offset by [`CODE_BASE`] plus the failing file's index so the parent can say which
 //! file and why ([`explain`]). A file the parent could not open is reported the same way,
 //! from the child, so that building a command stays infallible.
+//!
+//! **Joining a network namespace** ([`join_before_exec`], contract §21, §24). An own
+//! display's walled calls run in the display's one network namespace, made when the
+//! display starts (`crate::walls::OwnNet`). The child joins it with `setns(2)` in a second
+//! hook, after the cgroup writes: one more raw syscall on descriptors the closure owns
+//! (duplicated by the parent before the spawn, `O_CLOEXEC`), async-signal-safe like
+//! `write(2)`, so the argument above holds unchanged. Joining costs a syscall where the
+//! alternative, `nsenter`, costs a program's start per call. The namespace is named by an
+//! open descriptor, never a `/proc/<pid>` path a later process could take. `setns` of a
+//! network namespace needs `CAP_SYS_ADMIN` both in the user namespace that owns it and in
+//! the caller's own: root has both; a daemon without root first joins the owning user
+//! namespace (its own, made by its uid, so it holds every capability there), and execve
+//! drops those capabilities again since its uid there is not 0. Errors are coded as the
+//! files' are, from [`NS_CODE_BASE`].
 
 use std::fs::OpenOptions;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd as _, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
@@ -52,6 +66,13 @@ enum Slot {
 
 /// Reported for an open that failed without an errno (std never does that).
 const EIO: i32 = 5;
+
+/// Errors of a namespace join carry `NS_CODE_BASE + step * CODE_STRIDE + errno`, above
+/// every file code (`CODE_BASE + 4095 * CODE_STRIDE + 4095 < NS_CODE_BASE`); step 0 is
+/// the user namespace, 1 the network namespace.
+const NS_CODE_BASE: i32 = 1 << 25;
+/// The namespaces a join names, by step.
+const NS_STEPS: [&str; 2] = ["user", "network"];
 
 fn code(index: usize, errno: i32) -> i32 {
     let index = i32::try_from(index)
@@ -98,6 +119,33 @@ pub(super) fn before_exec(cmd: &mut Command, procs: &[PathBuf]) {
     }
 }
 
+/// Make `cmd`'s child join the network namespace `net` before it execs (after its cgroup
+/// writes, when [`before_exec`] was called first), joining the user namespace `user` that
+/// owns it first when given (a daemon without root; module doc). A failed join fails the
+/// spawn (see [`explain`]): the program never runs in the box's network.
+pub(super) fn join_before_exec(cmd: &mut Command, user: Option<OwnedFd>, net: OwnedFd) {
+    use rustix::thread::{move_into_link_name_space as setns, LinkNameSpaceType as Ns};
+    let hook = move || -> io::Result<()> {
+        let steps = [(user.as_ref(), Ns::User), (Some(&net), Ns::Network)];
+        for (step, (fd, kind)) in steps.into_iter().enumerate() {
+            let Some(fd) = fd else { continue };
+            if let Err(e) = setns(fd.as_fd(), Some(kind)) {
+                let errno = e.raw_os_error().clamp(0, CODE_STRIDE - 1);
+                let step = i32::try_from(step).unwrap_or(0);
+                return Err(io::Error::from_raw_os_error(
+                    NS_CODE_BASE + step * CODE_STRIDE + errno,
+                ));
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the forked child before exec and makes only raw setns(2)
+    // calls on descriptors it owns; it neither allocates nor takes a lock (module doc).
+    unsafe {
+        cmd.pre_exec(hook);
+    }
+}
+
 /// A spawn error as the person reading it needs it: the hook's coded errors become
 /// "cannot put the process in its cgroup: writing 0 to <file> failed: <why>"; any other
 /// error (the program missing, say) is returned as it is.
@@ -105,6 +153,21 @@ pub(super) fn explain(e: io::Error, procs: &[PathBuf]) -> io::Error {
     let Some(raw) = e.raw_os_error().filter(|r| *r >= CODE_BASE) else {
         return e;
     };
+    if raw >= NS_CODE_BASE {
+        let (step, errno) = (
+            ((raw - NS_CODE_BASE) / CODE_STRIDE) as usize,
+            (raw - NS_CODE_BASE) % CODE_STRIDE,
+        );
+        let cause = io::Error::from_raw_os_error(errno);
+        let which = NS_STEPS.get(step).copied().unwrap_or("network");
+        return io::Error::new(
+            cause.kind(),
+            format!(
+                "cannot join the own display's network (setns of its {which} namespace \
+                 failed: {cause}); the command did not run"
+            ),
+        );
+    }
     let (index, errno) = (
         ((raw - CODE_BASE) / CODE_STRIDE) as usize,
         (raw - CODE_BASE) % CODE_STRIDE,
@@ -193,6 +256,93 @@ mod tests {
         let err = output(cmd, &[]).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
         assert!(!err.to_string().contains("cgroup"), "{err}");
+    }
+
+    /// A network namespace (as root) or a user namespace with one (anyone else) held by a
+    /// child that is ours and not reaped, so its pid names it: `(child, user, net)`.
+    fn namespace_holder() -> Option<(std::process::Child, Option<OwnedFd>, OwnedFd)> {
+        let root = rustix::process::geteuid().is_root();
+        let mut cmd = Command::new("unshare");
+        if !root {
+            cmd.arg("--user");
+        }
+        let mut child = cmd
+            .args(["--net", "--", "sh", "-c", "echo up; exec sleep 60"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        let mut line = String::new();
+        let out = child.stdout.take()?;
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(out).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        line.push_str(&rx.recv_timeout(WATCHDOG).expect("watchdog: unshare hung"));
+        if line.trim() != "up" {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        let open = |kind: &str| {
+            fs::File::open(format!("/proc/{}/ns/{kind}", child.id()))
+                .map(OwnedFd::from)
+                .unwrap()
+        };
+        let user = (!root).then(|| open("user"));
+        let net = open("net");
+        Some((child, user, net))
+    }
+
+    #[test]
+    fn the_child_runs_in_the_network_it_joins_and_the_parent_stays_in_its_own() {
+        let Some((mut holder, user, net)) = namespace_holder() else {
+            eprintln!("skip: unshare cannot make a network namespace here");
+            return;
+        };
+        let theirs = rustix::fs::fstat(&net).unwrap().st_ino;
+        let mut cmd = Command::new("readlink");
+        cmd.arg("/proc/self/ns/net");
+        join_before_exec(&mut cmd, user, net);
+        let out = output(cmd, &[]);
+        let _ = holder.kill();
+        let _ = holder.wait();
+        let out = out.unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let seen = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert_eq!(seen, format!("net:[{theirs}]"));
+        let own = fs::read_link("/proc/self/ns/net").unwrap();
+        assert_ne!(own.to_string_lossy(), seen, "the parent moved");
+    }
+
+    #[test]
+    fn a_failed_join_fails_the_spawn_and_says_so() {
+        // /dev/null is no namespace: setns refuses it (EINVAL) and the program never runs.
+        let null = OwnedFd::from(fs::File::open("/dev/null").unwrap());
+        let mut cmd = Command::new("/bin/echo");
+        join_before_exec(&mut cmd, None, null);
+        let err = output(cmd, &[]).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("cannot join the own display's network")
+                && text.contains("network namespace")
+                && text.contains("did not run"),
+            "{text}"
+        );
+        // After a cgroup hook that fails first, the cgroup's error is the one told.
+        let files = [PathBuf::from("/dev/full")];
+        let mut cmd = Command::new("/bin/echo");
+        before_exec(&mut cmd, &files);
+        join_before_exec(
+            &mut cmd,
+            None,
+            OwnedFd::from(fs::File::open("/dev/null").unwrap()),
+        );
+        let err = output(cmd, &files).unwrap_err();
+        assert!(err.to_string().contains("/dev/full"), "{err}");
     }
 
     /// A real group in every hierarchy this box lets root write (cgroup2 and the v1

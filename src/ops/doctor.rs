@@ -437,8 +437,10 @@ pub fn own_display_isolation_check(env: &HashMap<String, String>) -> Check {
         return c;
     }
     let path = env.get("PATH").map(std::ffi::OsStr::new);
-    let pasta = crate::walls::probe_bwrap(path, crate::walls::Kind::OwnDisplay)
-        .and_then(|bwrap| crate::walls::probe_pasta(path, &bwrap));
+    let pasta = crate::walls::probe_bwrap(path, crate::walls::Kind::OwnDisplay).and_then(|bwrap| {
+        let timeout = crate::config::own_display::OwnDisplaySettings::default().start_timeout;
+        crate::walls::probe_pasta(path, &bwrap, timeout)
+    });
     match pasta {
         Ok(p) => {
             c.detail.push_str(&format!(

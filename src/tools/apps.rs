@@ -529,7 +529,7 @@ fn open(args: &Value, cx: &CallContext) -> Result<ToolOutput, String> {
         .map_err(|e| format!("could not contain the app: {e}"))?;
     // On the grant's own display, inside its wall (§19): an app that opens a terminal
     // opens a walled one.
-    let mut cmd = super::display::own::walled_command(cx, &group, &program);
+    let mut cmd = super::display::own::walled_command(cx, &group, &program)?;
     cmd.args(&entry.argv[1..])
         .env_clear()
         .envs(app_env(cx))

@@ -154,7 +154,7 @@ pub(crate) fn command(
     // variables; the caller's `env` still wins. Its shell runs inside its wall, where
     // other grants' displays and handnode's files are not there.
     let display = super::display::call_display(cx);
-    let mut cmd = super::display::own::walled_command(cx, &group, &program);
+    let mut cmd = super::display::own::walled_command(cx, &group, &program)?;
     let (unset, mut set) = display.child_vars();
     set.extend(env.iter().cloned());
     cmd.arg("-c")

@@ -27,7 +27,9 @@
 //! `bash_start`, whose children get its variables): that call, on the grant's own display
 //! thread, starts `Xvfb -displayfd 1 -nolisten tcp -auth <cookie>` (the display number is
 //! learned from its stdout, without races), the window manager, and `dbus-daemon` with a
-//! session configuration of ours on a socket in the grant's 0700 runtime directory. All
+//! session configuration of ours on a socket in the grant's 0700 runtime directory (with
+//! `pasta`, its network comes first, once: [`crate::walls::OwnNet`], in a run group of its
+//! own, kept until the grant ends, whatever becomes of the X server). All
 //! three run in one run
 //! group of the grant's cgroup (§16) and carry the job marker. It survives redials; it is
 //! stopped when the grant ends, on daemon stop, and on the next start after a crash
@@ -204,6 +206,9 @@ impl OwnDisplays {
                 ended: std::sync::atomic::AtomicBool::new(ended),
                 isolation: self.isolation(),
                 network: self.network(),
+                net_wall: self.walls.wall.clone().filter(|w| w.pasta.is_some()),
+                net: Mutex::new(None),
+                net_failed: Mutex::new(None),
                 wheel: Arc::new(Wheel::new(
                     grant,
                     self.opts.wheel_idle,
@@ -253,10 +258,34 @@ impl OwnDisplays {
 
     /// The program and its arguments up to the shell, for `bash` or a job of the grant
     /// whose own display is `own`: its wall (see `crate::walls`), in which the other
-    /// grants' runtime directories are empty and only its own X socket is there. `None`
-    /// when there is no wall here.
-    pub fn shell_wall(&self, own: &OwnDisplay) -> Option<crate::walls::Walled> {
-        let walls = self.walls.wall.as_ref()?;
+    /// grants' runtime directories are empty and only its own X socket is there, and, with
+    /// `pasta`, the display's network to join. `Ok(None)` when there is no wall here; `Err`
+    /// when the wall needs the display's network and it is not up (the call is refused:
+    /// it never runs in the box's network).
+    pub fn shell_wall(&self, own: &OwnDisplay) -> Result<Option<crate::walls::Walled>, String> {
+        let Some(walls) = self.walls.wall.as_ref() else {
+            return Ok(None);
+        };
+        let net = match &own.net_wall {
+            None => None,
+            Some(_) => {
+                let held = lock(&own.net).clone();
+                let Some(held) = held else {
+                    let why = lock(&own.net_failed)
+                        .clone()
+                        .unwrap_or_else(|| "its display has not started".into());
+                    return Err(format!(
+                        "this grant's shell runs in its own display's network, which is not \
+                         up: {why}"
+                    ));
+                };
+                Some(
+                    held.own
+                        .join()
+                        .map_err(|e| format!("cannot join this grant's own network: {e}"))?,
+                )
+            }
+        };
         let shown = lock(&own.shown).clone();
         let dir = shown.as_ref().map(|s| s.dir.clone());
         let socket = shown.as_ref().map(|s| {
@@ -266,13 +295,13 @@ impl OwnDisplays {
                 .join(format!("X{}", s.number))
         });
         let parent = self.opts.parent();
-        let mut walled = walls.grant_args(Some((&parent, dir.as_deref(), socket.as_deref())));
+        let mut walled = walls.grant_args(Some((&parent, dir.as_deref(), socket.as_deref())), net);
         // The live view's socket reads as /dev/null inside: with `None` security, whoever
         // connects may type; only the daemon's bridge, which enforces the wheel, does.
         if let Some(rfb) = shown.and_then(|s| s.rfb).filter(|p| p.exists()) {
             walled.cover_file(&rfb);
         }
-        Some(walled)
+        Ok(Some(walled))
     }
 
     /// What the file tools of the grant whose own display is `own` may not reach: what its
@@ -339,6 +368,7 @@ impl OwnDisplays {
             if let Some(l) = live {
                 own.stop_live(l);
             }
+            own.stop_net();
         }
     }
 
@@ -366,8 +396,9 @@ impl OwnDisplays {
             if daemon_alive {
                 continue;
             }
-            for pid in &r.pids {
-                if carries_marker(*pid, &r.marker) {
+            let marked = r.pids.iter().map(|p| (p, &r.marker));
+            for (pid, marker) in marked.chain(r.net_pids.iter().map(|p| (p, &r.net_marker))) {
+                if carries_marker(*pid, marker) {
                     let _ = signal(*pid, rustix::process::Signal::KILL);
                 }
             }
@@ -404,10 +435,25 @@ pub struct OwnDisplay {
     isolation: &'static str,
     /// Whether that wall has its own network (`pasta`) or the box's (`shared`).
     network: &'static str,
+    /// The wall whose `pasta` makes its network: `Some` when its shells get one.
+    net_wall: Option<crate::walls::Bwrap>,
+    /// Its network (§21): made on its first start, before the X server, and kept until
+    /// the grant ends, so every walled call joins it instead of making one (§24).
+    net: Mutex<Option<Arc<Net>>>,
+    /// Why its network could not be made, for the calls refused for want of it.
+    net_failed: Mutex<Option<String>>,
     /// Who drives it: the agent, or the lender through the live view (§23).
     wheel: Arc<Wheel>,
     /// The live view's viewers of it.
     viewers: Arc<Viewers>,
+}
+
+/// An own display's network and the run group its holder and `pasta` live in: dropped,
+/// both are killed (by pidfd, then whatever the group still holds).
+#[derive(Debug)]
+struct Net {
+    own: crate::walls::OwnNet,
+    _group: Arc<RunGroup>,
 }
 
 #[derive(Clone, Debug)]
@@ -446,6 +492,11 @@ struct Record {
     /// Xvfb first.
     pids: Vec<u32>,
     marker: String,
+    /// Its network's holder and `pasta`, which carry `net_marker`.
+    #[serde(default)]
+    net_pids: Vec<u32>,
+    #[serde(default)]
+    net_marker: String,
 }
 
 impl Record {
@@ -566,6 +617,9 @@ impl OwnDisplay {
         if self.ended.load(std::sync::atomic::Ordering::SeqCst) {
             return Err("this grant has ended; its own display is gone".into());
         }
+        // The network first, and whatever becomes of the X server: the shells join it.
+        self.ensure_net(cfg, confine)
+            .map_err(|why| format!("the grant's own display could not start: {why}"))?;
         if let Some(l) = live.as_mut() {
             if matches!(l.xvfb.try_wait(), Ok(None)) {
                 let mut env = l.env.clone();
@@ -613,6 +667,88 @@ impl OwnDisplay {
         }
     }
 
+    /// Whether its shells can run now as far as the network goes: it needs none (no
+    /// `pasta`), or it has one whose holder and `pasta` run.
+    fn net_up(&self) -> bool {
+        self.net_wall.is_none() || lock(&self.net).as_ref().is_some_and(|n| n.own.alive())
+    }
+
+    /// Make its network once (§21, §24), when its wall has `pasta` and it has none yet:
+    /// the holder and `pasta` in a run group of the grant's, `pasta`'s files in a private
+    /// directory beside the runtime directories (whose parent every wall sees empty).
+    /// Called with `live` held, so two starts never make two.
+    fn ensure_net(&self, cfg: &ToolConfig, confine: &crate::cgroup::Confine) -> Result<(), String> {
+        let Some(wall) = &self.net_wall else {
+            return Ok(());
+        };
+        if self.net_up() {
+            return Ok(());
+        }
+        if lock(&self.net).take().is_some() {
+            log::warn!(
+                "grant {}: its own display's network stopped; making it again",
+                self.grant
+            );
+        }
+        let made = self.make_net(wall, cfg, confine);
+        let mut failed = lock(&self.net_failed);
+        match made {
+            Ok(net) => {
+                *failed = None;
+                *lock(&self.net) = Some(Arc::new(net));
+                Ok(())
+            }
+            Err(why) => {
+                *failed = Some(why.clone());
+                Err(why)
+            }
+        }
+    }
+
+    fn make_net(
+        &self,
+        wall: &crate::walls::Bwrap,
+        cfg: &ToolConfig,
+        confine: &crate::cgroup::Confine,
+    ) -> Result<Net, String> {
+        let marker = format!("own-net-{}", self.grant);
+        let group = confine
+            .run(&self.grant, true, &marker)
+            .map_err(|e| format!("could not contain its network: {e}"))?;
+        let parent = self.opts.parent();
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&parent)
+            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        let scratch = parent.join(format!("{}.net", dir_name(&self.grant)));
+        let _ = std::fs::remove_dir_all(&scratch);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&scratch)
+            .map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
+        let env = crate::tools::env::child_env(
+            std::env::vars_os(),
+            cfg,
+            &OWNER_SESSION_VARS,
+            &[(MARKER_ENV.into(), marker)],
+        );
+        let made = wall.own_net(
+            &|program| {
+                let mut cmd = group.command(program);
+                cmd.env_clear().envs(env.clone());
+                cmd
+            },
+            &|cmd| group.spawn(cmd),
+            &scratch,
+            self.opts.start_timeout,
+        );
+        let _ = std::fs::remove_dir_all(&scratch);
+        let own = made?;
+        log::info!("grant {}: its own display's network is up", self.grant);
+        Ok(Net { own, _group: group })
+    }
+
     fn start(&self, cfg: &ToolConfig, confine: &crate::cgroup::Confine) -> Result<Live, String> {
         let path_var = DisplayEnv::from_config(cfg).path;
         let find = |(name, package): (&str, &str)| {
@@ -648,11 +784,17 @@ impl OwnDisplay {
         let marker = format!("own-display-{}", self.grant);
         // The record first, so a crash at any later point leaves a directory the next
         // start knows to clean; completed with the pids below.
+        let net_pids = lock(&self.net)
+            .as_ref()
+            .map(|n| n.own.pids())
+            .unwrap_or_default();
         let mut record = Record {
             daemon_pid: std::process::id(),
             display: 0,
             pids: Vec::new(),
             marker: marker.clone(),
+            net_marker: format!("own-net-{}", self.grant),
+            net_pids,
         };
         record
             .write(&dir)
@@ -871,8 +1013,11 @@ impl OwnDisplay {
             Err(std::sync::TryLockError::WouldBlock) => None,
         };
         match taken {
-            Some(Some(l)) => self.stop_live(l),
-            Some(None) => {}
+            Some(Some(l)) => {
+                self.stop_live(l);
+                self.stop_net();
+            }
+            Some(None) => self.stop_net(),
             None => {
                 let own = Arc::clone(&self);
                 let spawned = std::thread::Builder::new()
@@ -882,12 +1027,21 @@ impl OwnDisplay {
                         if let Some(l) = live {
                             own.stop_live(l);
                         }
+                        own.stop_net();
                     });
                 if let Err(e) = spawned {
                     // The grant's cgroup kill and the next start's stale cleanup remain.
                     log::warn!("grant {}: cannot stop its own display now: {e}", self.grant);
                 }
             }
+        }
+    }
+
+    /// Its network goes: the holder and `pasta` are killed (once no call holds it, which
+    /// is at once: a call only duplicates its descriptors).
+    fn stop_net(&self) {
+        if lock(&self.net).take().is_some() {
+            log::info!("grant {}: its own display's network stopped", self.grant);
         }
     }
 
@@ -1227,7 +1381,7 @@ pub fn doctor_facts(cfg: &ToolConfig) -> Value {
 /// after starting it. A display that cannot start does not stop the command: it runs
 /// without any display variables (never the owner's).
 pub fn with_started(own: Arc<OwnDisplay>, cx: CallContext, done: Completion, start: DeferredStart) {
-    if own.env_now(&cx.host.config).is_some() {
+    if own.env_now(&cx.host.config).is_some() && own.net_up() {
         return start(cx, done);
     }
     let slot = Arc::new(Mutex::new(Some((cx, done, start))));
@@ -1262,32 +1416,33 @@ pub fn with_call_display(cx: CallContext, done: Completion, start: DeferredStart
 /// The command that runs `program` for a call in the run `group` (`bash`, jobs and
 /// `app_open`: the one place a grant's processes are made): inside the call's grant's wall
 /// (§21) when the call has a grant other than `owner` and this box has the wall — its own
-/// display's wall for a grant with one, so an app's "open a terminal" is walled too — else
-/// as `group.command` makes it. Add the program's arguments to it.
+/// display's wall for a grant with one, so an app's "open a terminal" is walled too, in
+/// that display's network — else as `group.command` makes it. Add the program's arguments
+/// to it. `Err` (the call is refused) when its own display's network is not up.
 pub fn walled_command(
     cx: &CallContext,
     group: &crate::cgroup::RunGroup,
     program: &Path,
-) -> std::process::Command {
+) -> Result<std::process::Command, String> {
     let walled = if !walls_apply(cx) {
         None
     } else if let Some(own) = own_of(cx) {
-        cx.host.own_displays.shell_wall(&own)
+        cx.host.own_displays.shell_wall(&own)?
     } else {
         cx.host
             .config
             .grant_walls
             .as_ref()
-            .map(|w| w.grant_args(None))
+            .map(|w| w.grant_args(None, None))
     };
-    match walled {
+    Ok(match walled {
         Some(w) => {
-            let mut cmd = group.command(&w.program);
-            cmd.args(w.args).arg(program);
+            let mut cmd = w.command(Some(group));
+            cmd.arg(program);
             cmd
         }
         None => group.command(program),
-    }
+    })
 }
 
 /// Whether the call's processes belong inside a wall: every grant's but the `owner`
@@ -1360,6 +1515,50 @@ mod tests {
         }
         assert!(own.get("g-late").is_none(), "an ended grant is not kept");
         assert_eq!(own.running(), 0);
+    }
+
+    #[test]
+    fn when_pasta_fails_nothing_starts_and_its_shell_is_refused_saying_why() {
+        let path = std::env::var_os("PATH");
+        let kind = crate::walls::Kind::Grant;
+        let Ok(bwrap) = crate::walls::probe_bwrap(path.as_deref(), kind) else {
+            eprintln!("skip: bwrap does not work here");
+            return;
+        };
+        let mut wall = crate::walls::Bwrap::new(bwrap, Vec::new(), Vec::new());
+        wall.pasta = Some(PathBuf::from("/bin/false"));
+        let parent = scratch("own-nonet");
+        let own = OwnDisplays::new(
+            OwnOptions {
+                dir: Some(parent.clone()),
+                ..OwnOptions::default()
+            },
+            crate::walls::OwnDisplayWall {
+                wall: Some(wall),
+                network: Network::Pasta,
+                refusal: None,
+            },
+        );
+        let d = own.entry("g-nonet");
+        let confine = crate::cgroup::Confine::inert();
+        let err = d.ensure(&ToolConfig::default(), &confine).unwrap_err();
+        assert!(
+            err.contains("could not start")
+                && err.contains("pasta could not give this grant's wall its network")
+                && err.contains("/bin/false"),
+            "{err}"
+        );
+        assert_eq!(own.running(), 0, "no X server was started");
+        let refused = own.shell_wall(&d).unwrap_err();
+        assert!(
+            refused.contains("its own display's network, which is not up")
+                && refused.contains("/bin/false"),
+            "{refused}"
+        );
+        // Its private directory went with the failure.
+        let left: Vec<_> = std::fs::read_dir(&parent).unwrap().flatten().collect();
+        assert!(left.is_empty(), "{left:?}");
+        let _ = std::fs::remove_dir_all(parent);
     }
 
     #[test]
@@ -1457,6 +1656,13 @@ mod tests {
             .env(MARKER_ENV, marker)
             .spawn()
             .unwrap();
+        // What its network left: the holder and pasta carry a marker of their own.
+        let net_marker = "own-net-stale-test";
+        let mut left_net = std::process::Command::new("sleep")
+            .arg("60")
+            .env(MARKER_ENV, net_marker)
+            .spawn()
+            .unwrap();
         let mut stranger = std::process::Command::new("sleep")
             .arg("60")
             .spawn()
@@ -1473,6 +1679,8 @@ mod tests {
                 display,
                 pids,
                 marker: marker.into(),
+                net_pids: vec![left_net.id()],
+                net_marker: net_marker.into(),
             };
             std::fs::write(dir.join(RECORD), serde_json::to_vec(&r).unwrap()).unwrap();
             dir
@@ -1491,6 +1699,11 @@ mod tests {
         assert!(
             !status.success(),
             "the marked process was killed: {status:?}"
+        );
+        let status = left_net.wait().unwrap();
+        assert!(
+            !status.success(),
+            "its network's marked process was killed: {status:?}"
         );
         assert!(!stale.exists());
         assert!(kept.exists(), "a live daemon's display is left alone");
