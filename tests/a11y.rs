@@ -1134,3 +1134,35 @@ fn an_apps_grant_over_its_socket_drives_its_own_app_and_not_another() {
     let (status, _) = d.call("DELETE", &format!("/attach/{grant}"), None);
     assert_eq!(status, 204);
 }
+
+#[test]
+fn a_snapshot_after_the_accessibility_bus_died_connects_again() {
+    let Some(session) = Session::start("bus_died") else {
+        return;
+    };
+    let host = session.host();
+    let _zenity = session.zenity(&["--question", "--text=again"]);
+    // The display thread keeps its connection to the accessibility bus between calls.
+    snapshot_until(&host, json!({"app": "zenity"}), |v| {
+        find_ref(v, "push button", "Yes").is_some()
+    });
+    // The accessibility bus and its launcher (started by the session bus, in its process
+    // group) go away under the kept connection.
+    let group = session._bus.0.id().to_string();
+    for which in ["at-spi-bus-launcher", "accessibility.conf"] {
+        let killed = Command::new("pkill")
+            .args(["-KILL", "-g", &group, "-f", which])
+            .status()
+            .unwrap();
+        assert!(killed.success(), "no {which} in group {group}");
+    }
+    // The next call finds the connection broken and makes a new one (the session bus
+    // starts a new accessibility bus), never answering with the dead connection's error.
+    let out = call(&host, "desktop_snapshot", json!({}));
+    let handnode::wire::mcp::ToolOutput::Result(v) = out else {
+        panic!("not a result: {out:?}");
+    };
+    let t = v["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(!t.contains("D-Bus connection failed"), "{v}");
+    snapshot_until(&host, json!({}), |_| true);
+}

@@ -502,6 +502,16 @@ impl Conn {
         }
     }
 
+    /// Whether nothing of earlier calls is pending: no answer held or awaited late, no
+    /// message half read or unsent. Only such a connection is kept for later calls.
+    pub fn is_idle(&self) -> bool {
+        self.answers.is_empty()
+            && self.forgotten.is_empty()
+            && self.rbuf.is_empty()
+            && self.skip == 0
+            && self.out.is_empty()
+    }
+
     /// How many answers are held unread (for bounding callers' pipelines).
     pub fn held(&self) -> usize {
         self.answers.len()

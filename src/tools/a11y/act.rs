@@ -47,11 +47,10 @@ pub(super) fn snapshot(args: Value, cx: CallContext, done: Completion) {
         Err(why) => return done.complete(bad(why)),
     };
     on_display(cx, done, Gui::A11ySnapshot, move |probe, cx| {
-        let mut bus = match Bus::open(&probe.env, cx.host.config.a11y_call_timeout) {
-            Ok(b) => b,
-            Err(why) => return ToolOutput::tool_error(format!("desktop_snapshot: {why}")),
-        };
-        let snap = match tree::read(&mut bus, &opts, &|| cx.ctl.is_cancelled()) {
+        let read = super::bus::with_bus(&probe.env, cx.host.config.a11y_call_timeout, |bus| {
+            tree::read(bus, &opts, &|| cx.ctl.is_cancelled())
+        });
+        let snap = match read {
             Ok(s) => s,
             Err(why) => return ToolOutput::tool_error(format!("desktop_snapshot: {why}")),
         };

@@ -112,6 +112,63 @@ pub struct Bus {
     pub until: Option<Instant>,
     /// Calls sent so far (the bench counts what a snapshot asks).
     pub sent: usize,
+    /// A call found the connection unusable ([`DbusError::is_fatal`]).
+    pub broken: bool,
+}
+
+thread_local! {
+    /// The accessibility bus connection a display thread used last, with the addresses it
+    /// was found for (§24): a snapshot then neither asks the session bus for the address
+    /// nor connects and authenticates again (7–12 ms a call). Only a connection left idle
+    /// ([`Conn::is_idle`]) by a call that hung on no application is kept; one that fails is
+    /// dropped and the call tried once on a new one. It ends with its thread (an own
+    /// display's ends with the display).
+    static KEPT: std::cell::RefCell<Option<(BusKey, Bus)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// What a kept connection was found for: the display environment's bus addresses.
+type BusKey = (Option<String>, Option<String>);
+
+fn bus_key(env: &DisplayEnv) -> BusKey {
+    (
+        env.at_spi_bus_address.clone(),
+        env.dbus_session_bus_address.clone(),
+    )
+}
+
+/// Run `work` over this thread's kept connection to the accessibility bus of `env`, or a
+/// new one; keep it afterwards when it is still good. A kept connection that turns out
+/// broken (the bus restarted) costs one retry on a new connection, never an error.
+pub fn with_bus<T>(
+    env: &DisplayEnv,
+    timeout: Duration,
+    work: impl Fn(&mut Bus) -> Result<T, String>,
+) -> Result<T, String> {
+    let key = bus_key(env);
+    let kept = KEPT
+        .with(|k| k.borrow_mut().take())
+        .filter(|(k, _)| *k == key)
+        .map(|(_, mut bus)| {
+            bus.timeout = timeout;
+            bus.hung.clear();
+            bus.until = None;
+            bus.broken = false;
+            bus
+        });
+    let reused = kept.is_some();
+    let mut bus = match kept {
+        Some(bus) => bus,
+        None => Bus::open(env, timeout)?,
+    };
+    let mut out = work(&mut bus);
+    if reused && bus.broken {
+        bus = Bus::open(env, timeout)?;
+        out = work(&mut bus);
+    }
+    if !bus.broken && bus.hung.is_empty() && bus.conn.is_idle() {
+        KEPT.with(|k| *k.borrow_mut() = Some((key, bus)));
+    }
+    out
 }
 
 impl Bus {
@@ -125,6 +182,7 @@ impl Bus {
             hung: HashSet::new(),
             until: None,
             sent: 0,
+            broken: false,
         })
     }
 
@@ -137,6 +195,7 @@ impl Bus {
             hung: HashSet::new(),
             until: None,
             sent: 0,
+            broken: false,
         }
     }
 
@@ -220,6 +279,7 @@ impl Bus {
                     });
                 }
                 Err(e) => {
+                    self.broken |= e.is_fatal();
                     return results
                         .into_iter()
                         .map(|r| r.unwrap_or_else(|| Err(e.clone())))
