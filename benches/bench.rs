@@ -1934,6 +1934,18 @@ fn bench_memory(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
         Some(anon <= 6144.0),
     );
 
+    // The first grant pays once for what every later grant shares (code and data pages
+    // first touched, a pool worker's first start, malloc's arenas grown): measured apart as
+    // `rss_first_grant_kib`, so the per-grant figures are what each further grant adds and
+    // a tenth of the count (--quick) does not spread that once-only cost over ten grants
+    // instead of a hundred. It sends no large reply: freed reply memory that later grants
+    // reuse would hide part of their cost.
+    let (warm, _warm_conn) = attach_ready(d, pod, "mem-warm", "owner");
+    std::thread::sleep(Duration::from_millis(500));
+    let (rss_warm, anon_warm) = d.rss_kib();
+    r.put("rss_first_grant_kib", rss_warm - rss, "KiB", None);
+    let (rss, anon) = (rss_warm, anon_warm);
+
     let n = o.n(100);
     let mut grants = Vec::new();
     for i in 0..n {
@@ -1990,6 +2002,7 @@ fn bench_memory(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     for (grant, _) in &grants {
         d.revoke(grant);
     }
+    d.revoke(&warm);
     std::thread::sleep(Duration::from_millis(500));
     r.put("rss_after_revoke_kib", d.rss_kib().0, "KiB", None);
 }
