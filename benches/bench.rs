@@ -1812,6 +1812,13 @@ fn bench_own_display(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod, di
             Some(spawn),
         );
         r.put("own_display_bash_true_rtt_p50", own, "ms", Some(plain));
+        // Its network is made once per display and joined (issue 36): a call costs what a
+        // walled call without a network of its own does.
+        r.check(
+            "own_display_bash_true_rtt_p50",
+            format!("<= the plain walled grant's + 1 ms = {:.2} ms", plain + 1.0),
+            Some(own <= plain + 1.0),
+        );
         // Inside its wall a call's spawn floor is bwrap's (`own_display_bash_true_ms`'s floor).
         if let Some(wall) = wall_floor {
             r.check(
