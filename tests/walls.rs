@@ -776,6 +776,83 @@ fn bash_netns(a: &mut Agent) -> String {
     out
 }
 
+/// The holder's and pasta's pids of the grant's own display's network, from its record.
+fn net_pids(l: &Lender, id: &str) -> (Vec<u32>, Value) {
+    let dir = PathBuf::from(
+        l.d.grant(id)["own_display"]["runtime_dir"]
+            .as_str()
+            .expect("a running own display"),
+    );
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("display.json")).unwrap()).unwrap();
+    let pids: Vec<u32> = record["net_pids"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no net_pids: {record}"))
+        .iter()
+        .filter_map(Value::as_u64)
+        .map(|p| p as u32)
+        .collect();
+    assert_eq!(pids.len(), 2, "{record}");
+    (pids, record)
+}
+
+/// A halt kills its own display's network with the grant's processes; after resume the
+/// next call makes it again (the old one's pasta gone by then), and it works.
+#[test]
+fn a_halt_takes_an_own_displays_network_and_the_next_call_makes_it_again() {
+    let test = "a_halt_takes_an_own_displays_network_and_the_next_call_makes_it_again";
+    if !own_display_here(test) || !pasta_here(test) {
+        return;
+    }
+    let pod = StubPod::start();
+    let l = lender("walls-own-halt", |c| c.own_display.size = (320, 240));
+    let (id, conn) = l.d.attached_with(&pod, own_body(&pod, "own-halt"));
+    let mut a = Agent::new(conn);
+    let before = bash_netns(&mut a);
+    let (old, _) = net_pids(&l, &id);
+    let (status, v) = l.d.call("POST", "/halt", Some(&json!({"reason": "net"})));
+    assert_eq!(status, 200, "{v}");
+    poll_until(
+        || !dead(old[0]),
+        |alive| !alive,
+        |_| format!("watchdog: the halt left its network's holder {}", old[0]),
+    );
+    let (status, v) = l.d.call("POST", "/resume", None);
+    assert_eq!(status, 200, "{v}");
+    let (_, conn) = pod.next_session();
+    let mut a = Agent::new(conn);
+    let after = bash_netns(&mut a);
+    assert_ne!(after, before, "a call joined the network the halt emptied");
+    let box_net = std::fs::read_link("/proc/self/ns/net").unwrap();
+    assert_ne!(
+        after,
+        box_net.to_string_lossy(),
+        "the wall runs in the box's network"
+    );
+    for pid in &old {
+        assert!(
+            dead(*pid),
+            "{pid} of the old network outlived the halt and the remake"
+        );
+    }
+    let (new, record) = net_pids(&l, &id);
+    for pid in &new {
+        assert!(!dead(*pid), "{pid} of {record} is not running");
+    }
+    // And it works: the box's loopback port through pasta.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let r = a.ok(
+        "bash",
+        json!({"command": format!(
+            "gw=$(ip route | awk '/^default/ {{print $3; exit}}'); \
+             (exec 3<>/dev/tcp/${{gw:-127.0.0.1}}/{port}) 2>/dev/null && echo net-ok || \
+             (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo net-ok"
+        )}),
+    );
+    assert!(r.to_string().contains("net-ok"), "{r}");
+}
+
 /// Its own display's network is made once (§24): every call and job of the grant joins
 /// the same namespace, not the box's; its holder and pasta (the display's record names
 /// them) run while the grant does, and none is left after revoke.
@@ -819,21 +896,7 @@ fn an_own_displays_network_is_made_once_joined_by_every_call_and_gone_after_revo
     );
     assert!(polled.to_string().contains(&first), "{polled}");
     // Its holder and pasta, as the display's record names them, both running.
-    let dir = PathBuf::from(
-        l.d.grant(&id)["own_display"]["runtime_dir"]
-            .as_str()
-            .expect("a running own display"),
-    );
-    let record: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("display.json")).unwrap()).unwrap();
-    let net_pids: Vec<u32> = record["net_pids"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no net_pids: {record}"))
-        .iter()
-        .filter_map(Value::as_u64)
-        .map(|p| p as u32)
-        .collect();
-    assert_eq!(net_pids.len(), 2, "{record}");
+    let (net_pids, record) = net_pids(&l, &id);
     for pid in &net_pids {
         assert!(!dead(*pid), "{pid} of {record} is not running");
     }
