@@ -447,6 +447,7 @@ impl Confine {
                 limited,
                 live: Mutex::new(HashSet::new()),
                 spare: Mutex::new(Vec::new()),
+                v1_procs: Default::default(),
                 stale: Default::default(),
                 markers: Mutex::new(HashSet::new()),
             },
@@ -460,11 +461,16 @@ impl Confine {
     /// not), its processes to carry `marker` (the job marker's value).
     pub fn run(&self, grant: &str, limited: bool, marker: &str) -> io::Result<Arc<RunGroup>> {
         let grant = self.grant(grant, limited)?;
+        let own_procs = std::sync::OnceLock::new();
         let (name, dir) = match &grant.dir {
             Some(gdir) => {
                 grant.sweep(gdir);
                 match grant.take_spare() {
-                    Some((name, dir)) => (name, Some(dir)),
+                    Some((name, dir, Some(open))) => {
+                        let _ = own_procs.set(open);
+                        (name, Some(dir))
+                    }
+                    Some((name, dir, None)) => (name, Some(dir)),
                     None => {
                         let name = format!("r{}", self.next_run.fetch_add(1, Ordering::Relaxed));
                         // Live before it exists: a concurrent run's sweep must never take it.
@@ -507,6 +513,7 @@ impl Confine {
             grant,
             oom_before,
             kept: std::sync::atomic::AtomicBool::new(false),
+            own_procs,
         }))
     }
 
@@ -820,9 +827,12 @@ pub struct GrantGroup {
     limited: bool,
     /// Runs whose groups must not be swept (spare groups count as live).
     live: Mutex<HashSet<String>>,
-    /// Empty run groups kept for the next runs (at most [`SPARE_RUNS`]): a `bash` call
-    /// then costs no `mkdir`/`rmdir` in cgroupfs (docs/performance.md).
-    spare: Mutex<Vec<(String, PathBuf)>>,
+    /// Empty run groups kept for the next runs (at most [`SPARE_RUNS`]), with their
+    /// `cgroup.procs` once opened: a `bash` call then costs no `mkdir`/`rmdir` in cgroupfs
+    /// (docs/performance.md).
+    spare: Mutex<Vec<Spare>>,
+    /// Hybrid: the v1 groups' `cgroup.procs`, opened at the grant's first spawn.
+    v1_procs: std::sync::OnceLock<Vec<enter::Slot>>,
     /// A run group could not be removed when its run ended (still emptying, or processes
     /// kept): the next run sweeps the grant's directory. Unset, no run reads it.
     stale: std::sync::atomic::AtomicBool,
@@ -893,6 +903,7 @@ impl GrantGroup {
             limited,
             live: Mutex::new(HashSet::new()),
             spare: Mutex::new(Vec::new()),
+            v1_procs: Default::default(),
             stale: Default::default(),
             markers: Mutex::new(HashSet::new()),
         })
@@ -925,13 +936,13 @@ impl GrantGroup {
     }
 
     /// A spare run group, still empty, for a new run (its name stays live).
-    fn take_spare(&self) -> Option<(String, PathBuf)> {
+    fn take_spare(&self) -> Option<Spare> {
         loop {
-            let (name, dir) = lock(&self.spare).pop()?;
+            let (name, dir, procs) = lock(&self.spare).pop()?;
             // Nothing can enter an empty group but by a write to its `cgroup.procs`; one
             // that holds a process all the same is no run's to reuse.
             if !populated(&dir) {
-                return Some((name, dir));
+                return Some((name, dir, procs));
             }
             kill_tree(&dir);
             lock(&self.live).remove(&name);
@@ -942,12 +953,12 @@ impl GrantGroup {
     /// An ended run's group: kept as a spare when it is empty, never OOM-killed in (its
     /// own `memory.events` count must start at 0 for the next run) and there is room;
     /// else removed (or left for [`GrantGroup::sweep`] while it empties).
-    fn release(&self, name: &str, dir: &Path) {
+    fn release(&self, name: &str, dir: &Path, procs: Option<enter::Slot>) {
         let clean = !populated(dir) && oom_kill_count(&dir.join("memory.events")).unwrap_or(0) == 0;
         if clean {
             let mut spare = lock(&self.spare);
             if spare.len() < SPARE_RUNS {
-                spare.push((name.to_string(), dir.to_path_buf()));
+                spare.push((name.to_string(), dir.to_path_buf(), procs));
                 return;
             }
         }
@@ -1018,7 +1029,12 @@ pub struct RunGroup {
     oom_before: u64,
     /// What the run left running stays until the grant ends ([`RunGroup::keep`]).
     kept: std::sync::atomic::AtomicBool,
+    /// Its own group's `cgroup.procs`, opened at its first spawn (or kept with the spare).
+    own_procs: std::sync::OnceLock<enter::Slot>,
 }
+
+/// A spare run group: its name, its directory, its `cgroup.procs` if it was opened.
+type Spare = (String, PathBuf, Option<enter::Slot>);
 
 /// Empty run groups a grant keeps for its next runs: enough for the calls a grant runs at
 /// once in practice, few enough that an idle grant holds next to nothing in cgroupfs.
@@ -1102,11 +1118,48 @@ impl RunGroup {
     /// subreaper it is `program` itself.
     pub fn command(&self, program: &Path) -> Command {
         let mut cmd = Command::new(program);
-        let files = self.procs_files();
-        if !files.is_empty() {
-            enter::before_exec(&mut cmd, &files);
+        let slots = self.procs_slots();
+        if !slots.is_empty() {
+            enter::before_exec_slots(&mut cmd, slots);
         }
         cmd
+    }
+
+    /// [`RunGroup::procs_files`] opened, in the same order: each opened once and kept (by
+    /// the run, its spare, or the grant for v1), a failed open tried again next time.
+    fn procs_slots(&self) -> Vec<enter::Slot> {
+        fn cached(cell: &std::sync::OnceLock<enter::Slot>, path: &Path) -> enter::Slot {
+            if let Some(slot) = cell.get() {
+                return slot.clone();
+            }
+            let slot = enter::Slot::open(path);
+            if slot.is_open() {
+                let _ = cell.set(slot.clone());
+            }
+            slot
+        }
+        let mut slots = Vec::new();
+        if let Some(d) = &self.dir {
+            slots.push(cached(&self.own_procs, &d.join("cgroup.procs")));
+        }
+        if !self.grant.v1.is_empty() {
+            match self.grant.v1_procs.get() {
+                Some(v1) => slots.extend(v1.iter().cloned()),
+                None => {
+                    let v1: Vec<enter::Slot> = self
+                        .grant
+                        .v1
+                        .iter()
+                        .map(|(_, g)| enter::Slot::open(&g.join("cgroup.procs")))
+                        .collect();
+                    if v1.iter().all(enter::Slot::is_open) {
+                        let _ = self.grant.v1_procs.set(v1.clone());
+                    }
+                    slots.extend(v1);
+                }
+            }
+        }
+        slots
     }
 
     /// `cmd.spawn()` for a command made by [`RunGroup::command`]: a child that could not
@@ -1206,7 +1259,9 @@ impl Drop for RunGroup {
         match &self.dir {
             // Reused when empty; else removed once it empties, at the grant's next run or
             // its end.
-            Some(d) if !kept => self.grant.release(&self.name, d),
+            Some(d) if !kept => self
+                .grant
+                .release(&self.name, d, self.own_procs.get().cloned()),
             Some(d) => {
                 lock(&self.grant.live).remove(&self.name);
                 if fs::remove_dir(d).is_err() {
@@ -1652,9 +1707,12 @@ mod tests {
         .unwrap();
         assert_eq!(run.oom_limit(), Some(64 << 20));
         // A group that cannot be written: the spawn fails, naming it; echo never runs.
-        fs::remove_dir_all(run.dir.as_ref().unwrap()).unwrap();
-        let err = run
-            .spawn(&mut run.command(Path::new("echo")))
+        // (A new run: this one keeps its file open, and a fake group's file, unlike a
+        // removed cgroup's, still takes writes.)
+        let other = confine.run("g1", true, "m2").unwrap();
+        let procs = other.dir.as_ref().unwrap().join("cgroup.procs");
+        let err = other
+            .spawn(&mut other.command(Path::new("echo")))
             .unwrap_err()
             .to_string();
         assert!(
@@ -1685,10 +1743,18 @@ mod tests {
         let run = confine.run("g1", true, "m1").unwrap();
         let first = run.dir.clone().unwrap();
         events(&first, 0);
+        // Its cgroup.procs is opened once: gone from its path, the open file still serves.
+        fs::write(first.join("cgroup.procs"), "").unwrap();
+        drop(run.command(Path::new("true")));
+        fs::remove_file(first.join("cgroup.procs")).unwrap();
+        let mut cmd = run.command(Path::new("true"));
+        assert!(run.spawn(&mut cmd).unwrap().wait().unwrap().success());
         assert_eq!(run.keep(), 0);
         drop(run);
         let run = confine.run("g1", true, "m2").unwrap();
         assert_eq!(run.dir.as_deref(), Some(first.as_path()));
+        // ... and goes with the spare to the next run.
+        assert!(run.own_procs.get().is_some_and(enter::Slot::is_open));
         // OOM-killed in: its own count would mislead the next run, so it is not reused.
         fs::write(first.join("memory.events"), "oom_kill 1\n").unwrap();
         drop(run);
@@ -1715,7 +1781,7 @@ mod tests {
         let grant = lock(&confine.grants).get("g1").cloned().unwrap();
         assert_eq!(lock(&grant.spare).len(), SPARE_RUNS);
         // A spare that holds a process when it is taken is skipped.
-        let (_, busy) = lock(&grant.spare).last().cloned().unwrap();
+        let (_, busy, _) = lock(&grant.spare).last().cloned().unwrap();
         events(&busy, 1);
         let run = confine.run("g1", true, "p").unwrap();
         assert!(run.dir.as_ref().is_some_and(|d| d != &busy));

@@ -23,8 +23,9 @@
 //! **Why it is sound.** After `fork` in a multi-threaded process the child has one thread,
 //! and any lock another thread held (malloc's arenas, stdio, the logger) stays held
 //! forever; only async-signal-safe calls may be made (`signal-safety(7)`). `write(2)` is
-//! one. The closure owns its descriptors (moved into it, never shared) and only borrows
-//! them in the child. An error is returned as a raw OS error (no allocation: `io::Error`
+//! one. The closure holds its descriptors (through `Arc`s it owns: the group keeps them
+//! open for later spawns, [`Slot`]) and only borrows them in the child; the child's
+//! descriptor table is its own copy, so the parent closing one later changes nothing there. An error is returned as a raw OS error (no allocation: `io::Error`
 //! stores an errno inline), which std sends to the parent through its own pipe and
 //! `Command::spawn` returns; the child then exits without running the program. The errno
 //! is offset by [`CODE_BASE`] plus the failing file's index so the parent can say which
@@ -57,11 +58,28 @@ use std::process::Command;
 const CODE_BASE: i32 = 1 << 24;
 const CODE_STRIDE: i32 = 1 << 12;
 
-/// One `cgroup.procs` file, open in the parent or the errno of why it is not.
-#[derive(Debug)]
-enum Slot {
-    Open(OwnedFd),
+/// One `cgroup.procs` file, open in the parent or the errno of why it is not. An open one
+/// may serve many spawns (the caller keeps it: opening a kernfs path per spawn cost ~0.2 ms
+/// a call, docs/performance.md): each child writes through its own copy of the descriptor,
+/// and the `Command` holding a clone keeps it open until the spawn returned.
+#[derive(Clone, Debug)]
+pub(super) enum Slot {
+    Open(std::sync::Arc<OwnedFd>),
     Failed(i32),
+}
+
+impl Slot {
+    /// Open `path` for writing (std opens with `O_CLOEXEC`, so the program never sees it).
+    pub(super) fn open(path: &std::path::Path) -> Slot {
+        match OpenOptions::new().write(true).open(path) {
+            Ok(file) => Slot::Open(std::sync::Arc::new(file.into())),
+            Err(e) => Slot::Failed(e.raw_os_error().unwrap_or(EIO)),
+        }
+    }
+
+    pub(super) fn is_open(&self) -> bool {
+        matches!(self, Slot::Open(_))
+    }
 }
 
 /// Reported for an open that failed without an errno (std never does that).
@@ -83,18 +101,17 @@ fn code(index: usize, errno: i32) -> i32 {
 
 /// Make `cmd`'s child write itself into every file of `procs` (each a `cgroup.procs`)
 /// before it execs; a failed write fails the spawn (see [`explain`]).
+#[cfg(test)]
 pub(super) fn before_exec(cmd: &mut Command, procs: &[PathBuf]) {
-    let slots: Vec<Slot> = procs
-        .iter()
-        .map(|path| match OpenOptions::new().write(true).open(path) {
-            // std opens with O_CLOEXEC.
-            Ok(file) => Slot::Open(file.into()),
-            Err(e) => Slot::Failed(e.raw_os_error().unwrap_or(EIO)),
-        })
-        .collect();
+    before_exec_slots(cmd, procs.iter().map(|p| Slot::open(p)).collect());
+}
+
+/// [`before_exec`] with the files already opened (or failed), in the order [`explain`] is
+/// given their paths.
+pub(super) fn before_exec_slots(cmd: &mut Command, slots: Vec<Slot>) {
     let hook = move || -> io::Result<()> {
         for (index, slot) in slots.iter().enumerate() {
-            let fd = match slot {
+            let fd: &OwnedFd = match slot {
                 Slot::Open(fd) => fd,
                 Slot::Failed(errno) => {
                     return Err(io::Error::from_raw_os_error(code(index, *errno)))
@@ -113,7 +130,9 @@ pub(super) fn before_exec(cmd: &mut Command, procs: &[PathBuf]) {
         Ok(())
     };
     // SAFETY: the hook runs in the forked child before exec and makes only raw write(2)
-    // calls on descriptors it owns; it neither allocates nor takes a lock (module doc).
+    // calls on descriptors it holds (shared with the parent's cache through an `Arc` the
+    // closure owns, so they are open until the spawn returned; the child only borrows them);
+    // it neither allocates nor takes a lock (module doc).
     unsafe {
         cmd.pre_exec(hook);
     }
