@@ -6,6 +6,8 @@
 //! and skip; the others always run.
 
 mod common;
+#[path = "displays/mod.rs"]
+mod displays;
 #[path = "common/playwright.rs"]
 mod playwright;
 
@@ -1067,6 +1069,204 @@ fn in_a_browser_the_live_view_shows_typing_and_takes_the_wheel() {
         );
     }
     // Each change of hands is audited.
+    d.wait_audit("four changes of the wheel", |audit| {
+        audit
+            .lines()
+            .filter(|l| l.contains("\"kind\":\"wheel\""))
+            .count()
+            == 4
+    });
+}
+
+/// An xterm on the box's X display, the test's own (the lender's desktop): killed with it.
+struct Term(Child);
+
+impl Drop for Term {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The live view of the box's own display (§23, a grant without `"display":"own"`), in
+/// chromium: the grant JSON's `live_view` turns the console's screenshot into noVNC over
+/// x11vnc, and the page says the screen is the lender's own. At 1180×820 the text the agent's
+/// `key` types into an xterm on :99 changes the view; with the wheel taken the agent's `mouse`
+/// is refused, and works again once given back. On a 390×844 touch phone a tap on the view
+/// moves :99's pointer only while the lender holds the wheel (read back with xdotool).
+#[test]
+fn in_a_browser_the_box_display_is_live_and_a_phone_takes_the_wheel() {
+    const TEST: &str = "in_a_browser_the_box_display_is_live_and_a_phone_takes_the_wheel";
+    let core = match playwright_core() {
+        Ok(core) => core,
+        Err(why) => return eprintln!("SKIPPED {TEST}: {why}"),
+    };
+    let screen = match displays::Displays::load() {
+        Ok(d) if std::path::Path::new("/tmp/.X11-unix/X99").exists() => d,
+        _ => {
+            return eprintln!("SKIPPED {TEST}: no Xvfb on :99 (bash scripts/ci/displays.sh start)")
+        }
+    };
+    for needed in [
+        "/usr/bin/x11vnc",
+        "/usr/bin/xdotool",
+        "/usr/bin/xterm",
+        "/usr/share/novnc/core/rfb.js",
+    ] {
+        if !std::path::Path::new(needed).exists() {
+            return eprintln!("SKIPPED {TEST}: no {needed} (scripts/ci/packages.sh)");
+        }
+    }
+    let _one = ONE_BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    let x11 = handnode::config::DisplayBackend::X11;
+    let size = screen.x11_size();
+    let d = browser_daemon("console-livebox", |c| {
+        c.display_backend = x11;
+        c.display_env = Some(screen.env_for(x11));
+    });
+    // The lender's own desktop: an xterm the agent will type into.
+    let (tx, ty, tw, th) = (40u32, 40u32, 480u32, 160u32);
+    let title = format!("handnode-livebox-{}", std::process::id());
+    let _term = Term(
+        screen
+            .command(x11, "xterm")
+            .args(["-title", &title, "-geometry", &format!("60x8+{tx}+{ty}")])
+            .args(["-bg", "white", "-fg", "black"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run xterm"),
+    );
+    let xdotool = |args: &[&str]| {
+        let out = screen
+            .command(x11, "xdotool")
+            .args(args)
+            .output()
+            .expect("run xdotool");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    poll_until(
+        || xdotool(&["search", "--onlyvisible", "--name", &title]),
+        |found| !found.is_empty(),
+        |found| format!("watchdog: the xterm never showed: {found:?}"),
+    );
+    let pod = StubPod::start();
+    let (id, mut conn) = d.attached_with(&pod, attach_body(&pod, "livebox", "desktop"));
+    conn.set_read_timeout(STEP_WATCHDOG);
+    // The console's cue: the box's display can be viewed (x11vnc is there).
+    poll_until(
+        || d.grant(&id),
+        |g| g["live_view"] == true && g.get("display").is_none(),
+        |g| format!("watchdog: the grant JSON never said live_view true: {g}"),
+    );
+    let mut n = 0;
+    let mut call = |conn: &mut PodConn, tool: &str, args: Value| -> Value {
+        n += 1;
+        conn.call_tool(json!(n), tool, args)["result"].clone()
+    };
+    // A first call, so the grant has a journal when the page reads it (none is a 404).
+    let info = call(&mut conn, "sys_info", json!({}));
+    assert_eq!(info["structuredContent"]["wheel"], "agent", "{info}");
+    let mut browser = Browser::start(
+        "livebox.cjs",
+        &core,
+        &d,
+        &[
+            ("BOX_GRANT", id.clone()),
+            ("BOX_SIZE", format!("{}x{}", size.0, size.1)),
+            ("BOX_TERM", format!("{tx},{ty},{tw},{th}")),
+        ],
+    );
+
+    // At a desk: the agent types, the view shows it.
+    browser.expect("ready-desktop");
+    xdotool(&["search", "--name", &title, "windowfocus", "--sync"]);
+    let typed = call(
+        &mut conn,
+        "key",
+        json!({"action": "type", "text": "typed on your own screen"}),
+    );
+    assert_ne!(typed["isError"], true, "{typed}");
+    browser.go("typed");
+    let shown = browser.expect("shown");
+    println!(
+        "live view of the box display: the typing showed {} ms after the key call returned",
+        shown["ms"]
+    );
+    browser.expect("took-desktop");
+    assert_eq!(d.grant(&id)["wheel"], "lender");
+    let refused = call(
+        &mut conn,
+        "mouse",
+        json!({"action": "move", "x": 5, "y": 5}),
+    );
+    assert_eq!(refused["isError"], true, "{refused}");
+    let text = refused["content"][0]["text"].as_str().unwrap_or("");
+    assert!(
+        text.contains("the person who lent the box has the wheel"),
+        "{text}"
+    );
+    browser.go("refused");
+    browser.expect("gave-desktop");
+    assert_eq!(d.grant(&id)["wheel"], "agent");
+    let moved = call(
+        &mut conn,
+        "mouse",
+        json!({"action": "move", "x": 7, "y": 9}),
+    );
+    assert_ne!(moved["isError"], true, "{moved}");
+    assert_eq!(screen.x11_pointer(), (7, 9), "the agent drives again");
+    browser.go("next-desktop");
+
+    // On a phone: a tap moves the pointer only with the wheel.
+    let near = |at: (u32, u32), step: &Value| {
+        let within = step["within"].as_i64().unwrap();
+        let want = (step["x"].as_i64().unwrap(), step["y"].as_i64().unwrap());
+        (i64::from(at.0) - want.0).abs() <= within && (i64::from(at.1) - want.1).abs() <= within
+    };
+    browser.expect("ready-phone");
+    xdotool(&["mousemove", "10", "10"]);
+    browser.go("parked");
+    let watching = browser.expect("tapped-watching");
+    // The tap went (or not) before the page reported it; the bridge passes input at once.
+    let at = screen.x11_pointer();
+    assert!(
+        !near(at, &watching) && at == (10, 10),
+        "a tap without the wheel moved the pointer to {at:?}"
+    );
+    browser.go("not-moved");
+    let tapped = browser.expect("tapped-wheel");
+    assert_eq!(d.grant(&id)["wheel"], "lender");
+    let at = poll_until(
+        || screen.x11_pointer(),
+        |at| near(*at, &tapped),
+        |at| format!("watchdog: the tap never moved the pointer to {tapped}: {at:?}"),
+    );
+    println!("live view of the box display, phone: a tap put the pointer at {at:?}");
+    browser.go("moved");
+    browser.expect("gave-phone");
+    assert_eq!(d.grant(&id)["wheel"], "agent");
+    xdotool(&["mousemove", "10", "10"]);
+    browser.go("parked-again");
+    let given = browser.expect("tapped-given-back");
+    let at = screen.x11_pointer();
+    assert!(
+        !near(at, &given) && at == (10, 10),
+        "a tap after giving the wheel back moved the pointer to {at:?}"
+    );
+    browser.go("next-phone");
+    let shots = browser.finish();
+    for file in [
+        "console-livebox-desktop.png",
+        "console-livebox-desktop-wheel.png",
+        "console-livebox-phone-wheel.png",
+    ] {
+        assert!(
+            shots.iter().any(|s| s.ends_with(file)),
+            "no {file} in {shots:?}"
+        );
+    }
     d.wait_audit("four changes of the wheel", |audit| {
         audit
             .lines()

@@ -197,6 +197,14 @@ fn the_box_display_is_viewed_through_x11vnc_and_driven_only_with_the_wheel() {
         0,
         "nothing runs before the first viewer"
     );
+    // The console's cue that it may ask for a view: x11vnc is there for the box's X display
+    // (known once the first listing's probe has run on its own thread).
+    poll_until(
+        || d.grant(&id),
+        |g| g["live_view"] == true,
+        |g| format!("watchdog: the grant JSON never said live_view true: {g}"),
+    );
+    assert_eq!(our_children("x11vnc"), 0, "saying so started no server");
 
     let mut v = view(&d, &id);
     let (version, size) = v.handshake();
@@ -317,11 +325,19 @@ fn without_x11vnc_the_view_says_what_to_install() {
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("apt install x11vnc"), "{body}");
     assert_eq!(our_children("x11vnc"), 0);
+    // `/view` probed the display: the grant JSON now says, on that probe, that it cannot be
+    // viewed (the console keeps its screenshot).
+    assert_eq!(d.grant(&id)["live_view"], false, "{}", d.grant(&id));
     // A browser grant drives its own browser, never the box's screen: nothing to view.
     let (browser, _conn) = d.attached_with(&pod, attach_body(&pod, "s2", "browser"));
     let (status, body) = open_view(&d, &browser, true, &[]).err().expect("refused");
     assert_eq!(status, 404, "{body}");
     assert!(body.contains("browser grant has no display"), "{body}");
+    let g = d.grant(&browser);
+    assert!(
+        g.get("live_view").is_none() && g.get("wheel").is_none(),
+        "{g}"
+    );
     let (status, body) = d.call(
         "POST",
         &format!("/attach/{browser}/wheel"),

@@ -426,6 +426,8 @@ impl Entry {
             // The box's display has one wheel, shared by every grant on it (§23).
             let holder = host.box_view.wheel().holder();
             v.insert("wheel".into(), json!(holder.as_str()));
+            let viewable = crate::tools::display::boxview::viewable(&services.host);
+            v.insert("live_view".into(), json!(viewable));
         }
         v.insert("principal".into(), json!(self.principal));
         v.insert("created_at".into(), json!(rfc3339(self.created_at)));

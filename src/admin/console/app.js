@@ -80,6 +80,7 @@
     journals: null, // GET /journals once read
     journalSupported: true, // false on a handnode that predates the journal (GET /audit then)
     journal: { id: '', seq: 0, count: 0 }, // what #activity-list shows
+    wheelIdleSecs: 0, // --wheel-idle-secs, as POST /attach/{id}/wheel last said (0: not yet)
   };
 
   class ApiError extends Error {
@@ -1446,9 +1447,11 @@
   }
 
   // ---- live view (§23) ----
-  // A grant's own display on Xvnc is shown live with noVNC (Debian's novnc, served at
-  // /console/novnc/), watch-only until the lender takes the wheel. Without noVNC, or while
-  // a view cannot be opened, the screenshot above goes on.
+  // A grant's own display on Xvnc, or the box's own display (the lender's desktop, through
+  // x11vnc or wayvnc: the grant JSON's live_view says whether one is installed), is shown
+  // live with noVNC (Debian's novnc, served at /console/novnc/), watch-only until the
+  // lender takes the wheel. Without noVNC, or while a view cannot be opened, the screenshot
+  // above goes on.
 
   /** noVNC's RFB class: null not tried yet, false not installed here. */
   let RFBClass = null;
@@ -1467,11 +1470,19 @@
     return RFBClass;
   }
 
+  /** Whether grant `g` uses the box's own display (the lender's desktop), not one of its
+   * own; a browser grant drives neither. */
+  function onBoxDisplay(g) {
+    return g.display !== 'own' && g.profile !== 'browser';
+  }
+
   /** The grant whose screen the Activity view shows, if it can be shown live. */
   function liveGrant() {
     if (!LIVE || !thumbWanted()) return null;
     const g = state.grants.find((x) => x.id === state.activityGrant);
-    return g && g.display === 'own' && g.own_display && g.own_display.live_view ? g : null;
+    if (!g) return null;
+    if (g.display === 'own') return g.own_display && g.own_display.live_view ? g : null;
+    return onBoxDisplay(g) && g.live_view === true ? g : null;
   }
 
   function stopLive() {
@@ -1483,6 +1494,14 @@
     $('live-bar').hidden = true;
   }
 
+  /** How long without the lender's input gives the wheel back, as POST /wheel last said. */
+  function idleText(secs) {
+    if (!(secs > 0)) return 'A while without your input gives it back.';
+    const minutes = secs % 60 === 0 ? secs / 60 : 0;
+    if (minutes === 1) return 'One idle minute gives it back.';
+    return `${minutes ? `${minutes} idle minutes` : `${secs} idle seconds`} give it back.`;
+  }
+
   /** Who has the wheel, in the bar and in what the view sends. */
   function showWheel(holder) {
     if (!live) return;
@@ -1491,9 +1510,20 @@
     live.rfb.viewOnly = !mine;
     $('live').classList.toggle('lender', mine);
     $('wheel-button').textContent = mine ? 'Give back' : 'Take over';
+    // The box's display has one wheel, shared by every grant on it (§23).
+    const whose = live.box
+      ? 'your own screen, and every grant on it is refused its mouse and keys'
+      : 'this display, and the agent\'s mouse and keys are refused';
     $('wheel-note').textContent = mine
-      ? 'You have the wheel: your clicks and keys reach this display, and the agent\'s mouse and keys are refused. Five idle minutes give it back.'
+      ? `You have the wheel: your clicks and keys reach ${whose}. ${idleText(state.wheelIdleSecs)}`
       : 'The agent has the wheel; you are watching (your clicks and keys are not sent).';
+  }
+
+  /** What the note under the screen says it is: the lender's own desktop must never pass
+   * for a sandbox (a lender watching from a phone reads this line, not the pixels). */
+  function whoseScreen(g, streaming) {
+    if (g.display === 'own') return `${streaming ? 'Live: t' : 'T'}he grant's own display (not yours)`;
+    return `${streaming ? 'Live: y' : 'Y'}our own screen: this box's desktop, which the agent sees and can drive (not a sandbox)`;
   }
 
   /** Open (or keep) the live view when it can be shown; true when it is shown, so the
@@ -1521,8 +1551,9 @@
     if (live || (liveGrant() || {}).id !== g.id) return !!live;
     const box = $('live');
     box.replaceChildren();
-    const [w, h] = String(g.own_display.size || '').split('x').map(Number);
-    if (w > 0 && h > 0) box.style.aspectRatio = `${w} / ${h}`;
+    // The box's display says its size at connect; until then the page's default shape.
+    const [w, h] = String((g.own_display || {}).size || '').split('x').map(Number);
+    box.style.aspectRatio = w > 0 && h > 0 ? `${w} / ${h}` : '';
     box.hidden = false;
     $('live-bar').hidden = false;
     $('thumb').hidden = true;
@@ -1532,11 +1563,15 @@
     rfb.scaleViewport = true;
     rfb.resizeSession = false;
     rfb.viewOnly = true;
-    live = { id: g.id, rfb, wheel: null, pending: false };
+    live = { id: g.id, rfb, wheel: null, pending: false, box: onBoxDisplay(g) };
     rfb.addEventListener('connect', () => {
-      if (live && live.rfb === rfb) {
-        $('thumb-note').textContent = 'Live: the grant\'s own display (not yours).';
+      if (!live || live.rfb !== rfb) return;
+      // The canvas has the display's size now: the frame takes its shape (noVNC rescales).
+      const canvas = box.querySelector('canvas');
+      if (live.box && canvas && canvas.width > 0 && canvas.height > 0) {
+        box.style.aspectRatio = `${canvas.width} / ${canvas.height}`;
       }
+      $('thumb-note').textContent = whoseScreen(g, true) + '.';
     });
     rfb.addEventListener('disconnect', () => {
       if (!live || live.rfb !== rfb) return;
@@ -1557,8 +1592,11 @@
     $('wheel-button').disabled = true;
     try {
       const r = await api('POST', `/attach/${encodeURIComponent(view.id)}/wheel`, { take });
-      const g = state.grants.find((x) => x.id === view.id);
-      if (g) g.wheel = r.data.wheel;
+      state.wheelIdleSecs = Number(r.data.idle_secs);
+      // The box's display has one wheel: every grant on it changed hands.
+      for (const g of state.grants) {
+        if (g.id === view.id || (view.box && onBoxDisplay(g))) g.wheel = r.data.wheel;
+      }
       if (live === view) showWheel(r.data.wheel);
     } catch (e) {
       $('wheel-note').textContent = `Could not ${take ? 'take' : 'give back'} the wheel: ${e.message}`;
@@ -1591,9 +1629,11 @@
     const note = $('thumb-note');
     const img = $('thumb');
     try {
+      const g = state.grants.find((x) => x.id === state.activityGrant);
+      $('screen-title').textContent = !g ? 'Screen'
+        : (g.display === 'own' ? 'Screen: the grant\'s own display' : 'Screen: yours, this box\'s desktop');
       // A grant with a display of its own (§19): its screen, not the owner's.
       if (await syncLive()) return;
-      const g = state.grants.find((x) => x.id === state.activityGrant);
       const own = !!(g && g.display === 'own');
       let result;
       let r;
@@ -1614,8 +1654,8 @@
       if (image && !result.isError && /^image\/(png|jpeg)$/.test(image.mimeType)) {
         img.src = `data:${image.mimeType};base64,${image.data}`;
         img.hidden = false;
-        note.textContent = own
-          ? `The grant's own display (not yours), taken ${new Date().toLocaleTimeString()}.`
+        note.textContent = g
+          ? `${whoseScreen(g, false)}, taken ${new Date().toLocaleTimeString()}.`
           : `Taken ${new Date().toLocaleTimeString()}.`;
         thumbDelay = THUMB_MS;
       } else {

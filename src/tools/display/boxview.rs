@@ -11,6 +11,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -58,6 +59,33 @@ pub fn missing(probe: &Probe) -> Option<String> {
     })
 }
 
+/// Whether the box's display can be shown live: the grant JSON's `"live_view"` for a grant
+/// on it, which the console reads before it asks for a view. Judged on the newest probe
+/// whatever its age, with the server's program looked up now (installing x11vnc shows at the
+/// next listing): the grant list is built under the registry's lock and polled, so it never
+/// waits on the display server. Before any probe it says `false` and starts the first one
+/// on a thread of its own, so the next listing knows. A view that still cannot start is
+/// `503` at `/view`, and the console goes back to screenshots.
+pub fn viewable(host: &Arc<crate::tools::ToolHost>) -> bool {
+    if let Some(probe) = host.display.newest() {
+        return missing(&probe).is_none();
+    }
+    if !host.box_view.first_probe.swap(true, Ordering::SeqCst) {
+        let probing = Arc::clone(host);
+        let spawned = std::thread::Builder::new()
+            .name("display-probe".into())
+            .spawn(move || {
+                probing.display.probe(&probing.config, &probing.processes);
+            });
+        if let Err(e) = spawned {
+            // The next screenshot or view probes instead.
+            log::warn!("cannot start the first display probe: {e}");
+            host.box_view.first_probe.store(false, Ordering::SeqCst);
+        }
+    }
+    false
+}
+
 #[derive(Debug)]
 struct Running {
     child: Child,
@@ -83,6 +111,8 @@ pub struct BoxView {
     viewers: Arc<Viewers>,
     state: Arc<(Mutex<State>, Condvar)>,
     audit: Arc<OnceLock<crate::audit::Audit>>,
+    /// Whether [`viewable`] has started the daemon's first display probe.
+    first_probe: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -105,6 +135,7 @@ impl BoxView {
             viewers: Arc::default(),
             state: Arc::default(),
             audit,
+            first_probe: AtomicBool::new(false),
         }
     }
 

@@ -78,6 +78,9 @@ type Job = Box<dyn FnOnce() + Send>;
 #[derive(Debug, Default)]
 pub struct DisplayState {
     cache: TtlCache<Probe>,
+    /// The newest probe whatever its age: the grant list reads it without waiting on the
+    /// display server, which a probe in progress may be doing.
+    newest: Mutex<Option<Arc<Probe>>>,
     queue: Mutex<Option<Sender<Job>>>,
 }
 
@@ -91,9 +94,22 @@ impl DisplayState {
 
     /// The current probe, reused for `display_probe_ttl`.
     pub fn probe(&self, cfg: &ToolConfig, processes: &ProcessWatcher) -> Arc<Probe> {
-        self.cache
+        let probe = self
+            .cache
             .get(cfg.display_probe_ttl, || probe_now(cfg, processes))
-            .0
+            .0;
+        *self.newest.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&probe));
+        probe
+    }
+
+    /// The newest probe, however old, without waiting (none before the first): for readers
+    /// polled often, under locks, that must not wait on the display server. The backend it
+    /// found rarely changes; what they ask of it (a program on `PATH`) they look up afresh.
+    pub fn newest(&self) -> Option<Arc<Probe>> {
+        self.newest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The probe of an own display (§19) with its variables, reused for
