@@ -1276,6 +1276,75 @@ fn in_a_browser_the_box_display_is_live_and_a_phone_takes_the_wheel() {
     });
 }
 
+/// Without x11vnc the box's display is not viewable: the grant JSON says `"live_view":false`
+/// once the display was probed, and the console shows the owner's screenshot, named as the
+/// lender's own screen, without asking for a view (livebox.cjs, `BOX_MODE=fallback`).
+#[test]
+fn in_a_browser_without_x11vnc_the_box_display_is_a_screenshot_named_as_yours() {
+    const TEST: &str = "in_a_browser_without_x11vnc_the_box_display_is_a_screenshot_named_as_yours";
+    let core = match playwright_core() {
+        Ok(core) => core,
+        Err(why) => return eprintln!("SKIPPED {TEST}: {why}"),
+    };
+    let screen = match displays::Displays::load() {
+        Ok(d) if std::path::Path::new("/tmp/.X11-unix/X99").exists() => d,
+        _ => {
+            return eprintln!("SKIPPED {TEST}: no Xvfb on :99 (bash scripts/ci/displays.sh start)")
+        }
+    };
+    let helpers = ["xdotool", "scrot"];
+    for program in helpers {
+        if !std::path::Path::new("/usr/bin").join(program).exists() {
+            return eprintln!("SKIPPED {TEST}: no {program} (scripts/ci/displays.sh)");
+        }
+    }
+    let _one = ONE_BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    // A PATH with the screenshot's helpers and no x11vnc.
+    let bin = std::env::temp_dir().join(format!("handnode-livebox-bin-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&bin);
+    std::fs::create_dir_all(&bin).unwrap();
+    for program in helpers {
+        std::os::unix::fs::symlink(format!("/usr/bin/{program}"), bin.join(program)).unwrap();
+    }
+    let x11 = handnode::config::DisplayBackend::X11;
+    let mut env = screen.env_for(x11);
+    env.insert("PATH".into(), bin.display().to_string());
+    let d = browser_daemon("console-livebox-fallback", |c| {
+        c.display_backend = x11;
+        c.display_env = Some(env);
+    });
+    let pod = StubPod::start();
+    let (id, mut conn) = d.attached_with(&pod, attach_body(&pod, "fallback", "desktop"));
+    conn.set_read_timeout(STEP_WATCHDOG);
+    // The agent's screenshot probes the box's display: what the grant JSON says is then
+    // known, not the "false" of a daemon that has not looked yet.
+    let shot = conn.call_tool(json!(1), "screenshot", json!({"scale": 0.25}));
+    assert_ne!(shot["result"]["isError"], true, "{shot}");
+    let g = d.grant(&id);
+    assert_eq!(g["live_view"], false, "{g}");
+    let size = screen.x11_size();
+    let browser = Browser::start(
+        "livebox.cjs",
+        &core,
+        &d,
+        &[
+            ("BOX_MODE", "fallback".to_string()),
+            ("BOX_GRANT", id.clone()),
+            ("BOX_SIZE", format!("{}x{}", size.0, size.1)),
+            ("BOX_TERM", "0,0,1,1".to_string()),
+        ],
+    );
+    let shots = browser.finish();
+    assert!(
+        shots
+            .iter()
+            .any(|s| s.ends_with("console-livebox-fallback.png")),
+        "{shots:?}"
+    );
+    drop(d);
+    let _ = std::fs::remove_dir_all(&bin);
+}
+
 /// What the agent is answered when the lender stops one call (contract §22).
 const STOPPED: &str = "stopped by the person who lent the box";
 

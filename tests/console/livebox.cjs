@@ -4,6 +4,7 @@
 // display changes the view; Take over, the Rust side sees the agent's mouse refused; Give
 // back. On a phone (390×844, touch): a tap on the view moves the box's pointer only while
 // the lender holds the wheel (the pointer is read back by the Rust side with xdotool).
+// BOX_MODE=fallback: without x11vnc the page shows the screenshot, named the same way.
 'use strict';
 
 const h = require('./harness.cjs');
@@ -91,7 +92,30 @@ async function wheel(page, take) {
   await page.waitForFunction((w) => document.getElementById('wheel-button').textContent === w, want);
 }
 
+/** Without x11vnc (the grant JSON says "live_view":false): the screenshot, named as the
+ * lender's own screen, and no view asked for. */
+async function fallback(browser) {
+  const { context, page, seen } = await h.openSignedIn(browser, { viewport: { width: 390, height: 844 } });
+  await page.click('.tab[data-view="activity"]');
+  await page.waitForSelector('#view-activity:not([hidden])');
+  await page.waitForFunction(() => {
+    const img = document.getElementById('thumb');
+    return img && !img.hidden && img.src.startsWith('data:image/jpeg');
+  });
+  const note = await page.textContent('#thumb-note');
+  assert(/^Your own screen: this box's desktop, which the agent sees and can drive \(not a sandbox\), taken /.test(note),
+    'the note says whose screen it is: ' + note);
+  assert(await page.textContent('#screen-title') === 'Screen: yours, this box\'s desktop', 'the heading says whose');
+  assert(await page.$eval('#live', (e) => e.hidden), 'no live view');
+  assert(!seen.requests.some((r) => /\/view(-ticket)?$/.test(r.url)), 'a view was asked for');
+  assert(seen.requests.some((r) => r.method === 'POST' && r.url.endsWith('/mcp')), 'the owner\'s screenshot');
+  await shot(page, 'console-livebox-fallback');
+  h.refuseSurprises(seen, [401]);
+  await context.close();
+}
+
 h.run(async (browser) => {
+  if (process.env.BOX_MODE === 'fallback') return fallback(browser);
   // ---- at a desk ----
   {
     const viewport = { width: 1180, height: 820 };
