@@ -311,7 +311,8 @@ impl Tickets {
         all.retain(|t| t.expires > now);
         if all.len() >= MAX_TICKETS {
             return Err(format!(
-                "{MAX_TICKETS} live-view tickets are waiting to be used: open a view with one,                  or wait {} ms for them to expire",
+                "{MAX_TICKETS} live-view tickets are waiting to be used: open a view with one, \
+                 or wait {} ms for them to expire",
                 ttl.as_millis()
             ));
         }
@@ -635,6 +636,7 @@ mod ticket_tests {
         }
         let why = t.mint("g", "owner", LONG).unwrap_err();
         assert!(why.contains("tickets are waiting"), "{why}");
+        assert!(why.contains("with one, or wait"), "one space: {why}");
         let t = Tickets::default();
         for _ in 0..MAX_TICKETS {
             t.mint("g", "owner", Duration::ZERO).unwrap();
