@@ -50,9 +50,9 @@ bash scripts/ci/dist-check.sh
 step "interop: the official MCP TypeScript SDK against /mcp"
 bash scripts/interop.sh
 
-# 30 s a target keeps a fresh machine's whole run under an hour (about 43 min here with the
-# packages already installed; the fuzz step is ~5 min of building plus 9 targets × 30 s).
-step "fuzzing: every cargo-fuzz target for 30 s (installs cargo-fuzz; ~10 min on a fresh machine)"
+# 30 s a target, one target per core at a time: the fuzz step is ~6 min of building (and
+# cargo-fuzz's install on a fresh machine) plus 10 targets × 30 s over 2 cores.
+step "fuzzing: every cargo-fuzz target for 30 s, one per core (installs cargo-fuzz)"
 bash scripts/fuzz.sh 30
 
 # Last: its scratch copy builds over target/'s debug artifacts (scripts/ci/newcomer.sh).
