@@ -148,22 +148,23 @@ impl Bwrap {
     /// an app): the grant's wall, with a fresh `/proc` in a PID namespace of its own. For
     /// a grant with its own display, `own` is `(parent, dir, x_socket)`: the own displays'
     /// parent is emptied but for the grant's `dir` (when its display has started), and its
-    /// X socket is bound back into the emptied `/tmp/.X11-unix`; with `pasta`, the wall
+    /// X socket (`(where it is, where clients look for it)`: in the display's own socket
+    /// directory, [`Bwrap::display_args`]) is bound into the emptied `/tmp/.X11-unix`; with `pasta`, the wall
     /// runs in the display's network, `net` ([`OwnNet::join`]), and without one in a
     /// network of its own with nothing in it (never the box's). No `--die-with-parent`:
     /// the kernel ties that to the *thread* that spawned it, and a run ends through its
     /// group (§16) anyway, which holds `bwrap` and everything inside.
     pub fn grant_args(
         &self,
-        own: Option<(&Path, Option<&Path>, Option<&Path>)>,
+        own: Option<(&Path, Option<&Path>, Option<XSocket>)>,
         net: Option<NetJoin>,
     ) -> Walled {
         let mut args = self.hiding(true);
         args.extend(["--unshare-pid", "--proc", "/proc"].map(OsString::from));
         if let Some((parent, dir, x_socket)) = own {
             args.extend(own_only(parent, dir));
-            if let Some(socket) = x_socket.filter(|s| s.exists()) {
-                args.extend(["--bind".into(), socket.into(), socket.into()]);
+            if let Some((socket, seen_at)) = x_socket.filter(|(s, _)| s.exists()) {
+                args.extend(["--bind".into(), socket.into(), seen_at.into()]);
             }
         }
         if self.pasta.is_some() && net.is_none() {
@@ -174,6 +175,62 @@ impl Bwrap {
             program: self.program.clone(),
             args,
             net,
+        }
+    }
+
+    /// The wall of an own display's own processes (§21, §23): its X server (a large parser
+    /// of whatever the agent's clients send), window manager and session bus run in the
+    /// wall of the grant's shell, so a client that breaks one lands where it started. As
+    /// [`Bwrap::grant_args`] (handnode's files and the other grants' directories hidden,
+    /// `/sys` read-only, a `/dev` and a PID namespace of its own), and: no network at all
+    /// (`--unshare-net`; an X server on Unix sockets needs none, and its abstract socket
+    /// is then its own namespace's, never the box's); a `/tmp` of its own (`x_tmp`), so
+    /// the lock file the server writes names its pid in its own namespace to nobody else;
+    /// the grant's runtime `dir` bound back (its cookie, the live view's socket, the bus's
+    /// socket), and the display's socket directory `x_sockets` (in `dir`) as
+    /// `<x_tmp>/.X11-unix`, where the server makes its socket and every client looks.
+    /// With `own_pids`, the program is the pid 1 of a PID namespace of its own with a
+    /// fresh `/proc` (`--as-pid-1`: when it ends, all it started ends). Without, it keeps
+    /// the box's, as a browser's wall does: the session bus, because the accessibility bus
+    /// it starts names each application's process for the `apps` profile's check
+    /// (`GetConnectionUnixProcessID`), and a bus in a PID namespace of its own sees the
+    /// grant's apps, in their walls' namespaces, as pid 0. Its user namespace still keeps
+    /// it from the daemon's and other walls' processes (`/proc/<pid>/root`, `environ`).
+    /// `bwrap` writes the program's pid as the box sees it to its stdin (`--info-fd 0`,
+    /// read by [`spawn_inside`]); a small `sh` gives the program `/dev/null` for the stdin
+    /// `bwrap` closed. `program` is what runs (found on the daemon's `PATH`; one beneath
+    /// `x_tmp` is bound into the wall's own `/tmp`); add its arguments.
+    pub fn display_args(
+        &self,
+        program: &Path,
+        parent: &Path,
+        dir: &Path,
+        x_sockets: &Path,
+        x_tmp: &Path,
+        own_pids: bool,
+    ) -> Walled {
+        let mut args = self.hiding(true);
+        if own_pids {
+            args.extend(["--unshare-pid", "--as-pid-1", "--proc", "/proc"].map(OsString::from));
+        }
+        args.extend(["--unshare-net", "--tmpfs"].map(OsString::from));
+        args.push(x_tmp.into());
+        // After the tmpfs over /tmp: the runtime directories' parent may lie beneath it.
+        args.extend(own_only(parent, Some(dir)));
+        args.extend([
+            "--bind".into(),
+            x_sockets.into(),
+            x_tmp.join(".X11-unix").into(),
+        ]);
+        if program.starts_with(x_tmp) {
+            args.extend(["--ro-bind".into(), program.into(), program.into()]);
+        }
+        args.extend(["--info-fd", "0", "--", "/bin/sh", "-c", STDIN_NULL].map(OsString::from));
+        args.push(program.into());
+        Walled {
+            program: self.program.clone(),
+            args,
+            net: None,
         }
     }
 
@@ -436,6 +493,61 @@ pub struct NetJoin {
     net: OwnedFd,
 }
 
+/// An own display's X socket for a grant's wall: where it is (its display's socket
+/// directory) and where X clients look for it (`/tmp/.X11-unix/X<n>`).
+pub type XSocket<'a> = (&'a Path, &'a Path);
+
+/// What runs an own display's program inside its wall (`$0` the program, `$@` its
+/// arguments): `bwrap` closed its stdin (the info pipe), so it gets `/dev/null` there
+/// rather than whatever file it opens first.
+const STDIN_NULL: &str = "exec \"$0\" \"$@\" </dev/null";
+
+/// A program started inside a wall of [`Bwrap::display_args`]: `bwrap`, the daemon's
+/// child (it exits when the program does), and the program, the wall's pid 1, by its pid
+/// as the box sees it (the display's record; `/proc`) and a pidfd (what kills it, and with
+/// it everything in its namespace).
+#[derive(Debug)]
+pub struct Inside {
+    pub bwrap: Child,
+    pub pid: u32,
+    pub pidfd: OwnedFd,
+}
+
+/// Start `cmd` (from [`Walled::command`] of [`Bwrap::display_args`], the program added)
+/// with `spawn`, its stdin the pipe `bwrap` writes its info to, and learn the program's
+/// pid: `bwrap` writes it before it lets the program run, so nothing else can have that
+/// pid yet when the pidfd is opened. Waits at most `timeout`; `Err` says why.
+pub fn spawn_inside(
+    mut cmd: Command,
+    spawn: &dyn Fn(&mut Command) -> std::io::Result<Child>,
+    timeout: Duration,
+) -> Result<Inside, String> {
+    let (info, to_bwrap) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| format!("cannot make a pipe: {e}"))?;
+    cmd.stdin(Stdio::from(to_bwrap));
+    let spawned = spawn(&mut cmd);
+    // The command holds the pipe's other end: gone, a bwrap that fails ends the read.
+    drop(cmd);
+    let mut bwrap = spawned.map_err(|e| format!("cannot run bwrap: {e}"))?;
+    let pid = child_pid(std::fs::File::from(info), timeout).map(|(pid, _)| pid);
+    let inside = pid
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(|| "bwrap did not say its child's pid".to_string())
+        .and_then(|p| {
+            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())
+                .map_err(|e| format!("pidfd_open: {e}"))
+                .map(|fd| (p.as_raw_nonzero().get() as u32, fd))
+        });
+    match inside {
+        Ok((pid, pidfd)) => Ok(Inside { bwrap, pid, pidfd }),
+        Err(e) => {
+            let _ = bwrap.kill();
+            let _ = bwrap.wait();
+            Err(e)
+        }
+    }
+}
+
 /// What an own display's network holder runs: it says it runs (once its namespaces are
 /// whole, see `attach_pasta`), then sleeps until it is killed.
 const HOLDER: &str = "echo ready >&2 && exec sleep infinity";
@@ -513,7 +625,10 @@ fn child_pid<R: std::io::Read + Send + 'static>(mut out: R, timeout: Duration) -
 
 /// Wait for `child` at most `patience` (on its pidfd); `None` when it is still running,
 /// after it was killed and reaped.
-fn wait_at_most(child: &mut Child, patience: Duration) -> Option<std::process::ExitStatus> {
+pub(crate) fn wait_at_most(
+    child: &mut Child,
+    patience: Duration,
+) -> Option<std::process::ExitStatus> {
     let deadline = Instant::now() + patience;
     let pidfd = rustix::process::Pid::from_raw(child.id() as i32).and_then(|pid| {
         rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
@@ -1038,7 +1153,8 @@ mod tests {
             vec![root.join("no-such-token")],
             false,
         );
-        let walled = w.grant_args(Some((&parent, Some(&own), Some(&socket))), None);
+        let seen_at = root.join("x11-unix/X77");
+        let walled = w.grant_args(Some((&parent, Some(&own), Some((&socket, &seen_at)))), None);
         assert_eq!(walled.program, PathBuf::from("/usr/bin/bwrap"));
         let args = strings(&walled.args);
         let at = |s: &str| args.iter().position(|a| a == s).unwrap();
@@ -1060,10 +1176,11 @@ mod tests {
         let p = parent.display().to_string();
         let o = own.display().to_string();
         let x = socket.display().to_string();
+        let seen = seen_at.display().to_string();
         let tail = &args[args.len() - 9..];
         assert_eq!(
             tail,
-            ["--tmpfs", &p, "--bind", &o, &o, "--bind", &x, &x, "--"]
+            ["--tmpfs", &p, "--bind", &o, &o, "--bind", &x, &seen, "--"]
         );
         assert!(!args.iter().any(|a| a.contains("g2")));
         // Not root: no user namespace asked for (bwrap makes one anyway, without caps).
@@ -1074,6 +1191,66 @@ mod tests {
                 .args,
         );
         assert_eq!(&idle[idle.len() - 3..], ["--tmpfs", &p, "--"]);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_displays_own_wall_has_no_network_its_own_tmp_and_its_sockets_where_clients_look() {
+        let w = wall(Vec::new(), Vec::new(), false);
+        let root = std::env::temp_dir().join(format!("hn-walls-display-{}", std::process::id()));
+        let (parent, dir) = (root.join("p"), root.join("p/g1"));
+        let sockets = dir.join("x11");
+        std::fs::create_dir_all(&sockets).unwrap();
+        let (parent, dir) = (parent.as_path(), dir.as_path());
+        let (d, x) = (dir.display().to_string(), sockets.display().to_string());
+        let server = strings(
+            &w.display_args(
+                Path::new("/usr/bin/Xvnc"),
+                parent,
+                dir,
+                &sockets,
+                Path::new("/tmp"),
+                true,
+            )
+            .args,
+        );
+        let at = |args: &[String], s: &[&str]| {
+            args.windows(s.len())
+                .position(|w| w == s)
+                .unwrap_or_else(|| panic!("{s:?} in {args:?}"))
+        };
+        at(&server, &["--unshare-pid", "--as-pid-1", "--proc", "/proc"]);
+        assert!(server.iter().any(|a| a == "--unshare-net"), "{server:?}");
+        // Its own /tmp first, then the runtime directory back, then its sockets where
+        // X clients look; the program last, behind the `sh` that gives it a stdin.
+        let tmp = at(&server, &["--tmpfs", "/tmp"]);
+        let own = at(&server, &["--bind", &d, &d]);
+        let x = at(&server, &["--bind", &x, "/tmp/.X11-unix"]);
+        assert!(tmp < own && own < x, "{server:?}");
+        let info = at(&server, &["--info-fd", "0", "--", "/bin/sh", "-c"]);
+        assert!(x < info);
+        assert_eq!(server.last().unwrap(), "/usr/bin/Xvnc");
+        // The bus keeps the box's pids; a program beneath /tmp is bound into its /tmp.
+        let bus = strings(
+            &w.display_args(
+                Path::new("/tmp/bin/dbus-daemon"),
+                parent,
+                dir,
+                &sockets,
+                Path::new("/tmp"),
+                false,
+            )
+            .args,
+        );
+        assert!(!bus
+            .iter()
+            .any(|a| a == "--unshare-pid" || a == "--as-pid-1"));
+        assert!(bus.iter().any(|a| a == "--unshare-net"), "{bus:?}");
+        let bound = at(
+            &bus,
+            &["--ro-bind", "/tmp/bin/dbus-daemon", "/tmp/bin/dbus-daemon"],
+        );
+        assert!(at(&bus, &["--tmpfs", "/tmp"]) < bound);
         let _ = std::fs::remove_dir_all(&root);
     }
 

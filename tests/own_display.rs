@@ -617,7 +617,7 @@ fn two_grants_see_only_their_own_screens_and_one_past_the_bound_is_refused() {
         "file_get",
         json!({"path": b_dir.join("xauth").display().to_string()}),
     );
-    // What B's display runs outside the wall starts nothing B chooses. Its private bus
+    // What runs B's display (walled too, tests/walls.rs) starts nothing B chooses. Its private bus
     // can start only the accessibility bus, and lets no one set the environment of what
     // it starts (LD_PRELOAD would run code before any wall).
     let mut bus = |method: &str, args: &str| {

@@ -947,3 +947,194 @@ fn pasta_ends_with_its_wall() {
         |leaked| format!("watchdog: pasta outlived its wall: {leaked:#?}"),
     );
 }
+
+/// What a grant's bash printed.
+fn bash_out(a: &mut Agent, command: &str) -> String {
+    let r = a.ok("bash", json!({ "command": command }));
+    r["structuredContent"]["stdout"]
+        .as_str()
+        .unwrap_or_else(|| panic!("bash stdout: {r}"))
+        .to_string()
+}
+
+/// §21, §23: an own display's X server, window manager and bus run in the grant's wall
+/// too. The X server parses whatever the agent's clients send, so one that broke it must
+/// land where the agent's shell already is. Seen from outside through each process's own
+/// view of the file system (`/proc/<pid>/root`) and its namespaces: handnode's token and
+/// local socket read empty, its state dir and the other grants' dirs are hidden, none shares
+/// the daemon's mount or network namespace, the X server and window manager have a PID
+/// namespace of their own. And the display still works: for the daemon (a window the grant
+/// opens shows in its screenshot; the live view's socket answers), for the grant's shell
+/// (`xdotool getmouselocation`); the name the box's X clients try first is held, so no
+/// other process can take it to catch them; the grant's end takes all of it.
+#[test]
+fn an_own_displays_server_window_manager_and_bus_run_inside_the_grants_wall() {
+    let test = "an_own_displays_server_window_manager_and_bus_run_inside_the_grants_wall";
+    if !own_display_here(test) || !pasta_here(test) {
+        return;
+    }
+    let pod = StubPod::start();
+    let l = lender("walls-own-server", |c| c.own_display.size = (320, 240));
+    let (id, conn) = l.d.attached_with(&pod, own_body(&pod, "own-server"));
+    let mut a = Agent::new(conn);
+    let blank = a.ok("screenshot", json!({}))["content"][0]["data"].clone();
+    let g = l.d.grant(&id);
+    let dir = PathBuf::from(g["own_display"]["runtime_dir"].as_str().unwrap());
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("display.json")).unwrap()).unwrap();
+    let number = record["display"].as_u64().unwrap();
+    let pids: Vec<u32> = record["pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_u64)
+        .map(|p| p as u32)
+        .collect();
+    assert_eq!(pids.len(), 3, "X server, window manager, bus: {record}");
+    let ns = |pid: &str, kind: &str| {
+        std::fs::read_link(format!("/proc/{pid}/ns/{kind}"))
+            .unwrap_or_else(|e| panic!("/proc/{pid}/ns/{kind}: {e}"))
+    };
+    let names = |dir: &Path| -> Result<Vec<String>, std::io::ErrorKind> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map_err(|e| e.kind())?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        Ok(names)
+    };
+    let state = l.d.state_dir();
+    let parent = dir.parent().unwrap().to_path_buf();
+    let own_name = dir.file_name().unwrap().to_string_lossy().into_owned();
+    for (what, pid) in ["the X server", "the window manager", "the bus"]
+        .into_iter()
+        .zip(pids.iter().copied())
+    {
+        assert!(!dead(pid), "{what} ({pid}) is not running: {record}");
+        let p = pid.to_string();
+        assert_ne!(
+            ns(&p, "mnt"),
+            ns("self", "mnt"),
+            "{what} sees the box's mounts"
+        );
+        assert_ne!(
+            ns(&p, "net"),
+            ns("self", "net"),
+            "{what} is in the box's network"
+        );
+        let root = PathBuf::from(format!("/proc/{pid}/root"));
+        let inside = |path: &Path| root.join(path.strip_prefix("/").unwrap());
+        // The bus keeps the box's PID namespace (walls::Bwrap::display_args says why).
+        if what != "the bus" {
+            assert_ne!(
+                ns(&p, "pid"),
+                ns("self", "pid"),
+                "{what} sees the box's pids"
+            );
+            let seen = names(&inside(Path::new("/proc"))).unwrap();
+            let processes = seen.iter().filter(|n| n.parse::<u32>().is_ok()).count();
+            assert!(processes < 10, "{what} sees the box's processes: {seen:?}");
+        }
+        // Each reads empty (a /dev/null over it), or is not there at all (beneath the
+        // wall's own /tmp, where the tests keep them).
+        let empty = |path: &Path| match std::fs::read(inside(path)) {
+            Ok(bytes) => bytes.is_empty(),
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        };
+        assert!(empty(&l.token_file), "{what} reads handnode's token");
+        assert!(empty(&l.socket), "{what} reaches the local admin socket");
+        assert!(
+            std::fs::read(inside(&state.join("grants.json"))).is_err(),
+            "{what} reads grants.json"
+        );
+        // The state dir is empty (or gone with the wall's own /tmp) but for the mount
+        // point of the own displays' parent when the tests keep it there; that parent
+        // holds only this grant's directory.
+        match names(&inside(&state)) {
+            Ok(seen) => {
+                let allowed: Vec<String> = parent
+                    .strip_prefix(&state)
+                    .ok()
+                    .and_then(|p| p.components().next())
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .into_iter()
+                    .collect();
+                assert!(
+                    seen.iter().all(|n| allowed.contains(n)),
+                    "{what} sees handnode's state dir: {seen:?}"
+                );
+            }
+            Err(kind) => assert_eq!(kind, std::io::ErrorKind::NotFound, "{what}"),
+        }
+        assert_eq!(
+            names(&inside(&parent)),
+            Ok(vec![own_name.clone()]),
+            "{what} sees other own displays"
+        );
+        // Of the box's X sockets it sees its own display's only.
+        assert_eq!(
+            names(&inside(Path::new("/tmp/.X11-unix"))),
+            Ok(vec![format!("X{number}")]),
+            "{what} sees the box's X sockets"
+        );
+    }
+    // The box's X clients reach it by path: a link to its socket in its runtime directory;
+    // the abstract name they try first is held, and no one else can take it.
+    let link = PathBuf::from(format!("/tmp/.X11-unix/X{number}"));
+    assert_eq!(
+        std::fs::read_link(&link).ok(),
+        Some(dir.join("x11").join(format!("X{number}")))
+    );
+    {
+        use std::os::linux::net::SocketAddrExt as _;
+        let name =
+            std::os::unix::net::SocketAddr::from_abstract_name(link.as_os_str().as_encoded_bytes())
+                .unwrap();
+        let taken = std::os::unix::net::UnixListener::bind_addr(&name);
+        assert!(taken.is_err(), "another process took :{number}'s name");
+    }
+    // The daemon still reaches it: a window the grant opens shows in its screenshot.
+    a.ok(
+        "bash_start",
+        json!({"command": "exec xmessage -title own-server-window walled"}),
+    );
+    poll_until(
+        || {
+            bash_out(
+                &mut a,
+                "xdotool search --onlyvisible --name own-server-window || true",
+            )
+        },
+        |found| !found.trim().is_empty(),
+        |found| format!("watchdog: the grant's window never showed: {found:?}"),
+    );
+    let shown = a.ok("screenshot", json!({}))["content"][0]["data"].clone();
+    assert_ne!(
+        shown, blank,
+        "the screenshot does not show the grant's window"
+    );
+    // The grant's shell reaches it.
+    let mouse = bash_out(&mut a, "xdotool getmouselocation");
+    assert!(mouse.contains("screen:0"), "{mouse}");
+    // The live view's socket answers the daemon (Xvnc only).
+    if g["own_display"]["server"] == "Xvnc" || l.d.grant(&id)["own_display"]["live_view"] == true {
+        use std::io::Read as _;
+        let mut rfb = std::os::unix::net::UnixStream::connect(dir.join("rfb.sock")).unwrap();
+        rfb.set_read_timeout(Some(WATCHDOG)).unwrap();
+        let mut version = [0u8; 12];
+        rfb.read_exact(&mut version).unwrap();
+        assert!(version.starts_with(b"RFB 003.00"), "{version:?}");
+    }
+    // The grant's end takes all of it: the three, their walls, the link.
+    let (status, _) = l.d.call("DELETE", &format!("/attach/{id}"), None);
+    assert_eq!(status, 204);
+    poll_until(
+        || {
+            let left: Vec<u32> = pids.iter().copied().filter(|p| !dead(*p)).collect();
+            (left, link.symlink_metadata().is_ok())
+        },
+        |(left, linked)| left.is_empty() && !linked,
+        |left| format!("watchdog: after revoke (running, link) = {left:?}"),
+    );
+}

@@ -26,16 +26,18 @@
 //! **Life.** Nothing runs until the grant's first graphical call (or first `bash` /
 //! `bash_start`, whose children get its variables): that call, on the grant's own display
 //! thread, starts `Xvfb -displayfd 1 -nolisten tcp -auth <cookie>` (the display number is
-//! learned from its stdout, without races), the window manager, and `dbus-daemon` with a
+//! learned from its stdout, without races; walled, it is the number held for it, and
+//! `-displayfd` only says it is ready), the window manager, and `dbus-daemon` with a
 //! session configuration of ours on a socket in the grant's 0700 runtime directory (with
 //! `pasta`, its network comes first, once: [`crate::walls::OwnNet`], in a run group of its
 //! own, kept until the grant ends, whatever becomes of the X server). All
 //! three run in one run
 //! group of the grant's cgroup (§16) and carry the job marker. It survives redials; it is
 //! stopped when the grant ends, on daemon stop, and on the next start after a crash
-//! ([`OwnDisplays::clean_stale`]): SIGTERM, up to `--own-display-stop-timeout-ms`, then
-//! SIGKILL, then the X socket a killed Xvfb leaves behind (unless a server bound it since)
-//! and the runtime directory are removed. A display that died is started again by the next call.
+//! ([`OwnDisplays::clean_stale`]): walled, SIGKILL to each program (its namespace's pid 1);
+//! unwalled, SIGTERM, up to `--own-display-stop-timeout-ms`, then SIGKILL, then the X socket
+//! a killed Xvfb leaves behind (unless a server bound it since); then the runtime directory
+//! is removed. A display that died is started again by the next call.
 //!
 //! **Isolation.** Every grant runs as the daemon's user. A grant's tools only ever address
 //! its own display; X clients need the grant's cookie (`-auth`), so a process that knows
@@ -43,15 +45,24 @@
 //! `bash`, jobs and `app_open` apps of a grant with its own display run inside its wall
 //! ([`walled_command`], `crate::walls`): their own PID namespace, and the parent of the
 //! runtime directories empty but for the grant's own; its file tools, which run in the
-//! daemon, refuse the same paths ([`OwnDisplays::file_fence`]). What runs the display outside the
-//! wall starts nothing the agent chooses: the window manager's key bindings run no
-//! program (`WM_KEYS`), and the private bus starts only the accessibility bus and lets
-//! no one change what it starts with (`write_bus_config`). A grant without its own
+//! daemon, refuse the same paths ([`OwnDisplays::file_fence`]).
+//!
+//! **The display's own processes are walled too** (§21, §23): the X server parses all the
+//! agent's clients send, and one that breaks it must land where the agent's shell is. The
+//! X server, the window manager and the bus each run in a wall like the shell's, with no
+//! network and a `/tmp` of their own ([`crate::walls::Bwrap::display_args`]); the daemon,
+//! outside, learns each program's pid as the box sees it (the record, `/proc`) and kills it
+//! by pidfd. Inside, every display number is free, so the daemon picks it ([`XName`]) and
+//! reaches the server by a link to its socket. And they start nothing the agent chooses:
+//! the window manager's key bindings run no program (`WM_KEYS`), and the private bus
+//! starts only the accessibility bus and lets no one change what it starts with
+//! (`write_bus_config`). A grant without its own
 //! display is the owner's shell and is not walled (only `observe`, `browser`, `files`
 //! and `apps` are boundaries, §7).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::process::{Child, Stdio};
 use std::time::Instant;
@@ -206,6 +217,7 @@ impl OwnDisplays {
                 ended: std::sync::atomic::AtomicBool::new(ended),
                 isolation: self.isolation(),
                 network: self.network(),
+                wall: self.walls.wall.clone(),
                 net_wall: self.walls.wall.clone().filter(|w| w.pasta.is_some()),
                 net: Mutex::new(None),
                 net_failed: Mutex::new(None),
@@ -288,14 +300,18 @@ impl OwnDisplays {
         };
         let shown = lock(&own.shown).clone();
         let dir = shown.as_ref().map(|s| s.dir.clone());
-        let socket = shown.as_ref().map(|s| {
-            self.opts
+        // Its X socket, from its own socket directory, where X clients look for it.
+        let socket = shown.as_ref().and_then(|s| {
+            let seen_at = self
+                .opts
                 .x_tmp
                 .join(".X11-unix")
-                .join(format!("X{}", s.number))
+                .join(format!("X{}", s.number));
+            Some((s.x_socket.clone()?, seen_at))
         });
         let parent = self.opts.parent();
-        let mut walled = walls.grant_args(Some((&parent, dir.as_deref(), socket.as_deref())), net);
+        let socket = socket.as_ref().map(|(s, at)| (s.as_path(), at.as_path()));
+        let mut walled = walls.grant_args(Some((&parent, dir.as_deref(), socket)), net);
         // The live view's socket reads as /dev/null inside: with `None` security, whoever
         // connects may type; only the daemon's bridge, which enforces the wheel, does.
         if let Some(rfb) = shown.and_then(|s| s.rfb).filter(|p| p.exists()) {
@@ -402,8 +418,8 @@ impl OwnDisplays {
                     let _ = signal(*pid, rustix::process::Signal::KILL);
                 }
             }
-            if !r.pids.is_empty() {
-                remove_x_files(&self.opts.x_tmp, r.display, r.pids.first().copied());
+            if !r.pids.is_empty() || r.display != 0 {
+                remove_x_files(&self.opts.x_tmp, r.display, r.pids.first().copied(), &path);
             }
             log::info!(
                 "removing a stale own display's directory {}",
@@ -435,6 +451,9 @@ pub struct OwnDisplay {
     isolation: &'static str,
     /// Whether that wall has its own network (`pasta`) or the box's (`shared`).
     network: &'static str,
+    /// The wall its own processes run in (X server, window manager, bus), as its shells
+    /// do: `None`, no wall here.
+    wall: Option<crate::walls::Bwrap>,
     /// The wall whose `pasta` makes its network: `Some` when its shells get one.
     net_wall: Option<crate::walls::Bwrap>,
     /// Its network (§21): made on its first start, before the X server, and kept until
@@ -465,6 +484,8 @@ struct Shown {
     notes: Vec<String>,
     /// The RFB socket when the X server is `Xvnc`.
     rfb: Option<PathBuf>,
+    /// Its X socket in its own socket directory, when the server is walled.
+    x_socket: Option<PathBuf>,
 }
 
 #[derive(Debug)]
@@ -473,11 +494,13 @@ struct Live {
     dir: PathBuf,
     env: DisplayEnv,
     /// The X server: `Xvnc` where installed, else `Xvfb`.
-    xvfb: Child,
+    xvfb: Proc,
     /// Its RFB socket (`Xvnc` only).
     rfb: Option<PathBuf>,
-    wm: Option<Child>,
-    bus: Option<Child>,
+    /// Its display number held on the box, when the server is walled.
+    x_name: Option<XName>,
+    wm: Option<Proc>,
+    bus: Option<Proc>,
     /// The run group all three live in (its drop kills what is left).
     group: Arc<RunGroup>,
     /// Notes for `sys_info` (e.g. no window manager installed).
@@ -621,7 +644,7 @@ impl OwnDisplay {
         self.ensure_net(cfg, confine)
             .map_err(|why| format!("the grant's own display could not start: {why}"))?;
         if let Some(l) = live.as_mut() {
-            if matches!(l.xvfb.try_wait(), Ok(None)) {
+            if matches!(l.xvfb.child.try_wait(), Ok(None)) {
                 let mut env = l.env.clone();
                 env.path = DisplayEnv::from_config(cfg).path;
                 return Ok(env);
@@ -653,9 +676,10 @@ impl OwnDisplay {
                     number: l.number,
                     dir: l.dir.clone(),
                     env: l.env.clone(),
-                    xvfb_pid: l.xvfb.id(),
+                    xvfb_pid: l.xvfb.pid(),
                     notes: l.notes.clone(),
                     rfb: l.rfb.clone(),
+                    x_socket: l.x_name.as_ref().map(|n| n.target.clone()),
                 });
                 *live = Some(l);
                 Ok(env)
@@ -804,6 +828,61 @@ impl OwnDisplay {
         let group = confine
             .run(&self.grant, true, &marker)
             .map_err(|e| cleanup(format!("could not contain it: {e}")))?;
+        // Walled (§21, §23): its number held on the box and its socket in a directory of
+        // its own, in the runtime directory; the record names the number at once, so a
+        // crash from here on leaves a link the next start removes.
+        let x_sockets = dir.join(X_SOCKETS);
+        let x_name = match &self.wall {
+            None => None,
+            Some(_) => {
+                std::fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(&x_sockets)
+                    .map_err(|e| cleanup(format!("cannot create {}: {e}", x_sockets.display())))?;
+                let name = XName::reserve(&self.opts.x_tmp, &x_sockets).map_err(&cleanup)?;
+                record.display = name.number;
+                record
+                    .write(&dir)
+                    .map_err(|e| cleanup(format!("cannot write its record: {e}")))?;
+                Some(name)
+            }
+        };
+        // How each of its programs starts: inside its wall (`walls::Bwrap::display_args`),
+        // else as the daemon's child in its group. `cover_rfb`: the live view's socket
+        // reads as /dev/null (all but the X server that serves it); `own_pids`: a PID
+        // namespace of its own (all but the bus, see `display_args`).
+        let command = |program: &Path, cover_rfb: Option<&Path>, own_pids: bool| match &self.wall {
+            Some(wall) => {
+                let mut walled = wall.display_args(
+                    program,
+                    &parent,
+                    &dir,
+                    &x_sockets,
+                    &self.opts.x_tmp,
+                    own_pids,
+                );
+                if let Some(rfb) = cover_rfb.filter(|p| p.exists()) {
+                    walled.cover_file(rfb);
+                }
+                walled.command(Some(&group))
+            }
+            None => group.command(program),
+        };
+        let spawn = |cmd: std::process::Command| -> std::io::Result<Proc> {
+            let mut cmd = cmd;
+            if self.wall.is_none() {
+                return group.spawn(&mut cmd).map(|child| Proc {
+                    child,
+                    inside: None,
+                });
+            }
+            crate::walls::spawn_inside(cmd, &|c| group.spawn(c), self.opts.start_timeout)
+                .map(|i| Proc {
+                    child: i.bwrap,
+                    inside: Some((i.pid, i.pidfd)),
+                })
+                .map_err(std::io::Error::other)
+        };
         let log_file = |name: &str| -> Result<Stdio, String> {
             std::fs::OpenOptions::new()
                 .create(true)
@@ -826,7 +905,12 @@ impl OwnDisplay {
         let (w, h) = self.opts.size;
         let started = Instant::now();
         let rfb = xvnc.as_ref().map(|_| dir.join(RFB_SOCKET));
-        let mut cmd = group.command(&xvfb);
+        let mut cmd = command(&xvfb, None, true);
+        // Walled, its number is the one held for it (inside, every number is free);
+        // `-displayfd` still says when it is ready.
+        if let Some(name) = &x_name {
+            cmd.arg(format!(":{}", name.number));
+        }
         cmd.args(["-displayfd", "1", "-nolisten", "tcp", "-noreset", "-s", "0"]);
         match &rfb {
             // No TCP port; `None` security is only sound because the socket is 0600 in the
@@ -852,17 +936,15 @@ impl OwnDisplay {
             .stdout(Stdio::piped())
             .stderr(log_file("xvfb.log").map_err(&cleanup)?);
         let mut notes = Vec::new();
-        let mut xvfb_child = group
-            .spawn(&mut cmd)
-            .map_err(|e| cleanup(format!("cannot run {}: {e}", xvfb.display())))?;
-        let stdout = xvfb_child.stdout.take().expect("piped");
+        let mut xvfb_child =
+            spawn(cmd).map_err(|e| cleanup(format!("cannot run {}: {e}", xvfb.display())))?;
+        let stdout = xvfb_child.child.stdout.take().expect("piped");
         let number = match first_line(stdout, self.opts.start_timeout) {
             Some(line) => line.trim().parse::<u32>().ok(),
             None => None,
         };
         let Some(number) = number else {
-            let _ = signal(xvfb_child.id(), rustix::process::Signal::KILL);
-            let _ = xvfb_child.wait();
+            xvfb_child.kill();
             let tail = log_tail(&dir.join("xvfb.log"));
             return Err(cleanup(format!(
                 "{} did not report a display within {} ms: {tail}",
@@ -890,7 +972,7 @@ impl OwnDisplay {
                 let keys = dir.join("kbdconfig");
                 std::fs::write(&keys, WM_KEYS)
                     .map_err(|e| cleanup(format!("cannot write the key bindings: {e}")))?;
-                let mut cmd = group.command(&path);
+                let mut cmd = command(&path, rfb.as_deref(), true);
                 cmd.args(["-use_titlebar", "no", "-kbdconfig"])
                     .arg(&keys)
                     .env_clear()
@@ -898,7 +980,7 @@ impl OwnDisplay {
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(log_file("wm.log").map_err(&cleanup)?);
-                match group.spawn(&mut cmd) {
+                match spawn(cmd) {
                     Ok(c) => Some(c),
                     Err(e) => {
                         notes.push(format!("the window manager did not start: {e}"));
@@ -922,7 +1004,7 @@ impl OwnDisplay {
             Some(path) => {
                 let config = write_bus_config(&dir, &bus_socket)
                     .map_err(|e| cleanup(format!("cannot write the bus's configuration: {e}")))?;
-                let mut cmd = group.command(&path);
+                let mut cmd = command(&path, rfb.as_deref(), false);
                 cmd.arg(format!("--config-file={}", config.display()))
                     .args(["--nofork", "--nopidfile", "--print-address=1"])
                     .env_clear()
@@ -930,9 +1012,9 @@ impl OwnDisplay {
                     .stdin(Stdio::null())
                     .stdout(Stdio::piped())
                     .stderr(log_file("bus.log").map_err(&cleanup)?);
-                match group.spawn(&mut cmd) {
+                match spawn(cmd) {
                     Ok(mut c) => {
-                        let out = c.stdout.take().expect("piped");
+                        let out = c.child.stdout.take().expect("piped");
                         match first_line(out, self.opts.start_timeout) {
                             Some(addr) if !addr.trim().is_empty() => {
                                 bus_address = Some(addr.trim().to_string());
@@ -960,10 +1042,10 @@ impl OwnDisplay {
             }
         };
         record.display = number;
-        record.pids = vec![xvfb_child.id()];
+        record.pids = vec![xvfb_child.pid()];
         record
             .pids
-            .extend(wm.iter().chain(bus.iter()).map(Child::id));
+            .extend(wm.iter().chain(bus.iter()).map(Proc::pid));
         if let Err(e) = record.write(&dir) {
             log::warn!(
                 "grant {}: cannot update its own display's record: {e}",
@@ -992,6 +1074,7 @@ impl OwnDisplay {
             dir,
             xvfb: xvfb_child,
             rfb,
+            x_name,
             wm,
             bus,
             group,
@@ -1050,15 +1133,17 @@ impl OwnDisplay {
     fn stop_live(&self, mut l: Live) {
         lock(&self.shown).take();
         self.viewers.end_all();
-        let xvfb_pid = l.xvfb.id();
+        let xvfb_pid = l.xvfb.pid();
         for child in [l.wm.as_mut(), l.bus.as_mut(), Some(&mut l.xvfb)]
             .into_iter()
             .flatten()
         {
-            stop_child(child, self.opts.stop_timeout);
+            child.stop(self.opts.stop_timeout);
         }
         drop(l.group);
-        remove_x_files(&self.opts.x_tmp, l.number, Some(xvfb_pid));
+        remove_x_files(&self.opts.x_tmp, l.number, Some(xvfb_pid), &l.dir);
+        // Its number is let go only once its link is gone.
+        drop(l.x_name.take());
         if let Err(e) = std::fs::remove_dir_all(&l.dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 log::warn!("cannot remove {}: {e}", l.dir.display());
@@ -1156,8 +1241,19 @@ pub(super) fn carries_marker(pid: u32, marker: &str) -> bool {
 }
 
 /// Remove `/tmp/.X11-unix/X<n>` and `/tmp/.X<n>-lock` when the lock names `xvfb_pid` (or
-/// names a process that is gone): never another server's.
-fn remove_x_files(x_tmp: &Path, number: u32, xvfb_pid: Option<u32>) {
+/// names a process that is gone): never another server's. A walled server's path is a
+/// link into its runtime directory `dir` ([`XName`]), removed only when it points there.
+fn remove_x_files(x_tmp: &Path, number: u32, xvfb_pid: Option<u32>, dir: &Path) {
+    let link = x_tmp.join(".X11-unix").join(format!("X{number}"));
+    if link
+        .symlink_metadata()
+        .is_ok_and(|m| m.file_type().is_symlink())
+    {
+        if std::fs::read_link(&link).is_ok_and(|t| t.starts_with(dir)) {
+            let _ = std::fs::remove_file(&link);
+        }
+        return;
+    }
     let lock_file = x_tmp.join(format!(".X{number}-lock"));
     let owner: Option<u32> = std::fs::read_to_string(&lock_file)
         .ok()
@@ -1175,6 +1271,135 @@ fn remove_x_files(x_tmp: &Path, number: u32, xvfb_pid: Option<u32>) {
     let socket = x_tmp.join(".X11-unix").join(format!("X{number}"));
     if !unix_socket_bound(&socket) {
         let _ = std::fs::remove_file(&socket);
+    }
+}
+
+/// One of an own display's processes: the program, or (walled) `bwrap` around it.
+#[derive(Debug)]
+struct Proc {
+    /// The daemon's child: the program itself, or `bwrap`, which exits when it does.
+    child: Child,
+    /// Walled: the program, its wall's pid 1, by its pid as the box sees it and a pidfd.
+    inside: Option<(u32, OwnedFd)>,
+}
+
+impl Proc {
+    /// The program's pid as the box sees it (the record's, `/proc`'s).
+    fn pid(&self) -> u32 {
+        self.inside
+            .as_ref()
+            .map_or(self.child.id(), |(pid, _)| *pid)
+    }
+
+    /// Stop it: unwalled, as [`stop_child`] does; walled, SIGKILL to the program, which
+    /// as its wall's pid 1 ends everything in its PID namespace at once (a pid 1 ignores
+    /// a SIGTERM it has no handler for, and a display has nothing to save: its files go
+    /// with its directory, its lock file with its `/tmp`; what the bus started goes with
+    /// the display's group), then `bwrap` reaped.
+    fn stop(&mut self, patience: Duration) {
+        if let Some((_, pidfd)) = &self.inside {
+            let _ = rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::KILL);
+        }
+        stop_child(&mut self.child, patience);
+    }
+
+    /// Kill it now and reap it (a start that failed).
+    fn kill(&mut self) {
+        if let Some((_, pidfd)) = &self.inside {
+            let _ = rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::KILL);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where walled own displays' numbers start: above the ones display managers and remote
+/// sessions take first.
+const FIRST_DISPLAY: u32 = 20;
+/// How many numbers a start tries before it gives up.
+const DISPLAY_TRIES: u32 = 4096;
+/// A walled display's socket directory in its runtime directory: `/tmp/.X11-unix` inside
+/// its wall.
+pub const X_SOCKETS: &str = "x11";
+
+/// The number of a walled own display, held on the box for as long as it runs. Its X
+/// server has no network (`walls::Bwrap::display_args`), so the box's X clients (the
+/// daemon's helpers) reach it by path only: `/tmp/.X11-unix/X<n>` is a link to its socket
+/// in its own socket directory (`target`). Its abstract name in the box's network, which
+/// clients try first, is held here by a socket bound but never listening: a client is
+/// refused there at once and goes on to the path, and no other process can take the name
+/// and catch the helpers' connections (and the cookie they send). Both taken atomically
+/// (bind, symlink), so two starts (or another X server choosing its number) never share
+/// one. Dropped, the link is removed if it is still ours.
+#[derive(Debug)]
+struct XName {
+    number: u32,
+    target: PathBuf,
+    link: PathBuf,
+    _held: OwnedFd,
+}
+
+impl XName {
+    /// The first number from [`FIRST_DISPLAY`] that nothing on the box uses: no lock file
+    /// in `x_tmp`, its abstract name free, its path free; its socket will be in `sockets`.
+    fn reserve(x_tmp: &Path, sockets: &Path) -> Result<XName, String> {
+        use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+        let unix = x_tmp.join(".X11-unix");
+        if !unix.is_dir() {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::create_dir_all(&unix)
+                .and_then(|()| {
+                    std::fs::set_permissions(&unix, std::fs::Permissions::from_mode(0o1777))
+                })
+                .map_err(|e| format!("cannot create {}: {e}", unix.display()))?;
+        }
+        for number in FIRST_DISPLAY..FIRST_DISPLAY + DISPLAY_TRIES {
+            if x_tmp
+                .join(format!(".X{number}-lock"))
+                .symlink_metadata()
+                .is_ok()
+            {
+                continue;
+            }
+            let link = unix.join(format!("X{number}"));
+            let held = rustix::net::socket_with(
+                AddressFamily::UNIX,
+                SocketType::STREAM,
+                SocketFlags::CLOEXEC,
+                None,
+            )
+            .map_err(|e| format!("cannot make a socket: {e}"))?;
+            let name = SocketAddrUnix::new_abstract_name(link.as_os_str().as_encoded_bytes())
+                .map_err(|e| format!("{}: {e}", link.display()))?;
+            if rustix::net::bind(&held, &name).is_err() {
+                continue;
+            }
+            let target = sockets.join(format!("X{number}"));
+            match std::os::unix::fs::symlink(&target, &link) {
+                Ok(()) => {
+                    return Ok(XName {
+                        number,
+                        target,
+                        link,
+                        _held: held,
+                    })
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(format!("cannot link {}: {e}", link.display())),
+            }
+        }
+        Err(format!(
+            "no free display number from :{FIRST_DISPLAY} to :{}",
+            FIRST_DISPLAY + DISPLAY_TRIES - 1
+        ))
+    }
+}
+
+impl Drop for XName {
+    fn drop(&mut self) {
+        if std::fs::read_link(&self.link).is_ok_and(|t| t == self.target) {
+            let _ = std::fs::remove_file(&self.link);
+        }
     }
 }
 
@@ -1468,259 +1693,4 @@ pub fn call_isolation(cx: &CallContext) -> &'static str {
 pub type DeferredStart = Box<dyn FnOnce(CallContext, Completion) + Send>;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn scratch(tag: &str) -> PathBuf {
-        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("hn-{tag}-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
-    #[test]
-    fn own_display_size_bounds() {
-        assert_eq!(parse_size("1280x800"), Ok((1280, 800)));
-        assert_eq!(parse_size("64X64"), Ok((64, 64)));
-        assert_eq!(parse_size("8192x8192"), Ok((8192, 8192)));
-        for bad in [
-            "63x800",
-            "8193x800",
-            "800x63",
-            "800x8193",
-            "1280",
-            "x800",
-            "1280x",
-            "-1x800",
-            "1280x800x24",
-            "12 80x800",
-            "",
-        ] {
-            let err = parse_size(bad).unwrap_err();
-            assert!(err.contains("--own-display-size"), "{bad}: {err}");
-        }
-    }
-
-    #[test]
-    fn a_late_call_of_an_ended_grant_starts_nothing() {
-        let own = OwnDisplays::new(OwnOptions::default(), Default::default());
-        let before = own.entry("g-late");
-        own.end_grant("g-late");
-        let after = own.entry("g-late");
-        let confine = crate::cgroup::Confine::inert();
-        for d in [before, after] {
-            let err = d.ensure(&ToolConfig::default(), &confine).unwrap_err();
-            assert!(err.contains("has ended"), "{err}");
-        }
-        assert!(own.get("g-late").is_none(), "an ended grant is not kept");
-        assert_eq!(own.running(), 0);
-    }
-
-    #[test]
-    fn when_pasta_fails_nothing_starts_and_its_shell_is_refused_saying_why() {
-        let path = std::env::var_os("PATH");
-        let kind = crate::walls::Kind::Grant;
-        let Ok(bwrap) = crate::walls::probe_bwrap(path.as_deref(), kind) else {
-            eprintln!("skip: bwrap does not work here");
-            return;
-        };
-        let mut wall = crate::walls::Bwrap::new(bwrap, Vec::new(), Vec::new());
-        wall.pasta = Some(PathBuf::from("/bin/false"));
-        let parent = scratch("own-nonet");
-        let own = OwnDisplays::new(
-            OwnOptions {
-                dir: Some(parent.clone()),
-                ..OwnOptions::default()
-            },
-            crate::walls::OwnDisplayWall {
-                wall: Some(wall),
-                network: Network::Pasta,
-                refusal: None,
-            },
-        );
-        let d = own.entry("g-nonet");
-        let confine = crate::cgroup::Confine::inert();
-        let err = d.ensure(&ToolConfig::default(), &confine).unwrap_err();
-        assert!(
-            err.contains("could not start")
-                && err.contains("pasta could not give this grant's wall its network")
-                && err.contains("/bin/false"),
-            "{err}"
-        );
-        assert_eq!(own.running(), 0, "no X server was started");
-        let refused = own.shell_wall(&d).unwrap_err();
-        assert!(
-            refused.contains("its own display's network, which is not up")
-                && refused.contains("/bin/false"),
-            "{refused}"
-        );
-        // Its private directory went with the failure.
-        let left: Vec<_> = std::fs::read_dir(&parent).unwrap().flatten().collect();
-        assert!(left.is_empty(), "{left:?}");
-        let _ = std::fs::remove_dir_all(parent);
-    }
-
-    #[test]
-    fn a_socket_someone_listens_on_is_never_removed() {
-        let dir = scratch("own-bound");
-        std::fs::create_dir_all(dir.join(".X11-unix")).unwrap();
-        let path = dir.join(".X11-unix/X77");
-        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-        assert!(unix_socket_bound(&path));
-        remove_x_files(&dir, 77, None);
-        assert!(path.exists(), "a bound socket was removed");
-        drop(listener);
-        // What a killed server leaves: the file, bound by nobody.
-        let stale = dir.join(".X11-unix/X78");
-        std::fs::write(&stale, "").unwrap();
-        remove_x_files(&dir, 78, None);
-        assert!(!stale.exists(), "a stale socket is left");
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    #[test]
-    fn stopping_asks_with_term_first_and_kills_what_ignores_it() {
-        use std::os::unix::process::ExitStatusExt;
-        let mut polite = std::process::Command::new("sleep")
-            .arg("60")
-            .spawn()
-            .unwrap();
-        stop_child(&mut polite, Duration::from_secs(10));
-        assert_eq!(
-            polite.wait().unwrap().signal(),
-            Some(15),
-            "ended by SIGTERM"
-        );
-        let mut stubborn = std::process::Command::new("sh")
-            .args(["-c", "trap '' TERM; echo ready; exec sleep 60"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // The trap is set once it has printed.
-        first_line(stubborn.stdout.take().unwrap(), Duration::from_secs(10)).unwrap();
-        let started = Instant::now();
-        stop_child(&mut stubborn, Duration::from_millis(100));
-        assert_eq!(
-            stubborn.wait().unwrap().signal(),
-            Some(9),
-            "ended by SIGKILL"
-        );
-        assert!(started.elapsed() >= Duration::from_millis(100));
-    }
-
-    #[test]
-    fn runtime_dir_names_are_short_and_plain() {
-        assert_eq!(
-            dir_name("84bb92fd-13ed-4bd2-b32d-09c603fb1dac"),
-            "84bb92fd13ed"
-        );
-        assert_eq!(dir_name("../../etc"), "etc");
-    }
-
-    #[test]
-    fn the_cookie_file_is_one_wildcard_mit_cookie_and_private() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = scratch("own-cookie");
-        let path = dir.join("xauth");
-        write_cookie(&path).unwrap();
-        let bytes = std::fs::read(&path).unwrap();
-        assert_eq!(&bytes[..2], &[0xff, 0xff], "FamilyWild");
-        assert_eq!(bytes.len(), 2 + 2 + 2 + 2 + 18 + 2 + 16);
-        assert_eq!(&bytes[8..26], b"MIT-MAGIC-COOKIE-1");
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
-        // Never overwritten in place.
-        assert!(write_cookie(&path).is_err());
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    /// After a crash: what a dead daemon's record names is killed (only if it still
-    /// carries the marker) and its directory removed; a live daemon's is left alone.
-    #[test]
-    fn stale_displays_of_a_dead_daemon_are_cleaned_and_a_live_ones_kept() {
-        let parent = scratch("own-stale");
-        let xtmp = scratch("own-stale-xtmp");
-        let own = OwnDisplays::new(
-            OwnOptions {
-                dir: Some(parent.clone()),
-                x_tmp: xtmp.clone(),
-                ..OwnOptions::default()
-            },
-            Default::default(),
-        );
-        std::fs::create_dir_all(xtmp.join(".X11-unix")).unwrap();
-        let marker = "own-display-stale-test";
-        let mut left = std::process::Command::new("sleep")
-            .arg("60")
-            .env(MARKER_ENV, marker)
-            .spawn()
-            .unwrap();
-        // What its network left: the holder and pasta carry a marker of their own.
-        let net_marker = "own-net-stale-test";
-        let mut left_net = std::process::Command::new("sleep")
-            .arg("60")
-            .env(MARKER_ENV, net_marker)
-            .spawn()
-            .unwrap();
-        let mut stranger = std::process::Command::new("sleep")
-            .arg("60")
-            .spawn()
-            .unwrap();
-        // A daemon pid that is surely dead: a child that has been reaped.
-        let mut gone = std::process::Command::new("true").spawn().unwrap();
-        let dead_pid = gone.id();
-        gone.wait().unwrap();
-        let write = |name: &str, daemon_pid: u32, pids: Vec<u32>, display: u32| {
-            let dir = parent.join(name);
-            std::fs::create_dir_all(&dir).unwrap();
-            let r = Record {
-                daemon_pid,
-                display,
-                pids,
-                marker: marker.into(),
-                net_pids: vec![left_net.id()],
-                net_marker: net_marker.into(),
-            };
-            std::fs::write(dir.join(RECORD), serde_json::to_vec(&r).unwrap()).unwrap();
-            dir
-        };
-        let stale = write("stale", dead_pid, vec![left.id(), stranger.id()], 4242);
-        std::fs::write(xtmp.join(".X4242-lock"), format!("{:>10}\n", left.id())).unwrap();
-        std::fs::write(xtmp.join(".X11-unix/X4242"), "").unwrap();
-        // The parent of this test process stands for a daemon still running.
-        let live_daemon = rustix::process::getppid().map_or(1, |p| p.as_raw_nonzero().get() as u32);
-        let kept = write("kept", live_daemon, vec![stranger.id()], 4343);
-
-        assert_eq!(own.clean_stale(), 1);
-        assert!(!xtmp.join(".X4242-lock").exists());
-        assert!(!xtmp.join(".X11-unix/X4242").exists());
-        let status = left.wait().unwrap();
-        assert!(
-            !status.success(),
-            "the marked process was killed: {status:?}"
-        );
-        let status = left_net.wait().unwrap();
-        assert!(
-            !status.success(),
-            "its network's marked process was killed: {status:?}"
-        );
-        assert!(!stale.exists());
-        assert!(kept.exists(), "a live daemon's display is left alone");
-        assert!(
-            matches!(stranger.try_wait(), Ok(None)),
-            "a process without the marker is never signalled"
-        );
-        let _ = stranger.kill();
-        let _ = stranger.wait();
-        let stray = parent.join("not-ours");
-        std::fs::create_dir_all(&stray).unwrap();
-        assert_eq!(own.clean_stale(), 0);
-        assert!(
-            stray.exists(),
-            "a directory without a record is not touched"
-        );
-        let _ = std::fs::remove_dir_all(parent);
-        let _ = std::fs::remove_dir_all(xtmp);
-    }
-}
+mod tests;
