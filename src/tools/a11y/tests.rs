@@ -219,38 +219,3 @@ fn a_batch_larger_than_the_window_is_answered_whole_and_in_order() {
     assert_eq!(out.len(), reqs.len());
     assert!(out.iter().all(|a| *a == Ok(vec![Val::UInt(7)])));
 }
-
-#[test]
-fn a_scrolled_groups_next_chunk_is_what_its_rect_still_has_room_for() {
-    use tree::{next_chunk, Flow, CHUNK};
-    let clip = [53, 36, 1174, 717]; // bottom at 753
-                                    // Nothing shown yet, or one row only: no rate to go by.
-    assert_eq!(next_chunk(&Flow::default(), clip), CHUNK);
-    let one_row = Flow {
-        first_y: Some(36),
-        last_y: 36,
-        shown: 6,
-    };
-    assert_eq!(next_chunk(&one_row, clip), CHUNK);
-    // 65 shown over 230 px: the 487 px left hold 136 more at that rate, plus slack.
-    let flow = Flow {
-        first_y: Some(36),
-        last_y: 266,
-        shown: 65,
-    };
-    assert_eq!(next_chunk(&flow, clip), 136 + 8);
-    // At or past the bottom: only the slack, to find the end.
-    let past = Flow {
-        first_y: Some(36),
-        last_y: 800,
-        shown: 65,
-    };
-    assert_eq!(next_chunk(&past, clip), 8);
-    // A tall rect of tiny rows is capped.
-    let tiny = Flow {
-        first_y: Some(0),
-        last_y: 10,
-        shown: 1000,
-    };
-    assert_eq!(next_chunk(&tiny, [0, 0, 100, 100_000]), 512);
-}

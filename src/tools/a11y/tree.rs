@@ -201,7 +201,7 @@ const CLIPS: &[&str] = &[
 /// Children of one parent asked about at a time. Children are laid out in order, so once
 /// some were shown, a whole chunk of hidden ones means the rest are scrolled away too and
 /// are not asked about (a list of thousands of rows costs a few chunks, not a call a row).
-pub(super) const CHUNK: usize = 64;
+const CHUNK: usize = 64;
 
 /// Under a scrolled ancestor, chunks after the first are sized to what the rect still has
 /// room for (see [`next_chunk`]), plus this many: a row's worth of cells past the estimate,
@@ -214,17 +214,17 @@ const MAX_CHUNK: usize = 512;
 /// A group of siblings under a scrolled ancestor: the first shown one's top, and the last
 /// shown one's top with how many were shown from the first to it.
 #[derive(Clone, Copy, Default)]
-pub(super) struct Flow {
-    pub(super) first_y: Option<i64>,
-    pub(super) last_y: i64,
-    pub(super) shown: usize,
+struct Flow {
+    first_y: Option<i64>,
+    last_y: i64,
+    shown: usize,
 }
 
 /// The size of a scrolled group's next chunk. Its children are laid out top to bottom (rows
 /// of a list or table), so the shown ones so far give elements per pixel, and the rect's
 /// bottom how many more can be shown: asking that many rather than [`CHUNK`] saves GTK's
 /// `GetExtents` (an X round trip each) for rows that are scrolled away.
-pub(super) fn next_chunk(flow: &Flow, clip: [i64; 4]) -> usize {
+fn next_chunk(flow: &Flow, clip: [i64; 4]) -> usize {
     let Some(first_y) = flow.first_y else {
         return CHUNK;
     };
