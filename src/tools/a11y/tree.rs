@@ -203,41 +203,6 @@ const CLIPS: &[&str] = &[
 /// are not asked about (a list of thousands of rows costs a few chunks, not a call a row).
 const CHUNK: usize = 64;
 
-/// Under a scrolled ancestor, chunks after the first are sized to what the rect still has
-/// room for (see [`next_chunk`]), plus this many: a row's worth of cells past the estimate,
-/// so the chunk that reaches the end usually ends on a hidden one and is the last.
-const CHUNK_SLACK: usize = 8;
-
-/// Largest chunk [`next_chunk`] asks for in one round.
-const MAX_CHUNK: usize = 512;
-
-/// A group of siblings under a scrolled ancestor: the first shown one's top, and the last
-/// shown one's top with how many were shown from the first to it.
-#[derive(Clone, Copy, Default)]
-struct Flow {
-    first_y: Option<i64>,
-    last_y: i64,
-    shown: usize,
-}
-
-/// The size of a scrolled group's next chunk. Its children are laid out top to bottom (rows
-/// of a list or table), so the shown ones so far give elements per pixel, and the rect's
-/// bottom how many more can be shown: asking that many rather than [`CHUNK`] saves GTK's
-/// `GetExtents` (an X round trip each) for rows that are scrolled away.
-fn next_chunk(flow: &Flow, clip: [i64; 4]) -> usize {
-    let Some(first_y) = flow.first_y else {
-        return CHUNK;
-    };
-    let span = flow.last_y - first_y;
-    if span <= 0 || flow.shown < 2 {
-        return CHUNK;
-    }
-    let room = (clip[1] + clip[3] - flow.last_y).max(0) as f64;
-    let more = (room * (flow.shown - 1) as f64 / span as f64).ceil() as usize;
-    more.saturating_add(CHUNK_SLACK)
-        .clamp(CHUNK_SLACK, MAX_CHUNK)
-}
-
 fn intersect(a: [i64; 4], b: [i64; 4]) -> [i64; 4] {
     let x = a[0].max(b[0]);
     let y = a[1].max(b[1]);
@@ -267,10 +232,7 @@ fn bounds_of(answer: &Result<Vec<Val>, DbusError>) -> Option<[i64; 4]> {
 ///
 /// Under a scrolled ancestor only the extents are asked here: the rect decides (GTK reports
 /// rows scrolled away as showing), and the states of the few inside it are asked with what
-/// they are ([`read`]'s phase B), so a hidden row costs one call, not two. There the
-/// children are laid out top to bottom, so once some were shown, a chunk whose last child
-/// has no position (GTK's answer for a row scrolled out of view) or lies below the rect is
-/// the last asked, and later chunks are sized by [`next_chunk`].
+/// they are ([`read`]'s phase B), so a hidden row costs one call, not two.
 fn shown(
     bus: &mut Bus,
     cands: Vec<Cand>,
@@ -286,10 +248,6 @@ fn shown(
             _ => groups.push((vec![c], 0, false, false)),
         }
     }
-    // Per group: how many to ask next, and (under a scrolled ancestor) how its rows flow.
-    let mut take: Vec<usize> = vec![CHUNK; groups.len()];
-    let mut flows: Vec<Flow> = vec![Flow::default(); groups.len()];
-    let mut ended: Vec<bool> = vec![false; groups.len()];
     let mut keep: Vec<Vec<bool>> = groups.iter().map(|g| vec![false; g.0.len()]).collect();
     loop {
         let mut reqs = Vec::new();
@@ -303,7 +261,7 @@ fn shown(
                 cut = true;
                 continue;
             }
-            for (i, c) in g.iter().enumerate().skip(*pos).take(take[gi]) {
+            for (i, c) in g.iter().enumerate().skip(*pos).take(CHUNK) {
                 // (index of its state answer, if asked; of its extents answer)
                 let state = c.clip.is_none().then(|| {
                     reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetState"));
@@ -341,33 +299,16 @@ fn shown(
                 };
             keep[gi][i] = ok;
             any[gi] |= ok;
-            // Asked in order, so the last one asked of a chunk decides whether it ended.
-            if let (Some(clip), true) = (c.clip, c.depth > 0) {
-                let f = &mut flows[gi];
-                match bounds {
-                    Some(b) if ok => {
-                        f.first_y.get_or_insert(b[1]);
-                        f.last_y = b[1];
-                        f.shown += 1;
-                        ended[gi] = false;
-                    }
-                    Some(b) => ended[gi] = f.shown > 0 && b[1] >= clip[1] + clip[3],
-                    None => ended[gi] = f.shown > 0,
-                }
-            }
         }
         for (gi, (g, pos, seen, done)) in groups.iter_mut().enumerate() {
             if *done {
                 continue;
             }
-            *pos = (*pos + take[gi]).min(g.len());
-            if (*seen && !any[gi]) || *pos >= g.len() || ended[gi] {
+            *pos = (*pos + CHUNK).min(g.len());
+            if (*seen && !any[gi]) || *pos >= g.len() {
                 *done = true;
             }
             *seen |= any[gi];
-            if let Some(clip) = g[0].clip.filter(|_| g[0].depth > 0) {
-                take[gi] = next_chunk(&flows[gi], clip);
-            }
         }
     }
     let kept = groups
