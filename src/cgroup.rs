@@ -1624,6 +1624,20 @@ mod tests {
         }
     }
 
+    /// A confinement over a hierarchy `fake` made, built as `Confine::new` builds one.
+    fn on_fake(settings: &Settings) -> Confine {
+        Confine {
+            layout: Some(Layout::detect(settings, false).unwrap()),
+            ceiling: settings.ceiling,
+            why_not: None,
+            grants: Mutex::new(HashMap::new()),
+            limits: Mutex::new(HashMap::new()),
+            next_run: AtomicU64::new(1),
+            issued: Mutex::new(Default::default()),
+            counted: false,
+        }
+    }
+
     #[test]
     fn pure_v2_delegated_moves_into_a_leaf_enables_controllers_and_sets_limits() {
         let dir = TempDir::new("cgroup-fake-v2");
@@ -1674,17 +1688,7 @@ mod tests {
     fn a_run_enters_every_group_before_exec() {
         let dir = TempDir::new("cgroup-fake-enter");
         let settings = fake(&dir, "cpu memory pids");
-        let layout = Layout::detect(&settings, false).unwrap();
-        let confine = Confine {
-            layout: Some(layout),
-            ceiling: settings.ceiling,
-            why_not: None,
-            grants: Mutex::new(HashMap::new()),
-            limits: Mutex::new(HashMap::new()),
-            next_run: AtomicU64::new(1),
-            issued: Mutex::new(Default::default()),
-            counted: false,
-        };
+        let confine = on_fake(&settings);
         let run = confine.run("g1", true, "m").unwrap();
         // The kernel makes cgroup.procs with the group; a fake group needs it made.
         let procs = run.dir.as_ref().unwrap().join("cgroup.procs");
@@ -1726,16 +1730,7 @@ mod tests {
     fn an_empty_ended_run_group_serves_the_next_run_and_a_busy_or_oom_killed_one_does_not() {
         let dir = TempDir::new("cgroup-fake-spare");
         let settings = fake(&dir, "cpu memory pids");
-        let confine = Confine {
-            layout: Some(Layout::detect(&settings, false).unwrap()),
-            ceiling: settings.ceiling,
-            why_not: None,
-            grants: Mutex::new(HashMap::new()),
-            limits: Mutex::new(HashMap::new()),
-            next_run: AtomicU64::new(1),
-            issued: Mutex::new(Default::default()),
-            counted: false,
-        };
+        let confine = on_fake(&settings);
         let events = |d: &Path, populated: u8| {
             fs::write(d.join("cgroup.events"), format!("populated {populated}\n")).unwrap()
         };

@@ -739,12 +739,7 @@ impl OwnDisplay {
         let group = confine
             .run(&self.grant, true, &marker)
             .map_err(|e| format!("could not contain its network: {e}"))?;
-        let parent = self.opts.parent();
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&parent)
-            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        let parent = made_parent(&self.opts)?;
         let scratch = parent.join(format!("{}.net", dir_name(&self.grant)));
         let _ = std::fs::remove_dir_all(&scratch);
         std::fs::DirBuilder::new()
@@ -787,12 +782,7 @@ impl OwnDisplay {
             Some(p) => p.clone(),
             None => find(PROGRAMS[0])?,
         };
-        let parent = self.opts.parent();
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&parent)
-            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        let parent = made_parent(&self.opts)?;
         let dir = parent.join(dir_name(&self.grant));
         if dir.exists() {
             let _ = std::fs::remove_dir_all(&dir);
@@ -1165,6 +1155,18 @@ impl Drop for OwnDisplay {
             self.stop_live(l);
         }
     }
+}
+
+/// The own displays' parent directory, made (0700) if it is missing: each display's own
+/// directory and its network's scratch directory go beneath it.
+fn made_parent(opts: &OwnOptions) -> Result<PathBuf, String> {
+    let parent = opts.parent();
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&parent)
+        .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    Ok(parent)
 }
 
 /// A grant's runtime directory's name: short, because the session bus's socket lives in
