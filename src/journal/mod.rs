@@ -488,7 +488,7 @@ pub fn bounded_arguments(arguments: &Value) -> Value {
     }
     // The common case (small arguments) costs one pass and no copy of a long string.
     let out = cut(arguments);
-    let size = serde_json::to_vec(&out).map_or(0, |v| v.len());
+    let size = crate::base::text::json_len(&out);
     if size <= ARGS_BYTES {
         out
     } else {
@@ -528,6 +528,16 @@ fn summarise(output: &ToolOutput) -> Result_ {
 }
 
 fn summarise_json(json: &str) -> (String, bool) {
+    // Read as the few fields a summary shows, borrowed from the text: a `file_get`'s 4 MiB
+    // blob is skipped over, never copied into a `Value` (issue 36).
+    if let Ok(result) = serde_json::from_str::<ResultHead<'_>>(json) {
+        return summarise_blocks(result.content.iter().map(|b| Shown {
+            kind: b.kind.as_deref(),
+            text: b.text.as_deref(),
+            mime: b.mime.as_deref(),
+            data_len: b.data.as_ref().map(|d| d.0),
+        }));
+    }
     match serde_json::from_str::<Value>(json) {
         Ok(v) => summarise_value(&v),
         // A cut head: its first text, as far as it goes.
@@ -575,37 +585,82 @@ fn first_string_literal(text: &str) -> String {
 }
 
 fn summarise_value(v: &Value) -> (String, bool) {
+    let content = v.get("content").and_then(Value::as_array);
+    summarise_blocks(content.into_iter().flatten().map(|block| {
+        let str_of = |k: &str| block.get(k).and_then(Value::as_str);
+        Shown {
+            kind: str_of("type"),
+            text: str_of("text"),
+            mime: str_of("mimeType"),
+            data_len: str_of("data").map(str::len),
+        }
+    }))
+}
+
+/// What a summary reads of one content block (a field of another type counts as absent).
+struct Shown<'a> {
+    kind: Option<&'a str>,
+    text: Option<&'a str>,
+    mime: Option<&'a str>,
+    data_len: Option<usize>,
+}
+
+fn summarise_blocks<'a>(blocks: impl Iterator<Item = Shown<'a>>) -> (String, bool) {
     let mut parts: Vec<String> = Vec::new();
-    if let Some(content) = v.get("content").and_then(Value::as_array) {
-        for block in content {
-            match block.get("type").and_then(Value::as_str) {
-                Some("text") => parts.push(
-                    block
-                        .get("text")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string(),
-                ),
-                Some("image") => {
-                    let mime = block
-                        .get("mimeType")
-                        .and_then(Value::as_str)
-                        .unwrap_or("image");
-                    let bytes = block
-                        .get("data")
-                        .and_then(Value::as_str)
-                        .map_or(0, |d| d.len() / 4 * 3);
-                    parts.push(format!("[{mime}, about {bytes} bytes]"));
-                }
-                Some(other) => parts.push(format!("[{other}]")),
-                None => {}
+    for block in blocks {
+        match block.kind {
+            Some("text") => parts.push(block.text.unwrap_or_default().to_string()),
+            Some("image") => {
+                let mime = block.mime.unwrap_or("image");
+                let bytes = block.data_len.map_or(0, |len| len / 4 * 3);
+                parts.push(format!("[{mime}, about {bytes} bytes]"));
             }
-            if parts.iter().map(String::len).sum::<usize>() > SUMMARY_CHARS * 4 {
-                break;
-            }
+            Some(other) => parts.push(format!("[{other}]")),
+            None => {}
+        }
+        if parts.iter().map(String::len).sum::<usize>() > SUMMARY_CHARS * 4 {
+            break;
         }
     }
     clip(&parts.join("\n"))
+}
+
+/// A tool result as [`summarise_json`] reads it: every other field is skipped unread.
+#[derive(serde::Deserialize)]
+struct ResultHead<'a> {
+    #[serde(default, borrow)]
+    content: Vec<BlockHead<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct BlockHead<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    text: Option<std::borrow::Cow<'a, str>>,
+    #[serde(rename = "mimeType", default, borrow)]
+    mime: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    data: Option<StrLen>,
+}
+
+/// A string's length, read without keeping the string.
+struct StrLen(usize);
+
+impl<'de> serde::Deserialize<'de> for StrLen {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Len;
+        impl serde::de::Visitor<'_> for Len {
+            type Value = StrLen;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<StrLen, E> {
+                Ok(StrLen(s.len()))
+            }
+        }
+        d.deserialize_str(Len)
+    }
 }
 
 fn clip(text: &str) -> (String, bool) {

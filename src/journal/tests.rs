@@ -291,6 +291,42 @@ fn long_arguments_and_results_are_cut_and_say_so() {
     assert_eq!(s, "[image/png, about 3 bytes]\nScreenshot");
 }
 
+/// A serialized result is summarised from its text as its `Value` would be, whatever its
+/// blocks hold: the fast read (fields borrowed, others skipped) and the `Value` read agree.
+#[test]
+fn a_serialized_result_is_summarised_as_its_value() {
+    let blob = "QUJD".repeat(1000);
+    let results = [
+        json!({"content": [
+            {"type": "resource", "resource": {"uri": "file:///a", "blob": blob}},
+            {"type": "text", "text": "a: bytes 0..3000 of 3000 \"end\"\n\u{1}"}],
+            "structuredContent": {"path": "a", "size": 3000}}),
+        json!({"content": [
+            {"type": "image", "mimeType": "image/png", "data": blob},
+            {"type": "image", "data": "AAAA"},
+            {"type": "text", "text": "Screenshot"},
+            {"text": "untyped"}]}),
+        // Odd shapes read through the `Value`: a text that is not a string, a block that
+        // is not an object, content that is not an array, no content.
+        json!({"content": [{"type": "text", "text": 5}, {"type": "text", "text": "x"}]}),
+        json!({"content": [7, {"type": "text", "text": "y"}]}),
+        json!({"content": "z"}),
+        json!({"isError": true}),
+        json!({"content": (0..200).map(|i| json!({"type": "text", "text": format!("{i:0>50}")})).collect::<Vec<_>>()}),
+    ];
+    for v in results {
+        assert_eq!(summarise_json(&v.to_string()), summarise_value(&v), "{v}");
+    }
+    let (s, cut) = summarise_json(&results_head());
+    assert_eq!((s.as_str(), cut), ("[resource]\nfile text", false));
+}
+
+fn results_head() -> String {
+    json!({"content": [{"type": "resource", "resource": {"blob": "QUJD"}},
+                       {"type": "text", "text": "file text"}]})
+    .to_string()
+}
+
 #[test]
 fn old_journals_are_swept_but_not_a_live_grants() {
     let dir = temp("sweep");
