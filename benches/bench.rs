@@ -1746,6 +1746,7 @@ fn bench_own_display(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod, di
     let mut walled = Vec::new();
     // `bash true` on a grant of the same profile without an own display, beside it.
     let (plain_grant, mut plain) = attach_ready(d, pod, "own-plain", "desktop");
+    let wall = wall_argv(&mut plain);
     let mut rtts = None;
     for i in 0..n {
         let session = format!("own-{i}");
@@ -1774,7 +1775,9 @@ fn bench_own_display(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod, di
         walled.push(ms(t.elapsed()));
         assert_ne!(out["isError"], true, "own display bash: {out}");
         if i == 0 {
-            rtts = Some(own_display_bash_true(o, &mut a.conn, &mut plain));
+            let own_wall = wall_argv(&mut a.conn);
+            let walls = [wall.as_deref(), own_wall.as_deref()];
+            rtts = Some(own_display_bash_true(o, &mut a.conn, &mut plain, walls));
         }
         d.revoke(&grant);
     }
@@ -1798,19 +1801,41 @@ fn bench_own_display(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod, di
         "ms",
         wall_floor,
     );
-    if let Some((spawn, plain, own)) = rtts {
+    if let Some((spawn, plain, own, [by_hand, own_by_hand])) = rtts {
         let (spawn, plain, own) = (
             percentile(&spawn, 0.5),
             percentile(&plain, 0.5),
             percentile(&own, 0.5),
         );
+        let p50 = |v: Vec<f64>| (!v.is_empty()).then(|| percentile(&v, 0.5));
+        let (by_hand, own_by_hand) = (p50(by_hand), p50(own_by_hand));
         r.put("own_display_spawn_true_p50", spawn, "ms", None);
+        if let Some(by_hand) = by_hand {
+            r.put("wall_bash_true_by_hand_p50", by_hand, "ms", Some(spawn));
+        }
+        if let Some(own_by_hand) = own_by_hand {
+            r.put(
+                "own_wall_bash_true_by_hand_p50",
+                own_by_hand,
+                "ms",
+                Some(spawn),
+            );
+        }
         r.put(
             "own_display_plain_bash_true_rtt_p50",
             plain,
             "ms",
-            Some(spawn),
+            by_hand.or(Some(spawn)),
         );
+        // What the daemon adds to a walled call: its wall's own argv run by hand around
+        // `bash -c true` is the floor (a bwrap with fewer mounts is not).
+        if let Some(by_hand) = by_hand {
+            r.check(
+                "own_display_plain_bash_true_rtt_p50",
+                format!("<= its wall by hand + 1 ms = {:.2} ms", by_hand + 1.0),
+                Some(plain <= by_hand + 1.0),
+            );
+        }
         r.put("own_display_bash_true_rtt_p50", own, "ms", Some(plain));
         // Its network is made once per display and joined (issue 36): a call costs what a
         // walled call without a network of its own does.
@@ -1819,12 +1844,13 @@ fn bench_own_display(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod, di
             format!("<= the plain walled grant's + 1 ms = {:.2} ms", plain + 1.0),
             Some(own <= plain + 1.0),
         );
-        // Inside its wall a call's spawn floor is bwrap's (`own_display_bash_true_ms`'s floor).
-        if let Some(wall) = wall_floor {
+        // Its own wall by hand joins no network (the daemon joins the display's with one
+        // setns(2) between fork and exec, which the check against the plain grant bounds).
+        if let Some(own_by_hand) = own_by_hand {
             r.check(
                 "own_display_bash_true_rtt_p50",
-                format!("<= bwrap true by hand + 1 ms = {:.2} ms", wall + 1.0),
-                Some(own <= wall + 1.0),
+                format!("<= its wall by hand + 1 ms = {:.2} ms", own_by_hand + 1.0),
+                Some(own <= own_by_hand + 1.0),
             );
         }
     }
@@ -1845,24 +1871,64 @@ fn bench_own_display(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod, di
 }
 
 /// `bash true` round trips (ms) on a warm own-display grant beside the same on a plain
-/// grant and `spawn_true`, in alternating blocks: (spawn, plain, own).
+/// grant, `spawn_true` and (when known) each grant's wall (`walls`: plain, own) run by hand
+/// around `bash -c true`, in alternating blocks: (spawn, plain, own, [by hand; 2]).
 fn own_display_bash_true(
     o: &Opts,
     own: &mut PodConn,
     plain: &mut PodConn,
-) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    walls: [Option<&[String]>; 2],
+) -> (Vec<f64>, Vec<f64>, Vec<f64>, [Vec<f64>; 2]) {
     let true_req = |id| bash_req(id, "true", json!({}));
     own.sequential(o.n(20), true_req);
     plain.sequential(o.n(20), true_req);
     let block = (o.n(200) / BLOCKS).max(1);
     let (mut spawn, mut plain_ms, mut own_ms) = (Vec::new(), Vec::new(), Vec::new());
+    let mut by_hand = [Vec::new(), Vec::new()];
     let as_ms = |v: Vec<f64>| v.into_iter().map(|u| u / 1e3);
     for _ in 0..BLOCKS {
         spawn.extend((0..block).map(|_| spawn_true()));
+        for (wall, times) in walls.iter().zip(by_hand.iter_mut()) {
+            if let Some(wall) = wall {
+                times.extend((0..block).filter_map(|_| wall_true(wall)));
+            }
+        }
         plain_ms.extend(as_ms(plain.sequential(block, true_req)));
         own_ms.extend(as_ms(own.sequential(block, true_req)));
     }
-    (spawn, plain_ms, own_ms)
+    (spawn, plain_ms, own_ms, by_hand)
+}
+
+/// The wall a walled grant's `bash` runs in, as its argv up to and including `--`: read
+/// from inside, where `bwrap` is pid 1 of the wall's PID namespace. `None` when the call
+/// is not walled here (no `bwrap`, or `--isolation none`).
+fn wall_argv(conn: &mut PodConn) -> Option<Vec<String>> {
+    let out = conn.call_tool(
+        "bash",
+        json!({"command": "tr '\\0' '\\n' </proc/1/cmdline"}),
+    );
+    let text = out["content"][0]["text"].as_str().unwrap_or_default();
+    let mut argv: Vec<String> = Vec::new();
+    for line in text.lines() {
+        argv.push(line.to_string());
+        if line == "--" {
+            break;
+        }
+    }
+    let walled = argv.first().is_some_and(|p| p.ends_with("bwrap")) && argv.last()? == "--";
+    walled.then_some(argv)
+}
+
+/// `wall` (from [`wall_argv`]) around `bash -c true`, by hand (ms).
+fn wall_true(wall: &[String]) -> Option<f64> {
+    let t = Instant::now();
+    let ok = Command::new(&wall[0])
+        .args(&wall[1..])
+        .args(["bash", "-c", "true"])
+        .stdin(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    ok.then(|| ms(t.elapsed()))
 }
 
 fn bench_attach_revoke(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
