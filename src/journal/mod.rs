@@ -663,9 +663,19 @@ impl<'de> serde::Deserialize<'de> for StrLen {
     }
 }
 
+/// `text` cut after [`SUMMARY_CHARS`] characters (marked `…`), and whether it was.
 fn clip(text: &str) -> (String, bool) {
-    match text.char_indices().nth(SUMMARY_CHARS) {
-        Some((i, _)) => (format!("{}…", &text[..i]), true),
+    let cut_at = if text.len() <= SUMMARY_CHARS {
+        None
+    } else if text.as_bytes()[..=SUMMARY_CHARS].is_ascii() {
+        // Most output is ASCII: there the N-th character starts at byte N, found without
+        // decoding characters one by one (every call's summary is clipped, issue 38).
+        Some(SUMMARY_CHARS)
+    } else {
+        text.char_indices().nth(SUMMARY_CHARS).map(|(i, _)| i)
+    };
+    match cut_at {
+        Some(i) => (format!("{}…", &text[..i]), true),
         None => (text.to_string(), false),
     }
 }

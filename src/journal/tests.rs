@@ -280,6 +280,20 @@ fn long_arguments_and_results_are_cut_and_say_so() {
     assert!(cut && s.ends_with('…') && s.chars().count() == SUMMARY_CHARS + 1);
     let (s, cut) = clip(&"d".repeat(SUMMARY_CHARS));
     assert!(!cut && s.len() == SUMMARY_CHARS);
+    // Characters, not bytes: multi-byte text is cut after as many characters, on a
+    // boundary, whether the non-ASCII part is before the cut or at it.
+    for text in [
+        format!("é{}", "d".repeat(SUMMARY_CHARS)),
+        format!("{}é", "d".repeat(SUMMARY_CHARS)),
+        format!("{}éx", "d".repeat(SUMMARY_CHARS - 1)),
+        "✓".repeat(SUMMARY_CHARS + 1),
+    ] {
+        let (s, cut) = clip(&text);
+        let kept: String = text.chars().take(SUMMARY_CHARS).collect();
+        assert_eq!((s, cut), (format!("{kept}…"), true), "{text}");
+    }
+    let (s, cut) = clip(&"✓".repeat(SUMMARY_CHARS));
+    assert!(!cut && s.chars().count() == SUMMARY_CHARS);
     // The head of a large JSON output still gives its first text.
     let head = r#"{"content":[{"type":"text","text":"line one\nline \"two\" and more"#;
     let (s, cut) = summarise_json(head);
