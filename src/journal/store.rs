@@ -178,35 +178,41 @@ impl State {
 
     /// Drop the oldest records so the rest fit in [`COMPACT_TO`] of the bound; one line
     /// in their place says how many went (it carries the last dropped `seq`, so a reader
-    /// asking `?since=` sees it once).
+    /// asking `?since=` sees it once). One pass over the file with one line in memory and
+    /// the kept part copied as it is: reading the whole journal into memory (64 MiB by
+    /// default) left the daemon holding ~100 MiB that malloc never gave back, and every
+    /// later spawn paid for those pages in `fork` (issue 36).
     fn compact(&mut self, max_bytes: u64) -> io::Result<()> {
         let path = self.dir.join(FILE);
         let file = open_state_file(OpenOptions::new().read(true), &path)?;
-        let lines: Vec<Vec<u8>> = BufReader::new(file)
-            .split(b'\n')
-            .collect::<io::Result<_>>()?;
+        let len = file.metadata()?.len();
         let target = (max_bytes as f64 * COMPACT_TO) as u64;
-        let mut keep_from = lines.len();
-        let mut kept = 0u64;
-        while keep_from > 0 && kept + (lines[keep_from - 1].len() as u64) < target {
-            keep_from -= 1;
-            kept += lines[keep_from].len() as u64 + 1;
-        }
+        // The newest whole lines within `target` bytes are kept: they begin at the first
+        // line that starts at or after this offset.
+        let cut = len.saturating_sub(target);
+        let mut reader = BufReader::new(file);
+        let mut line = Vec::new();
+        let mut offset = 0u64;
         let mut dropped = 0u64;
+        let mut before = 0u64;
         let mut first = None;
         let mut last = None;
-        let mut before = 0u64;
-        for line in &lines[..keep_from] {
-            let v: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
-            let n = v
-                .get("records")
-                .and_then(Value::as_u64)
-                .filter(|_| v.get("kind").and_then(Value::as_str) == Some("dropped"));
-            match n {
+        while offset < cut {
+            line.clear();
+            let n = reader.read_until(b'\n', &mut line)?;
+            if n == 0 {
+                break;
+            }
+            offset += n as u64;
+            let text = line.strip_suffix(b"\n").unwrap_or(&line);
+            // Three fields read, the rest skipped unbuilt (a line the parser refuses
+            // counts as one dropped record).
+            let v: Dropped = serde_json::from_slice(text).unwrap_or_default();
+            match v.records.filter(|_| v.kind.as_deref() == Some("dropped")) {
                 Some(n) => before += n,
                 None => dropped += 1,
             }
-            if let Some(seq) = v.get("seq").and_then(Value::as_u64) {
+            if let Some(seq) = v.seq {
                 first.get_or_insert(seq);
                 last = Some(seq);
             }
@@ -220,22 +226,70 @@ impl State {
         });
         let tmp = self.dir.join(format!("{FILE}.tmp"));
         let _ = fs::remove_file(&tmp);
-        let mut out = OpenOptions::new()
+        let out = OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(FILE_MODE)
             .open(&tmp)?;
-        let mut text = serde_json::to_vec(&marker).unwrap_or_default();
-        text.push(b'\n');
-        for line in &lines[keep_from..] {
-            text.extend_from_slice(line);
-            text.push(b'\n');
+        let mut out = io::BufWriter::new(out);
+        let mut head = serde_json::to_vec(&marker).unwrap_or_default();
+        head.push(b'\n');
+        out.write_all(&head)?;
+        // The rest as it is (the reader's buffer first, then the file); a last line cut
+        // short by a crash gets its newline, as every line has.
+        let mut tail = LastByte(&mut out, None);
+        let copied = io::copy(&mut reader, &mut tail)?;
+        let newline = matches!(tail.1, Some(b) if b != b'\n');
+        if newline {
+            out.write_all(b"\n")?;
         }
-        out.write_all(&text)?;
-        drop(out);
+        out.into_inner().map_err(io::IntoInnerError::into_error)?;
         fs::rename(&tmp, &path)?;
-        self.bytes = text.len() as u64 + self.thumbs.iter().map(|t| t.1).sum::<u64>();
+        self.bytes = head.len() as u64
+            + copied
+            + u64::from(newline)
+            + self.thumbs.iter().map(|t| t.1).sum::<u64>();
         Ok(())
+    }
+}
+
+/// What a compaction reads of a line it drops: its `seq`, and whether it is an earlier
+/// compaction's line (and how many records that one stood for). A field of another type
+/// reads as absent, as it did from a `Value`.
+#[derive(Default, serde::Deserialize)]
+struct Dropped {
+    #[serde(default, deserialize_with = "lenient")]
+    seq: Option<u64>,
+    #[serde(default, deserialize_with = "lenient")]
+    kind: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    records: Option<u64>,
+}
+
+/// `Some` when the field has the wanted type, else `None` (never an error).
+fn lenient<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let v = <Value as serde::Deserialize>::deserialize(d)?;
+    Ok(serde_json::from_value(v).ok())
+}
+
+/// A writer that passes everything on and remembers the last byte it was given.
+struct LastByte<'a, W: Write>(&'a mut W, Option<u8>);
+
+impl<W: Write> Write for LastByte<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.0.write(buf)?;
+        if n > 0 {
+            self.1 = Some(buf[n - 1]);
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
     }
 }
 

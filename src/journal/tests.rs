@@ -402,3 +402,66 @@ fn the_html_file_is_self_contained_and_keeps_agent_text_as_text() {
     }
     assert!(page.contains("allow</b> by owner"));
 }
+
+/// The compaction reads the journal line by line and copies what it keeps as it is: the
+/// newest whole lines within 3/4 of the bound, after one line counting what went (across
+/// compactions too, a line a crash cut short among them), every line ended.
+#[test]
+fn a_compaction_keeps_the_newest_lines_and_counts_the_rest() {
+    let dir = temp("compact");
+    let root = dir.join("journal");
+    let mut s = store::State::load(&root, GRANT).unwrap();
+    let line = |seq: u64| format!("{{\"seq\":{seq},\"pad\":\"{}\"}}\n", "p".repeat(80));
+    let max = 2000u64;
+    // 30 lines of ~100 bytes: past the bound at the 21st.
+    for seq in 1..=30 {
+        s.append(line(seq).as_bytes(), Vec::new(), max).unwrap();
+    }
+    let read = || std::fs::read_to_string(root.join(GRANT).join(store::FILE)).unwrap();
+    let text = read();
+    assert!(text.len() as u64 <= max, "{} bytes", text.len());
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let marker = &lines[0];
+    assert_eq!(marker["kind"], "dropped", "{marker}");
+    let kept: Vec<u64> = lines[1..]
+        .iter()
+        .map(|v| v["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(*kept.last().unwrap(), 30, "the newest is kept");
+    assert!(
+        kept.windows(2).all(|w| w[1] == w[0] + 1),
+        "a run of the newest: {kept:?}"
+    );
+    let gone = kept[0] - 1;
+    assert_eq!(marker["records"], gone, "{marker}");
+    assert!(marker["first_seq"].as_u64().unwrap() < kept[0], "{marker}");
+    // The marker carries the last seq it replaced (the second compaction's is higher).
+    assert!(marker["seq"].as_u64().unwrap() < kept[0], "{marker}");
+    // A line cut short (no newline) then more records: the next compactions count the
+    // earlier markers' records and their own, and every line stays whole.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(root.join(GRANT).join(store::FILE))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"{\"seq\":31,\"cut"))
+        .unwrap();
+    let mut s = store::State::load(&root, GRANT).unwrap();
+    for seq in 32..=60 {
+        s.append(line(seq).as_bytes(), Vec::new(), max).unwrap();
+    }
+    let text = read();
+    assert!(text.ends_with('\n') && text.len() as u64 <= max);
+    let lines: Vec<&str> = text.lines().collect();
+    let marker: Value = serde_json::from_str(lines[0]).unwrap();
+    let first_kept: Value = serde_json::from_str(lines[1]).unwrap();
+    let first_kept = first_kept["seq"].as_u64().unwrap();
+    // Dropped: every seq below the first kept; the cut line and the record appended
+    // after it read as one line, one record.
+    assert_eq!(marker["records"], first_kept - 2, "{marker}");
+    assert!(lines[1..]
+        .iter()
+        .all(|l| serde_json::from_str::<Value>(l).is_ok()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
