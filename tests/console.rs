@@ -521,6 +521,36 @@ impl Drop for Browser {
 }
 
 /// A daemon for the browser tests: fast liveness off, no display (the thumbnail shows why).
+/// Every file of `names` is among the browser's screenshots.
+fn assert_shots<S: AsRef<str>>(shots: &[PathBuf], names: impl IntoIterator<Item = S>) {
+    for name in names {
+        let name = name.as_ref();
+        assert!(
+            shots.iter().any(|s| s.ends_with(name)),
+            "no {name} in {shots:?}"
+        );
+    }
+}
+
+/// The first of `paths` that is not installed.
+fn missing_file<'a>(paths: &[&'a str]) -> Option<&'a str> {
+    paths
+        .iter()
+        .copied()
+        .find(|p| !std::path::Path::new(p).exists())
+}
+
+/// Wait until the audit holds `n` changes of the wheel (each change of hands is audited).
+fn wait_wheel_changes(d: &TestDaemon, n: usize) {
+    d.wait_audit(&format!("{n} changes of the wheel"), |audit| {
+        audit
+            .lines()
+            .filter(|l| l.contains("\"kind\":\"wheel\""))
+            .count()
+            == n
+    });
+}
+
 fn browser_daemon(tag: &str, tweak: impl FnOnce(&mut handnode::Config)) -> TestDaemon {
     TestDaemon::with(tag, |c| {
         quiet_liveness(c);
@@ -629,20 +659,18 @@ fn in_a_browser_lend_attach_approve_watch_and_revoke() {
     );
 
     let shots = browser.finish();
-    for view in [
-        "login",
-        "grants",
-        "lend-error",
-        "approvals",
-        "activity",
-        "grants-ended",
-    ] {
-        let name = format!("console-{view}.png");
-        assert!(
-            shots.iter().any(|s| s.ends_with(&name)),
-            "no {name} in {shots:?}"
-        );
-    }
+    assert_shots(
+        &shots,
+        [
+            "login",
+            "grants",
+            "lend-error",
+            "approvals",
+            "activity",
+            "grants-ended",
+        ]
+        .map(|view| format!("console-{view}.png")),
+    );
 }
 
 #[test]
@@ -816,13 +844,10 @@ fn in_a_browser_a_new_users_first_hour() {
     }
     let shots = browser.finish();
     for name in ["grants", "lend-errors", "activity"] {
-        for size in ["desktop", "phone"] {
-            let file = format!("firsthour-{name}-{size}.png");
-            assert!(
-                shots.iter().any(|s| s.ends_with(&file)),
-                "no {file} in {shots:?}"
-            );
-        }
+        assert_shots(
+            &shots,
+            ["desktop", "phone"].map(|size| format!("firsthour-{name}-{size}.png")),
+        );
     }
     // Each screenshot try is audited: a few over both sizes, not one every 2 s.
     let audit = std::fs::read_to_string(d.state_dir().join("audit.jsonl")).unwrap();
@@ -936,15 +961,13 @@ fn in_a_browser_the_live_view_shows_typing_and_takes_the_wheel() {
         Ok(core) => core,
         Err(why) => return eprintln!("SKIPPED {TEST}: {why}"),
     };
-    for needed in [
+    if let Some(needed) = missing_file(&[
         "/usr/bin/Xvnc",
         "/usr/bin/xdotool",
         "/usr/bin/zenity",
         "/usr/share/novnc/core/rfb.js",
-    ] {
-        if !std::path::Path::new(needed).exists() {
-            return eprintln!("SKIPPED {TEST}: no {needed} (scripts/ci/packages.sh)");
-        }
+    ]) {
+        return eprintln!("SKIPPED {TEST}: no {needed} (scripts/ci/packages.sh)");
     }
     let _one = ONE_BROWSER.lock().unwrap_or_else(|e| e.into_inner());
     let size = (640u32, 480u32);
@@ -1057,25 +1080,17 @@ fn in_a_browser_the_live_view_shows_typing_and_takes_the_wheel() {
         browser.go(&format!("next-{name}"));
     }
     let shots = browser.finish();
-    for file in [
-        "console-live-desktop.png",
-        "console-live-phone.png",
-        "console-live-desktop-wheel.png",
-        "console-live-phone-wheel.png",
-    ] {
-        assert!(
-            shots.iter().any(|s| s.ends_with(file)),
-            "no {file} in {shots:?}"
-        );
-    }
+    assert_shots(
+        &shots,
+        [
+            "console-live-desktop.png",
+            "console-live-phone.png",
+            "console-live-desktop-wheel.png",
+            "console-live-phone-wheel.png",
+        ],
+    );
     // Each change of hands is audited.
-    d.wait_audit("four changes of the wheel", |audit| {
-        audit
-            .lines()
-            .filter(|l| l.contains("\"kind\":\"wheel\""))
-            .count()
-            == 4
-    });
+    wait_wheel_changes(&d, 4);
 }
 
 /// An xterm on the box's X display, the test's own (the lender's desktop): killed with it.
@@ -1107,15 +1122,13 @@ fn in_a_browser_the_box_display_is_live_and_a_phone_takes_the_wheel() {
             return eprintln!("SKIPPED {TEST}: no Xvfb on :99 (bash scripts/ci/displays.sh start)")
         }
     };
-    for needed in [
+    if let Some(needed) = missing_file(&[
         "/usr/bin/x11vnc",
         "/usr/bin/xdotool",
         "/usr/bin/xterm",
         "/usr/share/novnc/core/rfb.js",
-    ] {
-        if !std::path::Path::new(needed).exists() {
-            return eprintln!("SKIPPED {TEST}: no {needed} (scripts/ci/packages.sh)");
-        }
+    ]) {
+        return eprintln!("SKIPPED {TEST}: no {needed} (scripts/ci/packages.sh)");
     }
     let _one = ONE_BROWSER.lock().unwrap_or_else(|e| e.into_inner());
     let x11 = handnode::config::DisplayBackend::X11;
@@ -1257,23 +1270,15 @@ fn in_a_browser_the_box_display_is_live_and_a_phone_takes_the_wheel() {
     );
     browser.go("next-phone");
     let shots = browser.finish();
-    for file in [
-        "console-livebox-desktop.png",
-        "console-livebox-desktop-wheel.png",
-        "console-livebox-phone-wheel.png",
-    ] {
-        assert!(
-            shots.iter().any(|s| s.ends_with(file)),
-            "no {file} in {shots:?}"
-        );
-    }
-    d.wait_audit("four changes of the wheel", |audit| {
-        audit
-            .lines()
-            .filter(|l| l.contains("\"kind\":\"wheel\""))
-            .count()
-            == 4
-    });
+    assert_shots(
+        &shots,
+        [
+            "console-livebox-desktop.png",
+            "console-livebox-desktop-wheel.png",
+            "console-livebox-phone-wheel.png",
+        ],
+    );
+    wait_wheel_changes(&d, 4);
 }
 
 /// Without x11vnc the box's display is not viewable: the grant JSON says `"live_view":false`
@@ -1500,12 +1505,9 @@ fn in_a_browser_the_lender_sees_what_runs_and_stops_it() {
     browser.expect("journal");
     let shots = browser.finish();
     for name in ["now", "halted", "journal", "journal-ended", "recent"] {
-        for size in ["desktop", "phone"] {
-            let file = format!("now-{name}-{size}.png");
-            assert!(
-                shots.iter().any(|s| s.ends_with(&file)),
-                "no {file} in {shots:?}"
-            );
-        }
+        assert_shots(
+            &shots,
+            ["desktop", "phone"].map(|size| format!("now-{name}-{size}.png")),
+        );
     }
 }

@@ -619,23 +619,10 @@ fn an_own_display_grant_reaches_neither_the_lender_nor_the_owners_display() {
             "{tag} cannot reach its own display: {r}"
         );
         // Outbound networking works: the box's loopback ports, through pasta's gateway.
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let r = a.ok(
-            "bash",
-            json!({"command": format!(
-                "gw=$(ip route | awk '/^default/ {{print $3; exit}}'); \
-                 (exec 3<>/dev/tcp/${{gw:-127.0.0.1}}/{port}) 2>/dev/null && echo net-ok || \
-                 (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo net-ok"
-            )}),
-        );
         assert!(
-            r["structuredContent"]["stdout"]
-                .as_str()
-                .is_some_and(|s| s.contains("net-ok")),
-            "{tag}: the box's loopback port is not reachable from the wall: {r}"
+            reaches_box_loopback(&mut a),
+            "{tag}: the box's loopback port is not reachable from the wall"
         );
-        drop(listener);
         let script = l.script(&tag, &displays, authed.cookie.as_deref());
         run_through(&mut a, tool, &script, &l.out(&tag), true);
         let seen = found(&l.out(&tag));
@@ -840,17 +827,10 @@ fn a_halt_takes_an_own_displays_network_and_the_next_call_makes_it_again() {
         assert!(!dead(*pid), "{pid} of {record} is not running");
     }
     // And it works: the box's loopback port through pasta.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let r = a.ok(
-        "bash",
-        json!({"command": format!(
-            "gw=$(ip route | awk '/^default/ {{print $3; exit}}'); \
-             (exec 3<>/dev/tcp/${{gw:-127.0.0.1}}/{port}) 2>/dev/null && echo net-ok || \
-             (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo net-ok"
-        )}),
+    assert!(
+        reaches_box_loopback(&mut a),
+        "the remade network does not reach the box's loopback port"
     );
-    assert!(r.to_string().contains("net-ok"), "{r}");
 }
 
 /// Its own display's network is made once (§24): every call and job of the grant joins
@@ -946,6 +926,22 @@ fn pasta_ends_with_its_wall() {
         Vec::is_empty,
         |leaked| format!("watchdog: pasta outlived its wall: {leaked:#?}"),
     );
+}
+
+/// Whether a grant's bash reaches a port listening on the box's loopback: through
+/// pasta's gateway (the default route), or 127.0.0.1 where there is none.
+fn reaches_box_loopback(a: &mut Agent) -> bool {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    bash_out(
+        a,
+        &format!(
+            "gw=$(ip route | awk '/^default/ {{print $3; exit}}'); \
+             (exec 3<>/dev/tcp/${{gw:-127.0.0.1}}/{port}) 2>/dev/null && echo net-ok || \
+             (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo net-ok"
+        ),
+    )
+    .contains("net-ok")
 }
 
 /// What a grant's bash printed.

@@ -217,14 +217,7 @@ fn a_dead_daemons_walled_display_is_killed_by_its_record_namespace_and_all() {
         net_marker: String::new(),
     };
     r.write(&dir).unwrap();
-    let own = OwnDisplays::new(
-        OwnOptions {
-            dir: Some(parent.clone()),
-            x_tmp: xtmp.clone(),
-            ..OwnOptions::default()
-        },
-        Default::default(),
-    );
+    let own = displays_in(&parent, &xtmp);
     assert_eq!(own.clean_stale(), 1);
     // bwrap exits once its program is gone: a bounded wait on it.
     assert!(
@@ -252,20 +245,25 @@ fn a_dead_daemons_walled_display_is_killed_by_its_record_namespace_and_all() {
     let _ = std::fs::remove_dir_all(xtmp);
 }
 
+/// Own displays under `parent`, with `xtmp` as the box's `/tmp` (X sockets and locks).
+fn displays_in(parent: &Path, xtmp: &Path) -> OwnDisplays {
+    OwnDisplays::new(
+        OwnOptions {
+            dir: Some(parent.to_path_buf()),
+            x_tmp: xtmp.to_path_buf(),
+            ..OwnOptions::default()
+        },
+        Default::default(),
+    )
+}
+
 /// After a crash: what a dead daemon's record names is killed (only if it still
 /// carries the marker) and its directory removed; a live daemon's is left alone.
 #[test]
 fn stale_displays_of_a_dead_daemon_are_cleaned_and_a_live_ones_kept() {
     let parent = scratch("own-stale");
     let xtmp = scratch("own-stale-xtmp");
-    let own = OwnDisplays::new(
-        OwnOptions {
-            dir: Some(parent.clone()),
-            x_tmp: xtmp.clone(),
-            ..OwnOptions::default()
-        },
-        Default::default(),
-    );
+    let own = displays_in(&parent, &xtmp);
     std::fs::create_dir_all(xtmp.join(".X11-unix")).unwrap();
     let marker = "own-display-stale-test";
     let mut left = std::process::Command::new("sleep")
