@@ -705,6 +705,86 @@ fn select_picks_a_row_and_scroll_to_brings_one_into_view() {
     assert_eq!(zenity.stdout().trim_end(), "row 2");
 }
 
+/// The names of the table cells a snapshot lists.
+fn cell_names(snap: &Value) -> std::collections::BTreeSet<String> {
+    cells(snap).into_iter().map(|c| c.1).collect()
+}
+
+/// The table cells of an `offscreen` snapshot whose bounds overlap the list's scrolled
+/// view (its scroll pane's rect and its table's): what a snapshot must list, no more.
+fn cells_in_view(every: &Value) -> std::collections::BTreeSet<String> {
+    let nodes = every["structuredContent"]["nodes"].as_array().unwrap();
+    let rect = |n: &Value| -> Option<[i64; 4]> {
+        let b = &n["bounds"];
+        Some([
+            b["x"].as_i64()?,
+            b["y"].as_i64()?,
+            b["w"].as_i64()?,
+            b["h"].as_i64()?,
+        ])
+    };
+    let view = |roles: &[&str]| {
+        nodes
+            .iter()
+            .find(|n| roles.iter().any(|r| n["role"] == *r))
+            .and_then(rect)
+            .unwrap_or_else(|| panic!("no {roles:?} with bounds"))
+    };
+    let overlaps = |a: [i64; 4], b: [i64; 4]| {
+        a[0] < b[0] + b[2] && b[0] < a[0] + a[2] && a[1] < b[1] + b[3] && b[1] < a[1] + a[3]
+    };
+    let (pane, table) = (view(&["scroll pane"]), view(&["table", "tree table"]));
+    nodes
+        .iter()
+        .filter(|n| n["role"] == "table cell")
+        .filter(|n| rect(n).is_some_and(|r| overlaps(r, pane) && overlaps(r, table)))
+        .map(|n| n["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_snapshot_lists_exactly_the_cells_in_view_wherever_the_list_is_scrolled() {
+    // Seven columns, so the chunks a snapshot asks about end in the middle of a row.
+    let Some(session) = Session::start("in_view") else {
+        return;
+    };
+    let host = session.host();
+    let columns: Vec<String> = (0..7).map(|c| format!("--column=col {c}")).collect();
+    let names: Vec<String> = (0..200 * 7)
+        .map(|i| format!("r{}c{}", i / 7, i % 7))
+        .collect();
+    let mut args = vec!["--list", "--width=1000", "--height=500"];
+    args.extend(columns.iter().map(String::as_str));
+    args.extend(names.iter().map(String::as_str));
+    let _zenity = session.zenity(&args);
+    let all = json!({"app": "zenity", "max_nodes": 4000});
+    let every_args = json!({"app": "zenity", "max_nodes": 4000, "offscreen": true});
+    snapshot_until(&host, all.clone(), |v| cell_names(v).contains("r0c0"));
+    // At the top, in the middle, at the end.
+    for row in [None, Some(100), Some(199)] {
+        if let Some(row) = row {
+            let every = ok(call(&host, "desktop_snapshot", every_args.clone()));
+            let far = find_ref(&every, "table cell", &format!("r{row}c0")).unwrap();
+            ok(call(
+                &host,
+                "desktop_act",
+                json!({"ref": far, "action": "scroll_to"}),
+            ));
+            snapshot_until(&host, all.clone(), |v| {
+                cell_names(v).contains(&format!("r{row}c0"))
+            });
+        }
+        let shown = cell_names(&ok(call(&host, "desktop_snapshot", all.clone())));
+        let every = ok(call(&host, "desktop_snapshot", every_args.clone()));
+        let want = cells_in_view(&every);
+        assert!(
+            !want.is_empty() && want.len() < cell_names(&every).len(),
+            "scrolled to {row:?}: {want:?}"
+        );
+        assert_eq!(shown, want, "scrolled to {row:?}");
+    }
+}
+
 #[test]
 fn a_hung_application_is_skipped_and_named() {
     let Some(session) = Session::start("hung") else {

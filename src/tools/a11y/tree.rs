@@ -6,7 +6,9 @@
 
 use serde_json::{json, Value};
 
-use super::bus::{Bus, Req, A, ACCESSIBLE, COMPONENT, DBUS, REGISTRY, ROOT_PATH, TEXT, VALUE};
+use super::bus::{
+    Bus, Req, A, ACCESSIBLE, COMPONENT, DBUS, PROPERTIES, REGISTRY, ROOT_PATH, TEXT, VALUE,
+};
 use super::{ElementApp, ElementRef};
 use crate::wire::dbus::{DbusError, Val};
 
@@ -198,10 +200,70 @@ const CLIPS: &[&str] = &[
     "list box",
 ];
 
-/// Children of one parent asked about at a time. Children are laid out in order, so once
-/// some were shown, a whole chunk of hidden ones means the rest are scrolled away too and
-/// are not asked about (a list of thousands of rows costs a few chunks, not a call a row).
+/// Children of one parent asked about at a time, at most. Children are laid out in
+/// order, so once the shown ones fill their scrolled ancestor's rect down to its bottom
+/// edge, a whole chunk of hidden ones means the rest are scrolled away too and are not
+/// asked about (a list of thousands of rows costs a few chunks, not a call a row); so does
+/// a chunk whose last child lies below the rect ([`past`]). Until the rect is filled, a
+/// hidden chunk may be rows scrolled away above the view (a table's headers are shown
+/// before them), so the walk goes on.
 const CHUNK: usize = 64;
+/// The smallest chunk asked once the shown children seem to fill their rect: enough for
+/// the rest of a table's last row, few enough that the hidden rows after it cost little.
+const TAIL_CHUNK: usize = 8;
+
+/// Whether an element at `bounds` lies wholly below `clip`: in a list laid out in reading
+/// order, so do the children after it (a table scrolled sideways still has its rows below
+/// one another, so only the vertical edge is trusted).
+fn past(bounds: Option<[i64; 4]>, clip: Option<[i64; 4]>) -> bool {
+    matches!((bounds, clip), (Some(b), Some(c)) if b[1] >= c[1] + c[3])
+}
+
+/// The children of one parent, examined a chunk at a time (see [`CHUNK`]).
+struct Siblings {
+    cands: Vec<Cand>,
+    /// Whether each was found shown.
+    keep: Vec<bool>,
+    /// The next one to ask about.
+    pos: usize,
+    done: bool,
+    /// How many were found shown, the top and bottom of the rows they cover, and the
+    /// tallest of them.
+    shown: usize,
+    top: i64,
+    bottom: i64,
+    tallest: i64,
+}
+
+impl Siblings {
+    /// How many to ask about next. Under a scrolled ancestor, once some were shown: as
+    /// many as the rows they cover say fit in the rect's height left, and a few more
+    /// ([`TAIL_CHUNK`]); a guess that only sizes the chunk, since the walk goes on for as
+    /// long as a chunk shows one.
+    fn chunk(&self) -> usize {
+        let clip = self.cands.first().and_then(|c| c.clip);
+        match clip {
+            Some(c) if self.shown > 0 && self.bottom > self.top => {
+                let left = (c[1] + c[3] - self.bottom).max(0);
+                let fit = usize::try_from(
+                    left.saturating_mul(self.shown as i64) / (self.bottom - self.top),
+                )
+                .unwrap_or(CHUNK);
+                fit.saturating_add(TAIL_CHUNK).min(CHUNK)
+            }
+            _ => CHUNK,
+        }
+    }
+
+    /// Whether the shown ones reach the bottom of their rect (less than a row short of it),
+    /// or have no rect to fill: hidden ones after them are then below it.
+    fn filled(&self) -> bool {
+        match self.cands.first().and_then(|c| c.clip) {
+            Some(c) => self.shown > 0 && self.bottom + self.tallest > c[1] + c[3],
+            None => self.shown > 0,
+        }
+    }
+}
 
 fn intersect(a: [i64; 4], b: [i64; 4]) -> [i64; 4] {
     let x = a[0].max(b[0]);
@@ -241,27 +303,38 @@ fn shown(
 ) -> (Vec<Cand>, bool) {
     let mut cut = false;
     // Runs of siblings (candidates come parent by parent).
-    let mut groups: Vec<(Vec<Cand>, usize, bool, bool)> = Vec::new(); // (cands, pos, seen shown, done)
+    let mut groups: Vec<Siblings> = Vec::new();
     for c in cands {
         match groups.last_mut() {
-            Some((g, ..)) if g[0].parent == c.parent && c.parent.is_some() => g.push(c),
-            _ => groups.push((vec![c], 0, false, false)),
+            Some(g) if g.cands[0].parent == c.parent && c.parent.is_some() => g.cands.push(c),
+            _ => groups.push(Siblings {
+                cands: vec![c],
+                keep: Vec::new(),
+                pos: 0,
+                done: false,
+                shown: 0,
+                top: i64::MAX,
+                bottom: i64::MIN,
+                tallest: 0,
+            }),
         }
     }
-    let mut keep: Vec<Vec<bool>> = groups.iter().map(|g| vec![false; g.0.len()]).collect();
+    for g in &mut groups {
+        g.keep = vec![false; g.cands.len()];
+    }
     loop {
         let mut reqs = Vec::new();
         let mut asked: Vec<(usize, usize, Option<usize>, usize)> = Vec::new();
-        for (gi, (g, pos, _, done)) in groups.iter_mut().enumerate() {
-            if *done {
+        for (gi, g) in groups.iter_mut().enumerate() {
+            if g.done {
                 continue;
             }
             if *examined + asked.len() >= budget {
-                *done = true;
+                g.done = true;
                 cut = true;
                 continue;
             }
-            for (i, c) in g.iter().enumerate().skip(*pos).take(CHUNK) {
+            for (i, c) in g.cands.iter().enumerate().skip(g.pos).take(g.chunk()) {
                 // (index of its state answer, if asked; of its extents answer)
                 let state = c.clip.is_none().then(|| {
                     reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetState"));
@@ -276,9 +349,14 @@ fn shown(
         }
         *examined += asked.len();
         let answers = bus.batch(&reqs);
+        // Per group: whether this chunk showed one, where it ended, and whether its last
+        // child lies below the clip.
         let mut any: Vec<bool> = vec![false; groups.len()];
+        let mut end: Vec<usize> = vec![0; groups.len()];
+        let mut beyond: Vec<bool> = vec![false; groups.len()];
         for &(gi, i, state, extents) in &asked {
-            let c = &mut groups[gi].0[i];
+            let g = &mut groups[gi];
+            let c = &mut g.cands[i];
             let bounds = bounds_of(&answers[extents]);
             let states = match state {
                 Some(k) => match &answers[k] {
@@ -297,24 +375,39 @@ fn shown(
                     (Some(_), None) => false,
                     (None, _) => states.is_some_and(is_shown),
                 };
-            keep[gi][i] = ok;
+            beyond[gi] = past(bounds, c.clip);
+            g.keep[i] = ok;
+            if ok {
+                g.shown += 1;
+                if let Some(b) = bounds {
+                    g.top = g.top.min(b[1]);
+                    g.bottom = g.bottom.max(b[1] + b[3]);
+                    g.tallest = g.tallest.max(b[3]);
+                }
+            }
             any[gi] |= ok;
+            end[gi] = i + 1;
         }
-        for (gi, (g, pos, seen, done)) in groups.iter_mut().enumerate() {
-            if *done {
+        for (gi, g) in groups.iter_mut().enumerate() {
+            if g.done {
                 continue;
             }
-            *pos = (*pos + CHUNK).min(g.len());
-            if (*seen && !any[gi]) || *pos >= g.len() {
-                *done = true;
+            g.pos = end[gi].max(g.pos);
+            let stop = g.shown > 0 && (beyond[gi] || (!any[gi] && g.filled()));
+            if stop || g.pos >= g.cands.len() {
+                g.done = true;
             }
-            *seen |= any[gi];
         }
     }
     let kept = groups
         .into_iter()
-        .zip(keep)
-        .flat_map(|((g, ..), k)| g.into_iter().zip(k).filter(|(_, k)| *k).map(|(c, _)| c))
+        .flat_map(|g| {
+            g.cands
+                .into_iter()
+                .zip(g.keep)
+                .filter(|(_, k)| *k)
+                .map(|(c, _)| c)
+        })
         .collect();
     (kept, cut)
 }
@@ -323,11 +416,42 @@ fn shown(
 #[derive(Clone, Copy)]
 struct Asked {
     role: usize,
-    name: usize,
-    children: usize,
+    /// `Properties.GetAll` of the accessible: its name and child count.
+    all: usize,
     /// Asked when phase A did not read them.
     states: Option<usize>,
     extents: Option<usize>,
+}
+
+/// Where phase B's second round put one element's answers.
+struct More {
+    name: Name,
+    /// Its `GetChildren`, unless it has none.
+    children: Option<usize>,
+}
+
+/// An element's name: read already, or asked in the second round.
+enum Name {
+    Read(String),
+    At(usize),
+}
+
+/// The `Name` and `ChildCount` of a `Properties.GetAll` answer (`a{sv}`), when it has them.
+fn name_and_count(answer: &Result<Vec<Val>, DbusError>) -> (Option<String>, Option<u64>) {
+    let Ok(v) = answer else {
+        return (None, None);
+    };
+    let (mut name, mut count) = (None, None);
+    for entry in v.first().map(Val::items).unwrap_or_default() {
+        match entry.items() {
+            [key, value] if key.as_str() == Some("Name") => {
+                name = value.as_str().map(|s| cut(s, MAX_NAME_CHARS));
+            }
+            [key, value] if key.as_str() == Some("ChildCount") => count = value.as_u64(),
+            _ => {}
+        }
+    }
+    (name, count)
 }
 
 /// Whether an element in these states is shown.
@@ -459,10 +583,10 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
             break;
         }
         // Phase B: what each shown element is (its states and extents too, unless phase
-        // A read them already). One batch: its calls cost far more than its round (a
-        // `GetAll` for the name and the child count, to skip leaves' `GetChildren`, took
-        // longer than the calls it saved, measured on GTK).
-        let mut reqs = Vec::with_capacity(kept.len() * 5);
+        // A read them already): its role, and one `GetAll` for its name and child count.
+        // A leaf then costs no `GetChildren` (on GTK a `GetAll` costs less than a third
+        // of `Name` and `GetChildren` together; most shown elements are leaves).
+        let mut reqs = Vec::with_capacity(kept.len() * 4);
         let mut at: Vec<Asked> = Vec::with_capacity(kept.len());
         for c in &kept {
             let mut ask = |req: Req| {
@@ -470,8 +594,8 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
                 reqs.len() - 1
             };
             let role = ask(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetRoleName"));
-            let name = ask(Req::prop(&c.bus, &c.path, ACCESSIBLE, "Name"));
-            let children = ask(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetChildren"));
+            let all =
+                ask(Req::new(&c.bus, &c.path, PROPERTIES, "GetAll").arg(A::S(ACCESSIBLE.into())));
             let (states, extents) = match c.pre {
                 Some((Some(_), _)) => (None, None),
                 Some((None, _)) => (
@@ -487,27 +611,52 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
             };
             at.push(Asked {
                 role,
-                name,
-                children,
+                all,
                 states,
                 extents,
             });
         }
         let answers = bus.batch(&reqs);
+        // Phase B, second round: the children of those that have any, and the name of
+        // those whose `GetAll` failed (a toolkit without it is asked as before).
+        let mut reqs = Vec::new();
+        let mut more: Vec<More> = Vec::with_capacity(kept.len());
+        for (c, a) in kept.iter().zip(&at) {
+            let (name, count) = name_and_count(&answers[a.all]);
+            let name = match name {
+                Some(name) => Name::Read(name),
+                None => {
+                    reqs.push(Req::prop(&c.bus, &c.path, ACCESSIBLE, "Name"));
+                    Name::At(reqs.len() - 1)
+                }
+            };
+            let children = (count != Some(0)).then(|| {
+                reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetChildren"));
+                reqs.len() - 1
+            });
+            more.push(More { name, children });
+        }
+        let second = if reqs.is_empty() {
+            Vec::new()
+        } else {
+            bus.batch(&reqs)
+        };
         let mut next: Vec<Cand> = Vec::new();
         let mut want_value: Vec<usize> = Vec::new();
         for (k, mut c) in kept.into_iter().enumerate() {
             let Asked {
                 role: role_at,
-                name: name_at,
-                children: children_at,
                 states: states_at,
                 extents: extents_at,
+                ..
             } = at[k];
             let Some(role) = string_of(&answers[role_at]) else {
                 continue; // gone, or not answering
             };
-            let name = string_of(&answers[name_at]).unwrap_or_default();
+            let name = match &more[k].name {
+                Name::Read(name) => name.clone(),
+                Name::At(i) => string_of(&second[*i]).unwrap_or_default(),
+            };
             let asked_states =
                 states_at.map(|i| answers[i].as_ref().map(|v| state_bits(v)).unwrap_or(0));
             let (states, bounds) = match c.pre.take() {
@@ -558,7 +707,10 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
                 (true, Some(b)) => Some(c.clip.map_or(b, |cl| intersect(cl, b))),
                 _ => c.clip,
             };
-            let (kids, cut_short) = refs_of(&answers[children_at], max_cands);
+            let (kids, cut_short) = match more[k].children {
+                Some(i) => refs_of(&second[i], max_cands),
+                None => (Vec::new(), false),
+            };
             truncated |= cut_short;
             if c.depth + 1 > MAX_DEPTH {
                 truncated |= !kids.is_empty();
