@@ -2838,9 +2838,11 @@ struct A11yWalk {
     shown: HashSet<(String, String)>,
     /// Elements the last walk reached.
     walked: usize,
-    /// Calls the last walk and the last read sent.
+    /// Calls the last walk and the last read sent, and how many of the read's went to the
+    /// application directly (on its own socket, not through the bus).
     walk_calls: usize,
     read_calls: usize,
+    read_direct_calls: usize,
 }
 
 impl A11yWalk {
@@ -2854,6 +2856,7 @@ impl A11yWalk {
             walked: 0,
             walk_calls: 0,
             read_calls: 0,
+            read_direct_calls: 0,
         };
         w.read();
         w
@@ -2868,10 +2871,11 @@ impl A11yWalk {
             max_nodes: DEFAULT_MAX_NODES,
             offscreen: false,
         };
-        let (t, sent) = (Instant::now(), self.bus.sent);
+        let (t, sent, direct) = (Instant::now(), self.bus.sent, self.bus.sent_direct);
         let snap = tree::read(&mut self.bus, &opts, &|| false).expect("a snapshot");
         let took = ms(t.elapsed());
         self.read_calls = self.bus.sent - sent;
+        self.read_direct_calls = self.bus.sent_direct - direct;
         self.shown = snap
             .nodes
             .iter()
@@ -3074,7 +3078,8 @@ fn bench_a11y(r: &mut Report, o: &Opts, dir: &Path, display: Option<&str>) {
     // The floor: a plain pipelined walk of the same elements over the tool's own bus code.
     let mut walker = A11yWalk::new(&env, "zenity");
     let block = (n / BLOCKS).max(1);
-    let (mut snaps, mut walks, mut reads) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut snaps, mut walks, mut reads, mut bus_reads) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..BLOCKS {
         snaps.extend(
             conn.sequential(block, req("desktop_snapshot", r#"{"app":"zenity"}"#))
@@ -3082,6 +3087,10 @@ fn bench_a11y(r: &mut Report, o: &Opts, dir: &Path, display: Option<&str>) {
                 .map(|u| u / 1e3),
         );
         walks.extend((0..block).map(|_| walker.walk()));
+        // Like for like: the same read with every call over the bus, as the walk's are.
+        walker.bus.direct = false;
+        bus_reads.extend((0..block).map(|_| walker.read()));
+        walker.bus.direct = true;
         reads.extend((0..block).map(|_| walker.read()));
     }
     let shots: Vec<f64> = conn
@@ -3108,6 +3117,18 @@ fn bench_a11y(r: &mut Report, o: &Opts, dir: &Path, display: Option<&str>) {
         percentile(&reads, 0.5),
         "ms",
         Some(walk),
+    );
+    r.put(
+        "desktop_snapshot_read_bus_ms",
+        percentile(&bus_reads, 0.5),
+        "ms",
+        Some(walk),
+    );
+    r.put(
+        "desktop_snapshot_direct_calls",
+        walker.read_direct_calls as f64,
+        "calls",
+        Some(walker.read_calls as f64),
     );
     r.put("desktop_snapshot_ms", p50, "ms", Some(walk));
     r.put("desktop_snapshot_nodes", nodes as f64, "nodes", None);

@@ -785,6 +785,92 @@ fn a_snapshot_lists_exactly_the_cells_in_view_wherever_the_list_is_scrolled() {
     }
 }
 
+/// Each element of a snapshot read in this process: role, name, states and bounds.
+fn read_tree(
+    bus: &mut handnode::tools::a11y::bus::Bus,
+) -> Vec<(String, String, u64, Option<[i64; 4]>)> {
+    use handnode::tools::a11y::tree;
+    let opts = tree::Opts {
+        app: Some("zenity".into()),
+        max_nodes: 4000,
+        offscreen: false,
+    };
+    tree::read(bus, &opts, &|| false)
+        .expect("a snapshot")
+        .nodes
+        .into_iter()
+        .map(|n| (n.el.role, n.el.name, n.states, n.bounds))
+        .collect()
+}
+
+#[test]
+fn a_snapshot_asks_the_application_on_its_own_socket_and_reads_the_same_tree_as_over_the_bus() {
+    use handnode::tools::a11y::bus::{Bus, Req, APPLICATION, REGISTRY, ROOT_PATH};
+    let Some(session) = Session::start("direct") else {
+        return;
+    };
+    let rows: Vec<String> = (0..100).map(|i| format!("row {i}")).collect();
+    let mut args = vec!["--list", "--column=Name", "--height=400"];
+    args.extend(rows.iter().map(String::as_str));
+    let _zenity = session.zenity(&args);
+    snapshot_until(&session.host(), json!({"app": "zenity"}), |v| {
+        cell_names(v).contains("row 0")
+    });
+    let env = handnode::tools::display::DisplayEnv {
+        dbus_session_bus_address: session.env.get("DBUS_SESSION_BUS_ADDRESS").cloned(),
+        ..Default::default()
+    };
+    let mut bus = Bus::open(&env, Duration::from_secs(5)).expect("the accessibility bus");
+    // Over the bus alone: what the snapshot must read.
+    bus.direct = false;
+    let over_bus = read_tree(&mut bus);
+    assert!(over_bus.iter().any(|n| n.1 == "row 0"), "{over_bus:?}");
+    assert_eq!(bus.sent_direct, 0);
+    // Directly: the same tree, every call after the registry's on the application's socket.
+    bus.direct = true;
+    let sent = bus.sent;
+    assert_eq!(read_tree(&mut bus), over_bus);
+    assert!(
+        bus.sent_direct * 10 > (bus.sent - sent) * 9,
+        "{} of {} calls went directly",
+        bus.sent_direct,
+        bus.sent - sent
+    );
+    assert_eq!(bus.direct_count(), 0, "closed when the read ends");
+    // The application's socket gone: the same tree over the bus, no error.
+    let apps = bus
+        .call(Req::new(
+            REGISTRY,
+            ROOT_PATH,
+            handnode::tools::a11y::bus::ACCESSIBLE,
+            "GetChildren",
+        ))
+        .unwrap();
+    let zenity = apps[0].items()[0].items();
+    let (name, path) = (zenity[0].as_str().unwrap(), zenity[1].as_str().unwrap());
+    let address = bus
+        .call(Req::new(
+            name,
+            path,
+            APPLICATION,
+            "GetApplicationBusAddress",
+        ))
+        .unwrap();
+    let socket = address[0]
+        .as_str()
+        .unwrap()
+        .strip_prefix("unix:path=")
+        .unwrap()
+        .to_string();
+    std::fs::remove_file(&socket).expect("the application's socket");
+    let direct = bus.sent_direct;
+    assert_eq!(read_tree(&mut bus), over_bus);
+    assert_eq!(
+        bus.sent_direct, direct,
+        "nothing sent directly without a socket"
+    );
+}
+
 #[test]
 fn a_hung_application_is_skipped_and_named() {
     let Some(session) = Session::start("hung") else {

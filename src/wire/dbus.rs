@@ -165,6 +165,10 @@ pub struct Conn {
     answers: HashMap<u32, Result<Vec<Val>, DbusError>>,
     /// Calls given up on: their answers are dropped when they come.
     forgotten: std::collections::HashSet<u32>,
+    /// Calls sent and not yet answered or forgotten: only their answers are kept. A bus
+    /// routes a peer only the replies it owes; an application's own socket could send any
+    /// serial, and each kept answer can be megabytes.
+    pending: std::collections::HashSet<u32>,
     out: Vec<u8>,
 }
 
@@ -240,16 +244,7 @@ impl Conn {
         }
         .map_err(io)?;
         stream.set_write_timeout(Some(timeout)).map_err(io)?;
-        let mut conn = Conn {
-            stream,
-            serial: 0,
-            max_message,
-            rbuf: Vec::new(),
-            skip: 0,
-            answers: HashMap::new(),
-            forgotten: Default::default(),
-            out: Vec::new(),
-        };
+        let mut conn = Conn::new(stream, max_message);
         conn.auth(deadline)?;
         let hello = conn.send(&Call {
             dest: "org.freedesktop.DBus",
@@ -260,6 +255,78 @@ impl Conn {
         });
         conn.wait(hello, deadline)?;
         Ok(conn)
+    }
+
+    /// Connect to an application's own D-Bus server (a peer: no bus, no `Hello`), only when
+    /// its socket is served by process `pid`, checked before a byte is sent: an address an
+    /// application gives must not turn this process into a client of someone else's socket.
+    /// Only a socket path is accepted, and a listener that does not accept at once is
+    /// refused rather than waited for.
+    pub fn connect_peer(
+        address: &str,
+        pid: u32,
+        timeout: Duration,
+        max_message: usize,
+    ) -> Result<Conn, DbusError> {
+        use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+        let deadline = Instant::now() + timeout;
+        let path = match parse_address(address)? {
+            SocketAddr::Path(p) if p.starts_with('/') => p,
+            _ => {
+                return Err(DbusError::Protocol(
+                    "an application's own address must be an absolute socket path".into(),
+                ))
+            }
+        };
+        let fd = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            None,
+        )
+        .map_err(|e| io(e.into()))?;
+        let addr = SocketAddrUnix::new(path.as_str()).map_err(|e| io(e.into()))?;
+        rustix::net::connect(&fd, &addr).map_err(|e| io(e.into()))?;
+        let served_by = rustix::net::sockopt::socket_peercred(&fd)
+            .map_err(|e| io(e.into()))?
+            .pid
+            .as_raw_nonzero()
+            .get();
+        if u32::try_from(served_by).ok() != Some(pid) {
+            return Err(DbusError::Protocol(format!(
+                "the socket at {:?} is served by process {served_by}, not the application's {pid}",
+                crate::base::label::cut(&path, 200)
+            )));
+        }
+        let stream = UnixStream::from(fd);
+        stream.set_nonblocking(false).map_err(io)?;
+        stream.set_write_timeout(Some(timeout)).map_err(io)?;
+        let mut conn = Conn::new(stream, max_message);
+        conn.auth(deadline)?;
+        Ok(conn)
+    }
+
+    fn new(stream: UnixStream, max_message: usize) -> Conn {
+        Conn {
+            stream,
+            serial: 0,
+            max_message,
+            rbuf: Vec::new(),
+            skip: 0,
+            answers: HashMap::new(),
+            forgotten: Default::default(),
+            pending: Default::default(),
+            out: Vec::new(),
+        }
+    }
+
+    /// Read what has come (the socket polled readable): every whole message in it is kept
+    /// if it is an answer. Waits at most a millisecond, for a readiness that was not real.
+    pub fn read_ready(&mut self) -> Result<(), DbusError> {
+        self.flush()?;
+        self.fill(Instant::now() + Duration::from_millis(1))?;
+        while self.parse_one()?.is_some() {}
+        Ok(())
     }
 
     fn auth(&mut self, deadline: Instant) -> Result<(), DbusError> {
@@ -335,6 +402,7 @@ impl Conn {
     pub fn send(&mut self, call: &Call) -> u32 {
         self.serial = self.serial.wrapping_add(1).max(1);
         let serial = self.serial;
+        self.pending.insert(serial);
         encode_call(&mut self.out, serial, call);
         serial
     }
@@ -370,7 +438,8 @@ impl Conn {
     /// Forget an answer that is no longer wanted (its call timed out), so a late one is
     /// dropped when it comes.
     pub fn forget(&mut self, serial: u32) {
-        if self.answers.remove(&serial).is_none() {
+        self.answers.remove(&serial);
+        if self.pending.remove(&serial) {
             self.forgotten.insert(serial);
         }
     }
@@ -479,8 +548,10 @@ impl Conn {
         }
         if matches!(kind, 2 | 3) {
             if let Some(serial) = reply_serial {
-                if serial <= self.serial && !self.forgotten.remove(&serial) {
+                if self.pending.remove(&serial) {
                     self.answers.insert(serial, answer);
+                } else {
+                    self.forgotten.remove(&serial);
                 }
             }
         }
@@ -490,16 +561,7 @@ impl Conn {
     /// A connection over a stream that needs no authentication: the fake bus of tests.
     #[cfg(test)]
     pub(crate) fn over(stream: UnixStream, max_message: usize) -> Conn {
-        Conn {
-            stream,
-            serial: 0,
-            max_message,
-            rbuf: Vec::new(),
-            skip: 0,
-            answers: HashMap::new(),
-            forgotten: Default::default(),
-            out: Vec::new(),
-        }
+        Conn::new(stream, max_message)
     }
 
     /// Whether nothing of earlier calls is pending: no answer held or awaited late, no
@@ -515,6 +577,12 @@ impl Conn {
     /// How many answers are held unread (for bounding callers' pipelines).
     pub fn held(&self) -> usize {
         self.answers.len()
+    }
+}
+
+impl std::os::fd::AsFd for Conn {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.stream.as_fd()
     }
 }
 
@@ -818,17 +886,109 @@ mod tests {
 
     fn pair() -> (Conn, UnixStream) {
         let (a, b) = UnixStream::pair().unwrap();
-        let conn = Conn {
-            stream: a,
-            serial: 10,
-            max_message: 4096,
-            rbuf: Vec::new(),
-            skip: 0,
-            answers: HashMap::new(),
-            forgotten: Default::default(),
-            out: Vec::new(),
-        };
+        let mut conn = Conn::new(a, 4096);
+        conn.serial = 10;
         (conn, b)
+    }
+
+    /// A socket served by this test process, in a directory of its own.
+    fn listener(name: &str) -> (std::os::unix::net::UnixListener, String, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("handnode-peer-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("socket");
+        let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        (l, format!("unix:path={}", path.display()), dir)
+    }
+
+    #[test]
+    fn a_socket_another_process_serves_is_refused_before_a_byte_is_sent() {
+        // An application could name any socket as its own: the daemon connects only when
+        // the application's own process serves it, and says nothing to any other.
+        let (l, address, dir) = listener("other");
+        let not_ours = std::process::id() + 1;
+        let err = Conn::connect_peer(&address, not_ours, Duration::from_secs(5), 4096)
+            .expect_err("another process's socket");
+        assert!(
+            err.to_string()
+                .contains(&format!("served by process {}", std::process::id())),
+            "{err}"
+        );
+        let (mut accepted, _) = l.accept().unwrap();
+        accepted
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut got = Vec::new();
+        accepted.read_to_end(&mut got).unwrap();
+        assert!(got.is_empty(), "sent {got:?} to a socket it refused");
+        // Neither an abstract nor a relative address is taken from an application.
+        for bad in [
+            "unix:abstract=/tmp/x",
+            "unix:path=relative/socket",
+            "tcp:host=127.0.0.1",
+        ] {
+            let err = Conn::connect_peer(bad, std::process::id(), Duration::from_secs(5), 4096)
+                .expect_err(bad);
+            assert!(matches!(err, DbusError::Protocol(_)), "{bad}: {err}");
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn an_applications_own_socket_is_authenticated_without_a_hello() {
+        let (l, address, dir) = listener("own");
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut got = Vec::new();
+            let mut byte = [0u8; 1];
+            while !got.ends_with(b"\r\n") {
+                s.read_exact(&mut byte).unwrap();
+                got.push(byte[0]);
+            }
+            s.write_all(b"OK 0123456789abcdef0123456789abcdef\r\n")
+                .unwrap();
+            let mut rest = Vec::new();
+            s.read_to_end(&mut rest).unwrap();
+            (got, rest)
+        });
+        let conn = Conn::connect_peer(&address, std::process::id(), Duration::from_secs(5), 4096)
+            .expect("this process's own socket");
+        drop(conn);
+        let (auth, rest) = server.join().unwrap();
+        assert!(auth.starts_with(b"\0AUTH EXTERNAL "), "{auth:?}");
+        // BEGIN, and no Hello: a peer is not a bus.
+        assert_eq!(rest, b"BEGIN\r\n");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn only_answers_to_calls_in_flight_are_kept() {
+        // An application's own socket is no bus: nothing stops it sending replies to
+        // serials it was never asked, or twice to one it was.
+        let (mut conn, mut peer) = pair();
+        let asked = conn.send(&Call {
+            dest: "d",
+            path: "/",
+            iface: "",
+            member: "A",
+            args: &[],
+        });
+        conn.flush().unwrap();
+        let mut v = Vec::new();
+        put_u32(&mut v, 1);
+        for (n, to) in [asked + 1, asked - 1, 3, asked, asked]
+            .into_iter()
+            .enumerate()
+        {
+            peer.write_all(&reply(100 + n as u32, to, "u", &v)).unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        assert_eq!(conn.wait(asked, deadline).unwrap(), vec![Val::UInt(1)]);
+        // Four messages were read to find it; the fifth, a second answer, is dropped too.
+        assert!(conn.read_one(deadline).unwrap());
+        assert_eq!(conn.held(), 0);
+        assert!(conn.is_idle());
     }
 
     #[test]

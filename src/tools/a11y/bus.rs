@@ -3,9 +3,12 @@
 //! `at-spi-bus-launcher`); then batches of calls sent pipelined, a bounded window at a time,
 //! each with a deadline, so a level of the tree costs one round of the application's main
 //! loop rather than one round trip per property, and an application that stops answering
-//! is marked hung and asked nothing more.
+//! is marked hung and asked nothing more. An application walked by a snapshot is asked
+//! directly, over the socket of its own it names (`GetApplicationBusAddress`, as libatspi
+//! does), when that socket is served by the application's own process: each call then skips
+//! the bus daemon's two hops, a third to a half of its cost (docs/performance.md).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::tools::display::{DisplayEnv, NO_SESSION_BUS};
@@ -18,6 +21,9 @@ const MAX_SESSION_MESSAGE: usize = 64 << 10;
 /// Calls in flight at once: enough to keep an application's main loop busy, few enough
 /// that neither side's socket buffer fills while the other writes.
 pub const WINDOW: usize = 128;
+/// Applications talked to directly at once; others are asked over the bus.
+pub const MAX_DIRECT: usize = 32;
+pub const APPLICATION: &str = "org.a11y.atspi.Application";
 
 pub const DBUS: &str = "org.freedesktop.DBus";
 pub const REGISTRY: &str = "org.a11y.atspi.Registry";
@@ -110,8 +116,17 @@ pub struct Bus {
     pub hung: HashSet<String>,
     /// No call waits past this (the whole snapshot's budget), whatever its own deadline.
     pub until: Option<Instant>,
-    /// Calls sent so far (the bench counts what a snapshot asks).
+    /// Calls sent so far (the bench counts what a snapshot asks), and how many of them
+    /// went to an application directly.
     pub sent: usize,
+    pub sent_direct: usize,
+    /// Whether [`Bus::go_direct`] may connect to applications (the bench turns it off to
+    /// measure the bus alone).
+    pub direct: bool,
+    /// Applications talked to directly, by bus name. Closed when the work that opened them
+    /// ends ([`Bus::end_direct`]): an idle direct connection would collect the
+    /// application's events unread.
+    peers: HashMap<String, Conn>,
     /// A call found the connection unusable ([`DbusError::is_fatal`]).
     pub broken: bool,
 }
@@ -165,6 +180,7 @@ pub fn with_bus<T>(
         bus = Bus::open(env, timeout)?;
         out = work(&mut bus);
     }
+    bus.end_direct();
     if !bus.broken && bus.hung.is_empty() && bus.conn.is_idle() {
         KEPT.with(|k| *k.borrow_mut() = Some((key, bus)));
     }
@@ -182,6 +198,9 @@ impl Bus {
             hung: HashSet::new(),
             until: None,
             sent: 0,
+            sent_direct: 0,
+            direct: true,
+            peers: HashMap::new(),
             broken: false,
         })
     }
@@ -195,6 +214,9 @@ impl Bus {
             hung: HashSet::new(),
             until: None,
             sent: 0,
+            sent_direct: 0,
+            direct: true,
+            peers: HashMap::new(),
             broken: false,
         }
     }
@@ -206,20 +228,100 @@ impl Bus {
             .unwrap_or(Err(DbusError::Protocol("no answer".into())))
     }
 
+    /// Talk to these applications (bus name, accessible path, process id) directly from
+    /// now until [`Bus::end_direct`], where each names a socket of its own that its own
+    /// process serves; the others stay on the bus. Costs one batched call and one connect
+    /// per application; any failure just leaves that application on the bus.
+    pub fn go_direct(&mut self, apps: &[(String, String, Option<u32>)]) {
+        if !self.direct {
+            return;
+        }
+        let todo: Vec<(&String, &String, u32)> = apps
+            .iter()
+            .filter(|(name, ..)| !self.peers.contains_key(name) && !self.hung.contains(name))
+            .filter_map(|(name, path, pid)| Some((name, path, (*pid)?)))
+            .take(MAX_DIRECT.saturating_sub(self.peers.len()))
+            .collect();
+        if todo.is_empty() {
+            return;
+        }
+        let reqs: Vec<Req> = todo
+            .iter()
+            .map(|(name, path, _)| Req::new(name, path, APPLICATION, "GetApplicationBusAddress"))
+            .collect();
+        let answers = self.batch(&reqs);
+        for ((name, _, pid), answer) in todo.into_iter().zip(answers) {
+            let Some(address) = answer
+                .ok()
+                .and_then(|v| v.first().and_then(Val::as_str).map(str::to_string))
+            else {
+                continue;
+            };
+            match Conn::connect_peer(&address, pid, self.timeout, MAX_MESSAGE) {
+                Ok(conn) => {
+                    self.peers.insert(name.clone(), conn);
+                }
+                Err(e) => log::debug!("asking {name} over the bus, not directly: {e}"),
+            }
+        }
+    }
+
+    /// Talk to `name` over `conn` (tests: a fake application).
+    #[cfg(test)]
+    pub(crate) fn add_peer(&mut self, name: &str, conn: Conn) {
+        self.peers.insert(name.to_string(), conn);
+    }
+
+    /// Close the direct connections: later calls go over the bus.
+    pub fn end_direct(&mut self) {
+        self.peers.clear();
+    }
+
+    /// How many applications are talked to directly now.
+    pub fn direct_count(&self) -> usize {
+        self.peers.len()
+    }
+
     /// Every call of `reqs`, pipelined; the answers in the same order. A call to an
     /// application already marked hung is not sent (it answers `Timeout`); a missed
     /// deadline marks its application hung and ends its other calls at once. A broken
-    /// connection answers every unanswered call with its error.
+    /// bus connection answers every unanswered call with its error; a broken direct one
+    /// answers that application's calls with it, and the application is asked over the
+    /// bus from then on.
     pub fn batch(&mut self, reqs: &[Req]) -> Vec<Result<Vec<Val>, DbusError>> {
         let mut results: Vec<Option<Result<Vec<Val>, DbusError>>> = vec![None; reqs.len()];
-        let mut inflight: VecDeque<(usize, u32, Instant)> = VecDeque::new();
-        let mut next = 0;
+        // One lane per connection: the bus (`None`) and each application asked directly.
+        let mut lanes: Vec<Lane> = Vec::new();
+        for (i, r) in reqs.iter().enumerate() {
+            if self.hung.contains(&r.dest) {
+                results[i] = Some(Err(DbusError::Timeout));
+                continue;
+            }
+            let peer = self.peers.contains_key(&r.dest).then(|| r.dest.clone());
+            match lanes.iter_mut().find(|l| l.peer == peer) {
+                Some(lane) => lane.queue.push_back(i),
+                None => lanes.push(Lane {
+                    peer,
+                    queue: VecDeque::from([i]),
+                    inflight: VecDeque::new(),
+                }),
+            }
+        }
         loop {
-            while inflight.len() < WINDOW && next < reqs.len() {
-                let r = &reqs[next];
-                if self.hung.contains(&r.dest) {
-                    results[next] = Some(Err(DbusError::Timeout));
-                } else {
+            for lane in &mut lanes {
+                let conn = match &lane.peer {
+                    Some(name) => self.peers.get_mut(name).expect("a lane's peer is kept"),
+                    None => &mut self.conn,
+                };
+                while lane.inflight.len() < WINDOW {
+                    let Some(i) = lane.queue.pop_front() else {
+                        break;
+                    };
+                    let r = &reqs[i];
+                    if self.hung.contains(&r.dest) {
+                        results[i] = Some(Err(DbusError::Timeout));
+                        continue;
+                    }
                     let args: Vec<Arg> = r
                         .args
                         .iter()
@@ -229,7 +331,7 @@ impl Bus {
                             A::I(i) => Arg::I32(*i),
                         })
                         .collect();
-                    let serial = self.conn.send(&Call {
+                    let serial = conn.send(&Call {
                         dest: &r.dest,
                         path: &r.path,
                         iface: r.iface,
@@ -237,38 +339,119 @@ impl Bus {
                         args: &args,
                     });
                     self.sent += 1;
+                    self.sent_direct += usize::from(lane.peer.is_some());
                     let own = Instant::now() + self.timeout;
                     let at = self.until.map_or(own, |u| u.min(own));
-                    inflight.push_back((next, serial, at));
+                    lane.inflight.push_back((i, serial, at));
                 }
-                next += 1;
+                lane.inflight
+                    .retain(|&(i, serial, _)| match conn.take(serial) {
+                        Some(answer) => {
+                            results[i] = Some(answer);
+                            false
+                        }
+                        None => true,
+                    });
             }
-            inflight.retain(|&(i, serial, _)| match self.conn.take(serial) {
-                Some(answer) => {
-                    results[i] = Some(answer);
-                    false
-                }
-                None => true,
-            });
-            if inflight.is_empty() {
-                if next >= reqs.len() {
-                    break;
-                }
+            lanes.retain(|l| !l.inflight.is_empty() || !l.queue.is_empty());
+            if lanes.is_empty() {
+                break;
+            }
+            if lanes.iter().all(|l| l.inflight.is_empty()) {
                 continue;
             }
-            let deadline = inflight.iter().map(|e| e.2).min().expect("not empty");
-            match self.conn.read_one(deadline) {
-                Ok(true) => {}
-                Ok(false) => {
-                    let now = Instant::now();
-                    for &(i, _, at) in &inflight {
+            // Wait for the first lane to have something, or the first deadline.
+            let deadline = lanes
+                .iter()
+                .flat_map(|l| l.inflight.iter().map(|e| e.2))
+                .min()
+                .expect("a call in flight");
+            let ready = {
+                let mut fds: Vec<rustix::event::PollFd> = Vec::with_capacity(lanes.len());
+                let mut flush_failed = None;
+                for lane in &lanes {
+                    let conn = match &lane.peer {
+                        Some(name) => self.peers.get_mut(name).expect("a lane's peer is kept"),
+                        None => &mut self.conn,
+                    };
+                    if let Err(e) = conn.flush() {
+                        flush_failed = Some((lane.peer.clone(), e));
+                        break;
+                    }
+                }
+                if let Some((peer, e)) = flush_failed {
+                    Err((peer, e))
+                } else {
+                    for lane in &lanes {
+                        let conn = match &lane.peer {
+                            Some(name) => &self.peers[name],
+                            None => &self.conn,
+                        };
+                        fds.push(rustix::event::PollFd::new(
+                            conn,
+                            rustix::event::PollFlags::IN,
+                        ));
+                    }
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let ts = rustix::event::Timespec::try_from(left).unwrap_or(
+                        rustix::event::Timespec {
+                            tv_sec: 1,
+                            tv_nsec: 0,
+                        },
+                    );
+                    match rustix::event::poll(&mut fds, Some(&ts)) {
+                        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(fds
+                            .iter()
+                            .map(|f| !f.revents().is_empty())
+                            .collect::<Vec<bool>>()),
+                        Err(e) => Err((None, DbusError::Io(e.to_string()))),
+                    }
+                }
+            };
+            let ready = match ready {
+                Ok(ready) => ready,
+                Err((None, e)) => return self.broken_bus(e, results),
+                Err((Some(peer), e)) => {
+                    self.drop_peer(&peer, &e, &mut lanes, &mut results);
+                    continue;
+                }
+            };
+            let mut failed: Vec<(Option<String>, DbusError)> = Vec::new();
+            for (lane, ready) in lanes.iter().zip(ready) {
+                if !ready {
+                    continue;
+                }
+                let conn = match &lane.peer {
+                    Some(name) => self.peers.get_mut(name).expect("a lane's peer is kept"),
+                    None => &mut self.conn,
+                };
+                if let Err(e) = conn.read_ready() {
+                    failed.push((lane.peer.clone(), e));
+                }
+            }
+            for (peer, e) in failed {
+                match peer {
+                    None => return self.broken_bus(e, results),
+                    Some(peer) => self.drop_peer(&peer, &e, &mut lanes, &mut results),
+                }
+            }
+            // Calls past their deadline: their applications are hung.
+            let now = Instant::now();
+            if now >= deadline {
+                for lane in &lanes {
+                    for &(i, _, at) in &lane.inflight {
                         if at <= now {
                             self.hung.insert(reqs[i].dest.clone());
                         }
                     }
-                    let hung = &self.hung;
-                    let conn = &mut self.conn;
-                    inflight.retain(|&(i, serial, _)| {
+                }
+                let hung = &self.hung;
+                for lane in &mut lanes {
+                    let conn = match &lane.peer {
+                        Some(name) => self.peers.get_mut(name).expect("a lane's peer is kept"),
+                        None => &mut self.conn,
+                    };
+                    lane.inflight.retain(|&(i, serial, _)| {
                         if hung.contains(&reqs[i].dest) {
                             conn.forget(serial);
                             results[i] = Some(Err(DbusError::Timeout));
@@ -278,13 +461,6 @@ impl Bus {
                         }
                     });
                 }
-                Err(e) => {
-                    self.broken |= e.is_fatal();
-                    return results
-                        .into_iter()
-                        .map(|r| r.unwrap_or_else(|| Err(e.clone())))
-                        .collect();
-                }
             }
         }
         results
@@ -292,4 +468,51 @@ impl Bus {
             .map(|r| r.unwrap_or(Err(DbusError::Timeout)))
             .collect()
     }
+
+    /// The bus connection failed: every unanswered call ends with its error.
+    fn broken_bus(
+        &mut self,
+        e: DbusError,
+        results: Vec<Option<Result<Vec<Val>, DbusError>>>,
+    ) -> Vec<Result<Vec<Val>, DbusError>> {
+        self.broken |= e.is_fatal();
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(e.clone())))
+            .collect()
+    }
+
+    /// A direct connection failed: its calls end with the error, and its application is
+    /// asked over the bus from now on.
+    fn drop_peer(
+        &mut self,
+        peer: &str,
+        e: &DbusError,
+        lanes: &mut Vec<Lane>,
+        results: &mut [Option<Result<Vec<Val>, DbusError>>],
+    ) {
+        log::debug!("the direct connection to {peer} failed ({e}); asking it over the bus");
+        self.peers.remove(peer);
+        lanes.retain(|l| {
+            if l.peer.as_deref() != Some(peer) {
+                return true;
+            }
+            for &(i, ..) in &l.inflight {
+                results[i] = Some(Err(e.clone()));
+            }
+            for &i in &l.queue {
+                results[i] = Some(Err(e.clone()));
+            }
+            false
+        });
+    }
+}
+
+/// The calls of a batch on one connection: waiting to be sent, and sent (index in the
+/// batch, serial, deadline).
+struct Lane {
+    /// The application asked directly, or `None` for the bus.
+    peer: Option<String>,
+    queue: VecDeque<usize>,
+    inflight: VecDeque<(usize, u32, Instant)>,
 }

@@ -219,3 +219,95 @@ fn a_batch_larger_than_the_window_is_answered_whole_and_in_order() {
     assert_eq!(out.len(), reqs.len());
     assert!(out.iter().all(|a| *a == Ok(vec![Val::UInt(7)])));
 }
+
+/// A fake application's own socket: answers its first `answers` calls with 9, then
+/// closes (or, with `silent`, keeps the socket open and answers nothing).
+fn fake_peer(answers: usize, silent: bool) -> crate::wire::dbus::Conn {
+    use std::io::{Read, Write};
+    let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let (mut serial, mut answered) = (500, 0);
+        loop {
+            while let Some((len, reply_to, _, _)) = crate::wire::dbus::fake::call_at(&buf) {
+                buf.drain(..len);
+                if silent {
+                    continue;
+                }
+                if answered == answers {
+                    return; // closes the socket
+                }
+                serial += 1;
+                answered += 1;
+                let _ = theirs.write_all(&crate::wire::dbus::fake::reply_u(serial, reply_to, 9));
+            }
+            match theirs.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    });
+    crate::wire::dbus::Conn::over(ours, bus::MAX_MESSAGE)
+}
+
+#[test]
+fn an_application_asked_directly_answers_on_its_own_socket_and_falls_back_to_the_bus() {
+    use crate::wire::dbus::{DbusError, Val};
+    let (mut bus, seen) = fake_bus(std::time::Duration::from_millis(300));
+    bus.add_peer(":1.app", fake_peer(3, false));
+    let req = |dest: &str| bus::Req::new(dest, "/", bus::ACCESSIBLE, "GetRoleName");
+    // Both lanes at once, answered in order, each by its own side.
+    let out = bus.batch(&[req(":1.app"), req(":1.good"), req(":1.app"), req(":1.app")]);
+    assert_eq!(
+        out,
+        [
+            Ok(vec![Val::UInt(9)]),
+            Ok(vec![Val::UInt(7)]),
+            Ok(vec![Val::UInt(9)]),
+            Ok(vec![Val::UInt(9)])
+        ]
+    );
+    assert_eq!((bus.sent, bus.sent_direct), (4, 3));
+    // The application's socket closes: its call ends with the error, the bus's is
+    // answered, and the application is asked over the bus from then on.
+    let out = bus.batch(&[req(":1.app"), req(":1.good")]);
+    assert!(matches!(out[0], Err(DbusError::Io(_))), "{:?}", out[0]);
+    assert_eq!(out[1], Ok(vec![Val::UInt(7)]));
+    assert_eq!(bus.direct_count(), 0);
+    let _ = bus.batch(&[req(":1.app")]);
+    assert_eq!(bus.sent_direct, 4, "not sent directly again");
+    drop(bus);
+    let mut dests = Vec::new();
+    while let Ok(d) = seen.recv_timeout(std::time::Duration::from_secs(10)) {
+        dests.push(d);
+    }
+    assert_eq!(
+        dests,
+        [":1.good", ":1.good", ":1.app"],
+        "what the bus was asked"
+    );
+}
+
+#[test]
+fn an_application_silent_on_its_own_socket_is_marked_hung_and_the_bus_still_answers() {
+    use crate::wire::dbus::{DbusError, Val};
+    use std::time::{Duration, Instant};
+    let (mut bus, _seen) = fake_bus(Duration::from_millis(200));
+    bus.add_peer(":1.app", fake_peer(0, true));
+    let req = |dest: &str| bus::Req::new(dest, "/", bus::ACCESSIBLE, "GetRoleName");
+    let started = Instant::now();
+    let out = bus.batch(&[req(":1.app"), req(":1.good")]);
+    assert_eq!(out[0], Err(DbusError::Timeout));
+    assert_eq!(out[1], Ok(vec![Val::UInt(7)]));
+    assert!(bus.hung.contains(":1.app"));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // Asked nothing more, on either lane.
+    let sent = bus.sent;
+    assert_eq!(bus.batch(&[req(":1.app")]), [Err(DbusError::Timeout)]);
+    assert_eq!(bus.sent, sent);
+}

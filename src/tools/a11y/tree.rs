@@ -459,8 +459,15 @@ fn is_shown(states: u64) -> bool {
     has(states, state::SHOWING) && !has(states, state::DEFUNCT)
 }
 
-/// Read the tree. `cancelled` is asked between levels.
+/// Read the tree. `cancelled` is asked between levels. The applications walked are asked
+/// directly where they can be ([`Bus::go_direct`]), until the read ends.
 pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<Snapshot, String> {
+    let out = read_tree(bus, opts, cancelled);
+    bus.end_direct();
+    out
+}
+
+fn read_tree(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<Snapshot, String> {
     let timeout_ms = bus.timeout.as_millis();
     let mut apps_answer = bus.call(Req::new(REGISTRY, ROOT_PATH, ACCESSIBLE, "GetChildren"));
     // The registry can quit as it starts (its call then ends "NoReply"); the bus starts it
@@ -550,6 +557,11 @@ pub fn read(bus: &mut Bus, opts: &Opts, cancelled: &dyn Fn() -> bool) -> Result<
         }
     }
 
+    let walked: Vec<(String, String, Option<u32>)> = cands
+        .iter()
+        .map(|c| (c.bus.clone(), c.path.clone(), apps[c.app].pid))
+        .collect();
+    bus.go_direct(&walked);
     let mut arena: Vec<Node> = Vec::new();
     let mut roots: Vec<usize> = Vec::new();
     let mut truncated = false;
