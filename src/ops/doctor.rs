@@ -909,7 +909,14 @@ pub fn checks(
     } else {
         out.push(check("user", Status::Ok, "not root", None));
     }
-    out.push(containment_check(crate::cgroup::probe()));
+    let slow_moves = slow_cgroup_moves(
+        &std::fs::read_to_string("/proc/self/mounts").unwrap_or_default(),
+        &rustix::system::uname().release().to_string_lossy(),
+    );
+    out.push(containment_check(
+        crate::cgroup::probe(),
+        slow_moves.as_deref(),
+    ));
     out.push(token_check(env));
     out.push(daemon_check(env));
     out.extend(login_without_token(env));
@@ -1019,29 +1026,67 @@ pub fn live_view_check(facts: &Value, novnc: bool) -> Check {
 
 /// What contains a grant's processes (§16), and how to get cgroups when it is the
 /// subreaper. Run outside the service, this says what a daemon started the same way gets.
-pub fn containment_check(probe: Result<crate::cgroup::Mode, String>) -> Check {
+/// `slow_moves` is the cgroup2 mount point when moving a process between groups may wait
+/// for the kernel ([`slow_cgroup_moves`]): said, with the remount that ends it.
+pub fn containment_check(
+    probe: Result<crate::cgroup::Mode, String>,
+    slow_moves: Option<&str>,
+) -> Check {
     match probe {
-        Ok(mode) => check(
-            "containment",
-            Status::Ok,
-            format!(
+        Ok(mode) => {
+            let mut detail = format!(
                 "cgroup ({}): each grant gets a cgroup with memory, process and CPU limits, and nothing a grant starts outlives it",
                 mode.as_str()
-            ),
-            None,
-        ),
+            );
+            let fix = slow_moves.map(|mount| {
+                detail.push_str(&format!(
+                    "; {mount} is mounted without favordynmods, so a call's move into its \
+                     group can wait for an RCU grace period (about 10 ms; measured in \
+                     docs/performance.md) when calls are a few ms apart"
+                ));
+                format!(
+                    "mount -o remount,favordynmods {mount} (Linux 6.0 or later; it makes \
+                     forks and exits slightly dearer instead); or leave it, nothing is unsafe"
+                )
+            });
+            check("containment", Status::Ok, detail, fix)
+        }
         Err(why) => check(
             "containment",
             Status::Warn,
             format!(
-                "subreaper: {why}; a grant's processes are killed only where they can be                  attributed, and no limits apply"
+                "subreaper: {why}; a grant's processes are killed only where they can be \
+                 attributed, and no limits apply"
             ),
             Some(
-                "run handnode as the systemd user unit (contrib/systemd/handnode.service, which                  sets Delegate=yes) on a cgroup v2 system, or as root"
+                "run handnode as the systemd user unit (contrib/systemd/handnode.service, which \
+                 sets Delegate=yes) on a cgroup v2 system, or as root"
                     .into(),
             ),
         ),
     }
+}
+
+/// The cgroup2 mount point, when it is mounted without `favordynmods` on a kernel that
+/// has the option (6.0 or later): `mounts` as `/proc/self/mounts` reads, `release` as
+/// `uname -r` prints. Moving a process between groups then takes the kernel's
+/// `cgroup_threadgroup_rwsem` for writing, which waits out an RCU grace period unless
+/// another move came just before.
+pub fn slow_cgroup_moves(mounts: &str, release: &str) -> Option<String> {
+    let mut version = release.split(|c: char| !c.is_ascii_digit());
+    let major: u32 = version.next()?.parse().ok()?;
+    if major < 6 {
+        return None;
+    }
+    mounts.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields.as_slice() {
+            [_, mount, "cgroup2", options, ..] => {
+                (!options.split(',').any(|o| o == "favordynmods")).then(|| mount.to_string())
+            }
+            _ => None,
+        }
+    })
 }
 
 /// Whether `--halt-key` (§22) could read this box's physical keyboards (under `root`, `/`

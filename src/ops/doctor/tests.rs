@@ -301,10 +301,25 @@ fn the_halt_key_line_says_what_it_reads_ignores_and_how_to_allow_it() {
 
 #[test]
 fn containment_says_which_and_how_to_get_cgroups() {
-    let ok = containment_check(Ok(crate::cgroup::Mode::Hybrid));
+    let ok = containment_check(Ok(crate::cgroup::Mode::Hybrid), None);
     assert_eq!(ok.status, Status::Ok);
     assert!(ok.detail.starts_with("cgroup (hybrid)"), "{}", ok.detail);
-    let no = containment_check(Err("no cgroup2 hierarchy is mounted".into()));
+    assert_eq!(ok.fix, None);
+    // Where a move into a group can wait for the kernel, it says so and how to stop it.
+    let slow = containment_check(Ok(crate::cgroup::Mode::V2), Some("/sys/fs/cgroup"));
+    assert_eq!(slow.status, Status::Ok);
+    assert!(
+        slow.detail
+            .contains("/sys/fs/cgroup is mounted without favordynmods"),
+        "{}",
+        slow.detail
+    );
+    assert!(slow
+        .fix
+        .unwrap()
+        .starts_with("mount -o remount,favordynmods /sys/fs/cgroup "),);
+    let no = containment_check(Err("no cgroup2 hierarchy is mounted".into()), None);
+    assert!(!no.detail.contains("  "), "{}", no.detail);
     assert_eq!(no.status, Status::Warn);
     assert!(
         no.detail.starts_with("subreaper: no cgroup2"),
@@ -606,4 +621,29 @@ fn box_live_view_says_which_server_to_install_for_the_backend() {
     assert_eq!(c.status, Status::Ok, "{}", c.detail);
     assert!(c.detail.contains("wayvnc is installed"), "{}", c.detail);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_cgroup2_mount_without_favordynmods_is_named_only_where_the_kernel_has_it() {
+    let hybrid = "tmpfs /sys/fs/cgroup tmpfs rw,relatime,mode=755 0 0
+cgroup /sys/fs/cgroup/pids cgroup rw,relatime,pids 0 0
+cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
+";
+    assert_eq!(
+        slow_cgroup_moves(hybrid, "6.18.44-fc-v1252").as_deref(),
+        Some("/sys/fs/cgroup/unified")
+    );
+    assert_eq!(
+        slow_cgroup_moves(hybrid, "5.15.0-91-generic"),
+        None,
+        "no such option before 6.0"
+    );
+    let favoured = "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime,nsdelegate,favordynmods 0 0\n";
+    assert_eq!(slow_cgroup_moves(favoured, "6.1.0-13-amd64"), None);
+    assert_eq!(
+        slow_cgroup_moves("proc /proc proc rw 0 0\n", "6.1.0"),
+        None,
+        "no cgroup2"
+    );
+    assert_eq!(slow_cgroup_moves(hybrid, "garbage"), None);
 }
