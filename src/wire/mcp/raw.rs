@@ -61,23 +61,30 @@ pub(super) fn arguments(raw: &RawValue) -> Result<Value, String> {
 
 /// How many values valid JSON text holds, counted from above: every value but the
 /// outermost follows a `[`, a `,` or a `:` outside a string (an object's `,` precede
-/// names, which cost memory too; an empty array counts one).
+/// names, which cost memory too; an empty array counts one). A string is skipped to its
+/// closing quote with `memchr` (a `file_put` chunk is one string of a megabyte: byte by
+/// byte, this pass took 0.6 ms of the grant thread per chunk, more than parsing it).
 fn count_values(text: &str) -> usize {
-    let (mut n, mut in_string, mut escaped) = (1, false, false);
-    for b in text.bytes() {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-        } else {
-            match b {
-                b'"' => in_string = true,
-                b',' | b':' | b'[' => n += 1,
-                _ => {}
-            }
+    let b = text.as_bytes();
+    let (mut n, mut i) = (1, 0);
+    while let Some(&c) = b.get(i) {
+        i += 1;
+        match c {
+            b'"' => loop {
+                let Some(k) = b
+                    .get(i..)
+                    .and_then(|rest| memchr::memchr2(b'"', b'\\', rest))
+                else {
+                    return n;
+                };
+                if b[i + k] == b'"' {
+                    i += k + 1;
+                    break;
+                }
+                i += k + 2; // the backslash and the character it escapes
+            },
+            b',' | b':' | b'[' => n += 1,
+            _ => {}
         }
     }
     n
@@ -188,5 +195,58 @@ impl<'de> Visitor<'de> for KeyIndex<'_> {
     }
     fn visit_str<E>(self, key: &str) -> Result<Self::Value, E> {
         Ok(self.0.iter().position(|n| *n == key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_values;
+
+    /// The count byte by byte, as it was before strings were skipped with `memchr`.
+    fn byte_by_byte(text: &str) -> usize {
+        let (mut n, mut in_string, mut escaped) = (1, false, false);
+        for b in text.bytes() {
+            if in_string {
+                match b {
+                    _ if escaped => escaped = false,
+                    b'\\' => escaped = true,
+                    b'"' => in_string = false,
+                    _ => {}
+                }
+            } else {
+                match b {
+                    b'"' => in_string = true,
+                    b',' | b':' | b'[' => n += 1,
+                    _ => {}
+                }
+            }
+        }
+        n
+    }
+
+    #[test]
+    fn values_are_counted_as_byte_by_byte_whatever_the_strings_hold() {
+        let long = "QUJD".repeat(10_000);
+        let cases = [
+            "1".to_string(),
+            "[]".into(),
+            "[1,2,[3,[]]]".into(),
+            r#"{"a":1,"b":[true,null],"c":{"d":"e"}}"#.into(),
+            r#"{"s":"a,b:[c"}"#.into(),
+            r#"{"s":"quote \" inside, and [ , :","t":1}"#.into(),
+            r#"{"s":"ends in a backslash \\","t":[1,2]}"#.into(),
+            r#"{"s":"\\\"\\\\\"","t":","}"#.into(),
+            r#"["é, ü: [ 😀", "\u0022", 3]"#.into(),
+            format!(r#"{{"path":"/x","data":"{long}","offset":0}}"#),
+            format!(r#"["{long}\\", "{long}\"", 1]"#),
+        ];
+        for text in &cases {
+            serde_json::from_str::<serde_json::Value>(text).expect(text);
+            assert_eq!(count_values(text), byte_by_byte(text), "{text:.80}");
+        }
+        // Cut short inside a string (not valid JSON: never given, but it must not panic).
+        for text in [r#"{"a":"b"#, r#"{"a":"b\"#, r#"["\"#] {
+            assert_eq!(count_values(text), byte_by_byte(text), "{text}");
+        }
     }
 }
