@@ -884,6 +884,17 @@ mod tests {
         m
     }
 
+    /// Send a call with no arguments; its serial.
+    fn ask(conn: &mut Conn, member: &str) -> u32 {
+        conn.send(&Call {
+            dest: "d",
+            path: "/",
+            iface: "",
+            member,
+            args: &[],
+        })
+    }
+
     fn pair() -> (Conn, UnixStream) {
         let (a, b) = UnixStream::pair().unwrap();
         let mut conn = Conn::new(a, 4096);
@@ -967,13 +978,7 @@ mod tests {
         // An application's own socket is no bus: nothing stops it sending replies to
         // serials it was never asked, or twice to one it was.
         let (mut conn, mut peer) = pair();
-        let asked = conn.send(&Call {
-            dest: "d",
-            path: "/",
-            iface: "",
-            member: "A",
-            args: &[],
-        });
+        let asked = ask(&mut conn, "A");
         conn.flush().unwrap();
         let mut v = Vec::new();
         put_u32(&mut v, 1);
@@ -1051,20 +1056,8 @@ mod tests {
     #[test]
     fn pipelined_answers_arrive_in_any_order_and_nested_values_parse() {
         let (mut conn, mut peer) = pair();
-        let a = conn.send(&Call {
-            dest: "d",
-            path: "/",
-            iface: "",
-            member: "A",
-            args: &[],
-        });
-        let b = conn.send(&Call {
-            dest: "d",
-            path: "/",
-            iface: "",
-            member: "B",
-            args: &[],
-        });
+        let a = ask(&mut conn, "A");
+        let b = ask(&mut conn, "B");
         conn.flush().unwrap();
         // a(so): one struct, aligned to 8 after the array length.
         let mut body = Vec::new();
@@ -1090,13 +1083,7 @@ mod tests {
     #[test]
     fn a_silent_peer_times_out_and_an_answer_over_the_cap_is_skipped_whole() {
         let (mut conn, mut peer) = pair();
-        let a = conn.send(&Call {
-            dest: "d",
-            path: "/",
-            iface: "",
-            member: "A",
-            args: &[],
-        });
+        let a = ask(&mut conn, "A");
         let started = Instant::now();
         let err = conn
             .wait(a, Instant::now() + Duration::from_millis(50))
@@ -1104,13 +1091,7 @@ mod tests {
         assert_eq!(err, DbusError::Timeout);
         assert!(started.elapsed() < Duration::from_secs(5));
         // Cap 4096: a body of cap+1 bytes is skipped, and the next answer still parses.
-        let b = conn.send(&Call {
-            dest: "d",
-            path: "/",
-            iface: "",
-            member: "B",
-            args: &[],
-        });
+        let b = ask(&mut conn, "B");
         conn.flush().unwrap();
         let mut big = Vec::new();
         put_u32(&mut big, 4097);
@@ -1131,13 +1112,7 @@ mod tests {
     #[test]
     fn a_message_that_lies_about_its_contents_is_a_protocol_error() {
         let (mut conn, mut peer) = pair();
-        let a = conn.send(&Call {
-            dest: "d",
-            path: "/",
-            iface: "",
-            member: "A",
-            args: &[],
-        });
+        let a = ask(&mut conn, "A");
         conn.flush().unwrap();
         let mut body = Vec::new();
         put_u32(&mut body, 1000); // a string longer than the body

@@ -309,10 +309,7 @@ impl Bus {
         }
         loop {
             for lane in &mut lanes {
-                let conn = match &lane.peer {
-                    Some(name) => self.peers.get_mut(name).expect("a lane's peer is kept"),
-                    None => &mut self.conn,
-                };
+                let conn = lane_conn(&mut self.conn, &mut self.peers, &lane.peer);
                 while lane.inflight.len() < WINDOW {
                     let Some(i) = lane.queue.pop_front() else {
                         break;
@@ -360,73 +357,50 @@ impl Bus {
             if lanes.iter().all(|l| l.inflight.is_empty()) {
                 continue;
             }
-            // Wait for the first lane to have something, or the first deadline.
+            // Write what is queued, then wait for the first lane to have something, or the
+            // first deadline.
             let deadline = lanes
                 .iter()
                 .flat_map(|l| l.inflight.iter().map(|e| e.2))
                 .min()
                 .expect("a call in flight");
-            let ready = {
-                let mut fds: Vec<rustix::event::PollFd> = Vec::with_capacity(lanes.len());
-                let mut flush_failed = None;
-                for lane in &lanes {
-                    let conn = match &lane.peer {
-                        Some(name) => self.peers.get_mut(name).expect("a lane's peer is kept"),
-                        None => &mut self.conn,
-                    };
-                    if let Err(e) = conn.flush() {
-                        flush_failed = Some((lane.peer.clone(), e));
-                        break;
-                    }
+            let mut failed: Vec<(Option<String>, DbusError)> = Vec::new();
+            for lane in &lanes {
+                if let Err(e) = lane_conn(&mut self.conn, &mut self.peers, &lane.peer).flush() {
+                    failed.push((lane.peer.clone(), e));
                 }
-                if let Some((peer, e)) = flush_failed {
-                    Err((peer, e))
-                } else {
-                    for lane in &lanes {
+            }
+            if failed.is_empty() {
+                let mut fds: Vec<rustix::event::PollFd> = lanes
+                    .iter()
+                    .map(|lane| {
                         let conn = match &lane.peer {
                             Some(name) => &self.peers[name],
                             None => &self.conn,
                         };
-                        fds.push(rustix::event::PollFd::new(
-                            conn,
-                            rustix::event::PollFlags::IN,
-                        ));
+                        rustix::event::PollFd::new(conn, rustix::event::PollFlags::IN)
+                    })
+                    .collect();
+                let left = deadline.saturating_duration_since(Instant::now());
+                let ts =
+                    rustix::event::Timespec::try_from(left).unwrap_or(rustix::event::Timespec {
+                        tv_sec: 1,
+                        tv_nsec: 0,
+                    });
+                let ready: Vec<bool> = match rustix::event::poll(&mut fds, Some(&ts)) {
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {
+                        fds.iter().map(|f| !f.revents().is_empty()).collect()
                     }
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    let ts = rustix::event::Timespec::try_from(left).unwrap_or(
-                        rustix::event::Timespec {
-                            tv_sec: 1,
-                            tv_nsec: 0,
-                        },
-                    );
-                    match rustix::event::poll(&mut fds, Some(&ts)) {
-                        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(fds
-                            .iter()
-                            .map(|f| !f.revents().is_empty())
-                            .collect::<Vec<bool>>()),
-                        Err(e) => Err((None, DbusError::Io(e.to_string()))),
-                    }
-                }
-            };
-            let ready = match ready {
-                Ok(ready) => ready,
-                Err((None, e)) => return self.broken_bus(e, results),
-                Err((Some(peer), e)) => {
-                    self.drop_peer(&peer, &e, &mut lanes, &mut results);
-                    continue;
-                }
-            };
-            let mut failed: Vec<(Option<String>, DbusError)> = Vec::new();
-            for (lane, ready) in lanes.iter().zip(ready) {
-                if !ready {
-                    continue;
-                }
-                let conn = match &lane.peer {
-                    Some(name) => self.peers.get_mut(name).expect("a lane's peer is kept"),
-                    None => &mut self.conn,
+                    Err(e) => return self.broken_bus(DbusError::Io(e.to_string()), results),
                 };
-                if let Err(e) = conn.read_ready() {
-                    failed.push((lane.peer.clone(), e));
+                for (lane, ready) in lanes.iter().zip(ready) {
+                    if !ready {
+                        continue;
+                    }
+                    let conn = lane_conn(&mut self.conn, &mut self.peers, &lane.peer);
+                    if let Err(e) = conn.read_ready() {
+                        failed.push((lane.peer.clone(), e));
+                    }
                 }
             }
             for (peer, e) in failed {
@@ -447,10 +421,7 @@ impl Bus {
                 }
                 let hung = &self.hung;
                 for lane in &mut lanes {
-                    let conn = match &lane.peer {
-                        Some(name) => self.peers.get_mut(name).expect("a lane's peer is kept"),
-                        None => &mut self.conn,
-                    };
+                    let conn = lane_conn(&mut self.conn, &mut self.peers, &lane.peer);
                     lane.inflight.retain(|&(i, serial, _)| {
                         if hung.contains(&reqs[i].dest) {
                             conn.forget(serial);
@@ -505,6 +476,18 @@ impl Bus {
             }
             false
         });
+    }
+}
+
+/// The connection of a lane: the application's own, or the bus.
+fn lane_conn<'a>(
+    bus: &'a mut Conn,
+    peers: &'a mut HashMap<String, Conn>,
+    peer: &Option<String>,
+) -> &'a mut Conn {
+    match peer {
+        Some(name) => peers.get_mut(name).expect("a lane's peer is kept"),
+        None => bus,
     }
 }
 

@@ -311,3 +311,23 @@ fn an_application_silent_on_its_own_socket_is_marked_hung_and_the_bus_still_answ
     assert_eq!(bus.batch(&[req(":1.app")]), [Err(DbusError::Timeout)]);
     assert_eq!(bus.sent, sent);
 }
+
+#[test]
+fn at_most_max_direct_applications_are_talked_to_directly() {
+    let (mut bus, _seen) = fake_bus(std::time::Duration::from_millis(200));
+    for n in 0..bus::MAX_DIRECT - 1 {
+        bus.add_peer(&format!(":1.peer{n}"), fake_peer(0, true));
+    }
+    let app = [(":1.good".to_string(), "/".to_string(), Some(1))];
+    // Below the bound: the application is asked for its own socket (the fake bus answers
+    // a number, not an address, so it stays on the bus).
+    bus.go_direct(&app);
+    assert_eq!(bus.sent, 1);
+    // At the bound: nothing more is asked.
+    bus.add_peer(":1.last", fake_peer(0, true));
+    assert_eq!(bus.direct_count(), bus::MAX_DIRECT);
+    bus.go_direct(&app);
+    assert_eq!(bus.sent, 1, "a 33rd application was asked for its socket");
+    bus.end_direct();
+    assert_eq!(bus.direct_count(), 0);
+}

@@ -236,13 +236,35 @@ struct Siblings {
 }
 
 impl Siblings {
+    fn new(first: Cand) -> Siblings {
+        Siblings {
+            cands: vec![first],
+            keep: vec![false],
+            pos: 0,
+            done: false,
+            shown: 0,
+            top: i64::MAX,
+            bottom: i64::MIN,
+            tallest: 0,
+        }
+    }
+
+    fn push(&mut self, c: Cand) {
+        self.cands.push(c);
+        self.keep.push(false);
+    }
+
+    /// The rect its scrolled ancestor shows, the same for every sibling.
+    fn clip(&self) -> Option<[i64; 4]> {
+        self.cands[0].clip
+    }
+
     /// How many to ask about next. Under a scrolled ancestor, once some were shown: as
     /// many as the rows they cover say fit in the rect's height left, and a few more
     /// ([`TAIL_CHUNK`]); a guess that only sizes the chunk, since the walk goes on for as
     /// long as a chunk shows one.
     fn chunk(&self) -> usize {
-        let clip = self.cands.first().and_then(|c| c.clip);
-        match clip {
+        match self.clip() {
             Some(c) if self.shown > 0 && self.bottom > self.top => {
                 let left = (c[1] + c[3] - self.bottom).max(0);
                 let fit = usize::try_from(
@@ -258,7 +280,7 @@ impl Siblings {
     /// Whether the shown ones reach the bottom of their rect (less than a row short of it),
     /// or have no rect to fill: hidden ones after them are then below it.
     fn filled(&self) -> bool {
-        match self.cands.first().and_then(|c| c.clip) {
+        match self.clip() {
             Some(c) => self.shown > 0 && self.bottom + self.tallest > c[1] + c[3],
             None => self.shown > 0,
         }
@@ -306,21 +328,9 @@ fn shown(
     let mut groups: Vec<Siblings> = Vec::new();
     for c in cands {
         match groups.last_mut() {
-            Some(g) if g.cands[0].parent == c.parent && c.parent.is_some() => g.cands.push(c),
-            _ => groups.push(Siblings {
-                cands: vec![c],
-                keep: Vec::new(),
-                pos: 0,
-                done: false,
-                shown: 0,
-                top: i64::MAX,
-                bottom: i64::MIN,
-                tallest: 0,
-            }),
+            Some(g) if g.cands[0].parent == c.parent && c.parent.is_some() => g.push(c),
+            _ => groups.push(Siblings::new(c)),
         }
-    }
-    for g in &mut groups {
-        g.keep = vec![false; g.cands.len()];
     }
     loop {
         let mut reqs = Vec::new();
@@ -334,7 +344,8 @@ fn shown(
                 cut = true;
                 continue;
             }
-            for (i, c) in g.cands.iter().enumerate().skip(g.pos).take(g.chunk()) {
+            let chunk = g.chunk();
+            for (i, c) in g.cands.iter().enumerate().skip(g.pos).take(chunk) {
                 // (index of its state answer, if asked; of its extents answer)
                 let state = c.clip.is_none().then(|| {
                     reqs.push(Req::new(&c.bus, &c.path, ACCESSIBLE, "GetState"));
@@ -343,16 +354,16 @@ fn shown(
                 reqs.push(Req::new(&c.bus, &c.path, COMPONENT, "GetExtents").arg(A::U(0)));
                 asked.push((gi, i, state, reqs.len() - 1));
             }
+            g.pos = (g.pos + chunk).min(g.cands.len());
         }
         if asked.is_empty() {
             break;
         }
         *examined += asked.len();
         let answers = bus.batch(&reqs);
-        // Per group: whether this chunk showed one, where it ended, and whether its last
-        // child lies below the clip.
+        // Per group: whether this chunk showed one, and whether its last child lies below
+        // the clip.
         let mut any: Vec<bool> = vec![false; groups.len()];
-        let mut end: Vec<usize> = vec![0; groups.len()];
         let mut beyond: Vec<bool> = vec![false; groups.len()];
         for &(gi, i, state, extents) in &asked {
             let g = &mut groups[gi];
@@ -386,13 +397,11 @@ fn shown(
                 }
             }
             any[gi] |= ok;
-            end[gi] = i + 1;
         }
         for (gi, g) in groups.iter_mut().enumerate() {
             if g.done {
                 continue;
             }
-            g.pos = end[gi].max(g.pos);
             let stop = g.shown > 0 && (beyond[gi] || (!any[gi] && g.filled()));
             if stop || g.pos >= g.cands.len() {
                 g.done = true;
