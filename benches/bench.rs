@@ -2176,6 +2176,22 @@ fn bench_owed(r: &mut Report, d: &DaemonProc, pod: &mut Pod) {
 /// Bytes the throughput job writes to its stdout (the 256 MiB).
 const JOB_OUTPUT_BYTES: u64 = 256 << 20;
 
+/// Bytes free to an unprivileged writer on the filesystem holding `dir` (`df`), if it says.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let out = Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(dir)
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// A FIFO under `dir`, made with `mkfifo`.
 fn mkfifo(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(name);
@@ -2650,8 +2666,14 @@ fn bench_jobs(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
         Some(p50 <= floor50 + 1.0),
     );
 
-    // Throughput and memory: 256 MiB to a job's stdout.
-    let command = format!("head -c {JOB_OUTPUT_BYTES} /dev/zero");
+    // Throughput and memory: 256 MiB to a job's stdout (a tenth in --quick: the floor writes
+    // them to disk, and a CI machine may have little of it).
+    let bytes = if o.quick {
+        JOB_OUTPUT_BYTES / 10
+    } else {
+        JOB_OUTPUT_BYTES
+    };
+    let command = format!("head -c {bytes} /dev/zero");
     let warm = start_job(&mut conn, "head -c 1048576 /dev/zero");
     wait_job_end(&mut conn, &warm);
     std::thread::sleep(Duration::from_millis(300));
@@ -2679,45 +2701,72 @@ fn bench_jobs(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     let blocks = if o.quick { 1 } else { 3 };
     let (mut job_rates, mut file_rates) = (Vec::new(), Vec::new());
     let floor_file = d.state_dir().join("bench-job-floor.bin");
-    let mb = JOB_OUTPUT_BYTES as f64 / (1 << 20) as f64;
+    let mb = bytes as f64 / (1 << 20) as f64;
+    // A full disk is the machine's, not the daemon's: the figure is then reported without its
+    // floor (the job's own ring file is 16 MiB), and the reason printed.
+    let mut floor_failure = free_bytes(&d.state_dir())
+        .filter(|free| *free < bytes + (64 << 20))
+        .map(|free| {
+            format!(
+                "the floor needs {} MiB on the state dir's disk and {} MiB are free",
+                (bytes + (64 << 20)) >> 20,
+                free >> 20
+            )
+        });
     for _ in 0..blocks {
-        let t = Instant::now();
-        let status = Command::new("bash")
-            .args(["-c", &format!("{command} > '{}'", floor_file.display())])
-            .stdin(Stdio::null())
-            .status()
-            .expect("the floor's head");
-        assert!(status.success());
-        file_rates.push(mb / t.elapsed().as_secs_f64());
-        let _ = std::fs::remove_file(&floor_file);
+        if floor_failure.is_none() {
+            let t = Instant::now();
+            let out = Command::new("bash")
+                .args(["-c", &format!("{command} > '{}'", floor_file.display())])
+                .stdin(Stdio::null())
+                .output()
+                .expect("the floor's head");
+            if out.status.success() {
+                file_rates.push(mb / t.elapsed().as_secs_f64());
+            } else {
+                floor_failure = Some(format!(
+                    "the floor's write failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            let _ = std::fs::remove_file(&floor_file);
+        }
 
         let t = Instant::now();
         let job = start_job(&mut conn, &command);
         let end = wait_job_end(&mut conn, &job);
         job_rates.push(mb / t.elapsed().as_secs_f64());
         let s = &end["structuredContent"];
-        assert_eq!(
-            s["stdout_total"],
-            JOB_OUTPUT_BYTES,
-            "{}",
-            clip(&end.to_string())
-        );
+        assert_eq!(s["stdout_total"], bytes, "{}", clip(&end.to_string()));
         assert_eq!(s["exit_code"], 0);
     }
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     let _ = sampler.join();
     let growth = peak.load(std::sync::atomic::Ordering::SeqCst) as f64 - rss_before;
-    let (rate, floor_rate) = (percentile(&job_rates, 0.5), percentile(&file_rates, 0.5));
-    r.put("job_output_mb_per_s", rate, "MB/s", Some(floor_rate));
-    r.check(
-        "job_output_mb_per_s",
-        format!(">= 50 % of a file write = {:.0} MB/s", floor_rate / 2.0),
-        Some(rate >= floor_rate / 2.0),
-    );
+    let rate = percentile(&job_rates, 0.5);
+    match floor_failure {
+        None => {
+            let floor_rate = percentile(&file_rates, 0.5);
+            r.put("job_output_mb_per_s", rate, "MB/s", Some(floor_rate));
+            r.check(
+                "job_output_mb_per_s",
+                format!(">= 50 % of a file write = {:.0} MB/s", floor_rate / 2.0),
+                Some(rate >= floor_rate / 2.0),
+            );
+        }
+        Some(why) => {
+            r.put("job_output_mb_per_s", rate, "MB/s", None);
+            r.check(
+                "job_output_mb_per_s",
+                format!(">= 50 % of a file write: not judged, {why}"),
+                None,
+            );
+        }
+    }
     r.put("job_rss_growth_kib", growth, "KiB", Some(rss_before));
     r.check(
         "job_rss_growth_kib",
-        "<= 1024 KiB while 256 MiB stream".into(),
+        format!("<= 1024 KiB while {mb:.0} MiB stream"),
         Some(growth <= 1024.0),
     );
     d.revoke(&grant);
