@@ -1401,15 +1401,62 @@ pub mod subreaper {
             .unwrap_or_default()
     }
 
+    /// How long [`environ`] waits for an `execve` under way to lay out its environment.
+    /// The kernel takes microseconds; a loaded machine may preempt it for milliseconds.
+    pub const EXEC_SETTLE: Duration = Duration::from_millis(50);
+
+    /// Whether process `pid`'s memory has no environment yet: `execve` has swapped its
+    /// memory and not yet written the new stack (`env_start`, field 50 of its stat, is 0),
+    /// and it is neither a zombie nor a kernel thread (which have none for good).
+    pub(super) fn mid_exec(pid: i32) -> bool {
+        /// `PF_KTHREAD` of a stat's flags.
+        const KERNEL_THREAD: u64 = 0x0020_0000;
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // "pid (comm) state …": comm may hold spaces and parentheses.
+        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            return false;
+        };
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let field = |n: usize| fields.get(n - 3).copied();
+        let flags: u64 = field(9)
+            .and_then(|f| f.parse().ok())
+            .unwrap_or(KERNEL_THREAD);
+        !matches!(field(3), Some("Z" | "X" | "x"))
+            && flags & KERNEL_THREAD == 0
+            && field(50) == Some("0")
+    }
+
+    /// Process `pid`'s environment (`None`: gone or not ours to read). A process caught in
+    /// `execve` reads as having none — `spawn` returns in that window, and a process that
+    /// re-executes itself spends time in it — so that one is read again until its new
+    /// environment is laid out, [`EXEC_SETTLE`] at most: a marker must not be missed there.
+    pub fn environ(pid: i32) -> Option<Vec<u8>> {
+        let path = format!("/proc/{pid}/environ");
+        let deadline = Instant::now() + EXEC_SETTLE;
+        loop {
+            let env = fs::read(&path).ok()?;
+            if !env.is_empty() || Instant::now() >= deadline {
+                return Some(env);
+            }
+            if !mid_exec(pid) {
+                // The exec may have finished between the two reads: this one is settled.
+                return fs::read(&path).ok();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Whether process `pid` carries one of `markers` in its environment.
-    pub fn carries(pid: i32, markers: &[String]) -> bool {
-        let Ok(env) = fs::read(format!("/proc/{pid}/environ")) else {
+    pub fn carries<M: AsRef<str>>(pid: i32, markers: &[M]) -> bool {
+        let Some(env) = environ(pid) else {
             return false;
         };
         let prefix = format!("{}=", MARKER_ENV);
         env.split(|b| *b == 0).any(|var| {
             var.strip_prefix(prefix.as_bytes())
-                .is_some_and(|v| markers.iter().any(|m| m.as_bytes() == v))
+                .is_some_and(|v| markers.iter().any(|m| m.as_ref().as_bytes() == v))
         })
     }
 
@@ -1482,7 +1529,7 @@ pub mod subreaper {
         let prefix = format!("{}=", MARKER_ENV);
         let mut out = HashSet::new();
         for pid in all_pids() {
-            if let Ok(env) = fs::read(format!("/proc/{pid}/environ")) {
+            if let Some(env) = environ(pid) {
                 for var in env.split(|b| *b == 0) {
                     if let Some(v) = var.strip_prefix(prefix.as_bytes()) {
                         out.insert(String::from_utf8_lossy(v).into_owned());
@@ -1844,5 +1891,46 @@ mod tests {
         assert_eq!(read("cpu/handnode.i/grants/g/cpu.shares"), "512");
         // The daemon did not move (root's cgroup2 group may hold processes).
         assert!(!root.join("unified").join(DAEMON_LEAF).exists());
+    }
+
+    /// `spawn` returns while the child's `execve` may still be laying out its environment;
+    /// read then, it had none in ~40 % of tries here, so a sweep right after a spawn (a
+    /// halt, a stop) missed the marker of what had just started. 200 spawns, each looked at
+    /// at once: every one shows its marker.
+    #[test]
+    fn a_marker_is_seen_on_a_process_that_has_only_just_been_spawned() {
+        let marker = format!("fresh-{}", std::process::id());
+        for round in 0..200 {
+            let mut child = Command::new("sleep")
+                .arg("30")
+                .env(MARKER_ENV, &marker)
+                .spawn()
+                .expect("sleep");
+            let pid = child.id() as i32;
+            let seen = subreaper::carries(pid, &[&marker]);
+            let _ = child.kill();
+            let _ = child.wait();
+            assert!(
+                seen,
+                "round {round}: a just-spawned process showed no marker"
+            );
+        }
+        // A process without one is still told apart; one running, and a zombie (whose
+        // environment is gone for good), are not taken for one in the middle of `execve`.
+        let mut plain = Command::new("sleep").arg("30").spawn().expect("sleep");
+        assert!(!subreaper::carries(plain.id() as i32, &[&marker]));
+        assert!(!subreaper::mid_exec(plain.id() as i32));
+        assert!(!subreaper::mid_exec(std::process::id() as i32));
+        let _ = plain.kill();
+        let zombie = Pid::from_raw(plain.id() as i32).unwrap();
+        rustix::process::waitid(
+            rustix::process::WaitId::Pid(zombie),
+            rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOWAIT,
+        )
+        .expect("waitid");
+        let zombie = zombie.as_raw_nonzero().get();
+        assert!(!subreaper::mid_exec(zombie));
+        assert!(subreaper::environ(zombie).is_none_or(|e| e.is_empty()));
+        let _ = plain.wait();
     }
 }

@@ -1235,11 +1235,7 @@ fn signal(pid: u32, sig: rustix::process::Signal) -> rustix::io::Result<()> {
 /// Whether `pid` runs with `marker` in its environment (so a stale record's pid, maybe
 /// reused since, is only signalled when it is still one of ours).
 pub(super) fn carries_marker(pid: u32, marker: &str) -> bool {
-    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-        return false;
-    };
-    let want = format!("{MARKER_ENV}={marker}");
-    environ.split(|b| *b == 0).any(|v| v == want.as_bytes())
+    i32::try_from(pid).is_ok_and(|pid| crate::cgroup::subreaper::carries(pid, &[marker]))
 }
 
 /// Remove `/tmp/.X11-unix/X<n>` and `/tmp/.X<n>-lock` when the lock names `xvfb_pid` (or

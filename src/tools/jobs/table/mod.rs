@@ -38,7 +38,7 @@
 //! **Recovery.** At start every record is read. A job recorded as running is killed: its
 //! process group gets SIGKILL if its leader is still the process we started (same pid
 //! *and* start time), or if a member of the group still carries the job's marker variable
-//! ([`MARKER_ENV`]) — a leader killed by SIGPIPE when the daemon died leaves its children
+//! ([`MARKER_ENV`](crate::tools::shell::MARKER_ENV)) — a leader killed by SIGPIPE when the daemon died leaves its children
 //! behind. Either way a recycled pid is never signalled. The job is then `killed` with
 //! reason `daemon_restarted` and stays readable until its retention ends. Files without a
 //! valid record are removed.
@@ -58,7 +58,6 @@ use crate::audit::{Audit, Record};
 use crate::base::statedir::open_state_file;
 use crate::pool::CallCtl;
 use crate::tools::process::{End, JobSink, RunResult, Which};
-use crate::tools::shell::MARKER_ENV;
 
 /// The job scope of the owner's `/mcp` (grant scopes are grant ids).
 pub use crate::tools::shell::OWNER_SCOPE;

@@ -222,9 +222,5 @@ pub(super) fn kill_leftovers(jobs: &[Arc<Job>]) {
 
 /// Whether process `pid`'s environment holds `MARKER_ENV=<id>`.
 pub(super) fn carries_marker(pid: i32, id: &str) -> bool {
-    let Ok(env) = fs::read(format!("/proc/{pid}/environ")) else {
-        return false;
-    };
-    let want = format!("{MARKER_ENV}={id}");
-    env.split(|b| *b == 0).any(|var| var == want.as_bytes())
+    crate::cgroup::subreaper::carries(pid, &[id])
 }
