@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
+# One build from scratch: an incremental cache would only add ~2 GB to target/ (disk is what
+# a CI machine may lack; see Cargo.toml's [profile.dev]).
+export CARGO_INCREMENTAL=0
 
 # Each step's time is printed as the next one starts (and the last at exit), so a slow step
 # shows in CI's output: the whole run must stay well inside CI's limit.
