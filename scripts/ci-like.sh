@@ -8,12 +8,16 @@
 # in session 0.
 #
 #   scripts/ci-like.sh [LOG]     default log: <clone>/../ci.log; exit status is .ci/run's
-# Needs root (unshare -p), like CI. Keeps the clone (its path is printed) for a look after.
+# Needs root (unshare -p), like CI. Keeps the clone (its path is printed) for a look after,
+# until the next run.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 shared=$(cd "$repo/.." && pwd)/shared
 [ -d "$shared" ] || { echo "ci-like: no $shared beside the repository" >&2; exit 2; }
+# The previous run's clone goes now: each holds a full target/ (several GB), and kept ones
+# filled this machine's disk once.
+rm -rf /tmp/handnode-ci.??????
 work=$(mktemp -d /tmp/handnode-ci.XXXXXX)
 # mktemp makes it 0700; a clone anywhere else is 0755, and the tests' other users (sway and
 # its terminals run as nobody) need to pass through it.
