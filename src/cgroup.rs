@@ -1405,33 +1405,48 @@ pub mod subreaper {
     /// The kernel takes microseconds; a loaded machine may preempt it for milliseconds.
     pub const EXEC_SETTLE: Duration = Duration::from_millis(50);
 
-    /// Whether process `pid`'s memory has no environment yet: `execve` has swapped its
-    /// memory and not yet written the new stack (`env_start`, field 50 of its stat, is 0),
-    /// and it is neither a zombie nor a kernel thread (which have none for good).
-    pub(super) fn mid_exec(pid: i32) -> bool {
+    /// Where a process that reads as having no environment stands.
+    #[derive(Debug, PartialEq, Eq)]
+    pub(super) enum NoEnviron {
+        /// Inside `execve`: its memory swapped, its new stack not yet written (`env_start`,
+        /// field 50 of its stat, is 0). Read again soon.
+        Exec,
+        /// Laid out: it has an environment (or, run by `env -i`, an empty one). Read again
+        /// once, as the exec may have finished between the two reads.
+        LaidOut,
+        /// It will never have one: a zombie, a kernel thread, or gone.
+        Never,
+    }
+
+    pub(super) fn no_environ(pid: i32) -> NoEnviron {
         /// `PF_KTHREAD` of a stat's flags.
         const KERNEL_THREAD: u64 = 0x0020_0000;
         let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            return false;
+            return NoEnviron::Never;
         };
         // "pid (comm) state …": comm may hold spaces and parentheses.
         let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            return false;
+            return NoEnviron::Never;
         };
         let fields: Vec<&str> = after.split_whitespace().collect();
         let field = |n: usize| fields.get(n - 3).copied();
         let flags: u64 = field(9)
             .and_then(|f| f.parse().ok())
             .unwrap_or(KERNEL_THREAD);
-        !matches!(field(3), Some("Z" | "X" | "x"))
-            && flags & KERNEL_THREAD == 0
-            && field(50) == Some("0")
+        if matches!(field(3), Some("Z" | "X" | "x")) || flags & KERNEL_THREAD != 0 {
+            NoEnviron::Never
+        } else if field(50) == Some("0") {
+            NoEnviron::Exec
+        } else {
+            NoEnviron::LaidOut
+        }
     }
 
     /// Process `pid`'s environment (`None`: gone or not ours to read). A process caught in
     /// `execve` reads as having none — `spawn` returns in that window, and a process that
     /// re-executes itself spends time in it — so that one is read again until its new
     /// environment is laid out, [`EXEC_SETTLE`] at most: a marker must not be missed there.
+    /// A kernel thread or a zombie costs one look at its stat, no more.
     pub fn environ(pid: i32) -> Option<Vec<u8>> {
         let path = format!("/proc/{pid}/environ");
         let deadline = Instant::now() + EXEC_SETTLE;
@@ -1440,11 +1455,11 @@ pub mod subreaper {
             if !env.is_empty() || Instant::now() >= deadline {
                 return Some(env);
             }
-            if !mid_exec(pid) {
-                // The exec may have finished between the two reads: this one is settled.
-                return fs::read(&path).ok();
+            match no_environ(pid) {
+                NoEnviron::Never => return Some(env),
+                NoEnviron::LaidOut => return fs::read(&path).ok(),
+                NoEnviron::Exec => std::thread::sleep(Duration::from_millis(1)),
             }
-            std::thread::sleep(Duration::from_millis(1));
         }
     }
 

@@ -301,12 +301,18 @@ fn a_marker_is_seen_on_a_process_that_has_only_just_been_spawned() {
             "round {round}: a just-spawned process showed no marker"
         );
     }
-    // A process without one is still told apart; one running, and a zombie (whose
-    // environment is gone for good), are not taken for one in the middle of `execve`.
+    // A process without one is still told apart. One running has its environment laid
+    // out; a zombie and a kernel thread never will have one (and are not waited on).
     let mut plain = Command::new("sleep").arg("30").spawn().expect("sleep");
     assert!(!subreaper::carries(plain.id() as i32, &[&marker]));
-    assert!(!subreaper::mid_exec(plain.id() as i32));
-    assert!(!subreaper::mid_exec(std::process::id() as i32));
+    assert_eq!(
+        subreaper::no_environ(plain.id() as i32),
+        subreaper::NoEnviron::LaidOut
+    );
+    assert_eq!(
+        subreaper::no_environ(std::process::id() as i32),
+        subreaper::NoEnviron::LaidOut
+    );
     let _ = plain.kill();
     let zombie = Pid::from_raw(plain.id() as i32).unwrap();
     rustix::process::waitid(
@@ -315,7 +321,26 @@ fn a_marker_is_seen_on_a_process_that_has_only_just_been_spawned() {
     )
     .expect("waitid");
     let zombie = zombie.as_raw_nonzero().get();
-    assert!(!subreaper::mid_exec(zombie));
+    assert_eq!(subreaper::no_environ(zombie), subreaper::NoEnviron::Never);
     assert!(subreaper::environ(zombie).is_none_or(|e| e.is_empty()));
     let _ = plain.wait();
+    // One run with no environment at all (`env -i`): laid out, empty, read as such.
+    let mut bare = Command::new("/bin/sleep")
+        .arg("30")
+        .env_clear()
+        .spawn()
+        .expect("sleep");
+    let bare_pid = bare.id() as i32;
+    assert!(!subreaper::carries(bare_pid, &[&marker]));
+    assert_eq!(subreaper::environ(bare_pid), Some(Vec::new()));
+    assert_eq!(
+        subreaper::no_environ(bare_pid),
+        subreaper::NoEnviron::LaidOut
+    );
+    let _ = bare.kill();
+    let _ = bare.wait();
+    // kthreadd, where this test sees the box's pids (not inside a pid namespace, as CI is).
+    if fs::read_to_string("/proc/2/stat").is_ok_and(|s| s.starts_with("2 (kthreadd)")) {
+        assert_eq!(subreaper::no_environ(2), subreaper::NoEnviron::Never);
+    }
 }
