@@ -2704,12 +2704,13 @@ fn bench_jobs(r: &mut Report, o: &Opts, d: &DaemonProc, pod: &mut Pod) {
     let mb = bytes as f64 / (1 << 20) as f64;
     // A full disk is the machine's, not the daemon's: the figure is then reported without its
     // floor (the job's own ring file is 16 MiB), and the reason printed.
+    let floor_needs = bytes + (64 << 20);
     let mut floor_failure = free_bytes(&d.state_dir())
-        .filter(|free| *free < bytes + (64 << 20))
+        .filter(|free| *free < floor_needs)
         .map(|free| {
             format!(
                 "the floor needs {} MiB on the state dir's disk and {} MiB are free",
-                (bytes + (64 << 20)) >> 20,
+                floor_needs >> 20,
                 free >> 20
             )
         });

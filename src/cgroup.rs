@@ -1414,31 +1414,23 @@ pub mod subreaper {
         /// Laid out: it has an environment (or, run by `env -i`, an empty one). Read again
         /// once, as the exec may have finished between the two reads.
         LaidOut,
-        /// It will never have one: a zombie, a kernel thread, or gone.
+        /// It will never have one: dying, a zombie, a kernel thread, or gone.
         Never,
     }
 
     pub(super) fn no_environ(pid: i32) -> NoEnviron {
-        /// `PF_KTHREAD` of a stat's flags.
-        const KERNEL_THREAD: u64 = 0x0020_0000;
+        /// `PF_EXITING` and `PF_KTHREAD` of a stat's flags (field 9): a process dying or
+        /// dead (a zombie keeps the flag), and a kernel thread.
+        const EXITING_OR_KERNEL: u64 = 0x0000_0004 | 0x0020_0000;
+        use crate::base::procfs::stat_field;
         let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
             return NoEnviron::Never;
         };
-        // "pid (comm) state …": comm may hold spaces and parentheses.
-        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            return NoEnviron::Never;
-        };
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let field = |n: usize| fields.get(n - 3).copied();
-        let flags: u64 = field(9)
-            .and_then(|f| f.parse().ok())
-            .unwrap_or(KERNEL_THREAD);
-        if matches!(field(3), Some("Z" | "X" | "x")) || flags & KERNEL_THREAD != 0 {
-            NoEnviron::Never
-        } else if field(50) == Some("0") {
-            NoEnviron::Exec
-        } else {
-            NoEnviron::LaidOut
+        match (stat_field(&stat, 9), stat_field(&stat, 50)) {
+            (Some(flags), _) if flags & EXITING_OR_KERNEL != 0 => NoEnviron::Never,
+            (Some(_), Some(0)) => NoEnviron::Exec,
+            (Some(_), _) => NoEnviron::LaidOut,
+            (None, _) => NoEnviron::Never,
         }
     }
 
@@ -1468,11 +1460,15 @@ pub mod subreaper {
         let Some(env) = environ(pid) else {
             return false;
         };
-        let prefix = format!("{}=", MARKER_ENV);
-        env.split(|b| *b == 0).any(|var| {
-            var.strip_prefix(prefix.as_bytes())
-                .is_some_and(|v| markers.iter().any(|m| m.as_ref().as_bytes() == v))
-        })
+        let found = markers_in(&env).any(|v| markers.iter().any(|m| m.as_ref().as_bytes() == v));
+        found
+    }
+
+    /// The values of `MARKER_ENV` in an environment as `/proc/PID/environ` gives it.
+    fn markers_in(env: &[u8]) -> impl Iterator<Item = &[u8]> {
+        let prefix = format!("{MARKER_ENV}=");
+        env.split(|b| *b == 0)
+            .filter_map(move |var| var.strip_prefix(prefix.as_bytes()))
     }
 
     /// Processes killed here that were not the daemon's own children then: once they are
@@ -1483,12 +1479,7 @@ pub mod subreaper {
     /// The parent pid of `pid` (field 4 of its stat).
     fn ppid(pid: i32) -> Option<i32> {
         let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // "pid (comm) state ppid …": comm may hold spaces and parentheses.
-        stat[stat.rfind(')')? + 1..]
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
+        i32::try_from(crate::base::procfs::stat_field(&stat, 4)?).ok()
     }
 
     pub fn signal_marked(markers: &[String], signal: Signal) {
@@ -1541,15 +1532,10 @@ pub mod subreaper {
 
     /// The markers some live process carries now (one pass over `/proc`).
     pub fn live_markers() -> HashSet<String> {
-        let prefix = format!("{}=", MARKER_ENV);
         let mut out = HashSet::new();
         for pid in all_pids() {
             if let Some(env) = environ(pid) {
-                for var in env.split(|b| *b == 0) {
-                    if let Some(v) = var.strip_prefix(prefix.as_bytes()) {
-                        out.insert(String::from_utf8_lossy(v).into_owned());
-                    }
-                }
+                out.extend(markers_in(&env).map(|v| String::from_utf8_lossy(v).into_owned()));
             }
         }
         out

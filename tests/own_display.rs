@@ -207,7 +207,7 @@ fn children_of(pid: u32) -> Vec<u32> {
         .filter(|child| {
             std::fs::read_to_string(format!("/proc/{child}/stat"))
                 .ok()
-                .and_then(|stat| handnode::tools::process::stat_field(&stat, 4))
+                .and_then(|stat| handnode::base::procfs::stat_field(&stat, 4))
                 == Some(u64::from(pid))
         })
         .collect()

@@ -60,8 +60,8 @@ fn parse_stat(text: &str) -> Option<Stat> {
 }
 
 fn tagged(pid: i32, tag: &[u8]) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .is_ok_and(|env| env.split(|b| *b == 0).any(|entry| entry == tag))
+    crate::cgroup::subreaper::environ(pid)
+        .is_some_and(|env| env.split(|b| *b == 0).any(|entry| entry == tag))
 }
 
 /// Live processes that carry `tag` or sit in one of `sessions` (grown by the sessions of

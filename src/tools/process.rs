@@ -266,18 +266,7 @@ impl std::fmt::Debug for ProcessWatcher {
 /// `/proc/<pid>/stat`), which tells a process from a later one given the same pid.
 pub fn start_ticks(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat_field(&stat, 22)
-}
-
-/// Field `n` (1-based, as `proc(5)` numbers them) of a `/proc/<pid>/stat` line. The
-/// command name (field 2) may hold spaces and parentheses, so fields are counted from the
-/// last `)`.
-pub fn stat_field(stat: &str, n: usize) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_ascii_whitespace()
-        .nth(n.checked_sub(3)?)?
-        .parse()
-        .ok()
+    crate::base::procfs::stat_field(&stat, 22)
 }
 
 impl ProcessWatcher {

@@ -38,8 +38,8 @@
 //! **Recovery.** At start every record is read. A job recorded as running is killed: its
 //! process group gets SIGKILL if its leader is still the process we started (same pid
 //! *and* start time), or if a member of the group still carries the job's marker variable
-//! ([`MARKER_ENV`](crate::tools::shell::MARKER_ENV)) — a leader killed by SIGPIPE when the daemon died leaves its children
-//! behind. Either way a recycled pid is never signalled. The job is then `killed` with
+//! ([`MARKER_ENV`](crate::tools::shell::MARKER_ENV)) — a leader killed by SIGPIPE when the
+//! daemon died leaves its children behind. Either way a recycled pid is never signalled. The job is then `killed` with
 //! reason `daemon_restarted` and stays readable until its retention ends. Files without a
 //! valid record are removed.
 

@@ -199,8 +199,8 @@ pub(super) fn kill_leftovers(jobs: &[Arc<Job>]) {
         let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };
-        let pgrp = crate::tools::process::stat_field(&stat, 5).map(|g| g as i32);
-        let start = crate::tools::process::stat_field(&stat, 22);
+        let pgrp = crate::base::procfs::stat_field(&stat, 5).map(|g| g as i32);
+        let start = crate::base::procfs::stat_field(&stat, 22);
         for (leader, ticks, id) in &targets {
             if verified.contains(leader) {
                 continue;

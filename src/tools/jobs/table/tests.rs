@@ -436,10 +436,7 @@ fn ids_and_scopes() {
 }
 
 #[test]
-fn stat_fields_are_counted_after_the_command_name() {
-    let stat = "42 (a b) c) S 1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 12345 0";
-    assert_eq!(crate::tools::process::stat_field(stat, 5), Some(42));
-    assert_eq!(crate::tools::process::stat_field(stat, 22), Some(12345));
+fn a_live_process_has_a_start_time() {
     let me = std::process::id() as i32;
     assert!(crate::tools::process::start_ticks(me).is_some());
 }
