@@ -1434,34 +1434,51 @@ pub mod subreaper {
         }
     }
 
-    /// Process `pid`'s environment (`None`: gone or not ours to read). A process caught in
-    /// `execve` reads as having none — `spawn` returns in that window, and a process that
-    /// re-executes itself spends time in it — so that one is read again until its new
-    /// environment is laid out, [`EXEC_SETTLE`] at most: a marker must not be missed there.
-    /// A kernel thread or a zombie costs one look at its stat, no more.
-    pub fn environ(pid: i32) -> Option<Vec<u8>> {
-        let path = format!("/proc/{pid}/environ");
-        let deadline = Instant::now() + EXEC_SETTLE;
-        loop {
-            let env = fs::read(&path).ok()?;
-            if !env.is_empty() || Instant::now() >= deadline {
-                return Some(env);
+    /// One sweep's time to wait out `execve`s: [`EXEC_SETTLE`] in all, however many
+    /// processes it finds inside one, so a grant that keeps many stuck there (a binary on a
+    /// stalled FUSE mount) cannot stretch a kill sweep by 50 ms a process. Past it, a
+    /// process is read once, as before.
+    pub struct Settle(Instant);
+
+    impl Settle {
+        pub fn now() -> Settle {
+            Settle(Instant::now() + EXEC_SETTLE)
+        }
+
+        /// Process `pid`'s environment (`None`: gone or not ours to read). A process
+        /// caught in `execve` reads as having none — `spawn` returns in that window, and a
+        /// process that re-executes itself spends time in it — so that one is read again
+        /// until its new environment is laid out, within this sweep's time: a marker must
+        /// not be missed there. A kernel thread or a zombie costs one look at its stat.
+        pub fn environ(&self, pid: i32) -> Option<Vec<u8>> {
+            let path = format!("/proc/{pid}/environ");
+            loop {
+                let env = fs::read(&path).ok()?;
+                if !env.is_empty() || Instant::now() >= self.0 {
+                    return Some(env);
+                }
+                match no_environ(pid) {
+                    NoEnviron::Never => return Some(env),
+                    NoEnviron::LaidOut => return fs::read(&path).ok(),
+                    NoEnviron::Exec => std::thread::sleep(Duration::from_millis(1)),
+                }
             }
-            match no_environ(pid) {
-                NoEnviron::Never => return Some(env),
-                NoEnviron::LaidOut => return fs::read(&path).ok(),
-                NoEnviron::Exec => std::thread::sleep(Duration::from_millis(1)),
-            }
+        }
+
+        /// Whether process `pid` carries one of `markers` in its environment.
+        pub fn carries<M: AsRef<str>>(&self, pid: i32, markers: &[M]) -> bool {
+            let Some(env) = self.environ(pid) else {
+                return false;
+            };
+            let found =
+                markers_in(&env).any(|v| markers.iter().any(|m| m.as_ref().as_bytes() == v));
+            found
         }
     }
 
-    /// Whether process `pid` carries one of `markers` in its environment.
+    /// [`Settle::carries`] for one process, on a sweep of its own.
     pub fn carries<M: AsRef<str>>(pid: i32, markers: &[M]) -> bool {
-        let Some(env) = environ(pid) else {
-            return false;
-        };
-        let found = markers_in(&env).any(|v| markers.iter().any(|m| m.as_ref().as_bytes() == v));
-        found
+        Settle::now().carries(pid, markers)
     }
 
     /// The values of `MARKER_ENV` in an environment as `/proc/PID/environ` gives it.
@@ -1487,11 +1504,12 @@ pub mod subreaper {
             return;
         }
         let me = std::process::id() as i32;
+        let settle = Settle::now();
         // Repeat: a process may fork while the scan runs.
         for _ in 0..3 {
             let mut any = false;
             for pid in all_pids() {
-                if pid != me && carries(pid, markers) {
+                if pid != me && settle.carries(pid, markers) {
                     if let Some(p) = Pid::from_raw(pid) {
                         let hit = rustix::process::kill_process(p, signal).is_ok();
                         // The daemon's own children are run leaders: the process watcher
@@ -1516,10 +1534,10 @@ pub mod subreaper {
     /// Every process below the daemon (it is their subreaper: what a run left is
     /// re-parented to it) that carries `marker`, and their descendants.
     pub fn marked_descendants(marker: &str) -> Vec<i32> {
-        let markers = [marker.to_string()];
+        let settle = Settle::now();
         let mut stack: Vec<i32> = children(std::process::id() as i32)
             .into_iter()
-            .filter(|p| carries(*p, &markers))
+            .filter(|p| settle.carries(*p, &[marker]))
             .collect();
         let mut seen = HashSet::new();
         while let Some(pid) = stack.pop() {
@@ -1532,9 +1550,9 @@ pub mod subreaper {
 
     /// The markers some live process carries now (one pass over `/proc`).
     pub fn live_markers() -> HashSet<String> {
-        let mut out = HashSet::new();
+        let (mut out, settle) = (HashSet::new(), Settle::now());
         for pid in all_pids() {
-            if let Some(env) = environ(pid) {
+            if let Some(env) = settle.environ(pid) {
                 out.extend(markers_in(&env).map(|v| String::from_utf8_lossy(v).into_owned()));
             }
         }

@@ -12,6 +12,7 @@
 //! so a recycled pid is never hit, and the sweep waits on those pidfds for the deaths
 //! instead of sleeping.
 
+use crate::cgroup::subreaper::Settle;
 use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
@@ -59,8 +60,9 @@ fn parse_stat(text: &str) -> Option<Stat> {
     })
 }
 
-fn tagged(pid: i32, tag: &[u8]) -> bool {
-    crate::cgroup::subreaper::environ(pid)
+fn tagged(pid: i32, tag: &[u8], settle: &Settle) -> bool {
+    settle
+        .environ(pid)
         .is_some_and(|env| env.split(|b| *b == 0).any(|entry| entry == tag))
 }
 
@@ -68,6 +70,7 @@ fn tagged(pid: i32, tag: &[u8]) -> bool {
 /// tagged processes), with their start times.
 fn scan(tag: &[u8], sessions: &mut HashSet<i32>, spare: &HashSet<i32>) -> HashMap<i32, u64> {
     let me = rustix::process::getpid().as_raw_nonzero().get();
+    let settle = Settle::now();
     let mut stats = Vec::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for entry in dir.flatten() {
@@ -87,7 +90,7 @@ fn scan(tag: &[u8], sessions: &mut HashSet<i32>, spare: &HashSet<i32>) -> HashMa
             if !stat.live {
                 continue;
             }
-            if tagged(pid, tag) && !spare.contains(&stat.session) && stat.session > 1 {
+            if tagged(pid, tag, &settle) && !spare.contains(&stat.session) && stat.session > 1 {
                 sessions.insert(stat.session);
             }
             stats.push((pid, stat));
@@ -95,7 +98,7 @@ fn scan(tag: &[u8], sessions: &mut HashSet<i32>, spare: &HashSet<i32>) -> HashMa
     }
     stats
         .into_iter()
-        .filter(|(pid, stat)| sessions.contains(&stat.session) || tagged(*pid, tag))
+        .filter(|(pid, stat)| sessions.contains(&stat.session) || tagged(*pid, tag, &settle))
         .map(|(pid, stat)| (pid, stat.start_time))
         .collect()
 }

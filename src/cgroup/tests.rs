@@ -322,7 +322,9 @@ fn a_marker_is_seen_on_a_process_that_has_only_just_been_spawned() {
     .expect("waitid");
     let zombie = zombie.as_raw_nonzero().get();
     assert_eq!(subreaper::no_environ(zombie), subreaper::NoEnviron::Never);
-    assert!(subreaper::environ(zombie).is_none_or(|e| e.is_empty()));
+    assert!(subreaper::Settle::now()
+        .environ(zombie)
+        .is_none_or(|e| e.is_empty()));
     let _ = plain.wait();
     // One run with no environment at all (`env -i`): laid out, empty, read as such.
     let mut bare = Command::new("/bin/sleep")
@@ -332,7 +334,7 @@ fn a_marker_is_seen_on_a_process_that_has_only_just_been_spawned() {
         .expect("sleep");
     let bare_pid = bare.id() as i32;
     assert!(!subreaper::carries(bare_pid, &[&marker]));
-    assert_eq!(subreaper::environ(bare_pid), Some(Vec::new()));
+    assert_eq!(subreaper::Settle::now().environ(bare_pid), Some(Vec::new()));
     assert_eq!(
         subreaper::no_environ(bare_pid),
         subreaper::NoEnviron::LaidOut

@@ -7,6 +7,7 @@
 //! screen under one pair of hands, so the lender taking it through any such grant's
 //! `/wheel` stops every such grant's input tools.
 
+use crate::cgroup::subreaper::Settle;
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -241,7 +242,7 @@ impl BoxView {
         if daemon_alive {
             return false;
         }
-        let killed = super::own::carries_marker(pid, marker)
+        let killed = super::own::carries_marker(pid, marker, &Settle::now())
             && rustix::process::Pid::from_raw(pid as i32)
                 .map(|p| rustix::process::kill_process(p, rustix::process::Signal::KILL))
                 .is_some_and(|r| r.is_ok());

@@ -69,6 +69,7 @@ use std::time::Instant;
 
 use super::wheel::{Viewers, Wheel};
 use super::*;
+use crate::cgroup::subreaper::Settle;
 use crate::cgroup::{RunGroup, MARKER_ENV};
 pub use crate::config::own_display::*;
 
@@ -396,7 +397,7 @@ impl OwnDisplays {
         let Ok(dir) = std::fs::read_dir(&parent) else {
             return 0;
         };
-        let mut cleaned = 0;
+        let (mut cleaned, settle) = (0, Settle::now());
         for entry in dir.flatten() {
             let path = entry.path();
             if !path.is_dir() {
@@ -414,7 +415,7 @@ impl OwnDisplays {
             }
             let marked = r.pids.iter().map(|p| (p, &r.marker));
             for (pid, marker) in marked.chain(r.net_pids.iter().map(|p| (p, &r.net_marker))) {
-                if carries_marker(*pid, marker) {
+                if carries_marker(*pid, marker, &settle) {
                     let _ = signal(*pid, rustix::process::Signal::KILL);
                 }
             }
@@ -1234,8 +1235,8 @@ fn signal(pid: u32, sig: rustix::process::Signal) -> rustix::io::Result<()> {
 
 /// Whether `pid` runs with `marker` in its environment (so a stale record's pid, maybe
 /// reused since, is only signalled when it is still one of ours).
-pub(super) fn carries_marker(pid: u32, marker: &str) -> bool {
-    i32::try_from(pid).is_ok_and(|pid| crate::cgroup::subreaper::carries(pid, &[marker]))
+pub(super) fn carries_marker(pid: u32, marker: &str, settle: &Settle) -> bool {
+    i32::try_from(pid).is_ok_and(|pid| settle.carries(pid, &[marker]))
 }
 
 /// Remove `/tmp/.X11-unix/X<n>` and `/tmp/.X<n>-lock` when the lock names `xvfb_pid` (or

@@ -188,6 +188,7 @@ pub(super) fn kill_leftovers(jobs: &[Arc<Job>]) {
     let Ok(procs) = fs::read_dir("/proc") else {
         return;
     };
+    let settle = crate::cgroup::subreaper::Settle::now();
     for entry in procs.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -206,7 +207,7 @@ pub(super) fn kill_leftovers(jobs: &[Arc<Job>]) {
                 continue;
             }
             let is_leader = pid == *leader && ticks.is_some() && start == *ticks;
-            let is_member = pgrp == Some(*leader) && start >= *ticks && carries_marker(pid, id);
+            let is_member = pgrp == Some(*leader) && start >= *ticks && settle.carries(pid, &[id]);
             if is_leader || is_member {
                 verified.push(*leader);
             }
@@ -218,9 +219,4 @@ pub(super) fn kill_leftovers(jobs: &[Arc<Job>]) {
             let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
         }
     }
-}
-
-/// Whether process `pid`'s environment holds `MARKER_ENV=<id>`.
-pub(super) fn carries_marker(pid: i32, id: &str) -> bool {
-    crate::cgroup::subreaper::carries(pid, &[id])
 }
